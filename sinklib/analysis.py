@@ -1,0 +1,116 @@
+"""One-call analyses that combine capture and metrics over a batch of sequences (used by the CLI and notebooks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from sinklib import metrics
+from sinklib.capture import Capture
+from sinklib.models import LoadedModel
+
+
+@dataclass
+class SinkProfile:
+    """Sink statistics of one model on one batch of inputs (Gu et al.'s protocol: eager attention, key 0).
+
+    Shapes: N sequences, L layers, H heads, T positions.
+    """
+
+    model: str
+    input: str
+    eps: float
+    alphas: torch.Tensor  # (N, L, H) alpha of the first token per sequence, layer, head
+    key_mass: torch.Tensor  # (L, T) sink mass per key, averaged over sequences and heads
+    dom_first: torch.Tensor  # (N, L) DomRatio of the first token's hidden state after each layer
+    dom_rest: torch.Tensor  # (N, L) DomRatio of the other tokens, averaged over positions 1..T-1
+    extremes: list[metrics.Extreme]  # per layer: the largest |h| over the batch
+    massive_dims: list[list[int]] = field(default_factory=list)  # per layer: dims meeting Sun et al.'s criterion
+    massive_positions: list[list[int]] = field(default_factory=list)
+
+    @property
+    def sink_rate(self) -> float:
+        return metrics.sink_rate(self.alphas, self.eps)
+
+    @property
+    def alpha_first_by_layer(self) -> list[float]:
+        return self.alphas.mean(dim=(0, 2)).tolist()
+
+    @property
+    def dom_ratio_first_by_layer(self) -> list[float]:
+        return self.dom_first.mean(dim=0).tolist()
+
+    @property
+    def dom_ratio_rest_by_layer(self) -> list[float]:
+        return self.dom_rest.mean(dim=0).tolist()
+
+    def to_json(self) -> dict:
+        """The CLI's JSON object (keys fixed by the ``profile`` command's contract), plus a few extras."""
+        return {
+            "model": self.model,
+            "input": self.input,
+            "sink_rate": self.sink_rate,
+            "alpha_first_by_layer": self.alpha_first_by_layer,
+            "dom_ratio_first_by_layer": self.dom_ratio_first_by_layer,
+            "massive": [e.as_dict() for e in self.extremes],
+            "eps": self.eps,
+            "num_seqs": int(self.alphas.shape[0]),
+            "seq_len": int(self.key_mass.shape[1]),
+            "dom_ratio_rest_by_layer": self.dom_ratio_rest_by_layer,
+            "massive_dims_by_layer": self.massive_dims,
+        }
+
+
+@torch.inference_mode()
+def profile_sinks(
+    lm: LoadedModel, input_ids: torch.Tensor, *, input_name: str = "custom", eps: float = metrics.GU_EPS,
+    batch_size: int = 16, progress: bool = True,
+) -> SinkProfile:
+    """Run ``input_ids`` (N, T) through the model in batches and reduce each batch to sink statistics.
+
+    Only reductions are kept (no (L, N, H, T, T) tensor), so memory is one batch's activations.
+    """
+    N, T = input_ids.shape
+    L = lm.n_layers
+    alphas, masses, dom_first, dom_rest = [], [], [], []
+    best: list[metrics.Extreme | None] = [None] * L
+    dims: list[set[int]] = [set() for _ in range(L)]
+    positions: list[set[int]] = [set() for _ in range(L)]
+    bar = tqdm(range(0, N, batch_size), desc=f"{lm.name} / {input_name}", disable=not progress, leave=False)
+    with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+        for start in bar:
+            batch = input_ids[start:start + batch_size].to(lm.device)
+            lm.model(batch, use_cache=False)
+            mass = torch.stack([metrics.sink_mass(cap.get("attentions", i)) for i in range(L)], dim=1)  # (B, L, H, T)
+            alphas.append(mass[..., 0])
+            masses.append(mass.sum(dim=(0, 2)))
+            hidden = cap.stack("hidden_states")  # (L, B, T, d)
+            dr = metrics.dom_ratio(hidden)  # (L, B, T)
+            dom_first.append(dr[:, :, 0].T)
+            dom_rest.append(dr[:, :, 1:].mean(dim=-1).T)
+            for i in range(L):
+                ext = metrics.largest_activation(hidden[i])
+                ext.seq += start
+                if best[i] is None or abs(ext.value) > abs(best[i].value):
+                    best[i] = ext
+                rep = metrics.find_massive(hidden[i])
+                dims[i].update(rep.dims)
+                positions[i].update(rep.positions)
+            cap.clear()
+    key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
+    return SinkProfile(
+        model=lm.name, input=input_name, eps=eps, alphas=torch.cat(alphas), key_mass=key_mass,
+        dom_first=torch.cat(dom_first), dom_rest=torch.cat(dom_rest), extremes=best,  # type: ignore[arg-type]
+        massive_dims=[sorted(d) for d in dims], massive_positions=[sorted(p) for p in positions],
+    )
+
+
+@torch.inference_mode()
+def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] | None = None) -> torch.Tensor:
+    """Attention probabilities of one sequence: ``input_ids`` (T,) or (1, T) -> (L_sel, H, T, T)."""
+    ids = input_ids.reshape(1, -1).to(lm.device)
+    with Capture(lm.model, attentions=True, layers=layers) as cap:
+        lm.model(ids, use_cache=False)
+        return cap.stack("attentions")[:, 0]

@@ -1,0 +1,28 @@
+"""Errors a user can act on: each message is one line that says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class SinklibError(Exception):
+    """Base class; the CLI and the figure runner print these as a single line without a traceback."""
+
+
+class UnknownModelError(SinklibError, KeyError):
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class DeviceUnavailableError(SinklibError):
+    pass
+
+
+class OfflinePackageMissingError(SinklibError):
+    pass
+
+
+class WrongFamilyError(SinklibError):
+    pass
+
+
+class InputError(SinklibError, ValueError):
+    pass

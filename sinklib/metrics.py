@@ -1,0 +1,133 @@
+"""Sink and outlier metrics: pure functions from tensors to numbers or tensors.
+
+Conventions: attention tensors end in ``(T_q, T_k)`` (query rows, key columns, causal, rows sum to 1); hidden states
+end in ``(T, d)``. Positions are 0-indexed here: the papers' "first token" k = 1 is ``key=0``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+SUN_MIN_ABS = 100.0  # Sun et al. (arXiv 2402.17762): |h| > 100 ...
+SUN_MIN_RATIO = 1000.0  # ... and about 1000x the median |h| of that token's hidden state
+GU_EPS = 0.3  # Gu et al. (arXiv 2410.10781) default threshold
+
+
+def alpha(attn: torch.Tensor, key: int = 0) -> torch.Tensor:
+    """Per-head importance of key k (Gu et al.): alpha_k = 1/(T-k) * sum_{t >= k} A[t, k].
+
+    attn: (..., T, T) -> (...), e.g. (B, H, T, T) -> (B, H).
+    """
+    T = attn.shape[-1]
+    if not 0 <= key < T:
+        raise ValueError(f"key {key} outside 0..{T - 1}")
+    return attn[..., key:, key].float().mean(dim=-1)
+
+
+def sink_rate(alphas: torch.Tensor, eps: float = GU_EPS) -> float:
+    """Sink_k^eps = fraction of (sequence, layer, head) entries with alpha_k > eps.
+
+    With alphas shaped (N, L, H) this is Gu et al.'s per-sequence fraction of heads, averaged over the N sequences.
+    """
+    return (alphas > eps).float().mean().item()
+
+
+def sink_mass(attn: torch.Tensor) -> torch.Tensor:
+    """Attention mass each key receives, normalised by how many queries can see it.
+
+    m_j = 1/(T-j) * sum_{t >= j} A[t, j]  (= alpha_j for every j).  attn: (..., T, T) -> (..., T).
+    Under uniform causal attention m_j is about H_T / T (harmonic); a sink has m_j far above the mean over j.
+    """
+    T = attn.shape[-1]
+    visible = torch.arange(T, 0, -1, device=attn.device, dtype=torch.float32)  # T - j queries see key j
+    return attn.float().sum(dim=-2) / visible
+
+
+def dom_ratio(h: torch.Tensor) -> torch.Tensor:
+    """Dimension disparity DomRatio(h) = max_j |h_j| / mean_j |h_j| over the last dimension. (..., d) -> (...)."""
+    a = h.float().abs()
+    return a.amax(dim=-1) / a.mean(dim=-1).clamp_min(torch.finfo(torch.float32).tiny)
+
+
+def position_variance(x: torch.Tensor) -> torch.Tensor:
+    """Per-position variance across a batch, averaged over features.
+
+    x: (N, T, *feat) -> (T,):  v_t = mean_f Var_n[x_{n,t,f}]  (population variance over the N sequences).
+    """
+    if x.shape[0] < 2:
+        raise ValueError("position_variance needs at least 2 sequences")
+    return x.float().var(dim=0, unbiased=False).flatten(1).mean(dim=1)
+
+
+def massive_mask(h: torch.Tensor, min_abs: float = SUN_MIN_ABS, min_ratio: float = SUN_MIN_RATIO) -> torch.Tensor:
+    """Sun et al.'s criterion, entrywise: |h_j| > min_abs and |h_j| > min_ratio * median_j' |h_j'|.
+
+    h: (..., d) -> bool (..., d); the median is over the d entries of each token's own hidden state.
+    """
+    a = h.float().abs()
+    med = a.median(dim=-1, keepdim=True).values
+    return (a > min_abs) & (a > min_ratio * med)
+
+
+@dataclass
+class MassiveReport:
+    """Massive activations in one layer's hidden states (N, T, d)."""
+
+    dims: list[int]  # feature dimensions holding massive entries, most frequent first
+    positions: list[int]  # token positions holding them, most frequent first
+    count: int  # number of massive entries
+    fraction_tokens: float  # fraction of tokens with at least one massive entry
+
+
+def find_massive(h: torch.Tensor, min_abs: float = SUN_MIN_ABS, min_ratio: float = SUN_MIN_RATIO) -> MassiveReport:
+    """Find the massive dimensions automatically: where :func:`massive_mask` fires, counted by dimension/position.
+
+    h: (N, T, d).
+    """
+    mask = massive_mask(h, min_abs, min_ratio)  # (N, T, d)
+    idx = mask.nonzero()  # (M, 3): seq, pos, dim
+    dims = [d for d, _ in Counter(idx[:, 2].tolist()).most_common()]
+    pos = [p for p, _ in Counter(idx[:, 1].tolist()).most_common()]
+    return MassiveReport(dims, pos, int(mask.sum()), mask.any(dim=-1).float().mean().item())
+
+
+@dataclass
+class Extreme:
+    """The largest-magnitude entry of a batch of hidden states and the context to judge it."""
+
+    dim: int
+    value: float  # signed value of the entry
+    median: float  # median |h| over the d entries of the same token
+    position: int
+    seq: int
+
+    @property
+    def ratio(self) -> float:
+        return abs(self.value) / max(self.median, 1e-12)
+
+    @property
+    def is_massive(self) -> bool:
+        return abs(self.value) > SUN_MIN_ABS and self.ratio > SUN_MIN_RATIO
+
+    def as_dict(self) -> dict:
+        return {"dim": self.dim, "value": self.value, "median": self.median, "position": self.position,
+                "ratio": self.ratio, "massive": self.is_massive}
+
+
+def largest_activation(h: torch.Tensor) -> Extreme:
+    """The entry with the largest |h| in (N, T, d), with its dimension, position and token median |h|."""
+    N, T, d = h.shape
+    a = h.float().abs()
+    flat = int(a.argmax())
+    n, t, j = flat // (T * d), (flat // d) % T, flat % d
+    return Extreme(dim=j, value=float(h[n, t, j]), median=float(a[n, t].median()), position=t, seq=n)
+
+
+def top_dims(h: torch.Tensor, k: int = 3) -> list[tuple[int, float]]:
+    """The k feature dimensions with the largest max |h| over all tokens: [(dim, max |h|), ...]. h: (..., d)."""
+    per_dim = h.float().abs().flatten(0, -2).amax(dim=0)  # (d,)
+    vals, dims = per_dim.topk(min(k, per_dim.numel()))
+    return list(zip(dims.tolist(), vals.tolist()))
