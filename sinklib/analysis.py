@@ -114,3 +114,11 @@ def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] |
     with Capture(lm.model, attentions=True, layers=layers) as cap:
         lm.model(ids, use_cache=False)
         return cap.stack("attentions")[:, 0]
+
+
+def first_layer_above(values, threshold: float) -> int | None:
+    """Index of the first entry above ``threshold`` (e.g. the sink-onset layer), or None."""
+    for i, v in enumerate(values):
+        if v > threshold:
+            return i
+    return None

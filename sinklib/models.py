@@ -20,7 +20,12 @@ from pathlib import Path
 
 import torch
 
-from sinklib.errors import DeviceUnavailableError, OfflinePackageMissingError, UnknownModelError, WrongFamilyError
+from sinklib.errors import (
+    DeviceUnavailableError,
+    OfflinePackageMissingError,
+    UnknownModelError,
+    WrongFamilyError,
+)
 
 FAMILIES = ("llm", "moe", "mllm", "vit")
 OFFLINE_TARGET = "make offline"
@@ -241,8 +246,9 @@ def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, at
 
 
 def _tiny_llama(seed: int, attn_implementation: str | None):
-    from sinklib.bytetok import byte_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sinklib.bytetok import byte_tokenizer
 
     tokenizer = byte_tokenizer()
     config = LlamaConfig(

@@ -1,0 +1,183 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Hello, sink
+#
+# Language models pour a large share of their attention onto a few tokens that carry little meaning -- most often
+# the very first token. This is the **attention sink** (Xiao et al., StreamingLLM, arXiv 2309.17453). This notebook
+# measures it on a real pretrained model, the offline default **SmolLM2-135M-Instruct** (a Llama-architecture model;
+# any Hugging Face id works with `model=` on a GPU), and puts the numbers next to the published ones.
+#
+# Notation: layer $l$, head $h$, attention probabilities $A^{l,h}_{t,j}$ (query $t$, key $j$, causal, rows sum
+# to 1); $h^l_t$ is token $t$'s residual hidden state after layer $l$.
+
+# %% tags=["parameters"]
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
+model = ""  # "" = the profile's model; a registry name (python -m sinklib models) or a hub id
+device = ""  # "" = the profile's device; "cpu", "cuda", "auto"
+seed = 0
+out_dir = "../figures/00_tour"
+
+# %%
+import time
+
+from sinklib import analysis, plotting, profiles
+from sinklib.data import INPUT_KINDS, make_inputs
+from sinklib.models import load_model, require_family
+from sinklib.results import load_reference, sink_rate_table, write_json
+
+run = profiles.resolve(profile, model, device, seed, out_dir, notebook="00_tour")
+lm = load_model(run.model, device=run.device)
+require_family(lm, "llm", "00_tour")
+fig_dir, started = run.out_dir, time.perf_counter()
+title = f"{lm.label} ({lm.name})"
+print(lm, f"\nprofile={run.profile.name}: {run.num_seqs} sequences x {run.seq_len} tokens per input type")
+
+# %% [markdown]
+# ## 1 · What a sink looks like
+# One Bible passage through the model; each panel is one head's attention matrix (query rows, key columns, log
+# colour scale). The outlined first column is the first token. In early layers attention is spread out or local;
+# from the early-middle layers on, nearly every query sends most of its attention to position 0.
+
+# %%
+ids = make_inputs(lm, "natural", 1, run.map_seq_len, run.seed)[0]
+layers = sorted({0, 1, lm.n_layers // 3, 2 * lm.n_layers // 3, lm.n_layers - 1})
+heads = list(range(min(4, lm.n_heads)))
+maps = analysis.attention_maps(lm, ids, layers)  # (len(layers), H, T, T)
+with plotting.style():
+    fig = plotting.attention_grid(maps, layers, heads, [lm.tokenizer.decode([i]) for i in ids.tolist()],
+                                  title=f"Attention maps, {title}")
+    plotting.save(fig, fig_dir / "fig01_attention-maps",
+                  f"Attention probabilities of {title} on one natural-text window ({len(ids)} tokens), layers "
+                  f"{layers}, heads {heads}; log colour scale; outlined column: the first token.")
+first_col = maps[..., 1:, 0].mean(dim=(1, 2))  # per shown layer: mean attention of queries t >= 1 to key 0
+print("mean attention to the first token (queries 1..T-1) in the layers shown:",
+      {layer: round(float(v), 3) for layer, v in zip(layers, first_col)})
+
+# %% [markdown]
+# ## 2 · How much each head sinks: $\alpha_1^{l,h}$ (Gu et al., arXiv 2410.10781)
+# $$\alpha_k^{l,h} = \frac{1}{T-k+1}\sum_{t\ge k} A^{l,h}_{t,k}, \qquad
+#   \mathrm{Sink}_k^{\epsilon} = \frac{1}{LH}\sum_{l,h} \mathbb{1}\!\left[\alpha_k^{l,h} > \epsilon\right]$$
+# with $k=1$ (the first token), $\epsilon = 0.3$, $T = 64$ and about 100 sequences, eager attention in float32 -- the
+# protocol below. The sink rate counts heads, not mass.
+
+# %%
+profiles_by_kind = {
+    kind: analysis.profile_sinks(lm, make_inputs(lm, kind, run.num_seqs, run.seq_len, run.seed),
+                                 input_name=kind, batch_size=run.batch_size)
+    for kind in INPUT_KINDS
+}
+natural = profiles_by_kind["natural"]
+alpha_lh = natural.alphas.mean(dim=0)  # (L, H), averaged over sequences
+onset = analysis.first_layer_above(natural.alpha_first_by_layer, natural.eps)
+with plotting.style():
+    fig = plotting.alpha_heatmap(alpha_lh, title=f"alpha of the first token, natural text, {title}")
+    plotting.save(fig, fig_dir / "fig02_alpha-heatmap",
+                  f"alpha_1 per layer and head of {title}, mean over {run.num_seqs} natural-text windows of "
+                  f"{run.seq_len} tokens; dots mark heads above eps = 0.3.")
+print(f"Takeaway: {100 * natural.sink_rate:.1f}% of heads have alpha_1 > 0.3 on natural text; "
+      + (f"the mean over heads first exceeds 0.3 at layer {onset}." if onset is not None
+         else "no layer's mean alpha_1 exceeds 0.3."))
+
+# %% [markdown]
+# ## 3 · Does the input matter? Natural text, random tokens, one token repeated
+# Gu et al.'s Table 1: sinks form on random tokens too, but with one token repeated at every position Llama- and
+# Mistral-family models show **no** first-token sink: causal attention then gives every position the same hidden
+# state, so nothing singles out position 0. (Random batches put a BOS first when the tokenizer adds one; repeated
+# batches never do.)
+
+# %%
+measured = {kind: p.sink_rate for kind, p in profiles_by_kind.items()}
+gu = load_reference("gu2024_sink_rates")
+table = sink_rate_table(measured, lm.label, gu)
+display(table)  # noqa: F821 -- IPython builtin
+with plotting.style():
+    fig = plotting.sink_rate_bars(measured, f"{lm.label} (measured)",
+                                  {f"{m} (Gu et al.)": gu["models"][m] for m in gu["llama_family"]},
+                                  title="First-token sink rate by input type")
+    plotting.save(fig, fig_dir / "fig03_sink-rates",
+                  f"Sink rate (eps 0.3, first token) of {title} on natural text, random tokens and one repeated "
+                  f"token, beside Gu et al.'s Table 1 for Llama-family models.")
+    fig = plotting.alpha_by_layer({k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
+                                  title=f"alpha of the first token per layer, {title}")
+    plotting.save(fig, fig_dir / "fig04_alpha-by-layer",
+                  f"Mean alpha_1 per layer of {title} for the three input types; dashed: eps = 0.3.")
+shape_holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
+print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measured['random']:.1f}%, repeated "
+      f"{100 * measured['repeated']:.1f}% -- the Llama-family shape (sinks on natural and random input, none on a "
+      f"repeated token) {'holds' if shape_holds else 'does NOT hold'} for this model.")
+
+# %% [markdown]
+# ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
+# A few hidden-state entries are enormous: $|h_j| > 100$ and about $1000\times$ the median $|h|$ of the same token.
+# They sit on a few fixed dimensions, at the first token, and act as a bias that creates the sink. Below: per
+# layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that token, labelled with the
+# dimension $j$ (found automatically, not given).
+
+# %%
+ext = natural.extremes
+with plotting.style():
+    fig = plotting.massive_by_layer([e.value for e in ext], [e.median for e in ext], [e.dim for e in ext],
+                                    title=f"Largest activation per layer, {title}")
+    plotting.save(fig, fig_dir / "fig05_massive-activations",
+                  f"Largest |hidden-state entry| per layer of {title} over the natural batch, with the median |h| of "
+                  f"the same token and the dimension that holds it; dashed: Sun et al.'s |h| > 100.")
+peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
+top = ext[peak_layer]
+dims = sorted({e.dim for e in ext if abs(e.value) > 100})
+strict = sorted({d for layer_dims in natural.massive_dims for d in layer_dims})
+print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.dim} at position {top.position}, "
+      f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|; dimensions over 100 in any layer: {dims}. "
+      + (f"Sun et al.'s strict criterion (>100 and >1000x median) is met on dimensions {strict}."
+         if strict else "Sun et al.'s strict 1000x-median criterion is not met: the ratio peaks at "
+         f"{max(e.ratio for e in ext):.0f}x in this model."))
+
+# %% [markdown]
+# ## 5 · Dimension disparity: DomRatio
+# $$\mathrm{DomRatio}(h) = \frac{\max_j |h_j|}{\tfrac{1}{d}\sum_j |h_j|}$$
+# For the first token the hidden state becomes nearly one-hot on the massive dimension, so its DomRatio jumps at the
+# layer where the massive activation appears, while other tokens stay spread out (arXiv 2605.06611 reports about
+# 263 at the second layer of Llama-2-7B).
+
+# %%
+first, rest = natural.dom_ratio_first_by_layer, natural.dom_ratio_rest_by_layer
+with plotting.style():
+    fig = plotting.dom_ratio_by_layer(first, rest, title=f"DomRatio per layer, natural text, {title}")
+    plotting.save(fig, fig_dir / "fig06_dom-ratio",
+                  f"DomRatio of the residual hidden state after each layer of {title}: the first token vs the mean "
+                  f"over the other tokens, natural text.")
+peak = max(range(lm.n_layers), key=lambda i: first[i])
+print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {peak}) against {rest[peak]:.0f} for "
+      f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
+
+# %% [markdown]
+# ## Headline numbers
+# Written to `headline.json` beside the figures, for tests and the reproduction scorecard.
+
+# %%
+headline = {
+    "notebook": "00_tour", "model": lm.name, "label": lm.label, "profile": run.profile.name,
+    "num_seqs": run.num_seqs, "seq_len": run.seq_len, "eps": natural.eps,
+    "sink_rate": measured, "sink_onset_layer": onset,
+    "alpha_first_by_layer": {k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
+    "massive": {"dim": top.dim, "value": top.value, "layer": peak_layer, "position": top.position,
+                "ratio_to_median": top.ratio, "dims_over_100": dims, "sun_strict_dims": strict},
+    "dom_ratio_first_peak": first[peak], "dom_ratio_rest_at_peak": rest[peak], "dom_ratio_peak_layer": peak,
+    "llama_family_shape_holds": shape_holds,
+    "reference": gu["source"], "seconds": round(time.perf_counter() - started, 1),
+}
+write_json(fig_dir / "headline.json", headline)
+headline

@@ -1,0 +1,179 @@
+"""Figure functions: take computed numbers, return a :class:`~matplotlib.figure.Figure`.
+
+They never save, show or touch global rcParams; wrap calls in :func:`style` for the house style and write with
+:func:`save`, which is atomic (temporary file, then rename) and writes the caption beside the image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless by default; notebooks' inline backend still wins when set
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from sinklib.results import atomic_write_bytes  # noqa: E402
+
+STYLE = Path(__file__).with_name("sinklib.mplstyle")
+SINK_COLOR = "#D55E00"
+
+
+@contextlib.contextmanager
+def style():
+    """Apply sinklib's style sheet for the duration of a ``with`` block."""
+    with plt.style.context(STYLE):
+        yield
+
+
+def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows), each atomically."""
+    path = Path(path)
+    written = []
+    for fmt in formats:
+        target = path.with_suffix(f".{fmt}")
+        with tempfile.SpooledTemporaryFile() as buf:
+            fig.savefig(buf, format=fmt)
+            buf.seek(0)
+            atomic_write_bytes(target, buf.read())
+        written.append(target)
+    if caption:
+        atomic_write_bytes(path.with_suffix(".txt"), caption.strip().encode() + b"\n")
+    return written
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
+
+
+def attention_grid(
+    maps, layers: Sequence[int], heads: Sequence[int], tokens: Sequence[str] | None = None, title: str = "",
+    floor: float = 1e-3,
+) -> Figure:
+    """Grid of attention maps (rows: layers, columns: heads), log colour scale, first-key column outlined.
+
+    maps: (len(layers), H, T, T) probabilities; ``heads`` picks the columns shown.
+    """
+    A = _np(maps)
+    T = A.shape[-1]
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.9 * len(heads) + 1.2, 1.9 * len(layers)),
+                             squeeze=False)
+    norm = LogNorm(vmin=floor, vmax=1.0)
+    im = None
+    for r, layer in enumerate(layers):
+        for c, head in enumerate(heads):
+            ax = axes[r, c]
+            masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A[r, head], floor, 1))
+            im = ax.imshow(masked, norm=norm, interpolation="nearest")
+            ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=SINK_COLOR, lw=1.2))
+            ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
+            if r == 0:
+                ax.set_title(f"head {head}")
+            if c == 0:
+                ax.set_ylabel(f"layer {layer}\nquery")
+            if r == len(layers) - 1:
+                ax.set_xlabel("key")
+    if tokens is not None and T <= 32:
+        ax = axes[-1, 0]
+        ax.set_xticks(range(T), [t[:6] for t in tokens], rotation=90, fontsize=5)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="attention probability (log)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def alpha_heatmap(alphas, title: str = "", eps: float | None = 0.3, key_label: str = "first token") -> Figure:
+    """Layer x head heatmap of alpha_k (mean attention to key k); cells above ``eps`` are dotted."""
+    a = _np(alphas)  # (L, H)
+    L, H = a.shape
+    fig, ax = plt.subplots(figsize=(min(1.0 + 0.45 * H, 8), 1.2 + 0.17 * L))
+    im = ax.imshow(a, aspect="auto", vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
+    if eps is not None:
+        ys, xs = np.nonzero(a > eps)
+        ax.scatter(xs, ys, s=4, c="white", marker="o", lw=0)
+    ax.set_xlabel("head" + (f"   (white dots: alpha > {eps})" if eps is not None else "")), ax.set_ylabel("layer")
+    ax.grid(False)
+    ax.set_xticks(range(H)), ax.set_yticks(range(0, L, max(1, L // 10)))
+    fig.colorbar(im, ax=ax, label=f"alpha of the {key_label}")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mapping[str, Mapping[str, float]] | None = None,
+                   title: str = "", eps: float = 0.3) -> Figure:
+    """Sink rate per input type: the measured model beside published references (grouped bars, in %)."""
+    kinds = list(measured)
+    groups = {label: measured, **(references or {})}
+    width = 0.8 / len(groups)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(kinds), 3.0))
+    for i, (name, rates) in enumerate(groups.items()):
+        xs = np.arange(len(kinds)) + (i - (len(groups) - 1) / 2) * width
+        vals = [100 * rates.get(k, np.nan) for k in kinds]
+        bars = ax.bar(xs, vals, width, label=name, alpha=1.0 if i == 0 else 0.55,
+                      edgecolor="black" if i == 0 else "none", lw=0.8)
+        if i == 0:
+            ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel(f"sink rate (% heads with alpha > {eps})"), ax.set_ylim(0, 109)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Sequence[int], title: str = "",
+                     min_abs: float = 100.0, min_ratio: float = 1000.0) -> Figure:
+    """Largest |activation| per layer vs the median |activation| of the same token, labelled with its dimension.
+
+    Dashed lines: Sun et al.'s thresholds (|h| > 100, and ``min_ratio`` x median as a per-layer marker).
+    """
+    v, m = np.abs(np.asarray(values, float)), np.asarray(medians, float)
+    layers = np.arange(len(v))
+    fig, ax = plt.subplots(figsize=(7.0, 3.2))
+    ax.semilogy(layers, v, "o-", ms=3, label="largest |h| in the layer")
+    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of that token")
+    ax.semilogy(layers, m * min_ratio, ":", lw=1, color="grey", label=f"{min_ratio:g} x median")
+    ax.axhline(min_abs, ls="--", lw=1, color="grey", label=f"|h| = {min_abs:g}")
+    prev = None
+    for i, (val, d) in enumerate(zip(v, dims)):
+        if d != prev:  # label where the dimension changes, not every layer
+            ax.annotate(f"dim {d}", (i, val), textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+        prev = d
+    ax.set_xlabel("layer (residual stream after the block)"), ax.set_ylabel("|activation|")
+    ax.legend(loc="lower right", ncols=2)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def dom_ratio_by_layer(first: Sequence[float], rest: Sequence[float], title: str = "") -> Figure:
+    """DomRatio = max|h| / mean|h| per layer for the first token vs the mean over the other tokens (log y)."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    ax.semilogy(first, "o-", ms=3, color=SINK_COLOR, label="first token")
+    ax.semilogy(rest, "s-", ms=3, label="other tokens (mean)")
+    ax.set_xlabel("layer"), ax.set_ylabel("DomRatio = max|h| / mean|h|")
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: float | None = 0.3) -> Figure:
+    """Mean alpha of the first token per layer, one line per input type (or model)."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    for name, vals in series.items():
+        ax.plot(vals, "o-", ms=3, label=name)
+    if eps is not None:
+        ax.axhline(eps, ls="--", lw=1, color="grey", label=f"eps = {eps}")
+    ax.set_xlabel("layer"), ax.set_ylabel("alpha of the first token\n(mean over heads, sequences)"), ax.set_ylim(0, 1)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig

@@ -1,0 +1,85 @@
+"""Run profiles: every size knob lives here, so notebooks never branch on ``if smoke:``.
+
+* ``smoke``: seconds per notebook, for ``make test`` (real offline model, tiny batches);
+* ``cpu``: the default of ``make figures``: offline, the protocol sizes that fit a 2-core CPU;
+* ``gpu``: paper scale on a hub model (needs network or a filled hub cache and a CUDA device).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sinklib.errors import InputError
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model: str  # default model of the profile (a registry name or a hub id)
+    device: str  # default device
+    offline: bool  # sets HF_HUB_OFFLINE=1 so nothing tries the network
+    num_seqs: int  # sequences per input type for sink statistics (Gu et al.: 100)
+    seq_len: int  # T (Gu et al.: 64)
+    batch_size: int
+    map_seq_len: int  # tokens shown in attention-map figures
+
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile("smoke", "smollm2-135m", "cpu", True, num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16),
+    "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24),
+    "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False, num_seqs=100, seq_len=64, batch_size=10,
+                   map_seq_len=32),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """A resolved notebook run: the profile's knobs plus the user's model/device/seed and output folder."""
+
+    profile: Profile
+    model: str
+    device: str
+    seed: int
+    out_dir: Path
+
+    def __getattr__(self, name: str):  # run.num_seqs etc. read through to the profile
+        if name.startswith("__") or name == "profile":
+            raise AttributeError(name)
+        return getattr(self.profile, name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy and torch (CPU and CUDA) with one number."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve(
+    profile: str = "cpu", model: str | None = None, device: str | None = None, seed: int = 0,
+    out_dir: str | Path | None = None, notebook: str = "notebook",
+) -> Run:
+    """Turn a notebook's parameters cell into a :class:`Run`; empty model/device take the profile's defaults.
+
+    Also seeds everything, creates ``out_dir`` and, for offline profiles, sets ``HF_HUB_OFFLINE=1``.
+    """
+    if profile not in PROFILES:
+        raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
+    prof = PROFILES[profile]
+    if prof.offline:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out = Path(out_dir) if out_dir else Path("figures") / notebook
+    out.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)
+    return Run(prof, model or prof.model, device or prof.device, int(seed), out)
+
+
+def with_sizes(profile: str, **sizes) -> Profile:
+    """A copy of a profile with some knobs changed (for experiments from a notebook or the CLI)."""
+    return replace(PROFILES[profile], **sizes)

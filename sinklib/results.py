@@ -1,0 +1,72 @@
+"""Headline numbers in and out: atomic JSON writing and the published reference numbers in ``data/reference``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "data" / "reference"
+
+
+def to_builtin(obj):
+    """Tensors, numpy values, paths and dataclass-like objects -> JSON-friendly Python values (NaN -> None)."""
+    if isinstance(obj, torch.Tensor):
+        return to_builtin(obj.tolist())
+    if isinstance(obj, np.ndarray | np.generic):
+        return to_builtin(obj.tolist())
+    if isinstance(obj, dict):
+        return {str(k): to_builtin(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_builtin(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> Path:
+    atomic_write_bytes(path, (json.dumps(to_builtin(obj), indent=2) + "\n").encode())
+    return Path(path)
+
+
+def load_reference(name: str) -> dict:
+    """A published-numbers file from ``data/reference/<name>.json`` (each carries its source)."""
+    path = REFERENCE_DIR / f"{name}.json"
+    if not path.exists():
+        known = ", ".join(p.stem for p in sorted(REFERENCE_DIR.glob("*.json")))
+        raise FileNotFoundError(f"no reference {name!r} in {REFERENCE_DIR}; available: {known}")
+    return json.loads(path.read_text())
+
+
+def sink_rate_table(measured: dict[str, float], label: str, reference: dict):
+    """Measured sink rates (%) per input type beside a reference file's models (Gu et al. Table 1 layout).
+
+    ``reference`` is :func:`load_reference("gu2024_sink_rates")`; its ``llama_family`` models are listed.
+    """
+    import pandas as pd
+
+    rows = {f"{label} (measured)": measured}
+    for name in reference.get("llama_family", reference["models"]):
+        rows[f"{name} (Gu et al.)"] = reference["models"][name]
+    return (100 * pd.DataFrame(rows).T[list(measured)]).round(2)

