@@ -26,8 +26,8 @@
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
-model = ""  # "" = the profile's model; a registry name (python -m sinklib models) or a hub id
-device = ""  # "" = the profile's device; "cpu", "cuda", "auto"
+model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
+device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0
 out_dir = "../figures/00_tour"
 

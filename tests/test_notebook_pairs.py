@@ -5,6 +5,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from papermill.translators import PythonTranslator
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 PARAMETERS = {"profile", "model", "device", "seed", "out_dir"}
@@ -17,8 +18,8 @@ def test_notebook_is_clean_and_paired(path):
     assert not any(c.get("outputs") or c.get("execution_count") for c in code), "strip outputs before committing"
     params = [c for c in code if "parameters" in c["metadata"].get("tags", [])]
     assert len(params) == 1 and params[0] is code[0], "the first code cell must be the only one tagged parameters"
-    names = {line.split("=")[0].strip() for line in "".join(params[0]["source"]).splitlines() if "=" in line}
-    assert names == PARAMETERS
+    inferred = PythonTranslator.inspect({"source": "".join(params[0]["source"])})  # what papermill will see
+    assert {p.name for p in inferred} == PARAMETERS
     twin = path.with_suffix(".py")
     assert twin.exists(), f"{twin.name} missing: run `make sync`"
     ours = [c.source for c in jupytext.read(path).cells]
