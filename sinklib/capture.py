@@ -208,5 +208,5 @@ def _head_dim(attn: nn.Module, x: torch.Tensor) -> int:
 
 
 def hooks_left(model: nn.Module) -> int:
-    """Number of forward hooks/pre-hooks registered anywhere in ``model`` (0 after a clean capture)."""
+    """Number of forward hooks/pre-hooks registered anywhere in ``model`` (unchanged by a finished capture)."""
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())

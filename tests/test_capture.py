@@ -64,13 +64,13 @@ def test_head_outputs_and_mlp_activations_match_modules(tiny, ids):
 
 
 def test_nothing_left_behind_even_on_error(tiny, ids):
-    before_impl = tiny.model.config._attn_implementation
+    before_impl, before_hooks = tiny.model.config._attn_implementation, hooks_left(tiny.model)
     before_keys = set(AttentionInterface._global_mapping)
     with pytest.raises(RuntimeError, match="boom"):
         with Capture(tiny.model, attentions=True, hidden_states=True, head_outputs=True, mlp_activations=True):
             tiny.model(ids[:1])
             raise RuntimeError("boom")
-    assert hooks_left(tiny.model) == 0
+    assert hooks_left(tiny.model) == before_hooks == 0
     assert tiny.model.config._attn_implementation == before_impl
     assert set(AttentionInterface._global_mapping) == before_keys
     assert not any(k.startswith("sinklib") for k in AttentionMaskInterface._global_mapping)
@@ -85,3 +85,29 @@ def test_layer_selection_and_reduce(tiny, ids):
     assert cap.get("attentions", 1).shape == (4, 4, 17)  # two calls concatenated, first key column kept
     with pytest.raises(ValueError):
         Capture(tiny.model)
+
+
+@torch.no_grad()
+def test_sliding_window_and_softcapping_masks_are_respected():
+    """A tiny random Gemma-3 with sliding-window layers: capture equals output_attentions layer by layer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        attn_logit_softcapping=30.0,
+    )
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, 12))
+    model.set_attn_implementation("eager")
+    ref = model(ids, output_attentions=True)
+    model.set_attn_implementation("sdpa")
+    hooks_before = hooks_left(model)  # transformers registers a few output-recording hooks of its own
+    with Capture(model, attentions=True, hidden_states=True) as cap:
+        model(ids)
+    got = cap.stack("attentions")
+    torch.testing.assert_close(got, torch.stack(ref.attentions), atol=1e-6, rtol=0)
+    assert got[0, ..., 11, :8].abs().max() == 0  # sliding layer: query 11 sees keys 8..11 only
+    assert got[1, ..., 11, :8].abs().max() > 0  # full layer sees everything
+    assert model.config._attn_implementation == "sdpa" and hooks_left(model) == hooks_before
