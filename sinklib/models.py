@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -95,7 +95,6 @@ class LoadedModel:
     head_dim: int
     vocab_size: int | None
     adds_bos: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def family(self) -> str:

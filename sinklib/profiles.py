@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -78,8 +78,3 @@ def resolve(
     out.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
     return Run(prof, model or prof.model, device or prof.device, int(seed), out)
-
-
-def with_sizes(profile: str, **sizes) -> Profile:
-    """A copy of a profile with some knobs changed (for experiments from a notebook or the CLI)."""
-    return replace(PROFILES[profile], **sizes)

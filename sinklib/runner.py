@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sinklib.errors import InputError
+
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -31,7 +33,7 @@ def discover(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -
     if only:
         books = [p for p in books if any(p.stem == o or p.stem.startswith(o + "_") for o in only)]
         if not books:
-            raise SystemExit(f"error: no notebook matches {only}; available: "
+            raise InputError(f"no notebook matches {only}; available: "
                              f"{', '.join(p.stem for p in sorted(notebook_dir.glob('*.ipynb')))}")
     return books
 

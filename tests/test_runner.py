@@ -45,3 +45,13 @@ def test_discover_filters_by_number(tmp_path):
     for name in ("00_a", "01_b", "10_c"):
         write_notebook(tmp_path / f"{name}.ipynb", "pass")
     assert [p.stem for p in runner.discover(tmp_path, ["01", "10_c"])] == ["01_b", "10_c"]
+
+
+def test_unknown_notebook_is_a_one_line_error(tmp_path):
+    import pytest
+
+    from sinklib.errors import InputError
+
+    write_notebook(tmp_path / "00_a.ipynb", "pass")
+    with pytest.raises(InputError, match="no notebook matches"):
+        runner.discover(tmp_path, ["99"])
