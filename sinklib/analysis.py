@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -108,11 +109,16 @@ def profile_sinks(
 
 
 @torch.inference_mode()
-def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] | None = None) -> torch.Tensor:
-    """Attention probabilities of one sequence: ``input_ids`` (T,) or (1, T) -> (L_sel, H, T, T)."""
+def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] | None = None,
+                   intervention=None) -> torch.Tensor:
+    """Attention probabilities of one sequence: ``input_ids`` (T,) or (1, T) -> (L_sel, H, T, T).
+
+    ``intervention``: an optional :mod:`sinklib.interventions` context manager active during the forward.
+    """
     ids = input_ids.reshape(1, -1).to(lm.device)
     with Capture(lm.model, attentions=True, layers=layers) as cap:
-        lm.model(ids, use_cache=False)
+        with intervention if intervention is not None else contextlib.nullcontext():
+            lm.model(ids, use_cache=False)
         return cap.stack("attentions")[:, 0]
 
 

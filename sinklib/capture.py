@@ -6,7 +6,9 @@
   was loaded with;
 * residual hidden states h^l (output of decoder layer l): forward hooks on the layers;
 * per-head attention outputs o^{l,h} (after value aggregation, before W_O): pre-hooks on the output projection;
-* MLP intermediate activations (the input of W_down): pre-hooks on the down projection.
+* MLP intermediate activations (the input of W_down): pre-hooks on the down projection;
+* on request, the normalised inputs of attention and MLP, and the post-RoPE queries, keys and values the attention
+  function receives.
 
 Everything is registered on ``__enter__`` and removed on ``__exit__``, even when the forward raises.
 """
@@ -22,7 +24,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-KINDS = ("attentions", "hidden_states", "head_outputs", "mlp_activations")
+KINDS = (
+    "attentions",  # (B, H, T_q, T_k) probabilities
+    "hidden_states",  # (B, T, d) residual stream after the block
+    "head_outputs",  # (B, T, H, head_dim) after value aggregation, before W_O
+    "mlp_activations",  # (B, T, d_ff) input of W_down
+    "attn_inputs",  # (B, T, d) normalised input of the attention block
+    "mlp_inputs",  # (B, T, d) normalised input of the MLP
+    "queries",  # (B, H, T, head_dim) after RoPE
+    "keys",  # (B, H_kv, T, head_dim) after RoPE
+    "values",  # (B, H_kv, T, head_dim)
+)
+_VIA_ATTENTION_FN = {"attentions", "queries", "keys", "values"}
 _ATTN_NAMES = ("self_attn", "attention", "attn", "self_attention")
 _OPROJ_NAMES = ("o_proj", "out_proj", "output.dense", "dense", "c_proj", "proj")
 _DOWN_NAMES = ("down_proj", "fc2", "w2", "c_proj", "dense_4h_to_h")
@@ -86,6 +99,7 @@ class Capture:
     ...     lm.model(input_ids)
     >>> cap.stack("attentions").shape   # (L, B, H, T, T)
 
+    Kinds: see :data:`KINDS`; pass them as keyword flags (``attentions=True``) or as ``kinds=[...]``.
     ``reduce`` maps a kind to ``fn(tensor, layer) -> tensor`` applied before storing (e.g. keep only the first key's
     column), so long runs need not hold every full tensor. Tensors are detached and moved to ``store_device``.
     """
@@ -98,6 +112,7 @@ class Capture:
         hidden_states: bool = False,
         head_outputs: bool = False,
         mlp_activations: bool = False,
+        kinds: tuple[str, ...] | list[str] = (),
         layers: list[int] | None = None,
         reduce: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] | None = None,
         store_device: str | torch.device = "cpu",
@@ -105,7 +120,12 @@ class Capture:
         self.model = model
         self.parts = find_layers(model)
         self.layers = set(range(len(self.parts)) if layers is None else layers)
-        self.wanted = {k for k, on in zip(KINDS, (attentions, hidden_states, head_outputs, mlp_activations)) if on}
+        flags = {"attentions": attentions, "hidden_states": hidden_states, "head_outputs": head_outputs,
+                 "mlp_activations": mlp_activations}
+        self.wanted = {k for k, on in flags.items() if on} | set(kinds)
+        unknown = self.wanted - set(KINDS)
+        if unknown:
+            raise ValueError(f"Capture: unknown kinds {sorted(unknown)}; use {', '.join(KINDS)}")
         if not self.wanted:
             raise ValueError("Capture: ask for at least one of " + ", ".join(KINDS))
         self.reduce = reduce or {}
@@ -126,7 +146,9 @@ class Capture:
 
     def _attention_fn(self, module, query, key, value, attention_mask, **kwargs):
         out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
-        self._store("attentions", module.layer_idx, weights)  # (B, H, T_q, T_k)
+        for kind, tensor in (("attentions", weights), ("queries", query), ("keys", key), ("values", value)):
+            if kind in self.wanted:
+                self._store(kind, module.layer_idx, tensor)
         return out, weights
 
     def _hooks(self) -> list:
@@ -139,6 +161,16 @@ class Capture:
                     h = output[0] if isinstance(output, tuple) else output
                     self._store("hidden_states", i, h)  # (B, T, d)
                 handles.append(p.block.register_forward_hook(on_block))
+            if "attn_inputs" in self.wanted:
+                def on_attn(mod, args, kwargs, i=p.index):
+                    self._store("attn_inputs", i, args[0] if args else kwargs["hidden_states"])  # (B, T, d)
+                handles.append(p.attn.register_forward_pre_hook(on_attn, with_kwargs=True))
+            if "mlp_inputs" in self.wanted:
+                if p.mlp is None:
+                    raise TypeError(f"layer {p.index}: no MLP found")
+                def on_mlp(mod, args, kwargs, i=p.index):
+                    self._store("mlp_inputs", i, args[0] if args else next(iter(kwargs.values())))  # (B, T, d)
+                handles.append(p.mlp.register_forward_pre_hook(on_mlp, with_kwargs=True))
             if "head_outputs" in self.wanted:
                 if p.o_proj is None:
                     raise TypeError(f"layer {p.index}: no output projection found for head outputs")
@@ -158,7 +190,13 @@ class Capture:
     def __enter__(self) -> Capture:
         try:
             self._handles = self._hooks()
-            if "attentions" in self.wanted:
+            if self.wanted & _VIA_ATTENTION_FN:
+                current = self.model.config._attn_implementation or ""
+                if current.startswith("sinklib_"):
+                    raise RuntimeError(
+                        f"a sinklib capture or intervention ({current}) is already active on this model; enter Capture "
+                        "first: `with Capture(...) as cap, SomeIntervention(...):`"
+                    )
                 from transformers import AttentionInterface
                 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 

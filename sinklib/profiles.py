@@ -28,13 +28,20 @@ class Profile:
     seq_len: int  # T (Gu et al.: 64)
     batch_size: int
     map_seq_len: int  # tokens shown in attention-map figures
+    probe_seqs: int  # sequences for activation statistics and interventions (interpretation notebook)
+    eval_seqs: int  # held-out windows for perplexity
+    eval_seq_len: int
+    lambdas: tuple[float, ...]  # variance-amplification sweep
 
 
 PROFILES: dict[str, Profile] = {
-    "smoke": Profile("smoke", "smollm2-135m", "cpu", True, num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16),
-    "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24),
+    "smoke": Profile("smoke", "smollm2-135m", "cpu", True, num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16,
+                     probe_seqs=8, eval_seqs=4, eval_seq_len=64, lambdas=(1.0, 8.0, 64.0)),
+    "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
+                   probe_seqs=32, eval_seqs=32, eval_seq_len=256, lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False, num_seqs=100, seq_len=64, batch_size=10,
-                   map_seq_len=32),
+                   map_seq_len=32, probe_seqs=64, eval_seqs=64, eval_seq_len=1024,
+                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)),
 }
 
 

@@ -46,3 +46,28 @@ def test_tour_headline_numbers(executed):
     assert {p.stem for p in Path(folder).glob("*.png")} == {
         "fig01_attention-maps", "fig02_alpha-heatmap", "fig03_sink-rates", "fig04_alpha-by-layer",
         "fig05_massive-activations", "fig06_dom-ratio"}
+
+
+def test_interpretation_effects_point_the_right_way(executed):
+    """On the offline SmolLM2 every link of the chain shows its direction even at smoke size."""
+    res, folder = executed["02_interpretation"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    assert h["massive_dims"] == [507]
+    v = h["variance"]
+    assert v["t0_is_max"][0] and v["ratio_t0_to_second_half"][0] > 2  # variance highest at t = 0 in layer 0
+    sn = h["super_neurons"]["found"][0]
+    assert 507 in sn["write_dims"] and sn["selectivity"] > 10 and sn["write_share"] > 0.5
+    d = h["disparity"]
+    assert d["onset_layers"] and d["dom_first_peak"] > 4 * d["dom_rest_at_peak"]
+    lock = h["lock_in"]
+    assert lock["positive_sink_vs_other"][0] > 0.9 and lock["cos_sink_vs_other"][0] > lock["cos_sink_vs_other"][1]
+    so = h["self_only"]
+    assert so["alpha_k_after"] > 5 * so["alpha_k_before"] and so["sink_rate_k_after"] > so["sink_rate_k_before"]
+    amp = h["amplification"]
+    assert amp["centered"][-1] > 2 * amp["centered"][0] and amp["monotone"]
+    assert amp["scale"][-1] < 2 * amp["scale"][0]  # the plain-scaling control creates no sink
+    ppl = h["bias"]["ppl"]
+    assert abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
+    assert h["bias"]["value_norm_ratio_sink_heads"] < 1
+    assert h["holds_all"] is True

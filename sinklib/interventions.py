@@ -1,0 +1,190 @@
+"""Interventions: small context managers that change one thing in a forward pass and restore the model on exit.
+
+* :class:`SelfOnlyAttention` -- attention-mask edit: the token at position k attends only to itself
+  (arXiv 2605.06611, intervention i);
+* :class:`HeadOutputAmplification` -- o'_k = mu + lambda (o_k - mu) on the head outputs of token k before W_O
+  (intervention ii), or the control o'_k = lambda o_k;
+* :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
+  (Sun et al., arXiv 2402.17762).
+
+They compose with :class:`sinklib.capture.Capture` when entered inside it:
+``with Capture(model, attentions=True) as cap, SelfOnlyAttention(model, 10): model(ids)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from sinklib.capture import _eager_for, find_layers
+
+_counter = itertools.count()
+
+
+class _Intervention:
+    """Shared enter/exit bookkeeping: hooks and (optionally) a registered attention function."""
+
+    def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
+        self.model = model
+        self.parts = find_layers(model)
+        n = len(self.parts)
+        self.layers = set(range(n) if layers is None else layers)
+        bad = [i for i in self.layers if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"layers {bad} outside 0..{n - 1}")
+        self._handles: list = []
+        self._attn_name: str | None = None
+        self._previous_impl: str | None = None
+        self.calls = 0  # how many times the edit was applied (a test can check it ran)
+
+    def _install(self) -> None:  # subclasses register hooks here
+        pass
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):  # subclasses may override
+        raise NotImplementedError
+
+    def _delegate(self, module, *args, **kwargs):
+        """Call the attention function that was active before this intervention (sdpa, eager, a Capture, ...)."""
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self._previous_impl, _eager_for(module))
+        return fn(module, *args, **kwargs)
+
+    def _use_attention_function(self) -> None:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        self._attn_name = f"sinklib_intervention_{next(_counter)}"
+        AttentionInterface.register(self._attn_name, self._attention)
+        AttentionMaskInterface.register(self._attn_name, eager_mask)  # always a 4D additive mask to edit
+        self._previous_impl = self.model.config._attn_implementation
+        self.model.set_attn_implementation(self._attn_name)
+
+    def __enter__(self):
+        try:
+            self._install()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if self._attn_name is not None:
+            from transformers import AttentionInterface
+            from transformers.masking_utils import AttentionMaskInterface
+
+            self.model.set_attn_implementation(self._previous_impl)
+            AttentionInterface._global_mapping.pop(self._attn_name, None)
+            AttentionMaskInterface._global_mapping.pop(self._attn_name, None)
+            self._attn_name = self._previous_impl = None
+
+
+class SelfOnlyAttention(_Intervention):
+    """Let the token at ``position`` attend only to itself in ``layers`` (default: all).
+
+    Row k of the additive mask becomes -inf everywhere except column k, so A_{k,j} = 1[j = k]: token k then
+    aggregates values like a first token does (o_k = v_k), which the structural-origin paper shows is enough to make
+    it a sink. Other rows are untouched (later queries may still attend to k).
+    """
+
+    def __init__(self, model: nn.Module, position: int, layers: Sequence[int] | None = None):
+        super().__init__(model, layers)
+        if position < 0:
+            raise ValueError("position must be >= 0")
+        self.position = position
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        k = self.position
+        if module.layer_idx in self.layers and k < query.shape[2]:
+            # mask: (B, 1, T_q, T_k) additive float (eager_mask); its rows are aligned with the last T_q keys
+            mask = attention_mask.clone()
+            row = k + (key.shape[2] - query.shape[2])  # key index of query k when a cache precedes the queries
+            mask[:, :, k, :] = torch.finfo(mask.dtype).min
+            mask[:, :, k, row] = 0.0
+            attention_mask = mask
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+
+class HeadOutputAmplification(_Intervention):
+    """Amplify the variance of token k's head outputs (before W_O) in ``layers``.
+
+    ``mode="centered"`` (the intervention): o'_k = mu + lambda (o_k - mu), where mu is the mean head output over the
+    batch and all positions of the same forward, per head and channel (the paper leaves mu open; this choice keeps
+    the mean of the layer's outputs and scales token k's deviation from it).
+    ``mode="scale"`` (the control): o'_k = lambda o_k.
+    """
+
+    def __init__(self, model: nn.Module, position: int, lam: float, layers: Sequence[int],
+                 mode: str = "centered"):
+        super().__init__(model, layers)
+        if mode not in ("centered", "scale"):
+            raise ValueError("mode must be 'centered' or 'scale'")
+        self.position, self.lam, self.mode = position, float(lam), mode
+
+    def _install(self) -> None:
+        for p in self.parts:
+            if p.index in self.layers:
+                self._handles.append(p.o_proj.register_forward_pre_hook(self._edit))
+
+    def _edit(self, module, args):
+        x = args[0].clone()  # (B, T, H * head_dim); per-channel mean equals per-head mean here
+        k = self.position
+        if k >= x.shape[1]:
+            return None
+        if self.mode == "centered":
+            mu = x.mean(dim=(0, 1))  # (H * head_dim,)
+            x[:, k] = mu + self.lam * (x[:, k] - mu)
+        else:
+            x[:, k] = self.lam * x[:, k]
+        self.calls += 1
+        return (x, *args[1:])
+
+
+class ResidualOverride(_Intervention):
+    """Overwrite residual-stream entries h^l[:, t, j] after the blocks in ``layers``.
+
+    ``dims``: feature dimensions; ``positions``: token positions (None: every position where |h_j| exceeds
+    ``min_abs``, i.e. wherever the massive activation actually is); ``values``: a float (e.g. 0.0) or a tensor
+    (len(layers), len(dims)) of replacement values, e.g. each layer's mean massive value over many inputs.
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[int], dims: Sequence[int],
+                 values: float | torch.Tensor = 0.0, positions: Sequence[int] | None = None,
+                 min_abs: float = 100.0):
+        super().__init__(model, layers)
+        self.order = sorted(self.layers)
+        self.dims = list(dims)
+        vals = torch.as_tensor(values, dtype=torch.float32)
+        self.values = vals.expand(len(self.order), len(self.dims)).clone() if vals.ndim < 2 else vals
+        if self.values.shape != (len(self.order), len(self.dims)):
+            raise ValueError(f"values must be a float or shaped ({len(self.order)}, {len(self.dims)})")
+        self.positions = None if positions is None else list(positions)
+        self.min_abs = min_abs
+
+    def _install(self) -> None:
+        for row, layer in enumerate(self.order):
+            self._handles.append(self.parts[layer].block.register_forward_hook(
+                lambda mod, args, out, row=row: self._edit(out, row)))
+
+    def _edit(self, output, row: int):
+        h = output[0] if isinstance(output, tuple) else output
+        h = h.clone()  # (B, T, d)
+        for j, dim in enumerate(self.dims):
+            col = h[..., dim]  # (B, T)
+            where = col.abs() > self.min_abs
+            if self.positions is not None:
+                where = torch.zeros_like(where)
+                where[:, [p for p in self.positions if p < h.shape[1]]] = True
+            col[where] = self.values[row, j].to(h.dtype)
+        self.calls += 1
+        return (h, *output[1:]) if isinstance(output, tuple) else h

@@ -1,0 +1,250 @@
+"""The structural-origin chain of the first-token sink (arXiv 2605.06611) and Sun et al.'s bias view, measured.
+
+Each function takes a loaded model and token ids, runs the forwards it needs under :class:`~sinklib.capture.Capture`
+(and, where asked, an intervention), and returns plain tensors / dataclasses for plotting and JSON.
+Shapes: N sequences, T positions, L layers, H heads, F MLP neurons, d model width.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from sinklib import metrics
+from sinklib.capture import Capture, find_layers
+from sinklib.errors import WrongFamilyError
+from sinklib.models import LoadedModel
+
+
+def require_gated_mlp(lm: LoadedModel, where: str) -> None:
+    """The chain is stated for SwiGLU FFNs (gate, up, down projections): raise a one-line error otherwise."""
+    mlp = find_layers(lm.model)[0].mlp
+    if mlp is None or not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+        raise WrongFamilyError(
+            f"{where} needs a Llama/Mistral/Qwen-style model with a gated MLP (gate_proj, up_proj, down_proj); "
+            f"{lm.name!r} has {type(mlp).__name__}. Use smollm2-135m or a Llama-family hub id."
+        )
+
+
+def _batches(ids: torch.Tensor, size: int):
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
+
+
+# ----------------------------------------------------------------------------------------------- 1 variance
+@torch.inference_mode()
+def variance_by_position(lm: LoadedModel, ids: torch.Tensor, layers: list[int]) -> dict[str, torch.Tensor]:
+    """Per-position variance across sequences of head outputs before and after W_O, in ``layers``.
+
+    Returns ``before_wo`` and ``after_wo``, each (len(layers), T): v_t = mean over channels of Var_n[o_{n,t}]
+    (heads' channels pooled before W_O; model channels after).
+    """
+    parts = find_layers(lm.model)
+    with Capture(lm.model, head_outputs=True, layers=layers) as cap:
+        lm.model(ids.to(lm.device), use_cache=False)
+    before, after = [], []
+    for layer in layers:
+        o = cap.get("head_outputs", layer)  # (N, T, H, hd)
+        before.append(metrics.position_variance(o))
+        after.append(metrics.position_variance(parts[layer].o_proj(o.flatten(-2).to(lm.device)).cpu()))  # (N,T,d)
+    return {"before_wo": torch.stack(before), "after_wo": torch.stack(after)}
+
+
+# ----------------------------------------------------------------------------------------------- 2 super neurons
+@dataclass
+class SuperNeuron:
+    """An MLP neuron that fires (almost) only on the first token, with an outsized activation."""
+
+    layer: int
+    neuron: int
+    first_abs: float  # mean |a| at position 0
+    rest_abs: float  # mean over sequences of max_{t>=1} |a| (its largest activation elsewhere)
+    vs_median: float  # first_abs / median |a| over all neurons and tokens of the layer
+    write_dims: list[int]  # residual dimensions its W_down column writes most into
+    write_share: float  # fraction of the column's squared norm in those dimensions (channel sparsity)
+
+    @property
+    def selectivity(self) -> float:
+        return self.first_abs / max(self.rest_abs, 1e-12)
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "selectivity": self.selectivity}
+
+
+@torch.inference_mode()
+def find_super_neurons(
+    lm: LoadedModel, ids: torch.Tensor, min_vs_median: float = 100.0, min_selectivity: float = 10.0,
+    top_write: int = 2, batch_size: int = 16,
+) -> list[SuperNeuron]:
+    """Neurons with first-token |activation| >= ``min_vs_median`` x the layer's median |a| and >= ``min_selectivity``
+    x their own largest activation at any other position, sorted by first-token magnitude.
+
+    Activations a = SiLU(x W_gate) * (x W_up) (the input of W_down); the write direction is the neuron's column of
+    W_down, whose ``top_write`` largest-|w| entries name the residual dimensions it feeds.
+    """
+    parts = find_layers(lm.model)
+    L = len(parts)
+    first = [0.0] * L
+    firsts, rests, medians = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)]
+    for batch in _batches(ids, batch_size):
+        with Capture(lm.model, mlp_activations=True) as cap:
+            lm.model(batch.to(lm.device), use_cache=False)
+        for i in range(L):
+            a = cap.get("mlp_activations", i).float().abs()  # (B, T, F)
+            firsts[i].append(a[:, 0])
+            rests[i].append(a[:, 1:].amax(dim=1))
+            medians[i].append(a.median())
+    found = []
+    for i in range(L):
+        first = torch.cat(firsts[i]).mean(0)  # (F,)
+        rest = torch.cat(rests[i]).mean(0)
+        med = torch.stack(medians[i]).mean()
+        for f in select_super_neurons(first, rest, med, min_vs_median, min_selectivity).tolist():
+            w = parts[i].down_proj.weight[:, f].float().cpu()  # (d,) column of W_down
+            top = (w ** 2).topk(top_write)
+            found.append(SuperNeuron(i, f, float(first[f]), float(rest[f]), float(first[f] / med),
+                                     top.indices.tolist(), float(top.values.sum() / (w ** 2).sum())))
+    return sorted(found, key=lambda s: -s.first_abs)
+
+
+def select_super_neurons(first: torch.Tensor, rest: torch.Tensor, median: torch.Tensor | float,
+                         min_vs_median: float = 100.0, min_selectivity: float = 10.0) -> torch.Tensor:
+    """Indices f with first[f] >= min_vs_median * median and first[f] >= min_selectivity * rest[f].
+
+    first: (F,) mean |a| at position 0; rest: (F,) mean over sequences of max_{t>=1} |a|; median: the layer's median |a|.
+    """
+    keep = (first >= min_vs_median * median) & (first >= min_selectivity * rest)
+    return keep.nonzero().flatten()
+
+
+@torch.inference_mode()
+def neuron_by_position(lm: LoadedModel, ids: torch.Tensor, layer: int, neuron: int) -> dict[str, torch.Tensor]:
+    """For one neuron: mean |activation| per position, and cosines between the normalised MLP input x_t and the
+    neuron's gate and up weight rows, cos(x_t, w) = x_t . w / (|x_t| |w|), averaged over sequences. Each (T,)."""
+    mlp = find_layers(lm.model)[layer].mlp
+    with Capture(lm.model, kinds=("mlp_activations", "mlp_inputs"), layers=[layer]) as cap:
+        lm.model(ids.to(lm.device), use_cache=False)
+    a = cap.get("mlp_activations", layer)[..., neuron].float()  # (N, T)
+    x = cap.get("mlp_inputs", layer).float()  # (N, T, d)
+    out = {"activation": a.abs().mean(0)}
+    for name in ("gate_proj", "up_proj"):
+        proj = getattr(mlp, name, None)
+        if proj is not None:
+            w = proj.weight[neuron].float().cpu()  # (d,)
+            out[f"cos_{name.split('_')[0]}"] = torch.nn.functional.cosine_similarity(x, w, dim=-1).mean(0)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- 3 disparity
+@torch.inference_mode()
+def disparity_by_layer(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """Per layer (L,): DomRatio of the residual stream and of the normalised attention input (after RMSNorm, with
+    its gain) for the first token and the other tokens, the residual norms, and alpha of the first token."""
+    keys = ("dom_first", "dom_rest", "dom_normed_first", "dom_normed_rest", "norm_first", "norm_rest", "alpha_first")
+    acc = {k: [] for k in keys}
+    for batch in _batches(ids, batch_size):
+        with Capture(lm.model, kinds=("attentions", "hidden_states", "attn_inputs"),
+                     reduce={"attentions": lambda a, i: metrics.alpha(a, 0)}) as cap:
+            lm.model(batch.to(lm.device), use_cache=False)
+        h = cap.stack("hidden_states").float()  # (L, B, T, d) residual after each block
+        x = cap.stack("attn_inputs").float()  # (L, B, T, d) RMSNorm(h before the block) * gain
+        dom, domn, norm = metrics.dom_ratio(h), metrics.dom_ratio(x), h.norm(dim=-1)  # (L, B, T)
+        for name, t in (("dom", dom), ("dom_normed", domn), ("norm", norm)):
+            acc[f"{name}_first"].append(t[:, :, 0])
+            acc[f"{name}_rest"].append(t[:, :, 1:].mean(-1))
+        acc["alpha_first"].append(cap.stack("attentions").mean(-1))  # (L, B)
+    return {k: torch.cat(v, dim=1).mean(dim=1) for k, v in acc.items()}
+
+
+# ----------------------------------------------------------------------------------------------- 4 lock-in
+@torch.inference_mode()
+def lock_in(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per head (L, H): |cos| between the first token's key and the top right-singular vector of the queries at
+    positions t >= 1, the fraction of positive scores q_t . k_0 (t >= 1), and alpha of the first token."""
+    with Capture(lm.model, kinds=("attentions", "queries", "keys"),
+                 reduce={"attentions": lambda a, i: metrics.alpha(a, 0)}) as cap:
+        lm.model(ids.to(lm.device), use_cache=False)
+    L, H = lm.n_layers, lm.n_heads
+    group = H // lm.n_kv_heads
+    cos, pos = torch.zeros(L, H), torch.zeros(L, H)
+    for i in range(L):
+        q = cap.get("queries", i).float()  # (N, H, T, hd)
+        k0 = cap.get("keys", i).float()[:, :, 0]  # (N, H_kv, hd)
+        for h in range(H):
+            kh = k0[:, h // group]  # (N, hd)
+            qh = q[:, h, 1:]  # (N, T-1, hd)
+            top = torch.linalg.svd(qh.flatten(0, 1), full_matrices=False).Vh[0]  # (hd,)
+            cos[i, h] = torch.nn.functional.cosine_similarity(top, kh.mean(0), dim=0).abs()
+            pos[i, h] = (torch.einsum("ntd,nd->nt", qh, kh) > 0).float().mean()
+    return {"key_query_cos": cos, "positive_fraction": pos, "alpha_first": cap.stack("attentions").mean(1)}
+
+
+# ----------------------------------------------------------------------------------------------- 5-6 interventions
+@torch.inference_mode()
+def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, batch_size: int = 16) -> torch.Tensor:
+    """alpha_key per (layer, head), mean over sequences -> (L, H); optionally under an intervention."""
+    out = []
+    for batch in _batches(ids, batch_size):
+        with Capture(lm.model, attentions=True, reduce={"attentions": lambda a, i: metrics.alpha(a, key)}) as cap:
+            with intervention if intervention is not None else contextlib.nullcontext():
+                lm.model(batch.to(lm.device), use_cache=False)
+        out.append(cap.stack("attentions"))  # (L, B, H)
+    return torch.cat(out, dim=1).mean(dim=1)
+
+
+# ----------------------------------------------------------------------------------------------- 7 bias view
+@torch.inference_mode()
+def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batch_size: int = 16) -> torch.Tensor:
+    """Mean signed value of residual dimensions ``dims`` at the first token after each layer: (L, len(dims)).
+
+    Over many inputs this is the "mean value" Sun et al. substitute for the massive activations.
+    """
+    out = []
+    for batch in _batches(ids, batch_size):
+        with Capture(lm.model, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
+            lm.model(batch.to(lm.device), use_cache=False)
+        out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
+    return torch.cat(out, dim=1).mean(dim=1).float()
+
+
+def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0) -> list[int]:
+    """Layers where a massive value appears or jumps: |v_l| > min_abs and |v_l| > jump * |v_{l-1}| (any dim).
+
+    values: (L, n_dims), e.g. :func:`first_token_values`.
+    """
+    a = values.abs()
+    prev = torch.cat([torch.zeros_like(a[:1]), a[:-1]])
+    hit = (a > min_abs) & (a > jump * prev)
+    return [i for i in range(len(a)) if bool(hit[i].any())]
+
+
+@torch.inference_mode()
+def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per head (L, H): the implicit-bias view of the first-token sink.
+
+    * ``value_norm_ratio`` = |v_0| / mean_{j>=1} |v_j| (a sink's value is small);
+    * ``sink_share`` = mean_t |A_{t,0} v_0| / |o_t| over queries t >= 1 (how much of the output it supplies);
+    * ``bias_deviation`` = mean_t |c_t - mean_t' c_t'| / mean_t |o_t| with c_t = A_{t,0} v_0: how far the sink's
+      contribution is from one constant vector, relative to the output (0 = an exact additive bias);
+    * ``alpha_first``.
+    """
+    with Capture(lm.model, kinds=("attentions", "values", "head_outputs")) as cap:
+        lm.model(ids.to(lm.device), use_cache=False)
+    L, H = lm.n_layers, lm.n_heads
+    group = H // lm.n_kv_heads
+    res = {k: torch.zeros(L, H) for k in ("value_norm_ratio", "sink_share", "bias_deviation", "alpha_first")}
+    for i in range(L):
+        A = cap.get("attentions", i).float()  # (N, H, T, T)
+        v = cap.get("values", i).float().repeat_interleave(group, dim=1)  # (N, H, T, hd)
+        o = cap.get("head_outputs", i).float().transpose(1, 2)  # (N, H, T, hd)
+        vn = v.norm(dim=-1)  # (N, H, T)
+        res["value_norm_ratio"][i] = (vn[..., 0] / vn[..., 1:].mean(-1)).mean(0)
+        c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) sink term for queries t >= 1
+        on = o[:, :, 1:].norm(dim=-1)  # (N, H, T-1)
+        res["sink_share"][i] = (c.norm(dim=-1) / on.clamp_min(1e-12)).mean(dim=(0, 2))
+        dev = (c - c.mean(dim=2, keepdim=True)).norm(dim=-1).mean(-1)  # (N, H)
+        res["bias_deviation"][i] = (dev / on.mean(-1).clamp_min(1e-12)).mean(0)
+        res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
+    return res

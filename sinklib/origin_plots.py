@@ -1,0 +1,166 @@
+"""Figures of the interpretation notebook (the structural-origin chain and the bias view).
+
+Same rules as :mod:`sinklib.plotting`: numbers in, a Figure out, nothing saved or shown here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from sinklib.plotting import SINK_COLOR, _np
+
+
+def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
+    """Per-position variance of head outputs before W_O (left) and after W_O (right), one line per layer."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharex=True)
+    for ax, data, name in zip(axes, (_np(before), _np(after)), ("before W_O (head outputs)", "after W_O")):
+        for row, layer in zip(data, layers):
+            ax.semilogy(row, label=f"layer {layer}")
+        ax.set_title(name), ax.set_xlabel("position t"), ax.set_ylabel("mean_c Var_n[o_t,c]")
+    axes[0].legend()
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def super_neuron(by_position: Mapping[str, object], w_down, label: str, massive_dims: Sequence[int] = (),
+                 top: int = 3) -> Figure:
+    """A super neuron: |activation| by position, cosine of the normalised input with its gate/up rows by position,
+    and its W_down column by residual dimension (largest entries labelled; massive dimensions marked)."""
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0))
+    act = _np(by_position["activation"])
+    axes[0].semilogy(act, "o-", ms=2.5, color=SINK_COLOR)
+    axes[0].set_xlabel("position t"), axes[0].set_ylabel("mean |activation|"), axes[0].set_title("activation")
+    for key, name in (("cos_gate", "gate row"), ("cos_up", "up row")):
+        if key in by_position:
+            axes[1].plot(_np(by_position[key]), "o-", ms=2.5, label=name)
+    axes[1].axhline(0, color="grey", lw=0.8)
+    axes[1].set_xlabel("position t"), axes[1].set_ylabel("cos(x_t, w)"), axes[1].set_title("alignment")
+    axes[1].legend()
+    w = np.abs(_np(w_down))
+    axes[2].plot(w, lw=0.7, color="grey")
+    for rank, d in enumerate(np.argsort(-w)[:top]):
+        color = SINK_COLOR if d in massive_dims else "black"
+        axes[2].annotate(f"dim {d}", (d, w[d]), textcoords="offset points", xytext=(4, -2 + 9 * rank), fontsize=7,
+                         color=color)
+        axes[2].plot([d], [w[d]], "o", ms=3, color=color)
+    axes[2].set_xlabel("residual dimension"), axes[2].set_ylabel("|W_down[:, n]|"), axes[2].set_title("write")
+    fig.suptitle(label)
+    return fig
+
+
+def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), title: str = "") -> Figure:
+    """Three aligned panels per layer: DomRatio (residual and after RMSNorm), residual norm, and alpha of the first
+    token vs the other tokens; dotted lines at the layers where the massive activation appears or jumps."""
+    fig, axes = plt.subplots(3, 1, figsize=(7.5, 6.5), sharex=True)
+    c = {k: _np(v) for k, v in chain.items()}
+    axes[0].semilogy(c["dom_first"], "o-", ms=3, color=SINK_COLOR, label="first token, residual")
+    axes[0].semilogy(c["dom_normed_first"], "^--", ms=3, color=SINK_COLOR, alpha=0.6, label="first token, after RMSNorm")
+    axes[0].semilogy(c["dom_rest"], "s-", ms=3, label="other tokens, residual")
+    axes[0].semilogy(c["dom_normed_rest"], "v--", ms=3, alpha=0.6, label="other tokens, after RMSNorm")
+    axes[0].set_ylabel("DomRatio"), axes[0].legend(ncols=2)
+    axes[1].semilogy(c["norm_first"], "o-", ms=3, color=SINK_COLOR, label="first token")
+    axes[1].semilogy(c["norm_rest"], "s-", ms=3, label="other tokens")
+    axes[1].set_ylabel("|h| (residual norm)"), axes[1].legend()
+    axes[2].plot(c["alpha_first"], "o-", ms=3, color=SINK_COLOR)
+    axes[2].axhline(0.3, ls="--", lw=1, color="grey")
+    axes[2].set_ylabel("alpha of the first token"), axes[2].set_xlabel("layer"), axes[2].set_ylim(0, 1)
+    for ax in axes:
+        for layer in onset:
+            ax.axvline(layer, ls=":", color="black", lw=1)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def lock_in(cos, positive, alpha, title: str = "") -> Figure:
+    """Per head: |cos(top query direction, k_0)| and the fraction of positive q_t . k_0 against the head's alpha_1."""
+    a, c, p = _np(alpha).ravel(), _np(cos).ravel(), _np(positive).ravel()
+    layers = np.repeat(np.arange(_np(alpha).shape[0]), _np(alpha).shape[1])
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
+    for ax, y, name in zip(axes, (c, p), ("|cos(top query direction, k_0)|", "fraction of q_t . k_0 > 0")):
+        sc = ax.scatter(a, y, c=layers, s=10, cmap="viridis")
+        ax.set_xlabel("alpha of the first token (head)"), ax.set_ylabel(name)
+    fig.colorbar(sc, ax=axes, label="layer")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def attention_before_after(before, after, key: int, title: str = "", floor: float = 1e-3) -> Figure:
+    """One head's attention map before and after an intervention; columns 0 and ``key`` outlined."""
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.6))
+    norm = LogNorm(vmin=floor, vmax=1.0)
+    for ax, A, name in zip(axes, (_np(before), _np(after)), ("before", "after")):
+        T = A.shape[-1]
+        masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, floor, 1))
+        im = ax.imshow(masked, norm=norm, interpolation="nearest")
+        for col, color in ((0, "grey"), (key, SINK_COLOR)):
+            ax.add_patch(plt.Rectangle((col - 0.5, col - 0.5), 1, T - col, fill=False, ec=color, lw=1.2))
+        ax.set_title(name), ax.set_xlabel("key"), ax.set_ylabel("query"), ax.grid(False)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention (log)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def alpha_before_after(series: Mapping[str, Sequence[float]], key: int, title: str = "") -> Figure:
+    """alpha_key per layer (mean over heads) for several conditions (before / after interventions)."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    for name, vals in series.items():
+        ax.plot(_np(vals), "o-", ms=3, label=name)
+    ax.axhline(0.3, ls="--", lw=1, color="grey", label="eps = 0.3")
+    ax.set_xlabel("layer"), ax.set_ylabel(f"alpha of position {key}\n(mean over heads)"), ax.set_ylim(0, 1)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]], key: int, title: str = "") -> Figure:
+    """Sink score at position ``key`` against the amplification lambda (log x), one line per mode."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for name, vals in curves.items():
+        ax.semilogx(lambdas, vals, "o-", ms=4, label=name, base=2)
+    ax.set_xlabel("lambda"), ax.set_ylabel(f"alpha of position {key}\n(mean over heads of later layers)")
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def perplexities(values: Mapping[str, float], title: str = "") -> Figure:
+    """Perplexity per condition, log scale, values printed on the bars (inf shown as such)."""
+    names = list(values)
+    vals = [values[n] for n in names]
+    finite = [v for v in vals if np.isfinite(v)]
+    cap = max(finite) * 10 if finite else 10.0
+    fig, ax = plt.subplots(figsize=(5.0, 3.0))
+    bars = ax.bar(names, [v if np.isfinite(v) else cap for v in vals], color=["#0072B2", "#009E73", SINK_COLOR][:len(vals)])
+    ax.bar_label(bars, labels=[f"{v:.4g}" if np.isfinite(v) else "inf" for v in vals], fontsize=8)
+    ax.set_yscale("log"), ax.set_ylabel("perplexity (held-out text)")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def sink_as_bias(value_norm_ratio, bias_deviation, alpha, title: str = "") -> Figure:
+    """Per head against alpha_1: the sink's value norm relative to other tokens', and how far its contribution is
+    from a constant vector (relative to the head output)."""
+    a = _np(alpha).ravel()
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
+    axes[0].scatter(a, _np(value_norm_ratio).ravel(), s=10)
+    axes[0].axhline(1, color="grey", lw=0.8)
+    axes[0].set_ylabel("|v_0| / mean_j |v_j|")
+    axes[1].scatter(a, _np(bias_deviation).ravel(), s=10, color=SINK_COLOR)
+    axes[1].set_ylabel("|c_t - mean c| / |o_t|  (c_t = A_t0 v_0)")
+    for ax in axes:
+        ax.set_xlabel("alpha of the first token (head)")
+    if title:
+        fig.suptitle(title)
+    return fig
