@@ -185,6 +185,6 @@ class ResidualOverride(_Intervention):
             if self.positions is not None:
                 where = torch.zeros_like(where)
                 where[:, [p for p in self.positions if p < h.shape[1]]] = True
-            col[where] = self.values[row, j].to(h.dtype)
+            col[where] = float(self.values[row, j])  # a Python scalar: works on any device and dtype
         self.calls += 1
         return (h, *output[1:]) if isinstance(output, tuple) else h
