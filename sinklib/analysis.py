@@ -9,7 +9,9 @@ import torch
 from tqdm.auto import tqdm
 
 from sinklib import metrics
+from sinklib.attnstats import AttentionStats
 from sinklib.capture import Capture
+from sinklib.memory import check_fits, check_length
 from sinklib.models import LoadedModel
 
 
@@ -71,20 +73,25 @@ def profile_sinks(
 ) -> SinkProfile:
     """Run ``input_ids`` (N, T) through the model in batches and reduce each batch to sink statistics.
 
-    Only reductions are kept (no (L, N, H, T, T) tensor), so memory is one batch's activations.
+    Attention statistics come from :class:`~sinklib.attnstats.AttentionStats` (equal to eager ``output_attentions``
+    within 1e-5, but O(T) extra memory), hidden states from :class:`~sinklib.capture.Capture`; only reductions are
+    kept, so memory is one batch's activations. Checks length and memory first.
     """
     N, T = input_ids.shape
     L = lm.n_layers
+    check_length(lm, T)
+    check_fits(lm, min(batch_size, N), T, hidden_states=True)
     alphas, masses, dom_first, dom_rest = [], [], [], []
     best: list[metrics.Extreme | None] = [None] * L
     dims: list[set[int]] = [set() for _ in range(L)]
     positions: list[set[int]] = [set() for _ in range(L)]
     bar = tqdm(range(0, N, batch_size), desc=f"{lm.name} / {input_name}", disable=not progress, leave=False)
-    with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+    with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats:
         for start in bar:
             batch = input_ids[start:start + batch_size].to(lm.device)
-            lm.model(batch, use_cache=False)
-            mass = torch.stack([metrics.sink_mass(cap.get("attentions", i)) for i in range(L)], dim=1)  # (B, L, H, T)
+            lm.model(batch, use_cache=False, logits_to_keep=1)
+            mass = torch.stack([stats.key_mass(i) for i in range(L)], dim=1)  # (B, L, H, T)
+            stats.clear()
             alphas.append(mass[..., 0])
             masses.append(mass.sum(dim=(0, 2)))
             hidden = cap.stack("hidden_states")  # (L, B, T, d)

@@ -177,3 +177,35 @@ def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: 
     if title:
         ax.set_title(title)
     return fig
+
+
+def long_context_benchmark(rows: Sequence[Mapping], model: str) -> Figure:
+    """Peak memory (left) and time (right) against context length for sdpa, eager output_attentions and sinklib's
+    statistics; rows as written by ``benchmarks/long_context.py``."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2))
+    for key, name, marker in (("sdpa", "(a) sdpa forward", "o"), ("eager", "(b) eager output_attentions", "s"),
+                              ("stats", "(c) sinklib O(N) statistics", "^")):
+        pts = [(r["N"], r[key]) for r in rows if r.get(key)]
+        if not pts:
+            continue
+        ns = [n for n, _ in pts]
+        axes[0].loglog(ns, [m["peak_rss"] / 2**30 for _, m in pts], marker + "-", ms=4, label=name, base=2)
+        axes[1].loglog(ns, [m["seconds"] for _, m in pts], marker + "-", ms=4, label=name, base=2)
+    axes[0].set_ylabel("peak RSS (GiB)"), axes[1].set_ylabel("forward time (s)")
+    for ax in axes:
+        ax.set_xlabel("context length N")
+    axes[0].legend()
+    fig.suptitle(f"Sink statistics at long context, {model}")
+    return fig
+
+
+def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]], title: str = "") -> Figure:
+    """First-token attention mass against context length (log x), one line per series (e.g. layer groups)."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    for name, vals in series.items():
+        ax.semilogx(lengths, vals, "o-", ms=4, label=name, base=2)
+    ax.set_xlabel("context length N (tokens)"), ax.set_ylabel("alpha of the first token")
+    ax.set_ylim(0, 1), ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig

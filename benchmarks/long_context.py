@@ -1,0 +1,121 @@
+"""Memory and time of sink statistics at long context on SmolLM2, each measurement in a fresh process.
+
+    python benchmarks/long_context.py [--lengths 512 1024 2048 4096 8192] [--model smollm2-135m]
+
+(a) a plain sdpa forward; (b) eager attention with ``output_attentions=True`` (the way other attention-sink code
+gets its statistics), skipped where its estimated memory does not fit; (c) sinklib's O(N) statistics
+(:class:`sinklib.attnstats.AttentionStats`: sdpa for the outputs, chunked statistics beside it). All three skip the
+full logits (``logits_to_keep=1``) so the attention path is what is compared. Peak RSS is the child's ru_maxrss.
+
+Prints a table with the ratios (c)/(a) time and (b)/(c) peak memory, and writes it with a plot to
+``figures/benchmarks/``. Targets (issue 4, 2-core CPU): at N=2048 (b)/(c) memory >= 3 and (c)/(a) time <= 1.5;
+N=8192 under 4 GiB peak for (c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = r"""
+import json, resource, sys, time, torch
+from sinklib.models import load_model
+from sinklib.attnstats import AttentionStats
+mode, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lm = load_model(model, device="cpu", attn_implementation="eager" if mode == "eager" else "sdpa")
+ids = torch.randint(0, lm.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+with torch.inference_mode():
+    lm.model(ids[:, :16], use_cache=False, logits_to_keep=1)  # warm-up: kernels and allocator
+    start = time.perf_counter()
+    if mode == "sdpa":
+        lm.model(ids, use_cache=False, logits_to_keep=1)
+        first = None
+    elif mode == "eager":
+        out = lm.model(ids, use_cache=False, logits_to_keep=1, output_attentions=True)
+        first = [float(a[0, :, :, 0].mean()) for a in out.attentions]
+    else:
+        with AttentionStats(lm.model) as st:
+            lm.model(ids, use_cache=False, logits_to_keep=1)
+        first = [float(st.key_mass(i)[0, :, 0].mean()) for i in st.layers]
+    seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "alpha_first": first}))
+"""
+
+
+def measure(mode: str, n: int, model: str) -> dict | None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, mode, str(n), model], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"  {mode} N={n} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode}")
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def eager_fits(model: str, n: int) -> tuple[bool, float]:
+    from sinklib.memory import GiB, available_bytes, forward_bytes
+    from sinklib.models import load_model
+
+    lm = load_model(model, device="cpu")
+    need = forward_bytes(lm, 1, n, eager_attentions=True) + 2 * GiB  # + weights and the interpreter
+    return need < 0.8 * available_bytes(lm.device), need / GiB
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--out", default=str(ROOT / "figures" / "benchmarks"))
+    args = ap.parse_args()
+    rows = []
+    for n in args.lengths:
+        print(f"N={n}: sdpa ...", flush=True)
+        a = measure("sdpa", n, args.model)
+        fits, need = eager_fits(args.model, n)
+        print(f"N={n}: eager output_attentions " + ("..." if fits else f"skipped (needs ~{need:.0f} GiB)"), flush=True)
+        b = measure("eager", n, args.model) if fits else None
+        print(f"N={n}: sinklib stats ...", flush=True)
+        c = measure("stats", n, args.model)
+        rows.append({"N": n, "sdpa": a, "eager": b, "stats": c, "eager_estimate_gib": need})
+
+    gib = 2**30
+    header = (f"{'N':>6} {'(a) sdpa s':>11} {'(b) eager s':>12} {'(c) stats s':>12} {'(c)/(a) time':>13} "
+              f"{'(a) GiB':>8} {'(b) GiB':>8} {'(c) GiB':>8} {'(b)/(c) mem':>12}")
+    lines = [header]
+    for r in rows:
+        a, b, c = r["sdpa"], r["eager"], r["stats"]
+        t_ratio = c["seconds"] / a["seconds"] if a and c else float("nan")
+        m_ratio = b["peak_rss"] / c["peak_rss"] if b and c else float("nan")
+        fmt = lambda x, k, s=1: f"{x[k] / s:.2f}" if x else "-"  # noqa: E731
+        lines.append(f"{r['N']:>6} {fmt(a, 'seconds'):>11} {fmt(b, 'seconds'):>12} {fmt(c, 'seconds'):>12} "
+                     f"{t_ratio:>13.2f} {fmt(a, 'peak_rss', gib):>8} {fmt(b, 'peak_rss', gib):>8} "
+                     f"{fmt(c, 'peak_rss', gib):>8} {m_ratio:>12.2f}")
+    table = "\n".join(lines)
+    print(f"\nmodel {args.model}, {os.cpu_count()} CPU cores, batch 1, peak RSS of each fresh process\n{table}")
+
+    sys.path.insert(0, str(ROOT))
+    from sinklib import plotting
+    from sinklib.results import atomic_write_bytes, write_json
+
+    out = Path(args.out)
+    write_json(out / "long_context.json", {"model": args.model, "rows": rows})
+    atomic_write_bytes(out / "long_context.txt.md", (table + "\n").encode())
+    with plotting.style():
+        fig = plotting.long_context_benchmark(rows, args.model)
+        plotting.save(fig, out / "long_context", caption=(
+            f"Peak RSS and forward time of {args.model} (batch 1, 2-core CPU) vs context length: plain sdpa, eager "
+            f"with output_attentions (where it fits), and sinklib's O(N) attention statistics. "
+            f"Produced by benchmarks/long_context.py."))
+    from sinklib.gallery import build_gallery
+
+    build_gallery(out.parent)
+    print(f"wrote {out}/long_context.{{json,png,pdf}}")
+
+
+if __name__ == "__main__":
+    main()

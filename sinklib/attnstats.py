@@ -1,0 +1,201 @@
+"""Sink statistics at long context without materialising attention: O(chunk x N) extra memory per head.
+
+:class:`AttentionStats` registers a function in transformers' ``AttentionInterface`` that (1) lets the model's own
+attention backend (sdpa, eager, ...) compute the layer's output as usual and (2) recomputes the attention
+probabilities of a block of ``chunk`` queries at a time from the same (post-RoPE) queries and keys, reducing each
+block at once to
+
+* ``col_sum[b, h, j]`` = sum_t A[t, j] and ``visible[b, j]`` = number of queries allowed to see key j, so the sink
+  mass per key is m_j = col_sum_j / visible_j (= Gu et al.'s alpha_j for every key j);
+* optionally per-query entropy H_t = -sum_j A[t, j] log A[t, j];
+* the mass that goes to a learned sink logit (gpt-oss style): p_sink,t = exp(s_h) / (exp(s_h) + sum_j exp(l_tj)),
+  reported, not dropped.
+
+Masks are honoured as the backend gets them: causal (also when the backend receives ``None``), padding, sliding
+windows; grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import torch
+from torch import nn
+
+from sinklib.capture import _eager_for
+
+_counter = itertools.count()
+DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads): small enough to stay in cache
+
+
+def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop: int,
+             device: torch.device) -> torch.Tensor:
+    """Boolean (B or 1, 1, stop-start, k_len): may query t (rows start..stop-1) attend to key j?
+
+    ``None`` means plain causal attention; queries are the last ``q_len`` of the ``k_len`` positions.
+    """
+    if mask is None:
+        q_pos = torch.arange(start, stop, device=device) + (k_len - q_len)
+        return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
+    block = mask[:, :, start:stop, :k_len]
+    if block.dtype == torch.bool:
+        return block
+    return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
+
+
+class AttentionStats:
+    """Context manager collecting per-layer sink statistics while the model runs its normal attention.
+
+    >>> with AttentionStats(lm.model) as st:
+    ...     lm.model(ids)
+    >>> st.key_mass(layer=5).shape    # (B, H, N): sink mass per key
+    >>> st.alpha(keys=[0]).shape      # (L, B, H, 1)
+
+    Results accumulate over forwards of equal length; call :meth:`clear` between batches of different length.
+    """
+
+    def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES):
+        self.model = model
+        self.entropy = entropy
+        self.chunk = chunk
+        self.block_bytes = block_bytes
+        self.col_sum: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, N)]
+        self.visible: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, N)]
+        self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
+        self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
+        self._name: str | None = None
+        self._previous: str | None = None
+
+    # ------------------------------------------------------------------------------------------------ computation
+    def _chunk_size(self, batch: int, heads: int, k_len: int) -> int:
+        if self.chunk:
+            return self.chunk
+        return max(16, self.block_bytes // (4 * batch * heads * k_len))
+
+    @torch.no_grad()
+    def _reduce(self, module, query, key, attention_mask, kwargs) -> None:
+        """Reduce one layer's attention to statistics, ``chunk`` queries at a time.
+
+        Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
+        stacked), m = max_j l, e = exp(l - m), s = sum_j e (+ exp(s_h - m) for a learned sink), and the column sums
+        sum_t e_tj / s_t as a batched GEMV -- the probabilities are never stored beyond the block.
+        """
+        B, H, T, hd = query.shape  # T queries (the last T of the N keys)
+        N, Hkv = key.shape[2], key.shape[1]
+        G, off = H // Hkv, key.shape[2] - query.shape[2]
+        scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
+        softcap = kwargs.get("softcap")
+        sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
+        q = (query.float() * scaling).view(B, Hkv, G, T, hd)
+        kt = key.float().transpose(-1, -2)  # (B, Hkv, hd, N): shared by the G heads of a group, never repeated
+        col = torch.zeros(B, Hkv, G, N, dtype=torch.float64, device=query.device)
+        if attention_mask is None:  # causal: key j is seen by queries t with t + off >= j
+            vis = (T - (torch.arange(N, device=query.device) - off).clamp_min(0)).clamp_min(0).double().expand(B, N)
+        else:
+            vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
+        ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
+        sink = torch.empty(B, Hkv, G, T, device=query.device) if sinks is not None else None
+        step = self._chunk_size(B, H, N)
+        for start in range(0, T, step):
+            stop = min(T, start + step)
+            C = stop - start
+            k_hi = N if attention_mask is not None else stop + off  # later keys are causally invisible
+            qc = q[:, :, :, start:stop].reshape(B, Hkv, G * C, hd)
+            logits = torch.matmul(qc, kt[..., :k_hi]).view(B, Hkv, G, C, k_hi)
+            if softcap is not None:
+                logits = torch.tanh(logits / softcap) * softcap
+            if attention_mask is None:  # only the diagonal square needs the causal mask
+                diag = torch.ones(C, C, dtype=torch.bool, device=query.device).triu(1)
+                logits[..., start + off:k_hi].masked_fill_(diag, float("-inf"))
+            else:
+                ok = _allowed(attention_mask, T, N, start, stop, query.device)  # (B|1, 1, C, N)
+                logits.masked_fill_(~ok.unsqueeze(2), float("-inf"))
+                vis += ok.sum(dim=2).flatten(1).double().expand(B, -1)
+            m = logits.amax(dim=-1, keepdim=True).nan_to_num_(0.0, neginf=0.0)  # rows with nothing visible: 0
+            e = logits.sub_(m).exp_()  # in place: (B, Hkv, G, C, k_hi), masked entries exactly 0
+            s_tot = e.sum(dim=-1, keepdim=True)
+            if sinks is not None:
+                es = torch.exp(sinks.float().view(1, Hkv, G, 1, 1) - m)
+                s_tot = s_tot + es
+                sink[..., start:stop] = (es / s_tot).squeeze(-1)
+            r = torch.where(s_tot > 0, 1.0 / s_tot, torch.zeros((), device=query.device))  # (B, Hkv, G, C, 1)
+            col[..., :k_hi] += torch.matmul(r.transpose(-1, -2), e).squeeze(-2).double()
+            if ent is not None:  # H_t = -sum_j p log p = log s_t - sum_j p_tj (l_tj - m_t)
+                logp_terms = torch.where(e > 0, e * torch.log(e.clamp_min(1e-38)), torch.zeros((), device=e.device))
+                ent[..., start:stop] = (torch.log(s_tot) - (logp_terms.sum(-1, keepdim=True) * r)).squeeze(-1) \
+                    .nan_to_num_(0.0, posinf=0.0, neginf=0.0)
+            del logits, e
+        layer = module.layer_idx
+        self.col_sum[layer].append(col.flatten(1, 2).float().cpu())
+        self.visible[layer].append(vis.float().cpu())
+        if ent is not None:
+            self.query_entropy[layer].append(ent.flatten(1, 2).cpu())
+        if sink is not None:
+            self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        self._reduce(module, query, key, attention_mask, kwargs)
+        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self._previous, _eager_for(module))
+        return fn(module, query, key, value, attention_mask, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------ context
+    def __enter__(self) -> AttentionStats:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        self._previous = self.model.config._attn_implementation
+        self._name = f"sinklib_stats_{next(_counter)}"
+        AttentionInterface.register(self._name, self._attention)
+        # give the backend the very mask it would have built for itself (None for plain causal sdpa)
+        AttentionMaskInterface.register(self._name, AttentionMaskInterface._global_mapping.get(self._previous, eager_mask))
+        try:
+            self.model.set_attn_implementation(self._name)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+
+        if self._name is not None:
+            if self.model.config._attn_implementation == self._name:
+                self.model.set_attn_implementation(self._previous)
+            AttentionInterface._global_mapping.pop(self._name, None)
+            AttentionMaskInterface._global_mapping.pop(self._name, None)
+            self._name = None
+
+    # ------------------------------------------------------------------------------------------------ results
+    @property
+    def layers(self) -> list[int]:
+        return sorted(self.col_sum)
+
+    def key_mass(self, layer: int) -> torch.Tensor:
+        """Sink mass per key m_j = sum_t A[t, j] / #queries that see j: (B_total, H, N); NaN where none sees j."""
+        col = torch.cat(self.col_sum[layer])
+        vis = torch.cat(self.visible[layer])[:, None, :]
+        return col / vis.where(vis > 0, torch.full_like(vis, float("nan")))
+
+    def alpha(self, keys: list[int] | None = None) -> torch.Tensor:
+        """alpha_k for every layer: (L, B_total, H, len(keys)) (default key 0)."""
+        keys = [0] if keys is None else list(keys)
+        return torch.stack([self.key_mass(i)[..., keys] for i in self.layers])
+
+    def entropy_by_query(self, layer: int) -> torch.Tensor:
+        """Per-query attention entropy (B_total, H, T); needs ``entropy=True``."""
+        if not self.query_entropy[layer]:
+            raise RuntimeError("entropy was not requested: use AttentionStats(model, entropy=True)")
+        return torch.cat(self.query_entropy[layer])
+
+    def learned_sink_mass(self, layer: int) -> torch.Tensor | None:
+        """Per-query mass sent to a learned sink logit (B_total, H, T), or None when the layer has none."""
+        return torch.cat(self.sink_mass[layer]) if self.sink_mass[layer] else None
+
+    def clear(self) -> None:
+        for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass):
+            store.clear()

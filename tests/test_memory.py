@@ -1,0 +1,38 @@
+"""Length and memory checks fail early with one-line errors."""
+
+import pytest
+
+from sinklib import memory
+from sinklib.analysis import profile_sinks
+from sinklib.errors import InputError
+
+
+def test_too_long_for_the_model(tiny):
+    limit = memory.max_length(tiny)
+    memory.check_length(tiny, limit)
+    with pytest.raises(InputError, match="max_position_embeddings") as err:
+        memory.check_length(tiny, limit + 1)
+    assert "\n" not in str(err.value)
+
+
+def test_memory_estimate_grows_quadratically_only_for_eager(smollm2):
+    eager = [memory.forward_bytes(smollm2, 1, n, eager_attentions=True) for n in (1024, 2048)]
+    stats = [memory.forward_bytes(smollm2, 1, n) for n in (1024, 2048)]
+    assert eager[1] / eager[0] > 3.5 and stats[1] / stats[0] < 2.5
+    assert 60 * memory.GiB < memory.forward_bytes(smollm2, 1, 8192, eager_attentions=True) < 90 * memory.GiB
+
+
+def test_request_beyond_free_memory(smollm2, monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2 * memory.GiB)
+    with pytest.raises(InputError, match="GiB is free") as err:
+        memory.check_fits(smollm2, 1, 4096, eager_attentions=True)
+    assert "O(N) statistics" in str(err.value)
+    memory.check_fits(smollm2, 1, 512)  # the O(N) path fits in 2 GiB
+
+
+def test_profile_refuses_before_allocating(tiny, monkeypatch):
+    import torch
+
+    ids = torch.zeros(1, memory.max_length(tiny) + 1, dtype=torch.long)
+    with pytest.raises(InputError, match="longer than"):
+        profile_sinks(tiny, ids, progress=False)
