@@ -60,8 +60,9 @@ lint: setup  ## ruff, and a check that every .ipynb matches its .py twin
 sync:  ## after editing a notebook's .py twin, regenerate its .ipynb (no outputs)
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
-benchmark: setup  ## model load times (first conversion vs cached)
+benchmark: setup  ## model load times (first conversion vs cached) and the long-context memory/time table
 	$(PY) benchmarks/load_time.py
+	$(PY) benchmarks/long_context.py
 
 clean:  ## remove build outputs (keeps figures/, the venv and the converted-model cache)
 	rm -rf build .pytest_cache

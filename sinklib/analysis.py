@@ -135,3 +135,43 @@ def first_layer_above(values, threshold: float) -> int | None:
         if v > threshold:
             return i
     return None
+
+
+@dataclass
+class ContextSweep:
+    """First-token attention mass at several context lengths (one natural window per length)."""
+
+    lengths: list[int]
+    skipped: list[int]  # requested lengths beyond the model's max_position_embeddings
+    alpha_first: torch.Tensor  # (len(lengths), L, H)
+
+    def mean_over(self, layers: list[int] | None = None) -> list[float]:
+        a = self.alpha_first if layers is None else self.alpha_first[:, layers]
+        return a.mean(dim=(1, 2)).tolist()
+
+    @staticmethod
+    def uniform_baseline(n: int) -> float:
+        """alpha_1 if every query spread its attention uniformly over what it sees: (1/N) sum_t 1/(t+1)."""
+        return float(sum(1.0 / (t + 1) for t in range(n)) / n)
+
+
+@torch.inference_mode()
+def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 0, source: str = "bible",
+                               progress: bool = True) -> ContextSweep:
+    """alpha of the first token per layer and head at each context length, via the O(N)-memory statistics.
+
+    Lengths beyond the model's ``max_position_embeddings`` are skipped (and listed), not an error.
+    """
+    from sinklib.data import text_windows
+    from sinklib.memory import max_length
+
+    limit = max_length(lm) or max(lengths)
+    used, skipped = [n for n in lengths if n <= limit], [n for n in lengths if n > limit]
+    rows = []
+    for n in tqdm(used, desc="context lengths", disable=not progress, leave=False):
+        check_fits(lm, 1, n)
+        ids = text_windows(lm.tokenizer, 1, n, seed, source).to(lm.device)
+        with AttentionStats(lm.model) as stats:
+            lm.model(ids, use_cache=False, logits_to_keep=1)
+        rows.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
+    return ContextSweep(used, skipped, torch.stack(rows))

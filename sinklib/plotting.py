@@ -199,11 +199,15 @@ def long_context_benchmark(rows: Sequence[Mapping], model: str) -> Figure:
     return fig
 
 
-def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]], title: str = "") -> Figure:
-    """First-token attention mass against context length (log x), one line per series (e.g. layer groups)."""
+def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]],
+                    baseline: Sequence[float] | None = None, title: str = "") -> Figure:
+    """First-token attention mass against context length (log x), one line per series (e.g. layer groups);
+    ``baseline`` (dashed) is what uniform causal attention would give."""
     fig, ax = plt.subplots(figsize=(6.0, 3.2))
     for name, vals in series.items():
         ax.semilogx(lengths, vals, "o-", ms=4, label=name, base=2)
+    if baseline is not None:
+        ax.semilogx(lengths, baseline, "--", color="grey", label="uniform attention", base=2)
     ax.set_xlabel("context length N (tokens)"), ax.set_ylabel("alpha of the first token")
     ax.set_ylim(0, 1), ax.legend()
     if title:

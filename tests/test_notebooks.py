@@ -45,7 +45,9 @@ def test_tour_headline_numbers(executed):
     assert h["dom_ratio_first_peak"] > 4 * h["dom_ratio_rest_at_peak"]
     assert {p.stem for p in Path(folder).glob("*.png")} == {
         "fig01_attention-maps", "fig02_alpha-heatmap", "fig03_sink-rates", "fig04_alpha-by-layer",
-        "fig05_massive-activations", "fig06_dom-ratio"}
+        "fig05_massive-activations", "fig06_dom-ratio", "fig07_mass-vs-context"}
+    lengths, mass = h["context_lengths"], h["alpha_first_vs_length_sink_layers"]
+    assert lengths == sorted(lengths) and len(mass) == len(lengths) and all(m > 0.3 for m in mass)
 
 
 def test_interpretation_effects_point_the_right_way(executed):
