@@ -79,8 +79,8 @@ class AttentionStats:
         """Reduce one layer's attention to statistics, ``chunk`` queries at a time.
 
         Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
-        stacked), m = max_j l, e = exp(l - m), s = sum_j e (+ exp(s_h - m) for a learned sink), and the column sums
-        sum_t e_tj / s_t as a batched GEMV -- the probabilities are never stored beyond the block.
+        stacked), p = softmax_j(l) (times 1 - p_sink for a learned sink logit), and the column sums sum_t p_tj --
+        the probabilities are never stored beyond the block.
         """
         B, H, T, hd = query.shape  # T queries (the last T of the N keys)
         N, Hkv = key.shape[2], key.shape[1]
@@ -113,19 +113,17 @@ class AttentionStats:
                 ok = _allowed(attention_mask, T, N, start, stop, query.device)  # (B|1, 1, C, N)
                 logits.masked_fill_(~ok.unsqueeze(2), float("-inf"))
                 vis += ok.sum(dim=2).flatten(1).double().expand(B, -1)
-            m = logits.amax(dim=-1, keepdim=True).nan_to_num_(0.0, neginf=0.0)  # rows with nothing visible: 0
-            e = logits.sub_(m).exp_()  # in place: (B, Hkv, G, C, k_hi), masked entries exactly 0
-            s_tot = e.sum(dim=-1, keepdim=True)
+            if sinks is not None:  # mass kept by the real keys: 1 - p_sink, p_sink = sigmoid(s_h - logsumexp_j l_tj)
+                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+                p_sink = torch.sigmoid(sinks.float().view(1, Hkv, G, 1, 1) - lse)
+                sink[..., start:stop] = p_sink.squeeze(-1)
+            e = torch.softmax(logits, dim=-1).nan_to_num_(0.0)  # rows with nothing visible (padding) -> 0
             if sinks is not None:
-                es = torch.exp(sinks.float().view(1, Hkv, G, 1, 1) - m)
-                s_tot = s_tot + es
-                sink[..., start:stop] = (es / s_tot).squeeze(-1)
-            r = torch.where(s_tot > 0, 1.0 / s_tot, torch.zeros((), device=query.device))  # (B, Hkv, G, C, 1)
-            col[..., :k_hi] += torch.matmul(r.transpose(-1, -2), e).squeeze(-2).double()
-            if ent is not None:  # H_t = -sum_j p log p = log s_t - sum_j p_tj (l_tj - m_t)
-                logp_terms = torch.where(e > 0, e * torch.log(e.clamp_min(1e-38)), torch.zeros((), device=e.device))
-                ent[..., start:stop] = (torch.log(s_tot) - (logp_terms.sum(-1, keepdim=True) * r)).squeeze(-1) \
-                    .nan_to_num_(0.0, posinf=0.0, neginf=0.0)
+                e.mul_(1.0 - p_sink)
+            col[..., :k_hi] += e.sum(dim=3).double()
+            if ent is not None:  # H_t = -sum_j p_tj log p_tj (- p_sink log p_sink)
+                h = torch.special.entr(e).sum(-1)
+                ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
             del logits, e
         layer = module.layer_idx
         self.col_sum[layer].append(col.flatten(1, 2).float().cpu())
