@@ -116,7 +116,9 @@ class SinkWindowCache(Cache):
     def evicted(self) -> int:
         return self.layers[0].evicted if self.layers else 0
 
-    def nbytes(self) -> int:
-        """Bytes held by the stored keys and values of all layers."""
-        return sum(t.numel() * t.element_size() for layer in self.layers if layer.is_initialized
-                   for t in (layer.keys, layer.values))
+
+
+def cache_bytes(cache: Cache) -> int:
+    """Bytes held by the stored keys and values of every layer of a transformers cache."""
+    return sum(t.numel() * t.element_size() for layer in cache.layers if getattr(layer, "is_initialized", False)
+               for t in (layer.keys, layer.values))

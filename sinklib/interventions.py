@@ -5,7 +5,9 @@
 * :class:`HeadOutputAmplification` -- o'_k = mu + lambda (o_k - mu) on the head outputs of token k before W_O
   (intervention ii), or the control o'_k = lambda o_k;
 * :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
-  (Sun et al., arXiv 2402.17762).
+  (Sun et al., arXiv 2402.17762);
+* :class:`AttentionCalibration` -- ACT (arXiv 2406.15765): damp non-first sinks in chosen heads and give the mass
+  back to the other tokens.
 
 They compose with :class:`sinklib.capture.Capture` when entered inside it:
 ``with Capture(model, attentions=True) as cap, SelfOnlyAttention(model, 10): model(ids)``.
@@ -188,3 +190,41 @@ class ResidualOverride(_Intervention):
             col[where] = float(self.values[row, j])  # a Python scalar: works on any device and dtype
         self.calls += 1
         return (h, *output[1:]) if isinstance(output, tuple) else h
+
+
+class AttentionCalibration(_Intervention):
+    """ACT (Yu et al., arXiv 2406.15765) in the heads ``heads`` = {layer: [head, ...]}.
+
+    In those heads, a key j >= 1 whose column mean (1/T) sum_t A[t, j] exceeds ``threshold`` is a non-first sink; its
+    attention is scaled by ``beta`` and every row is renormalised, which hands the removed mass back to the other
+    keys in proportion to their attention: A'[t, j] = A[t, j] c_j / sum_j' A[t, j'] c_j', c_j = beta for sinks, else
+    1. The first token is left alone. Since softmax(l + log c) is exactly that, the edit is a per-head additive mask
+    (log beta on the sink columns) handed to the model's own attention backend -- so a surrounding Capture sees the
+    calibrated attention.
+    """
+
+    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1):
+        super().__init__(model, list(heads))
+        if not 0 < beta <= 1:
+            raise ValueError("beta must be in (0, 1]")
+        self.heads = {int(k): list(v) for k, v in heads.items()}
+        self.beta, self.threshold = float(beta), float(threshold)
+        self.damped = 0  # number of (sequence, head, key) sinks damped, summed over calls
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        layer = module.layer_idx
+        if layer in self.heads and query.shape[2] > 1:
+            _, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
+            col_mean = weights.float().mean(dim=2)  # (B, H, N)
+            chosen = torch.zeros(col_mean.shape[1], dtype=torch.bool, device=col_mean.device)
+            chosen[self.heads[layer]] = True
+            sink = (col_mean > self.threshold) & chosen[None, :, None]
+            sink[..., 0] = False
+            self.damped += int(sink.sum())
+            bias = torch.where(sink, torch.log(torch.tensor(self.beta)), 0.0)[:, :, None, :]  # (B, H, 1, N)
+            attention_mask = attention_mask + bias.to(attention_mask.dtype)  # (B, H, T, N) additive
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)

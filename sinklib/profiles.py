@@ -33,19 +33,27 @@ class Profile:
     eval_seq_len: int
     lambdas: tuple[float, ...]  # variance-amplification sweep
     context_lengths: tuple[int, ...]  # long-context sink statistics (O(N) memory path)
+    stream_tokens: int  # length of the streamed text (utilization notebook)
+    cache_budget: int  # KV cache size: n_sink + window
+    stream_chunk: int  # tokens fed per step when streaming (1 = token by token, as the paper)
+    recompute_points: int  # positions evaluated for the sliding-window-with-recompute baseline
+    decode_tokens: int  # generated tokens for the decode-cost curves
 
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True, num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16,
                      probe_seqs=8, eval_seqs=4, eval_seq_len=64, lambdas=(1.0, 8.0, 64.0),
-                     context_lengths=(64, 256)),
+                     context_lengths=(64, 256), stream_tokens=160, cache_budget=48, stream_chunk=8,
+                     recompute_points=8, decode_tokens=24),
     "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
                    probe_seqs=32, eval_seqs=32, eval_seq_len=256, lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0),
-                   context_lengths=(256, 512, 1024, 2048, 4096, 8192)),
+                   context_lengths=(256, 512, 1024, 2048, 4096, 8192), stream_tokens=3072, cache_budget=256,
+                   stream_chunk=16, recompute_points=192, decode_tokens=768),
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False, num_seqs=100, seq_len=64, batch_size=10,
                    map_seq_len=32, probe_seqs=64, eval_seqs=64, eval_seq_len=1024,
                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
-                   context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768)),
+                   context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), stream_tokens=65536,
+                   cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192),
 }
 
 

@@ -1,0 +1,237 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Using sinks: streaming, KV quantisation, attention calibration
+#
+# Once you know the first tokens soak up attention, you can exploit it. **StreamingLLM** (Xiao et al., arXiv
+# 2309.17453) keeps the first few tokens' keys and values (the sinks) plus a window of recent ones, so a model can
+# read an endless stream with a fixed cache; evicting the first tokens instead makes perplexity explode.
+# **Sink-preserving KV quantisation** (IntactKV, KVSink) keeps those few tokens in full precision. **Attention
+# calibration** (ACT, arXiv 2406.15765) damps sinks that form on later tokens. All three on a real model: the offline
+# SmolLM2-135M by default, any Llama/Mistral/Qwen-style causal LM by `model=` on a GPU. The cache is
+# `sinklib.cache.SinkWindowCache`, written against transformers 5's cache interface (its old `SinkCache` is gone).
+
+# %% tags=["parameters"]
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
+model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
+device = ""  # empty: the profile default; else cpu, cuda or auto
+seed = 0
+out_dir = "../figures/01_utilization"
+
+# %%
+import time
+
+import pandas as pd
+import torch
+
+from sinklib import analysis, origin_plots, plotting, profiles, streaming, streaming_plots
+from sinklib.cache import SinkWindowCache
+from sinklib.calibration import non_first_sink_heads
+from sinklib.data import text_windows
+from sinklib.evaluation import perplexity
+from sinklib.interventions import AttentionCalibration
+from sinklib.kvquant import QuantizedKVCache
+from sinklib.models import load_model, require_family
+from sinklib.results import load_reference, write_json
+
+run = profiles.resolve(profile, model, device, seed, out_dir, notebook="01_utilization")
+lm = load_model(run.model, device=run.device)
+require_family(lm, ("llm", "moe"), "01_utilization")
+SinkWindowCache.for_model(lm.model, 4, 8)  # fails early, in one line, for a model without RoPE
+fig_dir, started, title = run.out_dir, time.perf_counter(), f"{lm.label} ({lm.name})"
+torch.set_grad_enabled(False)
+stream = text_windows(lm.tokenizer, 1, run.stream_tokens, run.seed, split="heldout")[0]  # (T,)
+budget, n_sink, chunk = run.cache_budget, 4, run.stream_chunk
+paper = load_reference("streamingllm")
+step_note = "token by token" if chunk == 1 else f"{chunk} tokens per step (each also sees its block)"
+print(lm, f"\nstream: {len(stream)} held-out Bible tokens; cache budget {budget}; evaluation {step_note}")
+headline = {"notebook": "01_utilization", "model": lm.name, "label": lm.label, "profile": run.profile.name,
+            "stream_tokens": len(stream), "cache_budget": budget, "stream_chunk": chunk}
+
+
+def sink_cache(n: int) -> SinkWindowCache:
+    return SinkWindowCache.for_model(lm.model, n_sink=n, window=budget - n)
+
+
+# %% [markdown]
+# ## 1 · Streaming perplexity: dense, window only, sinks + window, recompute
+# Four ways to read the stream with a budget of `budget` cached tokens:
+# * **dense**: keep everything (the reference; memory grows without bound);
+# * **window only**: the last `budget` tokens -- the first tokens are evicted once the cache is full;
+# * **sinks + window**: the first 4 tokens plus the last `budget - 4` (StreamingLLM), positions re-assigned inside
+#   the cache;
+# * **sliding window with re-computation**: for each position, run the model afresh on the last `budget` tokens
+#   (the quality ceiling for a fixed window; quadratic cost, so evaluated on a subsample of positions).
+
+# %%
+nll = {
+    "dense": streaming.stream_nll(lm, stream, None, chunk, desc="dense"),
+    "window only": streaming.stream_nll(lm, stream, sink_cache(0), chunk, desc="window only"),
+    f"{n_sink} sinks + window": streaming.stream_nll(lm, stream, sink_cache(n_sink), chunk, desc="sinks + window"),
+}
+positions = torch.linspace(0, len(stream) - 2, run.recompute_points).round().long().unique().tolist()
+recompute = streaming.recompute_nll(lm, stream, budget, positions)
+after = slice(budget, None)  # tokens predicted once the cache is full
+post = {name: streaming.ppl(v[after]) for name, v in nll.items()}
+late = [i for i, p in enumerate(positions) if p >= budget]
+post["recompute"] = streaming.ppl(recompute[late])
+with plotting.style():
+    fig = streaming_plots.streaming_curves(
+        {k: streaming.running_ppl(v) for k, v in nll.items()},
+        {"sliding window + recompute (subsample)": (positions, streaming.running_ppl(recompute))},
+        budget=budget, title=f"Streaming perplexity, cache {budget}, {title}",
+        note=f"evaluation: {step_note}")
+    plotting.save(fig, fig_dir / "fig01_streaming-ppl",
+                  f"Running perplexity of {title} over {len(stream)} held-out Bible tokens with a {budget}-token cache: "
+                  f"dense, window only, {n_sink} sinks + window (StreamingLLM), and sliding window with re-computation "
+                  f"on {len(positions)} positions; {step_note}.")
+display(pd.Series(post, name=f"perplexity after token {budget}").round(2).to_frame())  # noqa: F821
+holds_1 = post["window only"] > 1.5 * post[f"{n_sink} sinks + window"] and \
+    post[f"{n_sink} sinks + window"] < 1.25 * post["recompute"]
+print(f"Verdict: after the cache fills, window only reaches ppl {post['window only']:.1f} vs "
+      f"{post[f'{n_sink} sinks + window']:.2f} with {n_sink} sinks, {post['recompute']:.2f} recomputing and "
+      f"{post['dense']:.2f} dense -> keeping the sinks {'rescues streaming: borne out' if holds_1 else 'does NOT rescue streaming here'}.")
+headline["streaming_ppl_after_budget"] = post
+headline["streaming_holds"] = holds_1
+
+# %% [markdown]
+# ## 2 · How many sinks? And does their content matter?
+# The same stream with 0, 1, 2, 4 and 8 sink tokens at the same budget (StreamingLLM Table 2). Then the sinks
+# replaced by 4 newline tokens placed before the text (StreamingLLM Table 1): if any first tokens work, the sink is
+# about position, not meaning.
+
+# %%
+sweep_n = [0, 1, 2, 4, 8]
+sweep = {0: post["window only"], n_sink: post[f"{n_sink} sinks + window"]}
+for n in sweep_n:
+    if n not in sweep:
+        sweep[n] = streaming.ppl(streaming.stream_nll(lm, stream, sink_cache(n), chunk, desc=f"{n} sinks")[after])
+newline = lm.tokenizer("\n", add_special_tokens=False).input_ids[-1]
+with_newlines = torch.cat([torch.full((4,), newline), stream])
+nl = streaming.stream_nll(lm, with_newlines, sink_cache(4), chunk, desc="newline sinks")[4:]  # text targets only
+newline_ppl = streaming.ppl(nl[after])
+table2 = pd.DataFrame({f"{lm.label} (measured, cache {budget})": [sweep[n] for n in sweep_n],
+                       "Llama-2-7B (paper, PG19)": paper["table2_pg19_400k"]["Llama-2-7B"],
+                       "Pythia-12B (paper, PG19)": paper["table2_pg19_400k"]["Pythia-12B"]},
+                      index=pd.Index(sweep_n, name="sink tokens"))
+display(table2.round(2))  # noqa: F821
+with plotting.style():
+    fig = streaming_plots.sink_sweep(sweep_n, [sweep[n] for n in sweep_n],
+                                     {k: paper["table2_pg19_400k"][k] for k in ("Llama-2-7B", "Pythia-12B")},
+                                     {"4 newline tokens as sinks": newline_ppl},
+                                     title=f"Perplexity vs sink tokens kept, {title}")
+    plotting.save(fig, fig_dir / "fig02_sink-count",
+                  f"Perplexity after the cache fills ({budget} tokens) of {title} against the number of sink tokens "
+                  f"kept, beside StreamingLLM's Table 2 (PG19); dotted: 4 newline tokens prepended as the sinks.")
+one_recovers = sweep[1] < sweep[0] and (sweep[0] - sweep[1]) > 0.5 * (sweep[0] - sweep[4])
+print(f"Verdict: 0/1/2/4/8 sinks -> {', '.join(f'{sweep[n]:.2f}' for n in sweep_n)}; one sink recovers "
+      f"{100 * (sweep[0] - sweep[1]) / max(sweep[0] - sweep[4], 1e-9):.0f}% of what four do; four newline tokens as "
+      f"sinks give {newline_ppl:.2f} (vs {sweep[4]:.2f} with the text's own first tokens) -> "
+      f"{'the position matters more than the content' if newline_ppl < 1.25 * sweep[4] else 'the content matters here'}.")
+headline["sink_sweep"] = {str(n): sweep[n] for n in sweep_n}
+headline["newline_sinks_ppl"] = newline_ppl
+headline["one_sink_recovers_most"] = one_recovers
+
+# %% [markdown]
+# ## 3 · Decode cost
+# Greedy generation token by token: time per token and the memory held by the KV cache, for the dense cache and
+# for sinks + window.
+
+# %%
+prompt = stream[:32]
+costs = {"dense": streaming.decode_cost(lm, prompt, run.decode_tokens, None, desc="decode dense"),
+         f"{n_sink} sinks + window": streaming.decode_cost(lm, prompt, run.decode_tokens,
+                                                           lambda: sink_cache(n_sink), desc="decode sinks")}
+with plotting.style():
+    fig = streaming_plots.decode_cost(costs, title=f"Decode cost per token, {title}")
+    plotting.save(fig, fig_dir / "fig03_decode-cost",
+                  f"Wall time per generated token (moving average) and KV-cache size of {title} generating "
+                  f"{run.decode_tokens} tokens after a 32-token prompt: dense cache vs {n_sink} sinks + window "
+                  f"(budget {budget}).")
+tail = slice(-max(1, run.decode_tokens // 4), None)
+ms = {k: float(c.seconds[tail].mean()) * 1000 for k, c in costs.items()}
+mib = {k: float(c.cache_bytes[-1]) / 2**20 for k, c in costs.items()}
+print(f"Verdict: over the last quarter, dense {ms['dense']:.1f} ms/token with a {mib['dense']:.1f} MiB cache; "
+      f"sinks + window {ms[f'{n_sink} sinks + window']:.1f} ms/token with {mib[f'{n_sink} sinks + window']:.1f} MiB "
+      f"(bounded by the budget).")
+headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
+
+# %% [markdown]
+# ## 4 · Sink-preserving KV quantisation
+# Keys and values quantised group-wise (groups of 32 channels, asymmetric min/max) to 4 and 2 bits, with and
+# without the first 4 tokens kept in full precision. Evaluated on the stream with a dense cache, 64 tokens per step
+# (every past key/value is read back quantised).
+
+# %%
+q_tokens = stream[: min(len(stream), 1024)]
+q_chunk = 64
+fp_ppl = streaming.ppl(streaming.stream_nll(lm, q_tokens, None, q_chunk, desc="full precision"))
+quant = {}
+for bits in (4, 2):
+    quant[f"{bits}-bit"] = {
+        label: streaming.ppl(streaming.stream_nll(
+            lm, q_tokens, QuantizedKVCache.for_model(lm.model, bits, 32, keep), q_chunk, desc=f"{bits}-bit {label}"))
+        for label, keep in (("all tokens quantised", 0), ("4 sink tokens kept", 4))
+    }
+display(pd.DataFrame(quant).T.round(3).assign(**{"full precision": round(fp_ppl, 3)}))  # noqa: F821
+with plotting.style():
+    fig = streaming_plots.quantization_bars(quant, fp_ppl, title=f"KV quantisation with and without sinks, {title}")
+    plotting.save(fig, fig_dir / "fig04_kv-quantization",
+                  f"Perplexity of {title} on {len(q_tokens)} held-out tokens with group-wise 4- and 2-bit KV cache, "
+                  f"quantising every token vs keeping the first 4 (sink) tokens in full precision; dashed: full "
+                  f"precision.")
+gain = {b: 100 * (1 - v["4 sink tokens kept"] / v["all tokens quantised"]) for b, v in quant.items()}
+print("Verdict: keeping the 4 sink tokens in full precision changes perplexity by "
+      + ", ".join(f"{-g:+.1f}% at {b}" for b, g in gain.items())
+      + f" (full precision {fp_ppl:.2f}) -> {'it helps' if min(gain.values()) > 0 else 'no consistent gain'}.")
+headline["kv_quant"] = {"full_precision": fp_ppl, **quant, "gain_percent": gain}
+
+# %% [markdown]
+# ## 5 · Attention calibration (ACT)
+# Heads in which a token other than the first draws a column mean $\frac{1}{T}\sum_t A_{t,j} > 0.1$ on
+# calibration text (training part of the Bible); in those heads, ACT scales the attention to such tokens by
+# $\beta = 0.4$ and renormalises each row, giving the mass back to the other tokens. Perplexity on held-out text,
+# and one head's attention before and after.
+
+# %%
+calib = text_windows(lm.tokenizer, run.probe_seqs, run.eval_seq_len, run.seed + 1, split="train")
+heads = non_first_sink_heads(lm, calib, threshold=0.1)
+n_heads = sum(len(h) for h in heads.values())
+heldout = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed, split="heldout")
+act_ppl = {"original": perplexity(lm, heldout, run.batch_size),
+           "ACT": perplexity(lm, heldout, run.batch_size, AttentionCalibration(lm.model, heads)) if heads else None}
+if heads:
+    layer = sorted(heads)[len(heads) // 2]
+    head = heads[layer][0]
+    one = heldout[:1]
+    before = analysis.attention_maps(lm, one, [layer])[0, head]
+    after_map = analysis.attention_maps(lm, one, [layer], AttentionCalibration(lm.model, {layer: [head]}))[0, head]
+    key = int(before[:, 1:].mean(0).argmax()) + 1
+    with plotting.style():
+        fig = origin_plots.attention_before_after(before, after_map, key,
+                                                  title=f"ACT in layer {layer}, head {head}, {title}")
+        plotting.save(fig, fig_dir / "fig05_act-maps",
+                      f"Attention of layer {layer}, head {head} of {title} on a held-out window before and after "
+                      f"attention calibration (beta 0.4); outlined: the first token and the strongest later sink "
+                      f"(position {key}).")
+helps = heads and act_ppl["ACT"] < act_ppl["original"]
+print(f"Verdict: {n_heads} heads of {lm.n_layers * lm.n_heads} have a non-first sink; perplexity "
+      f"{act_ppl['original']:.3f} -> {act_ppl['ACT'] if act_ppl['ACT'] is None else round(act_ppl['ACT'], 3)} with "
+      f"ACT -> {'it helps on this model' if helps else 'it does not help on this model'}.")
+headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
+                   "helps": bool(helps)}
+
+# %%
+headline["seconds"] = round(time.perf_counter() - started, 1)
+write_json(fig_dir / "headline.json", headline)

@@ -1,0 +1,92 @@
+"""Streaming evaluation: per-token NLL with a KV cache, the sliding-window-with-recompute baseline, decode cost."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import DynamicCache
+
+from sinklib.cache import cache_bytes
+from sinklib.models import LoadedModel
+
+
+@torch.inference_mode()
+def stream_nll(lm: LoadedModel, ids: torch.Tensor, cache=None, chunk: int = 1, desc: str = "stream",
+               progress: bool = True) -> torch.Tensor:
+    """-log p(x_{t+1} | what the cache holds) for t = 0..T-2, feeding ``chunk`` tokens per step. ids: (T,) -> (T-1,).
+
+    ``cache``: a transformers ``Cache`` (e.g. :class:`~sinklib.cache.SinkWindowCache`); None = dense
+    (``DynamicCache``). With ``chunk`` > 1 the tokens of one step also see each other (faster on CPU; the paper
+    evaluates token by token, ``chunk=1``).
+    """
+    cache = DynamicCache() if cache is None else cache
+    ids = ids.reshape(-1).to(lm.device)
+    out = []
+    for start in tqdm(range(0, len(ids) - 1, chunk), desc=desc, disable=not progress, leave=False):
+        block = ids[start:start + chunk]
+        logits = lm.model(block[None], past_key_values=cache, use_cache=True).logits[0].float()  # (c, V)
+        targets = ids[start + 1:start + 1 + len(block)]
+        out.append(F.cross_entropy(logits[:len(targets)], targets, reduction="none").cpu())
+    return torch.cat(out)
+
+
+@torch.inference_mode()
+def recompute_nll(lm: LoadedModel, ids: torch.Tensor, window: int, positions: Sequence[int],
+                  batch_size: int = 16, progress: bool = True) -> torch.Tensor:
+    """Sliding window with re-computation: for each t in ``positions``, run the model afresh on the last ``window``
+    tokens x_{t-window+1..t} and return -log p(x_{t+1} | them). ids: (T,) -> (len(positions),)."""
+    ids = ids.reshape(-1)
+    pos = [t for t in positions if t + 1 < len(ids)]
+    out = []
+    for i in tqdm(range(0, len(pos), batch_size), desc="recompute", disable=not progress, leave=False):
+        group = pos[i:i + batch_size]
+        for t in group:  # windows shorter than `window` at the start: run them one by one
+            if t + 1 < window:
+                logits = lm.model(ids[None, :t + 1].to(lm.device), use_cache=False, logits_to_keep=1).logits
+                out.append(F.cross_entropy(logits[:, -1].float(), ids[t + 1:t + 2].to(lm.device)).reshape(1).cpu())
+        full = [t for t in group if t + 1 >= window]
+        if full:
+            batch = torch.stack([ids[t + 1 - window:t + 1] for t in full]).to(lm.device)
+            logits = lm.model(batch, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+            targets = torch.stack([ids[t + 1] for t in full]).to(lm.device)
+            out.append(F.cross_entropy(logits, targets, reduction="none").cpu())
+    return torch.cat(out) if out else torch.empty(0)
+
+
+def running_ppl(nll: torch.Tensor) -> torch.Tensor:
+    """ppl_t = exp(mean_{s <= t} nll_s): the StreamingLLM-style curve of perplexity against tokens seen."""
+    return torch.exp(torch.cumsum(nll.double(), 0) / torch.arange(1, len(nll) + 1))
+
+
+def ppl(nll: torch.Tensor) -> float:
+    m = float(nll.double().mean())
+    return math.exp(m) if math.isfinite(m) and m < 700 else math.inf
+
+
+@dataclass
+class DecodeCost:
+    seconds: torch.Tensor  # (n,) wall time of each decoding step
+    cache_bytes: torch.Tensor  # (n,) bytes of keys/values held after each step
+
+
+@torch.inference_mode()
+def decode_cost(lm: LoadedModel, prompt: torch.Tensor, n_tokens: int, make_cache: Callable[[], object] | None = None,
+                desc: str = "decode", progress: bool = True) -> DecodeCost:
+    """Greedy decoding token by token after a prompt; time and KV-cache size per generated token."""
+    cache = DynamicCache() if make_cache is None else make_cache()
+    logits = lm.model(prompt.reshape(1, -1).to(lm.device), past_key_values=cache, use_cache=True).logits
+    token = logits[:, -1:].argmax(-1)
+    secs, sizes = [], []
+    for _ in tqdm(range(n_tokens), desc=desc, disable=not progress, leave=False):
+        start = time.perf_counter()
+        logits = lm.model(token, past_key_values=cache, use_cache=True).logits
+        token = logits[:, -1:].argmax(-1)
+        secs.append(time.perf_counter() - start)
+        sizes.append(cache_bytes(cache))
+    return DecodeCost(torch.tensor(secs), torch.tensor(sizes, dtype=torch.float64))
