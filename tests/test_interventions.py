@@ -142,3 +142,25 @@ def test_capture_must_be_outermost(tiny, ids):
         with Capture(tiny.model, attentions=True):
             pass
     assert tiny.model.config._attn_implementation == "sdpa"
+
+
+def test_attention_calibration_damps_non_first_sinks(tiny, ids):
+    from sinklib.interventions import AttentionCalibration
+
+    base, cap0 = run(tiny.model, ids, attentions=True)
+    hooks = hooks_left(tiny.model)
+    A0 = cap0.get("attentions", 1)  # (B, H, T, T)
+    threshold = float(A0.mean(dim=2)[..., 1:].quantile(0.9))  # make some later keys count as sinks
+    iv = AttentionCalibration(tiny.model, {1: [0, 2]}, beta=0.4, threshold=threshold)
+    _, cap = run(tiny.model, ids, iv, attentions=True)
+    A = cap.get("attentions", 1)
+    sink = A0.mean(dim=2) > threshold
+    sink[..., 0] = False
+    sink[:, [1, 3]] = False  # heads not chosen
+    c = torch.where(sink, 0.4, 1.0)[:, :, None, :]
+    expected = A0 * c / (A0 * c).sum(-1, keepdim=True)
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(A[:, [1, 3]], A0[:, [1, 3]], atol=1e-6, rtol=0)  # other heads untouched
+    torch.testing.assert_close(cap.get("attentions", 0), cap0.get("attentions", 0), atol=0, rtol=0)
+    assert iv.damped > 0 and iv.calls == 1
+    assert_restored(tiny.model, ids, base, hooks)

@@ -73,3 +73,21 @@ def test_interpretation_effects_point_the_right_way(executed):
     assert abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
     assert h["bias"]["value_norm_ratio_sink_heads"] < 1
     assert h["holds_all"] is True
+
+
+def test_utilization_json_shape_claims(executed):
+    res, folder = executed["01_utilization"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    post = h["streaming_ppl_after_budget"]
+    assert set(post) == {"dense", "window only", "4 sinks + window", "recompute"}
+    assert post["window only"] > 1.5 * post["4 sinks + window"]  # evicting the first tokens hurts, sinks rescue
+    sweep = h["sink_sweep"]
+    assert list(sweep) == ["0", "1", "2", "4", "8"] and sweep["0"] > sweep["1"]
+    assert h["newline_sinks_ppl"] < 1.5 * sweep["4"]
+    assert h["decode_cache_mib"]["4 sinks + window"] <= h["decode_cache_mib"]["dense"]
+    q = h["kv_quant"]
+    assert set(q) >= {"full_precision", "4-bit", "2-bit"}
+    assert q["2-bit"]["4 sink tokens kept"] < q["2-bit"]["all tokens quantised"]  # keeping sinks helps at 2 bits
+    assert q["2-bit"]["all tokens quantised"] > q["4-bit"]["all tokens quantised"] > 0.9 * q["full_precision"]
+    assert h["act"]["ppl"]["original"] > 0 and isinstance(h["act"]["helps"], bool)

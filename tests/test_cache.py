@@ -1,0 +1,76 @@
+"""StreamingLLM's sink + window cache on the tiny random Llama: equality, eviction order, positions, generate()."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from sinklib.cache import SinkWindowCache, rope_from_model, rotate, unrotate
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (1, 30), generator=torch.Generator().manual_seed(4))
+
+
+def step_logits(model, ids, cache, chunk=1):
+    with torch.no_grad():
+        return torch.cat([model(ids[:, s:s + chunk], past_key_values=cache, use_cache=True).logits
+                          for s in range(0, ids.shape[1], chunk)], dim=1)
+
+
+def test_rotation_round_trip(tiny):
+    rope = rope_from_model(tiny.model)
+    cos, sin = rope(torch.arange(7))
+    x = torch.randn(1, 2, 7, 16)
+    torch.testing.assert_close(unrotate(rotate(x, cos, sin), cos, sin), x, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_equals_dense_cache_until_eviction(tiny, ids, chunk):
+    dense = step_logits(tiny.model, ids, DynamicCache(), chunk)
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=4, window=40)  # capacity 43 > 30 tokens: no eviction
+    sink = step_logits(tiny.model, ids, cache, chunk)
+    torch.testing.assert_close(sink, dense, atol=1e-5, rtol=1e-5)
+    assert cache.evicted == 0 and cache.get_seq_length() == 30
+
+
+def test_eviction_keeps_sinks_and_most_recent(tiny, ids):
+    dense = DynamicCache()
+    step_logits(tiny.model, ids, dense)
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=2, window=5)
+    step_logits(tiny.model, ids, cache)
+    kept = [0, 1, 26, 27, 28, 29]  # 2 sinks + the last window - 1 = 4 tokens
+    layer, ref = cache.layers[0], dense.layers[0]
+    assert layer.keys.shape[-2] == len(kept) and cache.evicted == 30 - len(kept)
+    # layer 0 keys/values depend only on the token, not the context: compare with the dense cache's
+    torch.testing.assert_close(layer.values, ref.values[..., kept, :], atol=0, rtol=0)
+    cos, sin = rope_from_model(tiny.model)(torch.tensor(kept))
+    torch.testing.assert_close(layer.keys, unrotate(ref.keys[..., kept, :], cos, sin), atol=1e-5, rtol=1e-5)
+
+
+def test_positions_are_cache_indices(tiny, ids):
+    """After eviction the new token attends as if [sinks, window, token] sat at positions 0..n-1 (layer 0, where
+    keys, values and the query depend only on tokens and positions)."""
+    from sinklib.capture import Capture
+
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=2, window=5)
+    step_logits(tiny.model, ids[:, :29], cache)
+    with torch.no_grad(), Capture(tiny.model, attentions=True, layers=[0]) as cap:
+        tiny.model(ids[:, 29:], past_key_values=cache, use_cache=True)
+    streamed = cap.get("attentions", 0)[0, :, -1]  # (H, 7)
+    kept = [0, 1, 25, 26, 27, 28, 29]
+    with torch.no_grad(), Capture(tiny.model, attentions=True, layers=[0]) as cap:
+        tiny.model(ids[:, kept])
+    fresh = cap.get("attentions", 0)[0, :, -1]
+    torch.testing.assert_close(streamed, fresh, atol=1e-5, rtol=1e-5)
+
+
+def test_window_only_and_generate(tiny):
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=0, window=8)
+    prompt = tiny.tokenizer("In the beginning", return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = tiny.model.generate(prompt, past_key_values=cache, max_new_tokens=20, do_sample=False)
+    assert out.shape[1] == prompt.shape[1] + 20
+    assert cache.get_seq_length() == 7 and cache.evicted == prompt.shape[1] + 19 - 7
+    with pytest.raises(ValueError):
+        SinkWindowCache.for_model(tiny.model, n_sink=2, window=0)
