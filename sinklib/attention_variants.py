@@ -1,0 +1,154 @@
+"""Attention functions that do (or do not) grow a sink, each a small module with one job.
+
+Every variant maps per-head queries, keys, values (B, H, T, hd) -- and the layer's normalised input x (B, T, d) for
+the gated variants -- to head outputs (B, H, T, hd) before W_O, and also returns its attention weights (B, H, T, T)
+so training can measure sinks. Causal masking is part of every variant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def causal_logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """l_{t,j} = q_t . k_j / sqrt(hd) for j <= t, -inf above the diagonal. (B, H, T, hd) -> (B, H, T, T)."""
+    T, hd = q.shape[-2], q.shape[-1]
+    logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    return logits.masked_fill(mask, float("-inf"))
+
+
+class Softmax(nn.Module):
+    """Baseline: A = softmax_j(l_{t,j}), y = A v."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__()
+
+    def weights(self, q, k) -> torch.Tensor:
+        return torch.softmax(causal_logits(q, k), dim=-1)
+
+    def forward(self, q, k, v, x):
+        A = self.weights(q, k)
+        return torch.matmul(A, v), A
+
+
+class HeadwiseRMSNorm(Softmax):
+    """Structural-origin fix (arXiv 2605.06611): o_hat = o / RMS(o) * g per head, g in R^hd shared across heads."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, eps: float = 1e-6):
+        super().__init__(d_model, n_heads, head_dim)
+        self.gain = nn.Parameter(torch.ones(head_dim))
+        self.eps = eps
+
+    def forward(self, q, k, v, x):
+        o, A = super().forward(q, k, v, x)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain
+        return o, A
+
+
+class GatedHeadwise(Softmax):
+    """Gated attention (Qiu et al., arXiv 2505.06708): y' = y * sigmoid(x W_g), one gate per head."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__(d_model, n_heads, head_dim)
+        self.gate = nn.Linear(d_model, n_heads)
+
+    def forward(self, q, k, v, x):
+        o, A = super().forward(q, k, v, x)
+        g = torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None]  # (B, H, T, 1)
+        return o * g, A
+
+
+class GatedElementwise(Softmax):
+    """Gated attention, element-wise: one gate per head channel, y' = y * sigmoid(x W_g)."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__(d_model, n_heads, head_dim)
+        self.gate = nn.Linear(d_model, n_heads * head_dim)
+        self.n_heads = n_heads
+
+    def forward(self, q, k, v, x):
+        o, A = super().forward(q, k, v, x)
+        B, T = x.shape[:2]
+        g = torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, H, T, hd)
+        return o * g, A
+
+
+class Sigmoid(Softmax):
+    """Sigmoid attention without normalisation: A_{t,j} = sigmoid(l_{t,j} + b), b learnable, init -log(T_max)."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, max_len: int = 256):
+        super().__init__(d_model, n_heads, head_dim)
+        self.bias = nn.Parameter(torch.tensor(-math.log(max_len)))
+
+    def weights(self, q, k):
+        return torch.sigmoid(causal_logits(q, k) + self.bias)  # exp(-inf) -> sigmoid = 0 above the diagonal
+
+
+class SoftmaxOffByOne(Softmax):
+    """Softmax-off-by-one (zero sink): A_{t,j} = exp(l_tj) / (1 + sum_j' exp(l_tj')); rows may sum to < 1."""
+
+    def weights(self, q, k):
+        logits = causal_logits(q, k)
+        zero = torch.zeros_like(logits[..., :1])
+        return torch.softmax(torch.cat([logits, zero], dim=-1), dim=-1)[..., :-1]
+
+
+class Softpick(Softmax):
+    """Softpick (arXiv 2504.20966): A = relu(exp(l) - 1) / sum_j |exp(l_j) - 1| over visible keys (stable form)."""
+
+    def weights(self, q, k, eps: float = 1e-6):
+        logits = causal_logits(q, k)
+        m = logits.amax(dim=-1, keepdim=True).clamp_min(0.0)  # shift by max(m, 0): exp(l - m) - exp(-m)
+        e = torch.exp(logits - m) - torch.exp(-m)  # masked entries: 0 - exp(-m) -> excluded below
+        visible = torch.isfinite(logits)
+        num = F.relu(e).masked_fill(~visible, 0.0)
+        den = e.abs().masked_fill(~visible, 0.0).sum(-1, keepdim=True)
+        return num / (den + eps * torch.exp(-m))
+
+
+class SinkLogit(Softmax):
+    """Learned sink logit per head (gpt-oss): A = softmax over [l_t, s_h], sink column dropped; rows sum to < 1."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__(d_model, n_heads, head_dim)
+        self.sink = nn.Parameter(torch.zeros(n_heads))
+
+    def weights(self, q, k):
+        logits = causal_logits(q, k)
+        s = self.sink.view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        return torch.softmax(torch.cat([logits, s], dim=-1), dim=-1)[..., :-1]
+
+
+class KVBias(Softmax):
+    """Explicit attention bias (Sun et al., arXiv 2402.17762): a learnable key k' and value v' per head, always
+    visible: A over [k', k_1..k_t], y = A' v' + sum_j A_j v_j. Returned weights exclude the k' column."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int):
+        super().__init__(d_model, n_heads, head_dim)
+        self.k_bias = nn.Parameter(torch.randn(n_heads, head_dim) * 0.02)
+        self.v_bias = nn.Parameter(torch.zeros(n_heads, head_dim))
+
+    def forward(self, q, k, v, x):
+        logits = causal_logits(q, k)  # (B, H, T, T)
+        extra = torch.einsum("bhtd,hd->bht", q, self.k_bias)[..., None] / math.sqrt(q.shape[-1])
+        P = torch.softmax(torch.cat([extra, logits], dim=-1), dim=-1)
+        A = P[..., 1:]
+        return torch.matmul(A, v) + P[..., :1] * self.v_bias[None, :, None, :], A
+
+
+VARIANTS: dict[str, type[Softmax]] = {
+    "softmax": Softmax,
+    "headwise_rmsnorm": HeadwiseRMSNorm,
+    "gated_headwise": GatedHeadwise,
+    "gated_elementwise": GatedElementwise,
+    "sigmoid": Sigmoid,
+    "softmax_off_by_one": SoftmaxOffByOne,
+    "softpick": Softpick,
+    "sink_logit": SinkLogit,
+    "kv_bias": KVBias,
+}

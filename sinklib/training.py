@@ -1,0 +1,178 @@
+"""Train :class:`~sinklib.tinylm.TinyLM` with one attention variant and watch its sink, cached by configuration.
+
+Data: the World English Bible as bytes, random windows with a BOS token (id 256) at position 0 of every sequence
+(training part: the first 90% of verses; validation: the last 10%). Every ``eval_every`` steps a checkpoint records
+train/validation loss and the sink and outlier statistics of a fixed validation batch. A finished run is stored as
+JSON under ``<cache>/training/`` keyed by a hash of its full configuration, so unchanged runs are never repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from sinklib import metrics
+from sinklib.data import corpus_units
+from sinklib.models import cache_dir
+from sinklib.results import write_json
+from sinklib.tinylm import TinyConfig, TinyLM
+
+BOS = 256
+TRAINING_VERSION = 1  # bump when the loop or the metrics change, to invalidate cached runs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: TinyConfig = field(default_factory=TinyConfig)
+    steps: int = 400
+    batch_size: int = 16
+    seq_len: int = 128  # including the BOS token
+    lr: float = 3e-3
+    warmup: int = 40
+    weight_decay: float = 0.1
+    eval_every: int = 50
+    eval_seqs: int = 32
+    seed: int = 0
+    bos: bool = True
+    data: str = "bible"  # "bible" (real text, bytes) or "bigram_backcopy" (synthetic, Guo et al. 2024)
+
+    def key(self) -> str:
+        blob = json.dumps({"v": TRAINING_VERSION, **asdict(self)}, sort_keys=True)
+        return f"{self.model.attention}-s{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+@cache
+def bible_bytes(split: str) -> torch.Tensor:
+    """The Bible split as a uint8 tensor of UTF-8 bytes."""
+    return torch.frombuffer(bytearray(" ".join(corpus_units("bible", split)).encode()), dtype=torch.uint8)
+
+
+def byte_batch(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator, bos: bool = True) -> torch.Tensor:
+    """(batch, seq_len) windows of bytes at random offsets; position 0 is BOS when ``bos``."""
+    n = seq_len - 1 if bos else seq_len
+    starts = torch.randint(0, len(data) - n - 1, (batch,), generator=gen)
+    rows = torch.stack([data[s:s + n] for s in starts.tolist()]).long()
+    return torch.cat([torch.full((batch, 1), BOS), rows], dim=1) if bos else rows
+
+
+BBC_VOCAB, BBC_TRIGGERS = 64, (0, 1, 2)
+
+
+@cache
+def bigram_matrix(vocab: int = BBC_VOCAB, seed: int = 0) -> torch.Tensor:
+    """The fixed bigram transition matrix of the synthetic task: rows ~ Dirichlet(0.3), (vocab, vocab)."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch._standard_gamma(torch.full((vocab, vocab), 0.3), generator=gen)
+    return g / g.sum(-1, keepdim=True)
+
+
+def bigram_backcopy_batch(batch: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Bigram-backcopy (Guo et al., arXiv 2410.13835): after a trigger token the next token copies the token before
+    the trigger; otherwise it follows a fixed bigram chain. Position 0 is BOS. (batch, seq_len) ids."""
+    P = bigram_matrix()
+    x = torch.empty(batch, seq_len, dtype=torch.long)
+    x[:, 0] = BOS
+    x[:, 1] = torch.randint(3, BBC_VOCAB, (batch,), generator=gen)
+    is_trigger = torch.zeros(BBC_VOCAB + 1, dtype=torch.bool)
+    is_trigger[list(BBC_TRIGGERS)] = True
+    for t in range(2, seq_len):
+        prev = x[:, t - 1]
+        nxt = torch.multinomial(P[prev.clamp_max(BBC_VOCAB - 1)], 1, generator=gen).squeeze(1)
+        copy = is_trigger[prev] & (t >= 3)
+        x[:, t] = torch.where(copy, x[:, t - 2], nxt)
+    return x
+
+
+def make_batch(cfg: TrainConfig, split: str, batch: int, gen: torch.Generator) -> torch.Tensor:
+    if cfg.data == "bible":
+        return byte_batch(bible_bytes(split), batch, cfg.seq_len, gen, cfg.bos)
+    if cfg.data == "bigram_backcopy":
+        return bigram_backcopy_batch(batch, cfg.seq_len, gen)
+    raise ValueError(f"unknown data {cfg.data!r}; use 'bible' or 'bigram_backcopy'")
+
+
+def effective_rank(h: torch.Tensor) -> float:
+    """exp(entropy of the normalised singular values) of a (tokens, d) matrix (Roy & Vetterli)."""
+    s = torch.linalg.svdvals(h.float() - h.float().mean(0))
+    p = s / s.sum()
+    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+
+
+def kurtosis(x: torch.Tensor) -> float:
+    """E[(x - mu)^4] / sigma^4 over all entries (3 for a Gaussian; large when a few entries are huge)."""
+    x = x.double().flatten()
+    z = x - x.mean()
+    return float((z ** 4).mean() / (z ** 2).mean() ** 2)
+
+
+@torch.no_grad()
+def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) -> dict:
+    """Loss and sink/outlier statistics on a fixed batch (N, T)."""
+    model.eval()
+    logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
+    model.train()
+    alphas = metrics.alpha(A, 0).permute(1, 0, 2)  # (N, L, H): attention to position 0 (BOS)
+    return {
+        "val_loss": float(F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())),
+        "sink_rate": metrics.sink_rate(alphas, eps),
+        "first_attention": float(alphas.mean()),
+        "alpha_by_layer": alphas.mean(dim=(0, 2)).tolist(),
+        "max_activation": float(H.abs().max()),
+        "kurtosis": kurtosis(H),
+        "dom_ratio_first": float(metrics.dom_ratio(H[:, :, 0]).mean()),
+        "effective_rank": effective_rank(H[-1].flatten(0, 1)),
+    }
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+
+
+def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True) -> dict:
+    """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}."""
+    path = cache_dir() / "training" / f"{cfg.key()}.json"
+    if use_cache and path.exists():
+        return json.loads(path.read_text())
+    torch.manual_seed(cfg.seed)
+    model = TinyLM(cfg.model)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234))
+    checkpoints, losses = [], []
+    start = time.perf_counter()
+    bar = tqdm(range(cfg.steps + 1), desc=f"{cfg.model.attention} seed {cfg.seed}", disable=not progress, leave=False)
+    for step in bar:
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            row = {"step": step, "train_loss": sum(losses) / len(losses) if losses else None, **evaluate(model, val)}
+            checkpoints.append(row)
+            losses = []
+            bar.set_postfix(val=f"{row['val_loss']:.3f}", sink=f"{row['sink_rate']:.2f}")
+        if step == cfg.steps:
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        batch = make_batch(cfg, "train", cfg.batch_size, gen)
+        logits = model(batch)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints,
+              "seconds": time.perf_counter() - start}
+    if use_cache:
+        write_json(path, result)
+    return result

@@ -1,0 +1,99 @@
+"""Each attention variant on hand-built inputs: causality, row sums, gates, and where the missing mass goes."""
+
+import math
+
+import pytest
+import torch
+
+from sinklib import attention_variants as av
+
+B, H, T, HD, D = 2, 3, 5, 4, 12
+
+
+@pytest.fixture()
+def qkv():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(B, H, T, HD, generator=g), torch.randn(B, H, T, HD, generator=g),
+            torch.randn(B, H, T, HD, generator=g), torch.randn(B, T, D, generator=g))
+
+
+@pytest.mark.parametrize("name", list(av.VARIANTS))
+def test_causal_and_shapes(name, qkv):
+    q, k, v, x = qkv
+    mod = av.VARIANTS[name](D, H, HD)
+    y, A = mod(q, k, v, x)
+    assert y.shape == (B, H, T, HD) and A.shape == (B, H, T, T)
+    assert A.triu(1).abs().max() == 0 and (A >= 0).all()
+    # changing a later token must not change earlier outputs
+    k2, v2 = k.clone(), v.clone()
+    k2[..., -1, :] += 5.0
+    v2[..., -1, :] -= 3.0
+    y2, _ = mod(q, k2, v2, x)
+    torch.testing.assert_close(y2[..., :-1, :], y[..., :-1, :])
+
+
+def test_softmax_rows_sum_to_one_and_first_row_is_self(qkv):
+    q, k, v, x = qkv
+    y, A = av.Softmax(D, H, HD)(q, k, v, x)
+    torch.testing.assert_close(A.sum(-1), torch.ones(B, H, T))
+    torch.testing.assert_close(y[..., 0, :], v[..., 0, :])  # o_0 = v_0
+
+
+def test_equal_logits_give_known_rows():
+    q, k = torch.zeros(1, 1, 3, HD), torch.zeros(1, 1, 3, HD)  # every logit 0
+    soft = av.Softmax(D, 1, HD).weights(q, k)[0, 0]
+    assert soft[2].tolist() == pytest.approx([1 / 3] * 3)
+    off = av.SoftmaxOffByOne(D, 1, HD).weights(q, k)[0, 0]
+    assert off[2].tolist() == pytest.approx([1 / 4] * 3)  # exp(0) / (1 + 3 exp(0)); 1/4 went to the zero sink
+    sig = av.Sigmoid(D, 1, HD, max_len=8)
+    assert sig.weights(q, k)[0, 0, 2].tolist() == pytest.approx([1 / (1 + 8)] * 3)  # sigmoid(0 - log 8)
+    pick = av.Softpick(D, 1, HD).weights(q, k)[0, 0]
+    assert pick.abs().max() == 0  # relu(exp(0) - 1) = 0: softpick can attend to nothing
+    sink = av.SinkLogit(D, 1, HD)
+    with torch.no_grad():
+        sink.sink.fill_(math.log(3.0))
+    assert sink.weights(q, k)[0, 0, 2].tolist() == pytest.approx([1 / 6] * 3)  # 3 / (3 + 3) to the learned sink
+
+
+def test_softpick_formula():
+    q = torch.tensor([[[[1.0, 0, 0, 0]] * 3]])  # (1, 1, 3, 4)
+    k = torch.tensor([[[[2.0, 0, 0, 0], [0, 0, 0, 0], [-2.0, 0, 0, 0]]]])
+    A = av.Softpick(D, 1, HD).weights(q, k)[0, 0, 2]
+    e = torch.exp(torch.tensor([1.0, 0.0, -1.0])) - 1  # logits = q.k / sqrt(4)
+    torch.testing.assert_close(A, torch.relu(e) / e.abs().sum(), atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_output_has_unit_rms_times_gain(qkv):
+    q, k, v, x = qkv
+    mod = av.HeadwiseRMSNorm(D, H, HD)
+    with torch.no_grad():
+        mod.gain.fill_(2.0)
+    y, _ = mod(q, k, v, x)
+    torch.testing.assert_close(y.pow(2).mean(-1).sqrt(), torch.full((B, H, T), 2.0), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [av.GatedHeadwise, av.GatedElementwise])
+def test_gates(cls, qkv):
+    q, k, v, x = qkv
+    mod = cls(D, H, HD)
+    base, _ = av.Softmax(D, H, HD)(q, k, v, x)
+    with torch.no_grad():
+        mod.gate.weight.zero_()
+        mod.gate.bias.fill_(-1e4)  # gate closed
+    assert mod(q, k, v, x)[0].abs().max() < 1e-6
+    with torch.no_grad():
+        mod.gate.bias.fill_(0.0)  # sigmoid(0) = 1/2
+    torch.testing.assert_close(mod(q, k, v, x)[0], base / 2)
+
+
+def test_kv_bias_takes_mass_and_adds_its_value(qkv):
+    q, k, v, x = qkv
+    mod = av.KVBias(D, H, HD)
+    with torch.no_grad():
+        mod.k_bias.zero_()  # logit 0 against every query
+        mod.v_bias.fill_(1.0)
+    y, A = mod(q, k, v, x)
+    logits = av.causal_logits(q, k)
+    p_bias = 1 / (1 + torch.exp(logits).sum(-1))  # exp(0) / (exp(0) + sum_j exp(l_j))
+    torch.testing.assert_close(A.sum(-1), 1 - p_bias, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(y, torch.matmul(A, v) + p_bias[..., None], atol=1e-6, rtol=1e-5)
