@@ -17,15 +17,13 @@ windows; grouped-query heads are handled without repeating keys; soft-capping is
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 
 import torch
 from torch import nn
 
-from sinklib.capture import _eager_for
+from sinklib.registry import AttentionSwitch
 
-_counter = itertools.count()
 DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads): small enough to stay in cache
 
 
@@ -65,8 +63,7 @@ class AttentionStats:
         self.visible: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, N)]
         self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
-        self._name: str | None = None
-        self._previous: str | None = None
+        self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
 
     # ------------------------------------------------------------------------------------------------ computation
     def _chunk_size(self, batch: int, heads: int, k_len: int) -> int:
@@ -134,39 +131,16 @@ class AttentionStats:
             self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
         self._reduce(module, query, key, attention_mask, kwargs)
-        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self._previous, _eager_for(module))
-        return fn(module, query, key, value, attention_mask, **kwargs)
+        return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ context
     def __enter__(self) -> AttentionStats:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-        self._previous = self.model.config._attn_implementation
-        self._name = f"sinklib_stats_{next(_counter)}"
-        AttentionInterface.register(self._name, self._attention)
-        # give the backend the very mask it would have built for itself (None for plain causal sdpa)
-        AttentionMaskInterface.register(self._name, AttentionMaskInterface._global_mapping.get(self._previous, eager_mask))
-        try:
-            self.model.set_attn_implementation(self._name)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        self._switch.__enter__()  # the backend gets the very mask it would have built (None for causal sdpa)
         return self
 
     def __exit__(self, *exc) -> None:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface
-
-        if self._name is not None:
-            if self.model.config._attn_implementation == self._name:
-                self.model.set_attn_implementation(self._previous)
-            AttentionInterface._global_mapping.pop(self._name, None)
-            AttentionMaskInterface._global_mapping.pop(self._name, None)
-            self._name = None
+        self._switch.__exit__(*exc)
 
     # ------------------------------------------------------------------------------------------------ results
     @property

@@ -15,14 +15,14 @@ Everything is registered on ``__enter__`` and removed on ``__exit__``, even when
 
 from __future__ import annotations
 
-import itertools
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from sinklib.registry import AttentionSwitch, eager_for
 
 KINDS = (
     "attentions",  # (B, H, T_q, T_k) probabilities
@@ -39,7 +39,6 @@ _VIA_ATTENTION_FN = {"attentions", "queries", "keys", "values"}
 _ATTN_NAMES = ("self_attn", "attention", "attn", "self_attention")
 _OPROJ_NAMES = ("o_proj", "out_proj", "output.dense", "dense", "c_proj", "proj")
 _DOWN_NAMES = ("down_proj", "fc2", "w2", "c_proj", "dense_4h_to_h")
-_counter = itertools.count()
 
 
 @dataclass
@@ -84,14 +83,6 @@ def find_layers(model: nn.Module) -> list[LayerParts]:
     return parts
 
 
-def _eager_for(module: nn.Module) -> Callable:
-    """The eager attention function of the module's own modeling file (handles GQA, soft-capping, sinks, ...)."""
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        from transformers.models.llama.modeling_llama import eager_attention_forward as fn
-    return fn
-
-
 class Capture:
     """Context manager that records per-layer tensors during the forwards run inside it.
 
@@ -132,8 +123,7 @@ class Capture:
         self.store_device = torch.device(store_device)
         self.records: dict[str, dict[int, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
         self._handles: list = []
-        self._attn_name: str | None = None
-        self._previous_impl: str | None = None
+        self._switch: AttentionSwitch | None = None
 
     # ------------------------------------------------------------------------------------------------ recording
     def _store(self, kind: str, layer: int, tensor: torch.Tensor) -> None:
@@ -145,7 +135,7 @@ class Capture:
         self.records[kind][layer].append(tensor.to(self.store_device))
 
     def _attention_fn(self, module, query, key, value, attention_mask, **kwargs):
-        out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
+        out, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)
         for kind, tensor in (("attentions", weights), ("queries", query), ("keys", key), ("values", value)):
             if kind in self.wanted:
                 self._store(kind, module.layer_idx, tensor)
@@ -197,14 +187,7 @@ class Capture:
                         f"a sinklib capture or intervention ({current}) is already active on this model; enter Capture "
                         "first: `with Capture(...) as cap, SomeIntervention(...):`"
                     )
-                from transformers import AttentionInterface
-                from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-                self._attn_name = f"sinklib_capture_{next(_counter)}"
-                AttentionInterface.register(self._attn_name, self._attention_fn)
-                AttentionMaskInterface.register(self._attn_name, eager_mask)
-                self._previous_impl = self.model.config._attn_implementation
-                self.model.set_attn_implementation(self._attn_name)
+                self._switch = AttentionSwitch(self.model, "sinklib_capture", self._attention_fn).__enter__()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -214,15 +197,9 @@ class Capture:
         for h in self._handles:
             h.remove()
         self._handles = []
-        if self._attn_name is not None:
-            from transformers import AttentionInterface
-            from transformers.masking_utils import AttentionMaskInterface
-
-            if self._previous_impl is not None:
-                self.model.set_attn_implementation(self._previous_impl)
-            AttentionInterface._global_mapping.pop(self._attn_name, None)
-            AttentionMaskInterface._global_mapping.pop(self._attn_name, None)
-            self._attn_name = self._previous_impl = None
+        if self._switch is not None:
+            self._switch.__exit__(None, None, None)
+            self._switch = None
 
     # ------------------------------------------------------------------------------------------------ results
     def get(self, kind: str, layer: int) -> torch.Tensor:

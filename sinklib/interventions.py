@@ -15,15 +15,13 @@ They compose with :class:`sinklib.capture.Capture` when entered inside it:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from sinklib.capture import _eager_for, find_layers
-
-_counter = itertools.count()
+from sinklib.capture import find_layers
+from sinklib.registry import AttentionSwitch, eager_for
 
 
 class _Intervention:
@@ -38,8 +36,7 @@ class _Intervention:
         if bad:
             raise ValueError(f"layers {bad} outside 0..{n - 1}")
         self._handles: list = []
-        self._attn_name: str | None = None
-        self._previous_impl: str | None = None
+        self._switch: AttentionSwitch | None = None
         self.calls = 0  # how many times the edit was applied (a test can check it ran)
 
     def _install(self) -> None:  # subclasses register hooks here
@@ -50,20 +47,11 @@ class _Intervention:
 
     def _delegate(self, module, *args, **kwargs):
         """Call the attention function that was active before this intervention (sdpa, eager, a Capture, ...)."""
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self._previous_impl, _eager_for(module))
-        return fn(module, *args, **kwargs)
+        return self._switch.delegate(module, *args, **kwargs)
 
     def _use_attention_function(self) -> None:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-        self._attn_name = f"sinklib_intervention_{next(_counter)}"
-        AttentionInterface.register(self._attn_name, self._attention)
-        AttentionMaskInterface.register(self._attn_name, eager_mask)  # always a 4D additive mask to edit
-        self._previous_impl = self.model.config._attn_implementation
-        self.model.set_attn_implementation(self._attn_name)
+        """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit."""
+        self._switch = AttentionSwitch(self.model, "sinklib_intervention", self._attention).__enter__()
 
     def __enter__(self):
         try:
@@ -77,14 +65,9 @@ class _Intervention:
         for h in self._handles:
             h.remove()
         self._handles = []
-        if self._attn_name is not None:
-            from transformers import AttentionInterface
-            from transformers.masking_utils import AttentionMaskInterface
-
-            self.model.set_attn_implementation(self._previous_impl)
-            AttentionInterface._global_mapping.pop(self._attn_name, None)
-            AttentionMaskInterface._global_mapping.pop(self._attn_name, None)
-            self._attn_name = self._previous_impl = None
+        if self._switch is not None:
+            self._switch.__exit__(None, None, None)
+            self._switch = None
 
 
 class SelfOnlyAttention(_Intervention):
@@ -217,7 +200,7 @@ class AttentionCalibration(_Intervention):
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
         layer = module.layer_idx
         if layer in self.heads and query.shape[2] > 1:
-            _, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
+            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)
             col_mean = weights.float().mean(dim=2)  # (B, H, N)
             chosen = torch.zeros(col_mean.shape[1], dtype=torch.bool, device=col_mean.device)
             chosen[self.heads[layer]] = True

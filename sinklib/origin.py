@@ -86,7 +86,6 @@ def find_super_neurons(
     """
     parts = find_layers(lm.model)
     L = len(parts)
-    first = [0.0] * L
     firsts, rests, medians = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)]
     for batch in _batches(ids, batch_size):
         with Capture(lm.model, mlp_activations=True) as cap:
