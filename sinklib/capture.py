@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sinklib.registry import AttentionSwitch, eager_for
+from sinklib.registry import AttentionSwitch, Patch, eager_for
 
 KINDS = (
     "attentions",  # (B, H, T_q, T_k) probabilities
@@ -83,7 +83,7 @@ def find_layers(model: nn.Module) -> list[LayerParts]:
     return parts
 
 
-class Capture:
+class Capture(Patch):
     """Context manager that records per-layer tensors during the forwards run inside it.
 
     >>> with Capture(lm.model, attentions=True, hidden_states=True) as cap:
@@ -108,6 +108,7 @@ class Capture:
         reduce: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] | None = None,
         store_device: str | torch.device = "cpu",
     ):
+        super().__init__()
         self.model = model
         self.parts = find_layers(model)
         self.layers = set(range(len(self.parts)) if layers is None else layers)
@@ -122,8 +123,6 @@ class Capture:
         self.reduce = reduce or {}
         self.store_device = torch.device(store_device)
         self.records: dict[str, dict[int, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
-        self._handles: list = []
-        self._switch: AttentionSwitch | None = None
 
     # ------------------------------------------------------------------------------------------------ recording
     def _store(self, kind: str, layer: int, tensor: torch.Tensor) -> None:
@@ -177,29 +176,16 @@ class Capture:
         return handles
 
     # ------------------------------------------------------------------------------------------------ context
-    def __enter__(self) -> Capture:
-        try:
-            self._handles = self._hooks()
-            if self.wanted & _VIA_ATTENTION_FN:
-                current = self.model.config._attn_implementation or ""
-                if current.startswith("sinklib_"):
-                    raise RuntimeError(
-                        f"a sinklib capture or intervention ({current}) is already active on this model; enter Capture "
-                        "first: `with Capture(...) as cap, SomeIntervention(...):`"
-                    )
-                self._switch = AttentionSwitch(self.model, "sinklib_capture", self._attention_fn).__enter__()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        if self._switch is not None:
-            self._switch.__exit__(None, None, None)
-            self._switch = None
+    def _install(self) -> None:
+        self._handles = self._hooks()
+        if self.wanted & _VIA_ATTENTION_FN:
+            current = self.model.config._attn_implementation or ""
+            if current.startswith("sinklib_"):
+                raise RuntimeError(
+                    f"a sinklib capture or intervention ({current}) is already active on this model; enter Capture "
+                    "first: `with Capture(...) as cap, SomeIntervention(...):`"
+                )
+            self._switch = AttentionSwitch(self.model, "sinklib_capture", self._attention_fn).__enter__()
 
     # ------------------------------------------------------------------------------------------------ results
     def get(self, kind: str, layer: int) -> torch.Tensor:

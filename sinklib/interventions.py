@@ -21,13 +21,14 @@ import torch
 from torch import nn
 
 from sinklib.capture import find_layers
-from sinklib.registry import AttentionSwitch, eager_for
+from sinklib.registry import AttentionSwitch, Patch, eager_for
 
 
-class _Intervention:
-    """Shared enter/exit bookkeeping: hooks and (optionally) a registered attention function."""
+class _Intervention(Patch):
+    """Shared bookkeeping: the layers to edit; hooks and the attention switch are undone by :class:`Patch`."""
 
     def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
+        super().__init__()
         self.model = model
         self.parts = find_layers(model)
         n = len(self.parts)
@@ -35,12 +36,7 @@ class _Intervention:
         bad = [i for i in self.layers if not 0 <= i < n]
         if bad:
             raise ValueError(f"layers {bad} outside 0..{n - 1}")
-        self._handles: list = []
-        self._switch: AttentionSwitch | None = None
         self.calls = 0  # how many times the edit was applied (a test can check it ran)
-
-    def _install(self) -> None:  # subclasses register hooks here
-        pass
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):  # subclasses may override
         raise NotImplementedError
@@ -52,22 +48,6 @@ class _Intervention:
     def _use_attention_function(self) -> None:
         """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit."""
         self._switch = AttentionSwitch(self.model, "sinklib_intervention", self._attention).__enter__()
-
-    def __enter__(self):
-        try:
-            self._install()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        if self._switch is not None:
-            self._switch.__exit__(None, None, None)
-            self._switch = None
 
 
 class SelfOnlyAttention(_Intervention):

@@ -72,3 +72,34 @@ class AttentionSwitch:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         return ALL_ATTENTION_FUNCTIONS.get_interface(self.previous, eager_for(module))(module, *args, **kwargs)
+
+
+class Patch:
+    """Base for context managers that add forward hooks and/or an :class:`AttentionSwitch` to a model.
+
+    Subclasses implement :meth:`_install` (append hook handles to ``self._handles``, set ``self._switch``);
+    ``__exit__`` always removes both, also when ``_install`` or the ``with`` body raises.
+    """
+
+    def __init__(self) -> None:
+        self._handles: list = []
+        self._switch: AttentionSwitch | None = None
+
+    def _install(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self._install()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._switch is not None:
+            self._switch.__exit__(None, None, None)
+            self._switch = None
