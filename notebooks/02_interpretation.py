@@ -177,9 +177,7 @@ with plotting.style():
                   f"Per head of {title}: |cos| between the first token's key and the queries' top singular direction, "
                   f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_1.")
 sink_heads = lock["alpha_first"] > 0.3
-stats = {name: (float(lock[name][sink_heads].mean()) if sink_heads.any() else float("nan"),
-                float(lock[name][~sink_heads].mean()) if (~sink_heads).any() else float("nan"))
-         for name in ("key_query_cos", "positive_fraction")}
+stats = origin.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
 holds_4 = bool(sink_heads.any()) and stats["positive_fraction"][0] > 0.9 and \
     stats["key_query_cos"][0] > stats["key_query_cos"][1]
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
@@ -303,9 +301,9 @@ with plotting.style():
                   f"Per head of {title}: the first token's value norm relative to the other tokens' and the spread of "
                   f"its contribution A_t0 v_0 around a constant vector (relative to |o_t|), against alpha_1.")
 heads = bias["alpha_first"] > 0.3
-vnr = float(bias["value_norm_ratio"][heads].median()) if heads.any() else float("nan")
-dev = float(bias["bias_deviation"][heads].median()) if heads.any() else float("nan")
-share = float(bias["sink_share"][heads].median()) if heads.any() else float("nan")
+medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "bias_deviation", "sink_share")},
+                               bias["alpha_first"], stat="median")
+vnr, dev, share = (medians[k][0] for k in ("value_norm_ratio", "bias_deviation", "sink_share"))
 holds_7b = bool(heads.any()) and vnr < 1 and dev < 0.5
 print(f"Verdict: in sink heads the first token's value is {vnr:.2f}x the others' (median), supplies "
       f"{100 * share:.0f}% of the output norm, and its contribution deviates from a constant by {100 * dev:.0f}% of "

@@ -247,3 +247,20 @@ def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         res["bias_deviation"][i] = (dev / on.mean(-1).clamp_min(1e-12)).mean(0)
         res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
     return res
+
+
+def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: float = metrics.GU_EPS,
+                  stat: str = "mean") -> dict[str, tuple[float, float]]:
+    """Summarise per-head statistics (L, H) over sink heads (alpha > eps) and the other heads.
+
+    Returns {name: (statistic over sink heads, statistic over the others)}; NaN where a group is empty.
+    ``stat``: "mean" or "median".
+    """
+    sink = alpha > eps
+
+    def summary(t: torch.Tensor) -> float:
+        if t.numel() == 0:
+            return float("nan")
+        return float(t.float().mean() if stat == "mean" else t.float().median())
+
+    return {name: (summary(v[sink]), summary(v[~sink])) for name, v in values.items()}

@@ -80,3 +80,11 @@ def test_gated_mlp_required(tiny):
 
     with pytest.raises(WrongFamilyError, match="gated MLP"):
         origin.require_gated_mlp(load_model("tiny-vit-random"), "02_interpretation")
+
+
+def test_sink_vs_other_groups_heads():
+    alpha = torch.tensor([[0.9, 0.1], [0.5, 0.0]])
+    vals = {"x": torch.tensor([[1.0, 10.0], [3.0, 20.0]])}
+    assert origin.sink_vs_other(vals, alpha) == {"x": (2.0, 15.0)}
+    none_sink = origin.sink_vs_other(vals, torch.zeros(2, 2), stat="median")["x"]
+    assert math.isnan(none_sink[0]) and none_sink[1] == 3.0  # torch's median: the lower middle of 1, 3, 10, 20
