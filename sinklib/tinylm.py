@@ -24,7 +24,7 @@ class TinyConfig:
     d_ff: int = 344  # SwiGLU width ~ 8/3 d
     max_len: int = 256
     attention: str = "softmax"
-    rope_theta: float = 10000.0
+    rope_theta: float = 10000.0  # 0 = no positional encoding at all (NoPE)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,7 +66,8 @@ class Block(nn.Module):
         B, T, _ = h.shape
         x = self.norm1(h)  # (B, T, d)
         q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.hd).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
-        q, k = rope(q, self.cfg.rope_theta), rope(k, self.cfg.rope_theta)
+        if self.cfg.rope_theta > 0:
+            q, k = rope(q, self.cfg.rope_theta), rope(k, self.cfg.rope_theta)
         o, A = self.attn(q, k, v, x)  # (B, H, T, hd), (B, H, T, T)
         h = h + self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
         gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
