@@ -41,7 +41,7 @@ from sinklib import analysis, origin_plots, plotting, profiles, streaming, strea
 from sinklib.cache import SinkWindowCache
 from sinklib.calibration import non_first_sink_heads
 from sinklib.data import text_windows
-from sinklib.evaluation import perplexity
+from sinklib.evaluation import perplexity, ppl
 from sinklib.interventions import AttentionCalibration
 from sinklib.kvquant import QuantizedKVCache
 from sinklib.models import load_model, require_family
@@ -85,9 +85,9 @@ nll = {
 positions = torch.linspace(0, len(stream) - 2, run.recompute_points).round().long().unique().tolist()
 recompute = streaming.recompute_nll(lm, stream, budget, positions)
 after = slice(budget, None)  # tokens predicted once the cache is full
-post = {name: streaming.ppl(v[after]) for name, v in nll.items()}
+post = {name: ppl(v[after]) for name, v in nll.items()}
 late = [i for i, p in enumerate(positions) if p >= budget]
-post["recompute"] = streaming.ppl(recompute[late])
+post["recompute"] = ppl(recompute[late])
 with plotting.style():
     fig = streaming_plots.streaming_curves(
         {k: streaming.running_ppl(v) for k, v in nll.items()},
@@ -118,11 +118,11 @@ sweep_n = [0, 1, 2, 4, 8]
 sweep = {0: post["window only"], n_sink: post[f"{n_sink} sinks + window"]}
 for n in sweep_n:
     if n not in sweep:
-        sweep[n] = streaming.ppl(streaming.stream_nll(lm, stream, sink_cache(n), chunk, desc=f"{n} sinks")[after])
+        sweep[n] = ppl(streaming.stream_nll(lm, stream, sink_cache(n), chunk, desc=f"{n} sinks")[after])
 newline = lm.tokenizer("\n", add_special_tokens=False).input_ids[-1]
 with_newlines = torch.cat([torch.full((4,), newline), stream])
 nl = streaming.stream_nll(lm, with_newlines, sink_cache(4), chunk, desc="newline sinks")[4:]  # text targets only
-newline_ppl = streaming.ppl(nl[after])
+newline_ppl = ppl(nl[after])
 table2 = pd.DataFrame({f"{lm.label} (measured, cache {budget})": [sweep[n] for n in sweep_n],
                        "Llama-2-7B (paper, PG19)": paper["table2_pg19_400k"]["Llama-2-7B"],
                        "Pythia-12B (paper, PG19)": paper["table2_pg19_400k"]["Pythia-12B"]},
@@ -178,11 +178,11 @@ headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
 # %%
 q_tokens = stream[: min(len(stream), 1024)]
 q_chunk = 64
-fp_ppl = streaming.ppl(streaming.stream_nll(lm, q_tokens, None, q_chunk, desc="full precision"))
+fp_ppl = ppl(streaming.stream_nll(lm, q_tokens, None, q_chunk, desc="full precision"))
 quant = {}
 for bits in (4, 2):
     quant[f"{bits}-bit"] = {
-        label: streaming.ppl(streaming.stream_nll(
+        label: ppl(streaming.stream_nll(
             lm, q_tokens, QuantizedKVCache.for_model(lm.model, bits, 32, keep), q_chunk, desc=f"{bits}-bit {label}"))
         for label, keep in (("all tokens quantised", 0), ("4 sink tokens kept", 4))
     }

@@ -31,7 +31,6 @@ class SinkProfile:
     dom_rest: torch.Tensor  # (N, L) DomRatio of the other tokens, averaged over positions 1..T-1
     extremes: list[metrics.Extreme]  # per layer: the largest |h| over the batch
     massive_dims: list[list[int]] = field(default_factory=list)  # per layer: dims meeting Sun et al.'s criterion
-    massive_positions: list[list[int]] = field(default_factory=list)
 
     @property
     def sink_rate(self) -> float:
@@ -84,7 +83,6 @@ def profile_sinks(
     alphas, masses, dom_first, dom_rest = [], [], [], []
     best: list[metrics.Extreme | None] = [None] * L
     dims: list[set[int]] = [set() for _ in range(L)]
-    positions: list[set[int]] = [set() for _ in range(L)]
     bar = tqdm(range(0, N, batch_size), desc=f"{lm.name} / {input_name}", disable=not progress, leave=False)
     with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats:
         for start in bar:
@@ -105,13 +103,12 @@ def profile_sinks(
                     best[i] = ext
                 rep = metrics.find_massive(hidden[i])
                 dims[i].update(rep.dims)
-                positions[i].update(rep.positions)
             cap.clear()
     key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
     return SinkProfile(
         model=lm.name, input=input_name, eps=eps, alphas=torch.cat(alphas), key_mass=key_mass,
         dom_first=torch.cat(dom_first), dom_rest=torch.cat(dom_rest), extremes=best,  # type: ignore[arg-type]
-        massive_dims=[sorted(d) for d in dims], massive_positions=[sorted(p) for p in positions],
+        massive_dims=[sorted(d) for d in dims]
     )
 
 

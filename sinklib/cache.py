@@ -58,7 +58,6 @@ class SinkWindowLayer(DynamicLayer):
         if n_sink < 0 or window < 1:
             raise ValueError(f"need n_sink >= 0 and window >= 1, got {n_sink} and {window}")
         self.n_sink, self.window, self.rope = n_sink, window, rope
-        self.seen = 0  # tokens that have passed through the layer
         self.evicted = 0
 
     @property
@@ -79,7 +78,6 @@ class SinkWindowLayer(DynamicLayer):
         n = keys.shape[-2]
         cos, sin = self.rope(torch.arange(n, device=dev))
         out_keys = rotate(keys.float(), cos, sin).to(key_states.dtype)  # positions = cache indices 0..n-1
-        self.seen += q
         if n > self.capacity:  # evict the oldest window tokens, never the sinks
             recent = torch.arange(n - (self.window - 1), n, device=dev)
             keep = torch.cat([torch.arange(self.n_sink, device=dev), recent])

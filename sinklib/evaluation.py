@@ -29,7 +29,12 @@ def token_nll(lm: LoadedModel, input_ids: torch.Tensor, batch_size: int = 8, int
     return torch.cat(out)
 
 
+def ppl(nll: torch.Tensor) -> float:
+    """ppl = exp(mean NLL) over the given tokens; ``inf`` when the model's predictions break down."""
+    m = float(nll.double().mean())
+    return math.exp(m) if math.isfinite(m) and m < 700 else math.inf
+
+
 def perplexity(lm: LoadedModel, input_ids: torch.Tensor, batch_size: int = 8, intervention=None) -> float:
-    """ppl = exp(mean token NLL) over all predicted tokens; ``inf`` when the model's predictions break down."""
-    nll = token_nll(lm, input_ids, batch_size, intervention).double().mean().item()
-    return math.exp(nll) if math.isfinite(nll) and nll < 700 else math.inf
+    """:func:`ppl` over every predicted token of ``input_ids`` (N, T)."""
+    return ppl(token_nll(lm, input_ids, batch_size, intervention))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,11 +61,6 @@ def recompute_nll(lm: LoadedModel, ids: torch.Tensor, window: int, positions: Se
 def running_ppl(nll: torch.Tensor) -> torch.Tensor:
     """ppl_t = exp(mean_{s <= t} nll_s): the StreamingLLM-style curve of perplexity against tokens seen."""
     return torch.exp(torch.cumsum(nll.double(), 0) / torch.arange(1, len(nll) + 1))
-
-
-def ppl(nll: torch.Tensor) -> float:
-    m = float(nll.double().mean())
-    return math.exp(m) if math.isfinite(m) and m < 700 else math.inf
 
 
 @dataclass
