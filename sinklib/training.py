@@ -1,9 +1,13 @@
 """Train :class:`~sinklib.tinylm.TinyLM` with one attention variant and watch its sink, cached by configuration.
 
-Data: the World English Bible as bytes, random windows with a BOS token (id 256) at position 0 of every sequence
-(training part: the first 90% of verses; validation: the last 10%). Every ``eval_every`` steps a checkpoint records
-train/validation loss and the sink and outlier statistics of a fixed validation batch. A finished run is stored as
-JSON under ``<cache>/training/`` keyed by a hash of its full configuration, so unchanged runs are never repeated.
+Data (``TrainConfig.data``): ``"bible"`` -- the World English Bible as bytes, random windows with a BOS token
+(id 256) at position 0 of every sequence (training part: the first 90% of verses; validation: the last 10%);
+``"bigram_backcopy"`` -- the synthetic task of Guo et al. (arXiv 2410.13835); ``"file:<path>"`` -- any UTF-8 text
+file as bytes (first 90% train, last 10% validation), e.g. an OpenWebText dump for paper-scale runs.
+
+Every ``eval_every`` steps a checkpoint records train/validation loss and the sink and outlier statistics of a fixed
+validation batch. A finished run is stored under ``<cache>/training/`` as JSON (metrics) and ``.pt`` (final weights),
+keyed by a hash of its full configuration, so unchanged runs are never repeated.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from functools import cache
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -21,12 +26,13 @@ from tqdm.auto import tqdm
 
 from sinklib import metrics
 from sinklib.data import corpus_units
+from sinklib.errors import InputError
 from sinklib.models import cache_dir
 from sinklib.results import write_json
 from sinklib.tinylm import TinyConfig, TinyLM
 
 BOS = 256
-TRAINING_VERSION = 1  # bump when the loop or the metrics change, to invalidate cached runs
+TRAINING_VERSION = 2  # bump when the loop or the metrics change, to invalidate cached runs
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class TrainConfig:
     eval_seqs: int = 32
     seed: int = 0
     bos: bool = True
-    data: str = "bible"  # "bible" (real text, bytes) or "bigram_backcopy" (synthetic, Guo et al. 2024)
+    data: str = "bible"  # "bible" (real text, bytes), "bigram_backcopy" (synthetic) or "file:<path>" (text file)
 
     def key(self) -> str:
         blob = json.dumps({"v": TRAINING_VERSION, **asdict(self)}, sort_keys=True)
@@ -53,6 +59,19 @@ class TrainConfig:
 def bible_bytes(split: str) -> torch.Tensor:
     """The Bible split as a uint8 tensor of UTF-8 bytes."""
     return torch.frombuffer(bytearray(" ".join(corpus_units("bible", split)).encode()), dtype=torch.uint8)
+
+
+@cache
+def file_bytes(path: str, split: str) -> torch.Tensor:
+    """A text file as bytes: the first 90% for ``train``, the last 10% for ``heldout``."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise InputError(f"training data file {p} not found; give data='file:<path to a UTF-8 text file>'")
+    raw = p.read_bytes()
+    if len(raw) < 10_000:
+        raise InputError(f"training data file {p} has {len(raw)} bytes; give at least 10 kB of text")
+    cut = int(0.9 * len(raw))
+    return torch.frombuffer(bytearray(raw[:cut] if split == "train" else raw[cut:]), dtype=torch.uint8)
 
 
 def byte_batch(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator, bos: bool = True) -> torch.Tensor:
@@ -96,7 +115,9 @@ def make_batch(cfg: TrainConfig, split: str, batch: int, gen: torch.Generator) -
         return byte_batch(bible_bytes(split), batch, cfg.seq_len, gen, cfg.bos)
     if cfg.data == "bigram_backcopy":
         return bigram_backcopy_batch(batch, cfg.seq_len, gen)
-    raise ValueError(f"unknown data {cfg.data!r}; use 'bible' or 'bigram_backcopy'")
+    if cfg.data.startswith("file:"):
+        return byte_batch(file_bytes(cfg.data[5:], split), batch, cfg.seq_len, gen, cfg.bos)
+    raise InputError(f"unknown training data {cfg.data!r}; use 'bible', 'bigram_backcopy' or 'file:<path>'")
 
 
 def effective_rank(h: torch.Tensor) -> float:
@@ -115,7 +136,12 @@ def kurtosis(x: torch.Tensor) -> float:
 
 @torch.no_grad()
 def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) -> dict:
-    """Loss and sink/outlier statistics on a fixed batch (N, T)."""
+    """Loss and sink/outlier statistics on a fixed batch (N, T).
+
+    alpha: attention of every query to position 0 (BOS), Gu et al.'s alpha_1, per (sequence, layer, head);
+    row_mass: mean over queries of sum_j A_tj -- 1 for softmax, < 1 when mass goes to a learned sink or the
+    off-by-one zero logit, unconstrained for sigmoid attention.
+    """
     model.eval()
     logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
     model.train()
@@ -125,6 +151,8 @@ def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) ->
         "sink_rate": metrics.sink_rate(alphas, eps),
         "first_attention": float(alphas.mean()),
         "alpha_by_layer": alphas.mean(dim=(0, 2)).tolist(),
+        "alpha_by_head": alphas.mean(dim=0).tolist(),  # (L, H)
+        "row_mass": float(A.sum(-1).mean()),
         "max_activation": float(H.abs().max()),
         "kurtosis": kurtosis(H),
         "dom_ratio_first": float(metrics.dom_ratio(H[:, :, 0]).mean()),
@@ -140,30 +168,52 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
 
 
-def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True) -> dict:
-    """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}."""
-    path = cache_dir() / "training" / f"{cfg.key()}.json"
-    if use_cache and path.exists():
-        return json.loads(path.read_text())
+def run_paths(cfg: TrainConfig) -> tuple[Path, Path]:
+    """Where a run's metrics (JSON) and final weights (.pt) are cached."""
+    base = cache_dir() / "training" / cfg.key()
+    return base.with_suffix(".json"), base.with_suffix(".pt")
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """One-line errors for settings that cannot train."""
+    if cfg.seq_len > cfg.model.max_len:
+        raise InputError(f"seq_len {cfg.seq_len} exceeds the model's max_len {cfg.model.max_len}; raise max_len")
+    if cfg.data == "bigram_backcopy" and cfg.model.vocab_size <= BOS:
+        raise InputError(f"vocab_size {cfg.model.vocab_size} has no BOS id {BOS}; use at least {BOS + 1}")
+    if cfg.steps < 1 or cfg.eval_every < 1:
+        raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")
+
+
+def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, device: str = "cpu") -> dict:
+    """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}.
+
+    Each checkpoint holds the step, the seconds of training so far, the mean training loss since the previous
+    checkpoint and :func:`evaluate`'s statistics. The final weights are cached too (:func:`load_trained`).
+    """
+    check_config(cfg)
+    json_path, weights_path = run_paths(cfg)
+    if use_cache and json_path.exists():
+        return json.loads(json_path.read_text())
     torch.manual_seed(cfg.seed)
-    model = TinyLM(cfg.model)
+    model = TinyLM(cfg.model).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
-    val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234))
-    checkpoints, losses = [], []
-    start = time.perf_counter()
+    val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234)).to(device)
+    checkpoints, losses, trained = [], [], 0.0
     bar = tqdm(range(cfg.steps + 1), desc=f"{cfg.model.attention} seed {cfg.seed}", disable=not progress, leave=False)
     for step in bar:
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            row = {"step": step, "train_loss": sum(losses) / len(losses) if losses else None, **evaluate(model, val)}
+            row = {"step": step, "seconds": trained, "train_loss": sum(losses) / len(losses) if losses else None,
+                   **evaluate(model, val)}
             checkpoints.append(row)
             losses = []
-            bar.set_postfix(val=f"{row['val_loss']:.3f}", sink=f"{row['sink_rate']:.2f}")
+            bar.set_postfix(val=f"{row['val_loss']:.3f}", alpha=f"{row['first_attention']:.2f}")
         if step == cfg.steps:
             break
+        start = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        batch = make_batch(cfg, "train", cfg.batch_size, gen)
+        batch = make_batch(cfg, "train", cfg.batch_size, gen).to(device)
         logits = model(batch)
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
@@ -171,8 +221,23 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True) -> di
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-    result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints,
-              "seconds": time.perf_counter() - start}
+        trained += time.perf_counter() - start
+    if not math.isfinite(checkpoints[-1]["val_loss"]):
+        raise FloatingPointError(f"{cfg.key()}: validation loss became {checkpoints[-1]['val_loss']}; lower lr")
+    result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints, "seconds": trained}
     if use_cache:
-        write_json(path, result)
+        weights_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), weights_path.with_suffix(".pt.tmp"))
+        weights_path.with_suffix(".pt.tmp").replace(weights_path)
+        write_json(json_path, result)
     return result
+
+
+def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
+    """The final model of a cached run (train it first with :func:`train`)."""
+    _, weights_path = run_paths(cfg)
+    if not weights_path.exists():
+        raise InputError(f"no cached weights for {cfg.key()}; run sinklib.training.train(cfg) first")
+    model = TinyLM(cfg.model)
+    model.load_state_dict(torch.load(weights_path, map_location=device, weights_only=True))
+    return model.to(device).eval()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sinklib import training
+from sinklib.errors import InputError
 from sinklib.tinylm import TinyConfig, TinyLM
 
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32)
@@ -50,3 +51,34 @@ def test_metrics_helpers():
     assert training.effective_rank(torch.randn(500, 1) * torch.randn(1, 8)) < 1.5
     logits = TinyLM(SMALL)(torch.zeros(2, 5, dtype=torch.long))
     assert logits.shape == (2, 5, 258)
+
+
+def test_final_weights_are_cached_and_reload(tmp_path, monkeypatch):
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+    cfg = training.TrainConfig(model=SMALL, steps=12, batch_size=4, seq_len=32, warmup=2, eval_every=6, eval_seqs=4,
+                               data="bigram_backcopy")
+    with pytest.raises(InputError, match="no cached weights"):
+        training.load_trained(cfg)
+    run = training.train(cfg, progress=False)
+    model = training.load_trained(cfg)
+    val = training.make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234))
+    again = training.evaluate(model, val)
+    assert again["val_loss"] == pytest.approx(run["checkpoints"][-1]["val_loss"], abs=1e-5)
+    assert torch.allclose(torch.tensor(again["alpha_by_head"]), torch.tensor(run["checkpoints"][-1]["alpha_by_head"]),
+                          atol=1e-5)
+    assert [c["seconds"] for c in run["checkpoints"]] == sorted(c["seconds"] for c in run["checkpoints"])
+
+
+def test_text_file_data_and_bad_settings(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("In the beginning was the byte. " * 1000)
+    cfg = training.TrainConfig(model=SMALL, seq_len=32, data=f"file:{text}")
+    batch = training.make_batch(cfg, "train", 3, torch.Generator().manual_seed(0))
+    assert batch.shape == (3, 32) and (batch[:, 0] == training.BOS).all() and batch[:, 1:].max() < 256
+    with pytest.raises(InputError, match="not found"):
+        training.make_batch(training.TrainConfig(data=f"file:{tmp_path}/missing.txt"), "train", 2,
+                            torch.Generator())
+    with pytest.raises(InputError, match="unknown training data"):
+        training.make_batch(training.TrainConfig(data="owt"), "train", 2, torch.Generator())
+    with pytest.raises(InputError, match="exceeds the model's max_len"):
+        training.check_config(training.TrainConfig(model=SMALL, seq_len=64))

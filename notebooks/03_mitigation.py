@@ -1,0 +1,250 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Removing the sink: eight attention variants trained side by side
+#
+# A sink is something softmax attention *learns*. This notebook trains the same small Llama-style decoder
+# (`sinklib.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions -- the
+# softmax baseline and eight mitigations -- on the same data, seeds and budget, and measures what each does to the
+# sink and to the loss:
+#
+# | variant | attention / head output | from |
+# |---|---|---|
+# | `softmax` | $A=\mathrm{softmax}(qk^\top/\sqrt{d})$, $o=Av$ | baseline |
+# | `headwise_rmsnorm` | $\hat o = o/\mathrm{RMS}(o)\odot g$ per head | structural origin, arXiv 2605.06611 |
+# | `gated_headwise` | $o' = o\,\sigma(x W_g)$, one gate per head | Qiu et al., arXiv 2505.06708 |
+# | `gated_elementwise` | $o' = o \odot \sigma(x W_g)$, one gate per channel | Qiu et al. |
+# | `sigmoid` | $A=\sigma(qk^\top/\sqrt{d} + b)$, no normalisation | sigmoid attention |
+# | `softmax_off_by_one` | $A_{tj}=e^{l_{tj}}/(1+\sum_{j'} e^{l_{tj'}})$ | Miller 2023 |
+# | `softpick` | $A=\mathrm{ReLU}(e^{l}-1)/\sum\lvert e^{l}-1\rvert$ | arXiv 2504.20966 |
+# | `sink_logit` | softmax over $[l_t, s_h]$, learned $s_h$ per head, sink column dropped | gpt-oss |
+# | `kv_bias` | a learnable key $k'$ and value $v'$ per head, always visible | Sun et al., arXiv 2402.17762 |
+#
+# **The setting.** The CPU profile trains on **bigram-backcopy** (Guo et al., arXiv 2410.13835): tokens follow a
+# fixed bigram chain, except that after one of three *trigger* tokens the next token copies the token before the
+# trigger. An attention head is needed only on trigger queries; everywhere else it has nothing to do -- exactly the
+# situation in which softmax parks attention on BOS. On the World English Bible as bytes, no sink grew within a CPU
+# budget (section 6 shows it; `sinklib/profiles.py` lists the settings tried), so real text is the *check* here,
+# not the main run. The GPU profile trains a Llama-2-style 12 x 768 model on text (`train_data="file:<path>"` for an
+# OpenWebText dump); it has not been run here, because no accelerator was available.
+
+# %% tags=["parameters"]
+profile = "cpu"  # smoke | cpu | gpu (training sizes live in sinklib/profiles.py)
+model = ""  # not used: this notebook trains its own small models from scratch
+device = ""  # empty: the profile default; else cpu, cuda or auto
+seed = 0  # seeds used: seed, seed + 1, ... (the profile sets how many)
+out_dir = "../figures/03_mitigation"
+variants = ""  # empty: all; else a comma-separated subset of sinklib.attention_variants.VARIANTS
+train_data = ""  # empty: the profile default; else bible, bigram_backcopy or file:/path/to/text
+train_steps = 0  # 0: the profile default
+
+# %%
+import time
+from dataclasses import replace
+
+import pandas as pd
+import torch
+from IPython.display import Markdown, display
+
+from sinklib import mitigation, mitigation_plots, plotting, profiles, training
+from sinklib.metrics import GU_EPS
+from sinklib.models import resolve_device
+from sinklib.results import load_reference, write_json
+
+run = profiles.resolve(profile, model, device, seed, out_dir, notebook="03_mitigation")
+if model:
+    print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch (sizes in sinklib/profiles.py)")
+dev = str(resolve_device(run.device))
+base = run.train
+if train_data:
+    base = replace(base, data=train_data)
+if train_steps:
+    base = replace(base, steps=int(train_steps))
+names = mitigation.parse_variants(variants)
+seeds = [run.seed + i for i in range(run.train_seeds)]
+fig_dir, started = run.out_dir, time.perf_counter()
+uniform = mitigation.uniform_alpha(base.seq_len)
+m = base.model
+setting = (f"{base.data}, {m.n_layers} layers x {m.n_heads} heads, d={m.d_model}, "
+           f"{'RoPE' if m.rope_theta else 'no positional encoding'}, T={base.seq_len}, batch {base.batch_size}, "
+           f"{base.steps} steps, lr {base.lr:g}, seeds {seeds}")
+print(f"{len(names)} variants x {len(seeds)} seeds on {dev}: {setting}")
+runs = mitigation.train_variants(base, names, seeds, device=dev)
+train_seconds = sum(r["seconds"] for rs in runs.values() for r in rs)
+print(f"training time of these runs (cached runs report the time they took): {train_seconds:.0f} s")
+headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting": setting, "seeds": seeds,
+            "variants": names, "uniform_alpha": uniform}
+
+# %% [markdown]
+# ## 1 · A sink emerges in the softmax baseline
+# $\alpha_1$ is the mean attention every query pays to position 0 (BOS), per layer and head (Gu et al.); uniform
+# attention over $T$ causal keys gives $H_T/T$. The sink rate is the fraction of (sequence, layer, head) with
+# $\alpha_1 > \epsilon = 0.3$.
+
+# %%
+base_runs = runs["softmax"]
+crossing = mitigation.first_crossing(base_runs, GU_EPS)
+layer, head, alpha_top = mitigation.strongest_head(base_runs)
+with plotting.style():
+    fig = mitigation_plots.emergence(base_runs, uniform, GU_EPS, title=f"Softmax baseline: {setting}")
+    plotting.save(fig, fig_dir / "fig01_sink-emergence",
+                  f"Sink emergence while training the softmax baseline ({setting}). (a) attention to BOS of every "
+                  f"head, mean over {len(seeds)} seeds (band: range over seeds); dotted: uniform attention "
+                  f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (+- sd) and validation loss.")
+final = base_runs[-1]["checkpoints"][-1]
+print(f"final alpha_1 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
+print(f"strongest head: layer {layer}, head {head}, alpha_1 {alpha_top:.3f} (uniform {uniform:.3f}); "
+      f"first step with a head above eps {GU_EPS} per seed: {crossing}")
+headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head": [layer, head],
+                         "strongest_alpha": alpha_top,
+                         "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs]}
+
+# %% [markdown]
+# **Active and dormant.** On bigram-backcopy the strongest sink head should be *active* on trigger queries (attend
+# to $t-1$, the token to copy) and *dormant* elsewhere (attend to BOS). Measured on held-out sequences with the
+# first seed's final model:
+
+# %%
+val_ids = training.make_batch(base, "heldout", 64, torch.Generator().manual_seed(4321))
+if base.data == "bigram_backcopy":
+    base_model = training.load_trained(mitigation.variant_config(base, "softmax", seeds[0]))
+    ad = mitigation.active_dormant(base_model, val_ids, layer, head)
+    print(pd.DataFrame({"weight on BOS": [ad["bos_trigger"], ad["bos_other"]],
+                        "weight on t-1": [ad["prev_trigger"], ad["prev_other"]]},
+                       index=["trigger queries (active)", "other queries (dormant)"]).round(3))
+    dormant_sink = ad["bos_other"] > 2 * ad["bos_trigger"] and ad["prev_trigger"] > ad["prev_other"]
+    print(f"Verdict: layer {layer} head {head} is {'' if dormant_sink else 'NOT '}active-dormant: BOS weight "
+          f"{ad['bos_other']:.2f} on other queries vs {ad['bos_trigger']:.2f} on triggers; weight on t-1 "
+          f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
+    headline["active_dormant"] = {**ad, "holds": bool(dormant_sink)}
+
+# %% [markdown]
+# ## 2 · The same head in every variant
+# The baseline's strongest sink head (same layer and head index in every model) on one held-out sequence, the first
+# seed's final model of each variant. The outlined column is BOS. Variants whose rows need not sum to one (sigmoid, off-by-one,
+# sink logit, KV bias) show only the weights on real tokens.
+
+# %%
+show = min(32, base.seq_len)
+maps = {}
+with torch.no_grad():
+    for v in names:
+        net = training.load_trained(mitigation.variant_config(base, v, seeds[0]))
+        _, A, _ = net(val_ids[:1, :show], record=True)  # (L, 1, H, T, T)
+        maps[v] = A[layer, 0, head]
+with plotting.style():
+    fig = mitigation_plots.attention_maps(maps, f"layer {layer} head {head}",
+                                          title=f"Final attention of layer {layer}, head {head}, per variant")
+    plotting.save(fig, fig_dir / "fig02_attention-maps",
+                  f"Attention of layer {layer}, head {head} after training ({setting}; seed {seeds[0]}) on the first "
+                  f"{show} tokens of a held-out sequence, one panel per attention variant; log colour scale; "
+                  f"outlined: the BOS column.")
+
+# %% [markdown]
+# ## 3 · Loss curves
+# Validation loss of every variant (mean over seeds, band $\pm$ 1 sd). The step-0 checkpoint is left out so the
+# end stays readable.
+
+# %%
+with plotting.style():
+    fig = mitigation_plots.loss_curves(runs, title=f"Validation loss per variant ({base.data})",
+                                       note=setting)
+    plotting.save(fig, fig_dir / "fig03_loss-curves",
+                  f"Validation loss against training step for every attention variant ({setting}); mean over "
+                  f"{len(seeds)} seeds, band +- 1 sd.")
+
+# %% [markdown]
+# ## 4 · Final table, beside the published numbers
+# Last checkpoint, mean $\pm$ sd over seeds. *First-token attention* is $\alpha_1$ averaged over sequences, layers
+# and heads; *max activation* the largest $|h|$ in the residual stream; *kurtosis* that of all residual entries
+# (3 for a Gaussian); *DomRatio* the first token's largest $|h_i|$ over its mean $|h|$; *row mass* the mean row sum
+# of the attention weights (1 for softmax; < 1 where mass goes to a learned sink). The published numbers come from
+# models of 150M-15B parameters trained on billions of tokens (`data/reference/mitigations.json`, with sources);
+# compare directions, not values.
+
+# %%
+table = mitigation.final_table(runs)
+shown = mitigation.format_table(table)
+display(shown)
+paper = load_reference("mitigations")
+reference = mitigation.reference_table(paper, names)
+display(Markdown("**Published** (" + paper["source"] + ")"))
+display(reference)
+table.to_csv(fig_dir / "final_table.csv")
+(fig_dir / "final_table.md").write_text(f"Setting: {setting}\n\n{mitigation.markdown(shown)}\n\nPublished "
+                                        f"({paper['source']}):\n\n{mitigation.markdown(reference)}\n")
+with plotting.style():
+    labels = ["val loss", "first-token attention", "sink rate", "max activation", "kurtosis",
+              "DomRatio (first token)"]
+    fig = mitigation_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})")
+    plotting.save(fig, fig_dir / "fig04_final-metrics",
+                  f"Final metrics per attention variant ({setting}): mean over {len(seeds)} seeds, bars +- 1 sd; "
+                  f"dotted: first-token attention under uniform attention ({uniform:.3f}). Table: final_table.md.")
+headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation.FINAL_METRICS.items()}
+                     for v in names}
+
+# %% [markdown]
+# ## 5 · Verdicts, computed from the table
+# Rules in `sinklib.mitigation.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
+# $\alpha_1 \le 1.5\times$ uniform; *reduces* it at $\le 0.5\times$ the baseline's $\alpha_1$; *keeps* it within
+# $0.5$-$1.5\times$. Convergence (`sinklib.mitigation.convergence`): head-wise RMSNorm is *faster* only if both the
+# mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's.
+
+# %%
+verdicts = {v: mitigation.sink_verdict(v, table, uniform) for v in names}
+for line in verdicts.values():
+    print("-", line)
+headline["verdicts"] = verdicts
+headline["baseline_grows_sink"] = bool(table.loc["softmax", ("sink rate", "mean")] >= 0.05
+                                       and table.loc["softmax", ("first-token attention", "mean")] >= 2 * uniform)
+if "headwise_rmsnorm" in runs:
+    conv = mitigation.convergence(runs["headwise_rmsnorm"], runs["softmax"])
+    print("-", mitigation.convergence_line("head-wise RMSNorm", conv, base.data))
+    headline["rmsnorm_convergence"] = conv
+
+# %% [markdown]
+# ## 6 · Check on real text: the World English Bible
+# The same model, budget and seeds on Bible bytes (BOS + a random window), softmax against head-wise RMSNorm:
+# does a sink grow, and does the head-wise norm converge faster on natural data at this scale?
+
+# %%
+text_cfg = run.text_check
+if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
+    if train_steps:
+        text_cfg = replace(text_cfg, steps=int(train_steps))
+    text_runs = mitigation.train_variants(text_cfg, ["softmax", "headwise_rmsnorm"], seeds, device=dev)
+    text_table = mitigation.final_table(text_runs)
+    display(mitigation.format_table(text_table))
+    text_uniform = mitigation.uniform_alpha(text_cfg.seq_len)
+    text_conv = mitigation.convergence(text_runs["headwise_rmsnorm"], text_runs["softmax"])
+    for v in text_runs:
+        print("-", mitigation.sink_verdict(v, text_table, text_uniform))
+    print("-", mitigation.convergence_line("head-wise RMSNorm", text_conv, "Bible bytes"))
+    with plotting.style():
+        fig = mitigation_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
+                                           note=setting.replace(base.data, "bible"))
+        plotting.save(fig, fig_dir / "fig05_bible-check",
+                      f"Validation loss on World English Bible bytes, softmax vs head-wise RMSNorm, same model and "
+                      f"budget as above ({len(seeds)} seeds, band +- 1 sd). First-token attention at the end: "
+                      f"{text_table.loc['softmax', ('first-token attention', 'mean')]:.3f} (softmax) vs uniform "
+                      f"{text_uniform:.3f}.")
+    headline["bible_check"] = {"final": {v: {k: text_table.loc[v, (lab, "mean")]
+                                              for k, lab in mitigation.FINAL_METRICS.items()} for v in text_runs},
+                               "rmsnorm_convergence": text_conv}
+
+# %%
+headline["seconds"] = round(time.perf_counter() - started, 1)
+write_json(fig_dir / "headline.json", headline)

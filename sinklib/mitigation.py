@@ -1,0 +1,262 @@
+"""Compare attention variants trained from scratch: runs per variant and seed, final tables, verdicts.
+
+A *run* is the dict :func:`sinklib.training.train` returns (config, checkpoints, seconds). ``runs`` below maps a
+variant name to its list of runs, one per seed, all with the same data, budget and model size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sinklib.attention_variants import VARIANTS
+from sinklib.errors import InputError
+from sinklib.metrics import GU_EPS
+from sinklib.tinylm import TinyConfig, TinyLM
+from sinklib.training import BBC_TRIGGERS, TrainConfig, train
+
+Runs = Mapping[str, Sequence[dict]]
+
+# metric key in a checkpoint -> column label of the final table
+FINAL_METRICS: dict[str, str] = {
+    "val_loss": "val loss",
+    "sink_rate": "sink rate",
+    "first_attention": "first-token attention",
+    "max_activation": "max activation",
+    "kurtosis": "kurtosis",
+    "dom_ratio_first": "DomRatio (first token)",
+    "effective_rank": "effective rank",
+    "row_mass": "attention row mass",
+}
+
+
+def parse_variants(spec: str | Sequence[str] | None) -> list[str]:
+    """``""``/None -> every variant; ``"softmax,softpick"`` or a list -> those, in the given order, checked."""
+    names = list(VARIANTS) if not spec else [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise InputError(f"unknown attention variant(s) {', '.join(unknown)}; use some of {', '.join(VARIANTS)}")
+    if "softmax" not in names:
+        names.insert(0, "softmax")  # every comparison needs the baseline
+    return names
+
+
+def variant_config(base: TrainConfig, variant: str, seed: int) -> TrainConfig:
+    """``base`` with its attention set to ``variant`` and its seed set to ``seed``; nothing else changes."""
+    model: TinyConfig = replace(base.model, attention=variant)
+    return replace(base, model=model, seed=seed)
+
+
+def train_variants(base: TrainConfig, variants: Sequence[str], seeds: Sequence[int], device: str = "cpu",
+                   progress: bool = True, use_cache: bool = True) -> dict[str, list[dict]]:
+    """Train (or read from the cache) every variant x seed on the same data and budget: {variant: [run per seed]}."""
+    out: dict[str, list[dict]] = {}
+    for v in variants:
+        out[v] = [train(variant_config(base, v, s), use_cache=use_cache, progress=progress, device=device)
+                  for s in seeds]
+    return out
+
+
+def uniform_alpha(seq_len: int) -> float:
+    """alpha_1 under uniform causal attention: (1/T) sum_{t=0}^{T-1} 1/(t+1) = H_T / T (harmonic number)."""
+    return sum(1.0 / (t + 1) for t in range(seq_len)) / seq_len
+
+
+def curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean over seeds, sd over seeds) of checkpoint metric ``key``; seeds must share checkpoint steps."""
+    steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
+    values = np.array([[c[key] for c in r["checkpoints"]] for r in runs], dtype=float)  # (seeds, checkpoints)
+    if values.shape[1] != len(steps):
+        raise ValueError("runs have different checkpoint steps; compare runs of one configuration only")
+    sd = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(steps))
+    return steps, values.mean(axis=0), sd
+
+
+def final_table(runs: Runs, metrics: Mapping[str, str] = FINAL_METRICS) -> pd.DataFrame:
+    """One row per variant; for each metric its mean and sd over seeds at the last checkpoint (columns
+    ``(label, "mean")`` and ``(label, "sd")``), plus the number of seeds and the mean training seconds."""
+    rows = {}
+    for variant, rs in runs.items():
+        row = {}
+        for key, label in metrics.items():
+            vals = np.array([r["checkpoints"][-1][key] for r in rs], dtype=float)
+            row[(label, "mean")] = vals.mean()
+            row[(label, "sd")] = vals.std(ddof=1) if len(vals) > 1 else float("nan")
+        row[("seeds", "")] = len(rs)
+        row[("train s", "")] = float(np.mean([r["seconds"] for r in rs]))
+        rows[variant] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table
+
+
+def _fmt(mean: float, sd: float) -> str:
+    digits = 3 if abs(mean) < 10 else 1 if abs(mean) < 1000 else 0
+    return f"{mean:.{digits}f}" + ("" if math.isnan(sd) else f" ± {sd:.{digits}f}")
+
+
+def format_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``final_table`` as strings "mean ± sd", one column per metric (for display and the markdown export)."""
+    labels = [c for c in dict.fromkeys(table.columns.get_level_values(0)) if c not in ("seeds", "train s")]
+    out = pd.DataFrame({lab: [_fmt(m, s) for m, s in zip(table[(lab, "mean")], table[(lab, "sd")])]
+                        for lab in labels}, index=table.index)
+    out["seeds"] = table[("seeds", "")].astype(int)
+    out["train s"] = table[("train s", "")].round(0).astype(int)
+    return out
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub markdown table (index as the first column), without extra dependencies."""
+    head = ["", *map(str, table.columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([str(i), *map(str, row)]) + " |" for i, row in zip(table.index, table.to_numpy())]
+    return "\n".join(lines)
+
+
+def reference_table(reference: Mapping, variants: Sequence[str]) -> pd.DataFrame:
+    """The published numbers of ``data/reference/mitigations.json`` for ``variants``: one "published" column of
+    "metric: value" pairs per variant (blank where the literature gives none)."""
+    rows = {v: "; ".join(f"{k.replace('_', ' ')}: {val}" for k, val in reference["variants"].get(v, {}).items())
+            for v in variants}
+    return pd.DataFrame({"published": pd.Series(rows)})
+
+
+def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | None:
+    """First checkpoint step at which ``key`` <= ``target`` (None if never)."""
+    for c in run["checkpoints"]:
+        if c[key] <= target:
+            return int(c["step"])
+    return None
+
+
+def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float = GU_EPS,
+                 baseline: str = "softmax") -> str:
+    """One line from the numbers: does ``variant`` grow, keep, reduce or remove the first-token sink?
+
+    Rules (alpha_1 = first-token attention, mean over sequences, layers and heads; U = ``uniform``):
+    the baseline *grows a sink* when its sink rate >= 5% and alpha_1 >= 2U; another variant *removes* it when its
+    sink rate < 2% and alpha_1 <= 1.5U, *reduces* it when alpha_1 <= half the baseline's, *keeps* it when within
+    0.5x-1.5x, and *strengthens* it above 1.5x; with no sink in the baseline nothing can be judged. Where rows sum to < 0.95 (a learned sink, the off-by-one zero
+    logit) the missing mass is reported; validation loss is compared with the baseline in seed sd's.
+    """
+    fa = table.loc[variant, ("first-token attention", "mean")]
+    rate = table.loc[variant, ("sink rate", "mean")]
+    base_fa = table.loc[baseline, ("first-token attention", "mean")]
+    nums = f"alpha_1 {fa:.3f}, sink rate {rate:.0%} (uniform attention: {uniform:.3f}; eps {eps})"
+    base_grows = (table.loc[baseline, ("sink rate", "mean")] >= 0.05
+                  and base_fa >= 2 * uniform)
+    if variant == baseline:
+        head = "grows a first-token sink" if base_grows else "does NOT grow a first-token sink in this setting"
+        return f"{variant}: {head}: {nums}."
+    if not base_grows:
+        head = "cannot be judged (the baseline grew no sink to remove)"
+    elif rate < 0.02 and fa <= 1.5 * uniform:
+        head = "removes the first-token sink"
+    elif fa <= 0.5 * base_fa:
+        head = "reduces the first-token sink"
+    elif fa < 1.5 * base_fa:
+        head = "keeps the first-token sink"
+    else:
+        head = "strengthens the first-token sink"
+    line = f"{variant}: {head}: {nums}; baseline alpha_1 {base_fa:.3f}"
+    mass = table.loc[variant, ("attention row mass", "mean")]
+    if variant == "sigmoid":
+        line += f"; sigmoid rows are not normalised (mean row sum {mass:.2f})"
+    elif mass < 0.95:
+        line += f"; {1 - mass:.0%} of each query's attention goes to {_MISSING_MASS.get(variant, 'no token')}"
+    d = table.loc[variant, ("val loss", "mean")] - table.loc[baseline, ("val loss", "mean")]
+    sd = _pooled_sd(table, variant, baseline, "val loss")
+    line += f"; val loss {d:+.3f} vs baseline" + ("" if math.isnan(sd) else f" (seed sd {sd:.3f})")
+    return line + "."
+
+
+_MISSING_MASS = {"sink_logit": "the learned sink logit", "kv_bias": "the learned key/value bias",
+                 "softmax_off_by_one": "the zero logit", "softpick": "no token (rectified: rows may sum to < 1)"}
+
+
+def _pooled_sd(table: pd.DataFrame, a: str, b: str, label: str) -> float:
+    return float(math.sqrt((table.loc[a, (label, "sd")] ** 2 + table.loc[b, (label, "sd")] ** 2) / 2))
+
+
+def convergence(candidate: Sequence[dict], baseline: Sequence[dict], key: str = "val_loss",
+                margin_sds: float = 2.0) -> dict:
+    """Does ``candidate`` converge faster than ``baseline`` (same configuration but attention, several seeds)?
+
+    Two measures, each compared with the seed-to-seed spread (sd over seeds, pooled over the two variants):
+    * ``auc``: mean validation loss over all checkpoints after step 0 (lower = faster convergence overall);
+    * ``final``: validation loss at the last checkpoint.
+    Also the step at which each first reaches the baseline's final mean loss. Verdict: "faster" when both measures
+    are lower by more than ``margin_sds`` pooled sd's, "slower" when both are higher by more, else "no difference".
+    """
+    def per_seed(runs, fn):
+        return np.array([fn([c[key] for c in r["checkpoints"][1:]]) for r in runs], dtype=float)
+
+    out: dict = {}
+    for name, fn in (("auc", np.mean), ("final", lambda xs: xs[-1])):
+        c, b = per_seed(candidate, fn), per_seed(baseline, fn)
+        sd = math.sqrt((c.var(ddof=1) + b.var(ddof=1)) / 2) if len(c) > 1 and len(b) > 1 else float("nan")
+        out[name] = {"candidate": float(c.mean()), "baseline": float(b.mean()), "diff": float(c.mean() - b.mean()),
+                     "sd": sd}
+    target = out["final"]["baseline"]
+    out["steps_to_baseline_final"] = {"candidate": [steps_to_reach(r, target, key) for r in candidate],
+                                      "baseline": [steps_to_reach(r, target, key) for r in baseline]}
+    def beyond(m: str, sign: float) -> bool:  # diff past margin_sds sd's in the direction of ``sign``
+        sd = 0.0 if math.isnan(out[m]["sd"]) else out[m]["sd"]
+        return sign * out[m]["diff"] > margin_sds * sd
+
+    out["verdict"] = ("faster" if beyond("auc", -1) and beyond("final", -1) else
+                      "slower" if beyond("auc", 1) and beyond("final", 1) else "no difference")
+    return out
+
+
+def convergence_line(name: str, conv: dict, setting: str) -> str:
+    """A one-line statement of :func:`convergence`'s result."""
+    a, f = conv["auc"], conv["final"]
+    head = {"faster": f"{name} converges faster than softmax",
+            "slower": f"{name} converges slower than softmax",
+            "no difference": f"no difference in convergence between {name} and softmax at this scale"}[conv["verdict"]]
+    return (f"{head} ({setting}): mean val loss over training {a['candidate']:.3f} vs {a['baseline']:.3f} "
+            f"(diff {a['diff']:+.3f}, seed sd {a['sd']:.3f}); final {f['candidate']:.3f} vs {f['baseline']:.3f} "
+            f"(diff {f['diff']:+.3f}, sd {f['sd']:.3f}); steps to reach the baseline's final loss "
+            f"{conv['steps_to_baseline_final']['candidate']} vs {conv['steps_to_baseline_final']['baseline']}.")
+
+
+def strongest_head(runs: Sequence[dict]) -> tuple[int, int, float]:
+    """(layer, head, alpha_1) of the head with the largest final first-token attention, mean over seeds."""
+    a = np.mean([r["checkpoints"][-1]["alpha_by_head"] for r in runs], axis=0)  # (L, H)
+    layer, head = np.unravel_index(int(a.argmax()), a.shape)
+    return int(layer), int(head), float(a[layer, head])
+
+
+def first_crossing(runs: Sequence[dict], eps: float = GU_EPS) -> list[int | None]:
+    """Per seed, the first checkpoint step at which some head's alpha_1 exceeds ``eps`` (None if never)."""
+    out = []
+    for r in runs:
+        hit = [c["step"] for c in r["checkpoints"] if np.max(c["alpha_by_head"]) > eps]
+        out.append(int(hit[0]) if hit else None)
+    return out
+
+
+@torch.no_grad()
+def active_dormant(model: TinyLM, ids: torch.Tensor, layer: int, head: int,
+                   triggers: Sequence[int] = BBC_TRIGGERS) -> dict[str, float]:
+    """Attention of one head by query type on bigram-backcopy data (Guo et al.'s active-dormant test).
+
+    On a trigger query t the head has work to do -- copy x_{t-1} -- and should attend to position t-1 (*active*);
+    elsewhere the MLP's bigram suffices and the head is *dormant*: a sink head parks its attention on BOS.
+    Returns the mean weight on BOS and on t-1 for trigger queries and for the others (queries t >= 2).
+    ids: (N, T) with BOS at position 0.
+    """
+    _, A, _ = model(ids, record=True)
+    a = A[layer, :, head]  # (N, T, T)
+    is_trig = torch.isin(ids, torch.tensor(list(triggers), device=ids.device))[:, 2:]  # (N, T-2): queries t >= 2
+    bos = a[:, 2:, 0]  # (N, T-2)
+    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1)[:, 1:]  # A[t, t-1] for t >= 2: (N, T-2)
+    return {"bos_trigger": float(bos[is_trig].mean()), "bos_other": float(bos[~is_trig].mean()),
+            "prev_trigger": float(prev[is_trig].mean()), "prev_other": float(prev[~is_trig].mean()),
+            "trigger_fraction": float(is_trig.float().mean())}

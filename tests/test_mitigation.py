@@ -1,0 +1,137 @@
+"""Comparison of attention variants: tables, verdicts and the active-dormant probe, on hand-made runs."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from sinklib import metrics, mitigation, profiles, training
+from sinklib.attention_variants import VARIANTS
+from sinklib.errors import InputError
+
+
+def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None):
+    """A run dict shaped like training.train's, with one checkpoint per entry of ``losses``."""
+    ckpts = []
+    for i, (loss, a) in enumerate(zip(losses, alphas)):
+        ckpts.append({"step": 10 * i, "val_loss": loss, "first_attention": a,
+                      "sink_rate": (1.0 if a > 0.3 else 0.0) if sink_rate is None else sink_rate,
+                      "alpha_by_head": [[a, a / 2]], "max_activation": 5.0, "kurtosis": 3.0, "dom_ratio_first": 2.0,
+                      "effective_rank": 10.0, "row_mass": row_mass})
+    return {"checkpoints": ckpts, "seconds": seconds}
+
+
+def test_parse_variants():
+    assert mitigation.parse_variants("") == list(VARIANTS)
+    assert mitigation.parse_variants("softpick, sigmoid") == ["softmax", "softpick", "sigmoid"]
+    with pytest.raises(InputError, match="unknown attention variant.*nope"):
+        mitigation.parse_variants("softmax,nope")
+
+
+def test_uniform_alpha_matches_uniform_causal_attention():
+    T = 17
+    A = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]  # uniform over visible keys
+    assert mitigation.uniform_alpha(T) == pytest.approx(float(metrics.alpha(A, 0)))
+    assert mitigation.uniform_alpha(1) == 1.0 and mitigation.uniform_alpha(2) == 0.75
+
+
+def test_curve_and_final_table():
+    runs = {"softmax": [fake_run([3.0, 2.0], [0.1, 0.5], 4), fake_run([3.0, 2.2], [0.1, 0.3], 6)],
+            "softpick": [fake_run([3.0, 2.1], [0.1, 0.05]), fake_run([3.0, 2.1], [0.1, 0.07])]}
+    steps, mean, sd = mitigation.curve(runs["softmax"], "val_loss")
+    assert steps.tolist() == [0, 10] and mean.tolist() == pytest.approx([3.0, 2.1])
+    assert sd[1] == pytest.approx(math.sqrt(0.02))
+    table = mitigation.final_table(runs)
+    assert table.loc["softmax", ("first-token attention", "mean")] == pytest.approx(0.4)
+    assert table.loc["softmax", ("sink rate", "mean")] == pytest.approx(0.5)
+    assert table.loc["softmax", ("train s", "")] == 5
+    shown = mitigation.format_table(table)
+    assert shown.loc["softpick", "first-token attention"] == "0.060 ± 0.014"
+    ref = mitigation.reference_table({"variants": {"softmax": {"first_attention": 0.467}}}, ["softmax", "softpick"])
+    assert ref["published"].tolist() == ["first attention: 0.467", ""]
+    md = mitigation.markdown(shown)
+    assert md.splitlines()[0].startswith("|  | val loss |") and "| softpick | 2.100 ± 0.000 |" in md
+
+
+def test_sink_verdicts_follow_the_rules():
+    u = mitigation.uniform_alpha(64)  # 0.074
+    runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
+            "gated_headwise": [fake_run([1.9], [0.07], sink_rate=0.0), fake_run([1.9], [0.08], sink_rate=0.0)],
+            "softpick": [fake_run([2.0], [0.15]), fake_run([2.0], [0.17])],
+            "sigmoid": [fake_run([2.0], [0.35], row_mass=3.2), fake_run([2.0], [0.37], row_mass=3.0)],
+            "sink_logit": [fake_run([2.0], [0.30], row_mass=0.6), fake_run([2.0], [0.32], row_mass=0.6)],
+            "kv_bias": [fake_run([2.0], [0.9]), fake_run([2.0], [0.95])]}
+    table = mitigation.final_table(runs)
+    v = {name: mitigation.sink_verdict(name, table, u) for name in runs}
+    assert "grows a first-token sink" in v["softmax"]
+    assert "removes the first-token sink" in v["gated_headwise"] and "val loss -0.100" in v["gated_headwise"]
+    assert "reduces" in v["softpick"]
+    assert "keeps" in v["sigmoid"] and "not normalised" in v["sigmoid"]
+    assert "keeps" in v["sink_logit"] and "40% of each query's attention goes to the learned sink logit" in v["sink_logit"]
+    assert "strengthens" in v["kv_bias"]
+    flat = mitigation.final_table({"softmax": [fake_run([2.0], [0.08])], "softpick": [fake_run([2.0], [0.07])]})
+    assert "does NOT grow" in mitigation.sink_verdict("softmax", flat, u)
+    assert "cannot be judged" in mitigation.sink_verdict("softpick", flat, u)
+
+
+def test_convergence_verdicts():
+    base = [fake_run([5, 3.0, 2.50, 2.30], [0] * 4), fake_run([5, 3.1, 2.52, 2.31], [0] * 4)]
+    fast = [fake_run([5, 2.5, 2.20, 2.10], [0] * 4), fake_run([5, 2.6, 2.22, 2.12], [0] * 4)]
+    same = [fake_run([5, 3.05, 2.49, 2.31], [0] * 4), fake_run([5, 3.02, 2.53, 2.30], [0] * 4)]
+    c = mitigation.convergence(fast, base)
+    assert c["verdict"] == "faster" and c["auc"]["diff"] < 0
+    assert c["steps_to_baseline_final"] == {"candidate": [20, 20], "baseline": [30, None]}
+    assert mitigation.convergence(base, fast)["verdict"] == "slower"
+    assert mitigation.convergence(same, base)["verdict"] == "no difference"
+    line = mitigation.convergence_line("head-wise RMSNorm", mitigation.convergence(same, base), "bible")
+    assert line.startswith("no difference in convergence between head-wise RMSNorm and softmax at this scale (bible)")
+
+
+def test_heads_and_crossings():
+    runs = [fake_run([3, 2, 1], [0.1, 0.2, 0.5]), fake_run([3, 2, 1], [0.1, 0.4, 0.5])]
+    assert mitigation.first_crossing(runs, 0.3) == [20, 10]
+    assert mitigation.strongest_head(runs) == (0, 0, pytest.approx(0.5))
+    assert mitigation.steps_to_reach(runs[0], 2.0) == 10 and mitigation.steps_to_reach(runs[0], 0.5) is None
+
+
+class FixedAttention(nn.Module):
+    """Stands in for TinyLM: one layer, one head, attending to t-1 on trigger queries and to BOS elsewhere."""
+
+    def forward(self, ids, record=False):
+        N, T = ids.shape
+        A = torch.zeros(1, N, 1, T, T)
+        trig = torch.isin(ids, torch.tensor(training.BBC_TRIGGERS))
+        for n in range(N):
+            for t in range(T):
+                A[0, n, 0, t, t - 1 if (trig[n, t] and t >= 1) else 0] = 1.0
+        return None, A, None
+
+
+def test_active_dormant_on_a_hand_built_head():
+    ids = training.bigram_backcopy_batch(8, 40, torch.Generator().manual_seed(0))
+    ad = mitigation.active_dormant(FixedAttention(), ids, 0, 0)
+    assert ad["bos_other"] == 1.0 and ad["bos_trigger"] == 0.0
+    assert ad["prev_trigger"] == 1.0 and ad["prev_other"] == 0.0
+    assert 0 < ad["trigger_fraction"] < 0.2
+
+
+def test_train_variants_trains_each_variant_and_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+    base = profiles.PROFILES["smoke"].train
+    runs = mitigation.train_variants(base, ["softmax", "sink_logit"], [0, 1], progress=False)
+    assert [r["config"]["model"]["attention"] for r in runs["sink_logit"]] == ["sink_logit"] * 2
+    assert [r["config"]["seed"] for r in runs["softmax"]] == [0, 1]
+    assert runs["softmax"][0]["checkpoints"] != runs["softmax"][1]["checkpoints"]  # seeds differ
+    last = runs["sink_logit"][0]["checkpoints"][-1]
+    assert 0 < last["row_mass"] < 1  # mass goes to the learned sink logit
+    assert runs["softmax"][0]["checkpoints"][-1]["row_mass"] == pytest.approx(1.0)
+
+
+def test_every_profile_trains_a_valid_configuration():
+    for p in profiles.PROFILES.values():
+        training.check_config(p.train)
+        assert p.train_seeds >= 2
+        if p.text_check is not None:
+            training.check_config(p.text_check)
+            assert p.text_check.data == "bible" and p.text_check.model == p.train.model
