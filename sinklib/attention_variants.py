@@ -37,11 +37,15 @@ class Softmax(nn.Module):
 
 
 class HeadwiseRMSNorm(Softmax):
-    """Structural-origin fix (arXiv 2605.06611): o_hat = o / RMS(o) * g per head, g in R^hd shared across heads."""
+    """Structural-origin fix (arXiv 2605.06611): o_hat = o / RMS(o) * g per head, g in R^hd shared across heads.
 
-    def __init__(self, d_model: int, n_heads: int, head_dim: int, eps: float = 1e-6):
+    ``gain_init``: the initial value of every entry of g (1, as any RMSNorm, unless set; the comparison at small
+    scale is sensitive to it because unit-RMS head outputs can dominate a freshly initialised residual stream).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, eps: float = 1e-6, gain_init: float = 1.0):
         super().__init__(d_model, n_heads, head_dim)
-        self.gain = nn.Parameter(torch.ones(head_dim))
+        self.gain = nn.Parameter(torch.full((head_dim,), float(gain_init)))
         self.eps = eps
 
     def forward(self, q, k, v, x):

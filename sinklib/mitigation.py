@@ -55,11 +55,13 @@ def variant_config(base: TrainConfig, variant: str, seed: int) -> TrainConfig:
 def train_variants(base: TrainConfig, variants: Sequence[str], seeds: Sequence[int], device: str = "cpu",
                    progress: bool = True, use_cache: bool = True) -> dict[str, list[dict]]:
     """Train (or read from the cache) every variant x seed on the same data and budget: {variant: [run per seed]}."""
-    out: dict[str, list[dict]] = {}
-    for v in variants:
-        out[v] = [train(variant_config(base, v, s), use_cache=use_cache, progress=progress, device=device)
-                  for s in seeds]
-    return out
+    return {v: train_seeds(variant_config(base, v, seeds[0]), seeds, device, progress, use_cache) for v in variants}
+
+
+def train_seeds(cfg: TrainConfig, seeds: Sequence[int], device: str = "cpu", progress: bool = True,
+                use_cache: bool = True) -> list[dict]:
+    """``cfg`` trained once per seed (or read from the cache): [run per seed]."""
+    return [train(replace(cfg, seed=s), use_cache=use_cache, progress=progress, device=device) for s in seeds]
 
 
 def uniform_alpha(seq_len: int) -> float:

@@ -73,8 +73,8 @@ def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title
 
 
 def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "") -> Figure:
-    """Small multiples, one per metric label of :func:`sinklib.mitigation.final_table`: mean per variant with
-    +- 1 sd error bars; the baseline (softmax) in the sink colour; log scale where values span > 100x."""
+    """Small multiples, one per metric label of :func:`sinklib.mitigation.final_table`: mean per variant (dot) with
+    +- 1 sd error bars (no bars from zero, so close values stay apart); the baseline (softmax) in the sink colour; log scale where values span > 100x."""
     n = len(labels)
     cols = min(3, n)
     rows = -(-n // cols)
@@ -84,7 +84,8 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
     for ax, label in zip(axes.flat, labels):
         mean = table[(label, "mean")].to_numpy(float)
         sd = np.nan_to_num(table[(label, "sd")].to_numpy(float))
-        ax.barh(range(len(names)), mean, xerr=sd, color=colors, capsize=2)
+        for y, (mu, err, col) in enumerate(zip(mean, sd, colors)):
+            ax.errorbar(mu, y, xerr=err, fmt="o", color=col, ms=4, capsize=2, lw=1)
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         positive = mean[mean > 0]

@@ -25,6 +25,7 @@ class TinyConfig:
     max_len: int = 256
     attention: str = "softmax"
     rope_theta: float = 10000.0  # 0 = no positional encoding at all (NoPE)
+    options: tuple[tuple[str, float], ...] = ()  # keyword arguments of the attention variant, e.g. (("gain_init", 0.1),)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -58,6 +59,7 @@ class Block(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         kwargs = {"max_len": cfg.max_len} if VARIANTS[cfg.attention] is Sigmoid else {}
+        kwargs.update(dict(cfg.options))
         self.attn = VARIANTS[cfg.attention](cfg.d_model, cfg.n_heads, hd, **kwargs)
         self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)

@@ -51,7 +51,10 @@ class TrainConfig:
     data: str = "bible"  # "bible" (real text, bytes), "bigram_backcopy" (synthetic) or "file:<path>" (text file)
 
     def key(self) -> str:
-        blob = json.dumps({"v": TRAINING_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        if not self.model.options:  # no variant options: the key runs had before the field existed
+            del fields["model"]["options"]
+        blob = json.dumps({"v": TRAINING_VERSION, **fields}, sort_keys=True)
         return f"{self.model.attention}-s{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 

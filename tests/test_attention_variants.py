@@ -72,6 +72,16 @@ def test_rmsnorm_output_has_unit_rms_times_gain(qkv):
     torch.testing.assert_close(y.pow(2).mean(-1).sqrt(), torch.full((B, H, T), 2.0), atol=1e-4, rtol=1e-4)
 
 
+def test_variant_options_reach_the_variant():
+    from sinklib.tinylm import TinyConfig, TinyLM
+
+    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, attention="headwise_rmsnorm",
+                     options=(("gain_init", 0.1),))
+    assert torch.equal(TinyLM(cfg).blocks[0].attn.gain, torch.full((16,), 0.1))
+    with pytest.raises(TypeError, match="gain_init"):
+        TinyLM(TinyConfig(attention="softpick", options=(("gain_init", 0.1),)))
+
+
 @pytest.mark.parametrize("cls", [av.GatedHeadwise, av.GatedElementwise])
 def test_gates(cls, qkv):
     q, k, v, x = qkv

@@ -91,3 +91,18 @@ def test_utilization_json_shape_claims(executed):
     assert q["2-bit"]["4 sink tokens kept"] < q["2-bit"]["all tokens quantised"]  # keeping sinks helps at 2 bits
     assert q["2-bit"]["all tokens quantised"] > q["4-bit"]["all tokens quantised"] > 0.9 * q["full_precision"]
     assert h["act"]["ppl"]["original"] > 0 and isinstance(h["act"]["helps"], bool)
+
+
+def test_mitigation_headline(executed):
+    """Smoke size cannot grow a sink; check the comparison is complete and its numbers are sane."""
+    res, folder = executed["03_mitigation"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    assert h["variants"][0] == "softmax" and len(h["variants"]) == 9 and h["seeds"] == [0, 1]
+    assert set(h["verdicts"]) == set(h["variants"]) and all(v.startswith(k) for k, v in h["verdicts"].items())
+    for variant, row in h["final"].items():
+        assert 0 < row["val_loss"] < 6 and 0 <= row["sink_rate"] <= 1 and 0 <= row["first_attention"] <= 1, variant
+    assert h["final"]["softmax"]["row_mass"] == pytest.approx(1.0) and h["final"]["sink_logit"]["row_mass"] < 1
+    assert h["rmsnorm_convergence"]["verdict"] in {"faster", "slower", "no difference"}
+    assert set(h["bible_check"]["final"]) == {"softmax", "headwise_rmsnorm", "headwise_rmsnorm g0=0.1"}
+    assert (folder / "final_table.md").read_text().startswith("Setting: bigram_backcopy")
