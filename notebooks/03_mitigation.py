@@ -125,11 +125,10 @@ if base.data == "bigram_backcopy":
     print(pd.DataFrame({"weight on BOS": [ad["bos_trigger"], ad["bos_other"]],
                         "weight on t-1": [ad["prev_trigger"], ad["prev_other"]]},
                        index=["trigger queries (active)", "other queries (dormant)"]).round(3))
-    dormant_sink = ad["bos_other"] > 2 * ad["bos_trigger"] and ad["prev_trigger"] > ad["prev_other"]
-    print(f"Verdict: layer {layer} head {head} is {'' if dormant_sink else 'NOT '}active-dormant: BOS weight "
+    print(f"Verdict: layer {layer} head {head} is {'' if ad['holds'] else 'NOT '}active-dormant: BOS weight "
           f"{ad['bos_other']:.2f} on other queries vs {ad['bos_trigger']:.2f} on triggers; weight on t-1 "
           f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
-    headline["active_dormant"] = {**ad, "holds": bool(dormant_sink)}
+    headline["active_dormant"] = ad
 
 # %% [markdown]
 # ## 2 · The same head in every variant
@@ -207,8 +206,7 @@ verdicts = {v: mitigation.sink_verdict(v, table, uniform) for v in names}
 for line in verdicts.values():
     print("-", line)
 headline["verdicts"] = verdicts
-headline["baseline_grows_sink"] = bool(table.loc["softmax", ("sink rate", "mean")] >= 0.05
-                                       and table.loc["softmax", ("first-token attention", "mean")] >= 2 * uniform)
+headline["baseline_grows_sink"] = mitigation.grows_sink(table, "softmax", uniform)
 if "headwise_rmsnorm" in runs:
     conv = mitigation.convergence(runs["headwise_rmsnorm"], runs["softmax"])
     print("-", mitigation.convergence_line("head-wise RMSNorm", conv, base.data))

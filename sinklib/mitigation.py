@@ -136,6 +136,12 @@ def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | Non
     return None
 
 
+def grows_sink(table: pd.DataFrame, variant: str, uniform: float) -> bool:
+    """A variant *grows a sink* when its sink rate is >= 5% and its alpha_1 >= 2x uniform attention's."""
+    return bool(table.loc[variant, ("sink rate", "mean")] >= 0.05
+                and table.loc[variant, ("first-token attention", "mean")] >= 2 * uniform)
+
+
 def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float = GU_EPS,
                  baseline: str = "softmax") -> str:
     """One line from the numbers: does ``variant`` grow, keep, reduce or remove the first-token sink?
@@ -150,8 +156,7 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
     rate = table.loc[variant, ("sink rate", "mean")]
     base_fa = table.loc[baseline, ("first-token attention", "mean")]
     nums = f"alpha_1 {fa:.3f}, sink rate {rate:.0%} (uniform attention: {uniform:.3f}; eps {eps})"
-    base_grows = (table.loc[baseline, ("sink rate", "mean")] >= 0.05
-                  and base_fa >= 2 * uniform)
+    base_grows = grows_sink(table, baseline, uniform)
     if variant == baseline:
         head = "grows a first-token sink" if base_grows else "does NOT grow a first-token sink in this setting"
         return f"{variant}: {head}: {nums}."
@@ -251,7 +256,8 @@ def active_dormant(model: TinyLM, ids: torch.Tensor, layer: int, head: int,
 
     On a trigger query t the head has work to do -- copy x_{t-1} -- and should attend to position t-1 (*active*);
     elsewhere the MLP's bigram suffices and the head is *dormant*: a sink head parks its attention on BOS.
-    Returns the mean weight on BOS and on t-1 for trigger queries and for the others (queries t >= 2).
+    Returns the mean weight on BOS and on t-1 for trigger queries and for the others (queries t >= 2), and
+    ``holds``: BOS gets over twice the weight on other queries that it gets on triggers, and t-1 more on triggers.
     ids: (N, T) with BOS at position 0.
     """
     _, A, _ = model(ids, record=True)
@@ -259,6 +265,8 @@ def active_dormant(model: TinyLM, ids: torch.Tensor, layer: int, head: int,
     is_trig = torch.isin(ids, torch.tensor(list(triggers), device=ids.device))[:, 2:]  # (N, T-2): queries t >= 2
     bos = a[:, 2:, 0]  # (N, T-2)
     prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1)[:, 1:]  # A[t, t-1] for t >= 2: (N, T-2)
-    return {"bos_trigger": float(bos[is_trig].mean()), "bos_other": float(bos[~is_trig].mean()),
-            "prev_trigger": float(prev[is_trig].mean()), "prev_other": float(prev[~is_trig].mean()),
-            "trigger_fraction": float(is_trig.float().mean())}
+    out = {"bos_trigger": float(bos[is_trig].mean()), "bos_other": float(bos[~is_trig].mean()),
+           "prev_trigger": float(prev[is_trig].mean()), "prev_other": float(prev[~is_trig].mean()),
+           "trigger_fraction": float(is_trig.float().mean())}
+    out["holds"] = out["bos_other"] > 2 * out["bos_trigger"] and out["prev_trigger"] > out["prev_other"]
+    return out

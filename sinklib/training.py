@@ -181,7 +181,7 @@ def check_config(cfg: TrainConfig) -> None:
     """One-line errors for settings that cannot train."""
     if cfg.seq_len > cfg.model.max_len:
         raise InputError(f"seq_len {cfg.seq_len} exceeds the model's max_len {cfg.model.max_len}; raise max_len")
-    if cfg.data == "bigram_backcopy" and cfg.model.vocab_size <= BOS:
+    if cfg.model.vocab_size <= BOS:
         raise InputError(f"vocab_size {cfg.model.vocab_size} has no BOS id {BOS}; use at least {BOS + 1}")
     if cfg.steps < 1 or cfg.eval_every < 1:
         raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")

@@ -112,7 +112,7 @@ def test_active_dormant_on_a_hand_built_head():
     ids = training.bigram_backcopy_batch(8, 40, torch.Generator().manual_seed(0))
     ad = mitigation.active_dormant(FixedAttention(), ids, 0, 0)
     assert ad["bos_other"] == 1.0 and ad["bos_trigger"] == 0.0
-    assert ad["prev_trigger"] == 1.0 and ad["prev_other"] == 0.0
+    assert ad["prev_trigger"] == 1.0 and ad["prev_other"] == 0.0 and ad["holds"]
     assert 0 < ad["trigger_fraction"] < 0.2
 
 
