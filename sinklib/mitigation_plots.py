@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -55,16 +56,17 @@ def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title
     checkpoints are left out so the differences at the end stay visible."""
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     lo, hi = np.inf, -np.inf
+    others = itertools.cycle(plt.cm.tab10(np.arange(10)))  # distinct colours, none of them the baseline's black
     for name, rs in runs.items():
         steps, mean, sd = curve(rs, key)
         steps, mean, sd = steps[skip_first:], mean[skip_first:], sd[skip_first:]
-        style = {"color": "k", "lw": 2.0, "zorder": 5} if name == "softmax" else {"lw": 1.2}
+        style = {"color": "k", "lw": 2.0, "zorder": 5} if name == "softmax" else {"color": next(others), "lw": 1.2}
         line, = ax.plot(steps, mean, label=name, **style)
         ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.15, lw=0)
         lo, hi = min(lo, (mean - sd).min()), max(hi, np.percentile(mean, 75))
     ax.set_ylim(lo - 0.01 * abs(lo), hi)
     ax.set_xlabel("training step"), ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, ncols=2)
+    ax.legend(fontsize=7, ncols=2, loc="upper right")
     if note:
         ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgrey")
     if title:
