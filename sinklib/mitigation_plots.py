@@ -12,7 +12,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from sinklib.mitigation import curve
-from sinklib.plotting import SINK_COLOR, _np
+from sinklib.plotting import SINK_COLOR, _np, draw_attention
 
 
 def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str = "") -> Figure:
@@ -111,12 +111,7 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
     fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols + 1.0, 2.1 * rows), squeeze=False)
     norm, im = LogNorm(vmin=floor, vmax=1.0), None
     for ax, (name, A) in zip(axes.flat, maps.items()):
-        a = _np(A)
-        T = a.shape[-1]
-        masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(a, floor, 1))
-        im = ax.imshow(masked, norm=norm, interpolation="nearest")
-        ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=SINK_COLOR, lw=1.2))
-        ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
+        im = draw_attention(ax, _np(A), norm)
         ax.set_title(name, fontsize=8)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")

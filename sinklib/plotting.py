@@ -52,6 +52,17 @@ def _np(x) -> np.ndarray:
     return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
 
 
+def draw_attention(ax, A: np.ndarray, norm: LogNorm) -> object:
+    """One causal (T, T) attention map on ``ax``: upper triangle blank, values clipped to ``norm``'s range, the
+    first-key column outlined; returns the image (for a colour bar)."""
+    T = A.shape[-1]
+    masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, norm.vmin, norm.vmax))
+    im = ax.imshow(masked, norm=norm, interpolation="nearest")
+    ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=SINK_COLOR, lw=1.2))
+    ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
+    return im
+
+
 def attention_grid(
     maps, layers: Sequence[int], heads: Sequence[int], tokens: Sequence[str] | None = None, title: str = "",
     floor: float = 1e-3,
@@ -69,10 +80,7 @@ def attention_grid(
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r, c]
-            masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A[r, head], floor, 1))
-            im = ax.imshow(masked, norm=norm, interpolation="nearest")
-            ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=SINK_COLOR, lw=1.2))
-            ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
+            im = draw_attention(ax, A[r, head], norm)
             if r == 0:
                 ax.set_title(f"head {head}")
             if c == 0:
