@@ -128,6 +128,37 @@ def reference_table(reference: Mapping, variants: Sequence[str]) -> pd.DataFrame
     return pd.DataFrame({"published": pd.Series(rows)})
 
 
+def _number(value) -> float | None:
+    """A published value as a float: 0.467 -> 0.467, "2.7812 +- 0.0109" -> 2.7812, a note -> None."""
+    try:
+        return float(str(value).split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str = "softmax",
+                        metrics: Mapping[str, str] | None = None) -> list[str]:
+    """Does each variant move a metric the way the paper reports? One line per variant and metric where the
+    reference gives a number for both the variant and the baseline: published ratio variant/baseline beside the
+    measured one, "agrees" when both are on the same side of 1."""
+    metrics = metrics or {"first_attention": "first-token attention", "val_loss": "val loss"}
+    ref = reference["variants"]
+    lines = []
+    for variant in table.index:
+        if variant == baseline:
+            continue
+        for key, label in metrics.items():
+            pv, pb = _number(ref.get(variant, {}).get(key)), _number(ref.get(baseline, {}).get(key))
+            if pv is None or pb is None:
+                continue
+            ov, ob = table.loc[variant, (label, "mean")], table.loc[baseline, (label, "mean")]
+            pr, mr = pv / pb, ov / ob
+            verdict = "agrees" if (pr - 1) * (mr - 1) > 0 else "disagrees"
+            lines.append(f"{variant}, {label} vs {baseline}: published {pv:g} / {pb:g} = {pr:.2f}x; here "
+                         f"{ov:.3f} / {ob:.3f} = {mr:.2f}x -> {verdict}.")
+    return lines
+
+
 def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | None:
     """First checkpoint step at which ``key`` <= ``target`` (None if never)."""
     for c in run["checkpoints"]:

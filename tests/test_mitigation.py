@@ -135,3 +135,15 @@ def test_every_profile_trains_a_valid_configuration():
         if p.text_check is not None:
             training.check_config(p.text_check)
             assert p.text_check.data == "bible" and p.text_check.model == p.train.model
+
+
+def test_published_agreement_compares_directions():
+    runs = {"softmax": [fake_run([2.0], [0.40])], "gated_headwise": [fake_run([1.9], [0.60])],
+            "softpick": [fake_run([2.1], [0.01])]}
+    ref = {"variants": {"softmax": {"first_attention": 0.467, "val_loss": "2.78 +- 0.01"},
+                        "gated_headwise": {"first_attention": 0.073, "val_loss": "2.74 +- 0.01"},
+                        "softpick": {"note": "no numbers"}}}
+    lines = mitigation.published_agreement(mitigation.final_table(runs), ref)
+    assert len(lines) == 2
+    assert lines[0].startswith("gated_headwise, first-token attention vs softmax: published 0.073 / 0.467 = 0.16x")
+    assert lines[0].endswith("= 1.50x -> disagrees.") and lines[1].endswith("-> agrees.")
