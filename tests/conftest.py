@@ -20,3 +20,20 @@ def smollm2():
     from sinklib.models import load_model
 
     return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3():
+    """Builds a tiny random Gemma-3 (a sliding-window layer, then a full one; logit soft-capping), seeded, eval mode."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    def build(sliding_window: int, softcap: float) -> Gemma3ForCausalLM:
+        config = Gemma3TextConfig(
+            vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, sliding_window=sliding_window,
+            layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=softcap,
+        )
+        torch.manual_seed(0)
+        return Gemma3ForCausalLM(config).eval()
+
+    return build

@@ -52,16 +52,8 @@ def test_padding_mask(tiny):
     assert torch.isfinite(real).all()
 
 
-def test_sliding_window_softcap_gemma3():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    config = Gemma3TextConfig(
-        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
-        attn_logit_softcapping=20.0,
-    )
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(config).eval()
+def test_sliding_window_softcap_gemma3(tiny_gemma3):
+    model = tiny_gemma3(sliding_window=5, softcap=20.0)
     ids = torch.randint(0, 100, (2, 17))
     A, st = both(model, ids, 4)
     col = torch.stack([torch.cat(st.col_sum[i]) for i in st.layers])

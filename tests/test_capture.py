@@ -88,17 +88,9 @@ def test_layer_selection_and_reduce(tiny, ids):
 
 
 @torch.no_grad()
-def test_sliding_window_and_softcapping_masks_are_respected():
+def test_sliding_window_and_softcapping_masks_are_respected(tiny_gemma3):
     """A tiny random Gemma-3 with sliding-window layers: capture equals output_attentions layer by layer."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    config = Gemma3TextConfig(
-        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        attn_logit_softcapping=30.0,
-    )
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(config).eval()
+    model = tiny_gemma3(sliding_window=4, softcap=30.0)
     ids = torch.randint(0, 100, (2, 12))
     model.set_attn_implementation("eager")
     ref = model(ids, output_attentions=True)
