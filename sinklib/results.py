@@ -31,14 +31,26 @@ def to_builtin(obj):
     return obj
 
 
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename: readers never see half a file."""
+    """Write to a temporary file beside ``path``, then rename: readers never see half a file.
+
+    The file gets the permissions a plain ``open(path, "wb")`` would give (0o666 minus the umask), not mkstemp's
+    private 0o600, so a gallery served by a web server or shared on a cluster stays readable.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -46,3 +46,21 @@ def test_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
 def test_extreme_ratio():
     e = Extreme(dim=3, value=-2000.0, median=1.0, position=0, seq=0)
     assert e.is_massive and e.as_dict()["ratio"] == 2000.0
+
+
+def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        fig = plotting.alpha_heatmap(torch.rand(2, 2))
+        paths = plotting.save(fig, tmp_path / "fig", caption="c")
+        plt.close(fig)
+        for p in [*paths, tmp_path / "fig.txt"]:
+            assert p.stat().st_mode & 0o777 == 0o644, p  # readable by group and others, as open() would give
+        os.umask(0o077)
+        from sinklib.results import write_json
+
+        assert write_json(tmp_path / "h.json", {"a": 1}).stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
