@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from sinklib.kvquant import QuantizedKVCache, fake_quantize
+from sinklib.kvquant import QuantizedKVCache, fake_quantize, fake_quantize_tokens
 
 
 def test_error_is_at_most_half_a_step():
@@ -21,7 +21,8 @@ def test_error_is_at_most_half_a_step():
 def test_group_extremes_survive_and_bad_arguments():
     x = torch.randn(4, 32)
     q = fake_quantize(x, 2, 32)
-    torch.testing.assert_close(q.amax(-1), x.amax(-1)) and torch.testing.assert_close(q.amin(-1), x.amin(-1))
+    torch.testing.assert_close(q.amax(-1), x.amax(-1))
+    torch.testing.assert_close(q.amin(-1), x.amin(-1))
     with pytest.raises(ValueError):
         fake_quantize(x, 4, 24)
     with pytest.raises(ValueError):
@@ -30,7 +31,8 @@ def test_group_extremes_survive_and_bad_arguments():
 
 def test_cache_keeps_sinks_exact_and_quantises_the_rest(tiny):
     ids = torch.randint(0, 256, (1, 20), generator=torch.Generator().manual_seed(5))
-    dense, quant = DynamicCache(), QuantizedKVCache.for_model(tiny.model, bits=2, group_size=8, keep_first=4)
+    dense = DynamicCache()
+    quant = QuantizedKVCache.for_model(tiny.model, bits=2, group_size=8, keep_first=4, key_axis="token")
     with torch.no_grad():
         for s in range(0, 20, 6):  # chunks that straddle the sink boundary
             tiny.model(ids[:, s:s + 6], past_key_values=dense, use_cache=True)
@@ -40,3 +42,34 @@ def test_cache_keeps_sinks_exact_and_quantises_the_rest(tiny):
     torch.testing.assert_close(got.keys[..., :4, :], ref.keys[..., :4, :], atol=0, rtol=0)
     torch.testing.assert_close(got.values[..., 4:, :], fake_quantize(ref.values[..., 4:, :], 2, 8), atol=1e-6, rtol=0)
     assert not torch.allclose(got.values[..., 4:, :], ref.values[..., 4:, :])
+
+
+def test_per_channel_keys_share_a_range_per_channel_and_token_group():
+    x = torch.randn(2, 3, 40, 16)  # (B, H, n tokens, d)
+    x[..., 5] *= 50  # an outlier channel, as key outliers are (KIVI): per-token groups would smear it
+    q = fake_quantize_tokens(x, 2, 16)
+    assert q.shape == x.shape
+    for s in (0, 16, 32):  # groups of 16 tokens, the last one 8 long
+        g, qg = x[..., s:s + 16, :], q[..., s:s + 16, :]
+        torch.testing.assert_close(qg.amax(-2), g.amax(-2))  # each channel's extremes survive in its group
+        torch.testing.assert_close(qg.amin(-2), g.amin(-2))
+        assert len(torch.unique(qg[0, 0, :, 0])) <= 4
+    err_channel = (fake_quantize_tokens(x, 2, 16) - x)[..., [0, 1, 2]].abs().mean()
+    err_token = (fake_quantize(x, 2, 16) - x)[..., [0, 1, 2]].abs().mean()
+    assert err_channel < err_token  # the outlier channel no longer sets the step of the normal channels
+
+
+def test_per_channel_key_cache_quantises_keys_over_tokens(tiny):
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(5))
+    dense = DynamicCache()
+    quant = QuantizedKVCache.for_model(tiny.model, bits=2, group_size=8, keep_first=4)  # key_axis="channel"
+    with torch.no_grad():
+        tiny.model(ids, past_key_values=dense, use_cache=True)
+        tiny.model(ids, past_key_values=quant, use_cache=True)
+    ref, got = dense.layers[0], quant.layers[0]
+    torch.testing.assert_close(got.keys[..., :4, :], ref.keys[..., :4, :], atol=0, rtol=0)
+    torch.testing.assert_close(got.keys[..., 4:, :], fake_quantize_tokens(ref.keys[..., 4:, :], 2, 8), atol=1e-6,
+                               rtol=0)
+    torch.testing.assert_close(got.values[..., 4:, :], fake_quantize(ref.values[..., 4:, :], 2, 8), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="key_axis"):
+        QuantizedKVCache.for_model(tiny.model, bits=2, key_axis="rows")
