@@ -16,15 +16,27 @@ SUN_MIN_RATIO = 1000.0  # ... and about 1000x the median |h| of that token's hid
 GU_EPS = 0.3  # Gu et al. (arXiv 2410.10781) default threshold
 
 
-def alpha(attn: torch.Tensor, key: int = 0) -> torch.Tensor:
+def alpha(attn: torch.Tensor, key: int = 0, later_only: bool = False) -> torch.Tensor:
     """Per-head importance of key k (Gu et al.): alpha_k = 1/(T-k) * sum_{t >= k} A[t, k].
 
-    attn: (..., T, T) -> (...), e.g. (B, H, T, T) -> (B, H).
+    ``later_only=True``: 1/(T-k-1) * sum_{t > k} A[t, k], the attention key k gets from *later* queries only. Use it
+    when an intervention fixes row k itself (the self-only mask sets A[k, k] = 1, which would add 1/(T-k) to every
+    head by construction). attn: (..., T, T) -> (...), e.g. (B, H, T, T) -> (B, H).
     """
     T = attn.shape[-1]
-    if not 0 <= key < T:
-        raise ValueError(f"key {key} outside 0..{T - 1}")
-    return attn[..., key:, key].float().mean(dim=-1)
+    if not 0 <= key < T - (1 if later_only else 0):
+        raise ValueError(f"key {key} outside 0..{T - 1 - (1 if later_only else 0)}")
+    return attn[..., key + (1 if later_only else 0):, key].float().mean(dim=-1)
+
+
+def row_normalised(attn: torch.Tensor) -> torch.Tensor:
+    """A[t, j] / sum_j' A[t, j']: each query's weights as shares of its own row (rows of zeros stay zero).
+
+    For softmax the rows already sum to 1; for sigmoid, softpick, off-by-one or a learned sink they do not, and a
+    small A[t, 0] can mean a small row rather than a row that ignores the first token. attn: (..., T, T).
+    """
+    a = attn.float()
+    return a / a.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def sink_rate(alphas: torch.Tensor, eps: float = GU_EPS) -> float:

@@ -182,11 +182,15 @@ def lock_in(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 # ----------------------------------------------------------------------------------------------- 5-6 interventions
 @torch.inference_mode()
-def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, batch_size: int = 16) -> torch.Tensor:
-    """alpha_key per (layer, head), mean over sequences -> (L, H); optionally under an intervention."""
+def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, batch_size: int = 16,
+             later_only: bool = False) -> torch.Tensor:
+    """alpha_key per (layer, head), mean over sequences -> (L, H); optionally under an intervention.
+
+    ``later_only``: score only queries t > key (see :func:`sinklib.metrics.alpha`)."""
     out = []
+    reduce = {"attentions": lambda a, i: metrics.alpha(a, key, later_only)}
     for batch in _batches(ids, batch_size):
-        with Capture(lm.model, attentions=True, reduce={"attentions": lambda a, i: metrics.alpha(a, key)}) as cap:
+        with Capture(lm.model, attentions=True, reduce=reduce) as cap:
             with intervention if intervention is not None else contextlib.nullcontext():
                 lm.model(batch.to(lm.device), use_cache=False)
         out.append(cap.stack("attentions"))  # (L, B, H)
