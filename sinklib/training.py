@@ -32,7 +32,7 @@ from sinklib.results import write_json
 from sinklib.tinylm import TinyConfig, TinyLM
 
 BOS = 256
-TRAINING_VERSION = 2  # bump when the loop or the metrics change, to invalidate cached runs
+TRAINING_VERSION = 3  # 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change, to invalidate cached runs
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,15 @@ def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) ->
 
     alpha: attention of every query to position 0 (BOS), Gu et al.'s alpha_1, per (sequence, layer, head);
     row_mass: mean over queries of sum_j A_tj -- 1 for softmax, < 1 when mass goes to a learned sink or the
-    off-by-one zero logit, unconstrained for sigmoid attention.
+    off-by-one zero logit, unconstrained for sigmoid attention;
+    first_share: the row-normalised share of BOS, A_t0 / sum_j A_tj, averaged like alpha (equal to alpha for softmax;
+    for unnormalised rows it separates "little mass in the row" from "little of the row's mass on BOS").
     """
     model.eval()
     logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
     model.train()
     alphas = metrics.alpha(A, 0).permute(1, 0, 2)  # (N, L, H): attention to position 0 (BOS)
+    shares = metrics.alpha(metrics.row_normalised(A), 0).permute(1, 0, 2)  # (N, L, H): BOS share of each row
     return {
         "val_loss": float(F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())),
         "sink_rate": metrics.sink_rate(alphas, eps),
@@ -156,11 +159,28 @@ def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) ->
         "alpha_by_layer": alphas.mean(dim=(0, 2)).tolist(),
         "alpha_by_head": alphas.mean(dim=0).tolist(),  # (L, H)
         "row_mass": float(A.sum(-1).mean()),
+        "first_share": float(shares.mean()),
+        "share_sink_rate": metrics.sink_rate(shares, eps),
+        "share_by_head": shares.mean(dim=0).tolist(),  # (L, H)
         "max_activation": float(H.abs().max()),
         "kurtosis": kurtosis(H),
         "dom_ratio_first": float(metrics.dom_ratio(H[:, :, 0]).mean()),
         "effective_rank": effective_rank(H[-1].flatten(0, 1)),
     }
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups in the standard split (minGPT / nanoGPT / Llama recipes): weight decay on weight matrices only.
+
+    Decayed: the weights of ``nn.Linear`` and ``nn.Embedding`` modules (``ndim == 2`` maps). Not decayed: everything
+    else -- norm gains, biases, the sigmoid bias, the sink logits, and the KV-bias vectors k', v' (stored as one
+    (heads, head_dim) tensor, so ``ndim`` alone would miss them). Decaying those would pull the mitigations' own
+    parameters toward zero, i.e. toward the baseline.
+    """
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding)}
+    decay = [p for p in model.parameters() if p.requires_grad and id(p) in matrices]
+    keep = [p for p in model.parameters() if p.requires_grad and id(p) not in matrices]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -199,7 +219,7 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
         return json.loads(json_path.read_text())
     torch.manual_seed(cfg.seed)
     model = TinyLM(cfg.model).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(cfg.seed)
     val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234)).to(device)
     checkpoints, losses, trained = [], [], 0.0

@@ -11,14 +11,18 @@ from sinklib.attention_variants import VARIANTS
 from sinklib.errors import InputError
 
 
-def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None):
-    """A run dict shaped like training.train's, with one checkpoint per entry of ``losses``."""
+def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None, share=None, by_head=None):
+    """A run dict shaped like training.train's, with one checkpoint per entry of ``losses``.
+
+    ``share``: the row-normalised first-token share (default: alpha itself, as for softmax rows)."""
     ckpts = []
     for i, (loss, a) in enumerate(zip(losses, alphas)):
+        sh = a if share is None else share
         ckpts.append({"step": 10 * i, "val_loss": loss, "first_attention": a,
                       "sink_rate": (1.0 if a > 0.3 else 0.0) if sink_rate is None else sink_rate,
-                      "alpha_by_head": [[a, a / 2]], "max_activation": 5.0, "kurtosis": 3.0, "dom_ratio_first": 2.0,
-                      "effective_rank": 10.0, "row_mass": row_mass})
+                      "alpha_by_head": by_head or [[a, a / 2]], "max_activation": 5.0, "kurtosis": 3.0,
+                      "dom_ratio_first": 2.0, "effective_rank": 10.0, "row_mass": row_mass, "first_share": sh,
+                      "share_sink_rate": 1.0 if sh > 0.3 else 0.0, "share_by_head": [[sh, sh / 2]]})
     return {"checkpoints": ckpts, "seconds": seconds}
 
 
@@ -75,6 +79,30 @@ def test_sink_verdicts_follow_the_rules():
     assert "cannot be judged" in mitigation.sink_verdict("softpick", flat, u)
 
 
+def test_small_alpha_in_small_rows_is_not_a_removal():
+    u = mitigation.uniform_alpha(64)
+    runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
+            # sigmoid-like: rows carry 0.2 of the mass, and 0.8 of that goes to the first token
+            "sigmoid": [fake_run([2.0], [0.004], sink_rate=0.0, share=0.8, row_mass=0.2)] * 2,
+            # softpick-like: small rows, and the first token's share of them is small too
+            "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
+    table = mitigation.final_table(runs)
+    sig = mitigation.sink_verdict("sigmoid", table, u)
+    assert "shrinks the rows, not the sink" in sig and "row-normalised share of the first token 0.800" in sig
+    assert "removes the first-token sink" in mitigation.sink_verdict("softpick", table, u)
+
+
+def test_verdict_flags_a_cut_the_seeds_cannot_settle():
+    u = mitigation.uniform_alpha(64)  # 1.5U = 0.111
+    runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
+            "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)],  # 0.110 +- 0.04
+            "b": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
+    table = mitigation.final_table(runs)
+    assert "not settled" in mitigation.sink_verdict("a", table, u) and "1.5x uniform" in mitigation.sink_verdict(
+        "a", table, u)
+    assert "not settled" not in mitigation.sink_verdict("b", table, u)
+
+
 def test_convergence_verdicts():
     base = [fake_run([5, 3.0, 2.50, 2.30], [0] * 4), fake_run([5, 3.1, 2.52, 2.31], [0] * 4)]
     fast = [fake_run([5, 2.5, 2.20, 2.10], [0] * 4), fake_run([5, 2.6, 2.22, 2.12], [0] * 4)]
@@ -91,7 +119,11 @@ def test_convergence_verdicts():
 def test_heads_and_crossings():
     runs = [fake_run([3, 2, 1], [0.1, 0.2, 0.5]), fake_run([3, 2, 1], [0.1, 0.4, 0.5])]
     assert mitigation.first_crossing(runs, 0.3) == [20, 10]
-    assert mitigation.strongest_head(runs) == (0, 0, pytest.approx(0.5))
+    assert mitigation.strongest_head(runs[0]) == (0, 0, pytest.approx(0.5))
+    # each run's own strongest head: seed 0 sinks in head 1, seed 1 in head 0 (an average would pick neither well)
+    a = fake_run([1], [0.5], by_head=[[0.1, 0.9]])
+    b = fake_run([1], [0.5], by_head=[[0.8, 0.05]])
+    assert mitigation.strongest_head(a)[:2] == (0, 1) and mitigation.strongest_head(b)[:2] == (0, 0)
     assert mitigation.steps_to_reach(runs[0], 2.0) == 10 and mitigation.steps_to_reach(runs[0], 0.5) is None
 
 
@@ -147,3 +179,8 @@ def test_published_agreement_compares_directions():
     assert len(lines) == 2
     assert lines[0].startswith("gated_headwise, first-token attention vs softmax: published 0.073 / 0.467 = 0.16x")
     assert lines[0].endswith("= 1.50x -> disagrees.") and lines[1].endswith("-> agrees.")
+    # a variant with its own published baseline is compared with that one, not with another paper's softmax
+    ref["variants"]["softpick"] = {"first_attention": 0.033, "baseline_first_attention": 0.65}
+    own = mitigation.published_agreement(mitigation.final_table(runs), ref)
+    assert any(line.startswith("softpick, first-token attention vs softmax: published 0.033 / 0.65 = 0.05x")
+               for line in own)

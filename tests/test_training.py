@@ -82,3 +82,26 @@ def test_text_file_data_and_bad_settings(tmp_path):
         training.make_batch(training.TrainConfig(data="owt"), "train", 2, torch.Generator())
     with pytest.raises(InputError, match="exceeds the model's max_len"):
         training.check_config(training.TrainConfig(model=SMALL, seq_len=64))
+
+
+@pytest.mark.parametrize("attention", ["sigmoid", "sink_logit", "kv_bias", "headwise_rmsnorm"])
+def test_one_dimensional_parameters_are_not_decayed(attention):
+    model = TinyLM(TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=32, attention=attention))
+    decay, keep = training.param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and keep["weight_decay"] == 0.0
+    assert all(p.ndim == 2 for p in decay["params"])
+    names = {n for n, p in model.named_parameters() if any(p is q for q in keep["params"])}
+    assert all(p.ndim < 2 for n, p in model.named_parameters() if n in names and "_bias" not in n), names
+    assert len(decay["params"]) + len(keep["params"]) == len(list(model.parameters()))
+    # the variant's own parameter is among the undecayed ones, so AdamW leaves it where the gradient puts it
+    own = {"sigmoid": "bias", "sink_logit": "sink", "kv_bias": "v_bias", "headwise_rmsnorm": "gain"}[attention]
+    assert any(own in n for n in names), (own, names)
+
+
+def test_first_share_separates_small_rows_from_small_shares():
+    A = torch.zeros(1, 1, 1, 3, 3)
+    A[..., :, 0] = 0.1  # every row puts 0.1 on the first token and nothing elsewhere: row mass 0.1, share 1
+    from sinklib import metrics
+
+    share = metrics.alpha(metrics.row_normalised(A), 0)
+    assert float(metrics.alpha(A, 0)) == pytest.approx(0.1) and float(share) == pytest.approx(1.0)
