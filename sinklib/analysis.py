@@ -10,9 +10,10 @@ from tqdm.auto import tqdm
 
 from sinklib import metrics
 from sinklib.attnstats import AttentionStats
-from sinklib.capture import Capture
-from sinklib.memory import check_fits, check_length
+from sinklib.capture import Capture, find_layers
+from sinklib.memory import check_fits, check_length, fit_batch
 from sinklib.models import LoadedModel
+from sinklib.registry import Patch
 
 
 @dataclass
@@ -65,27 +66,45 @@ class SinkProfile:
         }
 
 
+class LayerProgress(Patch):
+    """Advance a sequence-counting tqdm bar by ``batch`` / L after every decoder layer's forward (hooks removed on
+    exit): at long lengths the bar moves per layer instead of sitting at 0 until the first batch ends."""
+
+    def __init__(self, lm: LoadedModel, bar):
+        super().__init__()
+        self.blocks, self.bar, self.batch = [p.block for p in find_layers(lm.model)], bar, 0
+
+    def _install(self) -> None:
+        self._handles = [b.register_forward_hook(lambda *a: self.bar.update(self.batch / len(self.blocks)))
+                         for b in self.blocks]
+
+
 @torch.inference_mode()
 def profile_sinks(
     lm: LoadedModel, input_ids: torch.Tensor, *, input_name: str = "custom", eps: float = metrics.GU_EPS,
-    batch_size: int = 16, progress: bool = True,
+    batch_size: int | None = 16, progress: bool = True,
 ) -> SinkProfile:
     """Run ``input_ids`` (N, T) through the model in batches and reduce each batch to sink statistics.
 
     Attention statistics come from :class:`~sinklib.attnstats.AttentionStats` (equal to eager ``output_attentions``
     within 1e-5, but O(T) extra memory), hidden states from :class:`~sinklib.capture.Capture`; only reductions are
-    kept, so memory is one batch's activations. Checks length and memory first.
+    kept, so memory is one batch's activations. Checks length first; the batch is the largest <= ``batch_size``
+    (None: N) that the memory check admits. The progress bar counts sequences and moves after every layer, so
+    long inputs show progress and an estimate of the time left from the first layer on.
     """
     N, T = input_ids.shape
     L = lm.n_layers
     check_length(lm, T)
-    check_fits(lm, min(batch_size, N), T, hidden_states=True)
+    batch_size = fit_batch(lm, min(batch_size or N, N), T, hidden_states=True)
     alphas, masses, dom_first, dom_rest = [], [], [], []
     best: list[metrics.Extreme | None] = [None] * L
     dims: list[set[int]] = [set() for _ in range(L)]
-    bar = tqdm(range(0, N, batch_size), desc=f"{lm.name} / {input_name}", disable=not progress, leave=False)
-    with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats:
-        for start in bar:
+    bar = tqdm(total=N, desc=f"{lm.name} / {input_name} (batch {batch_size})", unit="seq", disable=not progress,
+               leave=False, bar_format="{l_bar}{bar}| {n:.1f}/{total} seq [{elapsed}<{remaining}]")
+    with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats, \
+            LayerProgress(lm, bar) as tick:
+        for start in range(0, N, batch_size):
+            tick.batch = len(input_ids[start:start + batch_size])
             batch = input_ids[start:start + batch_size].to(lm.device)
             lm.model(batch, use_cache=False, logits_to_keep=1)
             mass = torch.stack([stats.key_mass(i) for i in range(L)], dim=1)  # (B, L, H, T)
@@ -104,6 +123,7 @@ def profile_sinks(
                 rep = metrics.find_massive(hidden[i])
                 dims[i].update(rep.dims)
             cap.clear()
+    bar.close()
     key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
     return SinkProfile(
         model=lm.name, input=input_name, eps=eps, alphas=torch.cat(alphas), key_mass=key_mass,

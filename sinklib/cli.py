@@ -37,7 +37,7 @@ def _cmd_profile(args) -> int:
     from sinklib.profiles import seed_everything
 
     seed_everything(args.seed)
-    lm = load_model(args.model, device=args.device)
+    lm = load_model(args.model, device=args.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
     ids = make_inputs(lm, args.input, args.num_seqs, args.seq_len, args.seed)
     prof = profile_sinks(lm, ids, input_name=args.input, eps=args.eps, batch_size=args.batch_size,
                          progress=not args.json)
@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--seq-len", type=int, default=64, help="T (default 64, as Gu et al.)")
     pr.add_argument("--num-seqs", type=int, default=GU_NUM_SEQS, help=f"sequences (default {GU_NUM_SEQS})")
     pr.add_argument("--eps", type=float, default=0.3, help="sink threshold on alpha (default 0.3)")
-    pr.add_argument("--batch-size", type=int, default=20)
+    pr.add_argument("--batch-size", type=int, default=None,
+                    help="sequences per forward (default: as many as the memory check admits, at most --num-seqs)")
     pr.add_argument("--device", default="auto")
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--json", action="store_true", help="print one JSON object")

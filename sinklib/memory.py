@@ -67,3 +67,14 @@ def check_fits(lm: LoadedModel, batch: int, seq_len: int, **kwargs) -> int:
             + ("" if not kwargs.get("eager_attentions") else ", or the O(N) statistics (sinklib.attnstats)") + "."
         )
     return need
+
+
+def fit_batch(lm: LoadedModel, want: int, seq_len: int, **kwargs) -> int:
+    """The largest batch <= ``want`` whose :func:`forward_bytes` fits in 90% of the free memory (halving from
+    ``want``); raises like :func:`check_fits` when not even one sequence fits."""
+    batch = max(1, int(want))
+    free = 0.9 * available_bytes(lm.device)
+    while batch > 1 and forward_bytes(lm, batch, seq_len, **kwargs) > free:
+        batch //= 2
+    check_fits(lm, batch, seq_len, **kwargs)
+    return batch

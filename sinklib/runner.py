@@ -100,6 +100,10 @@ def run_all(
     # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     figures_dir, build_dir = Path(figures_dir).resolve(), Path(build_dir).resolve()
+    from sinklib.profiles import PROFILES
+
+    if profile not in PROFILES:  # refused here, before any kernel starts
+        raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     books = discover(notebook_dir, only)
     results = []
     for i, book in enumerate(books, 1):

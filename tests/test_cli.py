@@ -28,3 +28,11 @@ def test_errors_are_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown model") and "\n" not in err
     assert main(["profile", "--model", "tiny-llama-random", "--num-seqs", "0"]) == 2
+
+
+def test_unknown_figures_profile_is_refused_before_any_kernel(capsys, tmp_path):
+    assert main(["figures", "--profile", "nope", "--figures-dir", str(tmp_path / "f"),
+                 "--build-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown profile 'nope'") and "smoke" in err
+    assert not (tmp_path / "b").exists()  # nothing ran

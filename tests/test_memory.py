@@ -1,6 +1,7 @@
 """Length and memory checks fail early with one-line errors."""
 
 import pytest
+import torch
 
 from sinklib import memory
 from sinklib.analysis import profile_sinks
@@ -36,3 +37,36 @@ def test_profile_refuses_before_allocating(tiny, monkeypatch):
     ids = torch.zeros(1, memory.max_length(tiny) + 1, dtype=torch.long)
     with pytest.raises(InputError, match="longer than"):
         profile_sinks(tiny, ids, progress=False)
+
+
+def test_batch_follows_the_memory_check(tiny, monkeypatch):
+    from sinklib import memory
+
+    kw = {"eager_attentions": True, "hidden_states": True}  # bytes proportional to the batch
+    one = memory.forward_bytes(tiny, 1, 64, **kw)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: int(5 * one / 0.9))
+    assert memory.fit_batch(tiny, 16, 64, **kw) == 4  # 16 -> 8 -> 4 (4 x one fits in 5 x one)
+    assert memory.fit_batch(tiny, 3, 64, **kw) == 3
+    monkeypatch.setattr(memory, "available_bytes", lambda device: int(0.5 * one))
+    with pytest.raises(InputError, match="GiB"):
+        memory.fit_batch(tiny, 16, 64, **kw)
+
+
+def test_profile_progress_moves_after_every_layer(tiny):
+    from sinklib.analysis import LayerProgress
+
+    class Bar:
+        def __init__(self):
+            self.steps = []
+
+        def update(self, n):
+            self.steps.append(n)
+
+    bar = Bar()
+    with torch.no_grad(), LayerProgress(tiny, bar) as tick:
+        tick.batch = 3
+        tiny.model(torch.zeros(3, 8, dtype=torch.long))
+    assert bar.steps == [1.5, 1.5]  # 3 sequences / 2 layers, once per layer
+    from sinklib.capture import hooks_left
+
+    assert hooks_left(tiny.model) == 0
