@@ -11,8 +11,13 @@ block at once to
 * the mass that goes to a learned sink logit (gpt-oss style): p_sink,t = exp(s_h) / (exp(s_h) + sum_j exp(l_tj)),
   reported, not dropped.
 
-Masks are honoured as the backend gets them: causal (also when the backend receives ``None``), padding, sliding
-windows; grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
+Masks are honoured as the backend gets them: a 4-D mask (causal, padding, sliding windows) as given; ``None`` as
+sdpa reads it -- ``is_causal`` for T > 1 queries, i.e. query t sees keys 0..t (torch's top-left alignment, which is
+also what a static-cache prefill gets: its empty slots after the prompt stay unseen), and every key for a single
+query. Grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
+Backends whose masks cannot be read here -- flash-attention (2-D padding masks, windows passed as a keyword) and
+flex attention (block masks) -- are refused with a one-line error instead of giving statistics of another
+attention than the model's.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from collections import defaultdict
 import torch
 from torch import nn
 
+from sinklib.errors import InputError
 from sinklib.registry import AttentionSwitch
+
+UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks AttentionStats cannot mirror
 
 DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads): small enough to stay in cache
 
@@ -31,10 +39,11 @@ def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop
              device: torch.device) -> torch.Tensor:
     """Boolean (B or 1, 1, stop-start, k_len): may query t (rows start..stop-1) attend to key j?
 
-    ``None`` means plain causal attention; queries are the last ``q_len`` of the ``k_len`` positions.
+    ``None`` is read as sdpa reads it: causal with top-left alignment (query t sees keys 0..t) when q_len > 1, every
+    key when q_len == 1.
     """
     if mask is None:
-        q_pos = torch.arange(start, stop, device=device) + (k_len - q_len)
+        q_pos = torch.arange(start, stop, device=device) + (k_len if q_len == 1 else 0)
         return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
     block = mask[:, :, start:stop, :k_len]
     if block.dtype == torch.bool:
@@ -79,9 +88,16 @@ class AttentionStats:
         stacked), p = softmax_j(l) (times 1 - p_sink for a learned sink logit), and the column sums sum_t p_tj --
         the probabilities are never stored beyond the block.
         """
-        B, H, T, hd = query.shape  # T queries (the last T of the N keys)
+        B, H, T, hd = query.shape  # T queries
         N, Hkv = key.shape[2], key.shape[1]
-        G, off = H // Hkv, key.shape[2] - query.shape[2]
+        if attention_mask is not None and attention_mask.ndim != 4:
+            raise InputError(f"AttentionStats needs a 4-D attention mask, got shape {tuple(attention_mask.shape)}; "
+                             "load the model with attn_implementation='sdpa' or 'eager'.")
+        if attention_mask is None and kwargs.get("sliding_window"):
+            raise InputError("AttentionStats got no mask but a sliding_window keyword (a window it cannot see); "
+                             "load the model with attn_implementation='sdpa' or 'eager'.")
+        # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring)
+        G, off = H // Hkv, (N - 1 if T == 1 else 0)
         scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
         softcap = kwargs.get("softcap")
         sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
@@ -89,7 +105,8 @@ class AttentionStats:
         kt = key.float().transpose(-1, -2)  # (B, Hkv, hd, N): shared by the G heads of a group, never repeated
         col = torch.zeros(B, Hkv, G, N, dtype=torch.float64, device=query.device)
         if attention_mask is None:  # causal: key j is seen by queries t with t + off >= j
-            vis = (T - (torch.arange(N, device=query.device) - off).clamp_min(0)).clamp_min(0).double().expand(B, N)
+            j = torch.arange(N, device=query.device)
+            vis = (T - (j - off).clamp_min(0)).clamp_min(0).double().expand(B, N)
         else:
             vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
         ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
@@ -136,6 +153,10 @@ class AttentionStats:
 
     # ------------------------------------------------------------------------------------------------ context
     def __enter__(self) -> AttentionStats:
+        backend = str(self.model.config._attn_implementation)
+        if any(name in backend for name in UNREADABLE_BACKENDS):
+            raise InputError(f"AttentionStats cannot mirror {backend!r} (its masks are 2-D padding masks, keyword "
+                             "windows or block masks); load the model with attn_implementation='sdpa' or 'eager'.")
         self._switch.__enter__()  # the backend gets the very mask it would have built (None for causal sdpa)
         return self
 

@@ -101,3 +101,46 @@ def test_cleans_up(tiny):
         with st:
             tiny.model(torch.zeros(1, 4, dtype=torch.long))
         st.entropy_by_query(0)
+
+
+def test_static_cache_prefill_with_no_mask_matches_the_model(tiny):
+    """sdpa gets mask None and 32 cache slots for a 12-token prompt: the statistics must follow sdpa's is_causal
+    (query t sees keys 0..t), not treat the empty slots as earlier tokens."""
+    from transformers import StaticCache
+
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        with Capture(tiny.model, attentions=True) as cap:
+            tiny.model(ids, use_cache=False)
+        masks = []
+        with AttentionStats(tiny.model) as st:
+            reduce = st._reduce
+            st._reduce = lambda m, q, k, mask, kw: (masks.append(mask), reduce(m, q, k, mask, kw))
+            tiny.model(ids, past_key_values=StaticCache(config=tiny.model.config, max_cache_len=32), use_cache=True)
+    assert masks[0] is None  # the case in question really arises
+    for layer in range(tiny.n_layers):
+        mass = st.key_mass(layer)  # (1, H, 32)
+        torch.testing.assert_close(mass[..., :12], metrics.sink_mass(cap.get("attentions", layer)), atol=1e-5,
+                                   rtol=0)
+        assert torch.isnan(mass[..., 12:]).all()  # empty slots: seen by no query
+
+
+def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
+    from sinklib.errors import InputError
+
+    cfg = tiny.model.config
+    old = cfg._attn_implementation
+    try:
+        cfg._attn_implementation = "flash_attention_2"
+        with pytest.raises(InputError, match="flash_attention_2.*sdpa"):
+            AttentionStats(tiny.model).__enter__()
+    finally:
+        cfg._attn_implementation = old
+    assert tiny.model.config._attn_implementation == old
+    st = AttentionStats(tiny.model)
+    q, k = torch.randn(1, 4, 6, 16), torch.randn(1, 2, 6, 16)
+    module = tiny.model.model.layers[0].self_attn
+    with pytest.raises(InputError, match="4-D attention mask"):
+        st._reduce(module, q, k, torch.ones(1, 6, dtype=torch.bool), {})  # flash's 2-D padding mask
+    with pytest.raises(InputError, match="sliding_window"):
+        st._reduce(module, q, k, None, {"sliding_window": 4})
