@@ -8,6 +8,12 @@ whatever has been evicted. ``n_sink=0`` is the window-only baseline that collaps
 
 Like StreamingLLM's ``evict_for_space``, the cache stores at most ``n_sink + window - 1`` tokens between steps, so a
 new token attends to at most ``n_sink + window`` keys including itself.
+
+Positions of the *queries* must be in-cache too. A manual loop (``model(ids, past_key_values=cache)``) gets that for
+free: Llama-style models number new tokens from ``cache.get_seq_length()``. ``model.generate`` does not: it passes
+absolute, growing ``position_ids``, so after the first eviction the query would sit at its absolute position while
+its keys sit at cache indices. Wrap generate in :class:`InCachePositions` (or call
+:func:`sinklib.streaming.generate`), which hands the model in-cache positions through a forward pre-hook.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+from sinklib.registry import Patch
 
 RopeFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # positions (n,) -> cos, sin (n, head_dim)
 
@@ -97,8 +105,9 @@ class SinkWindowLayer(DynamicLayer):
 class SinkWindowCache(Cache):
     """Sink + window KV cache for every layer of a model: ``SinkWindowCache.for_model(model, n_sink=4, window=252)``.
 
-    Works with ``model(ids, past_key_values=cache)`` token by token and with ``model.generate(...,
-    past_key_values=cache)``. ``n_sink=0`` gives the window-only cache.
+    Works with ``model(ids, past_key_values=cache)`` token by token or in chunks, and with ``model.generate(...,
+    past_key_values=cache)`` inside ``with InCachePositions(model):`` (see the module docstring).
+    ``n_sink=0`` gives the window-only cache.
     """
 
     def __init__(self, n_sink: int, window: int, rope: RopeFn, num_layers: int):
@@ -114,6 +123,29 @@ class SinkWindowCache(Cache):
     def evicted(self) -> int:
         return self.layers[0].evicted if self.layers else 0
 
+
+class InCachePositions(Patch):
+    """Context manager: while active, every forward of ``model`` that uses a :class:`SinkWindowCache` gets
+    ``position_ids`` = its cache indices (stored .. stored + q - 1) instead of whatever the caller passed -- the
+    positions StreamingLLM assigns. Needed for ``model.generate``, which passes absolute positions."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def _install(self) -> None:
+        self._handles.append(self.model.register_forward_pre_hook(self._positions, with_kwargs=True))
+
+    @staticmethod
+    def _positions(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if not isinstance(cache, SinkWindowCache):
+            return None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        ref = ids if ids is not None else kwargs["inputs_embeds"]
+        stored, q = cache.get_seq_length(), ref.shape[1]
+        kwargs["position_ids"] = torch.arange(stored, stored + q, device=ref.device)[None].expand(ref.shape[0], -1)
+        return args, kwargs
 
 
 def cache_bytes(cache: Cache) -> int:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from sinklib.cache import cache_bytes
+from sinklib.cache import InCachePositions, cache_bytes
 from sinklib.models import LoadedModel
 
 
@@ -84,3 +84,13 @@ def decode_cost(lm: LoadedModel, prompt: torch.Tensor, n_tokens: int, make_cache
         secs.append(time.perf_counter() - start)
         sizes.append(cache_bytes(cache))
     return DecodeCost(torch.tensor(secs), torch.tensor(sizes, dtype=torch.float64))
+
+
+@torch.inference_mode()
+def generate(lm: LoadedModel, prompt: torch.Tensor, cache, max_new_tokens: int, **kwargs) -> torch.Tensor:
+    """``model.generate`` with a (sink + window) cache and StreamingLLM's in-cache positions. prompt: (T,) or (1, T)
+    -> (1, T + max_new_tokens) ids; ``kwargs`` go to ``generate`` (default: greedy)."""
+    kwargs.setdefault("do_sample", False)
+    with InCachePositions(lm.model):
+        return lm.model.generate(prompt.reshape(1, -1).to(lm.device), past_key_values=cache,
+                                 max_new_tokens=max_new_tokens, **kwargs)
