@@ -146,6 +146,44 @@ def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] |
         return cap.stack("attentions")[:, 0]
 
 
+FALLBACK_RATIO = 100.0  # used, and said, when Sun et al.'s 1000x-median ratio is not met
+
+
+@dataclass
+class MassiveDims:
+    """Massive dimensions of a model by Sun et al.'s criterion (|h| > 100 and > 1000x the token's median |h|).
+
+    ``dims`` are the dimensions later analyses use: Sun's when the criterion is met anywhere (``strict``), else
+    those whose largest entry is > 100 and > ``min_ratio`` (the fallback, 100x) -- and then every caller must say
+    that the published criterion was not met. ``peak_ratio``: the largest |h| / median over layers.
+    """
+
+    dims: list[int]
+    strict: bool
+    min_ratio: float
+    peak_ratio: float
+
+    def describe(self) -> str:
+        if self.strict:
+            return f"Sun et al.'s criterion (|h| > 100 and > 1000x the token's median) is met on dims {self.dims}"
+        return (f"Sun et al.'s 1000x-median criterion is NOT met (the largest entry is {self.peak_ratio:.0f}x its "
+                f"token's median); using |h| > 100 and > {self.min_ratio:.0f}x instead: dims {self.dims}")
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "criterion": self.describe()}
+
+
+def massive_dimensions(profile: SinkProfile, fallback_ratio: float = FALLBACK_RATIO) -> MassiveDims:
+    """Sun et al.'s massive dimensions from a :func:`profile_sinks` result, or the stated fallback (see
+    :class:`MassiveDims`)."""
+    strict = sorted({d for layer in profile.massive_dims for d in layer})
+    peak = max((e.ratio for e in profile.extremes), default=0.0)
+    if strict:
+        return MassiveDims(strict, True, metrics.SUN_MIN_RATIO, peak)
+    loose = sorted({e.dim for e in profile.extremes if abs(e.value) > metrics.SUN_MIN_ABS and e.ratio > fallback_ratio})
+    return MassiveDims(loose, False, fallback_ratio, peak)
+
+
 def first_layer_above(values, threshold: float) -> int | None:
     """Index of the first entry above ``threshold`` (e.g. the sink-onset layer), or None."""
     for i, v in enumerate(values):

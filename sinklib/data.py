@@ -117,12 +117,14 @@ def repeated_tokens(vocab_size: int, num_seqs: int, seq_len: int, seed: int = 0,
 
 
 def make_inputs(
-    lm: LoadedModel, kind: str, num_seqs: int, seq_len: int, seed: int = 0, source: str = "bible"
+    lm: LoadedModel, kind: str, num_seqs: int, seq_len: int, seed: int = 0, source: str = "bible",
+    bos: bool | None = None,
 ) -> torch.Tensor:
     """The three inputs of Gu et al. (arXiv 2410.10781) Table 1 for this model: natural / random / repeated.
 
     natural: text windows (BOS by the tokenizer's convention); random: uniform ids, position 0 is BOS when the
-    tokenizer adds one; repeated: one token repeated, no BOS.
+    tokenizer adds one -- unless ``bos=False``, which keeps position 0 random too (needed wherever a statistic
+    varies over inputs at position 0: a fixed BOS has zero variance there); repeated: one token repeated, no BOS.
     """
     if kind not in INPUT_KINDS:
         raise InputError(f"unknown input kind {kind!r}; use one of {', '.join(INPUT_KINDS)}.")
@@ -134,6 +136,6 @@ def make_inputs(
     if kind == "natural":
         return text_windows(lm.tokenizer, num_seqs, seq_len, seed, source)
     if kind == "random":
-        bos = lm.tokenizer.bos_token_id if lm.adds_bos else None
-        return random_tokens(vocab, num_seqs, seq_len, seed, lm.tokenizer, bos)
+        bos_id = lm.tokenizer.bos_token_id if lm.adds_bos and bos is not False else None
+        return random_tokens(vocab, num_seqs, seq_len, seed, lm.tokenizer, bos_id)
     return repeated_tokens(vocab, num_seqs, seq_len, seed, lm.tokenizer)

@@ -60,7 +60,7 @@ class SuperNeuron:
     layer: int
     neuron: int
     first_abs: float  # mean |a| at position 0
-    rest_abs: float  # mean over sequences of max_{t>=1} |a| (its largest activation elsewhere)
+    rest_abs: float  # its activation elsewhere: the q-quantile of |a| over all positions t >= 1 of all sequences
     vs_median: float  # first_abs / median |a| over all neurons and tokens of the layer
     write_dims: list[int]  # residual dimensions its W_down column writes most into
     write_share: float  # fraction of the column's squared norm in those dimensions (channel sparsity)
@@ -73,14 +73,22 @@ class SuperNeuron:
         return {**self.__dict__, "selectivity": self.selectivity}
 
 
+REST_QUANTILE = 0.95  # super-neuron selectivity: first-token |a| against this quantile of |a| at t >= 1
+
+
 @torch.inference_mode()
 def find_super_neurons(
     lm: LoadedModel, ids: torch.Tensor, min_vs_median: float = 100.0, min_selectivity: float = 10.0,
-    top_write: int = 2, batch_size: int = 16,
+    top_write: int = 2, batch_size: int = 16, rest_quantile: float = REST_QUANTILE,
 ) -> list[SuperNeuron]:
     """Neurons with first-token |activation| >= ``min_vs_median`` x the layer's median |a| and >= ``min_selectivity``
-    x their own largest activation at any other position, sorted by first-token magnitude.
+    x their activation elsewhere, sorted by first-token magnitude.
 
+    "Elsewhere" is the ``rest_quantile`` quantile of |a| pooled over all positions t >= 1 of all sequences, not the
+    maximum: Sun et al. (arXiv 2402.17762) find the same massive dimensions firing on the first delimiter ("." or
+    newline) as on the first token, one position per window (1.6% of positions at T = 64), and a maximum would then
+    reject the published neuron (Llama-2-7B layer 1, neuron 7890) with a selectivity near 1. The 0.95 quantile
+    tolerates such firing on up to 5% of the other positions and still rejects a neuron that fires broadly.
     Activations a = SiLU(x W_gate) * (x W_up) (the input of W_down); the write direction is the neuron's column of
     W_down, whose ``top_write`` largest-|w| entries name the residual dimensions it feeds.
     """
@@ -93,12 +101,12 @@ def find_super_neurons(
         for i in range(L):
             a = cap.get("mlp_activations", i).float().abs()  # (B, T, F)
             firsts[i].append(a[:, 0])
-            rests[i].append(a[:, 1:].amax(dim=1))
+            rests[i].append(a[:, 1:].flatten(0, 1).half())  # (B (T-1), F), kept for the pooled quantile
             medians[i].append(a.median())
     found = []
     for i in range(L):
         first = torch.cat(firsts[i]).mean(0)  # (F,)
-        rest = torch.cat(rests[i]).mean(0)
+        rest = rest_level(torch.cat(rests[i]).float(), rest_quantile)
         med = torch.stack(medians[i]).mean()
         for f in select_super_neurons(first, rest, med, min_vs_median, min_selectivity).tolist():
             w = parts[i].down_proj.weight[:, f].float().cpu()  # (d,) column of W_down
@@ -108,11 +116,18 @@ def find_super_neurons(
     return sorted(found, key=lambda s: -s.first_abs)
 
 
+def rest_level(rest: torch.Tensor, q: float = REST_QUANTILE) -> torch.Tensor:
+    """Per neuron, the q-quantile (nearest rank) of |a| over positions t >= 1: rest (M, F) pooled -> (F,)."""
+    k = 1 + int(round(q * (rest.shape[0] - 1)))
+    return rest.kthvalue(k, dim=0).values
+
+
 def select_super_neurons(first: torch.Tensor, rest: torch.Tensor, median: torch.Tensor | float,
                          min_vs_median: float = 100.0, min_selectivity: float = 10.0) -> torch.Tensor:
     """Indices f with first[f] >= min_vs_median * median and first[f] >= min_selectivity * rest[f].
 
-    first: (F,) mean |a| at position 0; rest: (F,) mean over sequences of max_{t>=1} |a|; median: the layer's median |a|.
+    first: (F,) mean |a| at position 0; rest: (F,) its level elsewhere (:func:`rest_level`); median: the layer's median
+    |a|.
     """
     keep = (first >= min_vs_median * median) & (first >= min_selectivity * rest)
     return keep.nonzero().flatten()
@@ -139,17 +154,26 @@ def neuron_by_position(lm: LoadedModel, ids: torch.Tensor, layer: int, neuron: i
 # ----------------------------------------------------------------------------------------------- 3 disparity
 @torch.inference_mode()
 def disparity_by_layer(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16) -> dict[str, torch.Tensor]:
-    """Per layer (L,): DomRatio of the residual stream and of the normalised attention input (after RMSNorm, with
-    its gain) for the first token and the other tokens, the residual norms, and alpha of the first token."""
+    """Per layer l (L,), every tensor named by what it is (0-based layers):
+
+    * ``dom_first`` / ``dom_rest``: DomRatio of the residual stream h^l *after* layer l (first token / mean of the
+      others); ``norm_first`` / ``norm_rest``: |h^l|;
+    * ``dom_normed_first`` / ``dom_normed_rest``: DomRatio of the same h^l after the next layer's RMSNorm (with its
+      gain), i.e. the normalised input that layer l+1's attention reads -- aligned with h^l, so both curves at x = l
+      describe the same state; NaN at the last layer (no attention reads it);
+    * ``alpha_first``: alpha of the first token in layer l's attention.
+    """
     keys = ("dom_first", "dom_rest", "dom_normed_first", "dom_normed_rest", "norm_first", "norm_rest", "alpha_first")
     acc = {k: [] for k in keys}
     for batch in _batches(ids, batch_size):
         with Capture(lm.model, kinds=("attentions", "hidden_states", "attn_inputs"),
                      reduce={"attentions": lambda a, i: metrics.alpha(a, 0)}) as cap:
             lm.model(batch.to(lm.device), use_cache=False)
-        h = cap.stack("hidden_states").float()  # (L, B, T, d) residual after each block
-        x = cap.stack("attn_inputs").float()  # (L, B, T, d) RMSNorm(h before the block) * gain
-        dom, domn, norm = metrics.dom_ratio(h), metrics.dom_ratio(x), h.norm(dim=-1)  # (L, B, T)
+        h = cap.stack("hidden_states").float()  # (L, B, T, d): h^l, residual after block l
+        x = cap.stack("attn_inputs").float()  # (L, B, T, d): x^l = RMSNorm_l(h^{l-1}) * g_l, read by block l
+        dom, norm = metrics.dom_ratio(h), h.norm(dim=-1)  # (L, B, T)
+        nan = torch.full_like(dom[:1], float("nan"))
+        domn = torch.cat([metrics.dom_ratio(x[1:]), nan])  # (L, B, T): entry l = RMSNorm_{l+1}(h^l), aligned
         for name, t in (("dom", dom), ("dom_normed", domn), ("norm", norm)):
             acc[f"{name}_first"].append(t[:, :, 0])
             acc[f"{name}_rest"].append(t[:, :, 1:].mean(-1))

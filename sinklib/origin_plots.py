@@ -54,22 +54,32 @@ def super_neuron(by_position: Mapping[str, object], w_down, label: str, massive_
     return fig
 
 
-def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), title: str = "") -> Figure:
-    """Three aligned panels per layer: DomRatio (residual and after RMSNorm), residual norm, and alpha of the first
-    token vs the other tokens; dotted lines at the layers where the massive activation appears or jumps."""
+def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), title: str = "",
+                    super_layer: int | None = None) -> Figure:
+    """Three aligned panels per layer l (0-based): DomRatio of h^l (the residual after layer l) and of RMSNorm(h^l)
+    (the same state as layer l+1's attention reads it), the residual norm |h^l|, and alpha of the first token in
+    layer l; dotted lines at the layers where the massive activation appears or jumps; a solid line at the super
+    neuron's layer, when given."""
     fig, axes = plt.subplots(3, 1, figsize=(7.5, 6.5), sharex=True)
     c = {k: _np(v) for k, v in chain.items()}
-    axes[0].semilogy(c["dom_first"], "o-", ms=3, color=SINK_COLOR, label="first token, residual")
-    axes[0].semilogy(c["dom_normed_first"], "^--", ms=3, color=SINK_COLOR, alpha=0.6, label="first token, after RMSNorm")
-    axes[0].semilogy(c["dom_rest"], "s-", ms=3, label="other tokens, residual")
-    axes[0].semilogy(c["dom_normed_rest"], "v--", ms=3, alpha=0.6, label="other tokens, after RMSNorm")
-    axes[0].set_ylabel("DomRatio"), axes[0].legend(ncols=2)
+    axes[0].semilogy(c["dom_first"], "o-", ms=3, color=SINK_COLOR, label="first token: $h^l$")
+    axes[0].semilogy(c["dom_normed_first"], "^--", ms=3, color=SINK_COLOR, alpha=0.6,
+                     label="first token: RMSNorm($h^l$), input of layer l+1")
+    axes[0].semilogy(c["dom_rest"], "s-", ms=3, label="other tokens: $h^l$")
+    axes[0].semilogy(c["dom_normed_rest"], "v--", ms=3, alpha=0.6, label="other tokens: RMSNorm($h^l$)")
+    axes[0].set_ylabel("DomRatio"), axes[0].legend(ncols=2, fontsize="small")
+    if super_layer is not None:
+        for ax in axes:
+            ax.axvline(super_layer, color=SINK_COLOR, lw=1.5, alpha=0.35)
+        axes[0].annotate(" super neuron", (super_layer, 1), xycoords=("data", "axes fraction"), va="top",
+                         color=SINK_COLOR, fontsize="small")
     axes[1].semilogy(c["norm_first"], "o-", ms=3, color=SINK_COLOR, label="first token")
     axes[1].semilogy(c["norm_rest"], "s-", ms=3, label="other tokens")
     axes[1].set_ylabel("|h| (residual norm)"), axes[1].legend()
     axes[2].plot(c["alpha_first"], "o-", ms=3, color=SINK_COLOR)
     axes[2].axhline(0.3, ls="--", lw=1, color="grey")
-    axes[2].set_ylabel("alpha of the first token"), axes[2].set_xlabel("layer"), axes[2].set_ylim(0, 1)
+    axes[2].set_ylabel("alpha of the first token"), axes[2].set_xlabel("layer l (0-based; $h^l$ = residual after it)")
+    axes[2].set_ylim(0, 1)
     for ax in axes:
         for layer in onset:
             ax.axvline(layer, ls=":", color="black", lw=1)

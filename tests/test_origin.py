@@ -17,9 +17,30 @@ def ids():
 def test_variance_by_position_first_layer(tiny, ids):
     var = origin.variance_by_position(tiny, ids, [0, 1])
     assert var["before_wo"].shape == var["after_wo"].shape == (2, 16)
-    # layer 0, token 0: o_0 = v_0 exactly, so its variance is the variance of the value vectors
     assert (var["before_wo"] >= 0).all()
     assert var["before_wo"][0, 0] > var["before_wo"][0, -1]  # averaging t+1 random values shrinks the variance
+    # layer 0, token 0 attends only to itself: o_0 = v_0 exactly, head by head
+    from sinklib.capture import Capture
+
+    with torch.no_grad(), Capture(tiny.model, kinds=("head_outputs", "values"), layers=[0]) as cap:
+        tiny.model(ids, use_cache=False)
+    o0 = cap.get("head_outputs", 0)[:, 0]  # (N, H, hd)
+    v0 = cap.get("values", 0)[:, :, 0].repeat_interleave(tiny.n_heads // tiny.n_kv_heads, dim=1)  # (N, H, hd)
+    torch.testing.assert_close(o0, v0, atol=1e-5, rtol=0)
+
+
+def test_variance_needs_inputs_whose_first_token_varies(tiny):
+    """A BOS model puts the same token at position 0 of every random sequence: Var at t = 0 is exactly 0 there."""
+    from sinklib.data import make_inputs
+
+    assert tiny.adds_bos
+    with_bos = make_inputs(tiny, "random", 6, 16, seed=1)
+    assert (with_bos[:, 0] == with_bos[0, 0]).all()
+    assert origin.variance_by_position(tiny, with_bos, [0])["before_wo"][0, 0] == 0.0
+    varying = make_inputs(tiny, "random", 6, 16, seed=1, bos=False)
+    assert len(set(varying[:, 0].tolist())) > 1
+    var = origin.variance_by_position(tiny, varying, [0])["before_wo"][0]
+    assert var[0] > 0 and var[0] == var.max()
 
 
 def test_super_neuron_search_returns_consistent_records(tiny, ids):
@@ -31,6 +52,38 @@ def test_super_neuron_search_returns_consistent_records(tiny, ids):
     assert by_pos["activation"].shape == by_pos["cos_gate"].shape == (16,)
     assert by_pos["activation"][0] == pytest.approx(s.first_abs, rel=1e-5)
     assert (by_pos["cos_up"].abs() <= 1).all()
+
+
+def test_super_neuron_survives_firing_on_the_first_delimiter():
+    """Sun et al.: the massive dims also fire on the first delimiter, once per window. With 8 windows of 63 later
+    positions, a neuron at 500 on the first token and 600 on one delimiter per window is still a super neuron under
+    the 0.95 quantile; under the old maximum its selectivity would be 500 / 600 < 1."""
+    rest = torch.full((8, 63, 3), 0.5)
+    rest[torch.arange(8), torch.randint(0, 63, (8,), generator=torch.Generator().manual_seed(0)), 0] = 600.0
+    rest[:, :, 2] = 400.0  # neuron 2 fires everywhere
+    pooled = rest.flatten(0, 1)  # (504, 3)
+    level = origin.rest_level(pooled)
+    assert level[0] == 0.5 and level[2] == 400.0
+    first = torch.tensor([500.0, 500.0, 500.0])
+    assert origin.select_super_neurons(first, level, 1.0).tolist() == [0, 1]
+    assert origin.select_super_neurons(first, pooled.amax(0), 1.0).tolist() == [1]  # the old rule drops neuron 0
+
+
+def test_massive_dimensions_say_when_sun_criterion_is_not_met():
+    from sinklib.analysis import SinkProfile, massive_dimensions
+    from sinklib.metrics import Extreme
+
+    def prof(extremes, strict):
+        return SinkProfile("m", "natural", 0.3, torch.zeros(1, 2, 1), torch.zeros(2, 4), torch.zeros(1, 2),
+                           torch.zeros(1, 2), extremes, strict)
+
+    smol = prof([Extreme(507, 970.0, 1.9, 0, 0), Extreme(507, 29578.0, 57.5, 0, 0)], [[], []])  # ~514x at most
+    md = massive_dimensions(smol)
+    assert not md.strict and md.dims == [507] and md.min_ratio == 100.0 and "NOT met" in md.describe()
+    assert round(md.peak_ratio) == 514
+    met = massive_dimensions(prof([Extreme(1415, 2000.0, 0.5, 0, 0), Extreme(2533, 700, 0.5, 0, 0)], [[], [2533]]))
+    assert met.strict and met.dims == [2533] and "is met" in met.describe()
+    assert massive_dimensions(prof([Extreme(3, 50.0, 0.01, 0, 0)] * 2, [[], []])).dims == []  # nothing over 100
 
 
 def test_super_neuron_criterion_needs_both_conditions():
@@ -46,6 +99,16 @@ def test_disparity_lock_in_bias_shapes(tiny, ids):
     chain = origin.disparity_by_layer(tiny, ids, batch_size=4)
     assert all(v.shape == (2,) for v in chain.values())
     assert (chain["dom_first"] >= 1).all() and (chain["alpha_first"] <= 1).all()
+    # aligned: entry l of the normalised curve is layer l+1's RMSNorm applied to h^l, the state of entry l
+    from sinklib import metrics
+    from sinklib.capture import Capture
+
+    with torch.no_grad(), Capture(tiny.model, hidden_states=True) as cap:
+        tiny.model(ids, use_cache=False)
+        normed = tiny.model.model.layers[1].input_layernorm(cap.get("hidden_states", 0))
+    torch.testing.assert_close(chain["dom_normed_first"][0], metrics.dom_ratio(normed[:, 0]).mean(), atol=1e-4,
+                               rtol=1e-5)
+    assert torch.isnan(chain["dom_normed_first"][1])  # no attention reads the last layer's output
     lock = origin.lock_in(tiny, ids)
     assert lock["key_query_cos"].shape == (2, 4) and (lock["positive_fraction"] <= 1).all()
     bias = origin.sink_as_bias(tiny, ids)
