@@ -75,8 +75,10 @@ class LayerProgress(Patch):
         self.blocks, self.bar, self.batch = [p.block for p in find_layers(lm.model)], bar, 0
 
     def _install(self) -> None:
-        self._handles = [b.register_forward_hook(lambda *a: self.bar.update(self.batch / len(self.blocks)))
-                         for b in self.blocks]
+        self._handles = [b.register_forward_hook(self._tick) for b in self.blocks]
+
+    def _tick(self, module, args, output) -> None:  # returns None: the layer's output is left alone
+        self.bar.update(self.batch / len(self.blocks))
 
 
 @torch.inference_mode()

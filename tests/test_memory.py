@@ -61,11 +61,16 @@ def test_profile_progress_moves_after_every_layer(tiny):
 
         def update(self, n):
             self.steps.append(n)
+            return True  # as tqdm's update does: the hook must not hand it back as the layer's output
 
     bar = Bar()
-    with torch.no_grad(), LayerProgress(tiny, bar) as tick:
-        tick.batch = 3
-        tiny.model(torch.zeros(3, 8, dtype=torch.long))
+    ids = torch.zeros(3, 8, dtype=torch.long)
+    with torch.no_grad():
+        base = tiny.model(ids).logits
+        with LayerProgress(tiny, bar) as tick:
+            tick.batch = 3
+            out = tiny.model(ids).logits
+    torch.testing.assert_close(out, base)
     assert bar.steps == [1.5, 1.5]  # 3 sequences / 2 layers, once per layer
     from sinklib.capture import hooks_left
 
