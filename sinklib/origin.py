@@ -8,6 +8,7 @@ Shapes: N sequences, T positions, L layers, H heads, F MLP neurons, d model widt
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -234,6 +235,56 @@ def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batc
             lm.model(batch.to(lm.device), use_cache=False)
         out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
     return torch.cat(out, dim=1).mean(dim=1).float()
+
+
+@dataclass
+class MassiveMeans:
+    """Sun et al.'s "mean value" of the massive activations per (layer, dim), at the two kinds of sites they edit.
+
+    ``first``: mean of h^l[:, 0, dim] over the inputs (the start token); ``first_sd``: its sd over the inputs (0 when
+    position 0 is the same BOS token in every sequence: then "set to mean" cannot change it, by construction);
+    ``other``: mean of the entries at t >= 1 that meet the criterion (the first delimiter), NaN where none did;
+    ``other_count``: how many such entries were seen. Each (len(layers), len(dims)). ``other_tokens``: token id ->
+    how many of those entries it held (which tokens the later sites are: delimiters, as Sun et al. report, or not).
+    """
+
+    first: torch.Tensor
+    first_sd: torch.Tensor
+    other: torch.Tensor
+    other_count: torch.Tensor
+    other_tokens: dict[int, int]
+
+    def other_or_first(self) -> torch.Tensor:
+        """Replacement values for t >= 1: the delimiters' own mean, or the first token's where none was seen."""
+        return torch.where(torch.isnan(self.other), self.first, self.other)
+
+
+@torch.inference_mode()
+def massive_means(lm: LoadedModel, ids: torch.Tensor, layers: list[int], dims: list[int],
+                  min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16) -> MassiveMeans:
+    """The per-site means Sun et al. substitute (locuslab/massive-activations ``lib/hook.py`` keeps one value for
+    the start token and one for the delimiter), measured over ``ids``; entries at t >= 1 count when they meet
+    :func:`sinklib.metrics.massive_mask` with ``min_ratio``."""
+    shape = (len(layers), len(dims))
+    first, first_sq, n = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64), 0
+    other, count = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
+    tokens: Counter = Counter()
+    for batch in _batches(ids, batch_size):
+        with Capture(lm.model, hidden_states=True, layers=layers) as cap:
+            lm.model(batch.to(lm.device), use_cache=False)
+        for row, layer in enumerate(layers):
+            h = cap.get("hidden_states", layer).double()  # (B, T, d)
+            first[row] += h[:, 0, dims].sum(0)
+            first_sq[row] += (h[:, 0, dims] ** 2).sum(0)
+            hit = metrics.massive_mask(h[:, 1:], min_ratio=min_ratio)[..., dims]  # (B, T-1, len(dims))
+            other[row] += (h[:, 1:, dims] * hit).sum(dim=(0, 1))
+            count[row] += hit.sum(dim=(0, 1))
+            tokens.update(batch[:, 1:][hit.any(-1).cpu()].tolist())
+        n += len(batch)
+    mean = first / n
+    sd = (first_sq / n - mean ** 2).clamp_min(0).sqrt()
+    other = torch.where(count > 0, other / count.clamp_min(1), torch.full_like(other, float("nan")))
+    return MassiveMeans(mean.float(), sd.float(), other.float(), count.long(), dict(tokens.most_common()))
 
 
 def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0) -> list[int]:

@@ -151,3 +151,16 @@ def test_sink_vs_other_groups_heads():
     assert origin.sink_vs_other(vals, alpha) == {"x": (2.0, 15.0)}
     none_sink = origin.sink_vs_other(vals, torch.zeros(2, 2), stat="median")["x"]
     assert math.isnan(none_sink[0]) and none_sink[1] == 3.0  # torch's median: the lower middle of 1, 3, 10, 20
+
+
+def test_massive_means_per_site(tiny, ids):
+    vals = origin.first_token_values(tiny, ids, [1, 2], batch_size=4)
+    mm = origin.massive_means(tiny, ids, [0, 1], [1, 2], min_ratio=0.0, batch_size=4)
+    torch.testing.assert_close(mm.first, vals, atol=1e-5, rtol=1e-5)  # the first-token mean, as before
+    assert (mm.first_sd > 0).all()  # random first tokens vary
+    # a tiny random model has no |h| > 100: no entry elsewhere meets the criterion, so t >= 1 falls back to the mean
+    assert (mm.other_count == 0).all() and torch.isnan(mm.other).all() and mm.other_tokens == {}
+    torch.testing.assert_close(mm.other_or_first(), mm.first)
+    fixed = ids.clone()
+    fixed[:, 0] = 5  # one BOS-like first token in every sequence: its value cannot vary
+    assert float(origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_sd.max()) < 1e-5
