@@ -40,7 +40,7 @@ from sinklib.models import load_model, require_family
 from sinklib.results import load_reference, sink_rate_table, write_json
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="00_tour")
-lm = load_model(run.model, device=run.device)
+lm = load_model(run.model, device=run.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
 require_family(lm, "llm", "00_tour")
 fig_dir, started = run.out_dir, time.perf_counter()
 title = f"{lm.label} ({lm.name})"
@@ -123,7 +123,7 @@ print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measur
 # %% [markdown]
 # ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
 # A few hidden-state entries are enormous: $|h_j| > 100$ and about $1000\times$ the median $|h|$ of the same token.
-# They sit on a few fixed dimensions, at the first token, and act as a bias that creates the sink. Below: per
+# They sit on a few fixed dimensions, at the first token, and Sun et al. argue that they act as a bias (`02_interpretation` tests it). Below: per
 # layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that token, labelled with the
 # dimension $j$ (found automatically, not given).
 
@@ -137,20 +137,17 @@ with plotting.style():
                   f"the same token and the dimension that holds it; dashed: Sun et al.'s |h| > 100.")
 peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
 top = ext[peak_layer]
-dims = sorted({e.dim for e in ext if abs(e.value) > 100})
-strict = sorted({d for layer_dims in natural.massive_dims for d in layer_dims})
+massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a stated fallback
 print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.dim} at position {top.position}, "
-      f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|; dimensions over 100 in any layer: {dims}. "
-      + (f"Sun et al.'s strict criterion (>100 and >1000x median) is met on dimensions {strict}."
-         if strict else "Sun et al.'s strict 1000x-median criterion is not met: the ratio peaks at "
-         f"{max(e.ratio for e in ext):.0f}x in this model."))
+      f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|. {massive.describe()}.")
 
 # %% [markdown]
 # ## 5 · Dimension disparity: DomRatio
 # $$\mathrm{DomRatio}(h) = \frac{\max_j |h_j|}{\tfrac{1}{d}\sum_j |h_j|}$$
 # For the first token the hidden state becomes nearly one-hot on the massive dimension, so its DomRatio jumps at the
 # layer where the massive activation appears, while other tokens stay spread out (arXiv 2605.06611 reports about
-# 263 at the second layer of Llama-2-7B).
+# 263 for Llama-2-7B's first token *after RMSNorm*, a different tensor from the residual stream drawn here:
+# `02_interpretation` compares that number with the same tensor).
 
 # %%
 first, rest = natural.dom_ratio_first_by_layer, natural.dom_ratio_rest_by_layer
@@ -198,7 +195,8 @@ headline = {
     "sink_rate": measured, "sink_onset_layer": onset,
     "alpha_first_by_layer": {k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
     "massive": {"dim": top.dim, "value": top.value, "layer": peak_layer, "position": top.position,
-                "ratio_to_median": top.ratio, "dims_over_100": dims, "sun_strict_dims": strict},
+                "ratio_to_median": top.ratio, "sun_criterion_met": massive.strict, "dims": massive.dims,
+                "criterion": massive.describe()},
     "dom_ratio_first_peak": first[peak], "dom_ratio_rest_at_peak": rest[peak], "dom_ratio_peak_layer": peak,
     "llama_family_shape_holds": shape_holds,
     "context_lengths": sweep.lengths, "alpha_first_vs_length_sink_layers": in_sink_layers,

@@ -171,28 +171,32 @@ headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
 
 # %% [markdown]
 # ## 4 · Sink-preserving KV quantisation
-# Keys and values quantised group-wise (groups of 32 channels, asymmetric min/max) to 4 and 2 bits, with and
-# without the first 4 tokens kept in full precision. Evaluated on the stream with a dense cache, 64 tokens per step
-# (every past key/value is read back quantised).
+# Keys and values quantised group-wise (asymmetric min/max) to 4 and 2 bits, with and without the first 4 tokens
+# kept in full precision. Keys are quantised **per channel** over groups of 32 tokens, as KIVI and KVQuant do (key
+# outliers sit on fixed channels); values per token over groups of 32 channels. The last row repeats 4-bit with
+# keys per token, the simpler layout, for comparison. Evaluated on the stream with a dense cache, 64 tokens per
+# step (every past key/value is read back quantised).
 
 # %%
 q_tokens = stream[: min(len(stream), 1024)]
 q_chunk = 64
 fp_ppl = ppl(streaming.stream_nll(lm, q_tokens, None, q_chunk, desc="full precision"))
 quant = {}
-for bits in (4, 2):
-    quant[f"{bits}-bit"] = {
+for name, bits, axis in (("4-bit", 4, "channel"), ("2-bit", 2, "channel"), ("4-bit, keys per token", 4, "token")):
+    quant[name] = {
         label: ppl(streaming.stream_nll(
-            lm, q_tokens, QuantizedKVCache.for_model(lm.model, bits, 32, keep), q_chunk, desc=f"{bits}-bit {label}"))
+            lm, q_tokens, QuantizedKVCache.for_model(lm.model, bits, 32, keep, key_axis=axis), q_chunk,
+            desc=f"{name} {label}"))
         for label, keep in (("all tokens quantised", 0), ("4 sink tokens kept", 4))
     }
 display(pd.DataFrame(quant).T.round(3).assign(**{"full precision": round(fp_ppl, 3)}))  # noqa: F821
 with plotting.style():
     fig = streaming_plots.quantization_bars(quant, fp_ppl, title=f"KV quantisation with and without sinks, {title}")
     plotting.save(fig, fig_dir / "fig04_kv-quantization",
-                  f"Perplexity of {title} on {len(q_tokens)} held-out tokens with group-wise 4- and 2-bit KV cache, "
-                  f"quantising every token vs keeping the first 4 (sink) tokens in full precision; dashed: full "
-                  f"precision.")
+                  f"Perplexity of {title} on {len(q_tokens)} held-out tokens with a 4- and 2-bit KV cache (keys per "
+                  f"channel over 32-token groups as KIVI/KVQuant, values per token over 32 channels; last pair: "
+                  f"4-bit with keys per token), quantising every token vs keeping the first 4 (sink) tokens in full "
+                  f"precision; dashed: full precision.")
 gain = {b: 100 * (1 - v["4 sink tokens kept"] / v["all tokens quantised"]) for b, v in quant.items()}
 print("Verdict: keeping the 4 sink tokens in full precision changes perplexity by "
       + ", ".join(f"{-g:+.1f}% at {b}" for b, g in gain.items())
@@ -201,10 +205,14 @@ headline["kv_quant"] = {"full_precision": fp_ppl, **quant, "gain_percent": gain}
 
 # %% [markdown]
 # ## 5 · Attention calibration (ACT)
-# Heads in which a token other than the first draws a column mean $\frac{1}{T}\sum_t A_{t,j} > 0.1$ on
-# calibration text (training part of the Bible); in those heads, ACT scales the attention to such tokens by
-# $\beta = 0.4$ and renormalises each row, giving the mass back to the other tokens. Perplexity on held-out text,
-# and one head's attention before and after.
+# ACT (Yu et al., arXiv 2406.15765), as the authors' code does it (GATECH-EIC/ACT, `atten_process_eval`): in a
+# chosen head, a key $j \ge 1$ is a sink when the attention it receives, divided by the number of queries that see
+# it, $\sum_t A_{t,j}/(T-j)$, exceeds 0.1; each sink entry becomes exactly $\beta A_{t,j}$ ($\beta = 0.4$) and the
+# removed $(1-\beta)S_t$ goes to the other keys of row $t$ -- the first token included -- in proportion to their
+# weights. **Which heads:** ACT keeps a head when calibrating it improves accuracy on a labelled calibration set.
+# There is no such set offline, so here the heads are those with a non-first sink on calibration text (the
+# training part of the Bible) -- a proxy, not ACT's selection. Perplexity on held-out text, and one head's attention
+# before and after.
 
 # %%
 calib = text_windows(lm.tokenizer, run.probe_seqs, run.eval_seq_len, run.seed + 1, split="train")
@@ -228,7 +236,8 @@ if heads:
                       f"attention calibration (beta 0.4); outlined: the first token and the strongest later sink "
                       f"(position {key}).")
 helps = heads and act_ppl["ACT"] < act_ppl["original"]
-print(f"Verdict: {n_heads} heads of {lm.n_layers * lm.n_heads} have a non-first sink; perplexity "
+print(f"Verdict: {n_heads} heads of {lm.n_layers * lm.n_heads} have a non-first sink (the proxy for ACT's "
+      f"accuracy-based head choice); perplexity "
       f"{act_ppl['original']:.3f} -> {act_ppl['ACT'] if act_ppl['ACT'] is None else round(act_ppl['ACT'], 3)} with "
       f"ACT -> {'it helps on this model' if helps else 'it does not help on this model'}.")
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,

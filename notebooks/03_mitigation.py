@@ -27,7 +27,7 @@
 # | `headwise_rmsnorm` | $\hat o = o/\mathrm{RMS}(o)\odot g$ per head | structural origin, arXiv 2605.06611 |
 # | `gated_headwise` | $o' = o\,\sigma(x W_g)$, one gate per head | Qiu et al., arXiv 2505.06708 |
 # | `gated_elementwise` | $o' = o \odot \sigma(x W_g)$, one gate per channel | Qiu et al. |
-# | `sigmoid` | $A=\sigma(qk^\top/\sqrt{d} + b)$, no normalisation | sigmoid attention |
+# | `sigmoid` | $A=\sigma(qk^\top/\sqrt{d} + b)$, no normalisation; $b$ learnable, initialised at $-\log T$ (Gu et al.'s 0.44% sink rate is for sigmoid attention *without* a bias) | sigmoid attention |
 # | `softmax_off_by_one` | $A_{tj}=e^{l_{tj}}/(1+\sum_{j'} e^{l_{tj'}})$ | Miller 2023 |
 # | `softpick` | $A=\mathrm{ReLU}(e^{l}-1)/\sum\lvert e^{l}-1\rvert$ | arXiv 2504.20966 |
 # | `sink_logit` | softmax over $[l_t, s_h]$, learned $s_h$ per head, sink column dropped | gpt-oss |
@@ -97,7 +97,8 @@ headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting":
 # %%
 base_runs = runs["softmax"]
 crossing = mitigation.first_crossing(base_runs, GU_EPS)
-layer, head, alpha_top = mitigation.strongest_head(base_runs)
+heads_by_seed = [mitigation.strongest_head(r) for r in base_runs]  # each seed's own strongest head
+layer, head, alpha_top = heads_by_seed[0]
 with plotting.style():
     fig = mitigation_plots.emergence(base_runs, uniform, GU_EPS, title=f"Softmax baseline: {setting}")
     plotting.save(fig, fig_dir / "fig01_sink-emergence",
@@ -106,51 +107,58 @@ with plotting.style():
                   f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (+- sd) and validation loss.")
 final = base_runs[-1]["checkpoints"][-1]
 print(f"final alpha_1 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
-print(f"strongest head: layer {layer}, head {head}, alpha_1 {alpha_top:.3f} (uniform {uniform:.3f}); "
-      f"first step with a head above eps {GU_EPS} per seed: {crossing}")
-headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head": [layer, head],
-                         "strongest_alpha": alpha_top,
+print("strongest head per seed (heads of different seeds are unrelated): "
+      + "; ".join(f"seed {s}: layer {li} head {h}, alpha_1 {a:.3f}" for s, (li, h, a) in zip(seeds, heads_by_seed))
+      + f" (uniform {uniform:.3f}); first step with a head above eps {GU_EPS} per seed: {crossing}")
+headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs]}
 
 # %% [markdown]
 # **Active and dormant.** On bigram-backcopy the strongest sink head should be *active* on trigger queries (attend
-# to $t-1$, the token to copy) and *dormant* elsewhere (attend to BOS). Measured on held-out sequences with the
-# first seed's final model:
+# to $t-1$, the token to copy) and *dormant* elsewhere (attend to BOS). Measured on held-out sequences with each
+# seed's final model, on that model's own strongest head:
 
 # %%
 val_ids = training.make_batch(base, "heldout", 64, torch.Generator().manual_seed(4321))
 if base.data == "bigram_backcopy":
-    base_model = training.load_trained(mitigation.variant_config(base, "softmax", seeds[0]))
-    ad = mitigation.active_dormant(base_model, val_ids, layer, head)
-    print(pd.DataFrame({"weight on BOS": [ad["bos_trigger"], ad["bos_other"]],
-                        "weight on t-1": [ad["prev_trigger"], ad["prev_other"]]},
-                       index=["trigger queries (active)", "other queries (dormant)"]).round(3))
-    print(f"Verdict: layer {layer} head {head} is {'' if ad['holds'] else 'NOT '}active-dormant: BOS weight "
-          f"{ad['bos_other']:.2f} on other queries vs {ad['bos_trigger']:.2f} on triggers; weight on t-1 "
-          f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
-    headline["active_dormant"] = ad
+    ads = []
+    for s, (li, h, _) in zip(seeds, heads_by_seed):
+        ad = mitigation.active_dormant(training.load_trained(mitigation.variant_config(base, "softmax", s)),
+                                       val_ids, li, h)
+        ads.append({"seed": s, "layer": li, "head": h, **ad})
+        print(f"Verdict, seed {s}: layer {li} head {h} is {'' if ad['holds'] else 'NOT '}active-dormant: BOS weight "
+              f"{ad['bos_other']:.2f} on other queries vs {ad['bos_trigger']:.2f} on triggers; weight on t-1 "
+              f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
+    display(pd.DataFrame(ads).set_index("seed").round(3))
+    headline["active_dormant"] = ads
 
 # %% [markdown]
-# ## 2 · The same head in every variant
-# The baseline's strongest sink head (same layer and head index in every model) on one held-out sequence, the first
-# seed's final model of each variant. The outlined column is BOS. Variants whose rows need not sum to one (sigmoid, off-by-one,
-# sink logit, KV bias) show only the weights on real tokens.
+# ## 2 · Each variant's strongest first-token head
+# Independently trained models share no heads: head 0 of one model has nothing to do with head 0 of another. So
+# each panel shows *that* model's own head with the largest row-normalised first-token share
+# $A_{t,0}/\sum_j A_{t,j}$ (first seed's final model, one held-out sequence). The outlined column is BOS. Variants
+# whose rows need not sum to one (sigmoid, softpick, off-by-one, sink logit, KV bias) show the weights on real tokens
+# as they are.
 
 # %%
 show = min(32, base.seq_len)
-maps = {}
+maps, own_heads = {}, {}
 with torch.no_grad():
     for v in names:
+        li, h, share = mitigation.strongest_head(runs[v][0], key="share_by_head")
         net = training.load_trained(mitigation.variant_config(base, v, seeds[0]))
         _, A, _ = net(val_ids[:1, :show], record=True)  # (L, 1, H, T, T)
-        maps[v] = A[layer, 0, head]
+        maps[f"{v}\nL{li} H{h}, share {share:.2f}"] = A[li, 0, h]
+        own_heads[v] = [li, h, share]
 with plotting.style():
-    fig = mitigation_plots.attention_maps(maps, f"layer {layer} head {head}",
-                                          title=f"Final attention of layer {layer}, head {head}, per variant")
+    fig = mitigation_plots.attention_maps(maps, "each model's own strongest head",
+                                          title="Final attention of each variant's strongest first-token head")
     plotting.save(fig, fig_dir / "fig02_attention-maps",
-                  f"Attention of layer {layer}, head {head} after training ({setting}; seed {seeds[0]}) on the first "
-                  f"{show} tokens of a held-out sequence, one panel per attention variant; log colour scale; "
+                  f"Attention after training ({setting}; seed {seeds[0]}) on the first {show} tokens of a held-out "
+                  f"sequence: one panel per attention variant, each on that model's own head with the largest "
+                  f"row-normalised first-token share (layer, head and share in the panel title); log colour scale; "
                   f"outlined: the BOS column.")
+headline["strongest_head_by_variant"] = own_heads
 
 # %% [markdown]
 # ## 3 · Loss curves
@@ -170,7 +178,10 @@ with plotting.style():
 # Last checkpoint, mean $\pm$ sd over seeds. *First-token attention* is $\alpha_1$ averaged over sequences, layers
 # and heads; *max activation* the largest $|h|$ in the residual stream; *kurtosis* that of all residual entries
 # (3 for a Gaussian); *DomRatio* the first token's largest $|h_i|$ over its mean $|h|$; *row mass* the mean row sum
-# of the attention weights (1 for softmax; < 1 where mass goes to a learned sink). The published numbers come from
+# of the attention weights (1 for softmax; < 1 where mass goes to a learned sink); *first-token share* $\alpha_1$ of
+# the row-normalised weights $A_{t,0}/\sum_j A_{t,j}$ (equal to $\alpha_1$ for softmax; for unnormalised rows it
+# tells a small row from a row that ignores BOS) and *share sink rate* the sink rate on those shares. The
+# published numbers come from
 # models of 150M-15B parameters trained on billions of tokens (`data/reference/mitigations.json`, with sources);
 # compare directions, not values.
 
@@ -185,8 +196,7 @@ table.to_csv(fig_dir / "final_table.csv")
 (fig_dir / "final_table.md").write_text(f"Setting: {setting}\n\n{mitigation.markdown(shown)}\n\nPublished "
                                         f"({paper['source']}):\n\n{mitigation.markdown(reference)}\n")
 with plotting.style():
-    labels = ["val loss", "first-token attention", "sink rate", "max activation", "kurtosis",
-              "DomRatio (first token)"]
+    labels = ["val loss", "first-token attention", "first-token share", "sink rate", "max activation", "kurtosis"]
     fig = mitigation_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})")
     plotting.save(fig, fig_dir / "fig04_final-metrics",
                   f"Final metrics per attention variant ({setting}): mean over {len(seeds)} seeds, bars +- 1 sd; "
@@ -197,8 +207,11 @@ headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
 # Rules in `sinklib.mitigation.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
-# $\alpha_1 \le 1.5\times$ uniform; *reduces* it at $\le 0.5\times$ the baseline's $\alpha_1$; *keeps* it within
-# $0.5$-$1.5\times$. Convergence (`sinklib.mitigation.convergence`): head-wise RMSNorm is *faster* only if both the
+# $\alpha_1 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_1$ in
+# rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_1$;
+# *keeps* it within $0.5$-$1.5\times$. A verdict whose $\alpha_1$ lies within two seed sd's of the cut that decides
+# it says that the seeds cannot settle the side. All runs train with weight decay on weight matrices only (gains,
+# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's. Where
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
 

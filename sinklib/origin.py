@@ -222,6 +222,27 @@ def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, ba
     return torch.cat(out, dim=1).mean(dim=1)
 
 
+@torch.inference_mode()
+def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None) -> dict[str, torch.Tensor]:
+    """What token k looks like next to the first token, per layer (L,), optionally under an intervention -- to tell
+    *why* an intervention does or does not make k a sink:
+
+    * ``dom_k`` / ``dom_0``: DomRatio of the residual h^l at k and at 0 (does k get the first token's one-hot state?);
+    * ``key_cos``: cos(key_k, key_0) per layer, mean over KV heads and sequences (does k's key point where the sink's
+      does? with QK-norm the key's norm is fixed, so only its direction can make a sink);
+    * ``key_norm_ratio``: |key_k| / |key_0|.
+    """
+    with Capture(lm.model, kinds=("hidden_states", "keys")) as cap:
+        with intervention if intervention is not None else contextlib.nullcontext():
+            lm.model(ids.to(lm.device), use_cache=False)
+    h = cap.stack("hidden_states").float()  # (L, N, T, d)
+    keys = cap.stack("keys").float()  # (L, N, H_kv, T, hd)
+    k0, kk = keys[..., 0, :], keys[..., k, :]
+    return {"dom_k": metrics.dom_ratio(h[:, :, k]).mean(1), "dom_0": metrics.dom_ratio(h[:, :, 0]).mean(1),
+            "key_cos": torch.nn.functional.cosine_similarity(kk, k0, dim=-1).mean(dim=(1, 2)),
+            "key_norm_ratio": (kk.norm(dim=-1) / k0.norm(dim=-1).clamp_min(1e-12)).mean(dim=(1, 2))}
+
+
 # ----------------------------------------------------------------------------------------------- 7 bias view
 @torch.inference_mode()
 def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batch_size: int = 16) -> torch.Tensor:

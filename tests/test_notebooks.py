@@ -42,6 +42,8 @@ def test_tour_headline_numbers(executed):
     assert h["llama_family_shape_holds"] is True
     assert all(len(v) == 30 for v in h["alpha_first_by_layer"].values())
     assert h["massive"]["dim"] == 507 and h["massive"]["position"] == 0 and h["massive"]["value"] > 1000
+    # SmolLM2's largest entry is ~500-600x its token's median: Sun et al.'s 1000x criterion is not met, and it says so
+    assert h["massive"]["sun_criterion_met"] is False and "NOT met" in h["massive"]["criterion"]
     assert h["dom_ratio_first_peak"] > 4 * h["dom_ratio_rest_at_peak"]
     assert {p.stem for p in Path(folder).glob("*.png")} == {
         "fig01_attention-maps", "fig02_alpha-heatmap", "fig03_sink-rates", "fig04_alpha-by-layer",
@@ -55,24 +57,29 @@ def test_interpretation_effects_point_the_right_way(executed):
     res, folder = executed["02_interpretation"]
     assert res.ok, res.message
     h = json.loads((folder / "headline.json").read_text())
-    assert h["massive_dims"] == [507]
+    assert h["massive_dims"] == [507] and h["massive"]["strict"] is False  # the fallback, stated
     v = h["variance"]
     assert v["t0_is_max"][0] and v["ratio_t0_to_second_half"][0] > 2  # variance highest at t = 0 in layer 0
-    sn = h["super_neurons"]["found"][0]
-    assert 507 in sn["write_dims"] and sn["selectivity"] > 10 and sn["write_share"] > 0.5
+    sn = h["super_neurons"]["chain_neuron"]  # the earliest writer of the massive dimension
+    assert sn["layer"] == 1 and 507 in sn["write_dims"] and sn["selectivity"] > 10 and sn["write_share"] > 0.5
     d = h["disparity"]
     assert d["onset_layers"] and d["dom_first_peak"] > 4 * d["dom_rest_at_peak"]
+    assert d["super_neuron_layer"] == 1 and d["dom_normed_tensor"].startswith("DomRatio(RMSNorm_2(h^1)")
     lock = h["lock_in"]
     assert lock["positive_sink_vs_other"][0] > 0.9 and lock["cos_sink_vs_other"][0] > lock["cos_sink_vs_other"][1]
     so = h["self_only"]
     assert so["alpha_k_after"] > 5 * so["alpha_k_before"] and so["sink_rate_k_after"] > so["sink_rate_k_before"]
     amp = h["amplification"]
-    assert amp["centered"][-1] > 2 * amp["centered"][0] and amp["monotone"]
+    assert max(amp["centered"]) > 2 * amp["centered"][0] and amp["monotone"] == all(
+        b >= a - 0.005 for a, b in zip(amp["centered"], amp["centered"][1:]))
     assert amp["scale"][-1] < 2 * amp["scale"][0]  # the plain-scaling control creates no sink
     ppl = h["bias"]["ppl"]
-    assert abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
+    assert abs(ppl["set to mean, position 0 only"] / ppl["original"] - 1) < 0.1  # the first token: a bias
+    assert ppl["set to zero"] > 2 * ppl["original"]
+    assert h["bias"]["holds"] == (abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05)  # every site, recorded
+    assert h["bias"]["later_site_tokens"]  # SmolLM2 writes into dim 507 at later " the" tokens too
     assert h["bias"]["value_norm_ratio_sink_heads"] < 1
-    assert h["holds_all"] is True
+    assert h["holds_all"] is False  # the massive-dimension row fails on SmolLM2 (criterion not met)
 
 
 def test_utilization_json_shape_claims(executed):
@@ -90,7 +97,11 @@ def test_utilization_json_shape_claims(executed):
     assert set(q) >= {"full_precision", "4-bit", "2-bit"}
     assert q["2-bit"]["4 sink tokens kept"] < q["2-bit"]["all tokens quantised"]  # keeping sinks helps at 2 bits
     assert q["2-bit"]["all tokens quantised"] > q["4-bit"]["all tokens quantised"] > 0.9 * q["full_precision"]
-    assert h["act"]["ppl"]["original"] > 0 and isinstance(h["act"]["helps"], bool)
+    act = h["act"]
+    assert act["n_heads"] == sum(len(v) for v in act["heads"].values())
+    if act["n_heads"]:
+        assert act["ppl"]["ACT"] != act["ppl"]["original"]  # calibration changed the attention it was given
+        assert act["helps"] == (act["ppl"]["ACT"] < act["ppl"]["original"])
 
 
 def test_mitigation_headline(executed):
@@ -103,6 +114,11 @@ def test_mitigation_headline(executed):
     for variant, row in h["final"].items():
         assert 0 < row["val_loss"] < 6 and 0 <= row["sink_rate"] <= 1 and 0 <= row["first_attention"] <= 1, variant
     assert h["final"]["softmax"]["row_mass"] == pytest.approx(1.0) and h["final"]["sink_logit"]["row_mass"] < 1
-    assert h["rmsnorm_convergence"]["verdict"] in {"faster", "slower", "no difference"}
+    conv = h["rmsnorm_convergence"]
+    for m in ("auc", "final"):
+        assert conv[m]["diff"] == pytest.approx(conv[m]["candidate"] - conv[m]["baseline"])
+    if conv["verdict"] != "no difference":  # a named difference must exceed two seed sd's on both measures
+        assert all(abs(conv[m]["diff"]) > 2 * conv[m]["sd"] for m in ("auc", "final"))
+    assert len(h["strongest_head_by_variant"]) == 9 and len(h["emergence"]["strongest_head_by_seed"]) == 2
     assert set(h["bible_check"]["final"]) == {"softmax", "headwise_rmsnorm", "headwise_rmsnorm g0=0.1"}
     assert (folder / "final_table.md").read_text().startswith("Setting: bigram_backcopy")
