@@ -164,3 +164,12 @@ def test_massive_means_per_site(tiny, ids):
     fixed = ids.clone()
     fixed[:, 0] = 5  # one BOS-like first token in every sequence: its value cannot vary
     assert float(origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_sd.max()) < 1e-5
+
+
+def test_token_state_compares_token_k_with_the_first(tiny, ids):
+    same = origin.token_state(tiny, ids, 0)
+    torch.testing.assert_close(same["dom_k"], same["dom_0"])
+    torch.testing.assert_close(same["key_cos"], torch.ones(2), atol=1e-5, rtol=0)
+    st = origin.token_state(tiny, ids, 5)
+    assert all(v.shape == (2,) for v in st.values())
+    assert (st["key_cos"].abs() < 0.999).all()  # a different token has a different key
