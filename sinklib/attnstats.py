@@ -93,9 +93,10 @@ class AttentionStats:
         if attention_mask is not None and attention_mask.ndim != 4:
             raise InputError(f"AttentionStats needs a 4-D attention mask, got shape {tuple(attention_mask.shape)}; "
                              "load the model with attn_implementation='sdpa' or 'eager'.")
-        if attention_mask is None and kwargs.get("sliding_window"):
-            raise InputError("AttentionStats got no mask but a sliding_window keyword (a window it cannot see); "
-                             "load the model with attn_implementation='sdpa' or 'eager'.")
+        window = kwargs.get("sliding_window")
+        if attention_mask is None and window and window < N:  # a window that would cut, but no mask showing it
+            raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
+                             "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
         # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring)
         G, off = H // Hkv, (N - 1 if T == 1 else 0)
         scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5

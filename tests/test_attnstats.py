@@ -142,5 +142,6 @@ def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
     module = tiny.model.model.layers[0].self_attn
     with pytest.raises(InputError, match="4-D attention mask"):
         st._reduce(module, q, k, torch.ones(1, 6, dtype=torch.bool), {})  # flash's 2-D padding mask
-    with pytest.raises(InputError, match="sliding_window"):
+    st._reduce(module, q, k, None, {"sliding_window": 6})  # a window as long as the keys cuts nothing: fine
+    with pytest.raises(InputError, match="sliding window of 4"):
         st._reduce(module, q, k, None, {"sliding_window": 4})
