@@ -243,6 +243,15 @@ holds_5 = rate_after > 0.2 and rate_after > 5 * rate_before
 print(f"Verdict: heads with alpha_{k} > 0.3: {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
       f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
+# Why it does or does not work here: does token k take on the first token's state in the sink layers?
+sink_layers = [i for i, a in enumerate(profile_nat.alpha_first_by_layer) if a > 0.3]
+state_k = {name: origin.takes_first_token_state(origin.token_state(lm, natural, k, iv), sink_layers)
+           for name, iv in (("before", None), ("after", SelfOnlyAttention(lm.model, k)))}
+print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state_k['before']['dom_k']:.0f} -> "
+      f"{state_k['after']['dom_k']:.0f} (the first token's: {state_k['after']['dom_0']:.0f}); cos(key_{k}, key_0) "
+      f"{state_k['before']['key_cos']:.2f} -> {state_k['after']['key_cos']:.2f} -> token {k} "
+      f"{'takes on' if state_k['after']['holds'] else 'does NOT take on'} the first token's state.")
+headline["self_only_mechanism"] = state_k
 headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_after": float(alpha_after.mean()),
                          "sink_rate_k_before": rate_before, "sink_rate_k_after": rate_after,
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),
@@ -280,6 +289,12 @@ holds_6 = monotone and rise > 2 and rise_ctl < rise / 2
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
       f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if holds_6 else 'NOT borne out'}.")
+state_amp = origin.takes_first_token_state(
+    origin.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)), sink_layers)
+print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {state_amp['dom_k']:.0f} "
+      f"(first token {state_amp['dom_0']:.0f}), cos(key_{k}, key_0) {state_amp['key_cos']:.2f} -> "
+      f"{'first-token-like' if state_amp['holds'] else 'NOT first-token-like'}.")
+headline["amplification_mechanism"] = state_amp
 headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers, "centered": cen, "scale": ctl,
                              "mu": "token k's batch mean", "monotone": monotone, "holds": holds_6}
 

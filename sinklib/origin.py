@@ -243,6 +243,22 @@ def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None) -
             "key_norm_ratio": (kk.norm(dim=-1) / k0.norm(dim=-1).clamp_min(1e-12)).mean(dim=(1, 2))}
 
 
+def takes_first_token_state(state: dict[str, torch.Tensor], layers: list[int], dom_within: float = 2.0,
+                            min_cos: float = 0.9) -> dict:
+    """Rule: token k has taken on the first token's state in ``layers`` (e.g. the sink layers) when its DomRatio is
+    within ``dom_within``x of token 0's and cos(key_k, key_0) > ``min_cos``, both averaged over those layers.
+
+    state: :func:`token_state`. Returns the averages and ``holds``. This is the mechanism the chain predicts for the
+    self-only edit; where the edit makes no sink, this says whether the state never formed or formed but was ignored.
+    """
+    if not layers:
+        return {"dom_k": float("nan"), "dom_0": float("nan"), "key_cos": float("nan"), "holds": None}
+    dom_k, dom_0 = float(state["dom_k"][layers].mean()), float(state["dom_0"][layers].mean())
+    cos = float(state["key_cos"][layers].mean())
+    close = dom_0 / dom_within <= dom_k <= dom_0 * dom_within
+    return {"dom_k": dom_k, "dom_0": dom_0, "key_cos": cos, "holds": bool(close and cos > min_cos)}
+
+
 # ----------------------------------------------------------------------------------------------- 7 bias view
 @torch.inference_mode()
 def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batch_size: int = 16) -> torch.Tensor:

@@ -173,3 +173,13 @@ def test_token_state_compares_token_k_with_the_first(tiny, ids):
     st = origin.token_state(tiny, ids, 5)
     assert all(v.shape == (2,) for v in st.values())
     assert (st["key_cos"].abs() < 0.999).all()  # a different token has a different key
+
+
+def test_takes_first_token_state_rule():
+    state = {"dom_k": torch.tensor([10.0, 200.0, 220.0]), "dom_0": torch.tensor([20.0, 230.0, 230.0]),
+             "key_cos": torch.tensor([0.2, 0.97, 0.99])}
+    assert origin.takes_first_token_state(state, [1, 2])["holds"] is True  # SmolLM2-like after the self-only edit
+    gemma_like = {**state, "dom_k": torch.tensor([10.0, 60.0, 70.0]), "key_cos": torch.tensor([0.2, 0.3, 0.4])}
+    out = origin.takes_first_token_state(gemma_like, [1, 2])
+    assert out["holds"] is False and out["key_cos"] == pytest.approx(0.35)
+    assert origin.takes_first_token_state(state, [])["holds"] is None
