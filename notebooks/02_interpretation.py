@@ -252,6 +252,16 @@ print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state
       f"{state_k['before']['key_cos']:.2f} -> {state_k['after']['key_cos']:.2f} -> token {k} "
       f"{'takes on' if state_k['after']['holds'] else 'does NOT take on'} the first token's state.")
 headline["self_only_mechanism"] = state_k
+if lm.adds_bos:  # a BOS model: is its sink the position or the token? The same windows without the BOS
+    bos_test = origin.without_bos(lm, run.probe_seqs, run.seq_len, run.seed, run.batch_size)
+    bos_rule = origin.sink_follows_bos(bos_test, sink_layers)
+    print(f"Position or token? In the sink layers position 0 gets alpha {bos_rule['alpha_with_bos']:.2f} with the BOS "
+          f"and {bos_rule['alpha_without_bos']:.2f} when the text starts without it; without BOS the largest "
+          f"activations sit at (position, token) {bos_rule['largest_moved_to'][:4]}. "
+          + ("The sink belongs to the BOS token, not to position 0: a token that merely aggregates like position 0 "
+             "has no reason to become one." if bos_rule["holds"] else "Position 0 keeps the sink without BOS."))
+    bos_test["verdict"] = bos_rule
+    headline["without_bos"] = bos_test
 headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_after": float(alpha_after.mean()),
                          "sink_rate_k_before": rate_before, "sink_rate_k_after": rate_after,
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),

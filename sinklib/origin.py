@@ -243,6 +243,40 @@ def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None) -
             "key_norm_ratio": (kk.norm(dim=-1) / k0.norm(dim=-1).clamp_min(1e-12)).mean(dim=(1, 2))}
 
 
+@torch.inference_mode()
+def without_bos(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int = 0, batch_size: int = 16) -> dict:
+    """Is the first-token sink the *position* or the BOS *token*? The same Bible windows with and without the BOS
+    the tokenizer prepends: mean alpha of position 0 per layer, and where the largest activation sits per layer
+    (position and token) once BOS is gone. For a model that adds no BOS both runs are the same text.
+    """
+    from sinklib.analysis import profile_sinks
+    from sinklib.data import text_windows
+
+    out = {}
+    for name, special in (("with_bos", True), ("without_bos", False)):
+        ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed, add_special_tokens=special)
+        prof = profile_sinks(lm, ids, input_name=name, batch_size=batch_size, progress=False)
+        out[name] = {"alpha_first_by_layer": prof.alpha_first_by_layer,
+                     "largest": [{"position": e.position, "dim": e.dim, "value": e.value,
+                                  "token": lm.tokenizer.decode([int(ids[e.seq, e.position])])}
+                                 for e in prof.extremes]}
+    return out
+
+
+def sink_follows_bos(result: dict, layers: list[int], drop: float = 0.5) -> dict:
+    """Rule on :func:`without_bos`'s result: the sink belongs to the BOS token (not to position 0) when, averaged over
+    ``layers`` (the sink layers), position 0's alpha without BOS is below ``drop`` x its alpha with BOS.
+    Also where the largest activations move once BOS is gone ((position, token) pairs at positions > 0)."""
+    def mean(name: str) -> float:
+        a = result[name]["alpha_first_by_layer"]
+        return sum(a[i] for i in layers) / len(layers) if layers else float("nan")
+
+    with_bos, without = mean("with_bos"), mean("without_bos")
+    moved = sorted({(e["position"], e["token"]) for e in result["without_bos"]["largest"] if e["position"] > 0})
+    return {"alpha_with_bos": with_bos, "alpha_without_bos": without, "largest_moved_to": moved,
+            "holds": bool(without < drop * with_bos) if layers else None}
+
+
 def takes_first_token_state(state: dict[str, torch.Tensor], layers: list[int], dom_within: float = 2.0,
                             min_cos: float = 0.9) -> dict:
     """Rule: token k has taken on the first token's state in ``layers`` (e.g. the sink layers) when its DomRatio is

@@ -183,3 +183,21 @@ def test_takes_first_token_state_rule():
     out = origin.takes_first_token_state(gemma_like, [1, 2])
     assert out["holds"] is False and out["key_cos"] == pytest.approx(0.35)
     assert origin.takes_first_token_state(state, [])["holds"] is None
+
+
+def test_without_bos_compares_the_same_windows(tiny):
+    out = origin.without_bos(tiny, 3, 12, seed=0, batch_size=3)
+    assert set(out) == {"with_bos", "without_bos"}
+    for run in out.values():
+        assert len(run["alpha_first_by_layer"]) == 2 and len(run["largest"]) == 2
+    assert out["with_bos"]["alpha_first_by_layer"] != out["without_bos"]["alpha_first_by_layer"]  # BOS removed
+
+
+def test_sink_follows_bos_rule():
+    res = {"with_bos": {"alpha_first_by_layer": [0.1, 0.6, 0.5], "largest": []},
+           "without_bos": {"alpha_first_by_layer": [0.1, 0.05, 0.04],
+                           "largest": [{"position": 27, "token": "\n"}, {"position": 0, "token": "In"}]}}
+    gemma = origin.sink_follows_bos(res, [1, 2])
+    assert gemma["holds"] is True and gemma["largest_moved_to"] == [(27, "\n")]
+    res["without_bos"]["alpha_first_by_layer"] = [0.1, 0.5, 0.45]  # position 0 keeps it: a positional sink
+    assert origin.sink_follows_bos(res, [1, 2])["holds"] is False
