@@ -43,7 +43,7 @@ import time
 import pandas as pd
 import torch
 
-from sinklib import analysis, evaluation, origin, origin_plots, plotting, profiles
+from sinklib import analysis, evaluation, intervention_effects, origin, origin_plots, plotting, profiles
 from sinklib.capture import find_layers
 from sinklib.data import make_inputs, text_windows
 from sinklib.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
@@ -218,8 +218,8 @@ headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other":
 # itself is left out, because the edit forces $A_{k,k} = 1$ and would add $1/(T-k)$ to every head by construction.
 
 # %%
-alpha_before = origin.alpha_at(lm, natural, k, batch_size=run.batch_size, later_only=True)  # (L, H), t > k
-alpha_after = origin.alpha_at(lm, natural, k, SelfOnlyAttention(lm.model, k), batch_size=run.batch_size,
+alpha_before = intervention_effects.alpha_at(lm, natural, k, batch_size=run.batch_size, later_only=True)  # (L, H), t > k
+alpha_after = intervention_effects.alpha_at(lm, natural, k, SelfOnlyAttention(lm.model, k), batch_size=run.batch_size,
                               later_only=True)
 best_layer = int(alpha_after.mean(1).argmax())
 best_head = int(alpha_after[best_layer].argmax())
@@ -245,7 +245,7 @@ print(f"Verdict: heads with alpha_{k} > 0.3: {100 * rate_before:.1f}% before, {1
       f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
 sink_layers = [i for i, a in enumerate(profile_nat.alpha_first_by_layer) if a > 0.3]
-state_k = {name: origin.takes_first_token_state(origin.token_state(lm, natural, k, iv), sink_layers)
+state_k = {name: intervention_effects.takes_first_token_state(intervention_effects.token_state(lm, natural, k, iv), sink_layers)
            for name, iv in (("before", None), ("after", SelfOnlyAttention(lm.model, k)))}
 print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state_k['before']['dom_k']:.0f} -> "
       f"{state_k['after']['dom_k']:.0f} (the first token's: {state_k['after']['dom_0']:.0f}); cos(key_{k}, key_0) "
@@ -253,8 +253,8 @@ print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state
       f"{'takes on' if state_k['after']['holds'] else 'does NOT take on'} the first token's state.")
 headline["self_only_mechanism"] = state_k
 if lm.adds_bos:  # a BOS model: is its sink the position or the token? The same windows without the BOS
-    bos_test = origin.without_bos(lm, run.probe_seqs, run.seq_len, run.seed, run.batch_size)
-    bos_rule = origin.sink_follows_bos(bos_test, sink_layers)
+    bos_test = intervention_effects.without_bos(lm, run.probe_seqs, run.seq_len, run.seed, run.batch_size)
+    bos_rule = intervention_effects.sink_follows_bos(bos_test, sink_layers)
     print(f"Position or token? In the sink layers position 0 gets alpha {bos_rule['alpha_with_bos']:.2f} with the BOS "
           f"and {bos_rule['alpha_without_bos']:.2f} when the text starts without it; without BOS the largest "
           f"activations sit at (position, token) {bos_rule['largest_moved_to'][:4]}. "
@@ -283,7 +283,7 @@ later = slice(max(amp_layers) + 1, None)
 curves = {"o' = mu + lambda (o - mu)": [], "control: o' = lambda o": []}
 for lam in run.lambdas:
     for name, mode in zip(curves, ("centered", "scale")):
-        a = origin.alpha_at(lm, natural, k, HeadOutputAmplification(lm.model, k, lam, amp_layers, mode),
+        a = intervention_effects.alpha_at(lm, natural, k, HeadOutputAmplification(lm.model, k, lam, amp_layers, mode),
                             batch_size=run.batch_size, later_only=True)
         curves[name].append(float(a[later].mean()))
 with plotting.style():
@@ -299,8 +299,8 @@ holds_6 = monotone and rise > 2 and rise_ctl < rise / 2
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
       f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if holds_6 else 'NOT borne out'}.")
-state_amp = origin.takes_first_token_state(
-    origin.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)), sink_layers)
+state_amp = intervention_effects.takes_first_token_state(
+    intervention_effects.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)), sink_layers)
 print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {state_amp['dom_k']:.0f} "
       f"(first token {state_amp['dom_0']:.0f}), cos(key_{k}, key_0) {state_amp['key_cos']:.2f} -> "
       f"{'first-token-like' if state_amp['holds'] else 'NOT first-token-like'}.")

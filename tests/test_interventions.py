@@ -117,7 +117,7 @@ def test_amplification_pooled_mean_moves_token_k_mean(tiny, ids):
 
 
 def test_self_only_scored_on_later_queries_only(tiny, ids):
-    from sinklib import metrics, origin
+    from sinklib import intervention_effects, metrics
 
     # A hand-built head that ignores key K except in row K itself (what the self-only mask forces)
     A = torch.zeros(12, 12)
@@ -128,8 +128,8 @@ def test_self_only_scored_on_later_queries_only(tiny, ids):
     assert float(metrics.alpha(A, K, later_only=True)) == 0.0
     with pytest.raises(ValueError):
         metrics.alpha(A, 11, later_only=True)
-    after = origin.alpha_at(tiny, ids, K, SelfOnlyAttention(tiny.model, K), later_only=True)
-    with_self = origin.alpha_at(tiny, ids, K, SelfOnlyAttention(tiny.model, K))
+    after = intervention_effects.alpha_at(tiny, ids, K, SelfOnlyAttention(tiny.model, K), later_only=True)
+    with_self = intervention_effects.alpha_at(tiny, ids, K, SelfOnlyAttention(tiny.model, K))
     torch.testing.assert_close(with_self, (after * (12 - K - 1) + 1) / (12 - K), atol=1e-5, rtol=0)
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sinklib import evaluation, origin
+from sinklib import evaluation, intervention_effects, origin
 from sinklib.errors import WrongFamilyError
 
 
@@ -124,7 +124,7 @@ def test_first_token_values_and_onsets(tiny, ids):
 
 
 def test_alpha_at_matches_alpha_definition(tiny, ids):
-    a = origin.alpha_at(tiny, ids, 0, batch_size=4)
+    a = intervention_effects.alpha_at(tiny, ids, 0, batch_size=4)
     assert a.shape == (2, 4)
     torch.testing.assert_close(a, origin.lock_in(tiny, ids)["alpha_first"], atol=1e-6, rtol=0)
 
@@ -167,10 +167,10 @@ def test_massive_means_per_site(tiny, ids):
 
 
 def test_token_state_compares_token_k_with_the_first(tiny, ids):
-    same = origin.token_state(tiny, ids, 0)
+    same = intervention_effects.token_state(tiny, ids, 0)
     torch.testing.assert_close(same["dom_k"], same["dom_0"])
     torch.testing.assert_close(same["key_cos"], torch.ones(2), atol=1e-5, rtol=0)
-    st = origin.token_state(tiny, ids, 5)
+    st = intervention_effects.token_state(tiny, ids, 5)
     assert all(v.shape == (2,) for v in st.values())
     assert (st["key_cos"].abs() < 0.999).all()  # a different token has a different key
 
@@ -178,15 +178,15 @@ def test_token_state_compares_token_k_with_the_first(tiny, ids):
 def test_takes_first_token_state_rule():
     state = {"dom_k": torch.tensor([10.0, 200.0, 220.0]), "dom_0": torch.tensor([20.0, 230.0, 230.0]),
              "key_cos": torch.tensor([0.2, 0.97, 0.99])}
-    assert origin.takes_first_token_state(state, [1, 2])["holds"] is True  # SmolLM2-like after the self-only edit
+    assert intervention_effects.takes_first_token_state(state, [1, 2])["holds"] is True  # SmolLM2-like after the self-only edit
     gemma_like = {**state, "dom_k": torch.tensor([10.0, 60.0, 70.0]), "key_cos": torch.tensor([0.2, 0.3, 0.4])}
-    out = origin.takes_first_token_state(gemma_like, [1, 2])
+    out = intervention_effects.takes_first_token_state(gemma_like, [1, 2])
     assert out["holds"] is False and out["key_cos"] == pytest.approx(0.35)
-    assert origin.takes_first_token_state(state, [])["holds"] is None
+    assert intervention_effects.takes_first_token_state(state, [])["holds"] is None
 
 
 def test_without_bos_compares_the_same_windows(tiny):
-    out = origin.without_bos(tiny, 3, 12, seed=0, batch_size=3)
+    out = intervention_effects.without_bos(tiny, 3, 12, seed=0, batch_size=3)
     assert set(out) == {"with_bos", "without_bos"}
     for run in out.values():
         assert len(run["alpha_first_by_layer"]) == 2 and len(run["largest"]) == 2
@@ -197,7 +197,7 @@ def test_sink_follows_bos_rule():
     res = {"with_bos": {"alpha_first_by_layer": [0.1, 0.6, 0.5], "largest": []},
            "without_bos": {"alpha_first_by_layer": [0.1, 0.05, 0.04],
                            "largest": [{"position": 27, "token": "\n"}, {"position": 0, "token": "In"}]}}
-    gemma = origin.sink_follows_bos(res, [1, 2])
+    gemma = intervention_effects.sink_follows_bos(res, [1, 2])
     assert gemma["holds"] is True and gemma["largest_moved_to"] == [(27, "\n")]
     res["without_bos"]["alpha_first_by_layer"] = [0.1, 0.5, 0.45]  # position 0 keeps it: a positional sink
-    assert origin.sink_follows_bos(res, [1, 2])["holds"] is False
+    assert intervention_effects.sink_follows_bos(res, [1, 2])["holds"] is False
