@@ -216,6 +216,16 @@ headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other":
 # a first token. The chain predicts it becomes a sink: later queries attend to it.
 # Sink score: attention of the **later** queries $t > k$ to key $k$, $\frac{1}{T-k-1}\sum_{t>k} A_{t,k}$ -- row $k$
 # itself is left out, because the edit forces $A_{k,k} = 1$ and would add $1/(T-k)$ to every head by construction.
+#
+# The cell then checks the mechanism the chain predicts: in the sink layers, does token $k$ take on the first token's
+# state -- a DomRatio like token 0's and a key pointing where token 0's key points (`intervention_effects`)? On a
+# model that prepends a BOS it also asks whether the sink belongs to position 0 at all, by running the same windows
+# without the BOS. Measured with `model="gemma3-270m"` (CPU profile): without its BOS, position 0 gets alpha 0.03
+# instead of 0.50 in the sink layers and the largest activations move to ordinary tokens -- Gemma's sink follows the
+# BOS *token*, not the position -- and token 10, made to attend only to itself, keeps a DomRatio of 93 against BOS's
+# 434 and a key cosine of 0.27 with BOS's key. The edit imitates the first *position*, which is not what makes this
+# model's sink, so it cannot create one there; on SmolLM2 (no BOS, a positional sink) token $k$ does take on the
+# first token's state (key cosine about 1.0 in the sink layers).
 
 # %%
 alpha_before = intervention_effects.alpha_at(lm, natural, k, batch_size=run.batch_size, later_only=True)  # (L, H), t > k
