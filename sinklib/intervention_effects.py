@@ -18,7 +18,7 @@ import torch
 from sinklib import metrics
 from sinklib.capture import Capture
 from sinklib.models import LoadedModel
-from sinklib.origin import _batches
+from sinklib.origin import batches
 
 
 @torch.inference_mode()
@@ -29,7 +29,7 @@ def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, ba
     ``later_only``: score only queries t > key (see :func:`sinklib.metrics.alpha`)."""
     out = []
     reduce = {"attentions": lambda a, i: metrics.alpha(a, key, later_only)}
-    for batch in _batches(ids, batch_size):
+    for batch in batches(ids, batch_size):
         with Capture(lm.model, attentions=True, reduce=reduce) as cap:
             with intervention if intervention is not None else contextlib.nullcontext():
                 lm.model(batch.to(lm.device), use_cache=False)

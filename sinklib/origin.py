@@ -28,7 +28,8 @@ def require_gated_mlp(lm: LoadedModel, where: str) -> None:
         )
 
 
-def _batches(ids: torch.Tensor, size: int):
+def batches(ids: torch.Tensor, size: int):
+    """Consecutive slices of ``size`` sequences: (N, T) -> (size, T), ..., the last one shorter."""
     for start in range(0, len(ids), size):
         yield ids[start:start + size]
 
@@ -95,7 +96,7 @@ def find_super_neurons(
     parts = find_layers(lm.model)
     L = len(parts)
     firsts, rests, medians = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)]
-    for batch in _batches(ids, batch_size):
+    for batch in batches(ids, batch_size):
         with Capture(lm.model, mlp_activations=True) as cap:
             lm.model(batch.to(lm.device), use_cache=False)
         for i in range(L):
@@ -165,7 +166,7 @@ def disparity_by_layer(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16)
     """
     keys = ("dom_first", "dom_rest", "dom_normed_first", "dom_normed_rest", "norm_first", "norm_rest", "alpha_first")
     acc = {k: [] for k in keys}
-    for batch in _batches(ids, batch_size):
+    for batch in batches(ids, batch_size):
         with Capture(lm.model, kinds=("attentions", "hidden_states", "attn_inputs"),
                      reduce={"attentions": lambda a, i: metrics.alpha(a, 0)}) as cap:
             lm.model(batch.to(lm.device), use_cache=False)
@@ -212,7 +213,7 @@ def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batc
     Over many inputs this is the "mean value" Sun et al. substitute for the massive activations.
     """
     out = []
-    for batch in _batches(ids, batch_size):
+    for batch in batches(ids, batch_size):
         with Capture(lm.model, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
             lm.model(batch.to(lm.device), use_cache=False)
         out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
@@ -251,7 +252,7 @@ def massive_means(lm: LoadedModel, ids: torch.Tensor, layers: list[int], dims: l
     first, first_sq, n = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64), 0
     other, count = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
     tokens: Counter = Counter()
-    for batch in _batches(ids, batch_size):
+    for batch in batches(ids, batch_size):
         with Capture(lm.model, hidden_states=True, layers=layers) as cap:
             lm.model(batch.to(lm.device), use_cache=False)
         for row, layer in enumerate(layers):
