@@ -293,8 +293,12 @@ later = slice(max(amp_layers) + 1, None)
 curves = {"o' = mu + lambda (o - mu)": [], "control: o' = lambda o": []}
 for lam in run.lambdas:
     for name, mode in zip(curves, ("centered", "scale")):
-        a = intervention_effects.alpha_at(lm, natural, k, HeadOutputAmplification(lm.model, k, lam, amp_layers, mode),
-                            batch_size=run.batch_size, later_only=True)
+        if lam == 1:  # the identity in both modes: the unedited model, already scored in section 5
+            a = alpha_before
+        else:
+            a = intervention_effects.alpha_at(lm, natural, k, HeadOutputAmplification(lm.model, k, lam, amp_layers,
+                                                                                       mode),
+                                              batch_size=run.batch_size, later_only=True)
         curves[name].append(float(a[later].mean()))
 with plotting.style():
     fig = origin_plots.lambda_sweep(run.lambdas, curves, k, title=f"Variance amplification at position {k}, {title}")

@@ -65,9 +65,11 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
     axes[0].semilogy(c["dom_first"], "o-", ms=3, color=SINK_COLOR, label="first token: $h^l$")
     axes[0].semilogy(c["dom_normed_first"], "^--", ms=3, color=SINK_COLOR, alpha=0.6,
                      label="first token: RMSNorm($h^l$), input of layer l+1")
-    axes[0].semilogy(c["dom_rest"], "s-", ms=3, label="other tokens: $h^l$")
-    axes[0].semilogy(c["dom_normed_rest"], "v--", ms=3, alpha=0.6, label="other tokens: RMSNorm($h^l$)")
-    axes[0].set_ylabel("DomRatio"), axes[0].legend(ncols=2, fontsize="small")
+    (rest,) = axes[0].semilogy(c["dom_rest"], "s-", ms=3, label="other tokens: $h^l$")
+    axes[0].semilogy(c["dom_normed_rest"], "v--", ms=3, alpha=0.6, color=rest.get_color(),
+                     label="other tokens: RMSNorm($h^l$)")
+    axes[0].set_ylabel("DomRatio")
+    axes[0].legend(ncols=2, fontsize="small", loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
     if super_layer is not None:
         for ax in axes:
             ax.axvline(super_layer, color=SINK_COLOR, lw=1.5, alpha=0.35)
