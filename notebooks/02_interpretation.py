@@ -188,8 +188,10 @@ headline["disparity"] = {"onset_layers": onset, "dom_first_peak": float(dom_firs
 # %% [markdown]
 # ## 4 · Lock-in
 # Once the first token's normalised state is almost a scaled basis vector, its key $k_0$ is nearly input
-# independent. The queries then align with it: their top singular direction matches $k_0$ and nearly all scores
-# $q_t \cdot k_0$ are positive. Each dot is one head; x: its alpha of the first token.
+# independent. The chain predicts that the queries then align with it: their top singular direction points closer
+# to $k_0$ in sink heads than in the others, and nearly all scores $q_t \cdot k_0$ are positive. Each dot is one
+# head; x: its alpha of the first token. (On SmolLM2 the |cosine| is about 0.5 in sink heads against 0.24 elsewhere:
+# closer, not equal; the positive scores separate the groups more clearly.)
 
 # %%
 lock = origin.lock_in(lm, natural[: min(16, len(natural))])
