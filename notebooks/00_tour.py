@@ -113,10 +113,12 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig03_sink-rates",
                   f"Sink rate (eps 0.3, first token) of {title} on natural text, random tokens and one repeated "
                   f"token, beside Gu et al.'s Table 1 for Llama-family models.")
+    uniform_t = analysis.ContextSweep.uniform_baseline(run.seq_len)  # H_T / T
     fig = plotting.alpha_by_layer({k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
-                                  title=f"alpha of the first token per layer, {title}")
+                                  title=f"alpha of the first token per layer, {title}", uniform=uniform_t)
     plotting.save(fig, fig_dir / "fig04_alpha-by-layer",
-                  f"Mean alpha_1 per layer of {title} for the three input types; dashed: eps = 0.3.")
+                  f"Mean alpha_1 per layer of {title} for the three input types; dashed: eps = 0.3; dotted: uniform "
+                  f"causal attention over T = {run.seq_len} tokens ({uniform_t:.3f}).")
 shape_holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
 print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measured['random']:.1f}%, repeated "
       f"{100 * measured['repeated']:.1f}% -- the Llama-family shape (sinks on natural and random input, none on a "

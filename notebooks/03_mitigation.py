@@ -100,7 +100,8 @@ crossing = mitigation.first_crossing(base_runs, GU_EPS)
 heads_by_seed = [mitigation.strongest_head(r) for r in base_runs]  # each seed's own strongest head
 layer, head, alpha_top = heads_by_seed[0]
 with plotting.style():
-    fig = mitigation_plots.emergence(base_runs, uniform, GU_EPS, title=f"Softmax baseline: {setting}")
+    fig = mitigation_plots.emergence(base_runs, uniform, GU_EPS,
+                                     title=f"Sink emergence in the softmax baseline ({base.data}, {len(seeds)} seeds)")
     plotting.save(fig, fig_dir / "fig01_sink-emergence",
                   f"Sink emergence while training the softmax baseline ({setting}). (a) attention to BOS of every "
                   f"head, mean over {len(seeds)} seeds (band: range over seeds); dotted: uniform attention "

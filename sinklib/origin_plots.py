@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.plotting import SINK_COLOR, _np
+from sinklib.plotting import OUTLINE_COLOR, SINK_COLOR, _np
 
 
 def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
@@ -97,6 +97,7 @@ def lock_in(cos, positive, alpha, title: str = "") -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
     for ax, y, name in zip(axes, (c, p), ("|cos(top query direction, k_0)|", "fraction of q_t . k_0 > 0")):
         sc = ax.scatter(a, y, c=layers, s=10, cmap="viridis")
+        ax.axvline(0.3, ls="--", lw=1, color="grey")  # eps: heads to the right are sink heads
         ax.set_xlabel("alpha of the first token (head)"), ax.set_ylabel(name)
     fig.colorbar(sc, ax=axes, label="layer")
     if title:
@@ -112,7 +113,7 @@ def attention_before_after(before, after, key: int, title: str = "", floor: floa
         T = A.shape[-1]
         masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, floor, 1))
         im = ax.imshow(masked, norm=norm, interpolation="nearest")
-        for col, color in ((0, "grey"), (key, SINK_COLOR)):
+        for col, color in ((0, OUTLINE_COLOR), (key, "#7CFC00")):  # cyan / lime: colours magma never takes
             ax.add_patch(plt.Rectangle((col - 0.5, col - 0.5), 1, T - col, fill=False, ec=color, lw=1.2))
         ax.set_title(name), ax.set_xlabel("key"), ax.set_ylabel("query"), ax.grid(False)
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention (log)")
@@ -139,7 +140,9 @@ def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]]
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for name, vals in curves.items():
         ax.semilogx(lambdas, vals, "o-", ms=4, label=name, base=2)
-    ax.set_xlabel("lambda"), ax.set_ylabel(f"alpha of position {key}\n(mean over heads of later layers)")
+    ax.axhline(0.3, ls="--", lw=1, color="grey", label="eps = 0.3 (a sink head)")
+    ax.set_xlabel("lambda"), ax.set_ylabel(f"attention of later queries to position {key}\n(mean over heads of "
+                                            "later layers)")
     ax.legend()
     if title:
         ax.set_title(title)
@@ -173,6 +176,7 @@ def sink_as_bias(value_norm_ratio, bias_deviation, alpha, title: str = "") -> Fi
     axes[1].set_ylabel("|c_t - mean c| / |o_t|  (c_t = A_t0 v_0)")
     for ax in axes:
         ax.set_xlabel("alpha of the first token (head)")
+        ax.axvline(0.3, ls="--", lw=1, color="grey")  # eps: heads to the right are sink heads
     if title:
         fig.suptitle(title)
     return fig

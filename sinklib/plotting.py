@@ -23,6 +23,7 @@ from sinklib.results import atomic_write_bytes  # noqa: E402
 
 STYLE = Path(__file__).with_name("sinklib.mplstyle")
 SINK_COLOR = "#D55E00"
+OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma colour map never takes
 
 
 @contextlib.contextmanager
@@ -58,7 +59,7 @@ def draw_attention(ax, A: np.ndarray, norm: LogNorm) -> object:
     T = A.shape[-1]
     masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, norm.vmin, norm.vmax))
     im = ax.imshow(masked, norm=norm, interpolation="nearest")
-    ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=SINK_COLOR, lw=1.2))
+    ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
     ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
     return im
 
@@ -173,13 +174,17 @@ def dom_ratio_by_layer(first: Sequence[float], rest: Sequence[float], title: str
     return fig
 
 
-def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: float | None = 0.3) -> Figure:
-    """Mean alpha of the first token per layer, one line per input type (or model)."""
+def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: float | None = 0.3,
+                   uniform: float | None = None) -> Figure:
+    """Mean alpha of the first token per layer, one line per input type (or model); dashed: eps; dotted: what uniform
+    causal attention would give the first token (``uniform``, e.g. H_T / T)."""
     fig, ax = plt.subplots(figsize=(7.0, 3.0))
     for name, vals in series.items():
         ax.plot(vals, "o-", ms=3, label=name)
     if eps is not None:
         ax.axhline(eps, ls="--", lw=1, color="grey", label=f"eps = {eps}")
+    if uniform is not None:
+        ax.axhline(uniform, ls=":", lw=1, color="black", label=f"uniform attention ({uniform:.3f})")
     ax.set_xlabel("layer"), ax.set_ylabel("alpha of the first token\n(mean over heads, sequences)"), ax.set_ylim(0, 1)
     ax.legend()
     if title:
