@@ -186,7 +186,7 @@ def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: 
     if uniform is not None:
         ax.axhline(uniform, ls=":", lw=1, color="black", label=f"uniform attention ({uniform:.3f})")
     ax.set_xlabel("layer"), ax.set_ylabel("alpha of the first token\n(mean over heads, sequences)"), ax.set_ylim(0, 1)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the axes, never over the data
     if title:
         ax.set_title(title)
     return fig
