@@ -173,7 +173,7 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
 
 # %%
 sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed)
-sink_layers = [i for i, a in enumerate(natural.alpha_first_by_layer) if a > natural.eps]
+sink_layers = natural.sink_layers
 in_sink_layers = sweep.mean_over(sink_layers)
 series = {"all layers": sweep.mean_over(), f"layers with a sink at T={run.seq_len}": in_sink_layers}
 with plotting.style():

@@ -256,7 +256,7 @@ print(f"Verdict: heads with alpha_{k} > 0.3: {100 * rate_before:.1f}% before, {1
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
       f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
-sink_layers = [i for i, a in enumerate(profile_nat.alpha_first_by_layer) if a > 0.3]
+sink_layers = profile_nat.sink_layers
 state_k = {name: intervention_effects.takes_first_token_state(intervention_effects.token_state(lm, natural, k, iv), sink_layers)
            for name, iv in (("before", None), ("after", SelfOnlyAttention(lm.model, k)))}
 print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state_k['before']['dom_k']:.0f} -> "
@@ -357,7 +357,7 @@ ppl = {
     "set to zero": evaluation.perplexity(lm, heldout, run.batch_size, to_zero),
     "set to mean, position 0 only": evaluation.perplexity(lm, heldout, run.batch_size, first_only),
 }
-fixed_first = bool(onset) and float(site_means.first_sd.max()) < 1e-3 * float(site_means.first.abs().max())
+fixed_first = site_means.first_is_fixed
 later_tokens = {lm.tokenizer.decode([t]): n for t, n in list(site_means.other_tokens.items())[:5]}
 print(f"Entries edited over the held-out windows: {to_zero.edited}; in the calibration windows "
       f"{int(site_means.other_count.sum())} massive entries sat at positions >= 1, on the tokens {later_tokens}."

@@ -42,6 +42,11 @@ class SinkProfile:
         return self.alphas.mean(dim=(0, 2)).tolist()
 
     @property
+    def sink_layers(self) -> list[int]:
+        """Layers whose mean alpha of the first token (over heads and sequences) exceeds eps."""
+        return [i for i, a in enumerate(self.alpha_first_by_layer) if a > self.eps]
+
+    @property
     def dom_ratio_first_by_layer(self) -> list[float]:
         return self.dom_first.mean(dim=0).tolist()
 

@@ -237,6 +237,12 @@ class MassiveMeans:
     other_count: torch.Tensor
     other_tokens: dict[int, int]
 
+    @property
+    def first_is_fixed(self) -> bool:
+        """Position 0 holds the same value in every input (sd < 0.1% of its magnitude): a BOS model, where "set to
+        mean" cannot change position 0 by construction."""
+        return self.first.numel() > 0 and float(self.first_sd.max()) < 1e-3 * float(self.first.abs().max())
+
     def other_or_first(self) -> torch.Tensor:
         """Replacement values for t >= 1: the delimiters' own mean, or the first token's where none was seen."""
         return torch.where(torch.isnan(self.other), self.first, self.other)

@@ -164,6 +164,7 @@ def test_massive_means_per_site(tiny, ids):
     fixed = ids.clone()
     fixed[:, 0] = 5  # one BOS-like first token in every sequence: its value cannot vary
     assert float(origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_sd.max()) < 1e-5
+    assert origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_is_fixed and not mm.first_is_fixed
 
 
 def test_token_state_compares_token_k_with_the_first(tiny, ids):
