@@ -26,8 +26,8 @@
 # 2. **super neurons** -- a few MLP neurons fire on the first token only and write into one residual dimension;
 # 3. **dimension disparity** -- the first token's hidden state becomes nearly one-hot (DomRatio jumps);
 # 4. **lock-in** -- its key is then nearly fixed and every query scores it positively: the sink;
-# 5-6. **interventions** that create a sink at any position k;
-# 7. massive activations are an input-independent **bias**.
+# 5-6. **interventions** that, the paper says, create a sink at any position k (tested here);
+# 7. massive activations are an input-independent **bias** (Sun et al.).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
@@ -48,7 +48,7 @@ from sinklib.capture import find_layers
 from sinklib.data import make_inputs, text_windows
 from sinklib.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
 from sinklib.models import load_model, require_family
-from sinklib.results import load_reference, write_json
+from sinklib.results import load_reference, number_matches, write_json
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="02_interpretation")
 lm = load_model(run.model, device=run.device)
@@ -99,6 +99,13 @@ headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_
                         "holds": holds_1}
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M, CPU profile, 32 random sequences of 64 tokens).** In layer 0 the head outputs at
+# $t = 0$ vary 18.6x more across inputs than the second half's mean, and $t = 0$ is the largest; layer 1 keeps it
+# (4.7x), layer 2 no longer does (1.1x, not the largest). The discrepancy is a first-layer effect, as the chain
+# needs: it exists before any sink (the sink switches on at layer 3). Gemma-3-270M (random tokens, no BOS): 4.8x,
+# the largest, in layer 0. The decay in the figure follows the $1/(t+1)$ expected of an average of $t+1$ values.
+
+# %% [markdown]
 # ## 2 · Super neurons
 # In a gated FFN $\big(\mathrm{SiLU}(x W_{gate}) \odot x W_{up}\big) W_{down}$ a few intermediate neurons fire on the
 # first token only. Found automatically: first-token $|a| \ge 100\times$ the layer's median $|a|$ **and**
@@ -144,6 +151,15 @@ headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds
                                                       for s in sorted(writers, key=lambda s: s.layer)), None)}
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M).** The chain's neuron is neuron 83 of layer 1 -- the same layer as the paper's
+# Llama-2-7B neuron 7890: it reaches 18 on the first token, 62x its 95th percentile elsewhere, and 73% of its
+# $W_{down}$ column's squared norm lies in dimensions 507 and 330 (507 is the massive dimension). Its output is what
+# lifts dimension 507 of the first token from 15 (after layer 0) to 175 (after layer 1). The much larger neurons
+# the table lists first (layer 11 neuron 1229 at 2837, layer 28 neuron 678) come *after* the sink has formed:
+# they are a second stage that re-writes the same dimension 507, not the origin. Only the structure can be compared
+# with the paper (a layer-1 neuron writing one dimension); neuron and dimension ids are model-specific.
+
+# %% [markdown]
 # ## 3 · Dimension disparity
 # $\mathrm{DomRatio}(h) = \max_j |h_j| / \mathrm{mean}_j |h_j|$. The chain predicts that the first token's DomRatio
 # and norm jump at the layer where the super neuron writes the massive activation, and that the sink (alpha of the
@@ -186,6 +202,17 @@ headline["disparity"] = {"onset_layers": onset, "dom_first_peak": float(dom_firs
                          "first_token_values": first_vals.tolist(), "holds": holds_3}
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M).** The first token's value on dimension 507 appears at layer 1 (175) and jumps at
+# layer 2 (701); attention to the first token switches on at layer 3, the first layer that reads the layer-2
+# residual -- attention in layer $l$ reads the residual after layer $l-1$, so a one-layer lag is what the chain
+# predicts. The best evidence is the dip: after layers 9 and 10 the first token's value on dimension 507 collapses
+# (from about 700 to 98 and 47, and its DomRatio with it), and alpha of the first token falls to 0.10 and 0.04 in
+# layers 10 and 11 -- exactly the two layers that read those residuals. Layer 11's neuron 1229 writes the value back
+# (22,706 after layer 11) and layer 12's attention returns to 0.46. The number differs from the paper's: the first
+# normalised input after the super neuron has DomRatio 60, not 263 (0.23x); the residual's DomRatio peaks at 231
+# at layer 11 (the others: 27), a different tensor. Gemma-3-270M: 170 after its super neuron's layer 4.
+
+# %% [markdown]
 # ## 4 · Lock-in
 # Once the first token's normalised state is almost a scaled basis vector, its key $k_0$ is nearly input
 # independent. The chain predicts that the queries then align with it: their top singular direction points closer
@@ -211,6 +238,13 @@ print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top qu
       f"{'borne out' if holds_4 else 'NOT borne out'}.")
 headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other": stats["key_query_cos"],
                        "positive_sink_vs_other": stats["positive_fraction"], "holds": holds_4}
+
+# %% [markdown]
+# **What we saw (SmolLM2-135M, 207 sink heads of 270).** In sink heads 99.997% of the scores $q_t \cdot k_0$ are
+# positive, against 75.5% in the other heads: every query scores the first token's key positively. The queries'
+# top direction is closer to $k_0$ in sink heads (|cos| 0.51 vs 0.24), but a cosine of 0.51 is an angle of about 60
+# degrees: the queries lean toward $k_0$, they do not point at it. The sign of the scores, not the alignment of the
+# directions, is what separates the two groups here.
 
 # %% [markdown]
 # ## 5 · Intervention (i): let token k attend only to itself
@@ -280,6 +314,14 @@ headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_
                          "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": holds_5}
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M, 32 windows, k = 10).** Before the edit no head gives token 10 more than 0.3 of the
+# later queries' attention (mean 0.010); after it, 39% of heads do (mean 0.250), from layer 3 on -- the same layers
+# as the first token's sink. The mechanism is the chain's: in the sink layers token 10's DomRatio goes 27 -> 188
+# (the first token's: 186) and its key turns to the first token's (cosine 0.00 -> 0.99). So on this model a token
+# that aggregates like position 0 becomes what position 0 is. On Gemma-3-270M the edit does not create a sink,
+# because Gemma's sink follows its BOS token, not position 0 (the cell above measures it when the model adds a BOS).
+
+# %% [markdown]
 # ## 6 · Intervention (ii): amplify the variance of token k's head outputs
 # $o'_k = \mu_k + \lambda (o_k - \mu_k)$ on the head outputs (before $W_O$) of token $k$ in the first two layers,
 # which come before the sink forms. **Choices the paper leaves open:** $\mu_k$ is token $k$'s own mean head output
@@ -312,9 +354,13 @@ cen, ctl = curves["o' = mu + lambda (o - mu)"], curves["control: o' = lambda o"]
 monotone = all(b >= a - 0.005 for a, b in zip(cen, cen[1:]))
 rise, rise_ctl = cen[-1] / max(cen[0], 1e-9), ctl[-1] / max(ctl[0], 1e-9)
 holds_6 = monotone and rise > 2 and rise_ctl < rise / 2
+peak_lam = max(range(len(cen)), key=lambda i: cen[i])
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
-      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if holds_6 else 'NOT borne out'}.")
+      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if holds_6 else 'NOT borne out'}. "
+      f"Its peak, {cen[peak_lam]:.3f} at lambda = {run.lambdas[peak_lam]:g}, is "
+      f"{'above' if cen[peak_lam] > 0.3 else 'below'} eps = 0.3: the amplification "
+      f"{'makes token k a sink' if cen[peak_lam] > 0.3 else 'raises the attention token k gets, but does not make it a sink'}.")
 state_amp = intervention_effects.takes_first_token_state(
     intervention_effects.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)), sink_layers)
 print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {state_amp['dom_k']:.0f} "
@@ -329,7 +375,8 @@ headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers,
 # raises the later queries' attention to it from 0.009 to 0.116 by $\lambda = 8$ (13x), after which it levels off
 # and dips (0.10-0.11, 0.088 at $\lambda = 64$): a rise, then a plateau, not the monotone curve the paper reports, and
 # token 10 never takes on the first token's state (key cosine 0.23 at $\lambda = 64$). The plain-scaling control stays
-# at 0.009-0.012. (With the mean pooled over positions too, as this notebook did before, the curve rose monotonically
+# at 0.009-0.012. Even the peak is far below $\epsilon = 0.3$: amplifying the variance draws attention to token 10
+# but does not make it a sink in Gu's sense (no head crosses 0.3 on average). (With the mean pooled over positions too, as this notebook did before, the curve rose monotonically
 # to 0.114: part of that rise came from moving token 10's mean, not its variance.) On Gemma-3-270M the same sweep
 # goes 0.013 -> 0.025 (2x).
 
@@ -392,52 +439,101 @@ display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext
 # whose value is the same in every sequence, so editing it alone changes nothing (20.25) by construction.
 
 # %% [markdown]
-# **The implicit-bias view.** A sink key receives most of the attention while its value is small and the same for
-# every query, so its term $c_t = A_{t,0} v_0$ in each output is nearly one constant vector: an additive bias.
-# Left: $|v_0|$ relative to other tokens' values; right: how far $c_t$ strays from its mean over queries, relative to
-# the head output $|o_t|$ (0 = an exact bias).
+# **The implicit-bias view.** A sink key receives most of the attention while its value is small, so its term
+# $c_t = A_{t,0} v_0$ in each output would be nearly one constant vector: an additive bias. Two measurements, each
+# compared between sink heads ($\alpha > 0.3$) and the other heads -- a bias-like term is only a finding if the
+# sink heads differ from the rest:
+# left, $|v_0|$ relative to the other tokens' values; right, the spread of $c_t$ around its mean over queries
+# relative to its own size, $\mathrm{mean}_t |c_t - \bar c| / \mathrm{mean}_t |c_t|$ (0 = an exact bias; because $v_0$
+# is one vector per sequence this is the relative spread of $A_{t,0}$; attention that decays like $1/(t+1)$
+# gives about 0.9). Rule: both hold when a random sink head lies below a random other head with probability at least
+# 0.75 (`origin.separation`, the Mann-Whitney AUC).
 
 # %%
 bias = origin.sink_as_bias(lm, natural[: min(16, len(natural))])
 with plotting.style():
-    fig = origin_plots.sink_as_bias(bias["value_norm_ratio"], bias["bias_deviation"], bias["alpha_first"],
+    fig = origin_plots.sink_as_bias(bias["value_norm_ratio"], bias["sink_term_spread"], bias["alpha_first"],
                                     title=f"The sink as an implicit bias, {title}")
     plotting.save(fig, fig_dir / "fig09_sink-as-bias",
-                  f"Per head of {title}: the first token's value norm relative to the other tokens' and the spread of "
-                  f"its contribution A_t0 v_0 around a constant vector (relative to |o_t|), against alpha_1.")
+                  f"Per head of {title}: the first token's value norm relative to the other tokens' (left) and the "
+                  f"spread of its term A_t0 v_0 over queries relative to the term's size (right), against alpha of the "
+                  f"first token; dashed: eps = 0.3 (sink heads to its right).")
 heads = bias["alpha_first"] > 0.3
-medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "bias_deviation", "sink_share")},
+medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")
-vnr, dev, share = (medians[k][0] for k in ("value_norm_ratio", "bias_deviation", "sink_share"))
-holds_7b = bool(heads.any()) and vnr < 1 and dev < 0.5
-print(f"Verdict: in sink heads the first token's value is {vnr:.2f}x the others' (median), supplies "
-      f"{100 * share:.0f}% of the output norm, and its contribution deviates from a constant by {100 * dev:.0f}% of "
-      f"the output -> {'a small, nearly constant term: borne out' if holds_7b else 'NOT a bias-like term'}.")
+auc = {k: origin.separation(bias[k], bias["alpha_first"]) for k in ("value_norm_ratio", "sink_term_spread")}
+holds_7b = bool(heads.any()) and all(a >= 0.75 for a in auc.values())
+print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
+      f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
+      f"the term {medians['sink_term_spread'][0]:.2f} vs {medians['sink_term_spread'][1]:.2f} (separation "
+      f"{auc['sink_term_spread']:.2f}); in sink heads the term supplies {100 * medians['sink_share'][0]:.0f}% of the "
+      f"output norm -> {'a small value and a steadier term in sink heads: borne out' if holds_7b else 'NOT borne out'}.")
 headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": holds_7, "entries_edited": to_zero.edited,
                     "first_token_fixed": fixed_first, "criterion_min_ratio": massive.min_ratio,
-                    "later_site_tokens": later_tokens, "value_norm_ratio_sink_heads": vnr,
-                    "bias_deviation_sink_heads": dev, "sink_share_sink_heads": share, "holds_implicit_bias": holds_7b}
+                    "later_site_tokens": later_tokens, "value_norm_ratio_sink_vs_other": medians["value_norm_ratio"],
+                    "sink_term_spread_sink_vs_other": medians["sink_term_spread"],
+                    "sink_share_sink_heads": medians["sink_share"][0], "separation": auc,
+                    "holds_implicit_bias": holds_7b}
+
+# %% [markdown]
+# **What we saw (SmolLM2-135M, 16 windows).** In the 207 sink heads the first token's value is 0.20x the other
+# tokens' (median; other heads 0.81x) and its term's relative spread is 0.38 (other heads 0.91): a random sink head
+# lies below a random other head with probability 0.92 and 0.97. The term supplies about half of a sink head's
+# output. Gemma-3-270M: 0.18x vs 0.33x (0.76) and 0.32 vs 0.61 (0.89) -- the same direction, a weaker separation
+# of the values. (An earlier version of this test measured the spread relative to the head's *output*; every head
+# with a small alpha passed it trivially, so it could not tell sink heads apart and was replaced.)
 
 # %% [markdown]
 # ## Scorecard
-# The paper's values are for Llama-2-7B; the structural claims can be checked on any model, the numbers only on that
-# one (`make figures PROFILE=gpu MODEL=meta-llama/Llama-2-7b-hf NOTEBOOKS=02`).
+# Two questions per claim, kept apart: does the *structure* hold on this model (a jump, an ordering, a sign -- the
+# rule in each section), and does the *number* match the paper's (within 2x, `results.number_matches`)? The paper's
+# values are for Llama-2-7B, so a number can only be expected to match on that model
+# (`make figures PROFILE=gpu MODEL=meta-llama/Llama-2-7b-hf NOTEBOOKS=02`).
 
 # %%
-score = pd.DataFrame([
-    ("super neuron -> dimension", f"{paper['super_neuron']['neuron']} (layer {paper['super_neuron']['layer']}) -> "
+def _number(published, measured):  # the number column: within 2x of the paper (results.number_matches)
+    return number_matches(published, measured)[1]
+
+
+rows = [  # claim, paper, measured, structure holds, number matches (text)
+    ("Var of the head output largest at t = 0 (layer 0)", "yes", f"{ratio0[0]:.1f}x the second half",
+     holds_1, "no published number"),
+    ("a super neuron in an early layer writes the massive dimension",
+     f"{paper['super_neuron']['neuron']} (layer {paper['super_neuron']['layer']}) -> "
      f"{paper['super_neuron']['writes_dim']}", f"{top.neuron} (layer {top.layer}) -> {top.write_dims}" if writers
-     else "none", holds_2),
-    ("DomRatio, first token, first normalised input after the super neuron",
-     paper["dom_ratio_first_after_rmsnorm"]["value"], round(dom_after_super, 1), holds_3),
+     else "none", holds_2, (f"layer {'=' if top.layer == paper['super_neuron']['layer'] else '!='} the paper's; ids are "
+                            f"model-specific") if writers else "none found"),
+    ("DomRatio jumps with the massive value; sink within 2 layers",
+     paper["dom_ratio_first_after_rmsnorm"]["value"], round(dom_after_super, 1), holds_3,
+     _number(paper["dom_ratio_first_after_rmsnorm"]["value"], dom_after_super)),
     ("massive activations by Sun's criterion (> 100 and > 1000x median)", paper["massive_dims"],
-     f"{massive.dims} ({'met' if massive.strict else f'not met: peak {massive.peak_ratio:.0f}x'})", massive.strict),
-    (f"self-only token {k} becomes a sink", "yes", f"sink rate {100 * rate_after:.1f}%", holds_5),
-    ("amplification monotone, control flat", "yes", f"{rise:.1f}x vs {rise_ctl:.1f}x", holds_6),
+     f"{massive.dims} (peak {massive.peak_ratio:.0f}x)", massive.strict, "dims are model-specific"),
+    ("lock-in: sink heads score k_0 positively (> 90%)", "yes",
+     f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}%", holds_4,
+     "no published number"),
+    (f"self-only token {k} becomes a sink", "yes", f"sink rate {100 * rate_after:.1f}%", holds_5,
+     "no published number"),
+    ("amplification: monotone rise, control flat", "yes", f"{rise:.1f}x vs {rise_ctl:.1f}x, peak "
+     f"{max(cen):.3f}", holds_6, "no published number"),
     ("ppl original / mean / zero", paper_ppl,
-     f"{ppl['original']:.2f} / {ppl['set to mean']:.2f} / {ppl['set to zero']:.4g}", holds_7),
-], columns=["claim", "paper (Llama-2-7B)", f"measured ({lm.label})", "borne out"])
+     f"{ppl['original']:.2f} / {ppl['set to mean']:.2f} / {ppl['set to zero']:.4g}", holds_7,
+     "ppl(mean) / ppl(original), within 5%: "
+     + number_matches(1.0, ppl["set to mean"] / ppl["original"], factor=1.05)[1]),
+    ("sink heads: small value, steady term (separation >= 0.75)", "yes",
+     f"{auc['value_norm_ratio']:.2f} / {auc['sink_term_spread']:.2f}", holds_7b, "no published number"),
+]
+score = pd.DataFrame(rows, columns=["claim", "paper (Llama-2-7B)", f"measured ({lm.label})", "structure holds",
+                                    "number matches (within 2x)"])
 display(score)  # noqa: F821
 headline["seconds"] = round(time.perf_counter() - started, 1)
-headline["holds_all"] = bool(score["borne out"].all())
+headline["holds_all"] = bool(score["structure holds"].all())
+headline["scorecard"] = score.to_dict(orient="records")
 write_json(fig_dir / "headline.json", headline)
+
+# %% [markdown]
+# **What we saw (SmolLM2-135M, CPU profile).** The structure holds for the variance discrepancy, the layer-1 super
+# neuron, the disparity-then-sink order (with the layer 10-11 dip as the sharpest evidence), the lock-in's positive
+# scores, the self-only sink and the bias-like sink term. It does not hold for three claims: Sun's 1000x criterion
+# (peak 525x), the monotone amplification curve (it plateaus at 0.116, below eps), and "set to mean changes
+# nothing" at every massive site (46.77 vs 32.04; position 0 alone: 32.68). No number matches the paper's, and
+# none is expected to on a 135M model: the closest, DomRatio, is 0.23x of Llama-2-7B's.

@@ -291,30 +291,50 @@ def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0
 def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per head (L, H): the implicit-bias view of the first-token sink.
 
+    With c_t = A_{t,0} v_0, the first token's term in query t's head output (t >= 1):
+
     * ``value_norm_ratio`` = |v_0| / mean_{j>=1} |v_j| (a sink's value is small);
-    * ``sink_share`` = mean_t |A_{t,0} v_0| / |o_t| over queries t >= 1 (how much of the output it supplies);
-    * ``bias_deviation`` = mean_t |c_t - mean_t' c_t'| / mean_t |o_t| with c_t = A_{t,0} v_0: how far the sink's
-      contribution is from one constant vector, relative to the output (0 = an exact additive bias);
+    * ``sink_share`` = mean_t |c_t| / |o_t| (how much of the output it supplies);
+    * ``sink_term_spread`` = mean_t |c_t - mean_t' c_t'| / mean_t |c_t|: how far the term is from one constant
+      vector, relative to its own size (0 = an exact additive bias). v_0 is one vector per sequence, so this is the
+      relative spread of A_{t,0} over queries, mean_t |A_t0 - mean A| / mean A: about 0.9 for attention that decays
+      like 1/(t+1), near 0 for a head that gives every query the same share of the first token;
     * ``alpha_first``.
+
+    A term that is small *relative to the output* says nothing by itself (every head whose alpha is small passes);
+    the verdict compares sink heads with the others (``separation``).
     """
-    with Capture(lm.model, kinds=("attentions", "values", "head_outputs")) as cap:
+    with Capture(lm.model, kinds=("attentions", "values")) as cap:
         lm.model(ids.to(lm.device), use_cache=False)
     L, H = lm.n_layers, lm.n_heads
     group = H // lm.n_kv_heads
-    res = {k: torch.zeros(L, H) for k in ("value_norm_ratio", "sink_share", "bias_deviation", "alpha_first")}
+    res = {k: torch.zeros(L, H) for k in ("value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first")}
     for i in range(L):
         A = cap.get("attentions", i).float()  # (N, H, T, T)
         v = cap.get("values", i).float().repeat_interleave(group, dim=1)  # (N, H, T, hd)
-        o = cap.get("head_outputs", i).float().transpose(1, 2)  # (N, H, T, hd)
         vn = v.norm(dim=-1)  # (N, H, T)
         res["value_norm_ratio"][i] = (vn[..., 0] / vn[..., 1:].mean(-1)).mean(0)
-        c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) sink term for queries t >= 1
-        on = o[:, :, 1:].norm(dim=-1)  # (N, H, T-1)
-        res["sink_share"][i] = (c.norm(dim=-1) / on.clamp_min(1e-12)).mean(dim=(0, 2))
+        o = A[..., 1:, :] @ v  # (N, H, T-1, hd) head outputs of queries t >= 1
+        c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) the first token's term
+        res["sink_share"][i] = (c.norm(dim=-1) / o.norm(dim=-1).clamp_min(1e-12)).mean(dim=(0, 2))
         dev = (c - c.mean(dim=2, keepdim=True)).norm(dim=-1).mean(-1)  # (N, H)
-        res["bias_deviation"][i] = (dev / on.mean(-1).clamp_min(1e-12)).mean(0)
+        res["sink_term_spread"][i] = (dev / c.norm(dim=-1).mean(-1).clamp_min(1e-12)).mean(0)
         res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
     return res
+
+
+def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS) -> float:
+    """P(a sink head's value < a non-sink head's value) over all (sink, other) pairs of heads (L, H).
+
+    The Mann-Whitney U statistic divided by n_sink * n_other (the area under the ROC curve): 1.0 when every sink
+    head lies below every other head, 0.5 when the groups are mixed, NaN when a group is empty. Ties count half.
+    """
+    sink = alpha > eps
+    a, b = values[sink].float().flatten(), values[~sink].float().flatten()
+    if a.numel() == 0 or b.numel() == 0:
+        return float("nan")
+    below = (a[:, None] < b[None, :]).float() + 0.5 * (a[:, None] == b[None, :]).float()
+    return float(below.mean())
 
 
 def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: float = metrics.GU_EPS,

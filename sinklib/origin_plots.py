@@ -164,19 +164,24 @@ def perplexities(values: Mapping[str, float], title: str = "") -> Figure:
     return fig
 
 
-def sink_as_bias(value_norm_ratio, bias_deviation, alpha, title: str = "") -> Figure:
-    """Per head against alpha_1: the sink's value norm relative to other tokens', and how far its contribution is
-    from a constant vector (relative to the head output)."""
+def sink_as_bias(value_norm_ratio, sink_term_spread, alpha, title: str = "") -> Figure:
+    """Per head against alpha_1: the sink's value norm relative to other tokens', and the spread of its term
+    c_t = A_t0 v_0 over queries relative to the term's size (0 = a constant vector, an exact bias)."""
     a = _np(alpha).ravel()
-    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
-    axes[0].scatter(a, _np(value_norm_ratio).ravel(), s=10)
-    axes[0].axhline(1, color="grey", lw=0.8)
-    axes[0].set_ylabel("|v_0| / mean_j |v_j|")
-    axes[1].scatter(a, _np(bias_deviation).ravel(), s=10, color=SINK_COLOR)
-    axes[1].set_ylabel("|c_t - mean c| / |o_t|  (c_t = A_t0 v_0)")
-    for ax in axes:
+    sink = a > 0.3
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.4), sharex=True, layout="constrained")
+    panels = ((value_norm_ratio, "|v_0| / mean_j |v_j|", 1.0), (sink_term_spread, "spread of c_t / |c_t|  (c_t = A_t0 v_0)",
+                                                                None))
+    for ax, (vals, label, ref) in zip(axes, panels):
+        v = _np(vals).ravel()
+        ax.scatter(a[~sink], v[~sink], s=10, color="grey", alpha=0.6, label="other heads")
+        ax.scatter(a[sink], v[sink], s=10, color=SINK_COLOR, label="sink heads (alpha > 0.3)")
+        if ref is not None:
+            ax.axhline(ref, color="grey", lw=0.8, ls=":")
+        ax.set_ylabel(label)
         ax.set_xlabel("alpha of the first token (head)")
         ax.axvline(0.3, ls="--", lw=1, color="grey")  # eps: heads to the right are sink heads
+    axes[1].legend(loc="best", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

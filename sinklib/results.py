@@ -82,3 +82,17 @@ def sink_rate_table(measured: dict[str, float], label: str, reference: dict):
     for name in reference.get("llama_family", reference["models"]):
         rows[f"{name} (Gu et al.)"] = reference["models"][name]
     return (100 * pd.DataFrame(rows).T[list(measured)]).round(2)
+
+
+def number_matches(published: float, measured: float, factor: float = 2.0) -> tuple[bool, str]:
+    """Does a measured number match a published one? Rule: within ``factor`` of it on either side.
+
+    Returns (matches, text), e.g. (False, "no: 60 vs 263 (0.23x)"). A claim's *structure* (a jump, an ordering, a
+    sign) can hold on any model while its *number* only can on the paper's model; the scorecards keep the two apart.
+    """
+    if not (math.isfinite(published) and math.isfinite(measured)) or published == 0:
+        raise ValueError(f"cannot compare {measured!r} with the published {published!r}: both must be finite and "
+                         f"the published value non-zero")
+    ratio = measured / published
+    ok = 1 / factor <= ratio <= factor
+    return ok, f"{'yes' if ok else 'no'}: {measured:.3g} vs {published:.3g} ({ratio:.2f}x)"

@@ -58,6 +58,24 @@ def recompute_nll(lm: LoadedModel, ids: torch.Tensor, window: int, positions: Se
     return torch.cat(out) if out else torch.empty(0)
 
 
+def windowed_ppl(nll: torch.Tensor, window: int, positions: Sequence[int] | None = None,
+                 start: int = 0) -> tuple[list[int], list[float]]:
+    """Perplexity per window of ``window`` predicted tokens, exp(mean nll) over each window, from ``start`` on.
+
+    Unlike the running (cumulative) perplexity, a change after the cache fills is not diluted by the tokens before
+    it. ``positions``: where each nll was measured when only a subsample was (recompute); None = 0..len-1.
+    Returns (window centres, perplexities); windows without a measurement are skipped. nll: (n,).
+    """
+    pos = torch.arange(len(nll)) if positions is None else torch.as_tensor(list(positions))
+    centres, values = [], []
+    for lo in range(start, int(pos.max()) + 1, window):
+        sel = (pos >= lo) & (pos < lo + window)
+        if sel.any():
+            centres.append(lo + window // 2)
+            values.append(float(torch.exp(nll.double()[sel].mean())))
+    return centres, values
+
+
 def running_ppl(nll: torch.Tensor) -> torch.Tensor:
     """ppl_t = exp(mean_{s <= t} nll_s): the StreamingLLM-style curve of perplexity against tokens seen."""
     return torch.exp(torch.cumsum(nll.double(), 0) / torch.arange(1, len(nll) + 1))

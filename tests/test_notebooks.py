@@ -78,8 +78,13 @@ def test_interpretation_effects_point_the_right_way(executed):
     assert ppl["set to zero"] > 2 * ppl["original"]
     assert h["bias"]["holds"] == (abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05)  # every site, recorded
     assert h["bias"]["later_site_tokens"]  # SmolLM2 writes into dim 507 at later " the" tokens too
-    assert h["bias"]["value_norm_ratio_sink_heads"] < 1
+    vnr, spread = h["bias"]["value_norm_ratio_sink_vs_other"], h["bias"]["sink_term_spread_sink_vs_other"]
+    assert vnr[0] < vnr[1] and spread[0] < spread[1]  # sink heads differ from the others on both measures
+    assert h["bias"]["holds_implicit_bias"] == all(a >= 0.75 for a in h["bias"]["separation"].values())
     assert h["holds_all"] is False  # the massive-dimension row fails on SmolLM2 (criterion not met)
+    rows = {r["claim"]: r for r in h["scorecard"]}  # structure and number kept in separate columns
+    dom = next(r for c, r in rows.items() if c.startswith("DomRatio"))
+    assert dom["number matches (within 2x)"].startswith(("yes", "no")) and isinstance(dom["structure holds"], bool)
 
 
 def test_utilization_json_shape_claims(executed):

@@ -112,8 +112,25 @@ def test_disparity_lock_in_bias_shapes(tiny, ids):
     lock = origin.lock_in(tiny, ids)
     assert lock["key_query_cos"].shape == (2, 4) and (lock["positive_fraction"] <= 1).all()
     bias = origin.sink_as_bias(tiny, ids)
-    assert set(bias) == {"value_norm_ratio", "sink_share", "bias_deviation", "alpha_first"}
+    assert set(bias) == {"value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first"}
     torch.testing.assert_close(bias["alpha_first"], lock["alpha_first"], atol=1e-6, rtol=0)
+    # v_0 is one vector per sequence, so the term's spread is the relative spread of A_t0 over the queries t >= 1
+    from sinklib.capture import Capture
+
+    with torch.no_grad(), Capture(tiny.model, kinds=("attentions",)) as cap:
+        tiny.model(ids, use_cache=False)
+    a = cap.get("attentions", 1).float()[..., 1:, 0]  # (N, H, T-1)
+    spread = ((a - a.mean(-1, keepdim=True)).abs().mean(-1) / a.mean(-1)).mean(0)
+    torch.testing.assert_close(bias["sink_term_spread"][1], spread, atol=1e-5, rtol=1e-4)
+
+
+def test_separation_is_the_mann_whitney_auc():
+    alpha = torch.tensor([[0.9, 0.8, 0.1], [0.0, 0.2, 0.5]])  # sink heads: 0.9, 0.8, 0.5
+    vals = torch.tensor([[0.1, 0.4, 0.3], [0.5, 0.2, 0.2]])  # sink: 0.1, 0.4, 0.2; other: 0.3, 0.5, 0.2
+    # pairs (sink < other): 0.1 beats 3, 0.4 beats 1 (0.5), 0.2 beats 2 (0.3, 0.5) and ties 1 (0.2) -> 6.5 / 9
+    assert origin.separation(vals, alpha) == pytest.approx(6.5 / 9)
+    assert origin.separation(vals, torch.zeros(2, 3)) != origin.separation(vals, torch.zeros(2, 3))  # NaN
+    assert origin.separation(-alpha, alpha) == 1.0 and origin.separation(alpha, alpha) == 0.0
 
 
 def test_first_token_values_and_onsets(tiny, ids):
