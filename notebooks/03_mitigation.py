@@ -90,9 +90,9 @@ headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting":
 
 # %% [markdown]
 # ## 1 · A sink emerges in the softmax baseline
-# $\alpha_1$ is the mean attention every query pays to position 0 (BOS), per layer and head (Gu et al.); uniform
+# $\alpha_0$ is the mean attention every query pays to position 0 (BOS), per layer and head (Gu et al.); uniform
 # attention over $T$ causal keys gives $H_T/T$. The sink rate is the fraction of (sequence, layer, head) with
-# $\alpha_1 > \epsilon = 0.3$.
+# $\alpha_0 > \epsilon = 0.3$.
 
 # %%
 base_runs = runs["softmax"]
@@ -107,9 +107,9 @@ with plotting.style():
                   f"head, mean over {len(seeds)} seeds (band: range over seeds); dotted: uniform attention "
                   f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (+- sd) and validation loss.")
 final = base_runs[-1]["checkpoints"][-1]
-print(f"final alpha_1 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
+print(f"final alpha_0 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
 print("strongest head per seed (heads of different seeds are unrelated): "
-      + "; ".join(f"seed {s}: layer {li} head {h}, alpha_1 {a:.3f}" for s, (li, h, a) in zip(seeds, heads_by_seed))
+      + "; ".join(f"seed {s}: layer {li} head {h}, alpha_0 {a:.3f}" for s, (li, h, a) in zip(seeds, heads_by_seed))
       + f" (uniform {uniform:.3f}); first step with a head above eps {GU_EPS} per seed: {crossing}")
 headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs]}
@@ -176,11 +176,11 @@ with plotting.style():
 
 # %% [markdown]
 # ## 4 · Final table, beside the published numbers
-# Last checkpoint, mean $\pm$ sd over seeds. *First-token attention* is $\alpha_1$ averaged over sequences, layers
+# Last checkpoint, mean $\pm$ sd over seeds. *First-token attention* is $\alpha_0$ averaged over sequences, layers
 # and heads; *max activation* the largest $|h|$ in the residual stream; *kurtosis* that of all residual entries
 # (3 for a Gaussian); *DomRatio* the first token's largest $|h_i|$ over its mean $|h|$; *row mass* the mean row sum
-# of the attention weights (1 for softmax; < 1 where mass goes to a learned sink); *first-token share* $\alpha_1$ of
-# the row-normalised weights $A_{t,0}/\sum_j A_{t,j}$ (equal to $\alpha_1$ for softmax; for unnormalised rows it
+# of the attention weights (1 for softmax; < 1 where mass goes to a learned sink); *first-token share* $\alpha_0$ of
+# the row-normalised weights $A_{t,0}/\sum_j A_{t,j}$ (equal to $\alpha_0$ for softmax; for unnormalised rows it
 # tells a small row from a row that ignores BOS) and *share sink rate* the sink rate on those shares. The
 # published numbers come from
 # models of 150M-15B parameters trained on billions of tokens (`data/reference/mitigations.json`, with sources);
@@ -211,9 +211,9 @@ headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
 # Rules in `sinklib.mitigation.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
-# $\alpha_1 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_1$ in
-# rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_1$;
-# *keeps* it within $0.5$-$1.5\times$. A verdict whose $\alpha_1$ lies within two seed sd's of the cut that decides
+# $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in
+# rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$;
+# *keeps* it within $0.5$-$1.5\times$. A verdict whose $\alpha_0$ lies within two seed sd's of the cut that decides
 # it says that the seeds cannot settle the side. All runs train with weight decay on weight matrices only (gains,
 # biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's. Where

@@ -201,28 +201,42 @@ def first_layer_above(values, threshold: float) -> int | None:
 
 @dataclass
 class ContextSweep:
-    """First-token attention mass at several context lengths (one natural window per length)."""
+    """First-token attention mass at several context lengths (``n_windows`` natural windows per length)."""
 
     lengths: list[int]
     skipped: list[int]  # requested lengths beyond the model's max_position_embeddings
-    alpha_first: torch.Tensor  # (len(lengths), L, H)
+    by_window: torch.Tensor  # (len(lengths), n_windows, L, H)
+
+    @property
+    def alpha_first(self) -> torch.Tensor:
+        """(len(lengths), L, H): alpha of the first token, mean over the windows."""
+        return self.by_window.mean(dim=1)
 
     def mean_over(self, layers: list[int] | None = None) -> list[float]:
+        """Per length: alpha of the first token averaged over windows, the given layers (all: None) and heads."""
         a = self.alpha_first if layers is None else self.alpha_first[:, layers]
         return a.mean(dim=(1, 2)).tolist()
 
+    def range_over_windows(self, layers: list[int] | None = None) -> tuple[list[float], list[float]]:
+        """Per length: (lowest, highest) over the windows of the layer-and-head mean -- the spread a plot shows."""
+        a = self.by_window if layers is None else self.by_window[:, :, layers]
+        per_window = a.mean(dim=(2, 3))  # (len, n_windows)
+        return per_window.min(dim=1).values.tolist(), per_window.max(dim=1).values.tolist()
+
     @staticmethod
     def uniform_baseline(n: int) -> float:
-        """alpha_1 if every query spread its attention uniformly over what it sees: (1/N) sum_t 1/(t+1)."""
+        """alpha_0 if every query spread its attention uniformly over what it sees: (1/N) sum_t 1/(t+1)."""
         return float(sum(1.0 / (t + 1) for t in range(n)) / n)
 
 
 @torch.inference_mode()
 def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 0, source: str = "bible",
-                               progress: bool = True) -> ContextSweep:
+                               progress: bool = True, n_windows: int = 1) -> ContextSweep:
     """alpha of the first token per layer and head at each context length, via the O(N)-memory statistics.
 
-    Lengths beyond the model's ``max_position_embeddings`` are skipped (and listed), not an error.
+    ``n_windows`` different natural windows per length, each run alone (batch 1: memory stays O(N)), so a plot
+    can show how much one window differs from another. Lengths beyond the model's ``max_position_embeddings``
+    are skipped (and listed), not an error.
     """
     from sinklib.data import text_windows
     from sinklib.memory import max_length
@@ -232,8 +246,11 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     rows = []
     for n in tqdm(used, desc="context lengths", disable=not progress, leave=False):
         check_fits(lm, 1, n)
-        ids = text_windows(lm.tokenizer, 1, n, seed, source).to(lm.device)
-        with AttentionStats(lm.model) as stats:
-            lm.model(ids, use_cache=False, logits_to_keep=1)
-        rows.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
+        windows = text_windows(lm.tokenizer, n_windows, n, seed, source)  # (n_windows, n)
+        per = []
+        for ids in windows:
+            with AttentionStats(lm.model) as stats:
+                lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
+            per.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
+        rows.append(torch.stack(per))  # (n_windows, L, H)
     return ContextSweep(used, skipped, torch.stack(rows))

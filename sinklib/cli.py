@@ -47,7 +47,7 @@ def _cmd_profile(args) -> int:
     print(f"model {lm.name} ({lm.label}), input {args.input}, {args.num_seqs} x {args.seq_len} tokens")
     print(f"sink rate (first token, eps {args.eps}): {100 * prof.sink_rate:.2f}% of "
           f"{lm.n_layers} x {lm.n_heads} heads")
-    print(f"{'layer':>5} {'alpha_1':>8} {'DomRatio_1':>11} {'DomRatio_rest':>14} {'max |h|':>10} {'dim':>5} "
+    print(f"{'layer':>5} {'alpha_0':>8} {'DomRatio_1':>11} {'DomRatio_rest':>14} {'max |h|':>10} {'dim':>5} "
           f"{'pos':>4} {'median':>8} {'x median':>9}")
     for i, (a, d1, dr, e) in enumerate(zip(prof.alpha_first_by_layer, prof.dom_ratio_first_by_layer,
                                            prof.dom_ratio_rest_by_layer, prof.extremes)):

@@ -67,7 +67,7 @@ def train_seeds(cfg: TrainConfig, seeds: Sequence[int], device: str = "cpu", pro
 
 
 def uniform_alpha(seq_len: int) -> float:
-    """alpha_1 under uniform causal attention: (1/T) sum_{t=0}^{T-1} 1/(t+1) = H_T / T (harmonic number)."""
+    """alpha_0 under uniform causal attention: (1/T) sum_{t=0}^{T-1} 1/(t+1) = H_T / T (harmonic number)."""
     return sum(1.0 / (t + 1) for t in range(seq_len)) / seq_len
 
 
@@ -175,29 +175,33 @@ def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | Non
 
 
 def grows_sink(table: pd.DataFrame, variant: str, uniform: float) -> bool:
-    """A variant *grows a sink* when its sink rate is >= 5% and its alpha_1 >= 2x uniform attention's."""
+    """A variant *grows a sink* when its sink rate is >= 5% and its alpha_0 >= 2x uniform attention's."""
     return bool(table.loc[variant, ("sink rate", "mean")] >= 0.05
                 and table.loc[variant, ("first-token attention", "mean")] >= 2 * uniform)
 
 
 def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float = GU_EPS,
-                 baseline: str = "softmax") -> str:
+                 baseline: str = "softmax", runs: Sequence[dict] | None = None) -> str:
     """One line from the numbers: does ``variant`` grow, keep, reduce or remove the first-token sink?
 
-    Rules (alpha_1 = first-token attention, mean over sequences, layers and heads; U = ``uniform``):
-    the baseline *grows a sink* when its sink rate >= 5% and alpha_1 >= 2U; another variant *removes* it when its
-    sink rate < 2% and alpha_1 <= 1.5U **and** the same holds for the row-normalised share A_t0 / sum_j A_tj (a small
-    alpha_1 in a row that carries little mass is not a removal: such a variant only *shrinks the rows*), *reduces*
-    it when alpha_1 <= half the baseline's, *keeps* it when within 0.5x-1.5x, and *strengthens* it above 1.5x; with
-    no sink in the baseline nothing can be judged. When the seed sd's make the variant's alpha_1 indistinguishable
-    from the baseline's or from 1.5U at the cut that decides (difference < 2 pooled sd's), the line says so. Where rows sum to < 0.95 (a learned sink, the off-by-one zero
-    logit) the missing mass is reported; validation loss is compared with the baseline in seed sd's.
+    Rules (alpha_0 = first-token attention, mean over sequences, layers and heads; U = ``uniform``):
+    the baseline *grows a sink* when its sink rate >= 5% and alpha_0 >= 2U; another variant *removes* it when its
+    sink rate < 2% and alpha_0 <= 1.5U **and** the same holds for the row-normalised share A_t0 / sum_j A_tj (a small
+    alpha_0 in a row that carries little mass is not a removal: such a variant only *shrinks the rows*), *reduces*
+    it when alpha_0 <= half the baseline's, *keeps* it when within 0.5x-1.5x, and *strengthens* it above 1.5x; with
+    no sink in the baseline nothing can be judged. **Seeds first:** when alpha_0 lies within 2 pooled seed sd's of
+    the cut that decides (1.5U, 0.5x or 1.5x the baseline's), the verdict names *both* sides ("removes or reduces")
+    instead of one -- two variants on either side of a cut by less than their seed spread are not different.
+    **Removed or delayed:** given the variant's ``runs``, a removal or reduction whose strongest head is still
+    rising at the end of training (:func:`late_slope` > ``RISING``) says that the budget cannot tell a removed sink
+    from a delayed one. Where rows sum to < 0.95 (a learned sink, the off-by-one zero logit) the missing mass is
+    reported; validation loss is compared with the baseline in seed sd's.
     """
     fa = table.loc[variant, ("first-token attention", "mean")]
     rate = table.loc[variant, ("sink rate", "mean")]
     share, share_rate = (table.loc[variant, (lab, "mean")] for lab in ("first-token share", "share sink rate"))
     base_fa = table.loc[baseline, ("first-token attention", "mean")]
-    nums = f"alpha_1 {fa:.3f}, sink rate {rate:.0%} (uniform attention: {uniform:.3f}; eps {eps})"
+    nums = f"alpha_0 {fa:.3f}, sink rate {rate:.0%} (uniform attention: {uniform:.3f}; eps {eps})"
     if abs(share - fa) > 0.005:
         nums += f"; row-normalised share of the first token {share:.3f} (sink rate on shares {share_rate:.0%})"
     base_grows = grows_sink(table, baseline, uniform)
@@ -217,9 +221,16 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
         head = "keeps the first-token sink"
     else:
         head = "strengthens the first-token sink"
-    line = f"{variant}: {head}: {nums}; baseline alpha_1 {base_fa:.3f}"
-    if base_grows:
-        line += _too_close(table, variant, baseline, fa, base_fa, uniform)
+    unsettled = _too_close(table, variant, baseline, fa, base_fa, uniform) if base_grows else ""
+    if unsettled and not head.startswith("shrinks"):
+        head = _both_sides(head, fa, base_fa, uniform, rate)
+    line = f"{variant}: {head}: {nums}; baseline alpha_0 {base_fa:.3f}" + unsettled
+    if runs and base_grows and head.startswith(("removes", "reduces")):
+        slopes = [late_slope(r) for r in runs]
+        if max(slopes) > RISING:
+            line += (f"; its strongest head is still rising at the end of training (+{max(slopes):.3f} per 100 steps "
+                     f"over the last quarter, in seed {slopes.index(max(slopes))}): removed or only delayed cannot "
+                     f"be told at this budget")
     mass = table.loc[variant, ("attention row mass", "mean")]
     if variant == "sigmoid":
         line += f"; sigmoid rows are not normalised (mean row sum {mass:.2f})"
@@ -231,8 +242,34 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
     return line + "."
 
 
+RISING = 0.01  # per 100 steps: a strongest-head share still climbing faster than this has not settled
+
+
+def late_slope(run: dict, key: str = "share_by_head", fraction: float = 0.25) -> float:
+    """Slope per 100 steps of the strongest head's ``key`` (max over layers and heads) over the last ``fraction``
+    of training: a least-squares line through the checkpoints in that span (at least the last two)."""
+    ck = run["checkpoints"]
+    last = ck[-1]["step"]
+    span = [c for c in ck if c["step"] >= last - fraction * last] or ck[-2:]
+    span = span if len(span) >= 2 else ck[-2:]
+    x = np.array([c["step"] for c in span], dtype=float)
+    y = np.array([max(max(row) for row in c[key]) for c in span], dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return 0.0
+    return float(np.polyfit(x, y, 1)[0] * 100)
+
+
+def _both_sides(head: str, fa: float, base_fa: float, uniform: float, rate: float) -> str:
+    """The two verdicts on either side of the cut alpha_0 is closest to (used when the seeds cannot settle it)."""
+    cuts = [(abs(fa - 1.5 * uniform), "removes or reduces the first-token sink (the seeds cannot tell which)")
+            if rate < 0.02 else (math.inf, ""),
+            (abs(fa - 0.5 * base_fa), "reduces or keeps the first-token sink (the seeds cannot tell which)"),
+            (abs(fa - 1.5 * base_fa), "keeps or strengthens the first-token sink (the seeds cannot tell which)")]
+    return min(cuts)[1] or head
+
+
 def _too_close(table: pd.DataFrame, variant: str, baseline: str, fa: float, base_fa: float, uniform: float) -> str:
-    """A caveat when alpha_1 sits within 2 pooled seed sd's of a cut the verdict depends on (1.5U, 0.5x / 1.5x the
+    """A caveat when alpha_0 sits within 2 pooled seed sd's of a cut the verdict depends on (1.5U, 0.5x / 1.5x the
     baseline): with that few seeds the side of the cut is not settled."""
     sd = _pooled_sd(table, variant, baseline, "first-token attention")
     if math.isnan(sd) or sd == 0:
@@ -295,7 +332,7 @@ def convergence_line(name: str, conv: dict, setting: str) -> str:
 
 
 def strongest_head(run: dict, key: str = "alpha_by_head") -> tuple[int, int, float]:
-    """(layer, head, alpha_1) of the head with the largest final first-token attention in ONE run.
+    """(layer, head, alpha_0) of the head with the largest final first-token attention in ONE run.
 
     Heads of independently trained models are unrelated (head 0 of one seed is not head 0 of another), so the
     strongest head is picked per run -- per seed and per variant -- never from an average over runs.
@@ -307,7 +344,7 @@ def strongest_head(run: dict, key: str = "alpha_by_head") -> tuple[int, int, flo
 
 
 def first_crossing(runs: Sequence[dict], eps: float = GU_EPS) -> list[int | None]:
-    """Per seed, the first checkpoint step at which some head's alpha_1 exceeds ``eps`` (None if never)."""
+    """Per seed, the first checkpoint step at which some head's alpha_0 exceeds ``eps`` (None if never)."""
     out = []
     for r in runs:
         hit = [c["step"] for c in r["checkpoints"] if np.max(c["alpha_by_head"]) > eps]

@@ -16,8 +16,8 @@ from sinklib.plotting import SINK_COLOR, _np, draw_attention
 
 
 def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str = "") -> Figure:
-    """Sink emergence in one variant over training: (a) alpha_1 of every layer/head (mean over seeds, band = range
-    over seeds); (b) sink rate and validation loss. ``uniform`` marks alpha_1 under uniform attention."""
+    """Sink emergence in one variant over training: (a) alpha_0 of every layer/head (mean over seeds, band = range
+    over seeds); (b) sink rate and validation loss. ``uniform`` marks alpha_0 under uniform attention."""
     steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
     per_head = np.array([[c["alpha_by_head"] for c in r["checkpoints"]] for r in runs])  # (seeds, ckpt, L, H)
     L, H = per_head.shape[2:]

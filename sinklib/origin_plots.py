@@ -16,13 +16,17 @@ from sinklib.plotting import OUTLINE_COLOR, SINK_COLOR, _np
 
 
 def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
-    """Per-position variance of head outputs before W_O (left) and after W_O (right), one line per layer."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharex=True)
+    """Per-position variance of head outputs before W_O (left) and after W_O (right), one line per layer, each
+    divided by its value at t = 0, with the 1/(t+1) an average of t+1 independent values would give (dashed)."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, sharey=True, layout="constrained")
     for ax, data, name in zip(axes, (_np(before), _np(after)), ("before W_O (head outputs)", "after W_O")):
+        T = data.shape[-1]
         for row, layer in zip(data, layers):
-            ax.semilogy(row, label=f"layer {layer}")
-        ax.set_title(name), ax.set_xlabel("position t"), ax.set_ylabel("mean_c Var_n[o_t,c]")
-    axes[0].legend()
+            ax.semilogy(row / row[0], label=f"layer {layer}")
+        ax.semilogy(1.0 / (np.arange(T) + 1), "--", color="black", lw=1, label="1/(t+1)")
+        ax.set_title(name), ax.set_xlabel("position t")
+    axes[0].set_ylabel("Var at t / Var at t = 0")
+    axes[1].legend(loc="upper right", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig
@@ -85,13 +89,17 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
     for ax in axes:
         for layer in onset:
             ax.axvline(layer, ls=":", color="black", lw=1)
+    for i, layer in enumerate(onset):  # say what the dotted lines are, once, in the bottom panel
+        axes[2].annotate("massive value\nappears" if i == 0 else "jumps", (layer, 0.97),
+                         xycoords=("data", "axes fraction"), xytext=(3, 0), textcoords="offset points", va="top",
+                         fontsize=7, color="black")
     if title:
         fig.suptitle(title)
     return fig
 
 
 def lock_in(cos, positive, alpha, title: str = "") -> Figure:
-    """Per head: |cos(top query direction, k_0)| and the fraction of positive q_t . k_0 against the head's alpha_1."""
+    """Per head: |cos(top query direction, k_0)| and the fraction of positive q_t . k_0 against the head's alpha_0."""
     a, c, p = _np(alpha).ravel(), _np(cos).ravel(), _np(positive).ravel()
     layers = np.repeat(np.arange(_np(alpha).shape[0]), _np(alpha).shape[1])
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
@@ -149,23 +157,41 @@ def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]]
     return fig
 
 
-def perplexities(values: Mapping[str, float], title: str = "") -> Figure:
-    """Perplexity per condition, log scale, values printed on the bars (inf shown as such)."""
+def perplexities(values: Mapping[str, float], title: str = "", reference: Mapping[str, float] | None = None,
+                 reference_label: str = "paper") -> Figure:
+    """Perplexity per condition relative to the original model (log y), measured beside a published reference.
+
+    ``values`` must contain "original"; ``reference`` maps the same condition names to published perplexities
+    (inf allowed, drawn as a hatched bar at the top labelled "inf"; conditions it lacks get no bar). Ratios put a
+    7B model on WikiText and a small model on other text on one axis; the bar labels print the perplexities.
+    """
     names = list(values)
-    vals = [values[n] for n in names]
-    finite = [v for v in vals if np.isfinite(v)]
-    cap = max(finite) * 10 if finite else 10.0
-    fig, ax = plt.subplots(figsize=(5.0, 3.0))
-    bars = ax.bar(names, [v if np.isfinite(v) else cap for v in vals], color=["#0072B2", "#009E73", SINK_COLOR][:len(vals)])
-    ax.bar_label(bars, labels=[f"{v:.4g}" if np.isfinite(v) else "inf" for v in vals], fontsize=8)
-    ax.set_yscale("log"), ax.set_ylabel("perplexity (held-out text)")
+    groups = {"measured": values, **({reference_label: reference} if reference else {})}
+    ratios = {g: [v.get(n, np.nan) / v["original"] for n in names] for g, v in groups.items()}
+    finite = [r for rs in ratios.values() for r in rs if np.isfinite(r)]
+    cap = max(finite) * 8 if finite else 10.0
+    fig, ax = plt.subplots(figsize=(7.8, 3.4), layout="constrained")
+    width = 0.8 / len(groups)
+    for i, (g, rs) in enumerate(ratios.items()):
+        xs = np.arange(len(names)) + (i - (len(groups) - 1) / 2) * width
+        heights = [cap if np.isinf(r) else r for r in rs]
+        bars = ax.bar(xs, heights, width, label=g, color="#0072B2" if i == 0 else "#BBBBBB",
+                      hatch=None if i == 0 else "//", edgecolor="white")
+        raw = [groups[g].get(n, np.nan) for n in names]
+        ax.bar_label(bars, labels=["" if np.isnan(v) else "inf" if np.isinf(v) else f"{v:.4g}" for v in raw],
+                     fontsize=7)
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.set_yscale("log"), ax.set_ylabel("perplexity / original (log)")
+    ax.set_ylim(top=cap * 3)
+    ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
+    fig.legend(loc="outside right upper", fontsize=8)
     if title:
         ax.set_title(title)
     return fig
 
 
 def sink_as_bias(value_norm_ratio, sink_term_spread, alpha, title: str = "") -> Figure:
-    """Per head against alpha_1: the sink's value norm relative to other tokens', and the spread of its term
+    """Per head against alpha_0: the sink's value norm relative to other tokens', and the spread of its term
     c_t = A_t0 v_0 over queries relative to the term's size (0 = a constant vector, an exact bias)."""
     a = _np(alpha).ravel()
     sink = a > 0.3

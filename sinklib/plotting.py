@@ -74,10 +74,13 @@ def attention_grid(
     """
     A = _np(maps)
     T = A.shape[-1]
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.9 * len(heads) + 1.2, 1.9 * len(layers)),
-                             squeeze=False)
+    labelled = tokens is not None and T <= 32
+    side = 2.6 if labelled else 1.9  # inches per panel: room for one readable label per token
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(side * len(heads) + 1.4, side * len(layers)),
+                             squeeze=False, layout="constrained")
     norm = LogNorm(vmin=floor, vmax=1.0)
     im = None
+    names = [t.replace("\n", "\\n")[:8] for t in tokens] if labelled else None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r, c]
@@ -86,11 +89,12 @@ def attention_grid(
                 ax.set_title(f"head {head}")
             if c == 0:
                 ax.set_ylabel(f"layer {layer}\nquery")
+                if labelled:
+                    ax.set_yticks(range(T), names, fontsize=6)
             if r == len(layers) - 1:
                 ax.set_xlabel("key")
-    if tokens is not None and T <= 32:
-        ax = axes[-1, 0]
-        ax.set_xticks(range(T), [t[:6] for t in tokens], rotation=90, fontsize=5)
+                if labelled:
+                    ax.set_xticks(range(T), names, rotation=90, fontsize=6)
     fig.colorbar(im, ax=axes, shrink=0.6, label="attention probability (log)")
     if title:
         fig.suptitle(title)
@@ -121,17 +125,18 @@ def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mappin
     kinds = list(measured)
     groups = {label: measured, **(references or {})}
     width = 0.8 / len(groups)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(kinds), 3.0))
+    fig, ax = plt.subplots(figsize=(3.2 + 1.6 * len(kinds), 3.2), layout="constrained")
     for i, (name, rates) in enumerate(groups.items()):
         xs = np.arange(len(kinds)) + (i - (len(groups) - 1) / 2) * width
         vals = [100 * rates.get(k, np.nan) for k in kinds]
-        bars = ax.bar(xs, vals, width, label=name, alpha=1.0 if i == 0 else 0.55,
+        bars = ax.bar(xs, vals, width, label=name, alpha=1.0 if i == 0 else 0.6,
                       edgecolor="black" if i == 0 else "none", lw=0.8)
-        if i == 0:
-            ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+        # every bar gets its number, and a zero is written as 0 (a bar of height 0 is otherwise invisible)
+        ax.bar_label(bars, labels=["0" if v == 0 else f"{v:.0f}" for v in vals], fontsize=6, padding=1,
+                     fontweight="bold" if i == 0 else "normal")
     ax.set_xticks(range(len(kinds)), kinds)
-    ax.set_ylabel(f"sink rate (% heads with alpha > {eps})"), ax.set_ylim(0, 109)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_ylabel(f"sink rate (%, alpha > {eps})"), ax.set_ylim(0, 112)
+    fig.legend(loc="outside right upper", fontsize=8)
     if title:
         ax.set_title(title)
     return fig
@@ -145,18 +150,29 @@ def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Se
     """
     v, m = np.abs(np.asarray(values, float)), np.asarray(medians, float)
     layers = np.arange(len(v))
-    fig, ax = plt.subplots(figsize=(7.0, 3.2))
+    fig, ax = plt.subplots(figsize=(8.5, 3.4), layout="constrained")
     ax.semilogy(layers, v, "o-", ms=3, label="largest |h| in the layer")
     ax.semilogy(layers, m, "s-", ms=3, label="median |h| of that token")
     ax.semilogy(layers, m * min_ratio, ":", lw=1, color="grey", label=f"{min_ratio:g} x median")
     ax.axhline(min_abs, ls="--", lw=1, color="grey", label=f"|h| = {min_abs:g}")
-    prev = None
-    for i, (val, d) in enumerate(zip(v, dims)):
-        if d != prev:  # label where the dimension changes, not every layer
-            ax.annotate(f"dim {d}", (i, val), textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
-        prev = d
+    # one label per run of layers that share the dimension, at the run's largest value; runs of one layer between
+    # others are left to the legend's colour so that labels never sit on top of each other
+    runs, start = [], 0
+    for i in range(1, len(dims) + 1):
+        if i == len(dims) or dims[i] != dims[start]:
+            runs.append((start, i))
+            start = i
+    last_x = -10.0
+    for a, b in runs:
+        i = a + int(np.argmax(v[a:b]))
+        if b - a < 2 and len(runs) > 3 or i - last_x < 2.5:
+            continue
+        ax.annotate(f"dim {dims[i]}", (i, v[i]), textcoords="offset points", xytext=(0, 7), fontsize=7,
+                    ha="center", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
+        last_x = i
+    ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom for the labels
     ax.set_xlabel("layer (residual stream after the block)"), ax.set_ylabel("|activation|")
-    ax.legend(loc="lower right", ncols=2)
+    fig.legend(loc="outside right upper", fontsize=8)
     if title:
         ax.set_title(title)
     return fig
@@ -213,16 +229,25 @@ def long_context_benchmark(rows: Sequence[Mapping], model: str) -> Figure:
 
 
 def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]],
-                    baseline: Sequence[float] | None = None, title: str = "") -> Figure:
-    """First-token attention mass against context length (log x), one line per series (e.g. layer groups);
-    ``baseline`` (dashed) is what uniform causal attention would give."""
-    fig, ax = plt.subplots(figsize=(6.0, 3.2))
-    for name, vals in series.items():
-        ax.semilogx(lengths, vals, "o-", ms=4, label=name, base=2)
+                    baseline: Sequence[float] | None = None, title: str = "",
+                    spread: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Figure:
+    """First-token attention mass against context length (log x, log y), one line per series (e.g. layer groups).
+
+    ``baseline`` (dashed) is what uniform causal attention would give -- on a linear axis it would sit on zero;
+    ``spread``: {series: (lowest, highest)} over the windows measured at each length, drawn as a band.
+    """
+    fig, ax = plt.subplots(figsize=(7.2, 3.4), layout="constrained")
+    for i, (name, vals) in enumerate(series.items()):
+        ax.loglog(lengths, vals, "o-", ms=4, label=name, base=2, color=f"C{i}")
+        if spread and name in spread:
+            lo, hi = spread[name]
+            ax.fill_between(lengths, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
     if baseline is not None:
-        ax.semilogx(lengths, baseline, "--", color="grey", label="uniform attention", base=2)
-    ax.set_xlabel("context length N (tokens)"), ax.set_ylabel("alpha of the first token")
-    ax.set_ylim(0, 1), ax.legend()
+        ax.loglog(lengths, baseline, "--", color="grey", label="uniform attention, ~ln N / N", base=2)
+    ax.set_xlabel("context length N (tokens)"), ax.set_ylabel("alpha of the first token (log)")
+    ax.set_xticks(list(lengths), [str(n) for n in lengths])
+    ax.set_ylim(top=1.0)
+    fig.legend(loc="outside right upper", fontsize=8)
     if title:
         ax.set_title(title)
     return fig

@@ -43,15 +43,16 @@ class Profile:
     train: TrainConfig  # mitigation notebook: the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
     text_check: TrainConfig | None  # the same model on real text, for the head-wise RMSNorm convergence check
+    context_windows: int = 3  # natural windows per context length (the long-context figure shows their spread)
 
 
 # Mitigation training (03_mitigation). CPU: the smallest setting found in which the softmax baseline reliably grows
 # a BOS sink on 2 cores -- bigram-backcopy (Guo et al., arXiv 2410.13835), 2 layers x 2 heads, d = 64, no positional
 # encoding, 600 steps of 64 x 64 tokens (~35-45 s a run). Searched and rejected: Bible bytes with 4 layers,
-# d = 128, RoPE or NoPE, T = 128-256, lr 1e-3..1e-2, up to 3,000 steps (alpha_1 stayed at uniform, 0.02-0.04);
-# 2 layers NoPE on Bible bytes (0.03-0.09); bigram-backcopy with RoPE (weak and seed-dependent, alpha_1 0.03-0.29).
-# In the chosen setting a head first exceeds alpha_1 0.3 at step 450 / 500 (seeds 0 / 1); at step 600 the mean
-# alpha_1 is 0.25 and the sink rate 38% (800 steps: 0.31 and 50%, but 19 minutes for the notebook instead of ~13);
+# d = 128, RoPE or NoPE, T = 128-256, lr 1e-3..1e-2, up to 3,000 steps (alpha_0 stayed at uniform, 0.02-0.04);
+# 2 layers NoPE on Bible bytes (0.03-0.09); bigram-backcopy with RoPE (weak and seed-dependent, alpha_0 0.03-0.29).
+# In the chosen setting a head first exceeds alpha_0 0.3 at step 450 / 500 (seeds 0 / 1); at step 600 the mean
+# alpha_0 is 0.25 and the sink rate 38% (800 steps: 0.31 and 50%, but 19 minutes for the notebook instead of ~13);
 # uniform attention gives 0.074.
 _TRAIN_SMOKE = TrainConfig(model=TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32, rope_theta=0.0),
                            steps=20, batch_size=8, seq_len=32, lr=3e-3, warmup=5, eval_every=10, eval_seqs=8,
@@ -71,7 +72,7 @@ PROFILES: dict[str, Profile] = {
                      probe_seqs=8, eval_seqs=4, eval_seq_len=64, lambdas=(1.0, 8.0, 64.0),
                      context_lengths=(64, 256), stream_tokens=160, cache_budget=48, stream_chunk=8,
                      recompute_points=8, decode_tokens=24, train=_TRAIN_SMOKE, train_seeds=2,
-                     text_check=replace(_TRAIN_SMOKE, data="bible")),
+                     text_check=replace(_TRAIN_SMOKE, data="bible"), context_windows=2),
     "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
                    probe_seqs=32, eval_seqs=32, eval_seq_len=256, lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0),
                    context_lengths=(256, 512, 1024, 2048, 4096, 8192), stream_tokens=3072, cache_budget=256,
@@ -82,7 +83,7 @@ PROFILES: dict[str, Profile] = {
                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
                    context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), stream_tokens=65536,
                    cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192, train=_TRAIN_GPU,
-                   train_seeds=4, text_check=None),
+                   train_seeds=4, text_check=None, context_windows=4),
 }
 
 

@@ -10,7 +10,6 @@ from matplotlib.figure import Figure
 
 from sinklib.plotting import _np
 
-
 # a fixed colour and style per method, so the dense reference is never hidden under another line
 METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
                 "window only": dict(color="#D55E00", lw=1.4), "recompute": dict(color="dimgrey", marker="o", ms=3, ls="")}

@@ -141,7 +141,7 @@ def kurtosis(x: torch.Tensor) -> float:
 def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) -> dict:
     """Loss and sink/outlier statistics on a fixed batch (N, T).
 
-    alpha: attention of every query to position 0 (BOS), Gu et al.'s alpha_1, per (sequence, layer, head);
+    alpha: attention of every query to position 0 (BOS), alpha_0 (Gu et al.'s alpha_1: they count positions from 1), per (sequence, layer, head);
     row_mass: mean over queries of sum_j A_tj -- 1 for softmax, < 1 when mass goes to a learned sink or the
     off-by-one zero logit, unconstrained for sigmoid attention;
     first_share: the row-normalised share of BOS, A_t0 / sum_j A_tj, averaged like alpha (equal to alpha for softmax;

@@ -145,3 +145,15 @@ def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
     st._reduce(module, q, k, None, {"sliding_window": 6})  # a window as long as the keys cuts nothing: fine
     with pytest.raises(InputError, match="sliding window of 4"):
         st._reduce(module, q, k, None, {"sliding_window": 4})
+
+
+def test_context_sweep_keeps_every_window(tiny):
+    from sinklib import analysis
+
+    sweep = analysis.first_token_mass_by_length(tiny, [16, 32], seed=0, progress=False, n_windows=3)
+    L, H = tiny.n_layers, tiny.n_heads
+    assert sweep.by_window.shape == (2, 3, L, H) and sweep.lengths == [16, 32]
+    torch.testing.assert_close(sweep.alpha_first, sweep.by_window.mean(dim=1))
+    lo, hi = sweep.range_over_windows()
+    mean = sweep.mean_over()
+    assert all(a <= m <= b for a, m, b in zip(lo, mean, hi)) and lo[0] < hi[0]  # windows differ

@@ -98,9 +98,25 @@ def test_verdict_flags_a_cut_the_seeds_cannot_settle():
             "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)],  # 0.110 +- 0.04
             "b": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
     table = mitigation.final_table(runs)
-    assert "not settled" in mitigation.sink_verdict("a", table, u) and "1.5x uniform" in mitigation.sink_verdict(
-        "a", table, u)
-    assert "not settled" not in mitigation.sink_verdict("b", table, u)
+    a = mitigation.sink_verdict("a", table, u)
+    assert "not settled" in a and "1.5x uniform" in a
+    assert a.startswith("a: removes or reduces the first-token sink (the seeds cannot tell which)")  # no side named
+    b = mitigation.sink_verdict("b", table, u)
+    assert "not settled" not in b and b.startswith("b: removes the first-token sink")
+
+
+def test_late_slope_and_the_removed_or_delayed_caveat():
+    u = mitigation.uniform_alpha(64)
+    rising = fake_run([2.0] * 9, [0.02 * i for i in range(9)], sink_rate=0.0)  # steps 0..80, share +0.02 per 10
+    flat = fake_run([2.0] * 9, [0.05] * 9, sink_rate=0.0)
+    assert mitigation.late_slope(rising) == pytest.approx(0.2)  # +0.02 per 10 steps = +0.2 per 100 steps
+    assert mitigation.late_slope(flat) == pytest.approx(0.0, abs=1e-12)
+    runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
+            "x": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
+    table = mitigation.final_table(runs)
+    assert "delayed" in mitigation.sink_verdict("x", table, u, runs=[flat, rising])
+    assert "delayed" not in mitigation.sink_verdict("x", table, u, runs=[flat, flat])
+    assert "delayed" not in mitigation.sink_verdict("x", table, u)  # no runs given: no claim either way
 
 
 def test_convergence_verdicts():
