@@ -303,7 +303,7 @@ with plotting.style():
                   f"{len(natural)} natural windows, before and after the attention-mask edit, {title}.")
 rate_before, rate_after = float((alpha_before > 0.3).float().mean()), float((alpha_after > 0.3).float().mean())
 holds_5 = rate_after > 0.2 and rate_after > 5 * rate_before
-print(f"Verdict: heads with alpha_{k} > 0.3: {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
+print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 0.3): {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
       f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
@@ -326,7 +326,7 @@ if lm.adds_bos:  # a BOS model: is its sink the position or the token? The same 
     bos_test["verdict"] = bos_rule
     headline["without_bos"] = bos_test
 headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_after": float(alpha_after.mean()),
-                         "sink_rate_k_before": rate_before, "sink_rate_k_after": rate_after,
+                         "sink_heads_k_before": rate_before, "sink_heads_k_after": rate_after,
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),
                          "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": holds_5}
 
@@ -533,7 +533,7 @@ rows = [  # claim, paper, measured, structure holds, number matches (text)
     ("lock-in: sink heads score k_0 positively (> 90%)", "yes",
      f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}%", holds_4,
      "no published number"),
-    (f"self-only token {k} becomes a sink", "yes", f"sink rate {100 * rate_after:.1f}%", holds_5,
+    (f"self-only token {k} becomes a sink", "yes", f"{100 * rate_after:.1f}% of heads sink on it", holds_5,
      "no published number"),
     ("amplification: monotone rise, control flat", "yes", f"{rise:.1f}x vs {rise_ctl:.1f}x, peak "
      f"{max(cen):.3f}", holds_6, "no published number"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -12,7 +11,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from sinklib.mitigation import curve
-from sinklib.plotting import SINK_COLOR, _np, draw_attention
+from sinklib.plotting import OUTLINE_COLOR, SINK_COLOR, _np
 
 
 def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str = "") -> Figure:
@@ -21,7 +20,7 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
     steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
     per_head = np.array([[c["alpha_by_head"] for c in r["checkpoints"]] for r in runs])  # (seeds, ckpt, L, H)
     L, H = per_head.shape[2:]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.3))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
     colors = plt.cm.viridis(np.linspace(0, 0.85, L * H))
     for i, (layer, head) in enumerate((la, he) for la in range(L) for he in range(H)):
         y = per_head[:, :, layer, head]
@@ -50,44 +49,109 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
     return fig
 
 
+# one colour per variant in every figure of the notebook (softmax: black), so fig03, fig04 and fig05 agree
+_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#7F7F7F", "#8C564B"]
+
+
+def variant_color(name: str) -> str:
+    """The colour of a variant in every mitigation figure; "headwise_rmsnorm g0=0.1" shares headwise_rmsnorm's."""
+    from sinklib.attention_variants import VARIANTS
+
+    base = name.split(" ")[0]
+    if base == "softmax":
+        return "black"
+    order = [v for v in VARIANTS if v != "softmax"]
+    return _PALETTE[order.index(base) % len(_PALETTE)] if base in order else "#999999"
+
+
+def _style(name: str) -> dict:
+    style = {"color": variant_color(name), "lw": 2.0 if name == "softmax" else 1.3}
+    if name == "softmax":
+        style["zorder"] = 5
+    if " " in name:  # a variation of a variant (e.g. another initialisation): same colour, dashed
+        style["ls"] = "--"
+    return style
+
+
 def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title: str = "",
-                ylabel: str = "validation loss (nats)", skip_first: int = 1, note: str = "") -> Figure:
-    """``key`` against training step for every variant: mean over seeds, band = +- 1 sd. The first ``skip_first``
-    checkpoints are left out so the differences at the end stay visible."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+                ylabel: str = "validation loss (nats)", skip_first: int = 1, note: str = "",
+                floor: float | None = None, baseline: str = "softmax") -> Figure:
+    """(a) ``key`` against training step per variant (mean over seeds, band +- 1 sd), with the task's entropy
+    ``floor`` when known; (b) the difference to ``baseline``, paired by seed (variant seed s minus baseline seed s),
+    mean +- sd -- differences of a few hundredths are invisible on (a). The first ``skip_first`` checkpoints are
+    left out so the end stays readable."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.0, 3.8), layout="constrained")
     lo, hi = np.inf, -np.inf
-    others = itertools.cycle(plt.cm.tab10(np.arange(10)))  # distinct colours, none of them the baseline's black
+    dlo, dhi = 0.0, 0.0  # range of (b) over the last three quarters of training
+    base = np.array([[c[key] for c in r["checkpoints"]] for r in runs[baseline]]) if baseline in runs else None
     for name, rs in runs.items():
         steps, mean, sd = curve(rs, key)
         steps, mean, sd = steps[skip_first:], mean[skip_first:], sd[skip_first:]
-        style = {"color": "k", "lw": 2.0, "zorder": 5} if name == "softmax" else {"color": next(others), "lw": 1.2}
-        line, = ax.plot(steps, mean, label=name, **style)
-        ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.15, lw=0)
+        style = _style(name)
+        ax.plot(steps, mean, label=name, **style)
+        ax.fill_between(steps, mean - sd, mean + sd, color=style["color"], alpha=0.12, lw=0)
         lo, hi = min(lo, (mean - sd).min()), max(hi, np.percentile(mean, 75))
+        if base is not None and name != baseline:
+            vals = np.array([[c[key] for c in r["checkpoints"]] for r in rs])
+            n = min(len(vals), len(base))
+            d = (vals[:n] - base[:n])[:, skip_first:]  # (seeds, ckpt) paired by seed
+            dm, ds = d.mean(0), (d.std(0, ddof=1) if n > 1 else np.zeros(d.shape[1]))
+            bx.plot(steps, dm, **style)
+            bx.fill_between(steps, dm - ds, dm + ds, color=style["color"], alpha=0.12, lw=0)
+            late = steps >= steps[-1] / 4
+            dlo, dhi = min(dlo, (dm - ds)[late].min()), max(dhi, (dm + ds)[late].max())
+    if floor is not None:
+        ax.axhline(floor, color="grey", ls=":", lw=1.2)
+        ax.annotate(f"task entropy floor {floor:.3f}", (0.99, floor), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=7, color="dimgrey")
+        lo = min(lo, floor)
     ax.set_ylim(lo - 0.01 * abs(lo), hi)
-    ax.set_xlabel("training step"), ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, ncols=2, loc="upper right")
+    ax.set_xlabel("training step"), ax.set_ylabel(ylabel), ax.set_title("(a) validation loss")
+    bx.axhline(0, color="black", lw=1.2)
+    pad = 0.1 * (dhi - dlo) or 0.01
+    bx.set_ylim(dlo - pad, dhi + pad)  # early steps, where every curve is far from the others, may leave the axes
+    bx.set_xlabel("training step"), bx.set_ylabel(f"loss - {baseline}'s (same seed)")
+    bx.set_title(f"(b) difference to {baseline}")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
     if note:
-        ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgrey")
+        fig.supxlabel(note, fontsize=7, color="dimgrey")  # below the axes; constrained layout keeps it clear
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig
 
 
-def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "") -> Figure:
+VERDICT_COLORS = {"grows": "black", "removes or reduces": "#56B4E9", "removes": "#009E73",
+                  "reduces or keeps": "#CC79A7", "reduces": "#0072B2", "shrinks": "#F0E442", "keeps or": "#E69F00",
+                  "keeps": "#D55E00", "strengthens": "#8B0000", "cannot": "#999999", "does NOT": "#999999"}
+
+
+def verdict_color(verdict: str) -> tuple[str, str]:
+    """(colour, short label) for a :func:`sinklib.mitigation.sink_verdict` line (matched on the words after the
+    variant's name)."""
+    body = verdict.split(": ", 1)[-1]
+    for key, color in VERDICT_COLORS.items():
+        if body.startswith(key):
+            return color, key if key not in ("keeps or", "does NOT") else body.split(" the")[0]
+    return "#999999", body.split(":")[0]
+
+
+def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "",
+               verdicts: Mapping[str, str] | None = None) -> Figure:
     """Small multiples, one per metric label of :func:`sinklib.mitigation.final_table`: mean per variant (dot) with
-    +- 1 sd error bars (no bars from zero, so close values stay apart); the baseline (softmax) in the sink colour; log scale where values span > 100x."""
+    +- 1 sd error bars (no bars from zero, so close values stay apart), each variant coloured by its verdict (a
+    legend names the colours) when ``verdicts`` are given; log scale where values span > 100x."""
     n = len(labels)
     cols = min(3, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 1.8, 2.6 * rows), squeeze=False,
+                             layout="constrained")
     names = list(table.index)
-    colors = [SINK_COLOR if v == "softmax" else "#4C72B0" for v in names]
+    marks = {v: verdict_color(verdicts[v]) if verdicts and v in verdicts else (variant_color(v), v) for v in names}
     for ax, label in zip(axes.flat, labels):
         mean = table[(label, "mean")].to_numpy(float)
         sd = np.nan_to_num(table[(label, "sd")].to_numpy(float))
-        for y, (mu, err, col) in enumerate(zip(mean, sd, colors)):
-            ax.errorbar(mu, y, xerr=err, fmt="o", color=col, ms=4, capsize=2, lw=1)
+        for y, (v, mu, err) in enumerate(zip(names, mean, sd)):
+            ax.errorbar(mu, y, xerr=err, fmt="o", color=marks[v][0], ms=5, capsize=2, lw=1)
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         positive = mean[mean > 0]
@@ -98,24 +162,80 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
         ax.set_title(label, fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
+    if verdicts:
+        seen = {}
+        for color, short in marks.values():
+            seen.setdefault(short, color)
+        handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in seen.items()]
+        fig.legend(handles=handles, loc="outside right center", fontsize=8, title="verdict", title_fontsize=8)
     if title:
         fig.suptitle(title)
     return fig
 
 
-def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1e-3, title: str = "") -> Figure:
-    """One (T, T) attention map per variant on the same input and head, log colour scale, BOS column outlined."""
+def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1e-3, title: str = "",
+                   trigger_rows: Sequence[int] = (), missing: Mapping[str, str] | None = None) -> Figure:
+    """One (T, T) attention map per variant on the same input, log colour scale, BOS column outlined.
+
+    Beside each map a one-column strip shows 1 - sum_j A[t, j], the weight a row does *not* give to any token
+    (the sink logit, the KV bias, the zero logit of off-by-one; for sigmoid and softpick, weight given nowhere);
+    ``missing`` names where it goes per panel. ``trigger_rows``: query positions whose token is a trigger (the
+    rows where the head has work to do), marked with a triangle on the left edge.
+    """
     n = len(maps)
     cols = min(5, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols + 1.0, 2.1 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 1.2, 3.3 * rows), squeeze=False,
+                             layout="constrained")
     norm, im = LogNorm(vmin=floor, vmax=1.0), None
     for ax, (name, A) in zip(axes.flat, maps.items()):
-        im = draw_attention(ax, _np(A), norm)
-        ax.set_title(name, fontsize=8)
+        A = _np(A)
+        T = A.shape[-1]
+        rest = np.clip(1 - np.tril(A).sum(-1), 0, 1)  # (T,)
+        wide = np.full((T, T + 2), np.nan)
+        wide[:, :T] = np.where(np.tril(np.ones((T, T), bool)), np.clip(A, floor, 1), np.nan)
+        wide[:, T + 1] = np.clip(rest, floor, 1)
+        im = ax.imshow(np.ma.masked_invalid(wide), norm=norm, interpolation="nearest")
+        ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
+        ticks = list(range(0, T, 8))
+        ax.set_xticks([*ticks, T + 1], [*map(str, ticks), "rest"], fontsize=6)
+        ax.set_yticks(ticks, list(map(str, ticks)), fontsize=6)
+        ax.grid(False)
+        for t in trigger_rows:
+            if t < T:
+                ax.plot(-1.6, t, marker=">", color="#33A02C", ms=4, clip_on=False)
+        sub = f"\nrest: {missing[name]}" if missing and missing.get(name) else ""
+        ax.set_title(name + sub, fontsize=7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
+    axes[-1, 0].set_xlabel("key (rest: 1 - row sum)", fontsize=7), axes[-1, 0].set_ylabel("query", fontsize=7)
     fig.colorbar(im, ax=axes, shrink=0.6, label=f"attention weight (log), {head_label}")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float = 0.3, uniform: float | None = None,
+                                 key: str = "share_by_head", title: str = "") -> Figure:
+    """Removed or delayed? The strongest head's row-normalised first-token share (max over layers and heads) against
+    training step, per variant: mean over seeds, band = range over seeds; dashed: eps. A curve still climbing at the
+    last step has not shown that the sink is gone, only that it has not formed yet."""
+    fig, ax = plt.subplots(figsize=(8.5, 3.6), layout="constrained")
+    for name, rs in runs.items():
+        steps = np.array([c["step"] for c in rs[0]["checkpoints"]])
+        y = np.array([[max(max(row) for row in c[key]) for c in r["checkpoints"]] for r in rs])  # (seeds, ckpt)
+        style = _style(name)
+        ax.plot(steps, y.mean(0), label=name, **style)
+        if len(rs) > 1:
+            ax.fill_between(steps, y.min(0), y.max(0), color=style["color"], alpha=0.12, lw=0)
+    ax.axhline(eps, color="grey", ls="--", lw=1)
+    ax.annotate(f"eps = {eps}", (0.01, eps), xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
+    if uniform is not None:
+        ax.axhline(uniform, color="grey", ls=":", lw=1)
+        ax.annotate("uniform attention", (0.01, uniform), xycoords=("axes fraction", "data"), va="top",
+                    fontsize=7, color="grey", xytext=(0, -2), textcoords="offset points")
+    ax.set_xlabel("training step"), ax.set_ylabel("strongest head's first-token share")
+    fig.legend(loc="outside right center", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

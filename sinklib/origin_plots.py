@@ -26,7 +26,7 @@ def variance_by_position(before, after, layers: Sequence[int], title: str = "") 
         ax.semilogy(1.0 / (np.arange(T) + 1), "--", color="black", lw=1, label="1/(t+1)")
         ax.set_title(name), ax.set_xlabel("position t")
     axes[0].set_ylabel("Var at t / Var at t = 0")
-    axes[1].legend(loc="upper right", fontsize=8)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig
@@ -90,7 +90,7 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
         for layer in onset:
             ax.axvline(layer, ls=":", color="black", lw=1)
     for i, layer in enumerate(onset):  # say what the dotted lines are, once, in the bottom panel
-        axes[2].annotate("massive value\nappears" if i == 0 else "jumps", (layer, 0.97),
+        axes[2].annotate("massive value\nappears" if i == 0 else "jumps", (layer, 0.97 - 0.3 * (i % 3)),
                          xycoords=("data", "axes fraction"), xytext=(3, 0), textcoords="offset points", va="top",
                          fontsize=7, color="black")
     if title:
@@ -115,7 +115,7 @@ def lock_in(cos, positive, alpha, title: str = "") -> Figure:
 
 def attention_before_after(before, after, key: int, title: str = "", floor: float = 1e-3) -> Figure:
     """One head's attention map before and after an intervention; columns 0 and ``key`` outlined."""
-    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.8), layout="constrained")
     norm = LogNorm(vmin=floor, vmax=1.0)
     for ax, A, name in zip(axes, (_np(before), _np(after)), ("before", "after")):
         T = A.shape[-1]
@@ -184,9 +184,9 @@ def perplexities(values: Mapping[str, float], title: str = "", reference: Mappin
     ax.set_yscale("log"), ax.set_ylabel("perplexity / original (log)")
     ax.set_ylim(top=cap * 3)
     ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig
 
 

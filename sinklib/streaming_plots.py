@@ -32,11 +32,11 @@ def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]]
                 fontsize=7, color="dimgrey")
     ax.set_xlabel("position in the stream (tokens)"), ax.set_ylabel("perplexity per window")
     ax.set_xlim(0, None)
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     if note:
         ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgrey")
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig
 
 
@@ -61,15 +61,15 @@ def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mappi
     ax.axhline(1, color="grey", lw=0.8, ls=":")
     ax.set_xticks(x, [str(n) for n in n_sinks])
     ax.set_xlabel("sink tokens kept"), ax.set_ylabel(f"perplexity / perplexity with {relative_to} sinks")
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig
 
 
 def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32) -> Figure:
     """Per generated token: wall time (moving average over ``smooth`` steps) and KV-cache size, per method."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.0), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, layout="constrained")
     for name, cost in costs.items():
         secs = _np(cost.seconds) * 1000
         kernel = np.ones(min(smooth, len(secs))) / min(smooth, len(secs))
@@ -103,11 +103,12 @@ def quantization_bars(table: Mapping[str, Mapping[str, tuple[float, float, float
     ax.axhline(1, ls="--", color="grey", lw=1, label="full precision")
     lows = min(v[1] for row in table.values() for v in row.values())
     highs = max(v[2] for row in table.values() for v in row.values())
-    ax.set_ylim(min(0.98, lows - 0.02), highs + 0.08 * (highs - min(lows, 1)) + 0.02)
+    span = highs - min(lows, 1)
+    ax.set_ylim(min(0.98, lows - 0.02), highs + 0.2 * span + 0.03)  # headroom for the value labels
     ax.set_xticks(range(len(bits)), bits), ax.set_ylabel("perplexity / full precision")
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig
 
 
@@ -130,7 +131,7 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
         ax.scatter(ks, mb[ks], marker="v", color="#D55E00", zorder=5, s=22, label="treated as sinks (before)")
         ax.scatter(ks, ma[ks], marker="^", color="C0", zorder=5, s=22, label="same keys, after")
     ax.set_xlabel("key position j"), ax.set_ylabel("sum_t A[t, j] / (T - j)")
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     return fig

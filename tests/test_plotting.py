@@ -64,3 +64,44 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
         assert write_json(tmp_path / "h.json", {"a": 1}).stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from sinklib.plotting import layout_problems, save
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(range(10), [5] * 10, label="flat line")  # runs through the middle, where a centred legend goes
+    ax.legend(loc="center")
+    assert any("covers" in p for p in layout_problems(fig))
+    ax.get_legend().remove()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    assert layout_problems(fig) == []  # beside the axes: nothing covered
+    ax.annotate("first label", (3, 5)), ax.annotate("second label", (3.2, 5))
+    assert any("overlaps" in p for p in layout_problems(fig))
+    save(fig, tmp_path / "busy")  # the figure is written all the same, with a report beside it
+    assert (tmp_path / "busy.png").exists() and "overlaps" in (tmp_path / "busy.layout.txt").read_text()
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    save(fig, tmp_path / "busy")
+    assert not (tmp_path / "busy.layout.txt").exists()  # a clean figure removes an old report
+    plt.close(fig)
+
+
+def test_layout_problems_finds_a_title_under_an_outside_legend():
+    import matplotlib.pyplot as plt
+
+    from sinklib.plotting import layout_problems
+
+    fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    ax.plot([0, 1], [0, 1], label="a line with a long legend entry")
+    ax.set_title("a long axes title that runs to the right edge of the figure and beyond")
+    fig.legend(loc="outside right upper")  # the top right corner, level with the title
+    assert any("under a legend" in p for p in layout_problems(fig))
+    ax.set_title(""), fig.suptitle("the same title as a figure title")
+    fig.legends[0].remove()
+    fig.legend(loc="outside right center")  # beside the axes, below the figure title
+    assert layout_problems(fig) == []
+    plt.close(fig)

@@ -105,3 +105,22 @@ def test_first_share_separates_small_rows_from_small_shares():
 
     share = metrics.alpha(metrics.row_normalised(A), 0)
     assert float(metrics.alpha(A, 0)) == pytest.approx(0.1) and float(share) == pytest.approx(1.0)
+
+
+def test_bigram_backcopy_entropy_is_the_bayes_optimal_loss():
+    """Transcribe the Bayes-optimal predictor token by token on a fresh sample: its cross-entropy is the floor."""
+    T = 16
+    x = training.bigram_backcopy_batch(2000, T, torch.Generator().manual_seed(7))
+    P = training.bigram_matrix()
+    nll = []
+    for t in range(1, T):
+        if t == 1:
+            p = torch.full((len(x),), 1 / 61)  # x_1 uniform over the non-trigger tokens 3..63
+        else:
+            prev = x[:, t - 1]
+            copy = torch.isin(prev, torch.tensor(training.BBC_TRIGGERS)) & (t >= 3)
+            p = torch.where(copy, (x[:, t] == x[:, t - 2]).float(), P[prev.clamp_max(63), x[:, t]])
+        nll.append(-p.log())
+    direct = float(torch.stack(nll, 1).mean())
+    floor = training.bigram_backcopy_entropy(T, n=8000, seed=3)
+    assert floor == pytest.approx(direct, abs=0.03) and 0 < floor < math.log(64)
