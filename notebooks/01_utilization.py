@@ -210,9 +210,10 @@ headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
 
 # %% [markdown]
 # **What we saw (CPU, 768 generated tokens).** The sink cache holds its memory at the budget (11.2 MiB against 35.2
-# MiB and growing for the dense cache) but is *slower* per token here: 156 ms against 128 ms. Each step it re-rotates
-# every cached key to its new position (RoPE), and at this length a dense cache of under a thousand tokens is still
-# cheap to attend over. The memory saving is the paper's point; the speed-up it reports comes from avoiding
+# MiB and growing for the dense cache) but is *slower* per token here: 75 ms against 67 ms on an idle machine (156
+# against 128 when another job shared the two cores -- wall times move with load, the ratio much less). Each step it
+# re-rotates every cached key to its new position (RoPE), and at this length a dense cache of under a thousand
+# tokens is still cheap to attend over. The memory saving is the paper's point; the speed-up it reports comes from avoiding
 # recomputation, against which the sink cache is far faster (section 1's recompute baseline reruns 256 tokens per
 # position).
 
