@@ -12,7 +12,7 @@ from sinklib.plotting import _np
 
 # a fixed colour and style per method, so the dense reference is never hidden under another line
 METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
-                "window only": dict(color="#D55E00", lw=1.4), "recompute": dict(color="dimgrey", marker="o", ms=3, ls="")}
+                "window only": dict(color="#D55E00", lw=1.4), "recompute": dict(color="dimgrey", marker="o", ms=4, ls=":", lw=1.2)}
 
 
 def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None = None,
