@@ -120,7 +120,9 @@ headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_
 # $t = 0$ vary 18.6x more across inputs than the second half's mean, and $t = 0$ is the largest; layer 1 keeps it
 # (4.7x), layer 2 no longer does (1.1x, not the largest). The discrepancy is a first-layer effect, as the chain
 # needs: it exists before any sink (the sink switches on at layer 3). Gemma-3-270M (random tokens, no BOS): 4.8x,
-# the largest, in layer 0. The decay in the figure follows the $1/(t+1)$ expected of an average of $t+1$ values.
+# the largest, in layer 0. The figure shows the decay is slower than the $1/(t+1)$ of an average of $t+1$
+# independent values: by $t = 60$ layer 0 keeps about 0.05 of its $t = 0$ variance, not 0.016 -- attention is not
+# uniform and the values it averages are not independent -- and layer 2's curve is flat.
 
 # %% [markdown]
 # ## 2 · Super neurons
@@ -502,7 +504,9 @@ headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": holds_7, "entrie
 # tokens' (median; other heads 0.81x) and its term's relative spread is 0.38 (other heads 0.91): a random sink head
 # lies below a random other head with probability 0.92 and 0.97. The term supplies about half of a sink head's
 # output. Gemma-3-270M: 0.18x vs 0.33x (0.76) and 0.32 vs 0.61 (0.89) -- the same direction, a weaker separation
-# of the values. (An earlier version of this test measured the spread relative to the head's *output*; every head
+# of the values. Read the spread with care: a head that gives the first token most of every row has little room to
+# vary, so part of the separation follows from alpha itself; it says the sink term is steadier in sink heads, not
+# why. (An earlier version of this test measured the spread relative to the head's *output*; every head
 # with a small alpha passed it trivially, so it could not tell sink heads apart and was replaced.)
 
 # %% [markdown]
