@@ -46,7 +46,7 @@ out_dir = "../figures/00_tour"
 # %%
 import time
 
-from sinklib import analysis, plotting, profiles
+from sinklib import analysis, claims, plotting, profiles
 from sinklib.data import INPUT_KINDS, make_inputs
 from sinklib.models import load_model, require_family
 from sinklib.results import load_reference, sink_rate_table, write_json
@@ -56,6 +56,7 @@ lm = load_model(run.model, device=run.device, dtype="float32")  # Gu et al.'s pr
 require_family(lm, "llm", "00_tour")
 fig_dir, started = run.out_dir, time.perf_counter()
 title = f"{lm.label} ({lm.name})"
+record = claims.Recorder("00_tour", lm.label, run.profile.name)  # every verdict below is a Claim in claims.json
 print(lm, f"\nprofile={run.profile.name}: {run.num_seqs} sequences x {run.seq_len} tokens per input type")
 
 # %% [markdown]
@@ -146,10 +147,7 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig04_alpha-by-layer",
                   f"Mean alpha_0 per layer of {title} for the three input types; dashed: eps = 0.3; dotted: uniform "
                   f"causal attention over T = {run.seq_len} tokens ({uniform_t:.3f}).")
-shape_holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
-print(f"Takeaway: natural {100 * measured['natural']:.1f}%, random {100 * measured['random']:.1f}%, repeated "
-      f"{100 * measured['repeated']:.1f}% -- the Llama-family shape (sinks on natural and random input, none on a "
-      f"repeated token) {'holds' if shape_holds else 'does NOT hold'} for this model.")
+shape = record.add(analysis.llama_family_shape(measured, gu))
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M).** Natural text 73.5%, random tokens 78.2%, one token repeated 0%: the Llama-family
@@ -258,10 +256,11 @@ headline = {
                 "ratio_to_median": top.ratio, "sun_criterion_met": massive.strict, "dims": massive.dims,
                 "criterion": massive.describe()},
     "dom_ratio_first_peak": first[peak], "dom_ratio_rest_at_peak": rest[peak], "dom_ratio_peak_layer": peak,
-    "llama_family_shape_holds": shape_holds,
+    "llama_family_shape_holds": shape.holds,
     "context_lengths": sweep.lengths, "alpha_first_vs_length_sink_layers": in_sink_layers,
     "alpha_first_vs_length_all_layers": series["all layers"],
     "reference": gu["source"], "seconds": round(time.perf_counter() - started, 1),
 }
 write_json(fig_dir / "headline.json", headline)
+record.write(fig_dir)
 headline

@@ -51,9 +51,9 @@ import time
 import pandas as pd
 import torch
 
-from sinklib import analysis, plotting, profiles, streaming, streaming_plots
+from sinklib import analysis, claims, kvquant, plotting, profiles, streaming, streaming_plots
 from sinklib.cache import SinkWindowCache
-from sinklib.calibration import non_first_sink_heads
+from sinklib.calibration import act_claim, non_first_sink_heads
 from sinklib.data import text_windows
 from sinklib.evaluation import perplexity, ppl, ppl_ratio_interval
 from sinklib.interventions import AttentionCalibration, act_sink_columns
@@ -70,6 +70,7 @@ torch.set_grad_enabled(False)
 stream = text_windows(lm.tokenizer, 1, run.stream_tokens, run.seed, split="heldout")[0]  # (T,)
 budget, n_sink, chunk = run.cache_budget, 4, run.stream_chunk
 paper = load_reference("streamingllm")
+record = claims.Recorder("01_utilization", lm.label, run.profile.name)  # every verdict below is a Claim
 step_note = "token by token" if chunk == 1 else f"{chunk} tokens per step (each also sees its block)"
 print(lm, f"\nstream: {len(stream)} held-out Bible tokens; cache budget {budget}; evaluation {step_note}")
 headline = {"notebook": "01_utilization", "model": lm.name, "label": lm.label, "profile": run.profile.name,
@@ -116,19 +117,9 @@ with plotting.style():
                   f"(dashed), window only, {n_sink} sinks + window (StreamingLLM), and sliding window with "
                   f"re-computation on {len(positions)} positions; {step_note}.")
 display(pd.Series(post, name=f"perplexity after token {budget}").round(2).to_frame())  # noqa: F821
-holds_1 = post["window only"] > 1.5 * post[f"{n_sink} sinks + window"] and \
-    post[f"{n_sink} sinks + window"] < 1.25 * post["recompute"]
-print(f"Verdict: after the cache fills, window only reaches ppl {post['window only']:.1f} vs "
-      f"{post[f'{n_sink} sinks + window']:.2f} with {n_sink} sinks, {post['recompute']:.2f} recomputing and "
-      f"{post['dense']:.2f} dense -> keeping the sinks {'rescues streaming: borne out' if holds_1 else 'does NOT rescue streaming here'}.")
-t1 = paper["table1_llama2_13b_pg19_cache1024"]
-print(f"Scale: window only is {post['window only'] / post[f'{n_sink} sinks + window']:.1f}x the sinks' perplexity "
-      f"here, against {t1['window_only'] / t1['sink4_window1020']:.0f}x ({t1['window_only']:g} vs "
-      f"{t1['sink4_window1020']:g}) in StreamingLLM's Table 1 -- Llama-2-13B, a 1024-token cache, a whole PG19 book. "
-      f"Here: a 135M model, a {budget}-token cache, {len(stream)} tokens, {step_note}; the direction is the paper's, "
-      f"the size of the collapse is not comparable.")
+rescue = record.add(streaming.sinks_rescue_streaming(post, f"{n_sink} sinks + window", paper))
 headline["streaming_ppl_after_budget"] = post
-headline["streaming_holds"] = holds_1
+headline["streaming_holds"] = rescue.holds
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, CPU profile: one held-out stream of 3,072 Bible tokens, cache 256, 16 tokens per
@@ -168,14 +159,11 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig02_sink-count",
                   f"Perplexity after the cache fills ({budget} tokens) of {title} against the number of sink tokens "
                   f"kept, beside StreamingLLM's Table 2 (PG19); dotted: 4 newline tokens prepended as the sinks.")
-one_recovers = sweep[1] < sweep[0] and (sweep[0] - sweep[1]) > 0.5 * (sweep[0] - sweep[4])
-print(f"Verdict: 0/1/2/4/8 sinks -> {', '.join(f'{sweep[n]:.2f}' for n in sweep_n)}; one sink recovers "
-      f"{100 * (sweep[0] - sweep[1]) / max(sweep[0] - sweep[4], 1e-9):.0f}% of what four do; four newline tokens as "
-      f"sinks give {newline_ppl:.2f} (vs {sweep[4]:.2f} with the text's own first tokens) -> "
-      f"{'the position matters more than the content' if newline_ppl < 1.25 * sweep[4] else 'the content matters here'}.")
+few = record.add(streaming.one_sink_recovers_most(sweep, paper))
+record.add(streaming.sink_is_positional(newline_ppl, sweep[4], paper))
 headline["sink_sweep"] = {str(n): sweep[n] for n in sweep_n}
 headline["newline_sinks_ppl"] = newline_ppl
-headline["one_sink_recovers_most"] = one_recovers
+headline["one_sink_recovers_most"] = few.holds
 
 # %% [markdown]
 # **What we saw (same stream).** One sink token recovers all of the loss (34.49 with 1 sink, 34.52 with 4; 68.41
@@ -208,6 +196,7 @@ print(f"Verdict: over the last quarter, dense {ms['dense']:.1f} ms/token with a 
       f"-> the sink cache is {'faster' if sink_ms < ms['dense'] else 'SLOWER'} here "
       f"({sink_ms / ms['dense']:.2f}x the dense time per token): it saves memory; at {run.decode_tokens} tokens on a "
       f"CPU, re-rotating the cached keys every step costs more than the shorter cache saves.")
+record.add(streaming.bounded_cache(mib, f"{n_sink} sinks + window"))
 headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
 
 # %% [markdown]
@@ -254,17 +243,10 @@ with plotting.style():
                   f"of 64 tokens).")
 
 
-def _change(r: tuple[float, float, float]) -> str:  # keeping the sinks vs quantising them, in words
-    ratio, lo, hi = r
-    word = "lowers" if hi < 1 else "raises" if lo > 1 else "does not measurably change"
-    return f"{word} it by {100 * (ratio - 1):+.1f}% [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
-
-
-print("Verdict: keeping the 4 sink tokens in full precision "
-      + "; ".join(f"{_change(r)} at {b}" for b, r in kept_vs_all.items())
-      + f" (95% intervals over one stream of {len(q_tokens)} tokens; full precision {fp_ppl:.2f}). At 2 bits the "
-      f"cache stays far from full precision either way ({quant['2-bit']['4 sink tokens kept']:.2f} with the sinks "
-      f"kept).")
+record.add(kvquant.sink_preservation_helps(kept_vs_all, len(q_tokens)))
+print(f"At 2 bits the cache stays far from full precision ({fp_ppl:.2f}) either way: "
+      f"{quant['2-bit']['all tokens quantised']:.2f} quantising every token, "
+      f"{quant['2-bit']['4 sink tokens kept']:.2f} with the sinks kept.")
 headline["kv_quant"] = {"full_precision": fp_ppl, **quant,
                         "kept_vs_all_ratio_interval": kept_vs_all, "vs_full_precision_interval": vs_fp}
 
@@ -311,11 +293,8 @@ if heads:
                       f"Attention each key receives per query that sees it, sum_t A[t, j] / (T - j), in layer {layer}, "
                       f"head {head} of {title} on a held-out window of {T} tokens, before and after attention "
                       f"calibration (beta 0.4); triangles: the {len(sink_keys)} keys ACT treats as sinks (> 0.1).")
-helps = heads and act_ppl["ACT"] < act_ppl["original"]
-print(f"Verdict: {n_heads} heads of {lm.n_layers * lm.n_heads} have a non-first sink (the proxy for ACT's "
-      f"accuracy-based head choice); perplexity "
-      f"{act_ppl['original']:.3f} -> {act_ppl['ACT'] if act_ppl['ACT'] is None else round(act_ppl['ACT'], 3)} with "
-      f"ACT -> {'it helps on this model' if helps else 'it does not help on this model'}.")
+act = record.add(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads))
+helps = bool(heads) and act_ppl["ACT"] < act_ppl["original"]
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
                    "helps": bool(helps)}
 
@@ -330,3 +309,4 @@ headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_
 # %%
 headline["seconds"] = round(time.perf_counter() - started, 1)
 write_json(fig_dir / "headline.json", headline)
+record.write(fig_dir)

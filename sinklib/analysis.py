@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from sinklib import metrics
 from sinklib.attnstats import AttentionStats
 from sinklib.capture import Capture, find_layers
+from sinklib.claims import Claim
 from sinklib.memory import check_fits, check_length, fit_batch
 from sinklib.models import LoadedModel
 from sinklib.registry import Patch
@@ -254,3 +255,18 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
             per.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
         rows.append(torch.stack(per))  # (n_windows, L, H)
     return ContextSweep(used, skipped, torch.stack(rows))
+
+
+def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3) -> Claim:
+    """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
+    on one token repeated at every position. Rule: sink rate > 0.3 on natural and random input and < 0.05 on the
+    repeated token. ``measured``: {"natural", "random", "repeated"} -> sink rate; ``reference``: the
+    ``gu2024_sink_rates`` file."""
+    holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
+    return Claim(
+        id="gu2024.llama_family_input_shape",
+        statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
+        source=reference["source"],
+        rule=f"sink rate (eps {eps}) > 30% on natural and random input and < 5% on a repeated token",
+        published={m: reference["models"][m] for m in reference["llama_family"]},
+        measured=dict(measured), holds=bool(holds))

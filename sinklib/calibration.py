@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from sinklib.attnstats import AttentionStats
+from sinklib.claims import Claim
 from sinklib.models import LoadedModel
 
 
@@ -30,3 +31,18 @@ def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 
     frac = hits / len(ids)
     return {layer: heads for layer in range(frac.shape[0])
             if (heads := (frac[layer] >= min_fraction).nonzero().flatten().tolist())}
+
+
+def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> Claim:
+    """ACT (Yu et al., arXiv 2406.15765): calibrating the heads with hidden (non-first) sinks improves the model.
+
+    Cannot be judged offline: ACT keeps a head only when calibrating it improves accuracy on a labelled set; here
+    the heads are :func:`non_first_sink_heads` (a proxy), so the record carries the measured perplexities with
+    ``holds = None`` and says whether the proxy helped."""
+    helped = ppl.get("ACT") is not None and ppl["ACT"] < ppl["original"]
+    return Claim(id="yu2024.act_calibration_helps", source="Yu et al., ACT, arXiv 2406.15765",
+                 statement="calibrating attention in heads with non-first sinks improves the model without training",
+                 rule="not applied: ACT's accuracy-based head search needs a labelled set that is not offline",
+                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, holds=None,
+                 note=f"proxy head choice ({n_heads} heads with a non-first sink) "
+                      f"{'lowers' if helped else 'does not lower'} held-out perplexity")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from sinklib.claims import Claim
+
 
 def fake_quantize(x: torch.Tensor, bits: int, group_size: int = 32) -> torch.Tensor:
     """Group-wise asymmetric quantise-dequantise along the last dimension.
@@ -87,3 +89,22 @@ class QuantizedKVCache(Cache):
                   key_axis: str = "channel"):
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         return cls(bits, cfg.num_hidden_layers, group_size, keep_first, key_axis)
+
+
+def sink_preservation_helps(kept_vs_all: dict[str, tuple[float, float, float]], n_tokens: int) -> Claim:
+    """IntactKV / KVSink: keeping the sink tokens' keys and values in full precision lowers the perplexity of a
+    quantised KV cache.
+
+    Rule, per bit-width, on the paired block-bootstrap interval of ppl(sinks kept) / ppl(all quantised)
+    (:func:`sinklib.evaluation.ppl_ratio_interval`): holds when every interval lies below 1; does not hold when any
+    lies above 1; cannot be judged when an interval contains 1 and none is above (the change is not measurable on
+    this text). ``kept_vs_all``: {bit-width: (ratio, low, high)}."""
+    below = [hi < 1 for _, _, hi in kept_vs_all.values()]
+    above = [lo > 1 for _, lo, _ in kept_vs_all.values()]
+    holds = True if all(below) else False if any(above) else None
+    note = "" if holds is not None else f"the 95% intervals contain 1: not measurable on {n_tokens} tokens of one text"
+    return Claim(id="intactkv.keep_sinks_full_precision",
+                 source="Liu et al., IntactKV, arXiv 2403.01241; Su and Yuan, KVSink, arXiv 2508.04257",
+                 statement="keeping the first (sink) tokens' KV in full precision lowers a quantised cache's perplexity",
+                 rule="every bit-width's 95% interval of ppl(sinks kept) / ppl(all quantised) lies below 1",
+                 published=None, measured={b: list(r) for b, r in kept_vs_all.items()}, holds=holds, note=note)

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from sinklib.cache import InCachePositions, cache_bytes
+from sinklib.claims import Claim
 from sinklib.models import LoadedModel
 
 
@@ -112,3 +113,57 @@ def generate(lm: LoadedModel, prompt: torch.Tensor, cache, max_new_tokens: int, 
     with InCachePositions(lm.model):
         return lm.model.generate(prompt.reshape(1, -1).to(lm.device), past_key_values=cache,
                                  max_new_tokens=max_new_tokens, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- claims
+_XIAO = "Xiao et al., Efficient Streaming Language Models with Attention Sinks, arXiv 2309.17453"
+
+
+def sinks_rescue_streaming(post: dict[str, float], sinks_key: str, paper: dict) -> Claim:
+    """StreamingLLM (Table 1): evicting the first tokens breaks a windowed cache; keeping a few sinks restores it.
+
+    Rule: after the cache fills, window-only perplexity > 1.5x the sinks' and the sinks within 1.25x of sliding-window
+    recomputation. ``post``: perplexity after the cache fills per method ("window only", ``sinks_key``,
+    "recompute"); ``paper``: the ``streamingllm`` reference file."""
+    t1 = paper["table1_llama2_13b_pg19_cache1024"]
+    holds = post["window only"] > 1.5 * post[sinks_key] and post[sinks_key] < 1.25 * post["recompute"]
+    return Claim(id="xiao2023.sinks_rescue_window", source=f"{_XIAO}, Table 1",
+                 statement="a window-only cache collapses once the first tokens are evicted; 4 sink tokens restore it",
+                 rule="window only > 1.5x the sinks' perplexity, and sinks within 1.25x of recomputation",
+                 published={"window only": t1["window_only"], "4 sinks + window": t1["sink4_window1020"]},
+                 measured={k: post[k] for k in ("window only", sinks_key, "recompute")}, holds=bool(holds),
+                 note=f"paper: Llama-2-13B, 1024-token cache, PG19; collapse here {post['window only'] / post[sinks_key]:.1f}x "
+                      f"vs {t1['window_only'] / t1['sink4_window1020']:.0f}x there -- the size is not comparable")
+
+
+def one_sink_recovers_most(ppl_by_sinks: dict[int, float], paper: dict) -> Claim:
+    """StreamingLLM (Table 2): a few initial tokens suffice. Rule: keeping 1 sink recovers more than half of the
+    perplexity that keeping 4 recovers from window-only. ``ppl_by_sinks``: {0: ..., 1: ..., 4: ...}."""
+    gain1, gain4 = ppl_by_sinks[0] - ppl_by_sinks[1], ppl_by_sinks[0] - ppl_by_sinks[4]
+    holds = gain1 > 0 and gain1 > 0.5 * gain4
+    t2 = paper["table2_pg19_400k"]
+    return Claim(id="xiao2023.few_sinks_suffice", source=f"{_XIAO}, Table 2",
+                 statement="one to four initial tokens kept as sinks recover most of the window-only loss",
+                 rule="ppl(1 sink) < ppl(0) and the drop 0 -> 1 sinks > 50% of the drop 0 -> 4 sinks",
+                 published={"n_sink": t2["n_sink"], "Llama-2-7B": t2["Llama-2-7B"]},
+                 measured={str(k): v for k, v in sorted(ppl_by_sinks.items())}, holds=bool(holds))
+
+
+def sink_is_positional(newline_ppl: float, own_ppl: float, paper: dict) -> Claim:
+    """StreamingLLM (Table 1): any tokens at the first positions work as sinks. Rule: 4 newline tokens placed before
+    the text give a perplexity within 1.25x of the text's own first 4 tokens."""
+    t1 = paper["table1_llama2_13b_pg19_cache1024"]
+    return Claim(id="xiao2023.sink_is_positional", source=f"{_XIAO}, Table 1",
+                 statement="the sink is about position, not content: 4 newline tokens serve as well as the text's own",
+                 rule="ppl with 4 newline sinks < 1.25x ppl with the text's first 4 tokens",
+                 published={"4 newlines": t1["newline4_window1020"], "own first 4": t1["sink4_window1020"]},
+                 measured={"4 newlines": newline_ppl, "own first 4": own_ppl}, holds=bool(newline_ppl < 1.25 * own_ppl))
+
+
+def bounded_cache(cache_mib: dict[str, float], sinks_key: str) -> Claim:
+    """StreamingLLM: the sink + window cache holds its size at the budget while a dense cache grows. Rule: the sink
+    cache ends smaller than the dense cache of the same generation."""
+    return Claim(id="xiao2023.bounded_cache", source=f"{_XIAO}, Section 3",
+                 statement="a sink + window cache keeps a fixed memory footprint while generating",
+                 rule="final KV-cache size of the sink cache < the dense cache's",
+                 published=None, measured=dict(cache_mib), holds=bool(cache_mib[sinks_key] < cache_mib["dense"]))

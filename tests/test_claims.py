@@ -1,0 +1,61 @@
+"""Claim records and the rules that return them: each rule with one case where it holds and one where it does not."""
+
+import json
+
+import pytest
+
+from sinklib import analysis, calibration, claims, kvquant, streaming
+from sinklib.results import load_reference
+
+GU, XIAO = load_reference("gu2024_sink_rates"), load_reference("streamingllm")
+
+
+def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
+    rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
+    c = rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU))
+    assert c.model == "SmolLM2-135M" and c.profile == "cpu" and c.holds is True
+    assert capsys.readouterr().out.startswith("Claim gu2024.llama_family_input_shape holds:")
+    with pytest.raises(ValueError, match="recorded twice"):
+        rec.add(c)
+    path = rec.write(tmp_path)
+    assert json.loads(path.read_text())["schema"] == claims.SCHEMA and claims.load(path) == [c]
+    data = json.loads(path.read_text())
+    data["schema"] = 0
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="re-run the notebook"):
+        claims.load(path)
+
+
+def test_llama_family_shape():
+    assert analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU).holds is True
+    gpt2_like = {"natural": 0.77, "random": 0.70, "repeated": 0.62}  # GPT2-XL keeps its sink on repeated tokens
+    assert analysis.llama_family_shape(gpt2_like, GU).holds is False
+
+
+def test_streaming_claims():
+    post = {"window only": 68.4, "4 sinks + window": 34.5, "recompute": 33.1}
+    assert streaming.sinks_rescue_streaming(post, "4 sinks + window", XIAO).holds is True
+    assert streaming.sinks_rescue_streaming({**post, "window only": 40.0}, "4 sinks + window", XIAO).holds is False
+    assert streaming.one_sink_recovers_most({0: 68.4, 1: 34.5, 4: 34.5}, XIAO).holds is True
+    assert streaming.one_sink_recovers_most({0: 68.4, 1: 60.0, 4: 34.5}, XIAO).holds is False
+    assert streaming.sink_is_positional(34.8, 34.5, XIAO).holds is True
+    assert streaming.sink_is_positional(60.0, 34.5, XIAO).holds is False
+    assert streaming.bounded_cache({"dense": 35.2, "4 sinks + window": 11.2}, "4 sinks + window").holds is True
+    assert streaming.bounded_cache({"dense": 5.0, "4 sinks + window": 11.2}, "4 sinks + window").holds is False
+
+
+def test_kv_sink_preservation_three_outcomes():
+    helps = {"4-bit": (0.97, 0.95, 0.99), "2-bit": (0.90, 0.85, 0.95)}
+    hurts = {"4-bit": (1.03, 1.01, 1.05), "2-bit": (0.90, 0.85, 0.95)}
+    unclear = {"4-bit": (1.009, 0.996, 1.021), "2-bit": (0.96, 0.91, 1.04)}
+    assert kvquant.sink_preservation_helps(helps, 1024).holds is True
+    assert kvquant.sink_preservation_helps(hurts, 1024).holds is False
+    c = kvquant.sink_preservation_helps(unclear, 1024)
+    assert c.holds is None and "not measurable on 1024 tokens" in c.note and "cannot be judged" in c.line()
+
+
+def test_act_claim_is_never_judged_with_proxy_heads():
+    worse = calibration.act_claim({"original": 32.04, "ACT": 32.66}, 175, 270)
+    better = calibration.act_claim({"original": 32.04, "ACT": 31.0}, 3, 270)
+    assert worse.holds is None and better.holds is None
+    assert "does not lower" in worse.note and "lowers" in better.note and "does not" not in better.note
