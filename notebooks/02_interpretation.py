@@ -59,7 +59,17 @@ import time
 import pandas as pd
 import torch
 
-from sinklib import analysis, evaluation, intervention_effects, origin, origin_plots, plotting, profiles
+from sinklib import (
+    analysis,
+    claims,
+    evaluation,
+    intervention_effects,
+    origin,
+    origin_claims,
+    origin_plots,
+    plotting,
+    profiles,
+)
 from sinklib.capture import find_layers
 from sinklib.data import make_inputs, text_windows
 from sinklib.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
@@ -83,6 +93,7 @@ massive_dims = massive.dims
 sink_onset = analysis.first_layer_above(profile_nat.alpha_first_by_layer, 0.3)
 print(lm, f"\n{len(natural)} natural / random sequences of {run.seq_len} tokens; sink onset layer {sink_onset}\n"
       f"Massive activations: {massive.describe()}.")
+record = claims.Recorder("02_interpretation", lm.label, run.profile.name)  # verdicts decided in origin_claims
 headline = {"notebook": "02_interpretation", "model": lm.name, "label": lm.label, "profile": run.profile.name,
             "massive_dims": massive_dims, "massive": massive.as_dict(), "sink_onset_layer": sink_onset,
             "position": k}
@@ -108,7 +119,7 @@ with plotting.style():
                   f"t = 0; dashed: 1/(t+1), the variance of an average of t+1 independent values.")
 ratio0 = (var["before_wo"][:, 0] / var["before_wo"][:, run.seq_len // 2:].mean(dim=1)).tolist()
 is_max = (var["before_wo"][:, 0] >= var["before_wo"][:, 1:].max(dim=1).values).tolist()
-holds_1 = is_max[0] and ratio0[0] > 2
+holds_1 = record.add(origin_claims.variance_discrepancy(ratio0, is_max), show=False).holds
 print("Verdict: " + "; ".join(f"layer {li}: Var at t=0 is {r:.1f}x the second half's mean, "
                               f"{'the largest' if m else 'not the largest'}" for li, r, m in zip(early, ratio0, is_max))
       + f" -> {'borne out' if holds_1 else 'NOT borne out'} in the first layer.")
@@ -151,7 +162,7 @@ if writers:
                       f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| by position, "
                       f"cosine of the normalised MLP input with its gate/up rows by position, and |W_down| column "
                       f"by residual dimension (massive dimensions in orange).")
-    holds_2 = top.selectivity > 10 and top.write_share > 0.5 and bool(set(top.write_dims) & set(massive_dims))
+    holds_2 = record.add(origin_claims.super_neuron(top, massive_dims, paper), show=False).holds
     print(f"Verdict: neuron {top.neuron} of layer {top.layer} reaches {top.first_abs:.0f} on the first token, "
           f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column puts {100 * top.write_share:.0f}% "
           f"of its squared norm in dims {top.write_dims} (massive: {massive_dims}) -> "
@@ -161,7 +172,7 @@ if writers:
           + (f" A second stage: the strongest writer is neuron {strongest.neuron} of layer {strongest.layer} "
              f"({strongest.first_abs:.0f})." if strongest is not top else ""))
 else:
-    holds_2 = False
+    holds_2 = record.add(origin_claims.super_neuron(None, massive_dims, paper), show=False).holds
     print("Verdict: no neuron meets the super-neuron criterion in this model -> NOT borne out.")
 headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds": holds_2,
                              "rest_statistic": f"{origin.REST_QUANTILE:.2f} quantile of |a| over positions t >= 1",
@@ -206,8 +217,9 @@ with plotting.style():
                   f"({onset}); shaded line: the super neuron's layer {s_layer}.")
 dom_first, dom_rest = chain["dom_first"], chain["dom_rest"]
 peak = int(dom_first.argmax())
-holds_3 = bool(onset) and sink_onset is not None and 0 <= sink_onset - onset[0] <= 2 and \
-    float(dom_first[sink_onset] / dom_rest[sink_onset]) > 3
+holds_3 = record.add(origin_claims.disparity_then_sink(
+    onset, sink_onset, float(dom_first[sink_onset] / dom_rest[sink_onset]) if sink_onset is not None else 0.0,
+    dom_after_super, paper), show=False).holds
 print(f"Verdict: the massive activation appears at layer {onset[0] if onset else None} (jumps at {onset}), the "
       f"sink switches on at layer {sink_onset}; DomRatio of the first token peaks at {float(dom_first[peak]):.0f} "
       f"(layer {peak}) vs {float(dom_rest[peak]):.0f} for the others; the first normalised input after the super "
@@ -249,8 +261,8 @@ with plotting.style():
                   f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
 sink_heads = lock["alpha_first"] > 0.3
 stats = origin.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
-holds_4 = bool(sink_heads.any()) and stats["positive_fraction"][0] > 0.9 and \
-    stats["key_query_cos"][0] > stats["key_query_cos"][1]
+holds_4 = record.add(origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"],
+                                             int(sink_heads.sum())), show=False).holds
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
       f"{stats['key_query_cos'][0]:.2f} vs {stats['key_query_cos'][1]:.2f}; positive scores "
       f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}% -> "
@@ -304,7 +316,7 @@ with plotting.style():
                   f"Attention of the later queries t > k to key k (k = {k}) per layer, mean over heads and "
                   f"{len(natural)} natural windows, before and after the attention-mask edit, {title}.")
 rate_before, rate_after = float((alpha_before > 0.3).float().mean()), float((alpha_after > 0.3).float().mean())
-holds_5 = rate_after > 0.2 and rate_after > 5 * rate_before
+holds_5 = record.add(origin_claims.self_only_sink(rate_before, rate_after, k), show=False).holds
 print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 0.3): {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
       f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
@@ -372,7 +384,7 @@ with plotting.style():
 cen, ctl = curves["o' = mu + lambda (o - mu)"], curves["control: o' = lambda o"]
 monotone = all(b >= a - 0.005 for a, b in zip(cen, cen[1:]))
 rise, rise_ctl = cen[-1] / max(cen[0], 1e-9), ctl[-1] / max(ctl[0], 1e-9)
-holds_6 = monotone and rise > 2 and rise_ctl < rise / 2
+holds_6 = record.add(origin_claims.amplification(run.lambdas, cen, ctl), show=False).holds
 peak_lam = max(range(len(cen)), key=lambda i: cen[i])
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
@@ -441,7 +453,7 @@ with plotting.style():
                   f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
                   f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
                   f"(WikiText): {paper_ppl}.")
-holds_7 = abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
+holds_7 = record.add(origin_claims.massive_bias(ppl, paper), show=False).holds
 print(f"Verdict: perplexity {ppl['original']:.2f} original, {ppl['set to mean']:.2f} with every massive site set to "
       f"its mean ({ppl['set to mean, position 0 only']:.2f} with position 0 only), {ppl['set to zero']:.4g} set to "
       f"zero -> {'borne out' if holds_7 else 'NOT borne out'} (every site, as Sun et al.).")
@@ -486,7 +498,7 @@ heads = bias["alpha_first"] > 0.3
 medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")
 auc = {k: origin.separation(bias[k], bias["alpha_first"]) for k in ("value_norm_ratio", "sink_term_spread")}
-holds_7b = bool(heads.any()) and all(a >= 0.75 for a in auc.values())
+holds_7b = record.add(origin_claims.implicit_bias(auc, int(heads.sum())), show=False).holds
 print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
       f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
       f"the term {medians['sink_term_spread'][0]:.2f} vs {medians['sink_term_spread'][1]:.2f} (separation "
@@ -552,9 +564,11 @@ score = pd.DataFrame(rows, columns=["claim", "paper (Llama-2-7B)", f"measured ({
                                     "number matches (within 2x)"])
 display(score)  # noqa: F821
 headline["seconds"] = round(time.perf_counter() - started, 1)
+record.add(origin_claims.massive_by_sun(massive), show=False)
 headline["holds_all"] = bool(score["structure holds"].all())
 headline["scorecard"] = score.to_dict(orient="records")
 write_json(fig_dir / "headline.json", headline)
+record.write(fig_dir)
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, CPU profile).** The structure holds for the variance discrepancy, the layer-1 super

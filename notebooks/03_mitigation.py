@@ -74,7 +74,7 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from sinklib import mitigation, mitigation_plots, plotting, profiles, training
+from sinklib import claims, mitigation, mitigation_claims, mitigation_plots, plotting, profiles, training
 from sinklib.metrics import GU_EPS
 from sinklib.models import resolve_device
 from sinklib.results import load_reference, write_json
@@ -100,6 +100,7 @@ print(f"{len(names)} variants x {len(seeds)} seeds on {dev}: {setting}")
 runs = mitigation.train_variants(base, names, seeds, device=dev)
 train_seconds = sum(r["seconds"] for rs in runs.values() for r in rs)
 print(f"training time of these runs (cached runs report the time they took): {train_seconds:.0f} s")
+record = claims.Recorder("03_mitigation", f"TinyLM ({base.data}, trained here)", run.profile.name)
 headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting": setting, "seeds": seeds,
             "variants": names, "uniform_alpha": uniform}
 
@@ -299,8 +300,9 @@ headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
 
 # %%
-for line in verdicts.values():
+for v, line in verdicts.items():
     print("-", line)
+    record.add(mitigation_claims.sink_claim(v, table, uniform, runs[v], paper), show=False)
 with plotting.style():
     fig = mitigation_plots.strongest_head_over_training(runs, GU_EPS, uniform,
                                                         title=f"Removed or delayed? The strongest head per variant "
@@ -319,6 +321,8 @@ headline["published_agreement"] = agreement
 if "headwise_rmsnorm" in runs:
     conv = mitigation.convergence(runs["headwise_rmsnorm"], runs["softmax"])
     print("-", mitigation.convergence_line("head-wise RMSNorm", conv, base.data))
+    record.add(mitigation_claims.rmsnorm_convergence(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data),
+               show=False)
     headline["rmsnorm_convergence"] = conv
 
 # %% [markdown]
@@ -361,6 +365,8 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     text_conv = {}
     for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
         text_conv[name] = mitigation.convergence(text_runs[name], text_runs["softmax"])
+        record.add(mitigation_claims.rmsnorm_convergence(text_runs[name], text_runs["softmax"], paper,
+                                                         "bible" + name.replace("headwise_rmsnorm", "")), show=False)
         print("-", mitigation.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
                                                text_conv[name], "Bible bytes"))
     with plotting.style():
@@ -387,3 +393,4 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
 # %%
 headline["seconds"] = round(time.perf_counter() - started, 1)
 write_json(fig_dir / "headline.json", headline)
+record.write(fig_dir)

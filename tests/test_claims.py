@@ -59,3 +59,34 @@ def test_act_claim_is_never_judged_with_proxy_heads():
     better = calibration.act_claim({"original": 32.04, "ACT": 31.0}, 3, 270)
     assert worse.holds is None and better.holds is None
     assert "does not lower" in worse.note and "lowers" in better.note and "does not" not in better.note
+
+
+def test_origin_claims_hold_and_fail():
+    from types import SimpleNamespace
+
+    from sinklib import origin_claims as oc
+    from sinklib.origin import SuperNeuron
+
+    paper = load_reference("structural_origin")
+    assert oc.variance_discrepancy([18.6, 4.7], [True, True]).holds is True
+    assert oc.variance_discrepancy([1.5, 4.7], [True, True]).holds is False
+    good = SuperNeuron(1, 83, 18.4, 0.3, 690.0, [507, 330], 0.73)
+    assert oc.super_neuron(good, [507], paper).holds is True
+    assert oc.super_neuron(SuperNeuron(1, 83, 18.4, 0.3, 690.0, [12, 330], 0.73), [507], paper).holds is False
+    assert oc.super_neuron(None, [507], paper).holds is False
+    d = oc.disparity_then_sink([1, 2, 11], 3, 8.0, 60.0, paper)
+    assert d.holds is True and "no: 60 vs 263 (0.23x)" in d.note
+    assert oc.disparity_then_sink([1, 2], 7, 8.0, 60.0, paper).holds is False  # sink 6 layers after the onset
+    assert oc.massive_by_sun(SimpleNamespace(dims=[507], strict=False, peak_ratio=525.0,
+                                             describe=lambda: "not met")).holds is False
+    assert oc.lock_in((0.9999, 0.75), (0.51, 0.24), 207).holds is True
+    assert oc.lock_in((0.80, 0.75), (0.51, 0.24), 207).holds is False
+    assert oc.self_only_sink(0.0, 0.39, 10).holds is True and oc.self_only_sink(0.1, 0.3, 10).holds is False
+    amp = oc.amplification([1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010])
+    assert amp.holds is False and "below eps" in amp.note  # rises, then drops: not monotone
+    assert oc.amplification([1, 8, 64], [0.01, 0.2, 0.4], [0.01, 0.01, 0.012]).holds is True
+    ppl = {"original": 32.04, "set to mean": 46.77, "set to zero": 595928.0}
+    assert oc.massive_bias(ppl, paper).holds is False
+    assert oc.massive_bias({**ppl, "set to mean": 32.5}, paper).holds is True
+    assert oc.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207).holds is True
+    assert oc.implicit_bias({"value_norm_ratio": 0.6, "sink_term_spread": 0.97}, 207).holds is False

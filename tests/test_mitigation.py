@@ -200,3 +200,27 @@ def test_published_agreement_compares_directions():
     own = mitigation.published_agreement(mitigation.final_table(runs), ref)
     assert any(line.startswith("softpick, first-token attention vs softmax: published 0.033 / 0.65 = 0.05x")
                for line in own)
+
+
+def test_mitigation_claims_map_verdicts_to_holds():
+    from sinklib import mitigation_claims as mc
+
+    assert mc.removal_holds("sigmoid: removes the first-token sink: alpha_0 0.004 ...") is True
+    assert mc.removal_holds("kv_bias: reduces the first-token sink: alpha_0 0.09 ...") is False
+    assert mc.removal_holds("x: keeps the first-token sink: ...") is False
+    assert mc.removal_holds("x: removes or reduces the first-token sink (the seeds cannot tell which): ...") is None
+    assert mc.removal_holds("x: removes the first-token sink: ...; removed or only delayed cannot be told") is None
+    u = mitigation.uniform_alpha(64)
+    runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
+            "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
+    table = mitigation.final_table(runs)
+    paper = {"source": "test", "variants": {"softmax": {"first_attention": 0.467}, "headwise_rmsnorm": {}}}
+    base = mc.sink_claim("softmax", table, u, runs["softmax"], paper)
+    assert base.id == "mitigation.softmax_grows_sink" and base.holds is True
+    sp = mc.sink_claim("softpick", table, u, runs["softpick"], paper)
+    assert sp.holds is True and sp.published is None and sp.note.startswith("softpick: removes")
+    slow = [fake_run([5, 3.5, 3.0], [0] * 3), fake_run([5, 3.6, 3.1], [0] * 3)]
+    fast = [fake_run([5, 3.0, 2.5], [0] * 3), fake_run([5, 3.1, 2.6], [0] * 3)]
+    assert mc.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
+    assert mc.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
+    assert mc.rmsnorm_convergence(slow, slow, paper, "toy").holds is None

@@ -9,7 +9,7 @@ from sinklib import claims, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
-WRITES_CLAIMS = {"00_tour", "01_utilization"}
+WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation"}
 
 
 @pytest.fixture(scope="module")
