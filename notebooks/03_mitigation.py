@@ -100,7 +100,8 @@ print(f"{len(names)} variants x {len(seeds)} seeds on {dev}: {setting}")
 runs = mitigation.train_variants(base, names, seeds, device=dev)
 train_seconds = sum(r["seconds"] for rs in runs.values() for r in rs)
 print(f"training time of these runs (cached runs report the time they took): {train_seconds:.0f} s")
-record = claims.Recorder("03_mitigation", f"TinyLM ({base.data}, trained here)", run.profile.name)
+record = claims.Recorder("03_mitigation", f"TinyLM trained here ({m.n_layers} x {m.n_heads} heads, d={m.d_model})",
+                         run.profile.name)
 headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting": setting, "seeds": seeds,
             "variants": names, "uniform_alpha": uniform}
 
