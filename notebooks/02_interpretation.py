@@ -119,12 +119,12 @@ with plotting.style():
                   f"t = 0; dashed: 1/(t+1), the variance of an average of t+1 independent values.")
 ratio0 = (var["before_wo"][:, 0] / var["before_wo"][:, run.seq_len // 2:].mean(dim=1)).tolist()
 is_max = (var["before_wo"][:, 0] >= var["before_wo"][:, 1:].max(dim=1).values).tolist()
-holds_1 = record.add(origin_claims.variance_discrepancy(ratio0, is_max), show=False).holds
+variance_claim = record.add(origin_claims.variance_discrepancy(ratio0, is_max), show=False)
 print("Verdict: " + "; ".join(f"layer {li}: Var at t=0 is {r:.1f}x the second half's mean, "
                               f"{'the largest' if m else 'not the largest'}" for li, r, m in zip(early, ratio0, is_max))
-      + f" -> {'borne out' if holds_1 else 'NOT borne out'} in the first layer.")
+      + f" -> {'borne out' if variance_claim.holds else 'NOT borne out'} in the first layer.")
 headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_is_max": is_max,
-                        "holds": holds_1}
+                        "holds": variance_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, CPU profile, 32 random sequences of 64 tokens).** In layer 0 the head outputs at
@@ -162,19 +162,19 @@ if writers:
                       f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| by position, "
                       f"cosine of the normalised MLP input with its gate/up rows by position, and |W_down| column "
                       f"by residual dimension (massive dimensions in orange).")
-    holds_2 = record.add(origin_claims.super_neuron(top, massive_dims, paper), show=False).holds
+    neuron_claim = record.add(origin_claims.super_neuron(top, massive_dims, paper), show=False)
     print(f"Verdict: neuron {top.neuron} of layer {top.layer} reaches {top.first_abs:.0f} on the first token, "
           f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column puts {100 * top.write_share:.0f}% "
           f"of its squared norm in dims {top.write_dims} (massive: {massive_dims}) -> "
-          f"{'borne out' if holds_2 else 'NOT borne out'}. Paper (Llama-2-7B): neuron "
+          f"{'borne out' if neuron_claim.holds else 'NOT borne out'}. Paper (Llama-2-7B): neuron "
           f"{paper['super_neuron']['neuron']} of layer {paper['super_neuron']['layer']} writes dim "
           f"{paper['super_neuron']['writes_dim']}."
           + (f" A second stage: the strongest writer is neuron {strongest.neuron} of layer {strongest.layer} "
              f"({strongest.first_abs:.0f})." if strongest is not top else ""))
 else:
-    holds_2 = record.add(origin_claims.super_neuron(None, massive_dims, paper), show=False).holds
+    neuron_claim = record.add(origin_claims.super_neuron(None, massive_dims, paper), show=False)
     print("Verdict: no neuron meets the super-neuron criterion in this model -> NOT borne out.")
-headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds": holds_2,
+headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds": neuron_claim.holds,
                              "rest_statistic": f"{origin.REST_QUANTILE:.2f} quantile of |a| over positions t >= 1",
                              "chain_neuron": top.as_dict() if writers else None,
                              "earliest_writer": next(({"layer": s.layer, "neuron": s.neuron, "write_dims": s.write_dims}
@@ -217,20 +217,20 @@ with plotting.style():
                   f"({onset}); shaded line: the super neuron's layer {s_layer}.")
 dom_first, dom_rest = chain["dom_first"], chain["dom_rest"]
 peak = int(dom_first.argmax())
-holds_3 = record.add(origin_claims.disparity_then_sink(
+disparity_claim = record.add(origin_claims.disparity_then_sink(
     onset, sink_onset, float(dom_first[sink_onset] / dom_rest[sink_onset]) if sink_onset is not None else 0.0,
-    dom_after_super, paper), show=False).holds
+    dom_after_super, paper), show=False)
 print(f"Verdict: the massive activation appears at layer {onset[0] if onset else None} (jumps at {onset}), the "
       f"sink switches on at layer {sink_onset}; DomRatio of the first token peaks at {float(dom_first[peak]):.0f} "
       f"(layer {peak}) vs {float(dom_rest[peak]):.0f} for the others; the first normalised input after the super "
       f"neuron's layer {s_layer} (RMSNorm of h^{s_layer}, read by layer {s_layer + 1}) has DomRatio "
       f"{dom_after_super:.0f} (paper, Llama-2-7B, layer 1: {paper['dom_ratio_first_after_rmsnorm']['value']}) -> "
-      f"{'borne out' if holds_3 else 'NOT borne out'}.")
+      f"{'borne out' if disparity_claim.holds else 'NOT borne out'}.")
 headline["disparity"] = {"onset_layers": onset, "dom_first_peak": float(dom_first[peak]), "dom_peak_layer": peak,
                          "dom_rest_at_peak": float(dom_rest[peak]), "super_neuron_layer": s_layer,
                          "dom_normed_first_after_super": dom_after_super,
                          "dom_normed_tensor": f"DomRatio(RMSNorm_{s_layer + 1}(h^{s_layer}) * g), first token",
-                         "first_token_values": first_vals.tolist(), "holds": holds_3}
+                         "first_token_values": first_vals.tolist(), "holds": disparity_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M).** The first token's value on dimension 507 appears at layer 1 (175) and jumps at
@@ -261,14 +261,14 @@ with plotting.style():
                   f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
 sink_heads = lock["alpha_first"] > 0.3
 stats = origin.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
-holds_4 = record.add(origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"],
-                                             int(sink_heads.sum())), show=False).holds
+lock_claim = record.add(origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"],
+                                             int(sink_heads.sum())), show=False)
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
       f"{stats['key_query_cos'][0]:.2f} vs {stats['key_query_cos'][1]:.2f}; positive scores "
       f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}% -> "
-      f"{'borne out' if holds_4 else 'NOT borne out'}.")
+      f"{'borne out' if lock_claim.holds else 'NOT borne out'}.")
 headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other": stats["key_query_cos"],
-                       "positive_sink_vs_other": stats["positive_fraction"], "holds": holds_4}
+                       "positive_sink_vs_other": stats["positive_fraction"], "holds": lock_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, 207 sink heads of 270).** In sink heads 99.997% of the scores $q_t \cdot k_0$ are
@@ -316,10 +316,10 @@ with plotting.style():
                   f"Attention of the later queries t > k to key k (k = {k}) per layer, mean over heads and "
                   f"{len(natural)} natural windows, before and after the attention-mask edit, {title}.")
 rate_before, rate_after = float((alpha_before > 0.3).float().mean()), float((alpha_after > 0.3).float().mean())
-holds_5 = record.add(origin_claims.self_only_sink(rate_before, rate_after, k), show=False).holds
+self_only_claim = record.add(origin_claims.self_only_sink(rate_before, rate_after, k), show=False)
 print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 0.3): {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
-      f"{'becomes a sink: borne out' if holds_5 else 'does NOT become a sink'}.")
+      f"{'becomes a sink: borne out' if self_only_claim.holds else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
 sink_layers = profile_nat.sink_layers
 state_k = {name: intervention_effects.takes_first_token_state(intervention_effects.token_state(lm, natural, k, iv), sink_layers)
@@ -342,7 +342,7 @@ if lm.adds_bos:  # a BOS model: is its sink the position or the token? The same 
 headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_after": float(alpha_after.mean()),
                          "sink_heads_k_before": rate_before, "sink_heads_k_after": rate_after,
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),
-                         "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": holds_5}
+                         "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": self_only_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, 32 windows, k = 10).** Before the edit no head gives token 10 more than 0.3 of the
@@ -384,11 +384,11 @@ with plotting.style():
 cen, ctl = curves["o' = mu + lambda (o - mu)"], curves["control: o' = lambda o"]
 monotone = all(b >= a - 0.005 for a, b in zip(cen, cen[1:]))
 rise, rise_ctl = cen[-1] / max(cen[0], 1e-9), ctl[-1] / max(ctl[0], 1e-9)
-holds_6 = record.add(origin_claims.amplification(run.lambdas, cen, ctl), show=False).holds
+amp_claim = record.add(origin_claims.amplification(run.lambdas, cen, ctl), show=False)
 peak_lam = max(range(len(cen)), key=lambda i: cen[i])
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
-      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if holds_6 else 'NOT borne out'}. "
+      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if amp_claim.holds else 'NOT borne out'}. "
       f"Its peak, {cen[peak_lam]:.3f} at lambda = {run.lambdas[peak_lam]:g}, is "
       f"{'above' if cen[peak_lam] > 0.3 else 'below'} eps = 0.3: the amplification "
       f"{'makes token k a sink' if cen[peak_lam] > 0.3 else 'raises the attention token k gets, but does not make it a sink'}.")
@@ -399,7 +399,7 @@ print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the s
       f"{'first-token-like' if state_amp['holds'] else 'NOT first-token-like'}.")
 headline["amplification_mechanism"] = state_amp
 headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers, "centered": cen, "scale": ctl,
-                             "mu": "token k's batch mean", "monotone": monotone, "holds": holds_6}
+                             "mu": "token k's batch mean", "monotone": monotone, "holds": amp_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, CPU profile, 32 windows).** Amplifying token 10's variance around its own batch mean
@@ -453,10 +453,10 @@ with plotting.style():
                   f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
                   f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
                   f"(WikiText): {paper_ppl}.")
-holds_7 = record.add(origin_claims.massive_bias(ppl, paper), show=False).holds
+bias_claim = record.add(origin_claims.massive_bias(ppl, paper), show=False)
 print(f"Verdict: perplexity {ppl['original']:.2f} original, {ppl['set to mean']:.2f} with every massive site set to "
       f"its mean ({ppl['set to mean, position 0 only']:.2f} with position 0 only), {ppl['set to zero']:.4g} set to "
-      f"zero -> {'borne out' if holds_7 else 'NOT borne out'} (every site, as Sun et al.).")
+      f"zero -> {'borne out' if bias_claim.holds else 'NOT borne out'} (every site, as Sun et al.).")
 display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext"],  # noqa: F821
                       f"{lm.label} (held-out Bible)": {"original": ppl["original"],
                                                        "set_to_mean": ppl["set to mean"],
@@ -498,18 +498,18 @@ heads = bias["alpha_first"] > 0.3
 medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")
 auc = {k: origin.separation(bias[k], bias["alpha_first"]) for k in ("value_norm_ratio", "sink_term_spread")}
-holds_7b = record.add(origin_claims.implicit_bias(auc, int(heads.sum())), show=False).holds
+implicit_claim = record.add(origin_claims.implicit_bias(auc, int(heads.sum())), show=False)
 print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
       f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
       f"the term {medians['sink_term_spread'][0]:.2f} vs {medians['sink_term_spread'][1]:.2f} (separation "
       f"{auc['sink_term_spread']:.2f}); in sink heads the term supplies {100 * medians['sink_share'][0]:.0f}% of the "
-      f"output norm -> {'a small value and a steadier term in sink heads: borne out' if holds_7b else 'NOT borne out'}.")
-headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": holds_7, "entries_edited": to_zero.edited,
+      f"output norm -> {'a small value and a steadier term in sink heads: borne out' if implicit_claim.holds else 'NOT borne out'}.")
+headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": bias_claim.holds, "entries_edited": to_zero.edited,
                     "first_token_fixed": fixed_first, "criterion_min_ratio": massive.min_ratio,
                     "later_site_tokens": later_tokens, "value_norm_ratio_sink_vs_other": medians["value_norm_ratio"],
                     "sink_term_spread_sink_vs_other": medians["sink_term_spread"],
                     "sink_share_sink_heads": medians["sink_share"][0], "separation": auc,
-                    "holds_implicit_bias": holds_7b}
+                    "holds_implicit_bias": implicit_claim.holds}
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, 16 windows).** In the 207 sink heads the first token's value is 0.20x the other
@@ -535,30 +535,30 @@ def _number(published, measured):  # the number column: within 2x of the paper (
 
 rows = [  # claim, paper, measured, structure holds, number matches (text)
     ("Var of the head output largest at t = 0 (layer 0)", "yes", f"{ratio0[0]:.1f}x the second half",
-     holds_1, "no published number"),
+     variance_claim.holds, "no published number"),
     ("a super neuron in an early layer writes the massive dimension",
      f"{paper['super_neuron']['neuron']} (layer {paper['super_neuron']['layer']}) -> "
      f"{paper['super_neuron']['writes_dim']}", f"{top.neuron} (layer {top.layer}) -> {top.write_dims}" if writers
-     else "none", holds_2, (f"layer {'=' if top.layer == paper['super_neuron']['layer'] else '!='} the paper's; ids are "
+     else "none", neuron_claim.holds, (f"layer {'=' if top.layer == paper['super_neuron']['layer'] else '!='} the paper's; ids are "
                             f"model-specific") if writers else "none found"),
     ("DomRatio jumps with the massive value; sink within 2 layers",
-     paper["dom_ratio_first_after_rmsnorm"]["value"], round(dom_after_super, 1), holds_3,
+     paper["dom_ratio_first_after_rmsnorm"]["value"], round(dom_after_super, 1), disparity_claim.holds,
      _number(paper["dom_ratio_first_after_rmsnorm"]["value"], dom_after_super)),
     ("massive activations by Sun's criterion (> 100 and > 1000x median)", paper["massive_dims"],
      f"{massive.dims} (peak {massive.peak_ratio:.0f}x)", massive.strict, "dims are model-specific"),
     ("lock-in: sink heads score k_0 positively (> 90%)", "yes",
-     f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}%", holds_4,
+     f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}%", lock_claim.holds,
      "no published number"),
-    (f"self-only token {k} becomes a sink", "yes", f"{100 * rate_after:.1f}% of heads sink on it", holds_5,
+    (f"self-only token {k} becomes a sink", "yes", f"{100 * rate_after:.1f}% of heads sink on it", self_only_claim.holds,
      "no published number"),
     ("amplification: monotone rise, control flat", "yes", f"{rise:.1f}x vs {rise_ctl:.1f}x, peak "
-     f"{max(cen):.3f}", holds_6, "no published number"),
+     f"{max(cen):.3f}", amp_claim.holds, "no published number"),
     ("ppl original / mean / zero", paper_ppl,
-     f"{ppl['original']:.2f} / {ppl['set to mean']:.2f} / {ppl['set to zero']:.4g}", holds_7,
+     f"{ppl['original']:.2f} / {ppl['set to mean']:.2f} / {ppl['set to zero']:.4g}", bias_claim.holds,
      "ppl(mean) / ppl(original), within 5%: "
      + number_matches(1.0, ppl["set to mean"] / ppl["original"], factor=1.05)[1]),
     ("sink heads: small value, steady term (separation >= 0.75)", "yes",
-     f"{auc['value_norm_ratio']:.2f} / {auc['sink_term_spread']:.2f}", holds_7b, "no published number"),
+     f"{auc['value_norm_ratio']:.2f} / {auc['sink_term_spread']:.2f}", implicit_claim.holds, "no published number"),
 ]
 score = pd.DataFrame(rows, columns=["claim", "paper (Llama-2-7B)", f"measured ({lm.label})", "structure holds",
                                     "number matches (within 2x)"])
