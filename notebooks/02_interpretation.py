@@ -382,9 +382,8 @@ with plotting.style():
                   f"amplifying token k's head outputs in layers {amp_layers} around token k's own batch mean mu_k, "
                   f"and the plain-scaling control; score: queries t > k.")
 cen, ctl = curves["o' = mu + lambda (o - mu)"], curves["control: o' = lambda o"]
-monotone = all(b >= a - 0.005 for a, b in zip(cen, cen[1:]))
-rise, rise_ctl = cen[-1] / max(cen[0], 1e-9), ctl[-1] / max(ctl[0], 1e-9)
 amp_claim = record.add(origin_claims.amplification(run.lambdas, cen, ctl), show=False)
+monotone, rise, rise_ctl = (amp_claim.measured[key] for key in ("monotone", "rise", "control_rise"))
 peak_lam = max(range(len(cen)), key=lambda i: cen[i])
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "

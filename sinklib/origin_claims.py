@@ -113,7 +113,8 @@ def amplification(lambdas: Sequence[float], centred: Sequence[float], control: S
                  statement="amplifying token k's variance raises its sink score monotonically; plain scaling does not",
                  rule="monotone (no drop > 0.005), > 2x rise, control's rise < half of it",
                  published="monotone rise", measured={"lambdas": list(lambdas), "centred": list(centred),
-                                                      "control": list(control)},
+                                                      "control": list(control), "monotone": monotone, "rise": rise,
+                                                      "control_rise": rise_ctl},
                  holds=bool(monotone and rise > 2 and rise_ctl < rise / 2),
                  note=f"peak {peak:.3f} is {'above' if peak > EPS else 'below'} eps {EPS}: "
                       f"{'a sink' if peak > EPS else 'more attention, not a sink'}")
