@@ -4,7 +4,7 @@
 
 (a) a plain sdpa forward; (b) eager attention with ``output_attentions=True`` (the way other attention-sink code
 gets its statistics), skipped where its estimated memory does not fit; (c) sinklib's O(N) statistics
-(:class:`sinklib.attnstats.AttentionStats`: sdpa for the outputs, chunked statistics beside it). All three skip the
+(:class:`sinklib.core.attnstats.AttentionStats`: sdpa for the outputs, chunked statistics beside it). All three skip the
 full logits (``logits_to_keep=1``) so the attention path is what is compared. Peak RSS is the child's ru_maxrss.
 
 Prints a table with the ratios (c)/(a) time and (b)/(c) peak memory, and writes it with a plot to
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, resource, sys, time, torch
-from sinklib.models import load_model
-from sinklib.attnstats import AttentionStats
+from sinklib.core.models import load_model
+from sinklib.core.attnstats import AttentionStats
 mode, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 lm = load_model(model, device="cpu", attn_implementation="eager" if mode == "eager" else "sdpa")
 ids = torch.randint(0, lm.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
@@ -63,8 +63,8 @@ def measure(mode: str, n: int, model: str) -> dict | None:
 
 
 def eager_fits(model: str, n: int) -> tuple[bool, float]:
-    from sinklib.memory import GiB, available_bytes, forward_bytes
-    from sinklib.models import load_model
+    from sinklib.core.memory import GiB, available_bytes, forward_bytes
+    from sinklib.core.models import load_model
 
     lm = load_model(model, device="cpu")
     need = forward_bytes(lm, 1, n, eager_attentions=True) + 2 * GiB  # + weights and the interpreter
@@ -104,8 +104,9 @@ def main() -> None:
     print(f"\nmodel {args.model}, {os.cpu_count()} CPU cores, batch 1, peak RSS of each fresh process\n{table}")
 
     sys.path.insert(0, str(ROOT))
-    from sinklib import plotting
-    from sinklib.results import atomic_write_bytes, write_json
+    from sinklib.core import plotting
+    from sinklib.core.paths import atomic_write_bytes
+    from sinklib.pipeline.results import write_json
 
     out = Path(args.out)
     write_json(out / "long_context.json", {"model": args.model, "rows": rows})
@@ -116,7 +117,7 @@ def main() -> None:
             f"Peak RSS and forward time of {args.model} (batch 1, 2-core CPU) vs context length: plain sdpa, eager "
             f"with output_attentions (where it fits), and sinklib's O(N) attention statistics. "
             f"Produced by benchmarks/long_context.py."))
-    from sinklib.gallery import build_gallery
+    from sinklib.pipeline.gallery import build_gallery
 
     build_gallery(out.parent)
     print(f"wrote {out}/long_context.{{json,png,pdf}}")

@@ -46,10 +46,11 @@ out_dir = "../figures/00_tour"
 # %%
 import time
 
-from sinklib import analysis, claims, plotting, profiles
-from sinklib.data import INPUT_KINDS, make_inputs
-from sinklib.models import load_model, require_family
-from sinklib.results import load_reference, sink_rate_table, write_json
+from sinklib.core import analysis, plotting
+from sinklib.core.data import INPUT_KINDS, make_inputs
+from sinklib.core.models import load_model, require_family
+from sinklib.pipeline import claims, profiles
+from sinklib.pipeline.results import load_reference, sink_rate_table, write_json
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="00_tour")
 lm = load_model(run.model, device=run.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
@@ -211,7 +212,7 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
 # %% [markdown]
 # ## 6 · Long context: does the sink hold as the context grows?
 # Gu et al.'s protocol uses 64 tokens. Here one Bible passage per length, up to the model's limit, with the
-# statistics computed in query blocks beside the model's normal attention (`sinklib.attnstats`): memory grows like
+# statistics computed in query blocks beside the model's normal attention (`sinklib.core.attnstats`): memory grows like
 # $N$, not $N^2$ -- `output_attentions` would need about 72 GiB for SmolLM2 at 8k tokens. Dashed: what the first
 # token would get under uniform causal attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes
 # are logarithmic, so that this baseline is visible; bands: the range over the windows measured at each length.

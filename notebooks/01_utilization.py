@@ -21,7 +21,7 @@
 # the paper reports that evicting the first tokens instead makes perplexity explode. **Sink-preserving KV
 # quantisation** keeps those few tokens in full precision. **Attention calibration** (ACT) damps sinks that form on
 # later tokens. All three on a real model: the offline SmolLM2-135M by default, any Llama/Mistral/Qwen-style causal
-# LM by `model=` on a GPU. The cache is `sinklib.cache.SinkWindowCache`, written against transformers 5's cache
+# LM by `model=` on a GPU. The cache is `sinklib.utilization.sink_cache.SinkWindowCache`, written against transformers 5's cache
 # interface (its old `SinkCache` is gone).
 #
 # **Papers.** Xiao et al., *Efficient Streaming Language Models with Attention Sinks* (StreamingLLM), arXiv
@@ -51,15 +51,17 @@ import time
 import pandas as pd
 import torch
 
-from sinklib import analysis, claims, kvquant, plotting, profiles, streaming, streaming_plots
-from sinklib.cache import SinkWindowCache
-from sinklib.calibration import act_claim, non_first_sink_heads
-from sinklib.data import text_windows
-from sinklib.evaluation import perplexity, ppl, ppl_ratio_interval
-from sinklib.interventions import AttentionCalibration, act_sink_columns
-from sinklib.kvquant import QuantizedKVCache
-from sinklib.models import load_model, require_family
-from sinklib.results import load_reference, write_json
+from sinklib.core import analysis, plotting
+from sinklib.core.data import text_windows
+from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
+from sinklib.core.models import load_model, require_family
+from sinklib.interpretation.interventions import AttentionCalibration, act_sink_columns
+from sinklib.pipeline import claims, profiles
+from sinklib.pipeline.results import load_reference, write_json
+from sinklib.utilization import kvquant, streaming, streaming_plots
+from sinklib.utilization.calibration import act_claim, non_first_sink_heads
+from sinklib.utilization.kvquant import QuantizedKVCache
+from sinklib.utilization.sink_cache import SinkWindowCache
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="01_utilization")
 lm = load_model(run.model, device=run.device)

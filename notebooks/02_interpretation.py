@@ -59,22 +59,14 @@ import time
 import pandas as pd
 import torch
 
-from sinklib import (
-    analysis,
-    claims,
-    evaluation,
-    intervention_effects,
-    origin,
-    origin_claims,
-    origin_plots,
-    plotting,
-    profiles,
-)
-from sinklib.capture import find_layers
-from sinklib.data import make_inputs, text_windows
-from sinklib.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
-from sinklib.models import load_model, require_family
-from sinklib.results import load_reference, number_matches, write_json
+from sinklib.core import analysis, evaluation, plotting
+from sinklib.core.capture import find_layers
+from sinklib.core.data import make_inputs, text_windows
+from sinklib.core.models import load_model, require_family
+from sinklib.interpretation import intervention_effects, origin, origin_claims, origin_plots
+from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
+from sinklib.pipeline import claims, profiles
+from sinklib.pipeline.results import load_reference, number_matches, write_json
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="02_interpretation")
 lm = load_model(run.model, device=run.device)

@@ -17,7 +17,7 @@
 # # 03 · Removing the sink: eight attention variants trained side by side
 #
 # A sink is something softmax attention *learns*. This notebook trains the same small Llama-style decoder
-# (`sinklib.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions -- the
+# (`sinklib.mitigation.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions -- the
 # softmax baseline and eight mitigations -- on the same data, seeds and budget, and measures what each does to the
 # sink and to the loss:
 #
@@ -62,7 +62,7 @@ model = ""  # not used: this notebook trains its own small models from scratch
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0  # seeds used: seed, seed + 1, ... (the profile sets how many)
 out_dir = "../figures/03_mitigation"
-variants = ""  # empty: all; else a comma-separated subset of sinklib.attention_variants.VARIANTS
+variants = ""  # empty: all; else a comma-separated subset of sinklib.mitigation.variants.VARIANTS
 train_data = ""  # empty: the profile default; else bible, bigram_backcopy or file:/path/to/text
 train_steps = 0  # 0: the profile default
 
@@ -74,10 +74,12 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from sinklib import claims, mitigation, mitigation_claims, mitigation_plots, plotting, profiles, training
-from sinklib.metrics import GU_EPS
-from sinklib.models import resolve_device
-from sinklib.results import load_reference, write_json
+from sinklib.core import plotting
+from sinklib.core.metrics import GU_EPS
+from sinklib.core.models import resolve_device
+from sinklib.mitigation import comparison, comparison_plots, training, verdicts
+from sinklib.pipeline import claims, profiles
+from sinklib.pipeline.results import load_reference, write_json
 
 run = profiles.resolve(profile, model, device, seed, out_dir, notebook="03_mitigation")
 if model:
@@ -88,16 +90,16 @@ if train_data:
     base = replace(base, data=train_data)
 if train_steps:
     base = replace(base, steps=int(train_steps))
-names = mitigation.parse_variants(variants)
+names = comparison.parse_variants(variants)
 seeds = [run.seed + i for i in range(run.train_seeds)]
 fig_dir, started = run.out_dir, time.perf_counter()
-uniform = mitigation.uniform_alpha(base.seq_len)
+uniform = comparison.uniform_alpha(base.seq_len)
 m = base.model
 setting = (f"{base.data}, {m.n_layers} layers x {m.n_heads} heads, d={m.d_model}, "
            f"{'RoPE' if m.rope_theta else 'no positional encoding'}, T={base.seq_len}, batch {base.batch_size}, "
            f"{base.steps} steps, lr {base.lr:g}, seeds {seeds}")
 print(f"{len(names)} variants x {len(seeds)} seeds on {dev}: {setting}")
-runs = mitigation.train_variants(base, names, seeds, device=dev)
+runs = comparison.train_variants(base, names, seeds, device=dev)
 train_seconds = sum(r["seconds"] for rs in runs.values() for r in rs)
 print(f"training time of these runs (cached runs report the time they took): {train_seconds:.0f} s")
 record = claims.Recorder("03_mitigation", f"TinyLM trained here ({m.n_layers} x {m.n_heads} heads, d={m.d_model})",
@@ -113,11 +115,11 @@ headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting":
 
 # %%
 base_runs = runs["softmax"]
-crossing = mitigation.first_crossing(base_runs, GU_EPS)
-heads_by_seed = [mitigation.strongest_head(r) for r in base_runs]  # each seed's own strongest head
+crossing = comparison.first_crossing(base_runs, GU_EPS)
+heads_by_seed = [comparison.strongest_head(r) for r in base_runs]  # each seed's own strongest head
 layer, head, alpha_top = heads_by_seed[0]
 with plotting.style():
-    fig = mitigation_plots.emergence(base_runs, uniform, GU_EPS,
+    fig = comparison_plots.emergence(base_runs, uniform, GU_EPS,
                                      title=f"Sink emergence in the softmax baseline ({base.data}, {len(seeds)} seeds)")
     plotting.save(fig, fig_dir / "fig01_sink-emergence",
                   f"Sink emergence while training the softmax baseline ({setting}). (a) attention to BOS of every "
@@ -130,7 +132,7 @@ print("strongest head per seed (heads of different seeds are unrelated): "
       + f" (uniform {uniform:.3f}); first step with a head above eps {GU_EPS} per seed: {crossing}")
 headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs],
-                         "late_slope_per_100_steps": [mitigation.late_slope(r) for r in base_runs]}
+                         "late_slope_per_100_steps": [comparison.late_slope(r) for r in base_runs]}
 
 # %% [markdown]
 # **What we saw (CPU profile, 2 seeds).** All four heads start at the uniform level (0.074). In each seed head 0 of
@@ -149,7 +151,7 @@ val_ids = training.make_batch(base, "heldout", 64, torch.Generator().manual_seed
 if base.data == "bigram_backcopy":
     ads = []
     for s, (li, h, _) in zip(seeds, heads_by_seed):
-        ad = mitigation.active_dormant(training.load_trained(mitigation.variant_config(base, "softmax", s)),
+        ad = comparison.active_dormant(training.load_trained(comparison.variant_config(base, "softmax", s)),
                                        val_ids, li, h)
         ads.append({"seed": s, "layer": li, "head": h, **ad})
         print(f"Verdict, seed {s}: layer {li} head {h} is {'' if ad['holds'] else 'NOT '}active-dormant: BOS weight "
@@ -179,8 +181,8 @@ is_trigger = torch.isin(val_ids[:, :show], torch.tensor(training.BBC_TRIGGERS)) 
 row = int(is_trigger.sum(1).argmax()) if base.data == "bigram_backcopy" else 0  # the sequence with most triggers
 with torch.no_grad():
     for v in names:
-        li, h, share = mitigation.strongest_head(runs[v][0], key="share_by_head")
-        net = training.load_trained(mitigation.variant_config(base, v, seeds[0]))
+        li, h, share = comparison.strongest_head(runs[v][0], key="share_by_head")
+        net = training.load_trained(comparison.variant_config(base, v, seeds[0]))
         _, A, _ = net(val_ids[row:row + 1, :show], record=True)  # (L, 1, H, T, T)
         name = f"{v}\nL{li} H{h}, share {share:.2f}"
         maps[name] = A[li, 0, h]
@@ -189,7 +191,7 @@ with torch.no_grad():
         own_heads[v] = [li, h, share]
 triggers = is_trigger[row].nonzero().flatten().tolist() if base.data == "bigram_backcopy" else []
 with plotting.style():
-    fig = mitigation_plots.attention_maps(maps, "each model's own strongest head", trigger_rows=triggers,
+    fig = comparison_plots.attention_maps(maps, "each model's own strongest head", trigger_rows=triggers,
                                           missing=missing,
                                           title="Final attention of each variant's strongest first-token head")
     plotting.save(fig, fig_dir / "fig02_attention-maps",
@@ -219,14 +221,14 @@ headline["strongest_head_by_variant"] = own_heads
 # %%
 floor = training.bigram_backcopy_entropy(base.seq_len) if base.data == "bigram_backcopy" else None
 with plotting.style():
-    fig = mitigation_plots.loss_curves(runs, title=f"Validation loss per variant ({base.data})", note=setting,
+    fig = comparison_plots.loss_curves(runs, title=f"Validation loss per variant ({base.data})", note=setting,
                                        floor=floor)
     plotting.save(fig, fig_dir / "fig03_loss-curves",
                   f"(a) Validation loss against training step for every attention variant ({setting}); mean over "
                   f"{len(seeds)} seeds, band +- 1 sd" + (f"; dotted: the task's entropy floor {floor:.3f} nats" if floor
                                                          else "") + "; (b) the difference to softmax, paired by seed.")
 if floor is not None:
-    sm = mitigation.final_table({"softmax": runs["softmax"]}).loc["softmax", ("val loss", "mean")]
+    sm = comparison.final_table({"softmax": runs["softmax"]}).loc["softmax", ("val loss", "mean")]
     print(f"softmax ends {sm - floor:.3f} nats above the entropy floor ({sm:.3f} vs {floor:.3f}): that gap is all "
           f"any variant could win; the differences between variants below are measured against it.")
 headline["entropy_floor"] = floor
@@ -255,25 +257,25 @@ headline["entropy_floor"] = floor
 # published claims about outliers -- only the attention columns and the loss can.
 
 # %%
-table = mitigation.final_table(runs)
-verdicts = {v: mitigation.sink_verdict(v, table, uniform, runs=runs[v]) for v in names}  # printed in section 5
-shown = mitigation.format_table(table)
+table = comparison.final_table(runs)
+verdict_lines = {v: comparison.sink_verdict(v, table, uniform, runs=runs[v]) for v in names}  # printed in section 5
+shown = comparison.format_table(table)
 display(shown)
 paper = load_reference("mitigations")
-reference = mitigation.reference_table(paper, names)
-display(Markdown(f"**Published** ({paper['source']})\n\n{mitigation.markdown(reference)}"))
+reference = comparison.reference_table(paper, names)
+display(Markdown(f"**Published** ({paper['source']})\n\n{comparison.markdown(reference)}"))
 table.to_csv(fig_dir / "final_table.csv")
-(fig_dir / "final_table.md").write_text(f"Setting: {setting}\n\n{mitigation.markdown(shown)}\n\nPublished "
-                                        f"({paper['source']}):\n\n{mitigation.markdown(reference)}\n")
+(fig_dir / "final_table.md").write_text(f"Setting: {setting}\n\n{comparison.markdown(shown)}\n\nPublished "
+                                        f"({paper['source']}):\n\n{comparison.markdown(reference)}\n")
 with plotting.style():
     labels = ["val loss", "first-token attention", "first-token share", "sink rate", "max activation", "kurtosis"]
-    fig = mitigation_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})",
-                                      verdicts=verdicts)
+    fig = comparison_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})",
+                                      verdicts=verdict_lines)
     plotting.save(fig, fig_dir / "fig04_final-metrics",
                   f"Final metrics per attention variant ({setting}): mean over {len(seeds)} seeds, bars +- 1 sd, "
                   f"coloured by the section-5 verdict; dotted: first-token attention under uniform attention "
                   f"({uniform:.3f}). Table: final_table.md.")
-headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation.FINAL_METRICS.items()}
+headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
                      for v in names}
 
 # %% [markdown]
@@ -287,42 +289,42 @@ headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in mitigation
 
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
-# Rules in `sinklib.mitigation.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
+# Rules in `sinklib.mitigation.comparison.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
 # $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in
 # rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$;
 # *keeps* it within $0.5$-$1.5\times$. **Seeds first:** when $\alpha_0$ lies within two seed sd's of the cut that
 # decides, the verdict names both sides ("removes or reduces") -- two seeds cannot put it on one. **Removed or
 # delayed:** the softmax sink forms late (step 450-600), so a variant with no sink at step 600 may only be slower to
 # grow one. A removal or reduction whose strongest head is still rising over the last quarter of training (more than
-# +0.01 per 100 steps in any seed, `mitigation.late_slope`) says so; the new figure shows every variant's strongest
+# +0.01 per 100 steps in any seed, `comparison.late_slope`) says so; the new figure shows every variant's strongest
 # head over training. All runs train with weight decay on weight matrices only (gains,
-# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.convergence`): head-wise RMSNorm is *faster* only if both the
+# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.comparison.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's. Where
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
 
 # %%
-for v, line in verdicts.items():
+for v, line in verdict_lines.items():
     print("-", line)
-    record.add(mitigation_claims.sink_claim(v, table, uniform, runs[v], paper), show=False)
+    record.add(verdicts.sink_claim(v, table, uniform, runs[v], paper), show=False)
 with plotting.style():
-    fig = mitigation_plots.strongest_head_over_training(runs, GU_EPS, uniform,
+    fig = comparison_plots.strongest_head_over_training(runs, GU_EPS, uniform,
                                                         title=f"Removed or delayed? The strongest head per variant "
                                                               f"({base.data})")
     plotting.save(fig, fig_dir / "fig06_strongest-head",
                   f"The strongest head's row-normalised first-token share (max over layers and heads) against training "
                   f"step for every variant ({setting}); mean over {len(seeds)} seeds, band: range over seeds; dashed: "
                   f"eps = {GU_EPS}; dotted: uniform attention ({uniform:.3f}).")
-headline["verdicts"] = verdicts
-headline["baseline_grows_sink"] = mitigation.grows_sink(table, "softmax", uniform)
-agreement = mitigation.published_agreement(table, paper)
+headline["verdicts"] = verdict_lines
+headline["baseline_grows_sink"] = comparison.grows_sink(table, "softmax", uniform)
+agreement = comparison.published_agreement(table, paper)
 print("\nAgainst the published direction (paper-scale models; only where both numbers exist):")
 for line in agreement:
     print("-", line)
 headline["published_agreement"] = agreement
 if "headwise_rmsnorm" in runs:
-    conv = mitigation.convergence(runs["headwise_rmsnorm"], runs["softmax"])
-    print("-", mitigation.convergence_line("head-wise RMSNorm", conv, base.data))
-    record.add(mitigation_claims.rmsnorm_convergence(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data),
+    conv = comparison.convergence(runs["headwise_rmsnorm"], runs["softmax"])
+    print("-", comparison.convergence_line("head-wise RMSNorm", conv, base.data))
+    record.add(verdicts.rmsnorm_convergence(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data),
                show=False)
     headline["rmsnorm_convergence"] = conv
 
@@ -357,21 +359,21 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     if train_steps:
         text_cfg = replace(text_cfg, steps=int(train_steps))
     small_gain = replace(text_cfg.model, attention="headwise_rmsnorm", options=(("gain_init", 0.1),))
-    text_runs = mitigation.train_variants(text_cfg, ["softmax", "headwise_rmsnorm"], seeds, device=dev)
-    text_runs["headwise_rmsnorm g0=0.1"] = mitigation.train_seeds(replace(text_cfg, model=small_gain), seeds, dev)
-    text_table = mitigation.final_table(text_runs)
-    display(mitigation.format_table(text_table))
-    text_uniform = mitigation.uniform_alpha(text_cfg.seq_len)
-    print("-", mitigation.sink_verdict("softmax", text_table, text_uniform))
+    text_runs = comparison.train_variants(text_cfg, ["softmax", "headwise_rmsnorm"], seeds, device=dev)
+    text_runs["headwise_rmsnorm g0=0.1"] = comparison.train_seeds(replace(text_cfg, model=small_gain), seeds, dev)
+    text_table = comparison.final_table(text_runs)
+    display(comparison.format_table(text_table))
+    text_uniform = comparison.uniform_alpha(text_cfg.seq_len)
+    print("-", comparison.sink_verdict("softmax", text_table, text_uniform))
     text_conv = {}
     for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
-        text_conv[name] = mitigation.convergence(text_runs[name], text_runs["softmax"])
-        record.add(mitigation_claims.rmsnorm_convergence(text_runs[name], text_runs["softmax"], paper,
+        text_conv[name] = comparison.convergence(text_runs[name], text_runs["softmax"])
+        record.add(verdicts.rmsnorm_convergence(text_runs[name], text_runs["softmax"], paper,
                                                          "bible" + name.replace("headwise_rmsnorm", "")), show=False)
-        print("-", mitigation.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
+        print("-", comparison.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
                                                text_conv[name], "Bible bytes"))
     with plotting.style():
-        fig = mitigation_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
+        fig = comparison_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
                                            note=setting.replace(base.data, "bible"))
         plotting.save(fig, fig_dir / "fig05_bible-check",
                       f"Validation loss on World English Bible bytes: softmax vs head-wise RMSNorm with its gain "
@@ -380,7 +382,7 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
                       f"{text_table.loc['softmax', ('first-token attention', 'mean')]:.3f} (softmax) vs uniform "
                       f"{text_uniform:.3f}.")
     headline["bible_check"] = {"final": {v: {k: text_table.loc[v, (lab, "mean")]
-                                              for k, lab in mitigation.FINAL_METRICS.items()} for v in text_runs},
+                                              for k, lab in comparison.FINAL_METRICS.items()} for v in text_runs},
                                "rmsnorm_convergence": text_conv}
 
 # %% [markdown]

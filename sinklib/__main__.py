@@ -1,6 +1,6 @@
 import sys
 
-from sinklib.cli import main
+from sinklib.pipeline.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

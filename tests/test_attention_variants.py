@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sinklib import attention_variants as av
+from sinklib.mitigation import variants as av
 
 B, H, T, HD, D = 2, 3, 5, 4, 12
 
@@ -73,7 +73,7 @@ def test_rmsnorm_output_has_unit_rms_times_gain(qkv):
 
 
 def test_variant_options_reach_the_variant():
-    from sinklib.tinylm import TinyConfig, TinyLM
+    from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 
     cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, attention="headwise_rmsnorm",
                      options=(("gain_init", 0.1),))

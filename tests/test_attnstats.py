@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import AttentionInterface
 
-from sinklib import metrics
-from sinklib.attnstats import AttentionStats
-from sinklib.capture import Capture, hooks_left
+from sinklib.core import metrics
+from sinklib.core.attnstats import AttentionStats
+from sinklib.core.capture import Capture, hooks_left
 
 
 def both(model, ids, chunk, **kwargs):
@@ -126,7 +126,7 @@ def test_static_cache_prefill_with_no_mask_matches_the_model(tiny):
 
 
 def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
-    from sinklib.errors import InputError
+    from sinklib.core.errors import InputError
 
     cfg = tiny.model.config
     old = cfg._attn_implementation
@@ -148,7 +148,7 @@ def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
 
 
 def test_context_sweep_keeps_every_window(tiny):
-    from sinklib import analysis
+    from sinklib.core import analysis
 
     sweep = analysis.first_token_mass_by_length(tiny, [16, 32], seed=0, progress=False, n_windows=3)
     L, H = tiny.n_layers, tiny.n_heads

@@ -4,7 +4,13 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from sinklib.cache import InCachePositions, SinkWindowCache, rope_from_model, rotate, unrotate
+from sinklib.utilization.sink_cache import (
+    InCachePositions,
+    SinkWindowCache,
+    rope_from_model,
+    rotate,
+    unrotate,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,7 @@ def test_eviction_keeps_sinks_and_most_recent(tiny, ids):
 def test_positions_are_cache_indices(tiny, ids):
     """After eviction the new token attends as if [sinks, window, token] sat at positions 0..n-1 (layer 0, where
     keys, values and the query depend only on tokens and positions)."""
-    from sinklib.capture import Capture
+    from sinklib.core.capture import Capture
 
     cache = SinkWindowCache.for_model(tiny.model, n_sink=2, window=5)
     step_logits(tiny.model, ids[:, :29], cache)
@@ -68,7 +74,7 @@ def test_positions_are_cache_indices(tiny, ids):
 def test_window_only_and_generate(tiny):
     cache = SinkWindowCache.for_model(tiny.model, n_sink=0, window=8)
     prompt = tiny.tokenizer("In the beginning", return_tensors="pt").input_ids
-    from sinklib.streaming import generate
+    from sinklib.utilization.streaming import generate
 
     out = generate(tiny, prompt, cache, 20)
     assert out.shape[1] == prompt.shape[1] + 20
@@ -88,7 +94,7 @@ def manual_greedy(model, prompt, cache, n):
 
 
 def test_generate_after_eviction_equals_the_manual_loop(tiny):
-    from sinklib.streaming import generate
+    from sinklib.utilization.streaming import generate
 
     prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(9))
     manual = manual_greedy(tiny.model, prompt, SinkWindowCache.for_model(tiny.model, 2, 6), 30)
@@ -96,7 +102,7 @@ def test_generate_after_eviction_equals_the_manual_loop(tiny):
     got = generate(tiny, prompt, cache, 30)
     assert cache.evicted > 20  # far past the first eviction
     assert torch.equal(got, manual)
-    from sinklib.capture import hooks_left
+    from sinklib.core.capture import hooks_left
 
     assert hooks_left(tiny.model) == 0
     # why the wrapper exists: plain generate numbers tokens absolutely, so after eviction its logits differ

@@ -5,8 +5,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from sinklib.capture import Capture, find_layers, hooks_left
-from sinklib.models import load_model
+from sinklib.core.capture import Capture, find_layers, hooks_left
+from sinklib.core.models import load_model
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from sinklib import analysis, calibration, claims, kvquant, streaming
-from sinklib.results import load_reference
+from sinklib.core import analysis
+from sinklib.pipeline import claims
+from sinklib.pipeline.results import load_reference
+from sinklib.utilization import calibration, kvquant, streaming
 
 GU, XIAO = load_reference("gu2024_sink_rates"), load_reference("streamingllm")
 
@@ -64,8 +66,8 @@ def test_act_claim_is_never_judged_with_proxy_heads():
 def test_origin_claims_hold_and_fail():
     from types import SimpleNamespace
 
-    from sinklib import origin_claims as oc
-    from sinklib.origin import SuperNeuron
+    from sinklib.interpretation import origin_claims as oc
+    from sinklib.interpretation.origin import SuperNeuron
 
     paper = load_reference("structural_origin")
     assert oc.variance_discrepancy([18.6, 4.7], [True, True]).holds is True

@@ -2,7 +2,7 @@
 
 import json
 
-from sinklib.cli import main
+from sinklib.pipeline.cli import main
 
 
 def test_models_lists_registry(capsys):

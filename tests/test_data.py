@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from sinklib import data
-from sinklib.errors import InputError
+from sinklib.core import data
+from sinklib.core.errors import InputError
 
 
 def test_bible_is_the_world_english_bible():

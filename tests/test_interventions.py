@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AttentionInterface
 
-from sinklib.capture import Capture, find_layers, hooks_left
-from sinklib.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
+from sinklib.core.capture import Capture, find_layers, hooks_left
+from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
 
 K = 5
 
@@ -117,7 +117,8 @@ def test_amplification_pooled_mean_moves_token_k_mean(tiny, ids):
 
 
 def test_self_only_scored_on_later_queries_only(tiny, ids):
-    from sinklib import intervention_effects, metrics
+    from sinklib.core import metrics
+    from sinklib.interpretation import intervention_effects
 
     # A hand-built head that ignores key K except in row K itself (what the self-only mask forces)
     A = torch.zeros(12, 12)
@@ -210,7 +211,7 @@ def official_act(head: torch.Tensor, beta: float, threshold: float) -> torch.Ten
 
 
 def test_act_bias_reproduces_the_official_redistribution_on_a_hand_built_matrix():
-    from sinklib.interventions import act_bias, act_sink_columns
+    from sinklib.interpretation.interventions import act_bias, act_sink_columns
 
     # 4 tokens; key 2 receives 0.5 from row 2 and 0.5 from row 3: sum / (T - j) = 1.0 / 2 = 0.5 (a sink at 0.3);
     # dividing by T instead (1.0 / 4 = 0.25) would miss it -- a late sink.
@@ -234,7 +235,7 @@ def test_act_bias_reproduces_the_official_redistribution_on_a_hand_built_matrix(
 
 
 def test_attention_calibration_matches_the_official_rule_in_the_model(tiny, ids):
-    from sinklib.interventions import AttentionCalibration
+    from sinklib.interpretation.interventions import AttentionCalibration
 
     base, cap0 = run(tiny.model, ids, attentions=True)
     hooks = hooks_left(tiny.model)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from sinklib.kvquant import QuantizedKVCache, fake_quantize, fake_quantize_tokens
+from sinklib.utilization.kvquant import QuantizedKVCache, fake_quantize, fake_quantize_tokens
 
 
 def test_error_is_at_most_half_a_step():

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from sinklib import memory
-from sinklib.analysis import profile_sinks
-from sinklib.errors import InputError
+from sinklib.core import memory
+from sinklib.core.analysis import profile_sinks
+from sinklib.core.errors import InputError
 
 
 def test_too_long_for_the_model(tiny):
@@ -40,7 +40,7 @@ def test_profile_refuses_before_allocating(tiny, monkeypatch):
 
 
 def test_batch_follows_the_memory_check(tiny, monkeypatch):
-    from sinklib import memory
+    from sinklib.core import memory
 
     kw = {"eager_attentions": True, "hidden_states": True}  # bytes proportional to the batch
     one = memory.forward_bytes(tiny, 1, 64, **kw)
@@ -53,7 +53,7 @@ def test_batch_follows_the_memory_check(tiny, monkeypatch):
 
 
 def test_profile_progress_moves_after_every_layer(tiny):
-    from sinklib.analysis import LayerProgress
+    from sinklib.core.analysis import LayerProgress
 
     class Bar:
         def __init__(self):
@@ -72,6 +72,6 @@ def test_profile_progress_moves_after_every_layer(tiny):
             out = tiny.model(ids).logits
     torch.testing.assert_close(out, base)
     assert bar.steps == [1.5, 1.5]  # 3 sequences / 2 layers, once per layer
-    from sinklib.capture import hooks_left
+    from sinklib.core.capture import hooks_left
 
     assert hooks_left(tiny.model) == 0

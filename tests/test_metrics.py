@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinklib import metrics
+from sinklib.core import metrics
 
 
 def causal_uniform(T: int) -> torch.Tensor:

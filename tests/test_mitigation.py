@@ -6,9 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from sinklib import metrics, mitigation, profiles, training
-from sinklib.attention_variants import VARIANTS
-from sinklib.errors import InputError
+from sinklib.core import metrics
+from sinklib.core.errors import InputError
+from sinklib.mitigation import comparison, training
+from sinklib.mitigation.variants import VARIANTS
+from sinklib.pipeline import profiles
 
 
 def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None, share=None, by_head=None):
@@ -27,120 +29,120 @@ def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None, share=No
 
 
 def test_parse_variants():
-    assert mitigation.parse_variants("") == list(VARIANTS)
-    assert mitigation.parse_variants("softpick, sigmoid") == ["softmax", "softpick", "sigmoid"]
+    assert comparison.parse_variants("") == list(VARIANTS)
+    assert comparison.parse_variants("softpick, sigmoid") == ["softmax", "softpick", "sigmoid"]
     with pytest.raises(InputError, match="unknown attention variant.*nope"):
-        mitigation.parse_variants("softmax,nope")
+        comparison.parse_variants("softmax,nope")
 
 
 def test_uniform_alpha_matches_uniform_causal_attention():
     T = 17
     A = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]  # uniform over visible keys
-    assert mitigation.uniform_alpha(T) == pytest.approx(float(metrics.alpha(A, 0)))
-    assert mitigation.uniform_alpha(1) == 1.0 and mitigation.uniform_alpha(2) == 0.75
+    assert comparison.uniform_alpha(T) == pytest.approx(float(metrics.alpha(A, 0)))
+    assert comparison.uniform_alpha(1) == 1.0 and comparison.uniform_alpha(2) == 0.75
 
 
 def test_curve_and_final_table():
     runs = {"softmax": [fake_run([3.0, 2.0], [0.1, 0.5], 4), fake_run([3.0, 2.2], [0.1, 0.3], 6)],
             "softpick": [fake_run([3.0, 2.1], [0.1, 0.05]), fake_run([3.0, 2.1], [0.1, 0.07])]}
-    steps, mean, sd = mitigation.curve(runs["softmax"], "val_loss")
+    steps, mean, sd = comparison.curve(runs["softmax"], "val_loss")
     assert steps.tolist() == [0, 10] and mean.tolist() == pytest.approx([3.0, 2.1])
     assert sd[1] == pytest.approx(math.sqrt(0.02))
-    table = mitigation.final_table(runs)
+    table = comparison.final_table(runs)
     assert table.loc["softmax", ("first-token attention", "mean")] == pytest.approx(0.4)
     assert table.loc["softmax", ("sink rate", "mean")] == pytest.approx(0.5)
     assert table.loc["softmax", ("train s", "")] == 5
-    shown = mitigation.format_table(table)
+    shown = comparison.format_table(table)
     assert shown.loc["softpick", "first-token attention"] == "0.060 ± 0.014"
-    ref = mitigation.reference_table({"variants": {"softmax": {"first_attention": 0.467}}}, ["softmax", "softpick"])
+    ref = comparison.reference_table({"variants": {"softmax": {"first_attention": 0.467}}}, ["softmax", "softpick"])
     assert ref["published"].tolist() == ["first attention: 0.467", ""]
-    md = mitigation.markdown(shown)
+    md = comparison.markdown(shown)
     assert md.splitlines()[0].startswith("|  | val loss |") and "| softpick | 2.100 ± 0.000 |" in md
 
 
 def test_sink_verdicts_follow_the_rules():
-    u = mitigation.uniform_alpha(64)  # 0.074
+    u = comparison.uniform_alpha(64)  # 0.074
     runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
             "gated_headwise": [fake_run([1.9], [0.07], sink_rate=0.0), fake_run([1.9], [0.08], sink_rate=0.0)],
             "softpick": [fake_run([2.0], [0.15]), fake_run([2.0], [0.17])],
             "sigmoid": [fake_run([2.0], [0.35], row_mass=3.2), fake_run([2.0], [0.37], row_mass=3.0)],
             "sink_logit": [fake_run([2.0], [0.30], row_mass=0.6), fake_run([2.0], [0.32], row_mass=0.6)],
             "kv_bias": [fake_run([2.0], [0.9]), fake_run([2.0], [0.95])]}
-    table = mitigation.final_table(runs)
-    v = {name: mitigation.sink_verdict(name, table, u) for name in runs}
+    table = comparison.final_table(runs)
+    v = {name: comparison.sink_verdict(name, table, u) for name in runs}
     assert "grows a first-token sink" in v["softmax"]
     assert "removes the first-token sink" in v["gated_headwise"] and "val loss -0.100" in v["gated_headwise"]
     assert "reduces" in v["softpick"]
     assert "keeps" in v["sigmoid"] and "not normalised" in v["sigmoid"]
     assert "keeps" in v["sink_logit"] and "40% of each query's attention goes to the learned sink logit" in v["sink_logit"]
     assert "strengthens" in v["kv_bias"]
-    flat = mitigation.final_table({"softmax": [fake_run([2.0], [0.08])], "softpick": [fake_run([2.0], [0.07])]})
-    assert "does NOT grow" in mitigation.sink_verdict("softmax", flat, u)
-    assert "cannot be judged" in mitigation.sink_verdict("softpick", flat, u)
+    flat = comparison.final_table({"softmax": [fake_run([2.0], [0.08])], "softpick": [fake_run([2.0], [0.07])]})
+    assert "does NOT grow" in comparison.sink_verdict("softmax", flat, u)
+    assert "cannot be judged" in comparison.sink_verdict("softpick", flat, u)
 
 
 def test_small_alpha_in_small_rows_is_not_a_removal():
-    u = mitigation.uniform_alpha(64)
+    u = comparison.uniform_alpha(64)
     runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
             # sigmoid-like: rows carry 0.2 of the mass, and 0.8 of that goes to the first token
             "sigmoid": [fake_run([2.0], [0.004], sink_rate=0.0, share=0.8, row_mass=0.2)] * 2,
             # softpick-like: small rows, and the first token's share of them is small too
             "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
-    table = mitigation.final_table(runs)
-    sig = mitigation.sink_verdict("sigmoid", table, u)
+    table = comparison.final_table(runs)
+    sig = comparison.sink_verdict("sigmoid", table, u)
     assert "shrinks the rows, not the sink" in sig and "row-normalised share of the first token 0.800" in sig
-    assert "removes the first-token sink" in mitigation.sink_verdict("softpick", table, u)
+    assert "removes the first-token sink" in comparison.sink_verdict("softpick", table, u)
 
 
 def test_verdict_flags_a_cut_the_seeds_cannot_settle():
-    u = mitigation.uniform_alpha(64)  # 1.5U = 0.111
+    u = comparison.uniform_alpha(64)  # 1.5U = 0.111
     runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
             "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)],  # 0.110 +- 0.04
             "b": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
-    table = mitigation.final_table(runs)
-    a = mitigation.sink_verdict("a", table, u)
+    table = comparison.final_table(runs)
+    a = comparison.sink_verdict("a", table, u)
     assert "not settled" in a and "1.5x uniform" in a
     assert a.startswith("a: removes or reduces the first-token sink (the seeds cannot tell which)")  # no side named
-    b = mitigation.sink_verdict("b", table, u)
+    b = comparison.sink_verdict("b", table, u)
     assert "not settled" not in b and b.startswith("b: removes the first-token sink")
 
 
 def test_late_slope_and_the_removed_or_delayed_caveat():
-    u = mitigation.uniform_alpha(64)
+    u = comparison.uniform_alpha(64)
     rising = fake_run([2.0] * 9, [0.02 * i for i in range(9)], sink_rate=0.0)  # steps 0..80, share +0.02 per 10
     flat = fake_run([2.0] * 9, [0.05] * 9, sink_rate=0.0)
-    assert mitigation.late_slope(rising) == pytest.approx(0.2)  # +0.02 per 10 steps = +0.2 per 100 steps
-    assert mitigation.late_slope(flat) == pytest.approx(0.0, abs=1e-12)
+    assert comparison.late_slope(rising) == pytest.approx(0.2)  # +0.02 per 10 steps = +0.2 per 100 steps
+    assert comparison.late_slope(flat) == pytest.approx(0.0, abs=1e-12)
     runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
             "x": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
-    table = mitigation.final_table(runs)
-    assert "delayed" in mitigation.sink_verdict("x", table, u, runs=[flat, rising])
-    assert "delayed" not in mitigation.sink_verdict("x", table, u, runs=[flat, flat])
-    assert "delayed" not in mitigation.sink_verdict("x", table, u)  # no runs given: no claim either way
+    table = comparison.final_table(runs)
+    assert "delayed" in comparison.sink_verdict("x", table, u, runs=[flat, rising])
+    assert "delayed" not in comparison.sink_verdict("x", table, u, runs=[flat, flat])
+    assert "delayed" not in comparison.sink_verdict("x", table, u)  # no runs given: no claim either way
 
 
 def test_convergence_verdicts():
     base = [fake_run([5, 3.0, 2.50, 2.30], [0] * 4), fake_run([5, 3.1, 2.52, 2.31], [0] * 4)]
     fast = [fake_run([5, 2.5, 2.20, 2.10], [0] * 4), fake_run([5, 2.6, 2.22, 2.12], [0] * 4)]
     same = [fake_run([5, 3.05, 2.49, 2.31], [0] * 4), fake_run([5, 3.02, 2.53, 2.30], [0] * 4)]
-    c = mitigation.convergence(fast, base)
+    c = comparison.convergence(fast, base)
     assert c["verdict"] == "faster" and c["auc"]["diff"] < 0
     assert c["steps_to_baseline_final"] == {"candidate": [20, 20], "baseline": [30, None]}
-    assert mitigation.convergence(base, fast)["verdict"] == "slower"
-    assert mitigation.convergence(same, base)["verdict"] == "no difference"
-    line = mitigation.convergence_line("head-wise RMSNorm", mitigation.convergence(same, base), "bible")
+    assert comparison.convergence(base, fast)["verdict"] == "slower"
+    assert comparison.convergence(same, base)["verdict"] == "no difference"
+    line = comparison.convergence_line("head-wise RMSNorm", comparison.convergence(same, base), "bible")
     assert line.startswith("no difference in convergence between head-wise RMSNorm and softmax at this scale (bible)")
 
 
 def test_heads_and_crossings():
     runs = [fake_run([3, 2, 1], [0.1, 0.2, 0.5]), fake_run([3, 2, 1], [0.1, 0.4, 0.5])]
-    assert mitigation.first_crossing(runs, 0.3) == [20, 10]
-    assert mitigation.strongest_head(runs[0]) == (0, 0, pytest.approx(0.5))
+    assert comparison.first_crossing(runs, 0.3) == [20, 10]
+    assert comparison.strongest_head(runs[0]) == (0, 0, pytest.approx(0.5))
     # each run's own strongest head: seed 0 sinks in head 1, seed 1 in head 0 (an average would pick neither well)
     a = fake_run([1], [0.5], by_head=[[0.1, 0.9]])
     b = fake_run([1], [0.5], by_head=[[0.8, 0.05]])
-    assert mitigation.strongest_head(a)[:2] == (0, 1) and mitigation.strongest_head(b)[:2] == (0, 0)
-    assert mitigation.steps_to_reach(runs[0], 2.0) == 10 and mitigation.steps_to_reach(runs[0], 0.5) is None
+    assert comparison.strongest_head(a)[:2] == (0, 1) and comparison.strongest_head(b)[:2] == (0, 0)
+    assert comparison.steps_to_reach(runs[0], 2.0) == 10 and comparison.steps_to_reach(runs[0], 0.5) is None
 
 
 class FixedAttention(nn.Module):
@@ -158,7 +160,7 @@ class FixedAttention(nn.Module):
 
 def test_active_dormant_on_a_hand_built_head():
     ids = training.bigram_backcopy_batch(8, 40, torch.Generator().manual_seed(0))
-    ad = mitigation.active_dormant(FixedAttention(), ids, 0, 0)
+    ad = comparison.active_dormant(FixedAttention(), ids, 0, 0)
     assert ad["bos_other"] == 1.0 and ad["bos_trigger"] == 0.0
     assert ad["prev_trigger"] == 1.0 and ad["prev_other"] == 0.0 and ad["holds"]
     assert 0 < ad["trigger_fraction"] < 0.2
@@ -167,7 +169,7 @@ def test_active_dormant_on_a_hand_built_head():
 def test_train_variants_trains_each_variant_and_seed(tmp_path, monkeypatch):
     monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
     base = profiles.PROFILES["smoke"].train
-    runs = mitigation.train_variants(base, ["softmax", "sink_logit"], [0, 1], progress=False)
+    runs = comparison.train_variants(base, ["softmax", "sink_logit"], [0, 1], progress=False)
     assert [r["config"]["model"]["attention"] for r in runs["sink_logit"]] == ["sink_logit"] * 2
     assert [r["config"]["seed"] for r in runs["softmax"]] == [0, 1]
     assert runs["softmax"][0]["checkpoints"] != runs["softmax"][1]["checkpoints"]  # seeds differ
@@ -191,36 +193,36 @@ def test_published_agreement_compares_directions():
     ref = {"variants": {"softmax": {"first_attention": 0.467, "val_loss": "2.78 +- 0.01"},
                         "gated_headwise": {"first_attention": 0.073, "val_loss": "2.74 +- 0.01"},
                         "softpick": {"note": "no numbers"}}}
-    lines = mitigation.published_agreement(mitigation.final_table(runs), ref)
+    lines = comparison.published_agreement(comparison.final_table(runs), ref)
     assert len(lines) == 2
     assert lines[0].startswith("gated_headwise, first-token attention vs softmax: published 0.073 / 0.467 = 0.16x")
     assert lines[0].endswith("= 1.50x -> disagrees.") and lines[1].endswith("-> agrees.")
     # a variant with its own published baseline is compared with that one, not with another paper's softmax
     ref["variants"]["softpick"] = {"first_attention": 0.033, "baseline_first_attention": 0.65}
-    own = mitigation.published_agreement(mitigation.final_table(runs), ref)
+    own = comparison.published_agreement(comparison.final_table(runs), ref)
     assert any(line.startswith("softpick, first-token attention vs softmax: published 0.033 / 0.65 = 0.05x")
                for line in own)
 
 
 def test_mitigation_claims_map_verdicts_to_holds():
-    from sinklib import mitigation_claims as mc
+    from sinklib.mitigation import verdicts
 
-    assert mc.removal_holds("sigmoid: removes the first-token sink: alpha_0 0.004 ...") is True
-    assert mc.removal_holds("kv_bias: reduces the first-token sink: alpha_0 0.09 ...") is False
-    assert mc.removal_holds("x: keeps the first-token sink: ...") is False
-    assert mc.removal_holds("x: removes or reduces the first-token sink (the seeds cannot tell which): ...") is None
-    assert mc.removal_holds("x: removes the first-token sink: ...; removed or only delayed cannot be told") is None
-    u = mitigation.uniform_alpha(64)
+    assert verdicts.removal_holds("sigmoid: removes the first-token sink: alpha_0 0.004 ...") is True
+    assert verdicts.removal_holds("kv_bias: reduces the first-token sink: alpha_0 0.09 ...") is False
+    assert verdicts.removal_holds("x: keeps the first-token sink: ...") is False
+    assert verdicts.removal_holds("x: removes or reduces the first-token sink (the seeds cannot tell which): ...") is None
+    assert verdicts.removal_holds("x: removes the first-token sink: ...; removed or only delayed cannot be told") is None
+    u = comparison.uniform_alpha(64)
     runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
             "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
-    table = mitigation.final_table(runs)
+    table = comparison.final_table(runs)
     paper = {"source": "test", "variants": {"softmax": {"first_attention": 0.467}, "headwise_rmsnorm": {}}}
-    base = mc.sink_claim("softmax", table, u, runs["softmax"], paper)
+    base = verdicts.sink_claim("softmax", table, u, runs["softmax"], paper)
     assert base.id == "mitigation.softmax_grows_sink" and base.holds is True
-    sp = mc.sink_claim("softpick", table, u, runs["softpick"], paper)
+    sp = verdicts.sink_claim("softpick", table, u, runs["softpick"], paper)
     assert sp.holds is True and sp.published is None and sp.note.startswith("softpick: removes")
     slow = [fake_run([5, 3.5, 3.0], [0] * 3), fake_run([5, 3.6, 3.1], [0] * 3)]
     fast = [fake_run([5, 3.0, 2.5], [0] * 3), fake_run([5, 3.1, 2.6], [0] * 3)]
-    assert mc.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
-    assert mc.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
-    assert mc.rmsnorm_convergence(slow, slow, paper, "toy").holds is None
+    assert verdicts.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
+    assert verdicts.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
+    assert verdicts.rmsnorm_convergence(slow, slow, paper, "toy").holds is None

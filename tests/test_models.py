@@ -5,8 +5,8 @@ import importlib.util
 import pytest
 import torch
 
-from sinklib import models
-from sinklib.errors import (
+from sinklib.core import models
+from sinklib.core.errors import (
     DeviceUnavailableError,
     OfflinePackageMissingError,
     SinklibError,

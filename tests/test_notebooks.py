@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sinklib import claims, runner
+from sinklib.pipeline import claims, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()

@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from sinklib import evaluation, intervention_effects, origin
-from sinklib.errors import WrongFamilyError
+from sinklib.core import evaluation
+from sinklib.core.errors import WrongFamilyError
+from sinklib.interpretation import intervention_effects, origin
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def test_variance_by_position_first_layer(tiny, ids):
     assert (var["before_wo"] >= 0).all()
     assert var["before_wo"][0, 0] > var["before_wo"][0, -1]  # averaging t+1 random values shrinks the variance
     # layer 0, token 0 attends only to itself: o_0 = v_0 exactly, head by head
-    from sinklib.capture import Capture
+    from sinklib.core.capture import Capture
 
     with torch.no_grad(), Capture(tiny.model, kinds=("head_outputs", "values"), layers=[0]) as cap:
         tiny.model(ids, use_cache=False)
@@ -31,7 +32,7 @@ def test_variance_by_position_first_layer(tiny, ids):
 
 def test_variance_needs_inputs_whose_first_token_varies(tiny):
     """A BOS model puts the same token at position 0 of every random sequence: Var at t = 0 is exactly 0 there."""
-    from sinklib.data import make_inputs
+    from sinklib.core.data import make_inputs
 
     assert tiny.adds_bos
     with_bos = make_inputs(tiny, "random", 6, 16, seed=1)
@@ -70,8 +71,8 @@ def test_super_neuron_survives_firing_on_the_first_delimiter():
 
 
 def test_massive_dimensions_say_when_sun_criterion_is_not_met():
-    from sinklib.analysis import SinkProfile, massive_dimensions
-    from sinklib.metrics import Extreme
+    from sinklib.core.analysis import SinkProfile, massive_dimensions
+    from sinklib.core.metrics import Extreme
 
     def prof(extremes, strict):
         return SinkProfile("m", "natural", 0.3, torch.zeros(1, 2, 1), torch.zeros(2, 4), torch.zeros(1, 2),
@@ -100,8 +101,8 @@ def test_disparity_lock_in_bias_shapes(tiny, ids):
     assert all(v.shape == (2,) for v in chain.values())
     assert (chain["dom_first"] >= 1).all() and (chain["alpha_first"] <= 1).all()
     # aligned: entry l of the normalised curve is layer l+1's RMSNorm applied to h^l, the state of entry l
-    from sinklib import metrics
-    from sinklib.capture import Capture
+    from sinklib.core import metrics
+    from sinklib.core.capture import Capture
 
     with torch.no_grad(), Capture(tiny.model, hidden_states=True) as cap:
         tiny.model(ids, use_cache=False)
@@ -115,7 +116,7 @@ def test_disparity_lock_in_bias_shapes(tiny, ids):
     assert set(bias) == {"value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first"}
     torch.testing.assert_close(bias["alpha_first"], lock["alpha_first"], atol=1e-6, rtol=0)
     # v_0 is one vector per sequence, so the term's spread is the relative spread of A_t0 over the queries t >= 1
-    from sinklib.capture import Capture
+    from sinklib.core.capture import Capture
 
     with torch.no_grad(), Capture(tiny.model, kinds=("attentions",)) as cap:
         tiny.model(ids, use_cache=False)
@@ -156,7 +157,7 @@ def test_perplexity_equals_transformers_loss(tiny, ids):
 
 def test_gated_mlp_required(tiny):
     origin.require_gated_mlp(tiny, "02")
-    from sinklib.models import load_model
+    from sinklib.core.models import load_model
 
     with pytest.raises(WrongFamilyError, match="gated MLP"):
         origin.require_gated_mlp(load_model("tiny-vit-random"), "02_interpretation")

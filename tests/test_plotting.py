@@ -4,8 +4,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from sinklib import plotting
-from sinklib.metrics import Extreme
+from sinklib.core import plotting
+from sinklib.core.metrics import Extreme
 
 
 def test_every_figure_function_returns_a_figure(tmp_path):
@@ -59,7 +59,7 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
         for p in [*paths, tmp_path / "fig.txt"]:
             assert p.stat().st_mode & 0o777 == 0o644, p  # readable by group and others, as open() would give
         os.umask(0o077)
-        from sinklib.results import write_json
+        from sinklib.pipeline.results import write_json
 
         assert write_json(tmp_path / "h.json", {"a": 1}).stat().st_mode & 0o777 == 0o600
     finally:
@@ -69,7 +69,7 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
 def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
     import matplotlib.pyplot as plt
 
-    from sinklib.plotting import layout_problems, save
+    from sinklib.core.plotting import layout_problems, save
 
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot(range(10), [5] * 10, label="flat line")  # runs through the middle, where a centred legend goes
@@ -93,7 +93,7 @@ def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
 def test_layout_problems_finds_a_title_under_an_outside_legend():
     import matplotlib.pyplot as plt
 
-    from sinklib.plotting import layout_problems
+    from sinklib.core.plotting import layout_problems
 
     fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
     ax.plot([0, 1], [0, 1], label="a line with a long legend entry")

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from sinklib.analysis import profile_sinks
-from sinklib.cli import main
-from sinklib.data import make_inputs
+from sinklib.core.analysis import profile_sinks
+from sinklib.core.data import make_inputs
+from sinklib.pipeline.cli import main
 
 pytestmark = pytest.mark.real_model
 NUM_SEQS = 24  # fewer than Gu's 100 to keep `make test` short; the notebook's cpu profile uses 100

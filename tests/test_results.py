@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from sinklib.results import number_matches
+from sinklib.pipeline.results import number_matches
 
 
 def test_number_matches_within_a_factor_either_side():
@@ -21,7 +21,7 @@ def test_number_matches_refuses_what_cannot_be_compared(published, measured):
 def test_ppl_ratio_interval_is_paired_and_honest():
     import torch
 
-    from sinklib.evaluation import ppl, ppl_ratio_interval
+    from sinklib.core.evaluation import ppl, ppl_ratio_interval
 
     gen = torch.Generator().manual_seed(0)
     a = 3 + torch.randn(1024, generator=gen)  # per-token NLLs that vary a lot from token to token

@@ -4,7 +4,7 @@ import json
 
 import nbformat
 
-from sinklib import runner
+from sinklib.pipeline import runner
 
 
 def write_notebook(path, body: str) -> None:
@@ -19,7 +19,7 @@ def write_notebook(path, body: str) -> None:
 def test_failure_keeps_previous_figures_and_others_run(tmp_path, capsys):
     books, figures = tmp_path / "notebooks", tmp_path / "figures"
     books.mkdir()
-    save = ("from pathlib import Path\nfrom sinklib import plotting\n"
+    save = ("from pathlib import Path\nfrom sinklib.core import plotting\n"
             "fig = plotting.dom_ratio_by_layer([1, 2], [1, 1])\n"
             "plotting.save(fig, Path(out_dir) / 'fig01_demo', caption=f'profile {profile}')")
     write_notebook(books / "00_good.ipynb", save)
@@ -50,7 +50,7 @@ def test_discover_filters_by_number(tmp_path):
 def test_unknown_notebook_is_a_one_line_error(tmp_path):
     import pytest
 
-    from sinklib.errors import InputError
+    from sinklib.core.errors import InputError
 
     write_notebook(tmp_path / "00_a.ipynb", "pass")
     with pytest.raises(InputError, match="no notebook matches"):

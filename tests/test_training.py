@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from sinklib import training
-from sinklib.errors import InputError
-from sinklib.tinylm import TinyConfig, TinyLM
+from sinklib.core.errors import InputError
+from sinklib.mitigation import training
+from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32)
 
@@ -101,7 +101,7 @@ def test_one_dimensional_parameters_are_not_decayed(attention):
 def test_first_share_separates_small_rows_from_small_shares():
     A = torch.zeros(1, 1, 1, 3, 3)
     A[..., :, 0] = 0.1  # every row puts 0.1 on the first token and nothing elsewhere: row mass 0.1, share 1
-    from sinklib import metrics
+    from sinklib.core import metrics
 
     share = metrics.alpha(metrics.row_normalised(A), 0)
     assert float(metrics.alpha(A, 0)) == pytest.approx(0.1) and float(share) == pytest.approx(1.0)

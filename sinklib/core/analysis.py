@@ -1,0 +1,272 @@
+"""One-call analyses that combine capture and metrics over a batch of sequences (used by the CLI and notebooks)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from sinklib.core import metrics
+from sinklib.core.attnstats import AttentionStats
+from sinklib.core.capture import Capture, find_layers
+from sinklib.core.memory import check_fits, check_length, fit_batch
+from sinklib.core.models import LoadedModel
+from sinklib.core.switch import Patch
+from sinklib.pipeline.claims import Claim
+
+
+@dataclass
+class SinkProfile:
+    """Sink statistics of one model on one batch of inputs (Gu et al.'s protocol: eager attention, key 0).
+
+    Shapes: N sequences, L layers, H heads, T positions.
+    """
+
+    model: str
+    input: str
+    eps: float
+    alphas: torch.Tensor  # (N, L, H) alpha of the first token per sequence, layer, head
+    key_mass: torch.Tensor  # (L, T) sink mass per key, averaged over sequences and heads
+    dom_first: torch.Tensor  # (N, L) DomRatio of the first token's hidden state after each layer
+    dom_rest: torch.Tensor  # (N, L) DomRatio of the other tokens, averaged over positions 1..T-1
+    extremes: list[metrics.Extreme]  # per layer: the largest |h| over the batch
+    massive_dims: list[list[int]] = field(default_factory=list)  # per layer: dims meeting Sun et al.'s criterion
+
+    @property
+    def sink_rate(self) -> float:
+        return metrics.sink_rate(self.alphas, self.eps)
+
+    @property
+    def alpha_first_by_layer(self) -> list[float]:
+        return self.alphas.mean(dim=(0, 2)).tolist()
+
+    @property
+    def sink_layers(self) -> list[int]:
+        """Layers whose mean alpha of the first token (over heads and sequences) exceeds eps."""
+        return [i for i, a in enumerate(self.alpha_first_by_layer) if a > self.eps]
+
+    @property
+    def dom_ratio_first_by_layer(self) -> list[float]:
+        return self.dom_first.mean(dim=0).tolist()
+
+    @property
+    def dom_ratio_rest_by_layer(self) -> list[float]:
+        return self.dom_rest.mean(dim=0).tolist()
+
+    def to_json(self) -> dict:
+        """The CLI's JSON object (keys fixed by the ``profile`` command's contract), plus a few extras."""
+        return {
+            "model": self.model,
+            "input": self.input,
+            "sink_rate": self.sink_rate,
+            "alpha_first_by_layer": self.alpha_first_by_layer,
+            "dom_ratio_first_by_layer": self.dom_ratio_first_by_layer,
+            "massive": [e.as_dict() for e in self.extremes],
+            "eps": self.eps,
+            "num_seqs": int(self.alphas.shape[0]),
+            "seq_len": int(self.key_mass.shape[1]),
+            "dom_ratio_rest_by_layer": self.dom_ratio_rest_by_layer,
+            "massive_dims_by_layer": self.massive_dims,
+        }
+
+
+class LayerProgress(Patch):
+    """Advance a sequence-counting tqdm bar by ``batch`` / L after every decoder layer's forward (hooks removed on
+    exit): at long lengths the bar moves per layer instead of sitting at 0 until the first batch ends."""
+
+    def __init__(self, lm: LoadedModel, bar):
+        super().__init__()
+        self.blocks, self.bar, self.batch = [p.block for p in find_layers(lm.model)], bar, 0
+
+    def _install(self) -> None:
+        self._handles = [b.register_forward_hook(self._tick) for b in self.blocks]
+
+    def _tick(self, module, args, output) -> None:  # returns None: the layer's output is left alone
+        self.bar.update(self.batch / len(self.blocks))
+
+
+@torch.inference_mode()
+def profile_sinks(
+    lm: LoadedModel, input_ids: torch.Tensor, *, input_name: str = "custom", eps: float = metrics.GU_EPS,
+    batch_size: int | None = 16, progress: bool = True,
+) -> SinkProfile:
+    """Run ``input_ids`` (N, T) through the model in batches and reduce each batch to sink statistics.
+
+    Attention statistics come from :class:`~sinklib.core.attnstats.AttentionStats` (equal to eager ``output_attentions``
+    within 1e-5, but O(T) extra memory), hidden states from :class:`~sinklib.core.capture.Capture`; only reductions are
+    kept, so memory is one batch's activations. Checks length first; the batch is the largest <= ``batch_size``
+    (None: N) that the memory check admits. The progress bar counts sequences and moves after every layer, so
+    long inputs show progress and an estimate of the time left from the first layer on.
+    """
+    N, T = input_ids.shape
+    L = lm.n_layers
+    check_length(lm, T)
+    batch_size = fit_batch(lm, min(batch_size or N, N), T, hidden_states=True)
+    alphas, masses, dom_first, dom_rest = [], [], [], []
+    best: list[metrics.Extreme | None] = [None] * L
+    dims: list[set[int]] = [set() for _ in range(L)]
+    bar = tqdm(total=N, desc=f"{lm.name} / {input_name} (batch {batch_size})", unit="seq", disable=not progress,
+               leave=False, bar_format="{l_bar}{bar}| {n:.1f}/{total} seq [{elapsed}<{remaining}]")
+    with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats, \
+            LayerProgress(lm, bar) as tick:
+        for start in range(0, N, batch_size):
+            tick.batch = len(input_ids[start:start + batch_size])
+            batch = input_ids[start:start + batch_size].to(lm.device)
+            lm.model(batch, use_cache=False, logits_to_keep=1)
+            mass = torch.stack([stats.key_mass(i) for i in range(L)], dim=1)  # (B, L, H, T)
+            stats.clear()
+            alphas.append(mass[..., 0])
+            masses.append(mass.sum(dim=(0, 2)))
+            hidden = cap.stack("hidden_states")  # (L, B, T, d)
+            dr = metrics.dom_ratio(hidden)  # (L, B, T)
+            dom_first.append(dr[:, :, 0].T)
+            dom_rest.append(dr[:, :, 1:].mean(dim=-1).T)
+            for i in range(L):
+                ext = metrics.largest_activation(hidden[i])
+                ext.seq += start
+                if best[i] is None or abs(ext.value) > abs(best[i].value):
+                    best[i] = ext
+                rep = metrics.find_massive(hidden[i])
+                dims[i].update(rep.dims)
+            cap.clear()
+    bar.close()
+    key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
+    return SinkProfile(
+        model=lm.name, input=input_name, eps=eps, alphas=torch.cat(alphas), key_mass=key_mass,
+        dom_first=torch.cat(dom_first), dom_rest=torch.cat(dom_rest), extremes=best,  # type: ignore[arg-type]
+        massive_dims=[sorted(d) for d in dims]
+    )
+
+
+@torch.inference_mode()
+def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] | None = None,
+                   intervention=None) -> torch.Tensor:
+    """Attention probabilities of one sequence: ``input_ids`` (T,) or (1, T) -> (L_sel, H, T, T).
+
+    ``intervention``: an optional :mod:`sinklib.interpretation.interventions` context manager active during the forward.
+    """
+    ids = input_ids.reshape(1, -1).to(lm.device)
+    with Capture(lm.model, attentions=True, layers=layers) as cap:
+        with intervention if intervention is not None else contextlib.nullcontext():
+            lm.model(ids, use_cache=False)
+        return cap.stack("attentions")[:, 0]
+
+
+FALLBACK_RATIO = 100.0  # used, and said, when Sun et al.'s 1000x-median ratio is not met
+
+
+@dataclass
+class MassiveDims:
+    """Massive dimensions of a model by Sun et al.'s criterion (|h| > 100 and > 1000x the token's median |h|).
+
+    ``dims`` are the dimensions later analyses use: Sun's when the criterion is met anywhere (``strict``), else
+    those whose largest entry is > 100 and > ``min_ratio`` (the fallback, 100x) -- and then every caller must say
+    that the published criterion was not met. ``peak_ratio``: the largest |h| / median over layers.
+    """
+
+    dims: list[int]
+    strict: bool
+    min_ratio: float
+    peak_ratio: float
+
+    def describe(self) -> str:
+        if self.strict:
+            return f"Sun et al.'s criterion (|h| > 100 and > 1000x the token's median) is met on dims {self.dims}"
+        return (f"Sun et al.'s 1000x-median criterion is NOT met (the largest entry is {self.peak_ratio:.0f}x its "
+                f"token's median); using |h| > 100 and > {self.min_ratio:.0f}x instead: dims {self.dims}")
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "criterion": self.describe()}
+
+
+def massive_dimensions(profile: SinkProfile, fallback_ratio: float = FALLBACK_RATIO) -> MassiveDims:
+    """Sun et al.'s massive dimensions from a :func:`profile_sinks` result, or the stated fallback (see
+    :class:`MassiveDims`)."""
+    strict = sorted({d for layer in profile.massive_dims for d in layer})
+    peak = max((e.ratio for e in profile.extremes), default=0.0)
+    if strict:
+        return MassiveDims(strict, True, metrics.SUN_MIN_RATIO, peak)
+    loose = sorted({e.dim for e in profile.extremes if abs(e.value) > metrics.SUN_MIN_ABS and e.ratio > fallback_ratio})
+    return MassiveDims(loose, False, fallback_ratio, peak)
+
+
+def first_layer_above(values, threshold: float) -> int | None:
+    """Index of the first entry above ``threshold`` (e.g. the sink-onset layer), or None."""
+    for i, v in enumerate(values):
+        if v > threshold:
+            return i
+    return None
+
+
+@dataclass
+class ContextSweep:
+    """First-token attention mass at several context lengths (``n_windows`` natural windows per length)."""
+
+    lengths: list[int]
+    skipped: list[int]  # requested lengths beyond the model's max_position_embeddings
+    by_window: torch.Tensor  # (len(lengths), n_windows, L, H)
+
+    @property
+    def alpha_first(self) -> torch.Tensor:
+        """(len(lengths), L, H): alpha of the first token, mean over the windows."""
+        return self.by_window.mean(dim=1)
+
+    def mean_over(self, layers: list[int] | None = None) -> list[float]:
+        """Per length: alpha of the first token averaged over windows, the given layers (all: None) and heads."""
+        a = self.alpha_first if layers is None else self.alpha_first[:, layers]
+        return a.mean(dim=(1, 2)).tolist()
+
+    def range_over_windows(self, layers: list[int] | None = None) -> tuple[list[float], list[float]]:
+        """Per length: (lowest, highest) over the windows of the layer-and-head mean -- the spread a plot shows."""
+        a = self.by_window if layers is None else self.by_window[:, :, layers]
+        per_window = a.mean(dim=(2, 3))  # (len, n_windows)
+        return per_window.min(dim=1).values.tolist(), per_window.max(dim=1).values.tolist()
+
+    @staticmethod
+    def uniform_baseline(n: int) -> float:
+        """alpha_0 if every query spread its attention uniformly over what it sees: (1/N) sum_t 1/(t+1)."""
+        return float(sum(1.0 / (t + 1) for t in range(n)) / n)
+
+
+@torch.inference_mode()
+def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 0, source: str = "bible",
+                               progress: bool = True, n_windows: int = 1) -> ContextSweep:
+    """alpha of the first token per layer and head at each context length, via the O(N)-memory statistics.
+
+    ``n_windows`` different natural windows per length, each run alone (batch 1: memory stays O(N)), so a plot
+    can show how much one window differs from another. Lengths beyond the model's ``max_position_embeddings``
+    are skipped (and listed), not an error.
+    """
+    from sinklib.core.data import text_windows
+    from sinklib.core.memory import max_length
+
+    limit = max_length(lm) or max(lengths)
+    used, skipped = [n for n in lengths if n <= limit], [n for n in lengths if n > limit]
+    rows = []
+    for n in tqdm(used, desc="context lengths", disable=not progress, leave=False):
+        check_fits(lm, 1, n)
+        windows = text_windows(lm.tokenizer, n_windows, n, seed, source)  # (n_windows, n)
+        per = []
+        for ids in windows:
+            with AttentionStats(lm.model) as stats:
+                lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
+            per.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
+        rows.append(torch.stack(per))  # (n_windows, L, H)
+    return ContextSweep(used, skipped, torch.stack(rows))
+
+
+def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3) -> Claim:
+    """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
+    on one token repeated at every position. Rule: sink rate > 0.3 on natural and random input and < 0.05 on the
+    repeated token. ``measured``: {"natural", "random", "repeated"} -> sink rate; ``reference``: the
+    ``gu2024_sink_rates`` file."""
+    holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
+    return Claim(
+        id="gu2024.llama_family_input_shape",
+        statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
+        source=reference["source"],
+        rule=f"sink rate (eps {eps}) > 30% on natural and random input and < 5% on a repeated token",
+        published={m: reference["models"][m] for m in reference["llama_family"]},
+        measured=dict(measured), holds=bool(holds))

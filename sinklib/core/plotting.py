@@ -1,0 +1,344 @@
+"""Figure functions: take computed numbers, return a :class:`~matplotlib.figure.Figure`.
+
+They never save, show or touch global rcParams; wrap calls in :func:`style` for the house style and write with
+:func:`save`, which is atomic (temporary file, then rename) and writes the caption beside the image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless by default; notebooks' inline backend still wins when set
+import matplotlib.collections  # noqa: E402
+import matplotlib.patches  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.text  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from sinklib.core.paths import STYLE, atomic_write_bytes  # noqa: E402
+
+SINK_COLOR = "#D55E00"
+OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma colour map never takes
+
+
+@contextlib.contextmanager
+def style():
+    """Apply sinklib's style sheet for the duration of a ``with`` block."""
+    with plt.style.context(STYLE):
+        yield
+
+
+def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows), each atomically."""
+    path = Path(path)
+    written = []
+    for fmt in formats:
+        target = path.with_suffix(f".{fmt}")
+        with tempfile.SpooledTemporaryFile() as buf:
+            fig.savefig(buf, format=fmt)
+            buf.seek(0)
+            atomic_write_bytes(target, buf.read())
+        written.append(target)
+    if caption:
+        atomic_write_bytes(path.with_suffix(".txt"), caption.strip().encode() + b"\n")
+    problems = layout_problems(fig)
+    report = path.with_name(path.name + ".layout.txt")
+    if problems:  # the smoke test fails on any such file; the figure is written all the same
+        atomic_write_bytes(report, ("\n".join(problems) + "\n").encode())
+    else:
+        report.unlink(missing_ok=True)
+    return written
+
+
+def _texts(fig: Figure) -> list:
+    """The visible, non-empty texts a reader sees, outside legends: figure titles and labels, axes titles, axis
+    labels, the tick labels inside each axis's view (matplotlib keeps undrawn ones beyond it) and annotations."""
+    out = [getattr(fig, name, None) for name in ("_suptitle", "_supxlabel", "_supylabel")] + list(fig.texts)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        out += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        if not ax.axison:
+            continue
+        for axis in (ax.xaxis, ax.yaxis):
+            out.append(axis.label)
+            lo, hi = sorted(axis.get_view_interval())
+            slack = 1e-9 * max(abs(lo), abs(hi), 1.0)
+            for ticks in (axis.get_major_ticks(), axis.get_minor_ticks()):
+                for tick in ticks:
+                    if lo - slack <= tick.get_loc() <= hi + slack:
+                        out += [tick.label1, tick.label2]
+    seen: set[int] = set()
+    keep = []
+    for t in out:  # the figure title is also in fig.texts: each text once
+        if t is not None and id(t) not in seen and t.get_visible() and t.get_text().strip() and t.get_alpha() != 0:
+            seen.add(id(t))
+            keep.append(t)
+    return keep
+
+
+def layout_problems(fig: Figure, tolerance: float = 2.0) -> list[str]:
+    """What a reader would trip over, as far as matplotlib can tell after drawing: texts that overlap each other
+    (tick labels, titles, annotations) and legends drawn over data (line vertices, scatter points or bar tops inside
+    a legend's box). Returns one line per problem; empty when the figure is clean. ``tolerance``: pixels of overlap
+    ignored (anti-aliasing)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    boxes = []
+    for t in _texts(fig):
+        bb = t.get_window_extent(renderer)
+        if bb.width > 0 and bb.height > 0:
+            boxes.append((t, bb))
+    for i, (t1, b1) in enumerate(boxes):
+        for t2, b2 in boxes[i + 1:]:
+            w = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
+            h = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
+            if w > tolerance and h > tolerance:
+                problems.append(f"text {t1.get_text()[:30]!r} overlaps {t2.get_text()[:30]!r}")
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]:
+        lb = legend.get_window_extent(renderer)
+        for t, b in boxes:  # a title or label running under a legend (e.g. a long title beside an outside legend)
+            if min(lb.x1, b.x1) - max(lb.x0, b.x0) > tolerance and min(lb.y1, b.y1) - max(lb.y0, b.y0) > tolerance:
+                problems.append(f"text {t.get_text()[:30]!r} runs under a legend")
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        lb = legend.get_window_extent(renderer)
+        ab = ax.get_window_extent(renderer)
+        if lb.x1 <= ab.x0 or lb.x0 >= ab.x1 or lb.y1 <= ab.y0 or lb.y0 >= ab.y1:
+            continue  # a legend beside the axes covers nothing
+        pts = []
+        for line in ax.get_lines():
+            if line.get_visible() and len(line.get_xydata()):
+                pts.append(line.get_transform().transform(line.get_xydata()))
+        for coll in ax.collections:  # scatter points (a fill_between band has no offsets worth testing)
+            offsets = np.asarray(coll.get_offsets())
+            if coll.get_visible() and isinstance(coll, matplotlib.collections.PathCollection) and len(offsets):
+                pts.append(coll.get_offset_transform().transform(offsets))
+        for patch in ax.patches:
+            if isinstance(patch, matplotlib.patches.Rectangle) and patch.get_visible():
+                x, y = patch.get_x() + patch.get_width() / 2, patch.get_y() + patch.get_height()
+                pts.append(patch.get_transform().transform([(x, y)]))
+        inside = 0
+        for p in pts:
+            p = p[np.isfinite(p).all(axis=1)]
+            inside += int(((p[:, 0] > lb.x0) & (p[:, 0] < lb.x1) & (p[:, 1] > lb.y0) & (p[:, 1] < lb.y1)).sum())
+        if inside:
+            problems.append(f"legend of {ax.get_title()[:40]!r} covers {inside} data point(s)")
+    return problems
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
+
+
+def draw_attention(ax, A: np.ndarray, norm: LogNorm) -> object:
+    """One causal (T, T) attention map on ``ax``: upper triangle blank, values clipped to ``norm``'s range, the
+    first-key column outlined; returns the image (for a colour bar)."""
+    T = A.shape[-1]
+    masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, norm.vmin, norm.vmax))
+    im = ax.imshow(masked, norm=norm, interpolation="nearest")
+    ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
+    ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
+    return im
+
+
+def attention_grid(
+    maps, layers: Sequence[int], heads: Sequence[int], tokens: Sequence[str] | None = None, title: str = "",
+    floor: float = 1e-3,
+) -> Figure:
+    """Grid of attention maps (rows: layers, columns: heads), log colour scale, first-key column outlined.
+
+    maps: (len(layers), H, T, T) probabilities; ``heads`` picks the columns shown.
+    """
+    A = _np(maps)
+    T = A.shape[-1]
+    labelled = tokens is not None and T <= 32
+    side = 2.6 if labelled else 1.9  # inches per panel: room for one readable label per token
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(side * len(heads) + 1.4, side * len(layers)),
+                             squeeze=False, layout="constrained")
+    norm = LogNorm(vmin=floor, vmax=1.0)
+    im = None
+    names = [t.replace("\n", "\\n")[:8] for t in tokens] if labelled else None
+    for r, layer in enumerate(layers):
+        for c, head in enumerate(heads):
+            ax = axes[r, c]
+            im = draw_attention(ax, A[r, head], norm)
+            if r == 0:
+                ax.set_title(f"head {head}")
+            if c == 0:
+                ax.set_ylabel(f"layer {layer}\nquery")
+                if labelled:
+                    ax.set_yticks(range(T), names, fontsize=6)
+            if r == len(layers) - 1:
+                ax.set_xlabel("key")
+                if labelled:
+                    ax.set_xticks(range(T), names, rotation=90, fontsize=6)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="attention probability (log)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def alpha_heatmap(alphas, title: str = "", eps: float | None = 0.3, key_label: str = "first token") -> Figure:
+    """Layer x head heatmap of alpha_k (mean attention to key k); cells above ``eps`` are dotted."""
+    a = _np(alphas)  # (L, H)
+    L, H = a.shape
+    fig, ax = plt.subplots(figsize=(min(1.0 + 0.45 * H, 8), 1.2 + 0.17 * L))
+    im = ax.imshow(a, aspect="auto", vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
+    if eps is not None:
+        ys, xs = np.nonzero(a > eps)
+        ax.scatter(xs, ys, s=4, c="white", marker="o", lw=0)
+    ax.set_xlabel("head" + (f"   (white dots: alpha > {eps})" if eps is not None else "")), ax.set_ylabel("layer")
+    ax.grid(False)
+    ax.set_xticks(range(H)), ax.set_yticks(range(0, L, max(1, L // 10)))
+    fig.colorbar(im, ax=ax, label=f"alpha of the {key_label}")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mapping[str, Mapping[str, float]] | None = None,
+                   title: str = "", eps: float = 0.3) -> Figure:
+    """Sink rate per input type: the measured model beside published references (grouped bars, in %)."""
+    kinds = list(measured)
+    groups = {label: measured, **(references or {})}
+    width = 0.8 / len(groups)
+    fig, ax = plt.subplots(figsize=(3.2 + 1.6 * len(kinds), 3.2), layout="constrained")
+    for i, (name, rates) in enumerate(groups.items()):
+        xs = np.arange(len(kinds)) + (i - (len(groups) - 1) / 2) * width
+        vals = [100 * rates.get(k, np.nan) for k in kinds]
+        bars = ax.bar(xs, vals, width, label=name, alpha=1.0 if i == 0 else 0.6,
+                      edgecolor="black" if i == 0 else "none", lw=0.8)
+        # every bar gets its number, and a zero is written as 0 (a bar of height 0 is otherwise invisible)
+        ax.bar_label(bars, labels=["0" if v == 0 else f"{v:.0f}" for v in vals], fontsize=6, padding=1,
+                     fontweight="bold" if i == 0 else "normal")
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel(f"sink rate (%, alpha > {eps})"), ax.set_ylim(0, 112)
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Sequence[int], title: str = "",
+                     min_abs: float = 100.0, min_ratio: float = 1000.0) -> Figure:
+    """Largest |activation| per layer vs the median |activation| of the same token, labelled with its dimension.
+
+    Dashed lines: Sun et al.'s thresholds (|h| > 100, and ``min_ratio`` x median as a per-layer marker).
+    """
+    v, m = np.abs(np.asarray(values, float)), np.asarray(medians, float)
+    layers = np.arange(len(v))
+    fig, ax = plt.subplots(figsize=(8.5, 3.4), layout="constrained")
+    ax.semilogy(layers, v, "o-", ms=3, label="largest |h| in the layer")
+    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of that token")
+    ax.semilogy(layers, m * min_ratio, ":", lw=1, color="grey", label=f"{min_ratio:g} x median")
+    ax.axhline(min_abs, ls="--", lw=1, color="grey", label=f"|h| = {min_abs:g}")
+    # one label per run of layers that share the dimension, at the run's largest value; runs of one layer between
+    # others are left to the legend's colour so that labels never sit on top of each other
+    runs, start = [], 0
+    for i in range(1, len(dims) + 1):
+        if i == len(dims) or dims[i] != dims[start]:
+            runs.append((start, i))
+            start = i
+    last_x = -10.0
+    for a, b in runs:
+        i = a + int(np.argmax(v[a:b]))
+        if b - a < 2 and len(runs) > 3 or i - last_x < 2.5:
+            continue
+        ax.annotate(f"dim {dims[i]}", (i, v[i]), textcoords="offset points", xytext=(0, 7), fontsize=7,
+                    ha="center", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
+        last_x = i
+    ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom for the labels
+    ax.set_xlabel("layer (residual stream after the block)"), ax.set_ylabel("|activation|")
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def dom_ratio_by_layer(first: Sequence[float], rest: Sequence[float], title: str = "") -> Figure:
+    """DomRatio = max|h| / mean|h| per layer for the first token vs the mean over the other tokens (log y)."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    ax.semilogy(first, "o-", ms=3, color=SINK_COLOR, label="first token")
+    ax.semilogy(rest, "s-", ms=3, label="other tokens (mean)")
+    ax.set_xlabel("layer"), ax.set_ylabel("DomRatio = max|h| / mean|h|")
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: float | None = 0.3,
+                   uniform: float | None = None) -> Figure:
+    """Mean alpha of the first token per layer, one line per input type (or model); dashed: eps; dotted: what uniform
+    causal attention would give the first token (``uniform``, e.g. H_T / T)."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    for name, vals in series.items():
+        ax.plot(vals, "o-", ms=3, label=name)
+    if eps is not None:
+        ax.axhline(eps, ls="--", lw=1, color="grey", label=f"eps = {eps}")
+    if uniform is not None:
+        ax.axhline(uniform, ls=":", lw=1, color="black", label=f"uniform attention ({uniform:.3f})")
+    ax.set_xlabel("layer"), ax.set_ylabel("alpha of the first token\n(mean over heads, sequences)"), ax.set_ylim(0, 1)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the axes, never over the data
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def long_context_benchmark(rows: Sequence[Mapping], model: str) -> Figure:
+    """Peak memory (left) and time (right) against context length for sdpa, eager output_attentions and sinklib's
+    statistics; rows as written by ``benchmarks/long_context.py``."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2))
+    for key, name, marker in (("sdpa", "(a) sdpa forward", "o"), ("eager", "(b) eager output_attentions", "s"),
+                              ("stats", "(c) sinklib O(N) statistics", "^")):
+        pts = [(r["N"], r[key]) for r in rows if r.get(key)]
+        if not pts:
+            continue
+        ns = [n for n, _ in pts]
+        axes[0].loglog(ns, [m["peak_rss"] / 2**30 for _, m in pts], marker + "-", ms=4, label=name, base=2)
+        axes[1].loglog(ns, [m["seconds"] for _, m in pts], marker + "-", ms=4, label=name, base=2)
+    axes[0].set_ylabel("peak RSS (GiB)"), axes[1].set_ylabel("forward time (s)")
+    for ax in axes:
+        ax.set_xlabel("context length N")
+    axes[0].legend()
+    fig.suptitle(f"Sink statistics at long context, {model}")
+    return fig
+
+
+def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]],
+                    baseline: Sequence[float] | None = None, title: str = "",
+                    spread: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Figure:
+    """First-token attention mass against context length (log x, log y), one line per series (e.g. layer groups).
+
+    ``baseline`` (dashed) is what uniform causal attention would give -- on a linear axis it would sit on zero;
+    ``spread``: {series: (lowest, highest)} over the windows measured at each length, drawn as a band.
+    """
+    fig, ax = plt.subplots(figsize=(7.2, 3.4), layout="constrained")
+    for i, (name, vals) in enumerate(series.items()):
+        ax.loglog(lengths, vals, "o-", ms=4, label=name, base=2, color=f"C{i}")
+        if spread and name in spread:
+            lo, hi = spread[name]
+            ax.fill_between(lengths, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
+    if baseline is not None:
+        ax.loglog(lengths, baseline, "--", color="grey", label="uniform attention, ~ln N / N", base=2)
+    ax.set_xlabel("context length N (tokens)"), ax.set_ylabel("alpha of the first token (log)")
+    ax.set_xticks(list(lengths), [str(n) for n in lengths])
+    ax.set_yscale("log", base=10)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(top=1.0)
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig

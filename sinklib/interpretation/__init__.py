@@ -1,0 +1,1 @@
+"""Why sinks form: the structural-origin chain, massive activations, interventions that move or make a sink."""

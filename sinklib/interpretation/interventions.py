@@ -1,0 +1,242 @@
+"""Interventions: small context managers that change one thing in a forward pass and restore the model on exit.
+
+* :class:`SelfOnlyAttention` -- attention-mask edit: the token at position k attends only to itself
+  (arXiv 2605.06611, intervention i);
+* :class:`HeadOutputAmplification` -- o'_k = mu + lambda (o_k - mu) on the head outputs of token k before W_O
+  (intervention ii), or the control o'_k = lambda o_k;
+* :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
+  (Sun et al., arXiv 2402.17762);
+* :class:`AttentionCalibration` -- ACT (arXiv 2406.15765): damp non-first sinks in chosen heads and give the mass
+  back to the other tokens.
+
+They compose with :class:`sinklib.core.capture.Capture` when entered inside it:
+``with Capture(model, attentions=True) as cap, SelfOnlyAttention(model, 10): model(ids)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from sinklib.core import metrics
+from sinklib.core.capture import find_layers
+from sinklib.core.switch import AttentionSwitch, Patch, eager_for
+
+
+class _Intervention(Patch):
+    """Shared bookkeeping: the layers to edit; hooks and the attention switch are undone by :class:`Patch`."""
+
+    def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
+        super().__init__()
+        self.model = model
+        self.parts = find_layers(model)
+        n = len(self.parts)
+        self.layers = set(range(n) if layers is None else layers)
+        bad = [i for i in self.layers if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"layers {bad} outside 0..{n - 1}")
+        self.calls = 0  # how many times the edit was applied (a test can check it ran)
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):  # subclasses may override
+        raise NotImplementedError
+
+    def _delegate(self, module, *args, **kwargs):
+        """Call the attention function that was active before this intervention (sdpa, eager, a Capture, ...)."""
+        return self._switch.delegate(module, *args, **kwargs)
+
+    def _use_attention_function(self) -> None:
+        """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit."""
+        self._switch = AttentionSwitch(self.model, "sinklib_intervention", self._attention).__enter__()
+
+
+class SelfOnlyAttention(_Intervention):
+    """Let the token at ``position`` attend only to itself in ``layers`` (default: all).
+
+    Row k of the additive mask becomes -inf everywhere except column k, so A_{k,j} = 1[j = k]: token k then
+    aggregates values like a first token does (o_k = v_k), which the structural-origin paper shows is enough to make
+    it a sink. Other rows are untouched (later queries may still attend to k).
+    """
+
+    def __init__(self, model: nn.Module, position: int, layers: Sequence[int] | None = None):
+        super().__init__(model, layers)
+        if position < 0:
+            raise ValueError("position must be >= 0")
+        self.position = position
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        k = self.position
+        if module.layer_idx in self.layers and k < query.shape[2]:
+            # mask: (B, 1, T_q, T_k) additive float (eager_mask); its rows are aligned with the last T_q keys
+            mask = attention_mask.clone()
+            row = k + (key.shape[2] - query.shape[2])  # key index of query k when a cache precedes the queries
+            mask[:, :, k, :] = torch.finfo(mask.dtype).min
+            mask[:, :, k, row] = 0.0
+            attention_mask = mask
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+
+class HeadOutputAmplification(_Intervention):
+    """Amplify the variance of token k's head outputs (before W_O) in ``layers``.
+
+    ``mode="centered"`` (the intervention): o'_{n,k} = mu_k + lambda (o_{n,k} - mu_k), with mu_k the mean over the
+    batch of token k's own head outputs, per head and channel (``mu="position"``, default): token k's mean across
+    inputs stays where it was and only its variance across inputs is multiplied by lambda^2 -- the quantity the
+    variance-discrepancy link is about. ``mu="pooled"`` uses the mean over the batch *and all positions* instead
+    (the paper's "mean over positions/batch" read the other way), which also moves token k's mean toward the
+    layer's mean. ``mode="scale"`` (the control): o'_k = lambda o_k.
+    """
+
+    def __init__(self, model: nn.Module, position: int, lam: float, layers: Sequence[int],
+                 mode: str = "centered", mu: str = "position"):
+        super().__init__(model, layers)
+        if mode not in ("centered", "scale"):
+            raise ValueError("mode must be 'centered' or 'scale'")
+        if mu not in ("position", "pooled"):
+            raise ValueError("mu must be 'position' (batch mean of token k) or 'pooled' (batch and positions)")
+        self.position, self.lam, self.mode, self.mu = position, float(lam), mode, mu
+
+    def _install(self) -> None:
+        for p in self.parts:
+            if p.index in self.layers:
+                self._handles.append(p.o_proj.register_forward_pre_hook(self._edit))
+
+    def _edit(self, module, args):
+        x = args[0].clone()  # (B, T, H * head_dim); per-channel mean equals per-head mean here
+        k = self.position
+        if k >= x.shape[1]:
+            return None
+        if self.mode == "centered":
+            mu = x[:, k].mean(dim=0) if self.mu == "position" else x.mean(dim=(0, 1))  # (H * head_dim,)
+            x[:, k] = mu + self.lam * (x[:, k] - mu)
+        else:
+            x[:, k] = self.lam * x[:, k]
+        self.calls += 1
+        return (x, *args[1:])
+
+
+class ResidualOverride(_Intervention):
+    """Overwrite residual-stream entries h^l[:, t, j] after the blocks in ``layers`` (Sun et al.'s intervention).
+
+    ``dims``: feature dimensions. ``positions``: fixed token positions, or None (default) to locate the massive
+    activations in every forward by Sun et al.'s criterion over *all* positions -- |h_j| > ``min_abs`` and
+    |h_j| > ``min_ratio`` x the median |h| of the same token (:func:`sinklib.core.metrics.massive_mask`) -- which finds
+    the first token's and the first delimiter's alike (Sun et al. set both; locuslab/massive-activations
+    ``lib/hook.py``). ``values``: a float (e.g. 0.0) or a tensor (len(layers), len(dims)) written at position 0;
+    ``other_values``: the same for positions >= 1 (default: ``values``), e.g. the delimiters' own mean, as Sun et
+    al. use one mean for the start token and another for the delimiter.
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[int], dims: Sequence[int],
+                 values: float | torch.Tensor = 0.0, positions: Sequence[int] | None = None,
+                 min_abs: float = metrics.SUN_MIN_ABS, min_ratio: float = metrics.SUN_MIN_RATIO,
+                 other_values: float | torch.Tensor | None = None):
+        super().__init__(model, layers)
+        self.order = sorted(self.layers)
+        self.dims = list(dims)
+        self.values = self._table(values)
+        self.other_values = self.values if other_values is None else self._table(other_values)
+        self.positions = None if positions is None else list(positions)
+        self.min_abs, self.min_ratio = min_abs, min_ratio
+        self.edited = 0  # number of entries overwritten, summed over calls
+
+    def _table(self, values: float | torch.Tensor) -> torch.Tensor:
+        vals = torch.as_tensor(values, dtype=torch.float32)
+        table = vals.expand(len(self.order), len(self.dims)).clone() if vals.ndim < 2 else vals
+        if table.shape != (len(self.order), len(self.dims)):
+            raise ValueError(f"values must be a float or shaped ({len(self.order)}, {len(self.dims)})")
+        return table
+
+    def _install(self) -> None:
+        for row, layer in enumerate(self.order):
+            self._handles.append(self.parts[layer].block.register_forward_hook(
+                lambda mod, args, out, row=row: self._edit(out, row)))
+
+    def _where(self, h: torch.Tensor) -> torch.Tensor:
+        """Boolean (B, T, len(dims)): the entries to overwrite."""
+        if self.positions is None:
+            return metrics.massive_mask(h, self.min_abs, self.min_ratio)[..., self.dims]
+        where = torch.zeros(*h.shape[:2], len(self.dims), dtype=torch.bool, device=h.device)
+        where[:, [p for p in self.positions if p < h.shape[1]]] = True
+        return where
+
+    def _edit(self, output, row: int):
+        h = output[0] if isinstance(output, tuple) else output
+        where = self._where(h)  # decided on the unedited state
+        h = h.clone()  # (B, T, d)
+        for j, dim in enumerate(self.dims):
+            col = h[..., dim]  # (B, T)
+            first, rest = where[:, :1, j], where[:, 1:, j]
+            col[:, :1][first] = float(self.values[row, j])  # Python scalars: any device and dtype
+            col[:, 1:][rest] = float(self.other_values[row, j])
+            self.edited += int(first.sum() + rest.sum())
+        self.calls += 1
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+
+def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float) -> torch.Tensor:
+    """ACT's sink test (GATECH-EIC/ACT, ``atten_process_eval``): key j >= 1 is a sink when its column sum divided by
+    the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``.
+
+    weights: (B, H, T, N) probabilities; allowed: (B|1, 1, T, N) bool, may query t see key j -> (B, H, N) bool.
+    The first key is never a sink here (the official code drops it with ``indices[1:]``).
+    """
+    visible = allowed.float().sum(dim=2).clamp_min(1)  # (B|1, 1, N)
+    sink = weights.float().sum(dim=2) / visible > threshold  # (B, H, N)
+    sink[..., 0] = False
+    return sink
+
+
+def act_bias(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
+    """The additive logit bias that turns softmax into ACT's redistribution exactly.
+
+    Official rule: sink entries become beta A[t, j]; the removed (1 - beta) S_t, S_t = sum_{j in sinks} A[t, j],
+    goes to the other keys of row t in proportion to their weights, so they become A[t, j] (1 - beta S_t)/(1 - S_t).
+    Softmax with a bias b_t on the sink columns scales sinks vs the rest by e^{b_t}; e^{b_t} = beta (1 - S_t) /
+    (1 - beta S_t) reproduces both. weights: (B, H, T, N); sink: (B, H, N) -> (B, H, T, N) bias (0 off the sinks).
+    """
+    s = (weights.float() * sink[:, :, None, :]).sum(dim=-1, keepdim=True)  # (B, H, T, 1): S_t
+    tiny = torch.finfo(torch.float32).tiny
+    b = torch.log(beta * (1 - s).clamp_min(tiny)) - torch.log((1 - beta * s).clamp_min(tiny))
+    return torch.where(sink[:, :, None, :], b, torch.zeros_like(b))
+
+
+class AttentionCalibration(_Intervention):
+    """ACT (Yu et al., arXiv 2406.15765) in the heads ``heads`` = {layer: [head, ...]}, as the authors' code does it.
+
+    In those heads (per sequence), key j >= 1 is a sink when sum_t A[t, j] / (number of queries that see j) exceeds
+    ``threshold`` (:func:`act_sink_columns`); each sink entry becomes exactly beta A[t, j] and the removed mass
+    (1 - beta) S_t goes to the other keys of row t -- the first token included -- in proportion to their attention
+    (``atten_process_eval`` in GATECH-EIC/ACT). The edit is a per-row additive bias on the sink columns
+    (:func:`act_bias`) handed to the model's own attention backend, so a surrounding Capture sees the calibrated
+    attention. ACT chooses its heads by accuracy on a calibration set; which heads to pass is the caller's choice.
+    """
+
+    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1):
+        super().__init__(model, list(heads))
+        if not 0 < beta <= 1:
+            raise ValueError("beta must be in (0, 1]")
+        self.heads = {int(k): list(v) for k, v in heads.items()}
+        self.beta, self.threshold = float(beta), float(threshold)
+        self.damped = 0  # number of (sequence, head, key) sinks damped, summed over calls
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        layer = module.layer_idx
+        if layer in self.heads and query.shape[2] > 1:
+            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
+            allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # (B, 1, T, N)
+            chosen = torch.zeros(weights.shape[1], dtype=torch.bool, device=weights.device)
+            chosen[self.heads[layer]] = True
+            sink = act_sink_columns(weights, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+            self.damped += int(sink.sum())
+            attention_mask = attention_mask + act_bias(weights, sink, self.beta).to(attention_mask.dtype)
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)

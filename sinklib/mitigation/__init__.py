@@ -1,0 +1,1 @@
+"""Removing sinks: attention variants, the tiny LM, its tasks and training, comparison and verdicts."""

@@ -1,0 +1,241 @@
+"""Figures of the mitigation notebook: sink emergence, loss curves, final metrics per variant, attention maps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, _np
+from sinklib.mitigation.comparison import curve
+
+
+def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str = "") -> Figure:
+    """Sink emergence in one variant over training: (a) alpha_0 of every layer/head (mean over seeds, band = range
+    over seeds); (b) sink rate and validation loss. ``uniform`` marks alpha_0 under uniform attention."""
+    steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
+    per_head = np.array([[c["alpha_by_head"] for c in r["checkpoints"]] for r in runs])  # (seeds, ckpt, L, H)
+    L, H = per_head.shape[2:]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
+    colors = plt.cm.viridis(np.linspace(0, 0.85, L * H))
+    for i, (layer, head) in enumerate((la, he) for la in range(L) for he in range(H)):
+        y = per_head[:, :, layer, head]
+        ax.plot(steps, y.mean(0), color=colors[i], lw=1.4, label=f"L{layer} H{head}")
+        if len(runs) > 1:
+            ax.fill_between(steps, y.min(0), y.max(0), color=colors[i], alpha=0.15, lw=0)
+    ax.axhline(uniform, color="grey", ls=":", lw=1)
+    ax.annotate("uniform attention", (steps[-1], uniform), fontsize=7, ha="right", va="bottom", color="grey")
+    ax.axhline(eps, color=SINK_COLOR, ls="--", lw=1)
+    ax.annotate(f"eps = {eps}", (steps[0], eps), fontsize=7, va="bottom", color=SINK_COLOR)
+    ax.set_xlabel("training step"), ax.set_ylabel("alpha of the first token (BOS)")
+    ax.set_title("(a) attention to BOS per head")
+    ax.legend(fontsize=7, ncols=2 if L * H > 4 else 1)
+    s, rate, rate_sd = curve(runs, "sink_rate")
+    bx.plot(s, rate, color=SINK_COLOR, lw=1.5, label="sink rate")
+    bx.fill_between(s, rate - rate_sd, rate + rate_sd, color=SINK_COLOR, alpha=0.2, lw=0)
+    bx.set_ylim(-0.02, 1.02), bx.set_xlabel("training step"), bx.set_ylabel("sink rate (eps 0.3)", color=SINK_COLOR)
+    cx = bx.twinx()
+    s, loss, _ = curve(runs, "val_loss")
+    cx.plot(s, loss, color="k", lw=1.2, label="validation loss")
+    cx.set_ylabel("validation loss (nats)"), cx.grid(False)
+    cx.set_ylim(loss.min() - 0.05, np.percentile(loss, 90) + 0.05)
+    bx.set_title("(b) sink rate and loss")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# one colour per variant in every figure of the notebook (softmax: black), so fig03, fig04 and fig05 agree
+_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#7F7F7F", "#8C564B"]
+
+
+def variant_color(name: str) -> str:
+    """The colour of a variant in every mitigation figure; "headwise_rmsnorm g0=0.1" shares headwise_rmsnorm's."""
+    from sinklib.mitigation.variants import VARIANTS
+
+    base = name.split(" ")[0]
+    if base == "softmax":
+        return "black"
+    order = [v for v in VARIANTS if v != "softmax"]
+    return _PALETTE[order.index(base) % len(_PALETTE)] if base in order else "#999999"
+
+
+def _style(name: str) -> dict:
+    style = {"color": variant_color(name), "lw": 2.0 if name == "softmax" else 1.3}
+    if name == "softmax":
+        style["zorder"] = 5
+    if " " in name:  # a variation of a variant (e.g. another initialisation): same colour, dashed
+        style["ls"] = "--"
+    return style
+
+
+def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title: str = "",
+                ylabel: str = "validation loss (nats)", skip_first: int = 1, note: str = "",
+                floor: float | None = None, baseline: str = "softmax") -> Figure:
+    """(a) ``key`` against training step per variant (mean over seeds, band +- 1 sd), with the task's entropy
+    ``floor`` when known; (b) the difference to ``baseline``, paired by seed (variant seed s minus baseline seed s),
+    mean +- sd -- differences of a few hundredths are invisible on (a). The first ``skip_first`` checkpoints are
+    left out so the end stays readable."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.0, 3.8), layout="constrained")
+    lo, hi = np.inf, -np.inf
+    dlo, dhi = 0.0, 0.0  # range of (b) over the last three quarters of training
+    base = np.array([[c[key] for c in r["checkpoints"]] for r in runs[baseline]]) if baseline in runs else None
+    for name, rs in runs.items():
+        steps, mean, sd = curve(rs, key)
+        steps, mean, sd = steps[skip_first:], mean[skip_first:], sd[skip_first:]
+        style = _style(name)
+        ax.plot(steps, mean, label=name, **style)
+        ax.fill_between(steps, mean - sd, mean + sd, color=style["color"], alpha=0.12, lw=0)
+        lo, hi = min(lo, (mean - sd).min()), max(hi, np.percentile(mean, 75))
+        if base is not None and name != baseline:
+            vals = np.array([[c[key] for c in r["checkpoints"]] for r in rs])
+            n = min(len(vals), len(base))
+            d = (vals[:n] - base[:n])[:, skip_first:]  # (seeds, ckpt) paired by seed
+            dm, ds = d.mean(0), (d.std(0, ddof=1) if n > 1 else np.zeros(d.shape[1]))
+            bx.plot(steps, dm, **style)
+            bx.fill_between(steps, dm - ds, dm + ds, color=style["color"], alpha=0.12, lw=0)
+            late = steps >= steps[-1] / 4
+            dlo, dhi = min(dlo, (dm - ds)[late].min()), max(dhi, (dm + ds)[late].max())
+    if floor is not None:
+        ax.axhline(floor, color="grey", ls=":", lw=1.2)
+        ax.annotate(f"task entropy floor {floor:.3f}", (0.99, floor), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=7, color="dimgrey")
+        lo = min(lo, floor)
+    ax.set_ylim(lo - 0.01 * abs(lo), hi)
+    ax.set_xlabel("training step"), ax.set_ylabel(ylabel), ax.set_title("(a) validation loss")
+    bx.axhline(0, color="black", lw=1.2)
+    pad = 0.1 * (dhi - dlo) or 0.01
+    bx.set_ylim(dlo - pad, dhi + pad)  # early steps, where every curve is far from the others, may leave the axes
+    bx.set_xlabel("training step"), bx.set_ylabel(f"loss - {baseline}'s (same seed)")
+    bx.set_title(f"(b) difference to {baseline}")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    if note:
+        fig.supxlabel(note, fontsize=7, color="dimgrey")  # below the axes; constrained layout keeps it clear
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+VERDICT_COLORS = {"grows": "black", "removes or reduces": "#56B4E9", "removes": "#009E73",
+                  "reduces or keeps": "#CC79A7", "reduces": "#0072B2", "shrinks": "#F0E442", "keeps or": "#E69F00",
+                  "keeps": "#D55E00", "strengthens": "#8B0000", "cannot": "#999999", "does NOT": "#999999"}
+
+
+def verdict_color(verdict: str) -> tuple[str, str]:
+    """(colour, short label) for a :func:`sinklib.mitigation.comparison.sink_verdict` line (matched on the words after the
+    variant's name)."""
+    body = verdict.split(": ", 1)[-1]
+    for key, color in VERDICT_COLORS.items():
+        if body.startswith(key):
+            return color, key if key not in ("keeps or", "does NOT") else body.split(" the")[0]
+    return "#999999", body.split(":")[0]
+
+
+def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "",
+               verdicts: Mapping[str, str] | None = None) -> Figure:
+    """Small multiples, one per metric label of :func:`sinklib.mitigation.comparison.final_table`: mean per variant (dot) with
+    +- 1 sd error bars (no bars from zero, so close values stay apart), each variant coloured by its verdict (a
+    legend names the colours) when ``verdicts`` are given; log scale where values span > 100x."""
+    n = len(labels)
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 1.8, 2.6 * rows), squeeze=False,
+                             layout="constrained")
+    names = list(table.index)
+    marks = {v: verdict_color(verdicts[v]) if verdicts and v in verdicts else (variant_color(v), v) for v in names}
+    for ax, label in zip(axes.flat, labels):
+        mean = table[(label, "mean")].to_numpy(float)
+        sd = np.nan_to_num(table[(label, "sd")].to_numpy(float))
+        for y, (v, mu, err) in enumerate(zip(names, mean, sd)):
+            ax.errorbar(mu, y, xerr=err, fmt="o", color=marks[v][0], ms=5, capsize=2, lw=1)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.invert_yaxis()
+        positive = mean[mean > 0]
+        if len(positive) and positive.max() / max(positive.min(), 1e-9) > 100:
+            ax.set_xscale("log")
+        if uniform is not None and label == "first-token attention":
+            ax.axvline(uniform, color="grey", ls=":", lw=1)
+        ax.set_title(label, fontsize=9)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    if verdicts:
+        seen = {}
+        for color, short in marks.values():
+            seen.setdefault(short, color)
+        handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in seen.items()]
+        fig.legend(handles=handles, loc="outside right center", fontsize=8, title="verdict", title_fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1e-3, title: str = "",
+                   trigger_rows: Sequence[int] = (), missing: Mapping[str, str] | None = None) -> Figure:
+    """One (T, T) attention map per variant on the same input, log colour scale, BOS column outlined.
+
+    Beside each map a one-column strip shows 1 - sum_j A[t, j], the weight a row does *not* give to any token
+    (the sink logit, the KV bias, the zero logit of off-by-one; for sigmoid and softpick, weight given nowhere);
+    ``missing`` names where it goes per panel. ``trigger_rows``: query positions whose token is a trigger (the
+    rows where the head has work to do), marked with a triangle on the left edge.
+    """
+    n = len(maps)
+    cols = min(5, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 1.2, 3.3 * rows), squeeze=False,
+                             layout="constrained")
+    norm, im = LogNorm(vmin=floor, vmax=1.0), None
+    for ax, (name, A) in zip(axes.flat, maps.items()):
+        A = _np(A)
+        T = A.shape[-1]
+        rest = np.clip(1 - np.tril(A).sum(-1), 0, 1)  # (T,)
+        wide = np.full((T, T + 2), np.nan)
+        wide[:, :T] = np.where(np.tril(np.ones((T, T), bool)), np.clip(A, floor, 1), np.nan)
+        wide[:, T + 1] = np.clip(rest, floor, 1)
+        im = ax.imshow(np.ma.masked_invalid(wide), norm=norm, interpolation="nearest")
+        ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
+        ticks = list(range(0, T, 8))
+        ax.set_xticks([*ticks, T + 1], [*map(str, ticks), "rest"], fontsize=6)
+        ax.set_yticks(ticks, list(map(str, ticks)), fontsize=6)
+        ax.grid(False)
+        for t in trigger_rows:
+            if t < T:
+                ax.plot(-1.6, t, marker=">", color="#33A02C", ms=4, clip_on=False)
+        sub = f"\nrest: {missing[name]}" if missing and missing.get(name) else ""
+        ax.set_title(name + sub, fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes[-1, 0].set_xlabel("key (rest: 1 - row sum)", fontsize=7), axes[-1, 0].set_ylabel("query", fontsize=7)
+    fig.colorbar(im, ax=axes, shrink=0.6, label=f"attention weight (log), {head_label}")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float = 0.3, uniform: float | None = None,
+                                 key: str = "share_by_head", title: str = "") -> Figure:
+    """Removed or delayed? The strongest head's row-normalised first-token share (max over layers and heads) against
+    training step, per variant: mean over seeds, band = range over seeds; dashed: eps. A curve still climbing at the
+    last step has not shown that the sink is gone, only that it has not formed yet."""
+    fig, ax = plt.subplots(figsize=(8.5, 3.6), layout="constrained")
+    for name, rs in runs.items():
+        steps = np.array([c["step"] for c in rs[0]["checkpoints"]])
+        y = np.array([[max(max(row) for row in c[key]) for c in r["checkpoints"]] for r in rs])  # (seeds, ckpt)
+        style = _style(name)
+        ax.plot(steps, y.mean(0), label=name, **style)
+        if len(rs) > 1:
+            ax.fill_between(steps, y.min(0), y.max(0), color=style["color"], alpha=0.12, lw=0)
+    ax.axhline(eps, color="grey", ls="--", lw=1)
+    ax.annotate(f"eps = {eps}", (0.01, eps), xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
+    if uniform is not None:
+        ax.axhline(uniform, color="grey", ls=":", lw=1)
+        ax.annotate("uniform attention", (0.01, uniform), xycoords=("axes fraction", "data"), va="top",
+                    fontsize=7, color="grey", xytext=(0, -2), textcoords="offset points")
+    ax.set_xlabel("training step"), ax.set_ylabel("strongest head's first-token share")
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig

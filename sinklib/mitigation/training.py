@@ -1,0 +1,285 @@
+"""Train :class:`~sinklib.mitigation.tinylm.TinyLM` with one attention variant and watch its sink, cached by configuration.
+
+Data (``TrainConfig.data``): ``"bible"`` -- the World English Bible as bytes, random windows with a BOS token
+(id 256) at position 0 of every sequence (training part: the first 90% of verses; validation: the last 10%);
+``"bigram_backcopy"`` -- the synthetic task of Guo et al. (arXiv 2410.13835); ``"file:<path>"`` -- any UTF-8 text
+file as bytes (first 90% train, last 10% validation), e.g. an OpenWebText dump for paper-scale runs.
+
+Every ``eval_every`` steps a checkpoint records train/validation loss and the sink and outlier statistics of a fixed
+validation batch. A finished run is stored under ``<cache>/training/`` as JSON (metrics) and ``.pt`` (final weights),
+keyed by a hash of its full configuration, so unchanged runs are never repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from sinklib.core import metrics
+from sinklib.core.data import corpus_units
+from sinklib.core.errors import InputError
+from sinklib.core.paths import cache_dir
+from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+from sinklib.pipeline.results import write_json
+
+BOS = 256
+TRAINING_VERSION = 3  # 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change, to invalidate cached runs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: TinyConfig = field(default_factory=TinyConfig)
+    steps: int = 400
+    batch_size: int = 16
+    seq_len: int = 128  # including the BOS token
+    lr: float = 3e-3
+    warmup: int = 40
+    weight_decay: float = 0.1
+    eval_every: int = 50
+    eval_seqs: int = 32
+    seed: int = 0
+    bos: bool = True
+    data: str = "bible"  # "bible" (real text, bytes), "bigram_backcopy" (synthetic) or "file:<path>" (text file)
+
+    def key(self) -> str:
+        fields = asdict(self)
+        if not self.model.options:  # no variant options: the key runs had before the field existed
+            del fields["model"]["options"]
+        blob = json.dumps({"v": TRAINING_VERSION, **fields}, sort_keys=True)
+        return f"{self.model.attention}-s{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+@cache
+def bible_bytes(split: str) -> torch.Tensor:
+    """The Bible split as a uint8 tensor of UTF-8 bytes."""
+    return torch.frombuffer(bytearray(" ".join(corpus_units("bible", split)).encode()), dtype=torch.uint8)
+
+
+@cache
+def file_bytes(path: str, split: str) -> torch.Tensor:
+    """A text file as bytes: the first 90% for ``train``, the last 10% for ``heldout``."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise InputError(f"training data file {p} not found; give data='file:<path to a UTF-8 text file>'")
+    raw = p.read_bytes()
+    if len(raw) < 10_000:
+        raise InputError(f"training data file {p} has {len(raw)} bytes; give at least 10 kB of text")
+    cut = int(0.9 * len(raw))
+    return torch.frombuffer(bytearray(raw[:cut] if split == "train" else raw[cut:]), dtype=torch.uint8)
+
+
+def byte_batch(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator, bos: bool = True) -> torch.Tensor:
+    """(batch, seq_len) windows of bytes at random offsets; position 0 is BOS when ``bos``."""
+    n = seq_len - 1 if bos else seq_len
+    starts = torch.randint(0, len(data) - n - 1, (batch,), generator=gen)
+    rows = torch.stack([data[s:s + n] for s in starts.tolist()]).long()
+    return torch.cat([torch.full((batch, 1), BOS), rows], dim=1) if bos else rows
+
+
+BBC_VOCAB, BBC_TRIGGERS = 64, (0, 1, 2)
+
+
+@cache
+def bigram_matrix(vocab: int = BBC_VOCAB, seed: int = 0) -> torch.Tensor:
+    """The fixed bigram transition matrix of the synthetic task: rows ~ Dirichlet(0.3), (vocab, vocab)."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch._standard_gamma(torch.full((vocab, vocab), 0.3), generator=gen)
+    return g / g.sum(-1, keepdim=True)
+
+
+def bigram_backcopy_batch(batch: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Bigram-backcopy (Guo et al., arXiv 2410.13835): after a trigger token the next token copies the token before
+    the trigger; otherwise it follows a fixed bigram chain. Position 0 is BOS. (batch, seq_len) ids."""
+    P = bigram_matrix()
+    x = torch.empty(batch, seq_len, dtype=torch.long)
+    x[:, 0] = BOS
+    x[:, 1] = torch.randint(3, BBC_VOCAB, (batch,), generator=gen)
+    is_trigger = torch.zeros(BBC_VOCAB + 1, dtype=torch.bool)
+    is_trigger[list(BBC_TRIGGERS)] = True
+    for t in range(2, seq_len):
+        prev = x[:, t - 1]
+        nxt = torch.multinomial(P[prev.clamp_max(BBC_VOCAB - 1)], 1, generator=gen).squeeze(1)
+        copy = is_trigger[prev] & (t >= 3)
+        x[:, t] = torch.where(copy, x[:, t - 2], nxt)
+    return x
+
+
+def bigram_backcopy_entropy(seq_len: int, n: int = 4096, seed: int = 0) -> float:
+    """The task's entropy floor: the lowest validation loss any model can reach on bigram-backcopy (nats/token).
+
+    The loss is averaged over the targets x_1..x_{T-1}. The Bayes-optimal predictor knows the process: x_1 is
+    uniform over the 61 non-trigger tokens (entropy ln 61); after a trigger (t >= 3) the next token is a copy
+    (entropy 0); otherwise it follows the bigram row of the previous token (entropy H(P[x_{t-1}])). Averaged over
+    ``n`` sampled sequences (Monte Carlo; the standard error is below 1e-3 nats at n = 4096, T = 64).
+    """
+    P = bigram_matrix()
+    row_entropy = -(P * P.clamp_min(1e-30).log()).sum(-1)  # (vocab,)
+    x = bigram_backcopy_batch(n, seq_len, torch.Generator().manual_seed(seed))
+    prev = x[:, 1:-1]  # (n, T-2): the token before targets x_2..x_{T-1}
+    t = torch.arange(2, seq_len)
+    copy = torch.isin(prev, torch.tensor(BBC_TRIGGERS)) & (t >= 3)
+    h = torch.where(copy, torch.zeros(()), row_entropy[prev.clamp_max(BBC_VOCAB - 1)])  # (n, T-2)
+    first = math.log(BBC_VOCAB - len(BBC_TRIGGERS))  # target x_1
+    return float((first + h.sum(1)).mean() / (seq_len - 1))
+
+
+def make_batch(cfg: TrainConfig, split: str, batch: int, gen: torch.Generator) -> torch.Tensor:
+    if cfg.data == "bible":
+        return byte_batch(bible_bytes(split), batch, cfg.seq_len, gen, cfg.bos)
+    if cfg.data == "bigram_backcopy":
+        return bigram_backcopy_batch(batch, cfg.seq_len, gen)
+    if cfg.data.startswith("file:"):
+        return byte_batch(file_bytes(cfg.data[5:], split), batch, cfg.seq_len, gen, cfg.bos)
+    raise InputError(f"unknown training data {cfg.data!r}; use 'bible', 'bigram_backcopy' or 'file:<path>'")
+
+
+def effective_rank(h: torch.Tensor) -> float:
+    """exp(entropy of the normalised singular values) of a (tokens, d) matrix (Roy & Vetterli)."""
+    s = torch.linalg.svdvals(h.float() - h.float().mean(0))
+    p = s / s.sum()
+    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+
+
+def kurtosis(x: torch.Tensor) -> float:
+    """E[(x - mu)^4] / sigma^4 over all entries (3 for a Gaussian; large when a few entries are huge)."""
+    x = x.double().flatten()
+    z = x - x.mean()
+    return float((z ** 4).mean() / (z ** 2).mean() ** 2)
+
+
+@torch.no_grad()
+def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) -> dict:
+    """Loss and sink/outlier statistics on a fixed batch (N, T).
+
+    alpha: attention of every query to position 0 (BOS), alpha_0 (Gu et al.'s alpha_1: they count positions from 1), per (sequence, layer, head);
+    row_mass: mean over queries of sum_j A_tj -- 1 for softmax, < 1 when mass goes to a learned sink or the
+    off-by-one zero logit, unconstrained for sigmoid attention;
+    first_share: the row-normalised share of BOS, A_t0 / sum_j A_tj, averaged like alpha (equal to alpha for softmax;
+    for unnormalised rows it separates "little mass in the row" from "little of the row's mass on BOS").
+    """
+    model.eval()
+    logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
+    model.train()
+    alphas = metrics.alpha(A, 0).permute(1, 0, 2)  # (N, L, H): attention to position 0 (BOS)
+    shares = metrics.alpha(metrics.row_normalised(A), 0).permute(1, 0, 2)  # (N, L, H): BOS share of each row
+    return {
+        "val_loss": float(F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())),
+        "sink_rate": metrics.sink_rate(alphas, eps),
+        "first_attention": float(alphas.mean()),
+        "alpha_by_layer": alphas.mean(dim=(0, 2)).tolist(),
+        "alpha_by_head": alphas.mean(dim=0).tolist(),  # (L, H)
+        "row_mass": float(A.sum(-1).mean()),
+        "first_share": float(shares.mean()),
+        "share_sink_rate": metrics.sink_rate(shares, eps),
+        "share_by_head": shares.mean(dim=0).tolist(),  # (L, H)
+        "max_activation": float(H.abs().max()),
+        "kurtosis": kurtosis(H),
+        "dom_ratio_first": float(metrics.dom_ratio(H[:, :, 0]).mean()),
+        "effective_rank": effective_rank(H[-1].flatten(0, 1)),
+    }
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups in the standard split (minGPT / nanoGPT / Llama recipes): weight decay on weight matrices only.
+
+    Decayed: the weights of ``nn.Linear`` and ``nn.Embedding`` modules (``ndim == 2`` maps). Not decayed: everything
+    else -- norm gains, biases, the sigmoid bias, the sink logits, and the KV-bias vectors k', v' (stored as one
+    (heads, head_dim) tensor, so ``ndim`` alone would miss them). Decaying those would pull the mitigations' own
+    parameters toward zero, i.e. toward the baseline.
+    """
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding)}
+    decay = [p for p in model.parameters() if p.requires_grad and id(p) in matrices]
+    keep = [p for p in model.parameters() if p.requires_grad and id(p) not in matrices]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+
+
+def run_paths(cfg: TrainConfig) -> tuple[Path, Path]:
+    """Where a run's metrics (JSON) and final weights (.pt) are cached."""
+    base = cache_dir() / "training" / cfg.key()
+    return base.with_suffix(".json"), base.with_suffix(".pt")
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """One-line errors for settings that cannot train."""
+    if cfg.seq_len > cfg.model.max_len:
+        raise InputError(f"seq_len {cfg.seq_len} exceeds the model's max_len {cfg.model.max_len}; raise max_len")
+    if cfg.model.vocab_size <= BOS:
+        raise InputError(f"vocab_size {cfg.model.vocab_size} has no BOS id {BOS}; use at least {BOS + 1}")
+    if cfg.steps < 1 or cfg.eval_every < 1:
+        raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")
+
+
+def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, device: str = "cpu") -> dict:
+    """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}.
+
+    Each checkpoint holds the step, the seconds of training so far, the mean training loss since the previous
+    checkpoint and :func:`evaluate`'s statistics. The final weights are cached too (:func:`load_trained`).
+    """
+    check_config(cfg)
+    json_path, weights_path = run_paths(cfg)
+    if use_cache and json_path.exists():
+        return json.loads(json_path.read_text())
+    torch.manual_seed(cfg.seed)
+    model = TinyLM(cfg.model).to(device)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234)).to(device)
+    checkpoints, losses, trained = [], [], 0.0
+    bar = tqdm(range(cfg.steps + 1), desc=f"{cfg.model.attention} seed {cfg.seed}", disable=not progress, leave=False)
+    for step in bar:
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            row = {"step": step, "seconds": trained, "train_loss": sum(losses) / len(losses) if losses else None,
+                   **evaluate(model, val)}
+            checkpoints.append(row)
+            losses = []
+            bar.set_postfix(val=f"{row['val_loss']:.3f}", alpha=f"{row['first_attention']:.2f}")
+        if step == cfg.steps:
+            break
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        batch = make_batch(cfg, "train", cfg.batch_size, gen).to(device)
+        logits = model(batch)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        trained += time.perf_counter() - start
+    if not math.isfinite(checkpoints[-1]["val_loss"]):
+        raise FloatingPointError(f"{cfg.key()}: validation loss became {checkpoints[-1]['val_loss']}; lower lr")
+    result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints, "seconds": trained}
+    if use_cache:
+        weights_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), weights_path.with_suffix(".pt.tmp"))
+        weights_path.with_suffix(".pt.tmp").replace(weights_path)
+        write_json(json_path, result)
+    return result
+
+
+def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
+    """The final model of a cached run (train it first with :func:`train`)."""
+    _, weights_path = run_paths(cfg)
+    if not weights_path.exists():
+        raise InputError(f"no cached weights for {cfg.key()}; run sinklib.mitigation.training.train(cfg) first")
+    model = TinyLM(cfg.model)
+    model.load_state_dict(torch.load(weights_path, map_location=device, weights_only=True))
+    return model.to(device).eval()

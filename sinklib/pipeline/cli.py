@@ -1,0 +1,119 @@
+"""Command line: ``python -m sinklib {models,profile,figures,gallery}``.
+
+``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
+one JSON object instead. Errors a user can fix are printed as one line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sinklib.core.errors import SinklibError
+
+GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
+
+
+def _cmd_models(args) -> int:
+    from sinklib.core.models import list_models
+
+    rows = list_models()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<20}{'family':<8}{'source':<8}{'ready':<8}description")
+    for r in rows:
+        ready = "yes" if r["installed"] else "no (make offline)"
+        print(f"{r['name']:<20}{r['family']:<8}{r['source']:<8}{ready:<8}{r['description']}")
+    print("Any Hugging Face id (e.g. meta-llama/Llama-2-7b-hf) also works where the hub is reachable.")
+    return 0
+
+
+def _cmd_profile(args) -> int:
+    from sinklib.core.analysis import profile_sinks
+    from sinklib.core.data import make_inputs
+    from sinklib.core.models import load_model
+    from sinklib.pipeline.profiles import seed_everything
+
+    seed_everything(args.seed)
+    lm = load_model(args.model, device=args.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
+    ids = make_inputs(lm, args.input, args.num_seqs, args.seq_len, args.seed)
+    prof = profile_sinks(lm, ids, input_name=args.input, eps=args.eps, batch_size=args.batch_size,
+                         progress=not args.json)
+    if args.json:
+        print(json.dumps(prof.to_json()))
+        return 0
+    print(f"model {lm.name} ({lm.label}), input {args.input}, {args.num_seqs} x {args.seq_len} tokens")
+    print(f"sink rate (first token, eps {args.eps}): {100 * prof.sink_rate:.2f}% of "
+          f"{lm.n_layers} x {lm.n_heads} heads")
+    print(f"{'layer':>5} {'alpha_0':>8} {'DomRatio_1':>11} {'DomRatio_rest':>14} {'max |h|':>10} {'dim':>5} "
+          f"{'pos':>4} {'median':>8} {'x median':>9}")
+    for i, (a, d1, dr, e) in enumerate(zip(prof.alpha_first_by_layer, prof.dom_ratio_first_by_layer,
+                                           prof.dom_ratio_rest_by_layer, prof.extremes)):
+        print(f"{i:>5} {a:>8.3f} {d1:>11.1f} {dr:>14.1f} {abs(e.value):>10.1f} {e.dim:>5} {e.position:>4} "
+              f"{e.median:>8.3f} {e.ratio:>9.0f}")
+    return 0
+
+
+def _cmd_figures(args) -> int:
+    from sinklib.pipeline.runner import run_all
+
+    return run_all(profile=args.profile, model=args.model, device=args.device, seed=args.seed,
+                   only=args.notebooks, figures_dir=args.figures_dir, build_dir=args.build_dir)
+
+
+def _cmd_gallery(args) -> int:
+    from sinklib.pipeline.gallery import build_gallery
+
+    print(build_gallery(args.figures_dir))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sinklib", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("models", help="list the model registry")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_cmd_models)
+
+    pr = sub.add_parser("profile", help="sink rate, alpha, DomRatio and massive activations per layer")
+    pr.add_argument("--model", default="smollm2-135m", help="registry name or hub id (default smollm2-135m)")
+    pr.add_argument("--input", choices=("natural", "random", "repeated"), default="natural")
+    pr.add_argument("--seq-len", type=int, default=64, help="T (default 64, as Gu et al.)")
+    pr.add_argument("--num-seqs", type=int, default=GU_NUM_SEQS, help=f"sequences (default {GU_NUM_SEQS})")
+    pr.add_argument("--eps", type=float, default=0.3, help="sink threshold on alpha (default 0.3)")
+    pr.add_argument("--batch-size", type=int, default=None,
+                    help="sequences per forward (default: as many as the memory check admits, at most --num-seqs)")
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--json", action="store_true", help="print one JSON object")
+    pr.set_defaults(func=_cmd_profile)
+
+    f = sub.add_parser("figures", help="run every notebook with papermill, then build the gallery")
+    f.add_argument("--profile", default="cpu")
+    f.add_argument("--model", default="", help="override the profile's model")
+    f.add_argument("--device", default="", help="override the profile's device")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--notebooks", nargs="*", default=None, help="stems to run (default: all)")
+    f.add_argument("--figures-dir", default="figures")
+    f.add_argument("--build-dir", default="build")
+    f.set_defaults(func=_cmd_figures)
+
+    g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")
+    g.add_argument("--figures-dir", default="figures")
+    g.set_defaults(func=_cmd_gallery)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "num_seqs", 1) < 1 or getattr(args, "seq_len", 2) < 2:
+        print("error: --num-seqs must be >= 1 and --seq-len >= 2", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except SinklibError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,70 @@
+"""Headline numbers in and out: atomic JSON writing and the published reference numbers in ``data/reference``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sinklib.core.paths import REFERENCE_DIR, atomic_write_bytes
+
+
+def to_builtin(obj):
+    """Tensors, numpy values, paths and dataclass-like objects -> JSON-friendly Python values (NaN -> None)."""
+    if isinstance(obj, torch.Tensor):
+        return to_builtin(obj.tolist())
+    if isinstance(obj, np.ndarray | np.generic):
+        return to_builtin(obj.tolist())
+    if isinstance(obj, dict):
+        return {str(k): to_builtin(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_builtin(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_json(path: str | Path, obj) -> Path:
+    atomic_write_bytes(path, (json.dumps(to_builtin(obj), indent=2) + "\n").encode())
+    return Path(path)
+
+
+def load_reference(name: str) -> dict:
+    """A published-numbers file from ``data/reference/<name>.json`` (each carries its source)."""
+    path = REFERENCE_DIR / f"{name}.json"
+    if not path.exists():
+        known = ", ".join(p.stem for p in sorted(REFERENCE_DIR.glob("*.json")))
+        raise FileNotFoundError(f"no reference {name!r} in {REFERENCE_DIR}; available: {known}")
+    return json.loads(path.read_text())
+
+
+def sink_rate_table(measured: dict[str, float], label: str, reference: dict):
+    """Measured sink rates (%) per input type beside a reference file's models (Gu et al. Table 1 layout).
+
+    ``reference`` is :func:`load_reference("gu2024_sink_rates")`; its ``llama_family`` models are listed.
+    """
+    import pandas as pd
+
+    rows = {f"{label} (measured)": measured}
+    for name in reference.get("llama_family", reference["models"]):
+        rows[f"{name} (Gu et al.)"] = reference["models"][name]
+    return (100 * pd.DataFrame(rows).T[list(measured)]).round(2)
+
+
+def number_matches(published: float, measured: float, factor: float = 2.0) -> tuple[bool, str]:
+    """Does a measured number match a published one? Rule: within ``factor`` of it on either side.
+
+    Returns (matches, text), e.g. (False, "no: 60 vs 263 (0.23x)"). A claim's *structure* (a jump, an ordering, a
+    sign) can hold on any model while its *number* only can on the paper's model; the scorecards keep the two apart.
+    """
+    if not (math.isfinite(published) and math.isfinite(measured)) or published == 0:
+        raise ValueError(f"cannot compare {measured!r} with the published {published!r}: both must be finite and "
+                         f"the published value non-zero")
+    ratio = measured / published
+    ok = 1 / factor <= ratio <= factor
+    return ok, f"{'yes' if ok else 'no'}: {measured:.3g} vs {published:.3g} ({ratio:.2f}x)"

@@ -1,0 +1,119 @@
+"""``make figures``: execute every notebook with papermill, keep good figures, summarise, build the gallery.
+
+Each notebook writes into a fresh staging folder; only when it succeeds does the staging folder replace
+``figures/<notebook>/``. A failing notebook therefore never destroys that notebook's previous figures, and does
+not stop the others. The run ends with a table (notebook, status, seconds) and a non-zero exit if anything failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sinklib.core.errors import InputError
+from sinklib.core.paths import NOTEBOOK_DIR
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    ok: bool
+    seconds: float
+    message: str = ""
+
+
+def discover(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
+    """Numbered notebooks in order; ``only`` filters by stem or number prefix (e.g. ``00`` or ``00_tour``)."""
+    books = sorted(p for p in notebook_dir.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        books = [p for p in books if any(p.stem == o or p.stem.startswith(o + "_") for o in only)]
+        if not books:
+            raise InputError(f"no notebook matches {only}; available: "
+                             f"{', '.join(p.stem for p in sorted(notebook_dir.glob('*.ipynb')))}")
+    return books
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Replace ``target`` by ``staging`` with two renames (the old folder is removed only after the swap)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    shutil.move(staging, target)  # a rename when both sit on one filesystem
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _last_error_line(err: BaseException) -> str:
+    name = getattr(err, "ename", type(err).__name__)
+    value = str(getattr(err, "evalue", err)).strip().splitlines()
+    return f"{name}: {value[-1] if value else ''}"[:300]
+
+
+def run_notebook(
+    path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path
+) -> NotebookResult:
+    import papermill as pm
+
+    staging = build_dir / "staging" / path.stem
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    executed = build_dir / "notebooks" / path.name
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    params = {"profile": profile, "model": model, "device": device, "seed": seed, "out_dir": str(staging.resolve())}
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
+                            kernel_name="python3", progress_bar=True)
+    except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
+        return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
+    _publish(staging, figures_dir / path.stem)
+    return NotebookResult(path.stem, True, time.perf_counter() - start)
+
+
+def summary_table(results: list[NotebookResult]) -> str:
+    lines = [f"{'notebook':<22}{'status':<8}{'seconds':>9}  note", "-" * 60]
+    for r in results:
+        lines.append(f"{r.name:<22}{'ok' if r.ok else 'FAILED':<8}{r.seconds:>9.1f}  {r.message}")
+    total = sum(r.seconds for r in results)
+    failed = sum(not r.ok for r in results)
+    lines.append("-" * 60)
+    lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s in all")
+    return "\n".join(lines)
+
+
+def run_all(
+    profile: str = "cpu", model: str = "", device: str = "", seed: int = 0, only: list[str] | None = None,
+    figures_dir: str | Path = "figures", build_dir: str | Path = "build", notebook_dir: Path = NOTEBOOK_DIR,
+) -> int:
+    """Run the notebooks, print the summary, build the gallery; return the exit status (1 if any failed)."""
+    from sinklib.pipeline.gallery import build_gallery
+
+    # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    figures_dir, build_dir = Path(figures_dir).resolve(), Path(build_dir).resolve()
+    from sinklib.pipeline.profiles import PROFILES
+
+    if profile not in PROFILES:  # refused here, before any kernel starts
+        raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
+    books = discover(notebook_dir, only)
+    results = []
+    for i, book in enumerate(books, 1):
+        print(f"[{i}/{len(books)}] {book.stem} (profile={profile}{', model=' + model if model else ''}"
+              f"{', device=' + device if device else ''})", flush=True)
+        res = run_notebook(book, profile=profile, model=model, device=device, seed=seed,
+                           figures_dir=figures_dir, build_dir=build_dir)
+        status = "ok" if res.ok else f"FAILED: {res.message} (previous figures kept; see {build_dir}/notebooks)"
+        print(f"      {book.stem}: {status} in {res.seconds:.1f} s", flush=True)
+        results.append(res)
+    gallery = build_gallery(figures_dir)
+    print(summary_table(results))
+    print(f"gallery: {gallery}")
+    return 0 if all(r.ok for r in results) else 1

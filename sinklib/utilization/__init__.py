@@ -1,0 +1,1 @@
+"""Using sinks: StreamingLLM's sink + window cache, sink-preserving KV quantisation, attention calibration (ACT)."""

@@ -1,0 +1,137 @@
+"""Figures of the utilization notebook: streaming perplexity, sink-count sweep, decode cost, KV quantisation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from sinklib.core.plotting import _np
+
+# a fixed colour and style per method, so the dense reference is never hidden under another line
+METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
+                "window only": dict(color="#D55E00", lw=1.4), "recompute": dict(color="dimgrey", marker="o", ms=4, ls=":", lw=1.2)}
+
+
+def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None = None,
+                     title: str = "", note: str = "") -> Figure:
+    """Windowed perplexity against position in the stream (log y), one line per method.
+
+    ``curves``: {method: (window centres, perplexity per window)} (:func:`sinklib.utilization.streaming.windowed_ppl`);
+    ``budget``: the cache size, shaded up to where eviction starts.
+    """
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
+    for i, (name, (xs, ys)) in enumerate(curves.items()):
+        style = next((v for k, v in METHOD_STYLE.items() if name.startswith(k)), dict(color=f"C{i}", lw=1.4))
+        ax.semilogy(xs, ys, label=name, **{"marker": "o", "ms": 2.5, **style})
+    if budget is not None:
+        ax.axvspan(0, budget, color="grey", alpha=0.12, lw=0)
+        ax.text(budget / 2, 0.97, "cache\nfilling", transform=ax.get_xaxis_transform(), ha="center", va="top",
+                fontsize=7, color="dimgrey")
+    ax.set_xlabel("position in the stream (tokens)"), ax.set_ylabel("perplexity per window")
+    ax.set_xlim(0, None)
+    fig.legend(loc="outside right center", fontsize=8)
+    if note:
+        ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgrey")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mapping[str, Sequence[float]] | None = None,
+               extra: Mapping[str, float] | None = None, title: str = "", relative_to: int = 4) -> Figure:
+    """Perplexity relative to keeping ``relative_to`` sinks, against the number of sink tokens kept (log y).
+
+    Dividing every curve by its own value at ``relative_to`` sinks puts models of very different perplexity on one
+    scale: 1 = as good as four sinks. Published curves (same sink counts) are drawn the same way.
+    """
+    ref_i = list(n_sinks).index(relative_to)
+    fig, ax = plt.subplots(figsize=(6.8, 3.4), layout="constrained")
+    x = np.arange(len(n_sinks))
+    ax.semilogy(x, np.asarray(values) / values[ref_i], "o-", lw=2, color="C0", label="measured", zorder=4)
+    markers = ["s", "^", "D"]
+    for i, (name, ref) in enumerate((reference or {}).items()):
+        ref = np.asarray(ref, dtype=float)
+        ax.semilogy(x[: len(ref)], ref / ref[ref_i], ls="--", marker=markers[i % 3], ms=4, lw=1, color=f"C{i + 1}",
+                    label=name)
+    for i, (name, val) in enumerate((extra or {}).items()):
+        ax.plot([x[ref_i]], [val / values[ref_i]], marker="*", ms=11, ls="", color=f"C{4 + i}", label=name)
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(x, [str(n) for n in n_sinks])
+    ax.set_xlabel("sink tokens kept"), ax.set_ylabel(f"perplexity / perplexity with {relative_to} sinks")
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32) -> Figure:
+    """Per generated token: wall time (moving average over ``smooth`` steps) and KV-cache size, per method."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, layout="constrained")
+    for name, cost in costs.items():
+        secs = _np(cost.seconds) * 1000
+        kernel = np.ones(min(smooth, len(secs))) / min(smooth, len(secs))
+        axes[0].plot(np.convolve(secs, kernel, mode="valid"), label=name)
+        axes[1].plot(_np(cost.cache_bytes) / 2**20, label=name)
+    axes[0].set_ylabel(f"ms per token (mean of {smooth})"), axes[1].set_ylabel("KV cache (MiB)")
+    for ax in axes:
+        ax.set_xlabel("tokens generated")
+    axes[0].legend()
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def quantization_bars(table: Mapping[str, Mapping[str, tuple[float, float, float]]], title: str = "") -> Figure:
+    """Perplexity relative to full precision per bit-width (linear y), quantising everything vs keeping the sinks.
+
+    ``table``: {bit-width: {kind: (ratio, low, high)}} with ratio = ppl / ppl(full precision) and its interval
+    (:func:`sinklib.core.evaluation.ppl_ratio_interval`), drawn as error bars.
+    """
+    bits = list(table)
+    kinds = list(next(iter(table.values())))
+    fig, ax = plt.subplots(figsize=(7.0, 3.4), layout="constrained")
+    width = 0.8 / len(kinds)
+    for i, kind in enumerate(kinds):
+        xs = np.arange(len(bits)) + (i - (len(kinds) - 1) / 2) * width
+        r = np.array([table[b][kind] for b in bits])  # (bits, 3)
+        bars = ax.bar(xs, r[:, 0], width, label=kind, color=f"C{i}", yerr=[r[:, 0] - r[:, 1], r[:, 2] - r[:, 0]],
+                      capsize=3, error_kw=dict(lw=0.8))
+        ax.bar_label(bars, labels=[f"{v:.3f}" for v in r[:, 0]], fontsize=7, padding=6)
+    ax.axhline(1, ls="--", color="grey", lw=1, label="full precision")
+    lows = min(v[1] for row in table.values() for v in row.values())
+    highs = max(v[2] for row in table.values() for v in row.values())
+    span = highs - min(lows, 1)
+    ax.set_ylim(min(0.98, lows - 0.02), highs + 0.2 * span + 0.03)  # headroom for the value labels
+    ax.set_xticks(range(len(bits)), bits), ax.set_ylabel("perplexity / full precision")
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = "") -> Figure:
+    """Attention each key receives per query that sees it, sum_t A[t, j] / (T - j), before and after an edit.
+
+    before, after: (T, T) one head's attention; ``sink_keys``: the columns the edit treats as sinks (marked).
+    One line per condition shows, at a glance, how much each key lost or gained -- a whole T x T map would not.
+    """
+    b, a = _np(before), _np(after)
+    T = b.shape[-1]
+    seen = T - np.arange(T)  # queries that see key j under a causal mask
+    mb, ma = b.sum(0) / seen, a.sum(0) / seen
+    fig, ax = plt.subplots(figsize=(7.5, 3.2), layout="constrained")
+    ax.semilogy(mb, color="grey", lw=1.2, label="before")
+    ax.semilogy(ma, color="C0", lw=1.2, label="after")
+    ax.scatter([0], [mb[0]], color="black", zorder=5, s=18, label="first token")
+    if len(sink_keys):
+        ks = np.asarray(sink_keys)
+        ax.scatter(ks, mb[ks], marker="v", color="#D55E00", zorder=5, s=22, label="treated as sinks (before)")
+        ax.scatter(ks, ma[ks], marker="^", color="C0", zorder=5, s=22, label="same keys, after")
+    ax.set_xlabel("key position j"), ax.set_ylabel("sum_t A[t, j] / (T - j)")
+    fig.legend(loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
