@@ -59,8 +59,8 @@ import time
 import pandas as pd
 import torch
 
+from sinklib.architectures import find_layers
 from sinklib.core import analysis, evaluation, plotting
-from sinklib.core.capture import find_layers
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.models import load_model, require_family
 from sinklib.interpretation import intervention_effects, origin, origin_claims, origin_plots

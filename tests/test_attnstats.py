@@ -115,7 +115,7 @@ def test_static_cache_prefill_with_no_mask_matches_the_model(tiny):
         masks = []
         with AttentionStats(tiny.model) as st:
             reduce = st._reduce
-            st._reduce = lambda m, q, k, mask, kw: (masks.append(mask), reduce(m, q, k, mask, kw))
+            st._reduce = lambda i, m, q, k, mask, kw: (masks.append(mask), reduce(i, m, q, k, mask, kw))
             tiny.model(ids, past_key_values=StaticCache(config=tiny.model.config, max_cache_len=32), use_cache=True)
     assert masks[0] is None  # the case in question really arises
     for layer in range(tiny.n_layers):
@@ -141,10 +141,10 @@ def test_backends_whose_masks_cannot_be_read_are_refused(tiny):
     q, k = torch.randn(1, 4, 6, 16), torch.randn(1, 2, 6, 16)
     module = tiny.model.model.layers[0].self_attn
     with pytest.raises(InputError, match="4-D attention mask"):
-        st._reduce(module, q, k, torch.ones(1, 6, dtype=torch.bool), {})  # flash's 2-D padding mask
-    st._reduce(module, q, k, None, {"sliding_window": 6})  # a window as long as the keys cuts nothing: fine
+        st._reduce(0, module, q, k, torch.ones(1, 6, dtype=torch.bool), {})  # flash's 2-D padding mask
+    st._reduce(0, module, q, k, None, {"sliding_window": 6})  # a window as long as the keys cuts nothing: fine
     with pytest.raises(InputError, match="sliding window of 4"):
-        st._reduce(module, q, k, None, {"sliding_window": 4})
+        st._reduce(0, module, q, k, None, {"sliding_window": 4})
 
 
 def test_context_sweep_keeps_every_window(tiny):

@@ -5,7 +5,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from sinklib.core.capture import Capture, find_layers, hooks_left
+from sinklib.architectures import find_layers
+from sinklib.core.capture import Capture, hooks_left
 from sinklib.core.models import load_model
 
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import AttentionInterface
 
-from sinklib.core.capture import Capture, find_layers, hooks_left
+from sinklib.architectures import find_layers
+from sinklib.core.capture import Capture, hooks_left
 from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
 
 K = 5

@@ -12,9 +12,12 @@ block at once to
   reported, not dropped.
 
 Masks are honoured as the backend gets them: a 4-D mask (causal, padding, sliding windows) as given; ``None`` as
-sdpa reads it -- ``is_causal`` for T > 1 queries, i.e. query t sees keys 0..t (torch's top-left alignment, which is
-also what a static-cache prefill gets: its empty slots after the prompt stay unseen), and every key for a single
-query. Grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
+sdpa reads it -- for a causal module (``module.is_causal``, decoders) and T > 1 queries, query t sees keys 0..t
+(torch's top-left alignment, which is also what a static-cache prefill gets: its empty slots after the prompt stay
+unseen), and every key for a single query; for a bidirectional module (ViT encoders, ``is_causal = False``) every
+query sees every key. timm ViTs have no attention interface: their fused path is switched off and the statistics
+are reduced from the probabilities timm passes through ``attn_drop`` (full attention, O(N^2) per layer as timm's own
+eager path). Grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
 Backends whose masks cannot be read here -- flash-attention (2-D padding masks, windows passed as a keyword) and
 flex attention (block masks) -- are refused with a one-line error instead of giving statistics of another
 attention than the model's.
@@ -27,8 +30,9 @@ from collections import defaultdict
 import torch
 from torch import nn
 
+from sinklib.architectures import adapter_for
 from sinklib.core.errors import InputError
-from sinklib.core.switch import AttentionSwitch
+from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
 UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks AttentionStats cannot mirror
 
@@ -39,8 +43,8 @@ def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop
              device: torch.device) -> torch.Tensor:
     """Boolean (B or 1, 1, stop-start, k_len): may query t (rows start..stop-1) attend to key j?
 
-    ``None`` is read as sdpa reads it: causal with top-left alignment (query t sees keys 0..t) when q_len > 1, every
-    key when q_len == 1.
+    ``None`` is read as sdpa reads it for a causal module: causal with top-left alignment (query t sees keys 0..t)
+    when q_len > 1, every key when q_len == 1 (bidirectional modules get an all-zero mask before this).
     """
     if mask is None:
         q_pos = torch.arange(start, stop, device=device) + (k_len if q_len == 1 else 0)
@@ -65,6 +69,7 @@ class AttentionStats:
     def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
                  block_bytes: int = DEFAULT_BLOCK_BYTES):
         self.model = model
+        self.adapter = adapter_for(model)
         self.entropy = entropy
         self.chunk = chunk
         self.block_bytes = block_bytes
@@ -73,6 +78,7 @@ class AttentionStats:
         self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
+        self._timm = _TimmProbabilities(self) if self.adapter.backend == "timm" else None
 
     # ------------------------------------------------------------------------------------------------ computation
     def _chunk_size(self, batch: int, heads: int, k_len: int) -> int:
@@ -81,7 +87,7 @@ class AttentionStats:
         return max(16, self.block_bytes // (4 * batch * heads * k_len))
 
     @torch.no_grad()
-    def _reduce(self, module, query, key, attention_mask, kwargs) -> None:
+    def _reduce(self, layer: int, module, query, key, attention_mask, kwargs) -> None:
         """Reduce one layer's attention to statistics, ``chunk`` queries at a time.
 
         Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
@@ -97,7 +103,10 @@ class AttentionStats:
         if attention_mask is None and window and window < N:  # a window that would cut, but no mask showing it
             raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
                              "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
-        # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring)
+        # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring);
+        # a bidirectional module (ViT) sees every key, i.e. a mask that allows everything
+        if attention_mask is None and not getattr(module, "is_causal", True):
+            attention_mask = torch.zeros(1, 1, T, N, device=query.device)
         G, off = H // Hkv, (N - 1 if T == 1 else 0)
         scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
         softcap = kwargs.get("softcap")
@@ -140,7 +149,6 @@ class AttentionStats:
                 h = torch.special.entr(e).sum(-1)
                 ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
             del logits, e
-        layer = module.layer_idx
         self.col_sum[layer].append(col.flatten(1, 2).float().cpu())
         self.visible[layer].append(vis.float().cpu())
         if ent is not None:
@@ -149,11 +157,26 @@ class AttentionStats:
             self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        self._reduce(module, query, key, attention_mask, kwargs)
+        layer = self.adapter.index_of(module)
+        if layer is not None:  # other towers (an MLLM's vision encoder) are not reduced
+            self._reduce(layer, module, query, key, attention_mask, kwargs)
         return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ context
+    @torch.no_grad()
+    def _reduce_probabilities(self, layer: int, probs: torch.Tensor) -> None:
+        """timm: the same statistics from full probabilities (B, H, N, N) of bidirectional attention."""
+        B, H, T, N = probs.shape
+        p = probs.float()
+        self.col_sum[layer].append(p.sum(dim=2).cpu())
+        self.visible[layer].append(torch.full((B, N), float(T)))
+        if self.entropy:
+            self.query_entropy[layer].append(torch.special.entr(p).sum(-1).cpu())
+
     def __enter__(self) -> AttentionStats:
+        if self._timm is not None:
+            self._timm.__enter__()
+            return self
         backend = str(self.model.config._attn_implementation)
         if any(name in backend for name in UNREADABLE_BACKENDS):
             raise InputError(f"AttentionStats cannot mirror {backend!r} (its masks are 2-D padding masks, keyword "
@@ -162,6 +185,9 @@ class AttentionStats:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._timm is not None:
+            self._timm.__exit__(*exc)
+            return
         self._switch.__exit__(*exc)
 
     # ------------------------------------------------------------------------------------------------ results
@@ -193,3 +219,18 @@ class AttentionStats:
     def clear(self) -> None:
         for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass):
             store.clear()
+
+
+class _TimmProbabilities(Patch):
+    """timm ViTs: fused attention off, and a hook on each block's ``attn_drop`` handing the probabilities over."""
+
+    def __init__(self, stats: AttentionStats):
+        super().__init__()
+        self.stats = stats
+
+    def _install(self) -> None:
+        layers = self.stats.adapter.layers
+        self._switches.append(TimmEagerAttention([p.attn for p in layers]).__enter__())
+        for p in layers:
+            self._handles.append(p.attn.attn_drop.register_forward_hook(
+                lambda m, a, out, i=p.index: self.stats._reduce_probabilities(i, out)))

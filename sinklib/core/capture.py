@@ -1,28 +1,32 @@
-"""Capture what a forward pass computes, per layer, through transformers' own mechanisms.
+"""Capture what a forward pass computes, per layer, through the libraries' own mechanisms.
 
-* attention probabilities: a recording function registered in transformers' ``AttentionInterface`` (plus the eager
-  mask function in ``AttentionMaskInterface``, so causal, padding and sliding-window masks are built as usual) that
-  calls the model's own ``eager_attention_forward`` and keeps the weights it returns -- whatever backend the model
-  was loaded with;
-* residual hidden states h^l (output of decoder layer l): forward hooks on the layers;
+* attention probabilities: transformers models -- a recording function registered in ``AttentionInterface`` (plus
+  the eager mask function in ``AttentionMaskInterface``, so causal, padding and sliding-window masks are built as
+  usual) that calls the model's own ``eager_attention_forward`` and keeps the weights it returns, whatever backend the
+  model was loaded with; timm ViTs -- the fused path turned off and a hook on ``attn_drop``, which receives them;
+* residual hidden states h^l (output of block l): forward hooks on the blocks;
 * per-head attention outputs o^{l,h} (after value aggregation, before W_O): pre-hooks on the output projection;
 * MLP intermediate activations (the input of W_down): pre-hooks on the down projection;
-* on request, the normalised inputs of attention and MLP, and the post-RoPE queries, keys and values the attention
-  function receives.
+* mixture of experts: the router's logits, top-k choice and weights (hook on the router), and each selected
+  expert's output before its routing weight (a recording function in transformers' ``ExpertsInterface``);
+* on request, the normalised inputs of attention and MLP, and the (post-RoPE) queries, keys and values.
 
-Everything is registered on ``__enter__`` and removed on ``__exit__``, even when the forward raises.
+Where the blocks are, and which attention module is which block, comes from the model's architecture adapter
+(:func:`sinklib.architectures.adapter_for`), so decoders, MoE decoders, ViTs (transformers and timm) and the language
+tower of a multimodal model are read alike. Everything is registered on ``__enter__`` and removed on ``__exit__``,
+even when the forward raises.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from sinklib.core.switch import AttentionSwitch, Patch, eager_for
+from sinklib.architectures import Adapter, Layer, adapter_for
+from sinklib.core.switch import AttentionSwitch, ExpertsSwitch, Patch, TimmEagerAttention, eager_for
 
 KINDS = (
     "attentions",  # (B, H, T_q, T_k) probabilities
@@ -34,53 +38,41 @@ KINDS = (
     "queries",  # (B, H, T, head_dim) after RoPE
     "keys",  # (B, H_kv, T, head_dim) after RoPE
     "values",  # (B, H_kv, T, head_dim)
+    "router_logits",  # (B, T, E) MoE router logits
+    "expert_choice",  # (B, T, k) indices of the selected experts
+    "expert_weights",  # (B, T, k) their routing weights
+    "expert_outputs",  # (B, T, k, d) each selected expert's down-projection output, before its weight
 )
 _VIA_ATTENTION_FN = {"attentions", "queries", "keys", "values"}
-_ATTN_NAMES = ("self_attn", "attention", "attn", "self_attention")
-_OPROJ_NAMES = ("o_proj", "out_proj", "output.dense", "dense", "c_proj", "proj")
-_DOWN_NAMES = ("down_proj", "fc2", "w2", "c_proj", "dense_4h_to_h")
+_ROUTER = {"router_logits", "expert_choice", "expert_weights"}
 
 
-@dataclass
-class LayerParts:
-    """The modules of one transformer block that capture and interventions hook into."""
+def selected_expert_outputs(experts: nn.Module, hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """y[t, j] = W_down[e] g(W_gate_up[e] x_t) (+ biases), e = index[t, j]: each selected expert's output before its
+    routing weight, computed from the fused parameters as transformers 5's experts forward does (gated or not,
+    biases, transposed storage, post-expert norm), one expert at a time.
 
-    index: int
-    block: nn.Module
-    attn: nn.Module
-    o_proj: nn.Module | None
-    mlp: nn.Module | None
-    down_proj: nn.Module | None
+    hidden: (N, d); index: (N, k) -> (N, k, d).
+    """
+    def linear(x, weight, bias):  # weight (out, in), or (in, out) when the module stores it transposed
+        y = x @ weight if getattr(experts, "is_transposed", False) else x @ weight.T
+        return y if bias is None else y + bias
 
-
-def _child(module: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
-    for name in names:
-        try:
-            return module.get_submodule(name)
-        except AttributeError:
+    has_gate, has_bias = getattr(experts, "has_gate", True), getattr(experts, "has_bias", False)
+    up_name = "gate_up_proj" if has_gate else "up_proj"
+    out = hidden.new_zeros(*index.shape, hidden.shape[-1])  # (N, k, d)
+    for e in index.unique().tolist():
+        if e >= experts.num_experts:  # expert-parallel sentinel: not on this rank
             continue
-    return None
-
-
-def find_layers(model: nn.Module) -> list[LayerParts]:
-    """The model's transformer blocks in order: the longest ``ModuleList`` whose items have an attention child."""
-    best: nn.ModuleList | None = None
-    for mod in model.modules():
-        if isinstance(mod, nn.ModuleList) and len(mod) and _child(mod[0], _ATTN_NAMES) is not None:
-            if best is None or len(mod) > len(best):
-                best = mod
-    if best is None:
-        raise TypeError(f"{type(model).__name__}: found no list of transformer blocks with an attention module.")
-    parts = []
-    for i, block in enumerate(best):
-        attn = _child(block, _ATTN_NAMES)
-        mlp = _child(block, ("mlp", "feed_forward", "ffn"))
-        parts.append(LayerParts(
-            index=i, block=block, attn=attn,
-            o_proj=_child(attn, _OPROJ_NAMES) or _child(block, ("attention.output.dense",)),
-            mlp=mlp, down_proj=_child(mlp, _DOWN_NAMES) if mlp is not None else None,
-        ))
-    return parts
+        rows, slot = torch.where(index == e)
+        x = hidden[rows]  # (n_e, d)
+        h = linear(x, getattr(experts, up_name)[e], getattr(experts, f"{up_name}_bias")[e] if has_bias else None)
+        h = experts._apply_gate(h) if has_gate else experts.act_fn(h)  # (n_e, d_ff)
+        y = linear(h, experts.down_proj[e], experts.down_proj_bias[e] if has_bias else None)
+        if getattr(experts, "has_post_expert_norm", False):
+            y = experts.post_expert_norm(y)
+        out[rows, slot] = y.to(out.dtype)
+    return out
 
 
 class Capture(Patch):
@@ -93,6 +85,7 @@ class Capture(Patch):
     Kinds: see :data:`KINDS`; pass them as keyword flags (``attentions=True``) or as ``kinds=[...]``.
     ``reduce`` maps a kind to ``fn(tensor, layer) -> tensor`` applied before storing (e.g. keep only the first key's
     column), so long runs need not hold every full tensor. Tensors are detached and moved to ``store_device``.
+    In a multimodal model the layers are the language tower's; ``adapter`` overrides the model's own.
     """
 
     def __init__(
@@ -107,10 +100,12 @@ class Capture(Patch):
         layers: list[int] | None = None,
         reduce: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] | None = None,
         store_device: str | torch.device = "cpu",
+        adapter: Adapter | None = None,
     ):
         super().__init__()
         self.model = model
-        self.parts = find_layers(model)
+        self.adapter = adapter or adapter_for(model)
+        self.parts = self.adapter.layers
         self.layers = set(range(len(self.parts)) if layers is None else layers)
         flags = {"attentions": attentions, "hidden_states": hidden_states, "head_outputs": head_outputs,
                  "mlp_activations": mlp_activations}
@@ -120,9 +115,13 @@ class Capture(Patch):
             raise ValueError(f"Capture: unknown kinds {sorted(unknown)}; use {', '.join(KINDS)}")
         if not self.wanted:
             raise ValueError("Capture: ask for at least one of " + ", ".join(KINDS))
+        moe = self.wanted & (_ROUTER | {"expert_outputs"})
+        if moe and not any(p.experts is not None for p in self.parts):
+            raise ValueError(f"Capture: {sorted(moe)} need a mixture-of-experts model; {self.adapter.kind} has none")
         self.reduce = reduce or {}
         self.store_device = torch.device(store_device)
         self.records: dict[str, dict[int, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
+        self._moe_shape: dict[int, tuple[int, int]] = {}  # layer -> (B, T) of the MoE block's current input
 
     # ------------------------------------------------------------------------------------------------ recording
     def _store(self, kind: str, layer: int, tensor: torch.Tensor) -> None:
@@ -134,58 +133,98 @@ class Capture(Patch):
         self.records[kind][layer].append(tensor.to(self.store_device))
 
     def _attention_fn(self, module, query, key, value, attention_mask, **kwargs):
+        layer = self.adapter.index_of(module)
+        if layer is None:  # another tower (e.g. the vision encoder of an MLLM): run it as before
+            return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
         out, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)
         for kind, tensor in (("attentions", weights), ("queries", query), ("keys", key), ("values", value)):
             if kind in self.wanted:
-                self._store(kind, module.layer_idx, tensor)
+                self._store(kind, layer, tensor)
         return out, weights
 
-    def _hooks(self) -> list:
-        handles = []
-        for p in self.parts:
-            if p.index not in self.layers:
-                continue
-            if "hidden_states" in self.wanted:
-                def on_block(mod, args, output, i=p.index):
-                    h = output[0] if isinstance(output, tuple) else output
-                    self._store("hidden_states", i, h)  # (B, T, d)
-                handles.append(p.block.register_forward_hook(on_block))
-            if "attn_inputs" in self.wanted:
-                def on_attn(mod, args, kwargs, i=p.index):
-                    self._store("attn_inputs", i, args[0] if args else kwargs["hidden_states"])  # (B, T, d)
-                handles.append(p.attn.register_forward_pre_hook(on_attn, with_kwargs=True))
-            if "mlp_inputs" in self.wanted:
-                if p.mlp is None:
-                    raise TypeError(f"layer {p.index}: no MLP found")
-                def on_mlp(mod, args, kwargs, i=p.index):
-                    self._store("mlp_inputs", i, args[0] if args else next(iter(kwargs.values())))  # (B, T, d)
-                handles.append(p.mlp.register_forward_pre_hook(on_mlp, with_kwargs=True))
-            if "head_outputs" in self.wanted:
-                if p.o_proj is None:
-                    raise TypeError(f"layer {p.index}: no output projection found for head outputs")
-                def on_oproj(mod, args, i=p.index, attn=p.attn):
-                    x = args[0]  # (B, T, H * head_dim)
-                    self._store("head_outputs", i, x.unflatten(-1, (-1, _head_dim(attn, x))))  # (B, T, H, hd)
-                handles.append(p.o_proj.register_forward_pre_hook(on_oproj))
-            if "mlp_activations" in self.wanted:
-                if p.down_proj is None:
-                    raise TypeError(f"layer {p.index}: no MLP down projection found")
-                def on_down(mod, args, i=p.index):
-                    self._store("mlp_activations", i, args[0])  # (B, T, d_ff)
-                handles.append(p.down_proj.register_forward_pre_hook(on_down))
-        return handles
+    def _experts_fn(self, module, hidden, top_k_index, top_k_weights):
+        layer = self.adapter.index_of(module)
+        if layer is not None and layer in self.layers:
+            B, T = self._moe_shape[layer]
+            y = selected_expert_outputs(module, hidden, top_k_index)  # (B*T, k, d)
+            self._store("expert_outputs", layer, y.view(B, T, *y.shape[1:]))
+        return self._experts.delegate(module, hidden, top_k_index, top_k_weights)
+
+    def _hook(self, module: nn.Module | None, what: str, layer: Layer, fn, pre: bool = False, kwargs=False) -> None:
+        if module is None:
+            raise TypeError(f"layer {layer.index}: no {what} found ({self.adapter.kind})")
+        register = module.register_forward_pre_hook if pre else module.register_forward_hook
+        self._handles.append(register(fn, with_kwargs=True) if kwargs else register(fn))
+
+    def _layer_hooks(self, p: Layer) -> None:
+        i = p.index
+        if "hidden_states" in self.wanted:
+            self._hook(p.block, "block", p, lambda m, a, out: self._store(
+                "hidden_states", i, out[0] if isinstance(out, tuple) else out))  # (B, T, d)
+        if "attn_inputs" in self.wanted:
+            self._hook(p.attn, "attention", p, lambda m, a, kw: self._store(
+                "attn_inputs", i, a[0] if a else next(iter(kw.values()))), pre=True, kwargs=True)  # (B, T, d)
+        if "mlp_inputs" in self.wanted:
+            self._hook(p.mlp, "MLP", p, lambda m, a, kw: self._store(
+                "mlp_inputs", i, a[0] if a else next(iter(kw.values()))), pre=True, kwargs=True)  # (B, T, d)
+        if "head_outputs" in self.wanted:
+            self._hook(p.o_proj, "output projection for head outputs", p, lambda m, a: self._store(
+                "head_outputs", i, a[0].unflatten(-1, (-1, _head_dim(p.attn, a[0])))), pre=True)  # (B, T, H, hd)
+        if "mlp_activations" in self.wanted:
+            self._hook(p.down_proj, "MLP down projection (MoE: use expert_outputs)", p, lambda m, a: self._store(
+                "mlp_activations", i, a[0]), pre=True)  # (B, T, d_ff)
+        if p.experts is not None and self.wanted & (_ROUTER | {"expert_outputs"}):
+            def on_moe(m, a, kw):
+                x = a[0] if a else next(iter(kw.values()))
+                self._moe_shape[i] = tuple(x.shape[:2])
+            self._hook(p.mlp, "MoE block", p, on_moe, pre=True, kwargs=True)
+        if p.router is not None and self.wanted & _ROUTER:
+            self._hook(p.router, "router", p, lambda m, a, out: self._record_router(i, m, out))
+        if self.adapter.backend == "timm":
+            self._timm_hooks(p)
+
+    def _record_router(self, layer: int, router: nn.Module, out) -> None:
+        logits, scores, index = out  # (N, E), (N, k) or (N, E), (N, k)
+        shape = self._moe_shape[layer]
+        if scores.shape[-1] != index.shape[-1]:  # full (N, E) score table: keep the selected experts' weights
+            scores = scores.gather(-1, index)
+        for kind, x in (("router_logits", logits), ("expert_choice", index), ("expert_weights", scores)):
+            if kind in self.wanted:
+                self._store(kind, layer, x.reshape(*shape, x.shape[-1]))
+
+    def _timm_hooks(self, p: Layer) -> None:
+        """timm's Attention: probabilities leave softmax through ``attn_drop``; q, k through ``q_norm``/``k_norm``."""
+        i, attn = p.index, p.attn
+        if "attentions" in self.wanted:
+            self._hook(attn.attn_drop, "attn_drop", p, lambda m, a, out: self._store("attentions", i, out))
+        for kind, part in (("queries", "q_norm"), ("keys", "k_norm")):
+            if kind in self.wanted:
+                self._hook(getattr(attn, part), part, p, lambda m, a, out, kind=kind: self._store(kind, i, out))
+        if "values" in self.wanted:
+            def on_qkv(m, a, out):  # (B, N, 3 H hd) -> v (B, H, N, hd)
+                self._store("values", i, out.unflatten(-1, (3, attn.num_heads, -1))[:, :, 2].transpose(1, 2))
+            self._hook(attn.qkv, "qkv", p, on_qkv)
 
     # ------------------------------------------------------------------------------------------------ context
     def _install(self) -> None:
-        self._handles = self._hooks()
+        for p in self.parts:
+            if p.index in self.layers:
+                self._layer_hooks(p)
         if self.wanted & _VIA_ATTENTION_FN:
-            current = self.model.config._attn_implementation or ""
-            if current.startswith("sinklib_"):
-                raise RuntimeError(
-                    f"a sinklib capture or intervention ({current}) is already active on this model; enter Capture "
-                    "first: `with Capture(...) as cap, SomeIntervention(...):`"
-                )
-            self._switch = AttentionSwitch(self.model, "sinklib_capture", self._attention_fn).__enter__()
+            if self.adapter.backend == "timm":
+                if "attentions" in self.wanted:
+                    self._switches.append(TimmEagerAttention([p.attn for p in self.parts]).__enter__())
+            else:
+                current = self.model.config._attn_implementation or ""
+                if current.startswith("sinklib_"):
+                    raise RuntimeError(
+                        f"a sinklib capture or intervention ({current}) is already active on this model; enter "
+                        "Capture first: `with Capture(...) as cap, SomeIntervention(...):`"
+                    )
+                self._switch = AttentionSwitch(self.model, "sinklib_capture", self._attention_fn).__enter__()
+        if "expert_outputs" in self.wanted:
+            self._experts = ExpertsSwitch(self.model, "sinklib_experts", self._experts_fn).__enter__()
+            self._switches.append(self._experts)
 
     # ------------------------------------------------------------------------------------------------ results
     def get(self, kind: str, layer: int) -> torch.Tensor:
@@ -206,6 +245,7 @@ class Capture(Patch):
 def _head_dim(attn: nn.Module, x: torch.Tensor) -> int:
     hd = getattr(attn, "head_dim", None) or getattr(attn, "attention_head_size", None)
     return int(hd) if hd else x.shape[-1] // attn.config.num_attention_heads
+
 
 
 def hooks_left(model: nn.Module) -> int:

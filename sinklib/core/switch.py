@@ -1,8 +1,12 @@
-"""One helper for everything that plugs into transformers' attention-function registry.
+"""The one place that changes how a model runs attention (and its experts), always undone on exit.
 
-:class:`AttentionSwitch` registers a function under a fresh name in ``AttentionInterface`` (and a mask function in
-``AttentionMaskInterface``), switches the model to it, and on exit switches back and removes both entries. Capture,
-the O(N) statistics and the interventions all use it, so they can be nested (outer first) and never leave a trace.
+* :class:`AttentionSwitch` registers a function under a fresh name in transformers' ``AttentionInterface`` (and a
+  mask function in ``AttentionMaskInterface``), switches the model -- every tower of a multimodal model -- to it,
+  and on exit puts each config's own implementation back and removes both entries;
+* :class:`ExpertsSwitch` does the same with ``ExpertsInterface`` for transformers 5's fused MoE experts;
+* :class:`TimmEagerAttention` turns timm's fused attention off so the probabilities pass through ``attn_drop``.
+
+Capture, the O(N) statistics and the interventions all use them, so they nest (outer first) and leave no trace.
 """
 
 from __future__ import annotations
@@ -14,6 +18,21 @@ from collections.abc import Callable
 from torch import nn
 
 _counter = itertools.count()
+
+
+def model_configs(model: nn.Module) -> list:
+    """The configs whose ``_attn_implementation`` a switch changes: the model's, every sub-config's (text, vision,
+    ...) and every sub-model's, each once."""
+    seen, out, todo = set(), [], [model.config]
+    todo += [m.config for m in model.modules() if hasattr(m, "config") and hasattr(m.config, "_attn_implementation")]
+    while todo:
+        config = todo.pop(0)
+        if config is None or id(config) in seen:
+            continue
+        seen.add(id(config))
+        out.append(config)
+        todo += [getattr(config, key, None) for key in getattr(config, "sub_configs", {})]
+    return out
 
 
 def eager_for(module: nn.Module) -> Callable:
@@ -43,6 +62,8 @@ class AttentionSwitch:
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
         self.previous = self.model.config._attn_implementation
+        self._saved = [(c, c._attn_implementation) for c in model_configs(self.model)]
+        self._by_config = {id(c): impl for c, impl in self._saved}
         self.name = f"{self.prefix}_{next(_counter)}"
         AttentionInterface.register(self.name, self.fn)
         mask_fn = eager_mask if self.mask == "eager" else \
@@ -61,17 +82,82 @@ class AttentionSwitch:
 
         if self.name is None:
             return
-        if self.model.config._attn_implementation == self.name:
-            self.model.set_attn_implementation(self.previous)
+        for config, implementation in self._saved:  # each tower gets its own implementation back
+            if config._attn_implementation == self.name:
+                config._attn_implementation_internal = implementation
         AttentionInterface._global_mapping.pop(self.name, None)
         AttentionMaskInterface._global_mapping.pop(self.name, None)
         self.name = None
 
     def delegate(self, module: nn.Module, *args, **kwargs):
-        """Call the attention function that was active before this switch (sdpa, eager, an outer switch, ...)."""
+        """Call the attention function that was active for this module's tower before the switch (sdpa, eager, an
+        outer switch, ...)."""
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        return ALL_ATTENTION_FUNCTIONS.get_interface(self.previous, eager_for(module))(module, *args, **kwargs)
+        previous = self._by_config.get(id(getattr(module, "config", None)), self.previous)
+        return ALL_ATTENTION_FUNCTIONS.get_interface(previous, eager_for(module))(module, *args, **kwargs)
+
+
+class ExpertsSwitch:
+    """Context manager: route transformers 5's fused MoE experts through ``fn(module, hidden (N, d), top_k_index
+    (N, k), top_k_weights (N, k)) -> (N, d)`` (``ExpertsInterface``); :meth:`delegate` calls the previous one."""
+
+    def __init__(self, model: nn.Module, prefix: str, fn: Callable):
+        self.model, self.prefix, self.fn = model, prefix, fn
+        self.name: str | None = None
+
+    def __enter__(self) -> ExpertsSwitch:
+        from transformers.integrations.moe import ExpertsInterface
+
+        self._saved = [(c, c._experts_implementation) for c in model_configs(self.model)
+                       if hasattr(c, "_experts_implementation")]
+        self._by_config = {id(c): impl for c, impl in self._saved}
+        self.name = f"{self.prefix}_{next(_counter)}"
+        ExpertsInterface.register(self.name, self.fn)
+        try:
+            self.model.set_experts_implementation(self.name)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from transformers.integrations.moe import ExpertsInterface
+
+        if self.name is None:
+            return
+        for config, implementation in self._saved:
+            if config._experts_implementation == self.name:
+                config._experts_implementation_internal = implementation
+        ExpertsInterface._global_mapping.pop(self.name, None)
+        self.name = None
+
+    def delegate(self, module: nn.Module, *args, **kwargs):
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+        previous = self._by_config.get(id(getattr(module, "config", None)), "eager")
+        own = type(module).forward.__wrapped__  # the class's own (eager) forward, under transformers' dispatcher
+        return ALL_EXPERTS_FUNCTIONS.get_interface(previous, own)(module, *args, **kwargs)
+
+
+class TimmEagerAttention:
+    """Context manager: set ``fused_attn = False`` on the given timm ``Attention`` modules (their own switch), so
+    the softmax probabilities are computed explicitly and pass through ``attn_drop``; restores each flag on exit."""
+
+    def __init__(self, modules: list[nn.Module]):
+        self.modules = modules
+        self._saved: list[tuple[nn.Module, bool]] = []
+
+    def __enter__(self) -> TimmEagerAttention:
+        for module in self.modules:
+            self._saved.append((module, module.fused_attn))
+            module.fused_attn = False
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, fused in self._saved:
+            module.fused_attn = fused
+        self._saved = []
 
 
 class Patch:
@@ -84,6 +170,7 @@ class Patch:
     def __init__(self) -> None:
         self._handles: list = []
         self._switch: AttentionSwitch | None = None
+        self._switches: list = []  # further switches (experts, timm), undone in reverse order
 
     def _install(self) -> None:
         raise NotImplementedError
@@ -100,6 +187,9 @@ class Patch:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for switch in reversed(self._switches):
+            switch.__exit__(None, None, None)
+        self._switches = []
         if self._switch is not None:
             self._switch.__exit__(None, None, None)
             self._switch = None

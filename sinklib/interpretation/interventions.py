@@ -9,6 +9,9 @@
 * :class:`AttentionCalibration` -- ACT (arXiv 2406.15765): damp non-first sinks in chosen heads and give the mass
   back to the other tokens.
 
+Blocks come from the model's architecture adapter, so they work on decoders, MoE decoders, ViTs (transformers and
+timm: the two attention edits then act on the probabilities timm passes through ``attn_drop``, which softmax with
+the edited mask would give exactly) and an MLLM's language tower.
 They compose with :class:`sinklib.core.capture.Capture` when entered inside it:
 ``with Capture(model, attentions=True) as cap, SelfOnlyAttention(model, 10): model(ids)``.
 """
@@ -20,9 +23,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from sinklib.architectures import adapter_for
 from sinklib.core import metrics
-from sinklib.core.capture import find_layers
-from sinklib.core.switch import AttentionSwitch, Patch, eager_for
+from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention, eager_for
 
 
 class _Intervention(Patch):
@@ -31,7 +34,8 @@ class _Intervention(Patch):
     def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
         super().__init__()
         self.model = model
-        self.parts = find_layers(model)
+        self.adapter = adapter_for(model)
+        self.parts = self.adapter.layers
         n = len(self.parts)
         self.layers = set(range(n) if layers is None else layers)
         bad = [i for i in self.layers if not 0 <= i < n]
@@ -47,8 +51,27 @@ class _Intervention(Patch):
         return self._switch.delegate(module, *args, **kwargs)
 
     def _use_attention_function(self) -> None:
-        """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit."""
+        """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit (transformers),
+        or hand the probabilities of the chosen layers to :meth:`_edit_probabilities` (timm)."""
+        if self.adapter.backend == "timm":
+            self._switches.append(TimmEagerAttention([self.parts[i].attn for i in self.layers]).__enter__())
+            for i in sorted(self.layers):
+                self._handles.append(self.parts[i].attn.attn_drop.register_forward_hook(  # before a Capture's hook
+                    lambda m, a, probs, i=i: self._edit_probabilities(i, probs), prepend=True))
+            return
         self._switch = AttentionSwitch(self.model, "sinklib_intervention", self._attention).__enter__()
+
+    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:  # timm; (B, H, T, N)
+        raise NotImplementedError
+
+    def _mask(self, module, query, key, attention_mask) -> torch.Tensor:
+        """The additive mask (B|1, 1, T, N) the layer would use; built when the backend passes None (a
+        bidirectional encoder: all zeros)."""
+        if attention_mask is not None:
+            return attention_mask
+        if getattr(module, "is_causal", True):
+            raise RuntimeError("a causal layer got no mask; interventions ask for the eager mask, so this is a bug")
+        return torch.zeros(1, 1, query.shape[2], key.shape[2], dtype=query.dtype, device=query.device)
 
 
 class SelfOnlyAttention(_Intervention):
@@ -70,15 +93,25 @@ class SelfOnlyAttention(_Intervention):
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
         k = self.position
-        if module.layer_idx in self.layers and k < query.shape[2]:
+        if self.adapter.index_of(module) in self.layers and k < query.shape[2]:
             # mask: (B, 1, T_q, T_k) additive float (eager_mask); its rows are aligned with the last T_q keys
-            mask = attention_mask.clone()
+            mask = self._mask(module, query, key, attention_mask).clone()
             row = k + (key.shape[2] - query.shape[2])  # key index of query k when a cache precedes the queries
             mask[:, :, k, :] = torch.finfo(mask.dtype).min
             mask[:, :, k, row] = 0.0
             attention_mask = mask
             self.calls += 1
         return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
+        k = self.position
+        if k >= probs.shape[2]:
+            return probs
+        probs = probs.clone()  # (B, H, T, N): row k becomes one-hot at key k, as softmax under the edited mask
+        probs[:, :, k, :] = 0.0
+        probs[:, :, k, k] = 1.0
+        self.calls += 1
+        return probs
 
 
 class HeadOutputAmplification(_Intervention):
@@ -229,8 +262,9 @@ class AttentionCalibration(_Intervention):
         self._use_attention_function()
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        layer = module.layer_idx
+        layer = self.adapter.index_of(module)
         if layer in self.heads and query.shape[2] > 1:
+            attention_mask = self._mask(module, query, key, attention_mask)
             _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
             allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # (B, 1, T, N)
             chosen = torch.zeros(weights.shape[1], dtype=torch.bool, device=weights.device)
@@ -240,3 +274,27 @@ class AttentionCalibration(_Intervention):
             attention_mask = attention_mask + act_bias(weights, sink, self.beta).to(attention_mask.dtype)
             self.calls += 1
         return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
+        """timm: ACT's rule applied to the probabilities themselves (sinks x beta, the rest rescaled)."""
+        if layer not in self.heads or probs.shape[2] <= 1:
+            return probs
+        allowed = torch.ones(1, 1, *probs.shape[2:], dtype=torch.bool, device=probs.device)  # bidirectional
+        chosen = torch.zeros(probs.shape[1], dtype=torch.bool, device=probs.device)
+        chosen[self.heads[layer]] = True
+        sink = act_sink_columns(probs, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+        self.damped += int(sink.sum())
+        self.calls += 1
+        return act_redistribute(probs, sink, self.beta)
+
+
+def act_redistribute(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
+    """ACT's edit on probabilities (``atten_process_eval``): A'[t, j] = beta A[t, j] on sink columns, and
+    A'[t, j] = A[t, j] (1 - beta S_t) / (1 - S_t) elsewhere, S_t = sum_{j in sinks} A[t, j]; rows still sum to 1.
+
+    weights: (B, H, T, N); sink: (B, H, N) bool -> (B, H, T, N).
+    """
+    on = sink[:, :, None, :]
+    s = (weights * on).sum(dim=-1, keepdim=True)  # (B, H, T, 1)
+    rest = (1 - beta * s) / (1 - s).clamp_min(torch.finfo(weights.dtype).tiny)
+    return torch.where(on, beta * weights, weights * rest)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from sinklib.architectures import find_layers
 from sinklib.core import metrics
-from sinklib.core.capture import Capture, find_layers
+from sinklib.core.capture import Capture
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.models import LoadedModel
 
