@@ -63,7 +63,13 @@ from sinklib.architectures import find_layers
 from sinklib.core import analysis, evaluation, plotting
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import intervention_effects, origin, origin_claims, origin_plots
+from sinklib.interpretation import (
+    intervention_effects,
+    massive_activations,
+    origin,
+    origin_claims,
+    origin_plots,
+)
 from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
 from sinklib.pipeline import claims, profiles
 from sinklib.pipeline.results import load_reference, number_matches, write_json
@@ -194,8 +200,8 @@ headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds
 
 # %%
 chain = origin.disparity_by_layer(lm, natural, batch_size=run.batch_size)
-first_vals = origin.first_token_values(lm, natural, massive_dims, batch_size=run.batch_size)  # (L, dims)
-onset = origin.onset_layers(first_vals)
+first_vals = massive_activations.first_token_values(lm, natural, massive_dims, batch_size=run.batch_size)  # (L, dims)
+onset = massive_activations.onset_layers(first_vals)
 s_layer = top.layer if writers else 1  # the super neuron's layer (the paper's: 1)
 dom_after_super = float(chain["dom_normed_first"][s_layer])
 with plotting.style():
@@ -252,7 +258,7 @@ with plotting.style():
                   f"Per head of {title}: |cos| between the first token's key and the queries' top singular direction, "
                   f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
 sink_heads = lock["alpha_first"] > 0.3
-stats = origin.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
+stats = massive_activations.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
 lock_claim = record.add(origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"],
                                              int(sink_heads.sum())), show=False)
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
@@ -415,7 +421,7 @@ headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers,
 
 # %%
 paper_ppl = " / ".join(str(paper["perplexity_wikitext"][key]) for key in ("original", "set_to_mean", "set_to_zero"))
-site_means = origin.massive_means(lm, natural, onset, massive_dims, massive.min_ratio, run.batch_size)
+site_means = massive_activations.massive_means(lm, natural, onset, massive_dims, massive.min_ratio, run.batch_size)
 to_mean = ResidualOverride(lm.model, onset, massive_dims, site_means.first, min_ratio=massive.min_ratio,
                            other_values=site_means.other_or_first())
 to_zero = ResidualOverride(lm.model, onset, massive_dims, 0.0, min_ratio=massive.min_ratio)
@@ -474,10 +480,10 @@ display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext
 # relative to its own size, $\mathrm{mean}_t |c_t - \bar c| / \mathrm{mean}_t |c_t|$ (0 = an exact bias; because $v_0$
 # is one vector per sequence this is the relative spread of $A_{t,0}$; attention that decays like $1/(t+1)$
 # gives about 0.9). Rule: both hold when a random sink head lies below a random other head with probability at least
-# 0.75 (`origin.separation`, the Mann-Whitney AUC).
+# 0.75 (`massive_activations.separation`, the Mann-Whitney AUC).
 
 # %%
-bias = origin.sink_as_bias(lm, natural[: min(16, len(natural))])
+bias = massive_activations.sink_as_bias(lm, natural[: min(16, len(natural))])
 with plotting.style():
     fig = origin_plots.sink_as_bias(bias["value_norm_ratio"], bias["sink_term_spread"], bias["alpha_first"],
                                     title=f"The sink as an implicit bias, {title}")
@@ -486,9 +492,9 @@ with plotting.style():
                   f"spread of its term A_t0 v_0 over queries relative to the term's size (right), against alpha of the "
                   f"first token; dashed: eps = 0.3 (sink heads to its right).")
 heads = bias["alpha_first"] > 0.3
-medians = origin.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
+medians = massive_activations.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")
-auc = {k: origin.separation(bias[k], bias["alpha_first"]) for k in ("value_norm_ratio", "sink_term_spread")}
+auc = {k: massive_activations.separation(bias[k], bias["alpha_first"]) for k in ("value_norm_ratio", "sink_term_spread")}
 implicit_claim = record.add(origin_claims.implicit_bias(auc, int(heads.sum())), show=False)
 print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
       f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "

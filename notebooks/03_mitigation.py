@@ -132,7 +132,7 @@ print("strongest head per seed (heads of different seeds are unrelated): "
       + f" (uniform {uniform:.3f}); first step with a head above eps {GU_EPS} per seed: {crossing}")
 headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs],
-                         "late_slope_per_100_steps": [comparison.late_slope(r) for r in base_runs]}
+                         "late_slope_per_100_steps": [verdicts.late_slope(r) for r in base_runs]}
 
 # %% [markdown]
 # **What we saw (CPU profile, 2 seeds).** All four heads start at the uniform level (0.074). In each seed head 0 of
@@ -258,7 +258,7 @@ headline["entropy_floor"] = floor
 
 # %%
 table = comparison.final_table(runs)
-verdict_lines = {v: comparison.sink_verdict(v, table, uniform, runs=runs[v]) for v in names}  # printed in section 5
+verdict_lines = {v: verdicts.sink_verdict(v, table, uniform, runs=runs[v]).line for v in names}  # printed in section 5
 shown = comparison.format_table(table)
 display(shown)
 paper = load_reference("mitigations")
@@ -289,16 +289,16 @@ headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison
 
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
-# Rules in `sinklib.mitigation.comparison.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
+# Rules in `sinklib.mitigation.verdicts.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
 # $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in
 # rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$;
 # *keeps* it within $0.5$-$1.5\times$. **Seeds first:** when $\alpha_0$ lies within two seed sd's of the cut that
 # decides, the verdict names both sides ("removes or reduces") -- two seeds cannot put it on one. **Removed or
 # delayed:** the softmax sink forms late (step 450-600), so a variant with no sink at step 600 may only be slower to
 # grow one. A removal or reduction whose strongest head is still rising over the last quarter of training (more than
-# +0.01 per 100 steps in any seed, `comparison.late_slope`) says so; the new figure shows every variant's strongest
+# +0.01 per 100 steps in any seed, `verdicts.late_slope`) says so; the new figure shows every variant's strongest
 # head over training. All runs train with weight decay on weight matrices only (gains,
-# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.comparison.convergence`): head-wise RMSNorm is *faster* only if both the
+# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's. Where
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
 
@@ -315,15 +315,15 @@ with plotting.style():
                   f"step for every variant ({setting}); mean over {len(seeds)} seeds, band: range over seeds; dashed: "
                   f"eps = {GU_EPS}; dotted: uniform attention ({uniform:.3f}).")
 headline["verdicts"] = verdict_lines
-headline["baseline_grows_sink"] = comparison.grows_sink(table, "softmax", uniform)
+headline["baseline_grows_sink"] = verdicts.grows_sink(table, "softmax", uniform)
 agreement = comparison.published_agreement(table, paper)
 print("\nAgainst the published direction (paper-scale models; only where both numbers exist):")
 for line in agreement:
     print("-", line)
 headline["published_agreement"] = agreement
 if "headwise_rmsnorm" in runs:
-    conv = comparison.convergence(runs["headwise_rmsnorm"], runs["softmax"])
-    print("-", comparison.convergence_line("head-wise RMSNorm", conv, base.data))
+    conv = verdicts.convergence(runs["headwise_rmsnorm"], runs["softmax"])
+    print("-", verdicts.convergence_line("head-wise RMSNorm", conv, base.data))
     record.add(verdicts.rmsnorm_convergence(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data),
                show=False)
     headline["rmsnorm_convergence"] = conv
@@ -364,13 +364,13 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     text_table = comparison.final_table(text_runs)
     display(comparison.format_table(text_table))
     text_uniform = comparison.uniform_alpha(text_cfg.seq_len)
-    print("-", comparison.sink_verdict("softmax", text_table, text_uniform))
+    print("-", verdicts.sink_verdict("softmax", text_table, text_uniform).line)
     text_conv = {}
     for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
-        text_conv[name] = comparison.convergence(text_runs[name], text_runs["softmax"])
+        text_conv[name] = verdicts.convergence(text_runs[name], text_runs["softmax"])
         record.add(verdicts.rmsnorm_convergence(text_runs[name], text_runs["softmax"], paper,
                                                          "bible" + name.replace("headwise_rmsnorm", "")), show=False)
-        print("-", comparison.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
+        print("-", verdicts.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
                                                text_conv[name], "Bible bytes"))
     with plotting.style():
         fig = comparison_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",

@@ -8,7 +8,7 @@ from torch import nn
 
 from sinklib.core import metrics
 from sinklib.core.errors import InputError
-from sinklib.mitigation import comparison, training
+from sinklib.mitigation import comparison, training, verdicts
 from sinklib.mitigation.variants import VARIANTS
 from sinklib.pipeline import profiles
 
@@ -69,7 +69,7 @@ def test_sink_verdicts_follow_the_rules():
             "sink_logit": [fake_run([2.0], [0.30], row_mass=0.6), fake_run([2.0], [0.32], row_mass=0.6)],
             "kv_bias": [fake_run([2.0], [0.9]), fake_run([2.0], [0.95])]}
     table = comparison.final_table(runs)
-    v = {name: comparison.sink_verdict(name, table, u) for name in runs}
+    v = {name: verdicts.sink_verdict(name, table, u).line for name in runs}
     assert "grows a first-token sink" in v["softmax"]
     assert "removes the first-token sink" in v["gated_headwise"] and "val loss -0.100" in v["gated_headwise"]
     assert "reduces" in v["softpick"]
@@ -77,8 +77,8 @@ def test_sink_verdicts_follow_the_rules():
     assert "keeps" in v["sink_logit"] and "40% of each query's attention goes to the learned sink logit" in v["sink_logit"]
     assert "strengthens" in v["kv_bias"]
     flat = comparison.final_table({"softmax": [fake_run([2.0], [0.08])], "softpick": [fake_run([2.0], [0.07])]})
-    assert "does NOT grow" in comparison.sink_verdict("softmax", flat, u)
-    assert "cannot be judged" in comparison.sink_verdict("softpick", flat, u)
+    assert "does NOT grow" in verdicts.sink_verdict("softmax", flat, u).line
+    assert "cannot be judged" in verdicts.sink_verdict("softpick", flat, u).line
 
 
 def test_small_alpha_in_small_rows_is_not_a_removal():
@@ -89,9 +89,9 @@ def test_small_alpha_in_small_rows_is_not_a_removal():
             # softpick-like: small rows, and the first token's share of them is small too
             "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
     table = comparison.final_table(runs)
-    sig = comparison.sink_verdict("sigmoid", table, u)
+    sig = verdicts.sink_verdict("sigmoid", table, u).line
     assert "shrinks the rows, not the sink" in sig and "row-normalised share of the first token 0.800" in sig
-    assert "removes the first-token sink" in comparison.sink_verdict("softpick", table, u)
+    assert "removes the first-token sink" in verdicts.sink_verdict("softpick", table, u).line
 
 
 def test_verdict_flags_a_cut_the_seeds_cannot_settle():
@@ -100,10 +100,10 @@ def test_verdict_flags_a_cut_the_seeds_cannot_settle():
             "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)],  # 0.110 +- 0.04
             "b": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
     table = comparison.final_table(runs)
-    a = comparison.sink_verdict("a", table, u)
+    a = verdicts.sink_verdict("a", table, u).line
     assert "not settled" in a and "1.5x uniform" in a
     assert a.startswith("a: removes or reduces the first-token sink (the seeds cannot tell which)")  # no side named
-    b = comparison.sink_verdict("b", table, u)
+    b = verdicts.sink_verdict("b", table, u).line
     assert "not settled" not in b and b.startswith("b: removes the first-token sink")
 
 
@@ -111,26 +111,26 @@ def test_late_slope_and_the_removed_or_delayed_caveat():
     u = comparison.uniform_alpha(64)
     rising = fake_run([2.0] * 9, [0.02 * i for i in range(9)], sink_rate=0.0)  # steps 0..80, share +0.02 per 10
     flat = fake_run([2.0] * 9, [0.05] * 9, sink_rate=0.0)
-    assert comparison.late_slope(rising) == pytest.approx(0.2)  # +0.02 per 10 steps = +0.2 per 100 steps
-    assert comparison.late_slope(flat) == pytest.approx(0.0, abs=1e-12)
+    assert verdicts.late_slope(rising) == pytest.approx(0.2)  # +0.02 per 10 steps = +0.2 per 100 steps
+    assert verdicts.late_slope(flat) == pytest.approx(0.0, abs=1e-12)
     runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
             "x": [fake_run([2.0], [0.02], sink_rate=0.0), fake_run([2.0], [0.021], sink_rate=0.0)]}
     table = comparison.final_table(runs)
-    assert "delayed" in comparison.sink_verdict("x", table, u, runs=[flat, rising])
-    assert "delayed" not in comparison.sink_verdict("x", table, u, runs=[flat, flat])
-    assert "delayed" not in comparison.sink_verdict("x", table, u)  # no runs given: no claim either way
+    assert "delayed" in verdicts.sink_verdict("x", table, u, runs=[flat, rising]).line
+    assert "delayed" not in verdicts.sink_verdict("x", table, u, runs=[flat, flat]).line
+    assert "delayed" not in verdicts.sink_verdict("x", table, u).line  # no runs given: no claim either way
 
 
 def test_convergence_verdicts():
     base = [fake_run([5, 3.0, 2.50, 2.30], [0] * 4), fake_run([5, 3.1, 2.52, 2.31], [0] * 4)]
     fast = [fake_run([5, 2.5, 2.20, 2.10], [0] * 4), fake_run([5, 2.6, 2.22, 2.12], [0] * 4)]
     same = [fake_run([5, 3.05, 2.49, 2.31], [0] * 4), fake_run([5, 3.02, 2.53, 2.30], [0] * 4)]
-    c = comparison.convergence(fast, base)
+    c = verdicts.convergence(fast, base)
     assert c["verdict"] == "faster" and c["auc"]["diff"] < 0
     assert c["steps_to_baseline_final"] == {"candidate": [20, 20], "baseline": [30, None]}
-    assert comparison.convergence(base, fast)["verdict"] == "slower"
-    assert comparison.convergence(same, base)["verdict"] == "no difference"
-    line = comparison.convergence_line("head-wise RMSNorm", comparison.convergence(same, base), "bible")
+    assert verdicts.convergence(base, fast)["verdict"] == "slower"
+    assert verdicts.convergence(same, base)["verdict"] == "no difference"
+    line = verdicts.convergence_line("head-wise RMSNorm", verdicts.convergence(same, base), "bible")
     assert line.startswith("no difference in convergence between head-wise RMSNorm and softmax at this scale (bible)")
 
 
@@ -142,7 +142,7 @@ def test_heads_and_crossings():
     a = fake_run([1], [0.5], by_head=[[0.1, 0.9]])
     b = fake_run([1], [0.5], by_head=[[0.8, 0.05]])
     assert comparison.strongest_head(a)[:2] == (0, 1) and comparison.strongest_head(b)[:2] == (0, 0)
-    assert comparison.steps_to_reach(runs[0], 2.0) == 10 and comparison.steps_to_reach(runs[0], 0.5) is None
+    assert verdicts.steps_to_reach(runs[0], 2.0) == 10 and verdicts.steps_to_reach(runs[0], 0.5) is None
 
 
 class FixedAttention(nn.Module):
@@ -205,13 +205,13 @@ def test_published_agreement_compares_directions():
 
 
 def test_mitigation_claims_map_verdicts_to_holds():
-    from sinklib.mitigation import verdicts
-
-    assert verdicts.removal_holds("sigmoid: removes the first-token sink: alpha_0 0.004 ...") is True
-    assert verdicts.removal_holds("kv_bias: reduces the first-token sink: alpha_0 0.09 ...") is False
-    assert verdicts.removal_holds("x: keeps the first-token sink: ...") is False
-    assert verdicts.removal_holds("x: removes or reduces the first-token sink (the seeds cannot tell which): ...") is None
-    assert verdicts.removal_holds("x: removes the first-token sink: ...; removed or only delayed cannot be told") is None
+    verdict = verdicts.SinkVerdict
+    assert verdict("s", "removes", True, False, "").removes is True
+    assert verdict("k", "reduces", True, False, "").removes is False
+    assert verdict("k", "shrinks_rows", True, False, "").removes is False
+    assert verdict("x", "removes", False, False, "").removes is None  # the seeds cannot settle the cut
+    assert verdict("x", "removes", True, True, "").removes is None  # the strongest head is still rising
+    assert verdict("x", "cannot_judge", True, False, "").removes is None
     u = comparison.uniform_alpha(64)
     runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
             "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
@@ -219,6 +219,7 @@ def test_mitigation_claims_map_verdicts_to_holds():
     paper = {"source": "test", "variants": {"softmax": {"first_attention": 0.467}, "headwise_rmsnorm": {}}}
     base = verdicts.sink_claim("softmax", table, u, runs["softmax"], paper)
     assert base.id == "mitigation.softmax_grows_sink" and base.holds is True
+    assert verdicts.sink_verdict("softpick", table, u).outcome == "removes"
     sp = verdicts.sink_claim("softpick", table, u, runs["softpick"], paper)
     assert sp.holds is True and sp.published is None and sp.note.startswith("softpick: removes")
     slow = [fake_run([5, 3.5, 3.0], [0] * 3), fake_run([5, 3.6, 3.1], [0] * 3)]

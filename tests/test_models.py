@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import torch
 
-from sinklib.core import models
+from sinklib.core import conversion, models
 from sinklib.core.errors import (
     DeviceUnavailableError,
     OfflinePackageMissingError,
@@ -74,7 +74,7 @@ def test_wrong_family_for_a_notebook():
 
 def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path / "c"))
-    assert models.converted_path("smollm2-135m") == tmp_path / "c" / "converted" / "smollm2-135m"
+    assert conversion.converted_path("smollm2-135m") == tmp_path / "c" / "converted" / "smollm2-135m"
 
 
 def test_infer_family_from_configs():

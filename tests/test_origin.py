@@ -7,7 +7,7 @@ import torch
 
 from sinklib.core import evaluation
 from sinklib.core.errors import WrongFamilyError
-from sinklib.interpretation import intervention_effects, origin
+from sinklib.interpretation import intervention_effects, massive_activations, origin
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_disparity_lock_in_bias_shapes(tiny, ids):
     assert torch.isnan(chain["dom_normed_first"][1])  # no attention reads the last layer's output
     lock = origin.lock_in(tiny, ids)
     assert lock["key_query_cos"].shape == (2, 4) and (lock["positive_fraction"] <= 1).all()
-    bias = origin.sink_as_bias(tiny, ids)
+    bias = massive_activations.sink_as_bias(tiny, ids)
     assert set(bias) == {"value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first"}
     torch.testing.assert_close(bias["alpha_first"], lock["alpha_first"], atol=1e-6, rtol=0)
     # v_0 is one vector per sequence, so the term's spread is the relative spread of A_t0 over the queries t >= 1
@@ -129,16 +129,16 @@ def test_separation_is_the_mann_whitney_auc():
     alpha = torch.tensor([[0.9, 0.8, 0.1], [0.0, 0.2, 0.5]])  # sink heads: 0.9, 0.8, 0.5
     vals = torch.tensor([[0.1, 0.4, 0.3], [0.5, 0.2, 0.2]])  # sink: 0.1, 0.4, 0.2; other: 0.3, 0.5, 0.2
     # pairs (sink < other): 0.1 beats 3, 0.4 beats 1 (0.5), 0.2 beats 2 (0.3, 0.5) and ties 1 (0.2) -> 6.5 / 9
-    assert origin.separation(vals, alpha) == pytest.approx(6.5 / 9)
-    assert origin.separation(vals, torch.zeros(2, 3)) != origin.separation(vals, torch.zeros(2, 3))  # NaN
-    assert origin.separation(-alpha, alpha) == 1.0 and origin.separation(alpha, alpha) == 0.0
+    assert massive_activations.separation(vals, alpha) == pytest.approx(6.5 / 9)
+    assert massive_activations.separation(vals, torch.zeros(2, 3)) != massive_activations.separation(vals, torch.zeros(2, 3))  # NaN
+    assert massive_activations.separation(-alpha, alpha) == 1.0 and massive_activations.separation(alpha, alpha) == 0.0
 
 
 def test_first_token_values_and_onsets(tiny, ids):
-    vals = origin.first_token_values(tiny, ids, [1, 2], batch_size=4)
+    vals = massive_activations.first_token_values(tiny, ids, [1, 2], batch_size=4)
     assert vals.shape == (2, 2)
-    assert origin.onset_layers(torch.tensor([[5.0], [150.0], [160.0], [900.0]])) == [1, 3]
-    assert origin.onset_layers(torch.tensor([[5.0], [50.0]])) == []
+    assert massive_activations.onset_layers(torch.tensor([[5.0], [150.0], [160.0], [900.0]])) == [1, 3]
+    assert massive_activations.onset_layers(torch.tensor([[5.0], [50.0]])) == []
 
 
 def test_alpha_at_matches_alpha_definition(tiny, ids):
@@ -166,14 +166,14 @@ def test_gated_mlp_required(tiny):
 def test_sink_vs_other_groups_heads():
     alpha = torch.tensor([[0.9, 0.1], [0.5, 0.0]])
     vals = {"x": torch.tensor([[1.0, 10.0], [3.0, 20.0]])}
-    assert origin.sink_vs_other(vals, alpha) == {"x": (2.0, 15.0)}
-    none_sink = origin.sink_vs_other(vals, torch.zeros(2, 2), stat="median")["x"]
+    assert massive_activations.sink_vs_other(vals, alpha) == {"x": (2.0, 15.0)}
+    none_sink = massive_activations.sink_vs_other(vals, torch.zeros(2, 2), stat="median")["x"]
     assert math.isnan(none_sink[0]) and none_sink[1] == 3.0  # torch's median: the lower middle of 1, 3, 10, 20
 
 
 def test_massive_means_per_site(tiny, ids):
-    vals = origin.first_token_values(tiny, ids, [1, 2], batch_size=4)
-    mm = origin.massive_means(tiny, ids, [0, 1], [1, 2], min_ratio=0.0, batch_size=4)
+    vals = massive_activations.first_token_values(tiny, ids, [1, 2], batch_size=4)
+    mm = massive_activations.massive_means(tiny, ids, [0, 1], [1, 2], min_ratio=0.0, batch_size=4)
     torch.testing.assert_close(mm.first, vals, atol=1e-5, rtol=1e-5)  # the first-token mean, as before
     assert (mm.first_sd > 0).all()  # random first tokens vary
     # a tiny random model has no |h| > 100: no entry elsewhere meets the criterion, so t >= 1 falls back to the mean
@@ -181,8 +181,8 @@ def test_massive_means_per_site(tiny, ids):
     torch.testing.assert_close(mm.other_or_first(), mm.first)
     fixed = ids.clone()
     fixed[:, 0] = 5  # one BOS-like first token in every sequence: its value cannot vary
-    assert float(origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_sd.max()) < 1e-5
-    assert origin.massive_means(tiny, fixed, [0], [1], batch_size=4).first_is_fixed and not mm.first_is_fixed
+    assert float(massive_activations.massive_means(tiny, fixed, [0], [1], batch_size=4).first_sd.max()) < 1e-5
+    assert massive_activations.massive_means(tiny, fixed, [0], [1], batch_size=4).first_is_fixed and not mm.first_is_fixed
 
 
 def test_token_state_compares_token_k_with_the_first(tiny, ids):

@@ -69,7 +69,8 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
 def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
     import matplotlib.pyplot as plt
 
-    from sinklib.core.plotting import layout_problems, save
+    from sinklib.core.figure_layout import layout_problems
+    from sinklib.core.plotting import save
 
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot(range(10), [5] * 10, label="flat line")  # runs through the middle, where a centred legend goes
@@ -93,7 +94,7 @@ def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
 def test_layout_problems_finds_a_title_under_an_outside_legend():
     import matplotlib.pyplot as plt
 
-    from sinklib.core.plotting import layout_problems
+    from sinklib.core.figure_layout import layout_problems
 
     fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
     ax.plot([0, 1], [0, 1], label="a line with a long legend entry")

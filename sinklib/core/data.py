@@ -15,8 +15,9 @@ from functools import cache
 
 import torch
 
+from sinklib.core.conversion import package_dir
 from sinklib.core.errors import InputError
-from sinklib.core.models import LoadedModel, package_dir
+from sinklib.core.models import LoadedModel
 
 INPUT_KINDS = ("natural", "random", "repeated")
 SOURCES = ("bible", "pydoc")

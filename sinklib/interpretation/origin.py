@@ -1,4 +1,5 @@
-"""The structural-origin chain of the first-token sink (arXiv 2605.06611) and Sun et al.'s bias view, measured.
+"""The structural-origin chain of the first-token sink (arXiv 2605.06611), measured (Sun et al.'s bias view of the
+same sink is in :mod:`sinklib.interpretation.massive_activations`).
 
 Each function takes a loaded model and token ids, runs the forwards it needs under :class:`~sinklib.core.capture.Capture`
 (and, where asked, an intervention), and returns plain tensors / dataclasses for plotting and JSON.
@@ -7,7 +8,6 @@ Shapes: N sequences, T positions, L layers, H heads, F MLP neurons, d model widt
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -204,152 +204,3 @@ def lock_in(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
             cos[i, h] = torch.nn.functional.cosine_similarity(top, kh.mean(0), dim=0).abs()
             pos[i, h] = (torch.einsum("ntd,nd->nt", qh, kh) > 0).float().mean()
     return {"key_query_cos": cos, "positive_fraction": pos, "alpha_first": cap.stack("attentions").mean(1)}
-
-
-# ----------------------------------------------------------------------------------------------- 7 bias view
-@torch.inference_mode()
-def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batch_size: int = 16) -> torch.Tensor:
-    """Mean signed value of residual dimensions ``dims`` at the first token after each layer: (L, len(dims)).
-
-    Over many inputs this is the "mean value" Sun et al. substitute for the massive activations.
-    """
-    out = []
-    for batch in batches(ids, batch_size):
-        with Capture(lm.model, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
-            lm.model(batch.to(lm.device), use_cache=False)
-        out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
-    return torch.cat(out, dim=1).mean(dim=1).float()
-
-
-@dataclass
-class MassiveMeans:
-    """Sun et al.'s "mean value" of the massive activations per (layer, dim), at the two kinds of sites they edit.
-
-    ``first``: mean of h^l[:, 0, dim] over the inputs (the start token); ``first_sd``: its sd over the inputs (0 when
-    position 0 is the same BOS token in every sequence: then "set to mean" cannot change it, by construction);
-    ``other``: mean of the entries at t >= 1 that meet the criterion (the first delimiter), NaN where none did;
-    ``other_count``: how many such entries were seen. Each (len(layers), len(dims)). ``other_tokens``: token id ->
-    how many of those entries it held (which tokens the later sites are: delimiters, as Sun et al. report, or not).
-    """
-
-    first: torch.Tensor
-    first_sd: torch.Tensor
-    other: torch.Tensor
-    other_count: torch.Tensor
-    other_tokens: dict[int, int]
-
-    @property
-    def first_is_fixed(self) -> bool:
-        """Position 0 holds the same value in every input (sd < 0.1% of its magnitude): a BOS model, where "set to
-        mean" cannot change position 0 by construction."""
-        return self.first.numel() > 0 and float(self.first_sd.max()) < 1e-3 * float(self.first.abs().max())
-
-    def other_or_first(self) -> torch.Tensor:
-        """Replacement values for t >= 1: the delimiters' own mean, or the first token's where none was seen."""
-        return torch.where(torch.isnan(self.other), self.first, self.other)
-
-
-@torch.inference_mode()
-def massive_means(lm: LoadedModel, ids: torch.Tensor, layers: list[int], dims: list[int],
-                  min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16) -> MassiveMeans:
-    """The per-site means Sun et al. substitute (locuslab/massive-activations ``lib/hook.py`` keeps one value for
-    the start token and one for the delimiter), measured over ``ids``; entries at t >= 1 count when they meet
-    :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``."""
-    shape = (len(layers), len(dims))
-    first, first_sq, n = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64), 0
-    other, count = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
-    tokens: Counter = Counter()
-    for batch in batches(ids, batch_size):
-        with Capture(lm.model, hidden_states=True, layers=layers) as cap:
-            lm.model(batch.to(lm.device), use_cache=False)
-        for row, layer in enumerate(layers):
-            h = cap.get("hidden_states", layer).double()  # (B, T, d)
-            first[row] += h[:, 0, dims].sum(0)
-            first_sq[row] += (h[:, 0, dims] ** 2).sum(0)
-            hit = metrics.massive_mask(h[:, 1:], min_ratio=min_ratio)[..., dims]  # (B, T-1, len(dims))
-            other[row] += (h[:, 1:, dims] * hit).sum(dim=(0, 1))
-            count[row] += hit.sum(dim=(0, 1))
-            tokens.update(batch[:, 1:][hit.any(-1).cpu()].tolist())
-        n += len(batch)
-    mean = first / n
-    sd = (first_sq / n - mean ** 2).clamp_min(0).sqrt()
-    other = torch.where(count > 0, other / count.clamp_min(1), torch.full_like(other, float("nan")))
-    return MassiveMeans(mean.float(), sd.float(), other.float(), count.long(), dict(tokens.most_common()))
-
-
-def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0) -> list[int]:
-    """Layers where a massive value appears or jumps: |v_l| > min_abs and |v_l| > jump * |v_{l-1}| (any dim).
-
-    values: (L, n_dims), e.g. :func:`first_token_values`.
-    """
-    a = values.abs()
-    prev = torch.cat([torch.zeros_like(a[:1]), a[:-1]])
-    hit = (a > min_abs) & (a > jump * prev)
-    return [i for i in range(len(a)) if bool(hit[i].any())]
-
-
-@torch.inference_mode()
-def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per head (L, H): the implicit-bias view of the first-token sink.
-
-    With c_t = A_{t,0} v_0, the first token's term in query t's head output (t >= 1):
-
-    * ``value_norm_ratio`` = |v_0| / mean_{j>=1} |v_j| (a sink's value is small);
-    * ``sink_share`` = mean_t |c_t| / |o_t| (how much of the output it supplies);
-    * ``sink_term_spread`` = mean_t |c_t - mean_t' c_t'| / mean_t |c_t|: how far the term is from one constant
-      vector, relative to its own size (0 = an exact additive bias). v_0 is one vector per sequence, so this is the
-      relative spread of A_{t,0} over queries, mean_t |A_t0 - mean A| / mean A: about 0.9 for attention that decays
-      like 1/(t+1), near 0 for a head that gives every query the same share of the first token;
-    * ``alpha_first``.
-
-    A term that is small *relative to the output* says nothing by itself (every head whose alpha is small passes);
-    the verdict compares sink heads with the others (``separation``).
-    """
-    with Capture(lm.model, kinds=("attentions", "values")) as cap:
-        lm.model(ids.to(lm.device), use_cache=False)
-    L, H = lm.n_layers, lm.n_heads
-    group = H // lm.n_kv_heads
-    res = {k: torch.zeros(L, H) for k in ("value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first")}
-    for i in range(L):
-        A = cap.get("attentions", i).float()  # (N, H, T, T)
-        v = cap.get("values", i).float().repeat_interleave(group, dim=1)  # (N, H, T, hd)
-        vn = v.norm(dim=-1)  # (N, H, T)
-        res["value_norm_ratio"][i] = (vn[..., 0] / vn[..., 1:].mean(-1)).mean(0)
-        o = A[..., 1:, :] @ v  # (N, H, T-1, hd) head outputs of queries t >= 1
-        c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) the first token's term
-        res["sink_share"][i] = (c.norm(dim=-1) / o.norm(dim=-1).clamp_min(1e-12)).mean(dim=(0, 2))
-        dev = (c - c.mean(dim=2, keepdim=True)).norm(dim=-1).mean(-1)  # (N, H)
-        res["sink_term_spread"][i] = (dev / c.norm(dim=-1).mean(-1).clamp_min(1e-12)).mean(0)
-        res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
-    return res
-
-
-def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS) -> float:
-    """P(a sink head's value < a non-sink head's value) over all (sink, other) pairs of heads (L, H).
-
-    The Mann-Whitney U statistic divided by n_sink * n_other (the area under the ROC curve): 1.0 when every sink
-    head lies below every other head, 0.5 when the groups are mixed, NaN when a group is empty. Ties count half.
-    """
-    sink = alpha > eps
-    a, b = values[sink].float().flatten(), values[~sink].float().flatten()
-    if a.numel() == 0 or b.numel() == 0:
-        return float("nan")
-    below = (a[:, None] < b[None, :]).float() + 0.5 * (a[:, None] == b[None, :]).float()
-    return float(below.mean())
-
-
-def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: float = metrics.GU_EPS,
-                  stat: str = "mean") -> dict[str, tuple[float, float]]:
-    """Summarise per-head statistics (L, H) over sink heads (alpha > eps) and the other heads.
-
-    Returns {name: (statistic over sink heads, statistic over the others)}; NaN where a group is empty.
-    ``stat``: "mean" or "median".
-    """
-    sink = alpha > eps
-
-    def summary(t: torch.Tensor) -> float:
-        if t.numel() == 0:
-            return float("nan")
-        return float(t.float().mean() if stat == "mean" else t.float().median())
-
-    return {name: (summary(v[sink]), summary(v[~sink])) for name, v in values.items()}

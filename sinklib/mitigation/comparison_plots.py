@@ -126,7 +126,7 @@ VERDICT_COLORS = {"grows": "black", "removes or reduces": "#56B4E9", "removes": 
 
 
 def verdict_color(verdict: str) -> tuple[str, str]:
-    """(colour, short label) for a :func:`sinklib.mitigation.comparison.sink_verdict` line (matched on the words after the
+    """(colour, short label) for a :func:`sinklib.mitigation.verdicts.sink_verdict` line (matched on the words after the
     variant's name)."""
     body = verdict.split(": ", 1)[-1]
     for key, color in VERDICT_COLORS.items():

