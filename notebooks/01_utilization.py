@@ -39,7 +39,7 @@
 # it keeps to their new positions. Positions count from 0: "the first token" is position 0.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

@@ -46,7 +46,7 @@
 # $\exp$(mean negative log-likelihood per token, in nats): lower is better.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

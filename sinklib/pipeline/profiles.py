@@ -1,5 +1,8 @@
 """Run profiles: every size knob lives here, so notebooks never branch on ``if smoke:``.
 
+Each notebook has its own sizes dataclass and its three profiles sit side by side in :data:`SIZES`; a
+:class:`Run` reads them through (``run.num_seqs``).
+
 * ``smoke``: seconds per notebook, for ``make test`` (real offline model, tiny batches);
 * ``cpu``: the default of ``make figures``: offline, the protocol sizes that fit a 2-core CPU;
 * ``gpu``: paper scale on a hub model (needs network or a filled hub cache and a CUDA device).
@@ -22,29 +25,53 @@ from sinklib.mitigation.training import TrainConfig
 
 @dataclass(frozen=True)
 class Profile:
+    """What a profile fixes for every notebook: the default model and device, and whether the hub is off-limits."""
+
     name: str
     model: str  # default model of the profile (a registry name or a hub id)
     device: str  # default device
     offline: bool  # sets HF_HUB_OFFLINE=1 so nothing tries the network
+
+
+# ------------------------------------------------------------------------------------------- sizes per notebook
+@dataclass(frozen=True)
+class TourSizes:  # 00_tour
     num_seqs: int  # sequences per input type for sink statistics (Gu et al.: 100)
     seq_len: int  # T (Gu et al.: 64)
     batch_size: int
     map_seq_len: int  # tokens shown in attention-map figures
-    probe_seqs: int  # sequences for activation statistics and interventions (interpretation notebook)
+    context_lengths: tuple[int, ...]  # long-context sink statistics (O(N) memory path)
+    context_windows: int  # natural windows per context length (~2 min each on 2 cores for SmolLM2 up to 8k tokens)
+
+
+@dataclass(frozen=True)
+class UtilizationSizes:  # 01_utilization
+    batch_size: int
+    probe_seqs: int  # sequences for choosing ACT's heads
     eval_seqs: int  # held-out windows for perplexity
     eval_seq_len: int
-    lambdas: tuple[float, ...]  # variance-amplification sweep
-    context_lengths: tuple[int, ...]  # long-context sink statistics (O(N) memory path)
-    stream_tokens: int  # length of the streamed text (utilization notebook)
+    stream_tokens: int  # length of the streamed text
     cache_budget: int  # KV cache size: n_sink + window
     stream_chunk: int  # tokens fed per step when streaming (1 = token by token, as the paper)
     recompute_points: int  # positions evaluated for the sliding-window-with-recompute baseline
     decode_tokens: int  # generated tokens for the decode-cost curves
-    train: TrainConfig  # mitigation notebook: the setting every attention variant is trained in
+
+
+@dataclass(frozen=True)
+class InterpretationSizes:  # 02_interpretation
+    batch_size: int
+    probe_seqs: int  # sequences for activation statistics and interventions
+    seq_len: int
+    eval_seqs: int  # held-out windows for perplexity under Sun et al.'s interventions
+    eval_seq_len: int
+    lambdas: tuple[float, ...]  # variance-amplification sweep
+
+
+@dataclass(frozen=True)
+class MitigationSizes:  # 03_mitigation
+    train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
     text_check: TrainConfig | None  # the same model on real text, for the head-wise RMSNorm convergence check
-    context_windows: int = 2  # natural windows per context length (the long-context figure shows their spread;
-    # each costs one forward per length, ~2 min on 2 cores for SmolLM2 up to 8k tokens)
 
 
 # Mitigation training (03_mitigation). CPU: the smallest setting found in which the softmax baseline reliably grows
@@ -69,39 +96,63 @@ _TRAIN_GPU = TrainConfig(model=TinyConfig(d_model=768, n_layers=12, n_heads=12, 
 
 
 PROFILES: dict[str, Profile] = {
-    "smoke": Profile("smoke", "smollm2-135m", "cpu", True, num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16,
-                     probe_seqs=8, eval_seqs=4, eval_seq_len=64, lambdas=(1.0, 8.0, 64.0),
-                     context_lengths=(64, 256), stream_tokens=160, cache_budget=48, stream_chunk=8,
-                     recompute_points=8, decode_tokens=24, train=_TRAIN_SMOKE, train_seeds=2,
-                     text_check=replace(_TRAIN_SMOKE, data="bible"), context_windows=2),
-    "cpu": Profile("cpu", "smollm2-135m", "auto", True, num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
-                   probe_seqs=32, eval_seqs=32, eval_seq_len=256, lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0),
-                   context_lengths=(256, 512, 1024, 2048, 4096, 8192), stream_tokens=3072, cache_budget=256,
-                   stream_chunk=16, recompute_points=192, decode_tokens=768, train=_TRAIN_CPU, train_seeds=2,
-                   text_check=replace(_TRAIN_CPU, data="bible")),
-    "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False, num_seqs=100, seq_len=64, batch_size=10,
-                   map_seq_len=32, probe_seqs=64, eval_seqs=64, eval_seq_len=1024,
-                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
-                   context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), stream_tokens=65536,
-                   cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192, train=_TRAIN_GPU,
-                   train_seeds=4, text_check=None, context_windows=4),
+    "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
+    "cpu": Profile("cpu", "smollm2-135m", "auto", True),  # make figures' default: offline, fits a 2-core CPU
+    "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False),  # paper scale on a hub model
+}
+
+# notebook -> profile -> sizes: each notebook's three profiles side by side
+SIZES: dict[str, dict[str, object]] = {
+    "00_tour": {
+        "smoke": TourSizes(num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16, context_lengths=(64, 256),
+                           context_windows=2),
+        "cpu": TourSizes(num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
+                         context_lengths=(256, 512, 1024, 2048, 4096, 8192), context_windows=2),
+        "gpu": TourSizes(num_seqs=100, seq_len=64, batch_size=10, map_seq_len=32,
+                         context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), context_windows=4),
+    },
+    "01_utilization": {
+        "smoke": UtilizationSizes(batch_size=8, probe_seqs=8, eval_seqs=4, eval_seq_len=64, stream_tokens=160,
+                                  cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24),
+        "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=32, eval_seq_len=256, stream_tokens=3072,
+                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=768),
+        "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=65536,
+                                cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192),
+    },
+    "02_interpretation": {
+        "smoke": InterpretationSizes(batch_size=8, probe_seqs=8, seq_len=32, eval_seqs=4, eval_seq_len=64,
+                                     lambdas=(1.0, 8.0, 64.0)),
+        "cpu": InterpretationSizes(batch_size=20, probe_seqs=32, seq_len=64, eval_seqs=32, eval_seq_len=256,
+                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
+        "gpu": InterpretationSizes(batch_size=10, probe_seqs=64, seq_len=64, eval_seqs=64, eval_seq_len=1024,
+                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)),
+    },
+    "03_mitigation": {
+        "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),
+        "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=2, text_check=replace(_TRAIN_CPU, data="bible")),
+        "gpu": MitigationSizes(train=_TRAIN_GPU, train_seeds=4, text_check=None),
+    },
 }
 
 
 @dataclass(frozen=True)
 class Run:
-    """A resolved notebook run: the profile's knobs plus the user's model/device/seed and output folder."""
+    """A resolved notebook run: the profile, the notebook's sizes in it, the user's model/device/seed, the folder."""
 
     profile: Profile
     model: str
     device: str
     seed: int
     out_dir: Path
+    notebook: str = "notebook"
+    sizes: object | None = None
 
-    def __getattr__(self, name: str):  # run.num_seqs etc. read through to the profile
-        if name.startswith("__") or name == "profile":
+    def __getattr__(self, name: str):  # run.num_seqs etc. read through to the notebook's sizes
+        if name.startswith("__") or name in ("profile", "sizes"):
             raise AttributeError(name)
-        return getattr(self.profile, name)
+        if self.sizes is None or not hasattr(self.sizes, name):
+            raise AttributeError(f"{self.notebook} has no size {name!r} in sinklib/pipeline/profiles.py SIZES")
+        return getattr(self.sizes, name)
 
 
 def seed_everything(seed: int) -> None:
@@ -127,4 +178,5 @@ def resolve(
     out = Path(out_dir) if out_dir else Path("figures") / notebook
     out.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
-    return Run(prof, model or prof.model, device or prof.device, int(seed), out)
+    sizes = SIZES.get(notebook, {}).get(profile)
+    return Run(prof, model or prof.model, device or prof.device, int(seed), out, notebook, sizes)

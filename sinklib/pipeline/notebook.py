@@ -1,0 +1,78 @@
+"""The setup and close-out every notebook shares, in one place.
+
+>>> nb = notebook.start("00_tour", profile, model, device, seed, out_dir, families="llm", dtype="float32")
+>>> run, lm, record, fig_dir = nb.run, nb.lm, nb.record, nb.fig_dir
+... # sections: compute -> figure with caption -> record.add(claim)
+>>> nb.close()   # headline.json (with the seconds it took) and claims.json beside the figures
+
+:func:`start` resolves the parameters cell through the profile (seeds everything, makes the figure folder, keeps
+the hub offline where the profile says so), loads the model and checks its family with a one-line error, and opens
+the claims :class:`~sinklib.pipeline.claims.Recorder` and the headline dictionary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from sinklib.core.models import LoadedModel, load_model, require_family
+from sinklib.pipeline import profiles
+from sinklib.pipeline.claims import Recorder
+from sinklib.pipeline.results import write_json
+
+
+@dataclass
+class Notebook:
+    """One notebook run: its resolved parameters, model, claims recorder, headline numbers and clock."""
+
+    name: str
+    run: profiles.Run
+    lm: LoadedModel | None
+    record: Recorder
+    headline: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def fig_dir(self) -> Path:
+        return self.run.out_dir
+
+    @property
+    def title(self) -> str:
+        """How figure titles name the model: "SmolLM2-135M-Instruct (smollm2-135m)"."""
+        return f"{self.lm.label} ({self.lm.name})" if self.lm is not None else self.record.model
+
+    def close(self) -> dict:
+        """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``; return the headline."""
+        self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
+        write_json(self.fig_dir / "headline.json", self.headline)
+        self.record.write(self.fig_dir)
+        held = sum(c.holds is True for c in self.record.claims)
+        print(f"{self.name}: {len(self.record.claims)} claims ({held} hold), {self.headline['seconds']:.0f} s; "
+              f"figures and JSON in {self.fig_dir}")
+        return self.headline
+
+
+def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: str, *,
+          families: str | tuple[str, ...] | None = ("llm", "moe"), dtype: str | None = None,
+          label: str | None = None, grad: bool = False) -> Notebook:
+    """Resolve a notebook's parameters, load and check its model, open its recorder and headline.
+
+    ``families``: the model families the notebook accepts (None: the notebook loads no model, e.g. it trains its
+    own; then ``label`` names what its claims were measured on). ``dtype``: e.g. "float32" for Gu et al.'s protocol
+    on any device. ``grad``: keep autograd on (off by default: the notebooks only measure).
+    """
+    run = profiles.resolve(profile, model, device, seed, out_dir, notebook=name)
+    torch.set_grad_enabled(grad)
+    lm = None
+    if families is not None:
+        lm = load_model(run.model, device=run.device, dtype=dtype)
+        require_family(lm, families, name)
+        label = lm.label
+    record = Recorder(name, label or name, run.profile.name)
+    headline = {"notebook": name, "profile": run.profile.name}
+    if lm is not None:
+        headline |= {"model": lm.name, "label": lm.label}
+    return Notebook(name, run, lm, record, headline)
