@@ -44,20 +44,14 @@ seed = 0
 out_dir = "../figures/00_tour"
 
 # %%
-import time
-
 from sinklib.core import analysis, plotting
 from sinklib.core.data import INPUT_KINDS, make_inputs
-from sinklib.core.models import load_model, require_family
-from sinklib.pipeline import claims, profiles
-from sinklib.pipeline.results import load_reference, sink_rate_table, write_json
+from sinklib.pipeline import notebook
+from sinklib.pipeline.results import load_reference, sink_rate_table
 
-run = profiles.resolve(profile, model, device, seed, out_dir, notebook="00_tour")
-lm = load_model(run.model, device=run.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
-require_family(lm, "llm", "00_tour")
-fig_dir, started = run.out_dir, time.perf_counter()
-title = f"{lm.label} ({lm.name})"
-record = claims.Recorder("00_tour", lm.label, run.profile.name)  # every verdict below is a Claim in claims.json
+nb = notebook.start("00_tour", profile, model, device, seed, out_dir, families="llm",
+                    dtype="float32")  # Gu et al.'s protocol: float32 attention
+run, lm, fig_dir, title, record = nb.run, nb.lm, nb.fig_dir, nb.title, nb.record  # record: every verdict a Claim
 print(lm, f"\nprofile={run.profile.name}: {run.num_seqs} sequences x {run.seq_len} tokens per input type")
 
 # %% [markdown]
@@ -248,8 +242,7 @@ print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.
 # Written to `headline.json` beside the figures, for tests and the reproduction scorecard.
 
 # %%
-headline = {
-    "notebook": "00_tour", "model": lm.name, "label": lm.label, "profile": run.profile.name,
+headline = nb.headline | {
     "num_seqs": run.num_seqs, "seq_len": run.seq_len, "eps": natural.eps,
     "sink_rate": measured, "sink_onset_layer": onset,
     "alpha_first_by_layer": {k: p.alpha_first_by_layer for k, p in profiles_by_kind.items()},
@@ -260,8 +253,7 @@ headline = {
     "llama_family_shape_holds": shape.holds,
     "context_lengths": sweep.lengths, "alpha_first_vs_length_sink_layers": in_sink_layers,
     "alpha_first_vs_length_all_layers": series["all layers"],
-    "reference": gu["source"], "seconds": round(time.perf_counter() - started, 1),
+    "reference": gu["source"],
 }
-write_json(fig_dir / "headline.json", headline)
-record.write(fig_dir)
-headline
+nb.headline = headline
+nb.close()

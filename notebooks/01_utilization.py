@@ -46,7 +46,6 @@ seed = 0
 out_dir = "../figures/01_utilization"
 
 # %%
-import time
 
 import pandas as pd
 import torch
@@ -54,29 +53,24 @@ import torch
 from sinklib.core import analysis, plotting
 from sinklib.core.data import text_windows
 from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
-from sinklib.core.models import load_model, require_family
 from sinklib.interpretation.interventions import AttentionCalibration, act_sink_columns
-from sinklib.pipeline import claims, profiles
-from sinklib.pipeline.results import load_reference, write_json
+from sinklib.pipeline import notebook
+from sinklib.pipeline.results import load_reference
 from sinklib.utilization import kvquant, streaming, streaming_plots
 from sinklib.utilization.calibration import act_claim, non_first_sink_heads
 from sinklib.utilization.kvquant import QuantizedKVCache
 from sinklib.utilization.sink_cache import SinkWindowCache
 
-run = profiles.resolve(profile, model, device, seed, out_dir, notebook="01_utilization")
-lm = load_model(run.model, device=run.device)
-require_family(lm, ("llm", "moe"), "01_utilization")
+nb = notebook.start("01_utilization", profile, model, device, seed, out_dir)
+run, lm, fig_dir, title, record = nb.run, nb.lm, nb.fig_dir, nb.title, nb.record  # record: every verdict a Claim
 SinkWindowCache.for_model(lm.model, 4, 8)  # fails early, in one line, for a model without RoPE
-fig_dir, started, title = run.out_dir, time.perf_counter(), f"{lm.label} ({lm.name})"
-torch.set_grad_enabled(False)
 stream = text_windows(lm.tokenizer, 1, run.stream_tokens, run.seed, split="heldout")[0]  # (T,)
 budget, n_sink, chunk = run.cache_budget, 4, run.stream_chunk
 paper = load_reference("streamingllm")
-record = claims.Recorder("01_utilization", lm.label, run.profile.name)  # every verdict below is a Claim
 step_note = "token by token" if chunk == 1 else f"{chunk} tokens per step (each also sees its block)"
 print(lm, f"\nstream: {len(stream)} held-out Bible tokens; cache budget {budget}; evaluation {step_note}")
-headline = {"notebook": "01_utilization", "model": lm.name, "label": lm.label, "profile": run.profile.name,
-            "stream_tokens": len(stream), "cache_budget": budget, "stream_chunk": chunk}
+headline = nb.headline
+headline |= {"stream_tokens": len(stream), "cache_budget": budget, "stream_chunk": chunk}
 
 
 def sink_cache(n: int) -> SinkWindowCache:
@@ -309,6 +303,4 @@ headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_
 # calibrating every head with a later sink is not free.
 
 # %%
-headline["seconds"] = round(time.perf_counter() - started, 1)
-write_json(fig_dir / "headline.json", headline)
-record.write(fig_dir)
+nb.close()

@@ -54,15 +54,12 @@ out_dir = "../figures/02_interpretation"
 sink_position = 10  # k, the position the interventions turn into a sink
 
 # %%
-import time
 
 import pandas as pd
-import torch
 
 from sinklib.architectures import find_layers
 from sinklib.core import analysis, evaluation, plotting
 from sinklib.core.data import make_inputs, text_windows
-from sinklib.core.models import load_model, require_family
 from sinklib.interpretation import (
     intervention_effects,
     massive_activations,
@@ -71,29 +68,25 @@ from sinklib.interpretation import (
     origin_plots,
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
-from sinklib.pipeline import claims, profiles
-from sinklib.pipeline.results import load_reference, number_matches, write_json
+from sinklib.pipeline import notebook
+from sinklib.pipeline.results import load_reference, number_matches
 
-run = profiles.resolve(profile, model, device, seed, out_dir, notebook="02_interpretation")
-lm = load_model(run.model, device=run.device)
-require_family(lm, ("llm", "moe"), "02_interpretation")
+nb = notebook.start("02_interpretation", profile, model, device, seed, out_dir)
+run, lm, fig_dir, title, record = nb.run, nb.lm, nb.fig_dir, nb.title, nb.record  # verdicts: origin_claims
 origin.require_gated_mlp(lm, "02_interpretation")
-fig_dir, started, k = run.out_dir, time.perf_counter(), int(sink_position)
-title = f"{lm.label} ({lm.name})"
+k = int(sink_position)
 paper = load_reference("structural_origin")
 natural = make_inputs(lm, "natural", run.probe_seqs, run.seq_len, run.seed)
 random_ids = make_inputs(lm, "random", run.probe_seqs, run.seq_len, run.seed, bos=False)  # position 0 varies too
 heldout = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed, split="heldout")
-torch.set_grad_enabled(False)
 profile_nat = analysis.profile_sinks(lm, natural, input_name="natural", batch_size=run.batch_size)
 massive = analysis.massive_dimensions(profile_nat)  # Sun et al.'s criterion, or a fallback that says so
 massive_dims = massive.dims
 sink_onset = analysis.first_layer_above(profile_nat.alpha_first_by_layer, 0.3)
 print(lm, f"\n{len(natural)} natural / random sequences of {run.seq_len} tokens; sink onset layer {sink_onset}\n"
       f"Massive activations: {massive.describe()}.")
-record = claims.Recorder("02_interpretation", lm.label, run.profile.name)  # verdicts decided in origin_claims
-headline = {"notebook": "02_interpretation", "model": lm.name, "label": lm.label, "profile": run.profile.name,
-            "massive_dims": massive_dims, "massive": massive.as_dict(), "sink_onset_layer": sink_onset,
+headline = nb.headline
+headline |= {"massive_dims": massive_dims, "massive": massive.as_dict(), "sink_onset_layer": sink_onset,
             "position": k}
 
 # %% [markdown]
@@ -526,46 +519,20 @@ headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": bias_claim.holds
 # (`make figures PROFILE=gpu MODEL=meta-llama/Llama-2-7b-hf NOTEBOOKS=02`).
 
 # %%
-def _number(published, measured):  # the number column: within 2x of the paper (results.number_matches)
-    return number_matches(published, measured)[1]
-
-
-rows = [  # claim, paper, measured, structure holds, number matches (text)
-    ("Var of the head output largest at t = 0 (layer 0)", "yes", f"{ratio0[0]:.1f}x the second half",
-     variance_claim.holds, "no published number"),
-    ("a super neuron in an early layer writes the massive dimension",
-     f"{paper['super_neuron']['neuron']} (layer {paper['super_neuron']['layer']}) -> "
-     f"{paper['super_neuron']['writes_dim']}", f"{top.neuron} (layer {top.layer}) -> {top.write_dims}" if writers
-     else "none", neuron_claim.holds, (f"layer {'=' if top.layer == paper['super_neuron']['layer'] else '!='} the paper's; ids are "
-                            f"model-specific") if writers else "none found"),
-    ("DomRatio jumps with the massive value; sink within 2 layers",
-     paper["dom_ratio_first_after_rmsnorm"]["value"], round(dom_after_super, 1), disparity_claim.holds,
-     _number(paper["dom_ratio_first_after_rmsnorm"]["value"], dom_after_super)),
-    ("massive activations by Sun's criterion (> 100 and > 1000x median)", paper["massive_dims"],
-     f"{massive.dims} (peak {massive.peak_ratio:.0f}x)", massive.strict, "dims are model-specific"),
-    ("lock-in: sink heads score k_0 positively (> 90%)", "yes",
-     f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}%", lock_claim.holds,
-     "no published number"),
-    (f"self-only token {k} becomes a sink", "yes", f"{100 * rate_after:.1f}% of heads sink on it", self_only_claim.holds,
-     "no published number"),
-    ("amplification: monotone rise, control flat", "yes", f"{rise:.1f}x vs {rise_ctl:.1f}x, peak "
-     f"{max(cen):.3f}", amp_claim.holds, "no published number"),
-    ("ppl original / mean / zero", paper_ppl,
-     f"{ppl['original']:.2f} / {ppl['set to mean']:.2f} / {ppl['set to zero']:.4g}", bias_claim.holds,
-     "ppl(mean) / ppl(original), within 5%: "
-     + number_matches(1.0, ppl["set to mean"] / ppl["original"], factor=1.05)[1]),
-    ("sink heads: small value, steady term (separation >= 0.75)", "yes",
-     f"{auc['value_norm_ratio']:.2f} / {auc['sink_term_spread']:.2f}", implicit_claim.holds, "no published number"),
-]
-score = pd.DataFrame(rows, columns=["claim", "paper (Llama-2-7B)", f"measured ({lm.label})", "structure holds",
-                                    "number matches (within 2x)"])
-display(score)  # noqa: F821
-headline["seconds"] = round(time.perf_counter() - started, 1)
 record.add(origin_claims.massive_by_sun(massive), show=False)
-headline["holds_all"] = bool(score["structure holds"].all())
+numbers = {  # the number column, apart from the verdict: within 2x of the paper (results.number_matches)
+    "origin.dimension_disparity": number_matches(paper["dom_ratio_first_after_rmsnorm"]["value"], dom_after_super)[1],
+    "sun2024.massive_activations_are_bias": "ppl(mean) / ppl(original), within 5%: "
+    + number_matches(1.0, ppl["set to mean"] / ppl["original"], factor=1.05)[1],
+    "origin.super_neuron": (f"layer {'=' if top.layer == paper['super_neuron']['layer'] else '!='} the paper's; "
+                            "ids are model-specific") if writers else "none found",
+    "sun2024.massive_activations": "dims are model-specific",
+}
+score = record.table(numbers)
+display(score)  # noqa: F821
+headline["holds_all"] = record.all_hold
 headline["scorecard"] = score.to_dict(orient="records")
-write_json(fig_dir / "headline.json", headline)
-record.write(fig_dir)
+nb.close()
 
 # %% [markdown]
 # **What we saw (SmolLM2-135M, CPU profile).** The structure holds for the variance discrepancy, the layer-1 super

@@ -67,7 +67,6 @@ train_data = ""  # empty: the profile default; else bible, bigram_backcopy or fi
 train_steps = 0  # 0: the profile default
 
 # %%
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -78,10 +77,11 @@ from sinklib.core import plotting
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.models import resolve_device
 from sinklib.mitigation import comparison, comparison_plots, training, verdicts
-from sinklib.pipeline import claims, profiles
-from sinklib.pipeline.results import load_reference, write_json
+from sinklib.pipeline import notebook
+from sinklib.pipeline.results import load_reference
 
-run = profiles.resolve(profile, model, device, seed, out_dir, notebook="03_mitigation")
+nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
+run, fig_dir = nb.run, nb.fig_dir
 if model:
     print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch (sizes in sinklib/pipeline/profiles.py)")
 dev = str(resolve_device(run.device))
@@ -92,7 +92,6 @@ if train_steps:
     base = replace(base, steps=int(train_steps))
 names = comparison.parse_variants(variants)
 seeds = [run.seed + i for i in range(run.train_seeds)]
-fig_dir, started = run.out_dir, time.perf_counter()
 uniform = comparison.uniform_alpha(base.seq_len)
 m = base.model
 setting = (f"{base.data}, {m.n_layers} layers x {m.n_heads} heads, d={m.d_model}, "
@@ -102,10 +101,10 @@ print(f"{len(names)} variants x {len(seeds)} seeds on {dev}: {setting}")
 runs = comparison.train_variants(base, names, seeds, device=dev)
 train_seconds = sum(r["seconds"] for rs in runs.values() for r in rs)
 print(f"training time of these runs (cached runs report the time they took): {train_seconds:.0f} s")
-record = claims.Recorder("03_mitigation", f"TinyLM trained here ({m.n_layers} x {m.n_heads} heads, d={m.d_model})",
-                         run.profile.name)
-headline = {"notebook": "03_mitigation", "profile": run.profile.name, "setting": setting, "seeds": seeds,
-            "variants": names, "uniform_alpha": uniform}
+record = nb.record
+record.model = f"TinyLM trained here ({m.n_layers} x {m.n_heads} heads, d={m.d_model})"  # what the claims measured
+headline = nb.headline
+headline |= {"setting": setting, "seeds": seeds, "variants": names, "uniform_alpha": uniform}
 
 # %% [markdown]
 # ## 1 · A sink emerges in the softmax baseline
@@ -394,6 +393,4 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
 # small.
 
 # %%
-headline["seconds"] = round(time.perf_counter() - started, 1)
-write_json(fig_dir / "headline.json", headline)
-record.write(fig_dir)
+nb.close()

@@ -28,6 +28,35 @@ def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
         claims.load(path)
 
 
+def test_table_is_one_row_per_claim_with_the_number_apart(capsys):
+    rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
+    assert rec.all_hold is False  # nothing recorded, nothing holds
+    rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False)
+    assert rec.all_hold is True
+    rec.add(claims.Claim(id="x.open", statement="s", source="p", rule="r", published=2.0, measured=1.0, holds=None))
+    table = rec.table({"x.open": "yes: 2 vs 1 (0.50x)"})
+    assert list(table["id"]) == ["gu2024.llama_family_input_shape", "x.open"] and rec.all_hold is False
+    assert list(table["structure holds"]) == ["holds", "cannot be judged here"]
+    assert list(table["number matches"]) == ["no published number", "yes: 2 vs 1 (0.50x)"]
+    assert table.loc[1, "published"] == "2" and table.loc[1, "measured"] == "1"
+
+
+def test_notebook_start_and_close_write_headline_and_claims(tmp_path, capsys):
+    from sinklib.pipeline import notebook
+
+    nb = notebook.start("03_mitigation", "smoke", "", "", 0, str(tmp_path / "out"), families=None, label="toy",
+                        grad=True)  # autograd is process-wide: leave it on for the other tests
+    assert nb.lm is None and nb.run.train_seeds == 2 and nb.headline == {"notebook": "03_mitigation",
+                                                                         "profile": "smoke"}
+    with pytest.raises(AttributeError, match="03_mitigation has no size 'num_seqs'"):
+        nb.run.num_seqs
+    nb.record.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False)
+    nb.close()
+    assert json.loads((tmp_path / "out" / "headline.json").read_text())["seconds"] >= 0
+    assert [c.model for c in claims.load(tmp_path / "out" / "claims.json")] == ["toy"]
+    assert "03_mitigation: 1 claims (1 hold)" in capsys.readouterr().out
+
+
 def test_llama_family_shape():
     assert analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU).holds is True
     gpt2_like = {"natural": 0.77, "random": 0.70, "repeated": 0.62}  # GPT2-XL keeps its sink on repeated tokens

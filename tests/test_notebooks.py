@@ -89,9 +89,10 @@ def test_interpretation_effects_point_the_right_way(executed):
     assert vnr[0] < vnr[1] and spread[0] < spread[1]  # sink heads differ from the others on both measures
     assert h["bias"]["holds_implicit_bias"] == all(a >= 0.75 for a in h["bias"]["separation"].values())
     assert h["holds_all"] is False  # the massive-dimension row fails on SmolLM2 (criterion not met)
-    rows = {r["claim"]: r for r in h["scorecard"]}  # structure and number kept in separate columns
-    dom = next(r for c, r in rows.items() if c.startswith("DomRatio"))
-    assert dom["number matches (within 2x)"].startswith(("yes", "no")) and isinstance(dom["structure holds"], bool)
+    rows = {r["id"]: r for r in h["scorecard"]}  # structure and number kept in separate columns, one row a claim
+    assert set(rows) == {c.id for c in claims.load(folder / "claims.json")}
+    dom = rows["origin.dimension_disparity"]
+    assert dom["number matches"].startswith(("yes", "no")) and dom["structure holds"] in ("holds", "does NOT hold")
 
 
 def test_utilization_json_shape_claims(executed):

@@ -67,6 +67,23 @@ class Recorder:
             print(claim.line())
         return claim
 
+    def table(self, numbers: dict[str, str] | None = None):
+        """The notebook's scorecard, one row per claim: statement, source, published and measured values, verdict,
+        and -- kept apart from the verdict -- whether the *number* matches the paper's (``numbers``: claim id ->
+        text, e.g. from :func:`sinklib.pipeline.results.number_matches`; "no published number" elsewhere)."""
+        import pandas as pd
+
+        numbers = numbers or {}
+        return pd.DataFrame([{
+            "id": c.id, "claim": c.statement, "source": c.source,
+            "published": "-" if c.published is None else _short(c.published), "measured": _short(c.measured),
+            "structure holds": c.verdict(), "number matches": numbers.get(c.id, "no published number"),
+        } for c in self.claims])
+
+    @property
+    def all_hold(self) -> bool:
+        return bool(self.claims) and all(c.holds is True for c in self.claims)
+
     def write(self, folder: str | Path) -> Path:
         return write_json(Path(folder) / "claims.json", {"schema": SCHEMA, "notebook": self.notebook,
                                                           "claims": [asdict(c) for c in self.claims]})
