@@ -35,6 +35,33 @@ def model_configs(model: nn.Module) -> list:
     return out
 
 
+class _Implementations:
+    """Every config's ``_attn_implementation`` (or ``_experts_implementation``) before a switch, per tower, so that
+    each gets its own back afterwards and a module can be handed to the backend its tower used."""
+
+    def __init__(self, model: nn.Module, kind: str):
+        self.attr = f"_{kind}_implementation"
+        self.saved = [(c, getattr(c, self.attr)) for c in model_configs(model) if hasattr(c, self.attr)]
+        self.by_config = {id(c): impl for c, impl in self.saved}
+
+    def before(self, module: nn.Module, default: str | None) -> str | None:
+        return self.by_config.get(id(getattr(module, "config", None)), default)
+
+    def restore(self, name: str) -> None:
+        for config, implementation in self.saved:
+            if getattr(config, self.attr) == name:  # still ours (an inner switch has already put ours back)
+                setattr(config, f"{self.attr}_internal", implementation)
+
+
+def _switch_to(switch, set_implementation: Callable) -> None:
+    """Apply a registered name; on failure undo the registration before re-raising."""
+    try:
+        set_implementation(switch.name)
+    except BaseException:
+        switch.__exit__(None, None, None)
+        raise
+
+
 def eager_for(module: nn.Module) -> Callable:
     """The eager attention function of the module's own modeling file (handles GQA, soft-capping, sinks, ...)."""
     fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
@@ -62,18 +89,13 @@ class AttentionSwitch:
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
         self.previous = self.model.config._attn_implementation
-        self._saved = [(c, c._attn_implementation) for c in model_configs(self.model)]
-        self._by_config = {id(c): impl for c, impl in self._saved}
+        self._before = _Implementations(self.model, "attn")
         self.name = f"{self.prefix}_{next(_counter)}"
         AttentionInterface.register(self.name, self.fn)
         mask_fn = eager_mask if self.mask == "eager" else \
             AttentionMaskInterface._global_mapping.get(self.previous, eager_mask)
         AttentionMaskInterface.register(self.name, mask_fn)
-        try:
-            self.model.set_attn_implementation(self.name)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        _switch_to(self, self.model.set_attn_implementation)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -82,9 +104,7 @@ class AttentionSwitch:
 
         if self.name is None:
             return
-        for config, implementation in self._saved:  # each tower gets its own implementation back
-            if config._attn_implementation == self.name:
-                config._attn_implementation_internal = implementation
+        self._before.restore(self.name)  # each tower gets its own implementation back
         AttentionInterface._global_mapping.pop(self.name, None)
         AttentionMaskInterface._global_mapping.pop(self.name, None)
         self.name = None
@@ -94,7 +114,7 @@ class AttentionSwitch:
         outer switch, ...)."""
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        previous = self._by_config.get(id(getattr(module, "config", None)), self.previous)
+        previous = self._before.before(module, self.previous)
         return ALL_ATTENTION_FUNCTIONS.get_interface(previous, eager_for(module))(module, *args, **kwargs)
 
 
@@ -109,16 +129,10 @@ class ExpertsSwitch:
     def __enter__(self) -> ExpertsSwitch:
         from transformers.integrations.moe import ExpertsInterface
 
-        self._saved = [(c, c._experts_implementation) for c in model_configs(self.model)
-                       if hasattr(c, "_experts_implementation")]
-        self._by_config = {id(c): impl for c, impl in self._saved}
+        self._before = _Implementations(self.model, "experts")
         self.name = f"{self.prefix}_{next(_counter)}"
         ExpertsInterface.register(self.name, self.fn)
-        try:
-            self.model.set_experts_implementation(self.name)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        _switch_to(self, self.model.set_experts_implementation)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -126,16 +140,14 @@ class ExpertsSwitch:
 
         if self.name is None:
             return
-        for config, implementation in self._saved:
-            if config._experts_implementation == self.name:
-                config._experts_implementation_internal = implementation
+        self._before.restore(self.name)
         ExpertsInterface._global_mapping.pop(self.name, None)
         self.name = None
 
     def delegate(self, module: nn.Module, *args, **kwargs):
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-        previous = self._by_config.get(id(getattr(module, "config", None)), "eager")
+        previous = self._before.before(module, "eager")
         own = type(module).forward.__wrapped__  # the class's own (eager) forward, under transformers' dispatcher
         return ALL_EXPERTS_FUNCTIONS.get_interface(previous, own)(module, *args, **kwargs)
 
