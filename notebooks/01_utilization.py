@@ -53,11 +53,15 @@ import torch
 from sinklib.core import analysis, plotting
 from sinklib.core.data import text_windows
 from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
-from sinklib.interpretation.interventions import AttentionCalibration, act_sink_columns
 from sinklib.pipeline import notebook
 from sinklib.pipeline.results import load_reference
 from sinklib.utilization import kvquant, streaming, streaming_plots
-from sinklib.utilization.calibration import act_claim, non_first_sink_heads
+from sinklib.utilization.calibration import (
+    AttentionCalibration,
+    act_claim,
+    act_sink_columns,
+    non_first_sink_heads,
+)
 from sinklib.utilization.kvquant import QuantizedKVCache
 from sinklib.utilization.sink_cache import SinkWindowCache
 
@@ -103,7 +107,7 @@ with plotting.style():
     window = max(budget // 2, 16)  # perplexity per window of this many tokens: a change is not diluted
     curves = {k: streaming.windowed_ppl(v, window) for k, v in nll.items()}
     # the recompute baseline is measured at a subsample of positions: wider windows so each holds ~30 of them
-    wide = window * max(1, round(30 * len(stream) / (window * len(positions))))
+    wide = streaming.subsample_window(window, len(stream), len(positions))
     curves[f"recompute (subsample, {wide}-token windows)"] = streaming.windowed_ppl(recompute, wide, positions)
     fig = streaming_plots.streaming_curves(curves, budget=budget, title=f"Streaming perplexity, cache {budget}, {title}",
                                            note=f"evaluation: {step_note}")

@@ -176,8 +176,7 @@ if base.data == "bigram_backcopy":
 # %%
 show = min(32, base.seq_len)
 maps, own_heads, missing = {}, {}, {}
-is_trigger = torch.isin(val_ids[:, :show], torch.tensor(training.BBC_TRIGGERS))  # (N, show)
-row = int(is_trigger.sum(1).argmax()) if base.data == "bigram_backcopy" else 0  # the sequence with most triggers
+row, triggers = training.most_triggers(val_ids[:, :show], base.data)  # the sequence with the most triggers
 with torch.no_grad():
     for v in names:
         li, h, share = comparison.strongest_head(runs[v][0], key="share_by_head")
@@ -188,7 +187,6 @@ with torch.no_grad():
         missing[name] = {"sink_logit": "sink logit", "kv_bias": "KV bias", "softmax_off_by_one": "zero logit",
                          "sigmoid": "nowhere (unnormalised)", "softpick": "nowhere (rectified)"}.get(v, "")
         own_heads[v] = [li, h, share]
-triggers = is_trigger[row].nonzero().flatten().tolist() if base.data == "bigram_backcopy" else []
 with plotting.style():
     fig = comparison_plots.attention_maps(maps, "each model's own strongest head", trigger_rows=triggers,
                                           missing=missing,

@@ -11,13 +11,8 @@ from sinklib.architectures import adapter_for, tiny
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture, hooks_left
 from sinklib.core.errors import InputError
-from sinklib.interpretation.interventions import (
-    AttentionCalibration,
-    ResidualOverride,
-    SelfOnlyAttention,
-    act_bias,
-    act_redistribute,
-)
+from sinklib.interpretation.interventions import ResidualOverride, SelfOnlyAttention
+from sinklib.utilization.calibration import AttentionCalibration, act_bias, act_redistribute
 
 HF = ["llama", "gemma3", "gpt_oss", "mixtral", "olmoe", "qwen2_moe", "dinov2", "dinov2_registers", "vit",
       "clip_vision", "llava", "qwen2_vl"]

@@ -114,3 +114,16 @@ def test_generate_after_eviction_equals_the_manual_loop(tiny):
             fixed = tiny.model.generate(prompt, past_key_values=ref_cache, max_new_tokens=30, do_sample=False,
                                         output_logits=True, return_dict_in_generate=True)
     assert not torch.allclose(plain.logits[-1], fixed.logits[-1], atol=1e-4)
+
+
+def test_windowed_ppl_and_the_subsample_window():
+    from sinklib.utilization import streaming
+
+    nll = torch.log(torch.tensor([2.0, 2.0, 8.0, 8.0, 4.0]))
+    centres, values = streaming.windowed_ppl(nll, 2)  # exp(mean log) per window of 2: (2, 2), (8, 8), (4)
+    assert centres == [1, 3, 5] and values == pytest.approx([2.0, 8.0, 4.0])
+    centres, values = streaming.windowed_ppl(nll[[0, 4]], 3, positions=[0, 4])  # measured at 2 positions only
+    assert centres == [1, 4] and values == pytest.approx([2.0, 4.0])
+    # the CPU profile's recompute baseline: 192 of 3,072 positions, windows of 128 -> 30 / (128 * 192 / 3072) = 3.75
+    assert streaming.subsample_window(128, 3072, 192) == 4 * 128
+    assert streaming.subsample_window(128, 100, 100) == 128  # dense enough already: never narrower than the window

@@ -212,7 +212,7 @@ def official_act(head: torch.Tensor, beta: float, threshold: float) -> torch.Ten
 
 
 def test_act_bias_reproduces_the_official_redistribution_on_a_hand_built_matrix():
-    from sinklib.interpretation.interventions import act_bias, act_sink_columns
+    from sinklib.utilization.calibration import act_bias, act_sink_columns
 
     # 4 tokens; key 2 receives 0.5 from row 2 and 0.5 from row 3: sum / (T - j) = 1.0 / 2 = 0.5 (a sink at 0.3);
     # dividing by T instead (1.0 / 4 = 0.25) would miss it -- a late sink.
@@ -236,7 +236,7 @@ def test_act_bias_reproduces_the_official_redistribution_on_a_hand_built_matrix(
 
 
 def test_attention_calibration_matches_the_official_rule_in_the_model(tiny, ids):
-    from sinklib.interpretation.interventions import AttentionCalibration
+    from sinklib.utilization.calibration import AttentionCalibration
 
     base, cap0 = run(tiny.model, ids, attentions=True)
     hooks = hooks_left(tiny.model)

@@ -124,3 +124,10 @@ def test_bigram_backcopy_entropy_is_the_bayes_optimal_loss():
     direct = float(torch.stack(nll, 1).mean())
     floor = training.bigram_backcopy_entropy(T, n=8000, seed=3)
     assert floor == pytest.approx(direct, abs=0.03) and 0 < floor < math.log(64)
+
+
+def test_most_triggers_picks_the_row_and_its_positions():
+    t = training.BBC_TRIGGERS[0]
+    ids = torch.tensor([[5, t, 6, 7], [t, 5, t, t], [5, 6, 7, 8]])
+    assert training.most_triggers(ids, "bigram_backcopy") == (1, [0, 2, 3])
+    assert training.most_triggers(ids, "bible") == (0, [])

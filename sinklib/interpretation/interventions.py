@@ -6,8 +6,7 @@
   (intervention ii), or the control o'_k = lambda o_k;
 * :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
   (Sun et al., arXiv 2402.17762);
-* :class:`AttentionCalibration` -- ACT (arXiv 2406.15765): damp non-first sinks in chosen heads and give the mass
-  back to the other tokens.
+(ACT's :class:`~sinklib.utilization.calibration.AttentionCalibration` is built on the same base, in utilization.)
 
 Blocks come from the model's architecture adapter, so they work on decoders, MoE decoders, ViTs (transformers and
 timm: the two attention edits then act on the probabilities timm passes through ``attn_drop``, which softmax with
@@ -25,10 +24,10 @@ from torch import nn
 
 from sinklib.architectures import adapter_for
 from sinklib.core import metrics
-from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention, eager_for
+from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
 
-class _Intervention(Patch):
+class Intervention(Patch):
     """Shared bookkeeping: the layers to edit; hooks and the attention switch are undone by :class:`Patch`."""
 
     def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
@@ -74,7 +73,7 @@ class _Intervention(Patch):
         return torch.zeros(1, 1, query.shape[2], key.shape[2], dtype=query.dtype, device=query.device)
 
 
-class SelfOnlyAttention(_Intervention):
+class SelfOnlyAttention(Intervention):
     """Let the token at ``position`` attend only to itself in ``layers`` (default: all).
 
     Row k of the additive mask becomes -inf everywhere except column k, so A_{k,j} = 1[j = k]: token k then
@@ -114,7 +113,7 @@ class SelfOnlyAttention(_Intervention):
         return probs
 
 
-class HeadOutputAmplification(_Intervention):
+class HeadOutputAmplification(Intervention):
     """Amplify the variance of token k's head outputs (before W_O) in ``layers``.
 
     ``mode="centered"`` (the intervention): o'_{n,k} = mu_k + lambda (o_{n,k} - mu_k), with mu_k the mean over the
@@ -153,7 +152,7 @@ class HeadOutputAmplification(_Intervention):
         return (x, *args[1:])
 
 
-class ResidualOverride(_Intervention):
+class ResidualOverride(Intervention):
     """Overwrite residual-stream entries h^l[:, t, j] after the blocks in ``layers`` (Sun et al.'s intervention).
 
     ``dims``: feature dimensions. ``positions``: fixed token positions, or None (default) to locate the massive
@@ -210,91 +209,3 @@ class ResidualOverride(_Intervention):
             self.edited += int(first.sum() + rest.sum())
         self.calls += 1
         return (h, *output[1:]) if isinstance(output, tuple) else h
-
-
-def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float) -> torch.Tensor:
-    """ACT's sink test (GATECH-EIC/ACT, ``atten_process_eval``): key j >= 1 is a sink when its column sum divided by
-    the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``.
-
-    weights: (B, H, T, N) probabilities; allowed: (B|1, 1, T, N) bool, may query t see key j -> (B, H, N) bool.
-    The first key is never a sink here (the official code drops it with ``indices[1:]``).
-    """
-    visible = allowed.float().sum(dim=2).clamp_min(1)  # (B|1, 1, N)
-    sink = weights.float().sum(dim=2) / visible > threshold  # (B, H, N)
-    sink[..., 0] = False
-    return sink
-
-
-def act_bias(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
-    """The additive logit bias that turns softmax into ACT's redistribution exactly.
-
-    Official rule: sink entries become beta A[t, j]; the removed (1 - beta) S_t, S_t = sum_{j in sinks} A[t, j],
-    goes to the other keys of row t in proportion to their weights, so they become A[t, j] (1 - beta S_t)/(1 - S_t).
-    Softmax with a bias b_t on the sink columns scales sinks vs the rest by e^{b_t}; e^{b_t} = beta (1 - S_t) /
-    (1 - beta S_t) reproduces both. weights: (B, H, T, N); sink: (B, H, N) -> (B, H, T, N) bias (0 off the sinks).
-    """
-    s = (weights.float() * sink[:, :, None, :]).sum(dim=-1, keepdim=True)  # (B, H, T, 1): S_t
-    tiny = torch.finfo(torch.float32).tiny
-    b = torch.log(beta * (1 - s).clamp_min(tiny)) - torch.log((1 - beta * s).clamp_min(tiny))
-    return torch.where(sink[:, :, None, :], b, torch.zeros_like(b))
-
-
-class AttentionCalibration(_Intervention):
-    """ACT (Yu et al., arXiv 2406.15765) in the heads ``heads`` = {layer: [head, ...]}, as the authors' code does it.
-
-    In those heads (per sequence), key j >= 1 is a sink when sum_t A[t, j] / (number of queries that see j) exceeds
-    ``threshold`` (:func:`act_sink_columns`); each sink entry becomes exactly beta A[t, j] and the removed mass
-    (1 - beta) S_t goes to the other keys of row t -- the first token included -- in proportion to their attention
-    (``atten_process_eval`` in GATECH-EIC/ACT). The edit is a per-row additive bias on the sink columns
-    (:func:`act_bias`) handed to the model's own attention backend, so a surrounding Capture sees the calibrated
-    attention. ACT chooses its heads by accuracy on a calibration set; which heads to pass is the caller's choice.
-    """
-
-    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1):
-        super().__init__(model, list(heads))
-        if not 0 < beta <= 1:
-            raise ValueError("beta must be in (0, 1]")
-        self.heads = {int(k): list(v) for k, v in heads.items()}
-        self.beta, self.threshold = float(beta), float(threshold)
-        self.damped = 0  # number of (sequence, head, key) sinks damped, summed over calls
-
-    def _install(self) -> None:
-        self._use_attention_function()
-
-    def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        layer = self.adapter.index_of(module)
-        if layer in self.heads and query.shape[2] > 1:
-            attention_mask = self._mask(module, query, key, attention_mask)
-            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
-            allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # (B, 1, T, N)
-            chosen = torch.zeros(weights.shape[1], dtype=torch.bool, device=weights.device)
-            chosen[self.heads[layer]] = True
-            sink = act_sink_columns(weights, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
-            self.damped += int(sink.sum())
-            attention_mask = attention_mask + act_bias(weights, sink, self.beta).to(attention_mask.dtype)
-            self.calls += 1
-        return self._delegate(module, query, key, value, attention_mask, **kwargs)
-
-    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
-        """timm: ACT's rule applied to the probabilities themselves (sinks x beta, the rest rescaled)."""
-        if layer not in self.heads or probs.shape[2] <= 1:
-            return probs
-        allowed = torch.ones(1, 1, *probs.shape[2:], dtype=torch.bool, device=probs.device)  # bidirectional
-        chosen = torch.zeros(probs.shape[1], dtype=torch.bool, device=probs.device)
-        chosen[self.heads[layer]] = True
-        sink = act_sink_columns(probs, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
-        self.damped += int(sink.sum())
-        self.calls += 1
-        return act_redistribute(probs, sink, self.beta)
-
-
-def act_redistribute(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
-    """ACT's edit on probabilities (``atten_process_eval``): A'[t, j] = beta A[t, j] on sink columns, and
-    A'[t, j] = A[t, j] (1 - beta S_t) / (1 - S_t) elsewhere, S_t = sum_{j in sinks} A[t, j]; rows still sum to 1.
-
-    weights: (B, H, T, N); sink: (B, H, N) bool -> (B, H, T, N).
-    """
-    on = sink[:, :, None, :]
-    s = (weights * on).sum(dim=-1, keepdim=True)  # (B, H, T, 1)
-    rest = (1 - beta * s) / (1 - s).clamp_min(torch.finfo(weights.dtype).tiny)
-    return torch.where(on, beta * weights, weights * rest)

@@ -275,6 +275,16 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
     return result
 
 
+def most_triggers(ids: torch.Tensor, data: str) -> tuple[int, list[int]]:
+    """For figures of bigram-backcopy attention: the row of ``ids`` (N, T) with the most trigger tokens and the
+    positions of its triggers; (0, []) for any other data (there are no triggers to mark)."""
+    if data != "bigram_backcopy":
+        return 0, []
+    is_trigger = torch.isin(ids, torch.tensor(BBC_TRIGGERS, device=ids.device))  # (N, T)
+    row = int(is_trigger.sum(1).argmax())
+    return row, is_trigger[row].nonzero().flatten().tolist()
+
+
 def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
     """The final model of a cached run (train it first with :func:`train`)."""
     _, weights_path = run_paths(cfg)

@@ -1,4 +1,5 @@
-"""Where attention calibration (ACT, arXiv 2406.15765) may apply: heads with sinks beyond the first token.
+"""Attention calibration (ACT, Yu et al., arXiv 2406.15765): damp sinks beyond the first token in chosen heads and
+give their mass back to the other tokens, as the authors' ``atten_process_eval`` does; and where it may apply.
 
 ACT itself chooses heads by calibration *accuracy* on a labelled set (a head is kept when calibrating it improves
 the answers); with no such set offline, :func:`non_first_sink_heads` is this project's proxy -- heads that have a
@@ -8,9 +9,12 @@ non-first sink at all -- and the notebook says so.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.models import LoadedModel
+from sinklib.core.switch import eager_for
+from sinklib.interpretation.interventions import Intervention
 from sinklib.pipeline.claims import Claim
 
 
@@ -46,3 +50,91 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> C
                  published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, holds=None,
                  note=f"proxy head choice ({n_heads} heads with a non-first sink) "
                       f"{'lowers' if helped else 'does not lower'} held-out perplexity")
+
+
+def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float) -> torch.Tensor:
+    """ACT's sink test (GATECH-EIC/ACT, ``atten_process_eval``): key j >= 1 is a sink when its column sum divided by
+    the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``.
+
+    weights: (B, H, T, N) probabilities; allowed: (B|1, 1, T, N) bool, may query t see key j -> (B, H, N) bool.
+    The first key is never a sink here (the official code drops it with ``indices[1:]``).
+    """
+    visible = allowed.float().sum(dim=2).clamp_min(1)  # (B|1, 1, N)
+    sink = weights.float().sum(dim=2) / visible > threshold  # (B, H, N)
+    sink[..., 0] = False
+    return sink
+
+
+def act_bias(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
+    """The additive logit bias that turns softmax into ACT's redistribution exactly.
+
+    Official rule: sink entries become beta A[t, j]; the removed (1 - beta) S_t, S_t = sum_{j in sinks} A[t, j],
+    goes to the other keys of row t in proportion to their weights, so they become A[t, j] (1 - beta S_t)/(1 - S_t).
+    Softmax with a bias b_t on the sink columns scales sinks vs the rest by e^{b_t}; e^{b_t} = beta (1 - S_t) /
+    (1 - beta S_t) reproduces both. weights: (B, H, T, N); sink: (B, H, N) -> (B, H, T, N) bias (0 off the sinks).
+    """
+    s = (weights.float() * sink[:, :, None, :]).sum(dim=-1, keepdim=True)  # (B, H, T, 1): S_t
+    tiny = torch.finfo(torch.float32).tiny
+    b = torch.log(beta * (1 - s).clamp_min(tiny)) - torch.log((1 - beta * s).clamp_min(tiny))
+    return torch.where(sink[:, :, None, :], b, torch.zeros_like(b))
+
+
+class AttentionCalibration(Intervention):
+    """ACT (Yu et al., arXiv 2406.15765) in the heads ``heads`` = {layer: [head, ...]}, as the authors' code does it.
+
+    In those heads (per sequence), key j >= 1 is a sink when sum_t A[t, j] / (number of queries that see j) exceeds
+    ``threshold`` (:func:`act_sink_columns`); each sink entry becomes exactly beta A[t, j] and the removed mass
+    (1 - beta) S_t goes to the other keys of row t -- the first token included -- in proportion to their attention
+    (``atten_process_eval`` in GATECH-EIC/ACT). The edit is a per-row additive bias on the sink columns
+    (:func:`act_bias`) handed to the model's own attention backend, so a surrounding Capture sees the calibrated
+    attention. ACT chooses its heads by accuracy on a calibration set; which heads to pass is the caller's choice.
+    """
+
+    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1):
+        super().__init__(model, list(heads))
+        if not 0 < beta <= 1:
+            raise ValueError("beta must be in (0, 1]")
+        self.heads = {int(k): list(v) for k, v in heads.items()}
+        self.beta, self.threshold = float(beta), float(threshold)
+        self.damped = 0  # number of (sequence, head, key) sinks damped, summed over calls
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        layer = self.adapter.index_of(module)
+        if layer in self.heads and query.shape[2] > 1:
+            attention_mask = self._mask(module, query, key, attention_mask)
+            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
+            allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # (B, 1, T, N)
+            chosen = torch.zeros(weights.shape[1], dtype=torch.bool, device=weights.device)
+            chosen[self.heads[layer]] = True
+            sink = act_sink_columns(weights, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+            self.damped += int(sink.sum())
+            attention_mask = attention_mask + act_bias(weights, sink, self.beta).to(attention_mask.dtype)
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
+        """timm: ACT's rule applied to the probabilities themselves (sinks x beta, the rest rescaled)."""
+        if layer not in self.heads or probs.shape[2] <= 1:
+            return probs
+        allowed = torch.ones(1, 1, *probs.shape[2:], dtype=torch.bool, device=probs.device)  # bidirectional
+        chosen = torch.zeros(probs.shape[1], dtype=torch.bool, device=probs.device)
+        chosen[self.heads[layer]] = True
+        sink = act_sink_columns(probs, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+        self.damped += int(sink.sum())
+        self.calls += 1
+        return act_redistribute(probs, sink, self.beta)
+
+
+def act_redistribute(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> torch.Tensor:
+    """ACT's edit on probabilities (``atten_process_eval``): A'[t, j] = beta A[t, j] on sink columns, and
+    A'[t, j] = A[t, j] (1 - beta S_t) / (1 - S_t) elsewhere, S_t = sum_{j in sinks} A[t, j]; rows still sum to 1.
+
+    weights: (B, H, T, N); sink: (B, H, N) bool -> (B, H, T, N).
+    """
+    on = sink[:, :, None, :]
+    s = (weights * on).sum(dim=-1, keepdim=True)  # (B, H, T, 1)
+    rest = (1 - beta * s) / (1 - s).clamp_min(torch.finfo(weights.dtype).tiny)
+    return torch.where(on, beta * weights, weights * rest)

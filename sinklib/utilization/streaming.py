@@ -77,6 +77,12 @@ def windowed_ppl(nll: torch.Tensor, window: int, positions: Sequence[int] | None
     return centres, values
 
 
+def subsample_window(window: int, n_tokens: int, n_points: int, per_window: int = 30) -> int:
+    """A window width for a curve measured at only ``n_points`` of ``n_tokens`` positions: the smallest multiple of
+    ``window`` that holds about ``per_window`` measurements (at least ``window``)."""
+    return window * max(1, round(per_window * n_tokens / (window * n_points)))
+
+
 def running_ppl(nll: torch.Tensor) -> torch.Tensor:
     """ppl_t = exp(mean_{s <= t} nll_s): the StreamingLLM-style curve of perplexity against tokens seen."""
     return torch.exp(torch.cumsum(nll.double(), 0) / torch.arange(1, len(nll) + 1))
