@@ -205,3 +205,21 @@ def test_unsupported_models_get_one_line_errors():
 
     with pytest.raises(InputError, match="encoder-decoder"):
         adapter_for(T5Model(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=32)))
+
+
+@pytest.mark.parametrize("name", ["vit", "timm_vit", "olmoe", "llava"])
+def test_head_output_amplification_on_every_family(name):
+    from sinklib.interpretation.interventions import HeadOutputAmplification
+
+    model, inputs = tiny.build(name)
+    n = len(adapter_for(model).layers)
+    with torch.no_grad():
+        plain = model(**inputs)
+        with HeadOutputAmplification(model, position=4, lam=1.0, layers=range(n), mode="scale") as same:
+            unchanged = model(**inputs)
+        with HeadOutputAmplification(model, position=4, lam=0.0, layers=range(n), mode="scale") as zero:
+            changed = model(**inputs)
+    first = (lambda out: out if torch.is_tensor(out) else out[0])  # logits, last hidden state or timm features
+    assert same.calls == zero.calls == n
+    torch.testing.assert_close(first(unchanged), first(plain), atol=1e-6, rtol=0)
+    assert not torch.allclose(first(changed), first(plain), atol=1e-4)
