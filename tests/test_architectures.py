@@ -219,7 +219,10 @@ def test_head_output_amplification_on_every_family(name):
             unchanged = model(**inputs)
         with HeadOutputAmplification(model, position=4, lam=0.0, layers=range(n), mode="scale") as zero:
             changed = model(**inputs)
-    first = (lambda out: out if torch.is_tensor(out) else out[0])  # logits, last hidden state or timm features
+
+    def first(out):  # logits, last hidden state or timm features
+        return out if torch.is_tensor(out) else out[0]
+
     assert same.calls == zero.calls == n
     torch.testing.assert_close(first(unchanged), first(plain), atol=1e-6, rtol=0)
     assert not torch.allclose(first(changed), first(plain), atol=1e-4)
