@@ -9,7 +9,7 @@ from sinklib.pipeline import claims, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
-WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation"}
+WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation", "10_llm"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_notebook_runs_and_writes_figures(executed, stem):
     # plotting.save writes NAME.layout.txt when matplotlib can tell that texts collide or a legend covers data
     reports = {p.name: p.read_text() for p in folder.glob("*.layout.txt")}
     assert not reports, reports
-    if stem in WRITES_CLAIMS:  # the verdicts as records (02 and 03 follow, issue 12)
+    if stem in WRITES_CLAIMS:  # the verdicts as records
         records = claims.load(folder / "claims.json")
         assert records and all(c.model and c.profile == "smoke" and c.rule for c in records)
 
@@ -135,3 +135,19 @@ def test_mitigation_headline(executed):
     assert len(h["strongest_head_by_variant"]) == 9 and len(h["emergence"]["strongest_head_by_seed"]) == 2
     assert set(h["bible_check"]["final"]) == {"softmax", "headwise_rmsnorm", "headwise_rmsnorm g0=0.1"}
     assert (folder / "final_table.md").read_text().startswith("Setting: bigram_backcopy")
+
+
+def test_llm_headline(executed):
+    res, folder = executed["10_llm"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    reports = {r["name"]: r for r in h["reports"]}
+    assert list(reports) == ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
+    for r in reports.values():  # every family sinks on natural text, none on a repeated token (Gu et al.'s shape)
+        assert r["sink_rate"]["natural"] > 0.3 and r["sink_rate"]["repeated"] < 0.05
+        assert r["by_kind"]["first"] > 5 * r["by_kind"]["content"]
+    pos = {n: r["position"] for n, r in reports.items()}
+    assert pos["smollm2-135m"]["moved_original"] < 0.5 * pos["smollm2-135m"]["own"]  # no BOS: the position
+    assert pos["gemma3-270m"]["moved_original"] > 0.5 * pos["gemma3-270m"]["own"]  # BOS: the token carries it
+    records = claims.load(folder / "claims.json")
+    assert len(records) == 4 * len(reports) and len({c.model for c in records}) == len(reports)

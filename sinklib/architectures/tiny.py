@@ -144,6 +144,61 @@ def qwen2_vl():
     return Qwen2VLForConditionalGeneration(config), inputs
 
 
+def _byte_lm(config_cls, model_cls, **fields):
+    """A tiny causal LM over the byte tokenizer's 258 ids, for code paths that need real text (GPU-profile families)."""
+    config = config_cls(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257, **fields)
+    return model_cls(config), {"input_ids": _ids()}
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return _byte_lm(GPT2Config, GPT2LMHeadModel, n_embd=32, n_layer=2, n_head=4, n_positions=2048)
+
+
+def opt():
+    from transformers import OPTConfig, OPTForCausalLM
+
+    return _byte_lm(OPTConfig, OPTForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    ffn_dim=48, word_embed_proj_dim=32, max_position_embeddings=2048)
+
+
+def gpt_neox():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    return _byte_lm(GPTNeoXConfig, GPTNeoXForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=48, max_position_embeddings=2048)
+
+
+def byte_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    ids = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")  # the byte tokenizer's, set by _byte_lm
+    return _byte_lm(LlamaConfig, LlamaForCausalLM, **{k: v for k, v in _text().items() if k not in ids})
+
+
+BYTE_LMS = {"gpt2": gpt2, "opt": opt, "gpt_neox": gpt_neox, "byte_llama": byte_llama}
+
+
+def loaded(name: str, seed: int = 0):
+    """A tiny byte-level LM (``BYTE_LMS``) as a :class:`~sinklib.core.models.LoadedModel` with its tokenizer, so
+    whole measurement recipes can run on the classes of Gu et al.'s families (GPT-2, OPT, Pythia, Llama)."""
+    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.core.models import LoadedModel, ModelSpec
+
+    torch.manual_seed(seed)
+    model, _ = BYTE_LMS[name]()
+    model.set_attn_implementation("sdpa")
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    spec = ModelSpec(f"tiny-{name}", "llm", "config", f"tiny random {name}", "tiny random byte-level LM")
+    return LoadedModel(name=spec.name, spec=spec, model=model.eval(), tokenizer=byte_tokenizer(),
+                       device=torch.device("cpu"), dtype=torch.float32, n_layers=cfg.num_hidden_layers,
+                       n_heads=heads, n_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+                       hidden_size=cfg.hidden_size, head_dim=cfg.hidden_size // heads, vocab_size=cfg.vocab_size,
+                       adds_bos=True)
+
+
 BUILDERS: dict[str, Callable[[], tuple[nn.Module, dict]]] = {
     "llama": llama, "gemma3": gemma3, "gpt_oss": gpt_oss, "mixtral": mixtral, "olmoe": olmoe, "qwen2_moe": qwen2_moe,
     "dinov2": dinov2, "dinov2_registers": dinov2_registers, "vit": vit, "clip_vision": clip_vision,

@@ -58,10 +58,11 @@ class Recorder:
         self.notebook, self.model, self.profile = notebook, model, profile
         self.claims: list[Claim] = []
 
-    def add(self, claim: Claim, show: bool = True) -> Claim:
+    def add(self, claim: Claim, show: bool = True, model: str | None = None) -> Claim:
+        """Stamp the notebook's model (or ``model``, in a notebook that compares several) and profile; print."""
         if any(c.id == claim.id for c in self.claims):
             raise ValueError(f"claim {claim.id!r} recorded twice in {self.notebook}")
-        claim = replace(claim, model=self.model, profile=self.profile)
+        claim = replace(claim, model=model or self.model, profile=self.profile)
         self.claims.append(claim)
         if show:
             print(claim.line())

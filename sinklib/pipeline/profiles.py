@@ -68,6 +68,17 @@ class InterpretationSizes:  # 02_interpretation
 
 
 @dataclass(frozen=True)
+class LlmSizes:  # 10_llm
+    models: tuple[str, ...]  # compared side by side (MODEL= replaces the list with one model)
+    num_seqs: int  # sequences per input type (Gu et al.: 100)
+    seq_len: int
+    batch_size: int
+    placement_seqs: int  # windows for where the mass sits, position or token, chat template
+    context_lengths: tuple[int, ...]  # alpha_0 against context length (O(N) statistics)
+    context_windows: int
+
+
+@dataclass(frozen=True)
 class MitigationSizes:  # 03_mitigation
     train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
@@ -94,6 +105,10 @@ _TRAIN_GPU = TrainConfig(model=TinyConfig(d_model=768, n_layers=12, n_heads=12, 
                          steps=20000, batch_size=32, seq_len=1024, lr=6e-4, warmup=1000, weight_decay=0.1,
                          eval_every=500, eval_seqs=8, data="bible")
 
+
+OFFLINE_LLMS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b")  # three families that ship offline
+GU_FAMILIES = ("openai-community/gpt2-xl", "EleutherAI/pythia-6.9b", "facebook/opt-6.7b", "meta-llama/Llama-2-7b-hf",
+               "meta-llama/Meta-Llama-3-8B", "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B")  # Gu et al.'s families
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
@@ -126,6 +141,14 @@ SIZES: dict[str, dict[str, object]] = {
                                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
         "gpu": InterpretationSizes(batch_size=10, probe_seqs=64, seq_len=64, eval_seqs=64, eval_seq_len=1024,
                                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)),
+    },
+    "10_llm": {
+        "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
+                          context_lengths=(64, 128), context_windows=1),
+        "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=40, seq_len=64, batch_size=20, placement_seqs=24,
+                        context_lengths=(256, 1024, 2048), context_windows=1),
+        "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
+                        context_lengths=(512, 2048, 8192, 32768), context_windows=4),
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),

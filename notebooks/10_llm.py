@@ -1,0 +1,180 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · Dense language models side by side
+#
+# Is the attention sink a property of one model, or of causal language models in general? This notebook runs the
+# same measurements on three families that ship offline -- **SmolLM2-135M** (Llama layout, no BOS),
+# **Gemma-3-270M** (a BOS token, QK-norm, sliding-window layers) and **Qwen2.5-Coder-0.5B-Instruct** (QKV biases; its
+# weights went through AWQ and then 4-bit GGUF quantisation, so they are close to, not the same as, the release).
+# On a GPU the profile lists Gu et al.'s families by hub id (GPT-2 XL, Pythia, OPT, Llama-2/3, Mistral, Qwen2.5);
+# `model=` replaces the list with one model.
+#
+# **Papers.** Gu et al., *When Attention Sink Emerges in Language Models*, arXiv 2410.10781 (the metric, Table 1,
+# the first position). Xiao et al., *StreamingLLM*, arXiv 2309.17453 (the sink is the initial position). Sun et al.,
+# *Massive Activations in Large Language Models*, arXiv 2402.17762 (massive activations at the first token and the
+# first delimiter).
+#
+# **Words.** $\alpha_j = \frac{1}{T-j}\sum_{t\ge j} A_{t,j}$ is the attention key $j$ receives per query that sees
+# it (Gu et al.'s $\alpha$; positions from 0); a **sink layer** is one whose $\alpha_0$, averaged over heads, exceeds
+# $\epsilon = 0.3$; the **sink rate** is the fraction of (sequence, layer, head) triples with $\alpha_0 > \epsilon$.
+# Layers differ in number between models, so curves are drawn against relative depth $l / (L-1)$.
+
+# %% tags=["parameters"]
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+model = ""  # empty: the profile's list of models; else one registry name or hub id
+device = ""  # empty: the profile default; else cpu, cuda or auto
+seed = 0
+out_dir = "../figures/10_llm"
+
+# %%
+import gc
+
+from sinklib.core import plotting
+from sinklib.core.models import load_model, require_family
+from sinklib.interpretation import llm_survey, placement_plots
+from sinklib.pipeline import notebook
+from sinklib.pipeline.results import load_reference
+
+nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=None, label="several models")
+run, fig_dir, record = nb.run, nb.fig_dir, nb.record
+names = [model] if model else list(run.models)
+gu = load_reference("gu2024_sink_rates")
+print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tokens per input kind")
+
+# %% [markdown]
+# ## Measure every model once
+# One model at a time (so a GPU holds only one): Gu et al.'s protocol on natural text, random tokens and one token
+# repeated (float32 attention), Sun et al.'s criterion, the attention each key receives by token kind, the
+# position-or-token test, raw text vs the chat template, and $\alpha_0$ against the context length with the O(N)
+# statistics. `llm_survey.measure` holds the recipe; every section below only reads its report.
+
+# %%
+reports = []
+for name in names:
+    lm = load_model(name, device=run.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
+    require_family(lm, ("llm", "moe"), "10_llm")
+    reports.append(llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
+                                      placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
+                                      context_windows=run.context_windows, seed=run.seed))
+    for claim in llm_survey.report_claims(reports[-1], gu):
+        record.add(claim, show=False, model=lm.label)
+    del lm
+    gc.collect()
+labels = ", ".join(r.label for r in reports)
+
+# %% [markdown]
+# ## 1 · Every family sinks, at its own depth
+# Gu et al. (Table 1) find that Llama-family models sink on natural text and on random tokens but not when one
+# token is repeated (then every position is the same and no position can stand out). The rule: sink rate > 30% on
+# natural and random input and < 5% on the repeated token.
+
+# %%
+with plotting.style():
+    fig = placement_plots.alpha_by_depth(reports, title=f"The first-token sink across families ({run.seq_len} "
+                                                        f"tokens, {run.num_seqs} sequences per input)")
+    plotting.save(fig, fig_dir / "fig01_sink-by-depth",
+                  f"(a) alpha_0 per layer on natural text, mean over heads and {run.num_seqs} sequences of "
+                  f"{run.seq_len} tokens, against relative depth, for {labels}; dashed: eps 0.3. (b) Gu et al.'s "
+                  f"sink rate (eps 0.3) on natural text, random tokens and one token repeated.")
+for r in reports:
+    rates = ", ".join(f"{k} {v:.0%}" for k, v in r.sink_rate.items())
+    onset = r.sink_layers[0] if r.sink_layers and max(r.alpha_by_layer) > 0.3 else None
+    print(f"{r.label}: sink rate {rates}; first sink layer {onset} of {r.n_layers}")
+for c in record.claims:
+    if c.id.startswith("gu2024.llama_family_input_shape"):
+        print(c.line())
+
+# %% [markdown]
+# ## 2 · Massive activations by Sun et al.'s criterion
+# Sun et al. call an activation massive when $|h| > 100$ and $> 1000\times$ the median $|h|$ of its token; they find
+# a few such dimensions in every model they study, at the first token (and the first delimiter).
+
+# %%
+for r in reports:
+    print(f"{r.label}: {r.massive.describe()}")
+for c in record.claims:
+    if c.id.startswith("sun2024.massive_activations"):
+        print(c.line())
+
+# %% [markdown]
+# ## 3 · Where the attention goes, by token kind
+# The mass each key receives, $m_j = \sum_t A_{t,j} / \#\{t: t \ge j\}$, averaged over heads and the sink layers
+# and grouped by what the key is: the first position, the first delimiter (".", ",", ";", ":", "!", "?" or a line
+# break), later delimiters, weak-semantic tokens (articles, prepositions, conjunctions, other punctuation) and
+# content words. The last 8 keys are left out: few queries see them, so their $m_j$ is large by construction.
+
+# %%
+with plotting.style():
+    fig = placement_plots.mass_by_kind(reports, title=f"Attention per key by token kind ({run.placement_seqs} "
+                                                      f"Bible windows of {run.seq_len} tokens)")
+    plotting.save(fig, fig_dir / "fig02_mass-by-kind",
+                  f"Mean attention each key receives per query that sees it (m_j), sink layers, mean over heads and "
+                  f"{run.placement_seqs} windows, by token kind, for {labels}; log scale.")
+for r in reports:
+    print(f"{r.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.by_kind.items()))
+    print("   most attended tokens after position 0:",
+          ", ".join(f"{t!r} {m:.3f} (x{n})" for t, n, m in r.secondary))
+for c in record.claims:
+    if c.id.startswith("sun2024.first_delimiter"):
+        print(c.line())
+
+# %% [markdown]
+# ## 4 · The position or the token?
+# Xiao et al. (Section 3.1) replace the first four tokens by line breaks and the sink stays: it is the *initial
+# position*. Here, in the sink layers: $\alpha_0$ as given; with position 0 replaced by a line break; with 8
+# tokens of another window put in front (so position 0 holds another word); and $\alpha$ of the original first
+# token once it sits at position 8. Position: the first two stay high and the moved token loses it. Token: the
+# reverse -- which is what a model trained with a BOS token at position 0 may learn.
+
+# %%
+with plotting.style():
+    fig = placement_plots.position_or_token(reports, title="Is the sink the first position or the first token?")
+    plotting.save(fig, fig_dir / "fig03_position-or-token",
+                  f"alpha in the sink layers (mean over heads and {run.placement_seqs} windows) at position 0 as "
+                  f"given, with position 0 replaced by a line break, with 8 tokens of another window in front, and at "
+                  f"the original first token after it moved to position 8, for {labels}.")
+for c in record.claims:
+    if c.id.startswith("xiao2023.sink_is_the_position"):
+        print(c.line())
+
+# %% [markdown]
+# ## 5 · Longer contexts and the chat template
+# (a) $\alpha_0$ in the sink layers at growing context lengths, with the O(N)-memory statistics (no $N \times N$
+# matrix is kept). (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
+# raw and wrapped as a user message in the model's chat template (whose first token is then a template token).
+
+# %%
+with plotting.style():
+    fig = placement_plots.context_and_chat(reports, title="Context length and the chat template")
+    plotting.save(fig, fig_dir / "fig04_context-and-chat",
+                  f"(a) alpha_0 in the sink layers against context length ({run.context_windows} natural window(s) "
+                  f"per length; band: range over windows). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
+                  f"windows and on the same text in the chat template, for models that have one. Models: {labels}.")
+for r in reports:
+    chat = ", ".join(f"{k} {v:.0%}" for k, v in r.raw_vs_chat.items()) if r.raw_vs_chat else "no chat template"
+    print(f"{r.label}: alpha_0 {[round(a, 3) for a in r.context['alpha_first']]} at {r.context['lengths']}; {chat}")
+    if r.chat_top:
+        print("   in the chat template the most attended tokens are",
+              ", ".join(f"{t!r} {m:.3f} (x{k})" for t, k, m in r.chat_top))
+
+# %% [markdown]
+# ## Scorecard
+
+# %%
+display(record.table())  # noqa: F821
+nb.headline |= {"models": names, "reports": [r.as_dict() for r in reports], "holds_all": record.all_hold}
+nb.close()

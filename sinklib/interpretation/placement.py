@@ -1,0 +1,169 @@
+"""Where a language model's sink sits, and whether it belongs to a position or to a token.
+
+* :func:`token_kinds` / :func:`mass_by_kind` -- the sink mass each key receives, m_j = sum_t A[t, j] / #queries that
+  see j (Gu et al.'s alpha_j for every key j), grouped by what the key is: the first position, a BOS token, a
+  delimiter (".", ",", "\\n", ...), a weak-semantic token (articles, prepositions, conjunctions, other punctuation) or
+  a content word;
+* :func:`secondary_sinks` -- keys beyond position 0 whose mass passes eps, by token;
+* :func:`position_or_token` -- the first token replaced by another, and the original first token moved to a later
+  position (Xiao et al., arXiv 2309.17453, Section 3.1: the sink is the *initial position*, whatever its token;
+  Gu et al., arXiv 2410.10781, Section 5: a sink follows the first position);
+* :func:`chat_windows` -- the same windows wrapped in the model's chat template (Gu et al. compare base and chat
+  checkpoints; one checkpoint can compare raw and chat-formatted input).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+import torch
+
+from sinklib.core.attnstats import AttentionStats
+from sinklib.core.models import LoadedModel
+from sinklib.interpretation.intervention_effects import alpha_at
+from sinklib.interpretation.origin import batches
+from sinklib.pipeline.claims import Claim
+
+KINDS = ("first", "first delimiter", "delimiter", "weak", "content")
+DELIMITERS = frozenset({".", ",", ";", ":", "!", "?", "\n"})
+WEAK_WORDS = frozenset({
+    "the", "a", "an", "of", "to", "in", "and", "or", "but", "for", "on", "at", "by", "with", "from", "as", "is",
+    "was", "be", "are", "were", "it", "that", "this", "his", "her", "their", "he", "she", "they", "him", "them",
+    "not", "so", "then", "also", "all", "which", "who", "will", "shall", "unto",
+})
+XIAO, GU = "Xiao et al., StreamingLLM, arXiv 2309.17453", "Gu et al., arXiv 2410.10781"
+SUN = "Sun et al., Massive Activations in LLMs, arXiv 2402.17762"
+
+
+def token_kind(text: str) -> str:
+    """Kind of one decoded token other than the first: delimiter, weak or content (rules in the module docstring)."""
+    stripped = text.strip(" ")
+    if "\n" in text or stripped in DELIMITERS:
+        return "delimiter"
+    if stripped.lower() in WEAK_WORDS or (stripped and all(c in string.punctuation for c in stripped)) or not stripped:
+        return "weak"
+    return "content"
+
+
+def token_kinds(tokenizer, ids: torch.Tensor) -> list[list[str]]:
+    """(N, T) ids -> per position its kind; position 0 is always "first" (a BOS, or the text's first word), and the
+    first delimiter after it "first delimiter" (where Sun et al. find the second massive activation)."""
+    out = []
+    for row in ids:
+        kinds = ["first"] + [token_kind(tokenizer.decode([int(i)])) for i in row[1:]]
+        if "delimiter" in kinds:
+            kinds[kinds.index("delimiter")] = "first delimiter"
+        out.append(kinds)
+    return out
+
+
+@torch.inference_mode()
+def key_mass(lm: LoadedModel, ids: torch.Tensor, layers: list[int] | None = None, batch_size: int = 16) -> torch.Tensor:
+    """m_j per sequence and key, averaged over heads and ``layers`` (default: all): (N, T)."""
+    out = []
+    for batch in batches(ids, batch_size):
+        with AttentionStats(lm.model) as st:
+            lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
+        chosen = st.layers if layers is None else layers
+        out.append(torch.stack([st.key_mass(i) for i in chosen]).mean(dim=(0, 2)))  # (B, T)
+    return torch.cat(out)
+
+
+def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float]:
+    """Mean m_j over the keys of each kind. The last ``skip_last`` keys are left out: few queries see them, so
+    their mass is large by construction (key T-1 is seen only by itself)."""
+    keep = mass.shape[1] - skip_last
+    out = {}
+    for kind in KINDS:
+        vals = [float(mass[n, j]) for n, row in enumerate(kinds) for j in range(keep) if row[j] == kind]
+        out[kind] = sum(vals) / len(vals) if vals else float("nan")
+    return out
+
+
+def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last: int = 8, min_count: int = 3,
+                    top: int = 6, first: int = 1) -> list[tuple[str, int, float]]:
+    """The tokens from position ``first`` on (not among the last ``skip_last`` keys) that draw the most attention:
+    (token, occurrences, mean m_j), for tokens seen at least ``min_count`` times, largest mean first."""
+    hits: dict[str, list[float]] = {}
+    keep = mass.shape[1] - skip_last
+    for n in range(mass.shape[0]):
+        for j in range(first, keep):
+            hits.setdefault(tokenizer.decode([int(ids[n, j])]), []).append(float(mass[n, j]))
+    rows = [(t, len(v), sum(v) / len(v)) for t, v in hits.items() if len(v) >= min_count]
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
+    """Sun et al. (Section 2): besides the starting token, massive activations -- and with them the attention -- sit
+    at the first delimiter ("." or "\\n"). Rule: the first delimiter's mean mass m_j is > 2x a content word's."""
+    ratio = by_kind["first delimiter"] / by_kind["content"]
+    return Claim(id=f"sun2024.first_delimiter_draws_attention.{model}", source=f"{SUN}, Section 2",
+                 statement="after the first token, the first delimiter draws more attention than content words",
+                 rule="mean sink mass m_j of the first delimiter > 2x that of content-word keys (last 8 keys left out)",
+                 published=None, measured={**by_kind, "first_delimiter_over_content": ratio}, holds=bool(ratio > 2))
+
+
+@dataclass
+class PositionOrToken:
+    """alpha (mean over the chosen layers and heads) under four inputs; see :func:`position_or_token`."""
+
+    own: float  # position 0 as the text has it (BOS or first word)
+    replaced: float  # position 0 replaced by another token
+    moved_first: float  # position 0 of the shifted text (a word from elsewhere)
+    moved_original: float  # the original first token, now at position ``shift``
+    shift: int
+    other_token: str
+    layers: list[int]
+
+    def verdict(self, keep: float = 0.5) -> bool | None:
+        """True: the position (0 stays a sink with another token; the moved token loses it); False: the token (the
+        moved token keeps it and the replaced position loses it); None: neither cleanly."""
+        position = self.replaced >= keep * self.own and self.moved_first >= keep * self.own \
+            and self.moved_original < keep * self.own
+        token = self.replaced < keep * self.own and self.moved_original >= keep * self.own
+        return True if position else False if token else None
+
+
+@torch.inference_mode()
+def position_or_token(lm: LoadedModel, ids: torch.Tensor, layers: list[int], shift: int = 8, other: str = "\n",
+                      batch_size: int = 16) -> PositionOrToken:
+    """Replace position 0 by ``other``; then put ``shift`` tokens of other windows in front, so the original first
+    token (BOS or first word) sits at position ``shift``. alpha_k = mean over queries t >= k of A[t, k]."""
+    other_id = lm.tokenizer(other, add_special_tokens=False).input_ids[-1]
+    replaced = ids.clone()
+    replaced[:, 0] = other_id
+    prefix = ids.roll(1, dims=0)[:, 1:shift + 1]  # other windows' tokens (not their position 0)
+    moved = torch.cat([prefix, ids], dim=1)[:, : ids.shape[1]]
+
+    def mean_alpha(x: torch.Tensor, key: int) -> float:
+        return float(alpha_at(lm, x, key, batch_size=batch_size)[layers].mean())
+
+    return PositionOrToken(own=mean_alpha(ids, 0), replaced=mean_alpha(replaced, 0), moved_first=mean_alpha(moved, 0),
+                           moved_original=mean_alpha(moved, shift), shift=shift,
+                           other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
+
+
+def position_claim(result: PositionOrToken, model: str) -> Claim:
+    return Claim(id=f"xiao2023.sink_is_the_position.{model}", source=f"{XIAO}, Section 3.1; {GU}, Section 5",
+                 statement="the sink belongs to the first position, not to the token that sits there",
+                 rule="alpha at position 0 keeps >= 0.5x its value with another first token and with another text in "
+                      "front, while the original first token moved to a later position keeps < 0.5x (reverse: token)",
+                 published=None,
+                 measured={"own": result.own, "replaced": result.replaced, "moved_first": result.moved_first,
+                           "moved_original": result.moved_original, "shift": result.shift},
+                 holds=result.verdict())
+
+
+def chat_windows(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor | None:
+    """The windows as one user message each in the model's chat template, cut to the same length; None when the
+    tokenizer has no template."""
+    tok = lm.tokenizer
+    if not getattr(tok, "chat_template", None):
+        return None
+    rows = []
+    for row in ids:
+        text = tok.decode(row, skip_special_tokens=True)
+        out = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=True)
+        rows.append(list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)[: ids.shape[1]])
+    return torch.tensor(rows, dtype=torch.long)

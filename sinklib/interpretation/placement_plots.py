@@ -1,0 +1,98 @@
+"""Figures of ``10_llm``: several models side by side (one colour per model throughout)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from sinklib.interpretation.placement import KINDS
+
+
+def _colors(reports: Sequence) -> dict[str, str]:
+    return {r.name: f"C{i}" for i, r in enumerate(reports)}
+
+
+def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figure:
+    """alpha_0 per layer (natural text) against relative depth l / (L - 1), with each model's sink rate per input."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.6, 1]},
+                                 layout="constrained")
+    colors = _colors(reports)
+    for r in reports:
+        depth = np.linspace(0, 1, r.n_layers)
+        ax.plot(depth, r.alpha_by_layer, marker="o", ms=3, color=colors[r.name], label=f"{r.label} (L={r.n_layers})")
+    ax.axhline(eps, color="grey", ls="--", lw=1)
+    ax.text(0.01, eps, f" eps = {eps}", va="bottom", fontsize=8, color="grey")
+    ax.set(xlabel="relative depth l / (L - 1)", ylabel="alpha_0 (mean over heads)", ylim=(0, 1),
+           title="(a) attention to the first token by depth, natural text")
+    kinds = list(reports[0].sink_rate)
+    width = 0.8 / len(reports)
+    for i, r in enumerate(reports):
+        x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
+        bx.bar(x, [r.sink_rate[k] for k in kinds], width, color=colors[r.name])
+    bx.set_xticks(range(len(kinds)), kinds)
+    bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) sink rate by input (Gu et al. Table 1)")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def mass_by_kind(reports: Sequence, title: str = "") -> Figure:
+    """Mean sink mass m_j per key kind (log scale), one group of bars per kind, one bar per model."""
+    fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
+    colors = _colors(reports)
+    width = 0.8 / len(reports)
+    for i, r in enumerate(reports):
+        x = np.arange(len(KINDS)) + (i - (len(reports) - 1) / 2) * width
+        ax.bar(x, [r.by_kind[k] for k in KINDS], width, color=colors[r.name], label=r.label)
+    ax.set_xticks(range(len(KINDS)), KINDS)
+    ax.set_yscale("log")
+    ax.set(ylabel="mean sink mass per key m_j (sink layers)", title=title or "Where the attention goes, by token kind")
+    fig.legend(loc="outside right center", fontsize=8)
+    return fig
+
+
+def position_or_token(reports: Sequence, title: str = "") -> Figure:
+    """alpha (sink layers) at position 0 as given, with another first token, with another text in front, and at
+    the original first token after it moved -- per model."""
+    cases = ("own", "replaced", "moved_first", "moved_original")
+    names = ("position 0,\nas given", "position 0,\nanother token", "position 0,\nanother text in front",
+             "original first token,\nmoved later")
+    fig, ax = plt.subplots(figsize=(9.5, 3.8), layout="constrained")
+    colors = _colors(reports)
+    width = 0.8 / len(reports)
+    for i, r in enumerate(reports):
+        x = np.arange(len(cases)) + (i - (len(reports) - 1) / 2) * width
+        ax.bar(x, [getattr(r.position, c) for c in cases], width, color=colors[r.name],
+               label=f"{r.label}{' (BOS)' if r.adds_bos else ''}")
+    ax.set_xticks(range(len(cases)), names, fontsize=8)
+    ax.set(ylabel="alpha (sink layers)", ylim=(0, 1), title=title or "Is the sink the position or the token?")
+    fig.legend(loc="outside right center", fontsize=8)
+    return fig
+
+
+def context_and_chat(reports: Sequence, title: str = "") -> Figure:
+    """(a) alpha_0 (sink layers) against context length, band: range over windows; (b) sink rate on raw text vs
+    the same text in the chat template (models with a template)."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    colors = _colors(reports)
+    for r in reports:
+        c = r.context
+        ax.plot(c["lengths"], c["alpha_first"], marker="o", color=colors[r.name], label=r.label)
+        ax.fill_between(c["lengths"], c["low"], c["high"], color=colors[r.name], alpha=0.15, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="context length N (tokens)", ylabel="alpha_0 (sink layers)", ylim=(0, 1),
+           title="(a) the first token's share as the context grows")
+    chat = [r for r in reports if r.raw_vs_chat]
+    for i, r in enumerate(chat):
+        bx.bar([i - 0.2, i + 0.2], list(r.raw_vs_chat.values()), 0.38, color=colors[r.name],
+               hatch=[None, "//"], edgecolor="white")
+    bx.set_xticks(range(len(chat)), [r.label.split(" (")[0] for r in chat], fontsize=8)
+    bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) raw text (plain) vs chat template (hatched)")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
