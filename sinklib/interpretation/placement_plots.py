@@ -23,15 +23,18 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
     for r in reports:
         depth = np.linspace(0, 1, r.n_layers)
         ax.plot(depth, r.alpha_by_layer, marker="o", ms=3, color=colors[r.name], label=f"{r.label} (L={r.n_layers})")
-    ax.axhline(eps, color="grey", ls="--", lw=1)
-    ax.text(0.01, eps, f" eps = {eps}", va="bottom", fontsize=8, color="grey")
+    ax.axhline(eps, color="grey", ls="--", lw=1, label=f"eps = {eps}")
     ax.set(xlabel="relative depth l / (L - 1)", ylabel="alpha_0 (mean over heads)", ylim=(0, 1),
            title="(a) attention to the first token by depth, natural text")
     kinds = list(reports[0].sink_rate)
     width = 0.8 / len(reports)
     for i, r in enumerate(reports):
         x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
-        bx.bar(x, [r.sink_rate[k] for k in kinds], width, color=colors[r.name])
+        rates = [r.sink_rate[k] for k in kinds]
+        bx.bar(x, rates, width, color=colors[r.name])
+        for xi, rate in zip(x, rates):
+            if rate < 0.01:  # a bar of height 0 is invisible: say it
+                bx.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=colors[r.name])
     bx.set_xticks(range(len(kinds)), kinds)
     bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) sink rate by input (Gu et al. Table 1)")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
