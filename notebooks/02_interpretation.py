@@ -61,6 +61,7 @@ from sinklib.architectures import find_layers
 from sinklib.core import analysis, evaluation, plotting
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.interpretation import (
+    chain,
     intervention_effects,
     massive_activations,
     origin,
@@ -99,8 +100,8 @@ headline |= {"massive_dims": massive_dims, "massive": massive.as_dict(), "sink_o
 # inputs is exactly 0 on any BOS model (Llama-2/3, Gemma) and the test could not hold there.
 
 # %%
-early = [i for i in range(min(3, lm.n_layers))]
-var = origin.variance_by_position(lm, random_ids, early)
+link1 = chain.variance_link(lm, random_ids)  # layers 0-2
+early, var, ratio0, is_max = link1.layers, link1.variance, link1.ratio_t0, link1.t0_is_max
 with plotting.style():
     fig = origin_plots.variance_by_position(var["before_wo"], var["after_wo"], early,
                                             title=f"Variance across random sequences by position, {title}")
@@ -108,9 +109,7 @@ with plotting.style():
                   f"Per-position variance (over {len(random_ids)} random-token sequences, mean over channels) of the "
                   f"head outputs before W_O and after W_O in layers {early} of {title}, each divided by its value at "
                   f"t = 0; dashed: 1/(t+1), the variance of an average of t+1 independent values.")
-ratio0 = (var["before_wo"][:, 0] / var["before_wo"][:, run.seq_len // 2:].mean(dim=1)).tolist()
-is_max = (var["before_wo"][:, 0] >= var["before_wo"][:, 1:].max(dim=1).values).tolist()
-variance_claim = record.add(origin_claims.variance_discrepancy(ratio0, is_max), show=False)
+variance_claim = record.add(link1.claim, show=False)
 print("Verdict: " + "; ".join(f"layer {li}: Var at t=0 is {r:.1f}x the second half's mean, "
                               f"{'the largest' if m else 'not the largest'}" for li, r, m in zip(early, ratio0, is_max))
       + f" -> {'borne out' if variance_claim.holds else 'NOT borne out'} in the first layer.")
@@ -138,12 +137,11 @@ headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_
 # (channel-sparse: nearly all its norm in one or two dimensions).
 
 # %%
-supers = origin.find_super_neurons(lm, natural, batch_size=run.batch_size)
-writers = [s for s in supers if set(s.write_dims) & set(massive_dims)] or supers
+link2 = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size=run.batch_size)
+supers, writers, top = link2.found, link2.writers, link2.top
 display(pd.DataFrame([s.as_dict() for s in supers[:10]]).round(3))  # noqa: F821
 if writers:
-    top = min(writers, key=lambda s: (s.layer, -s.first_abs))  # the earliest writer: where the chain starts
-    strongest = writers[0]
+    strongest = writers[0]  # top: the earliest writer, where the chain starts
     by_pos = origin.neuron_by_position(lm, natural, top.layer, top.neuron)
     w_down = find_layers(lm.model)[top.layer].down_proj.weight[:, top.neuron]
     with plotting.style():
@@ -153,7 +151,7 @@ if writers:
                       f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| by position, "
                       f"cosine of the normalised MLP input with its gate/up rows by position, and |W_down| column "
                       f"by residual dimension (massive dimensions in orange).")
-    neuron_claim = record.add(origin_claims.super_neuron(top, massive_dims, paper), show=False)
+    neuron_claim = record.add(link2.claim, show=False)
     print(f"Verdict: neuron {top.neuron} of layer {top.layer} reaches {top.first_abs:.0f} on the first token, "
           f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column puts {100 * top.write_share:.0f}% "
           f"of its squared norm in dims {top.write_dims} (massive: {massive_dims}) -> "
@@ -163,7 +161,7 @@ if writers:
           + (f" A second stage: the strongest writer is neuron {strongest.neuron} of layer {strongest.layer} "
              f"({strongest.first_abs:.0f})." if strongest is not top else ""))
 else:
-    neuron_claim = record.add(origin_claims.super_neuron(None, massive_dims, paper), show=False)
+    neuron_claim = record.add(link2.claim, show=False)
     print("Verdict: no neuron meets the super-neuron criterion in this model -> NOT borne out.")
 headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds": neuron_claim.holds,
                              "rest_statistic": f"{origin.REST_QUANTILE:.2f} quantile of |a| over positions t >= 1",
@@ -192,13 +190,11 @@ headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds
 # after it writes.
 
 # %%
-chain = origin.disparity_by_layer(lm, natural, batch_size=run.batch_size)
-first_vals = massive_activations.first_token_values(lm, natural, massive_dims, batch_size=run.batch_size)  # (L, dims)
-onset = massive_activations.onset_layers(first_vals)
-s_layer = top.layer if writers else 1  # the super neuron's layer (the paper's: 1)
-dom_after_super = float(chain["dom_normed_first"][s_layer])
+link3 = chain.disparity_link(lm, natural, massive_dims, top, sink_onset, paper, batch_size=run.batch_size)
+by_layer, first_vals, onset = link3.by_layer, link3.first_values, link3.onset  # first_vals: (L, dims)
+s_layer, dom_after_super = link3.super_layer, link3.dom_after_super  # s_layer: 1 (the paper's) if none was found
 with plotting.style():
-    fig = origin_plots.disparity_chain(chain, onset, title=f"Dimension disparity and the sink, {title}",
+    fig = origin_plots.disparity_chain(by_layer, onset, title=f"Dimension disparity and the sink, {title}",
                                        super_layer=top.layer if writers else None)
     plotting.save(fig, fig_dir / "fig03_dimension-disparity",
                   f"Per layer l of {title} (0-based): DomRatio of the residual h^l after layer l (solid) and of "
@@ -206,11 +202,9 @@ with plotting.style():
                   f"token vs the mean of the others; residual norms; alpha of the first token in layer l. Dotted: "
                   f"layers where the first token's massive activation on dims {massive_dims} appears or jumps "
                   f"({onset}); shaded line: the super neuron's layer {s_layer}.")
-dom_first, dom_rest = chain["dom_first"], chain["dom_rest"]
+dom_first, dom_rest = by_layer["dom_first"], by_layer["dom_rest"]
 peak = int(dom_first.argmax())
-disparity_claim = record.add(origin_claims.disparity_then_sink(
-    onset, sink_onset, float(dom_first[sink_onset] / dom_rest[sink_onset]) if sink_onset is not None else 0.0,
-    dom_after_super, paper), show=False)
+disparity_claim = record.add(link3.claim, show=False)
 print(f"Verdict: the massive activation appears at layer {onset[0] if onset else None} (jumps at {onset}), the "
       f"sink switches on at layer {sink_onset}; DomRatio of the first token peaks at {float(dom_first[peak]):.0f} "
       f"(layer {peak}) vs {float(dom_rest[peak]):.0f} for the others; the first normalised input after the super "
@@ -243,7 +237,8 @@ headline["disparity"] = {"onset_layers": onset, "dom_first_peak": float(dom_firs
 # closer, not equal; the positive scores separate the groups more clearly.)
 
 # %%
-lock = origin.lock_in(lm, natural[: min(16, len(natural))])
+link4 = chain.lock_link(lm, natural)  # 16 sequences
+lock, stats = link4.per_head, link4.sink_vs_other
 with plotting.style():
     fig = origin_plots.lock_in(lock["key_query_cos"], lock["positive_fraction"], lock["alpha_first"],
                                title=f"Lock-in per head, {title}")
@@ -251,9 +246,7 @@ with plotting.style():
                   f"Per head of {title}: |cos| between the first token's key and the queries' top singular direction, "
                   f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
 sink_heads = lock["alpha_first"] > 0.3
-stats = massive_activations.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")}, lock["alpha_first"])
-lock_claim = record.add(origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"],
-                                             int(sink_heads.sum())), show=False)
+lock_claim = record.add(link4.claim, show=False)
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
       f"{stats['key_query_cos'][0]:.2f} vs {stats['key_query_cos'][1]:.2f}; positive scores "
       f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}% -> "

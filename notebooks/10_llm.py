@@ -43,6 +43,8 @@ out_dir = "../figures/10_llm"
 # %%
 import gc
 
+import pandas as pd
+
 from sinklib.core import plotting
 from sinklib.core.models import load_model, require_family
 from sinklib.interpretation import llm_survey, placement_plots
@@ -52,7 +54,7 @@ from sinklib.pipeline.results import load_reference
 nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=None, label="several models")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
 names = [model] if model else list(run.models)
-gu = load_reference("gu2024_sink_rates")
+gu, origin_paper = load_reference("gu2024_sink_rates"), load_reference("structural_origin")
 print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tokens per input kind")
 
 # %% [markdown]
@@ -69,7 +71,7 @@ for name in names:
     require_family(lm, ("llm", "moe"), "10_llm")
     reports.append(llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                                       placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
-                                      context_windows=run.context_windows, seed=run.seed))
+                                      context_windows=run.context_windows, paper=origin_paper, seed=run.seed))
     for claim in llm_survey.report_claims(reports[-1], gu):
         record.add(claim, show=False, model=lm.label)
     del lm
@@ -208,6 +210,23 @@ for r in reports:
 # occurrences); Qwen's falls from 55% to 9%, and no single token takes over -- `<|im_start|>` 0.11, "You" 0.09 and
 # line breaks 0.07 -- so in its own format Qwen spreads the mass over the template's tokens. Gemma-3 (base) has no
 # template.
+
+# %% [markdown]
+# ## 6 · The structural-origin chain on each family
+# `02_interpretation` follows one model through the chain of arXiv 2605.06611: (1) the first position's head output
+# varies most across inputs; (2) an early MLP *super neuron* fires on the first token only and writes the massive
+# dimension; (3) the first token's DomRatio jumps with it and the sink follows within two layers; (4) in sink heads
+# every query scores the first token's key positively (lock-in). The same calls (`sinklib.interpretation.chain`) on
+# each family, with the same rules (`origin_claims`); the table reads which links hold where.
+
+# %%
+links = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in")
+chain_table = pd.DataFrame({r.label: {link.split(".")[1]: next((c.verdict() for c in record.claims
+                                                                 if c.id == f"{link}.{r.name}"), "not run")
+                                      for link in links} for r in reports})
+display(chain_table)  # noqa: F821
+for r in reports:
+    print(f"{r.label}: {r.chain_numbers}")
 
 # %% [markdown]
 # ## Scorecard

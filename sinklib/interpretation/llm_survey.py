@@ -13,9 +13,10 @@ import torch
 
 from sinklib.core import analysis
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
+from sinklib.core.errors import WrongFamilyError
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.models import LoadedModel
-from sinklib.interpretation import origin_claims, placement
+from sinklib.interpretation import chain, origin, origin_claims, placement
 from sinklib.pipeline.claims import Claim
 
 
@@ -37,19 +38,24 @@ class LlmReport:
     raw_vs_chat: dict[str, float] | None  # sink rate on raw windows and the same text in the chat template
     chat_top: list[tuple[str, int, float]] | None  # in the chat template: the tokens drawing the most attention
     context: dict[str, list]  # lengths, alpha_0 (sink layers) per length, (low, high) over windows
+    chain: list[Claim] | None  # the structural-origin chain's first four links; None: no gated MLP (GPT-2, OPT)
+    chain_numbers: dict | None  # what each link measured, for the table
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["massive"] = self.massive.as_dict()
+        out.pop("chain")  # its claims are in claims.json
         return out
 
 
 @torch.inference_mode()
 def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, placement_seqs: int,
-            context_lengths: tuple[int, ...], context_windows: int, seed: int = 0, progress: bool = True) -> LlmReport:
+            context_lengths: tuple[int, ...], context_windows: int, paper: dict, seed: int = 0,
+            progress: bool = True) -> LlmReport:
     """Gu et al.'s protocol on three input kinds; Sun et al.'s criterion; where the mass sits by token kind (in the
     sink layers: those whose alpha_0, mean over heads, exceeds eps -- all layers if none does); position or token;
-    raw vs chat template; alpha_0 against context length with the O(N) statistics."""
+    raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
+    first four links on ``placement_seqs`` windows (``paper``: the ``structural_origin`` reference)."""
     profiles = {kind: analysis.profile_sinks(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), input_name=kind,
                                              batch_size=batch_size, progress=progress) for kind in INPUT_KINDS}
     natural = profiles["natural"]
@@ -68,17 +74,43 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     sweep = analysis.first_token_mass_by_length(lm, list(context_lengths), seed, progress=progress,
                                                 n_windows=context_windows)
     low, high = sweep.range_over_windows(sink_layers)
+    massive = analysis.massive_dimensions(natural)
+    links, numbers = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper,
+                                  seq_len, placement_seqs, seed, batch_size)
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
         sink_rate={kind: p.sink_rate for kind, p in profiles.items()}, alpha_by_layer=by_layer,
-        massive=analysis.massive_dimensions(natural),
+        massive=massive,
         by_kind=placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)),
         secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
         position=placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size), sink_layers=sink_layers,
         raw_vs_chat=raw_vs_chat, chat_top=chat_top,
         context={"lengths": sweep.lengths, "alpha_first": sweep.mean_over(sink_layers), "low": low, "high": high,
                  "skipped": sweep.skipped},
+        chain=links, chain_numbers=numbers,
     )
+
+
+def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None,
+                 paper: dict, seq_len: int, num_seqs: int, seed: int, batch_size: int):
+    """Links 1-4 of the structural-origin chain (:mod:`sinklib.interpretation.chain`) on one model: (claims,
+    numbers), or (None, None) when the model has no gated MLP (the chain's super neuron lives in one)."""
+    try:
+        origin.require_gated_mlp(lm, "the structural-origin chain")
+    except WrongFamilyError:
+        return None, None
+    random_ids = make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)  # position 0 must vary too
+    variance = chain.variance_link(lm, random_ids)
+    neuron = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size)
+    disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size)
+    lock = chain.lock_link(lm, natural)
+    numbers = {"variance_ratio_t0": variance.ratio_t0[0],
+               "super_neuron": None if neuron.top is None else
+               {"layer": neuron.top.layer, "neuron": neuron.top.neuron, "write_dims": neuron.top.write_dims},
+               "massive_onset": disparity.onset, "sink_onset": sink_onset,
+               "dom_after_super": disparity.dom_after_super,
+               "positive_sink_vs_other": lock.sink_vs_other["positive_fraction"]}
+    return [variance.claim, neuron.claim, disparity.claim, lock.claim], numbers
 
 
 def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
@@ -86,9 +118,6 @@ def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     position or token. Ids end in the model name, so one notebook can hold every model's."""
     shape = analysis.llama_family_shape(report.sink_rate, gu)
     sun = origin_claims.massive_by_sun(report.massive)
-    return [
-        Claim(**{**asdict(shape), "id": f"{shape.id}.{report.name}"}),
-        Claim(**{**asdict(sun), "id": f"{sun.id}.{report.name}"}),
-        placement.delimiter_claim(report.by_kind, report.name),
-        placement.position_claim(report.position, report.name),
-    ]
+    own = [Claim(**{**asdict(c), "id": f"{c.id}.{report.name}"}) for c in [shape, sun, *(report.chain or [])]]
+    return own[:2] + [placement.delimiter_claim(report.by_kind, report.name),
+                      placement.position_claim(report.position, report.name)] + own[2:]

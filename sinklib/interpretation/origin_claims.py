@@ -8,6 +8,7 @@ be expected to match on the paper's model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sinklib.pipeline.claims import Claim
@@ -66,7 +67,8 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                  published={"dom_ratio_after_rmsnorm": ref},
                  measured={"massive_onsets": list(onset), "sink_onset": sink_onset,
                            "dom_ratio_after_super_neuron": dom_after_super},
-                 holds=bool(holds), note=f"number: {number_matches(ref, dom_after_super)[1]}")
+                 holds=bool(holds), note="number: " + (number_matches(ref, dom_after_super)[1]
+                                                       if math.isfinite(dom_after_super) else "not measurable (NaN)"))
 
 
 def massive_by_sun(massive) -> Claim:

@@ -1,0 +1,92 @@
+"""The first four links of the structural-origin chain (arXiv 2605.06611), each measured and judged in one call.
+
+``02_interpretation`` draws each link on one model; ``10_llm`` runs the same calls on every family to see which links
+hold where. Each function returns a small record with what the figure needs and the link's
+:class:`~sinklib.pipeline.claims.Claim` (rules in :mod:`sinklib.interpretation.origin_claims`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sinklib.core.models import LoadedModel
+from sinklib.interpretation import massive_activations, origin, origin_claims
+from sinklib.pipeline.claims import Claim
+
+
+@dataclass
+class VarianceLink:
+    layers: list[int]
+    variance: dict[str, torch.Tensor]  # origin.variance_by_position: before_wo / after_wo, (len(layers), T)
+    ratio_t0: list[float]  # Var at t = 0 over the mean of the second half, per layer
+    t0_is_max: list[bool]
+    claim: Claim
+
+
+def variance_link(lm: LoadedModel, random_ids: torch.Tensor, n_layers: int = 3) -> VarianceLink:
+    """Link 1: the first position's head output varies most across inputs (first layers, random tokens)."""
+    layers = list(range(min(n_layers, lm.n_layers)))
+    var = origin.variance_by_position(lm, random_ids, layers)
+    before = var["before_wo"]  # (len(layers), T)
+    ratio = (before[:, 0] / before[:, before.shape[1] // 2:].mean(dim=1)).tolist()
+    is_max = (before[:, 0] >= before[:, 1:].max(dim=1).values).tolist()
+    return VarianceLink(layers, var, ratio, is_max, origin_claims.variance_discrepancy(ratio, is_max))
+
+
+@dataclass
+class SuperNeuronLink:
+    found: list[origin.SuperNeuron]  # every neuron that meets the criterion, strongest first
+    writers: list[origin.SuperNeuron]  # those writing a massive dimension (all found, if none does)
+    top: origin.SuperNeuron | None  # the earliest writer: where the chain starts
+    claim: Claim
+
+
+def super_neuron_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], paper: dict,
+                      batch_size: int = 16) -> SuperNeuronLink:
+    """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension."""
+    found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
+    writers = [s for s in found if set(s.write_dims) & set(massive_dims)] or found
+    top = min(writers, key=lambda s: (s.layer, -s.first_abs)) if writers else None
+    return SuperNeuronLink(found, writers, top, origin_claims.super_neuron(top, massive_dims, paper))
+
+
+@dataclass
+class DisparityLink:
+    by_layer: dict[str, torch.Tensor]  # origin.disparity_by_layer
+    first_values: torch.Tensor  # (L, len(massive_dims)): the first token's values on the massive dims
+    onset: list[int]  # layers where the massive activation appears or jumps
+    super_layer: int  # the super neuron's layer (1 when none was found, the paper's)
+    dom_after_super: float  # DomRatio of RMSNorm_(s+1)(h^s) * g at the first token
+    claim: Claim
+
+
+def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], top: origin.SuperNeuron | None,
+                   sink_onset: int | None, paper: dict, batch_size: int = 16) -> DisparityLink:
+    """Link 3: the first token's DomRatio jumps with the massive activation, and the sink follows."""
+    chain = origin.disparity_by_layer(lm, natural, batch_size=batch_size)
+    first_vals = massive_activations.first_token_values(lm, natural, massive_dims, batch_size=batch_size)
+    onset = massive_activations.onset_layers(first_vals)
+    s_layer = top.layer if top is not None else 1
+    dom_after = float(chain["dom_normed_first"][s_layer])
+    at_sink = float(chain["dom_first"][sink_onset] / chain["dom_rest"][sink_onset]) if sink_onset is not None else 0.0
+    claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper)
+    return DisparityLink(chain, first_vals, onset, s_layer, dom_after, claim)
+
+
+@dataclass
+class LockLink:
+    per_head: dict[str, torch.Tensor]  # origin.lock_in: key_query_cos, positive_fraction, alpha_first (L, H)
+    sink_vs_other: dict[str, tuple[float, float]]
+    n_sink_heads: int
+    claim: Claim
+
+
+def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16) -> LockLink:
+    """Link 4: in sink heads every query scores the first token's key positively."""
+    lock = origin.lock_in(lm, natural[: min(max_seqs, len(natural))])
+    stats = massive_activations.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")},
+                                              lock["alpha_first"])
+    n = int((lock["alpha_first"] > 0.3).sum())
+    return LockLink(lock, stats, n, origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"], n))
