@@ -150,4 +150,5 @@ def test_llm_headline(executed):
     assert pos["smollm2-135m"]["moved_original"] < 0.5 * pos["smollm2-135m"]["own"]  # no BOS: the position
     assert pos["gemma3-270m"]["moved_original"] > 0.5 * pos["gemma3-270m"]["own"]  # BOS: the token carries it
     records = claims.load(folder / "claims.json")
-    assert len(records) == 4 * len(reports) and len({c.model for c in records}) == len(reports)
+    assert len(records) == 8 * len(reports) and len({c.model for c in records}) == len(reports)  # 4 + the chain's 4
+    assert all(r["chain_numbers"]["super_neuron"] is not None or r["name"] != "smollm2-135m" for r in h["reports"])
