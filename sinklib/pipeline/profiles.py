@@ -145,7 +145,7 @@ SIZES: dict[str, dict[str, object]] = {
     "10_llm": {
         "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
                           context_lengths=(64, 128), context_windows=1),
-        "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=40, seq_len=64, batch_size=20, placement_seqs=24,
+        "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=32, seq_len=64, batch_size=16, placement_seqs=16,
                         context_lengths=(256, 1024, 2048), context_windows=1),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
                         context_lengths=(512, 2048, 8192, 32768), context_windows=4),
