@@ -101,8 +101,8 @@ for c in record.claims:
         print(c.line())
 
 # %% [markdown]
-# **What we saw (CPU profile: 40 sequences of 64 tokens per input kind).** All three families show Gu et al.'s
-# Llama-family shape: sink rate 75% / 79% / 0% (SmolLM2), 79% / 79% / 0% (Gemma-3) and 54% / 44% / 0% (Qwen2.5-Coder)
+# **What we saw (CPU profile: 32 sequences of 64 tokens per input kind).** All three families show Gu et al.'s
+# Llama-family shape: sink rate 74% / 79% / 0% (SmolLM2), 79% / 79% / 0% (Gemma-3) and 54% / 45% / 0% (Qwen2.5-Coder)
 # on natural text / random tokens / one repeated token, against 92-99% / 75-91% / 0% for Mistral-7B, Llama-2-7B and
 # Llama-3-8B in Gu et al.'s Table 1 (none of our three models is in that table). The sink layers differ: Gemma sinks
 # from its first layer (15 of 18 layers), SmolLM2 and Qwen from layer 3 (25 of 30 and 15 of 24).
@@ -148,11 +148,11 @@ for c in record.claims:
         print(c.line())
 
 # %% [markdown]
-# **What we saw (24 windows).** The first position receives 0.49-0.54 per query in the sink layers, about 30x a
+# **What we saw (16 windows).** The first position receives 0.49-0.54 per query in the sink layers, 28-40x a
 # content word (0.014-0.018). The first delimiter does not stand out: 1.2x a content word in SmolLM2, 1.0x in
 # Gemma-3 and 1.8x in Qwen2.5-Coder, so Sun et al.'s second sink (> 2x here) is not seen in these small models at 64
-# tokens. The most attended later tokens are weak-semantic: " the" in SmolLM2 (0.049 on average over 83
-# occurrences, 3.6x a content word) and punctuation ("!", ".", "?") at about 0.03 in Gemma-3 and Qwen.
+# tokens. The most attended later tokens are weak-semantic: " the" in SmolLM2 (0.048 on average over 55
+# occurrences, 3.5x a content word) and punctuation ("!", ".", "?") at about 0.03 in Gemma-3 and Qwen.
 
 # %% [markdown]
 # ## 4 · The position or the token?
@@ -176,7 +176,7 @@ for c in record.claims:
 # %% [markdown]
 # **What we saw.** Two answers. SmolLM2 and Qwen2.5-Coder, which add no BOS, keep the sink on the *position*: with a
 # line break at position 0, or another text in front, position 0 keeps alpha 0.48-0.54, and the original first word,
-# moved to position 8, gets 0.01-0.02. Gemma-3, trained with a BOS at position 0, keeps it on the *token*: replacing
+# moved to position 8, gets about 0.01. Gemma-3, trained with a BOS at position 0, keeps it on the *token*: replacing
 # BOS drops position 0 to 0.03, and the BOS moved to position 8 still gets 0.49. Xiao et al.'s "initial position"
 # holds for the two models without a BOS and fails for the BOS model -- the BOS token carries the sink wherever it
 # sits, which is what a model that always saw BOS first can learn.
@@ -204,10 +204,10 @@ for r in reports:
 # %% [markdown]
 # **What we saw.** (a) In all three models alpha_0 in the sink layers falls slowly with the context, from 0.41-0.43
 # at 256 tokens to 0.32-0.35 at 2,048 (one window per length); against a uniform spread of each query's attention
-# (0.024 and 0.004) the first token's share grows from about 17x to about 80x.
-# (b) The chat template changes the two instruction-tuned models differently: SmolLM2's sink rate goes from 73%
+# (0.024 and 0.004) the first token's share grows from about 17x to 80-87x.
+# (b) The chat template changes the two instruction-tuned models differently: SmolLM2's sink rate goes from 74%
 # (raw) to 79% (its template's `<|im_start|>` takes the first position, 0.31 per query on average over its two
-# occurrences); Qwen's falls from 55% to 9%, and no single token takes over -- `<|im_start|>` 0.11, "You" 0.09 and
+# occurrences); Qwen's falls from 54% to 9%, and no single token takes over -- `<|im_start|>` 0.11, "You" 0.09 and
 # line breaks 0.07 -- so in its own format Qwen spreads the mass over the template's tokens. Gemma-3 (base) has no
 # template.
 
@@ -227,6 +227,18 @@ chain_table = pd.DataFrame({r.label: {link.split(".")[1]: next((c.verdict() for 
 display(chain_table)  # noqa: F821
 for r in reports:
     print(f"{r.label}: {r.chain_numbers}")
+
+# %% [markdown]
+# **What we saw (16 windows).** Every link holds on every family by its rule -- but read how. (1) The first
+# position's head output varies most in layer 0: 20x the second half's variance in SmolLM2, 5.0x in Gemma-3, 3.8x in
+# Qwen. (2) A super neuron writes the massive dimension in each: neuron 83 of layer 1 in SmolLM2 (the paper's layer),
+# 1980 of layer 2 in Qwen, but 84 of layer 4 in Gemma-3. (3) In SmolLM2 and Qwen the massive value appears one
+# layer before the sink (layers 1 -> 3 and 2 -> 3), as the chain orders it; in Gemma-3 both are already there at
+# layer 0, before its super neuron: the BOS token's embedding carries the state from the start, the same BOS that
+# section 4 found carrying the sink, so Gemma's chain does not start with a neuron. The first normalised input after
+# the super neuron has DomRatio 59 (SmolLM2), 170 (Gemma-3) and 300 (Qwen) against the paper's 263 for Llama-2-7B.
+# (4) Sink heads score the first key positively almost always (97-100%); in SmolLM2 the other heads do so 76% of the
+# time, in Gemma-3 and Qwen 99% -- there the sign alone does not tell sink heads apart.
 
 # %% [markdown]
 # ## Scorecard
