@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from sinklib.core.analysis import profile_sinks
 from sinklib.core.data import make_inputs
@@ -53,3 +54,21 @@ def test_profile_cli_json_contract(capsys):
     assert len(out["alpha_first_by_layer"]) == len(out["massive"]) == 30
     assert {"dim", "value", "median"} <= set(out["massive"][0])
     assert 0.0 <= out["sink_rate"] <= 1.0
+
+
+@torch.no_grad()
+def test_the_moe_stand_in_is_a_labelled_mixtral_with_a_working_router():
+    """Built once from the offline SmolLM2 (~1 min), then cached: a real MixtralForCausalLM, labelled a stand-in."""
+    from sinklib.architectures import adapter_for
+    from sinklib.core.capture import Capture
+    from sinklib.core.models import load_model
+
+    lm = load_model("smollm2-moe", device="cpu")
+    assert lm.family == "moe" and "stand-in" in lm.label and "stand-in" in lm.model.config.sinklib_standin["label"]
+    assert type(lm.model).__name__ == "MixtralForCausalLM" and len(adapter_for(lm.model).layers) == 30
+    ids = lm.tokenizer("In the beginning God created the heavens and the earth.", return_tensors="pt").input_ids
+    with Capture(lm.model, kinds=["expert_choice", "expert_weights"], layers=[3]) as cap:
+        lm.model(ids)
+    choice, weights = cap.get("expert_choice", 3), cap.get("expert_weights", 3)  # (1, T, 6)
+    assert choice.shape[-1] == 6 and torch.allclose(weights.sum(-1), torch.ones(()))
+    assert (weights - 1 / 6).abs().max() < 0.1  # router scale 0.05: the router picks, the weights stay near 1/k

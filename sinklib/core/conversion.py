@@ -73,6 +73,20 @@ def converted_path(name: str) -> Path:
     return cache_dir() / "converted" / name
 
 
+def build_once(name: str, build: Callable[[Path], None]) -> Path:
+    """``<cache>/converted/<name>``, built by ``build(folder)`` on first use into a temporary sibling folder that is
+    renamed into place, so an interrupted build never leaves half a cache behind."""
+    target = converted_path(name)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
+        out = Path(tmp) / "out"
+        build(out)
+        out.rename(target)
+    return target
+
+
 def convert_gguf(name: str, *, force: bool = False) -> Path:
     """Dequantise an offline GGUF once and save float32 safetensors + tokenizer; return the folder.
 

