@@ -96,9 +96,7 @@ for r in reports:
     rates = ", ".join(f"{k} {v:.0%}" for k, v in r.sink_rate.items())
     onset = r.sink_layers[0] if r.sink_layers and max(r.alpha_by_layer) > 0.3 else None
     print(f"{r.label}: sink rate {rates}; first sink layer {onset} of {r.n_layers}")
-for c in record.claims:
-    if c.id.startswith("gu2024.llama_family_input_shape"):
-        print(c.line())
+record.show("gu2024.llama_family_input_shape")
 
 # %% [markdown]
 # **What we saw (CPU profile: 32 sequences of 64 tokens per input kind).** All three families show Gu et al.'s
@@ -115,9 +113,7 @@ for c in record.claims:
 # %%
 for r in reports:
     print(f"{r.label}: {r.massive.describe()}")
-for c in record.claims:
-    if c.id.startswith("sun2024.massive_activations"):
-        print(c.line())
+record.show("sun2024.massive_activations")
 
 # %% [markdown]
 # **What we saw.** Sun et al.'s criterion is met only on Gemma-3 (dimensions 97, 163 and 400). SmolLM2 (dimension
@@ -143,9 +139,7 @@ for r in reports:
     print(f"{r.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.by_kind.items()))
     print("   most attended tokens after position 0:",
           ", ".join(f"{t!r} {m:.3f} (x{n})" for t, n, m in r.secondary))
-for c in record.claims:
-    if c.id.startswith("sun2024.first_delimiter"):
-        print(c.line())
+record.show("sun2024.first_delimiter")
 
 # %% [markdown]
 # **What we saw (16 windows).** The first position receives 0.49-0.54 per query in the sink layers, 28-40x a
@@ -169,9 +163,7 @@ with plotting.style():
                   f"alpha in the sink layers (mean over heads and {run.placement_seqs} windows) at position 0 as "
                   f"given, with position 0 replaced by a line break, with 8 tokens of another window in front, and at "
                   f"the original first token after it moved to position 8, for {labels}.")
-for c in record.claims:
-    if c.id.startswith("xiao2023.sink_is_the_position"):
-        print(c.line())
+record.show("xiao2023.sink_is_the_position")
 
 # %% [markdown]
 # **What we saw.** Two answers. SmolLM2 and Qwen2.5-Coder, which add no BOS, keep the sink on the *position*: with a

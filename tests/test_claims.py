@@ -39,6 +39,8 @@ def test_table_is_one_row_per_claim_with_the_number_apart(capsys):
     assert list(table["structure holds"]) == ["holds", "cannot be judged here"]
     assert list(table["number matches"]) == ["no published number", "yes: 2 vs 1 (0.50x)"]
     assert table.loc[1, "published"] == "2" and table.loc[1, "measured"] == "1"
+    capsys.readouterr()
+    assert [c.id for c in rec.show("x.")] == ["x.open"] and capsys.readouterr().out.startswith("Claim x.open")
 
 
 def test_notebook_start_and_close_write_headline_and_claims(tmp_path, capsys):

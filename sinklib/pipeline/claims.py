@@ -81,6 +81,13 @@ class Recorder:
             "structure holds": c.verdict(), "number matches": numbers.get(c.id, "no published number"),
         } for c in self.claims])
 
+    def show(self, prefix: str) -> list[Claim]:
+        """Print (and return) the recorded claims whose id starts with ``prefix`` -- e.g. one claim across models."""
+        chosen = [c for c in self.claims if c.id.startswith(prefix)]
+        for c in chosen:
+            print(c.line())
+        return chosen
+
     @property
     def all_hold(self) -> bool:
         return bool(self.claims) and all(c.holds is True for c in self.claims)
