@@ -9,7 +9,7 @@ from sinklib.pipeline import claims, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
-WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation", "10_llm"}
+WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation", "10_llm", "11_moe"}
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +152,14 @@ def test_llm_headline(executed):
     records = claims.load(folder / "claims.json")
     assert len(records) == 8 * len(reports) and len({c.model for c in records}) == len(reports)  # 4 + the chain's 4
     assert all(r["chain_numbers"]["super_neuron"] is not None or r["name"] != "smollm2-135m" for r in h["reports"])
+
+
+def test_moe_headline(executed):
+    res, folder = executed["11_moe"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    assert "stand-in" in h["label"] and all("stand-in" in c.model for c in claims.load(folder / "claims.json"))
+    assert h["super_experts"], "the stand-in inherits SmolLM2's massive activation: some expert must carry it"
+    p = h["pruning"]
+    assert p["super experts pruned"]["max_abs_first"] < 0.2 * p["as is"]["max_abs_first"]  # the massive value goes
+    assert p["super experts pruned"]["alpha"] < p["as is"]["alpha"]

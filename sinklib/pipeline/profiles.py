@@ -79,6 +79,17 @@ class LlmSizes:  # 10_llm
 
 
 @dataclass(frozen=True)
+class MoeSizes:  # 11_moe
+    models: tuple[str, ...]  # MoE models (MODEL= replaces the list with one)
+    num_seqs: int  # held-out windows routed and measured
+    seq_len: int
+    batch_size: int
+    eval_seqs: int  # held-out windows for perplexity under pruning
+    eval_seq_len: int
+    random_draws: int  # random-expert controls per pruning
+
+
+@dataclass(frozen=True)
 class MitigationSizes:  # 03_mitigation
     train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
@@ -109,6 +120,9 @@ _TRAIN_GPU = TrainConfig(model=TinyConfig(d_model=768, n_layers=12, n_heads=12, 
 OFFLINE_LLMS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b")  # three families that ship offline
 GU_FAMILIES = ("openai-community/gpt2-xl", "EleutherAI/pythia-6.9b", "facebook/opt-6.7b", "meta-llama/Llama-2-7b-hf",
                "meta-llama/Meta-Llama-3-8B", "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B")  # Gu et al.'s families
+
+MOE_MODELS = ("allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B", "mistralai/Mixtral-8x7B-v0.1",
+              "deepseek-ai/DeepSeek-V2-Lite")  # Su et al.'s and the issue's MoE families
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
@@ -149,6 +163,14 @@ SIZES: dict[str, dict[str, object]] = {
                         context_lengths=(256, 1024, 2048), context_windows=1),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
                         context_lengths=(512, 2048, 8192, 32768), context_windows=4),
+    },
+    "11_moe": {
+        "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
+                          random_draws=1),
+        "cpu": MoeSizes(models=("smollm2-moe",), num_seqs=32, seq_len=64, batch_size=8, eval_seqs=8, eval_seq_len=256,
+                        random_draws=3),
+        "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
+                        random_draws=5),
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),

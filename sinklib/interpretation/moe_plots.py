@@ -1,0 +1,54 @@
+"""Figures of ``11_moe``: routing on the first token, the experts' largest outputs, pruning super experts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+
+def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first: torch.Tensor,
+            title: str = "") -> Figure:
+    """(a) fraction of inputs whose position-0 token gets the most common expert set, vs a middle token; (b) the
+    share of position 0's top-k slots each expert takes, per layer."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    layers = np.arange(len(same_first))
+    ax.plot(layers, same_first, marker="o", label="first token")
+    ax.plot(layers, same_rest, marker="s", color="grey", label="middle token")
+    ax.set(xlabel="layer", ylabel="inputs with the most common expert set", ylim=(0, 1.05),
+           title="(a) does the first token always get the same experts?")
+    ax.legend(loc="lower right", fontsize=8)
+    im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0)
+    bx.set(xlabel="layer", ylabel="expert", title="(b) share of the first token's top-k slots per expert")
+    fig.colorbar(im, ax=bx, shrink=0.85)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, float]], title: str = "") -> Figure:
+    """Largest |down_proj output| per (layer, expert), log colour; super experts circled."""
+    fig, ax = plt.subplots(figsize=(10, 3.6), layout="constrained")
+    vals = output_max.T.numpy().clip(min=1e-3)
+    im = ax.imshow(vals, aspect="auto", cmap="magma", norm=LogNorm(vmin=vals.min(), vmax=vals.max()))
+    for layer, e, _ in supers:
+        ax.scatter([layer], [e], s=160, facecolors="none", edgecolors="#00C8FF", linewidths=2)
+    ax.set(xlabel="layer", ylabel="expert", title=title or "Largest expert output per layer (circled: super experts)")
+    fig.colorbar(im, ax=ax, shrink=0.85, label="max |down_proj output|")
+    return fig
+
+
+def pruning(curves: Mapping[str, Sequence[float]], ppl: Mapping[str, float], title: str = "") -> Figure:
+    """alpha_0 per layer for the model as is, with its super experts pruned, and with random experts pruned."""
+    fig, ax = plt.subplots(figsize=(9.5, 3.8), layout="constrained")
+    styles = {"as is": dict(color="black", lw=2), "super experts pruned": dict(color="#D55E00", lw=2)}
+    for name, values in curves.items():
+        style = styles.get(name, dict(color="grey", lw=1, ls="--"))
+        ax.plot(np.arange(len(values)), values, label=f"{name} (ppl {ppl[name]:.1f})", **style)
+    ax.set(xlabel="layer", ylabel="alpha_0 (mean over heads)", ylim=(0, 1), title=title)
+    fig.legend(loc="outside right center", fontsize=8)
+    return fig

@@ -1,0 +1,69 @@
+"""Routing summaries and expert pruning on tiny random MoE decoders, against direct computations."""
+
+import pytest
+import torch
+
+from sinklib.architectures import adapter_for, tiny
+from sinklib.core.models import LoadedModel, ModelSpec
+from sinklib.interpretation import moe_sinks
+
+
+def _loaded(name):
+    model, inputs = tiny.build(name)
+    spec = ModelSpec(name, "moe", "config", name, "tiny")
+    cfg = model.config
+    return LoadedModel(name, spec, model, None, torch.device("cpu"), torch.float32, cfg.num_hidden_layers,
+                       cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size, 8, cfg.vocab_size), inputs
+
+
+@pytest.mark.parametrize("name", ["mixtral", "olmoe", "qwen2_moe"])
+def test_routing_summaries_equal_a_direct_computation(name):
+    lm, inputs = _loaded(name)
+    ids = inputs["input_ids"]
+    r = moe_sinks.routing(lm, ids, batch_size=1)
+    router = adapter_for(lm.model).layers[0].router
+    x = {}
+    h = adapter_for(lm.model).layers[0].mlp.register_forward_pre_hook(lambda m, a: x.__setitem__("in", a[0]))
+    with torch.no_grad():
+        lm.model(ids)
+    h.remove()
+    p = torch.softmax(x["in"] @ router.weight.T, dim=-1)  # (B, T, E)
+    entropy = -(p * p.log()).sum(-1)
+    assert r.entropy_first[0] == pytest.approx(float(entropy[:, 0].mean()), abs=1e-5)
+    assert r.entropy_rest[0] == pytest.approx(float(entropy[:, 1:].mean()), abs=1e-5)
+    k = router.top_k
+    first = p[:, 0].topk(k).indices  # (B, k)
+    load = torch.bincount(first.flatten(), minlength=p.shape[-1]).float() / first.numel()
+    torch.testing.assert_close(r.load_first[0], load)
+    assert r.load_rest.sum(-1).allclose(torch.ones(len(r.load_rest)))
+    assert 0 < r.same_set_first[0] <= 1 and r.output_max.shape == (2, p.shape[-1])
+
+
+def test_prune_experts_zeroes_and_restores():
+    lm, inputs = _loaded("mixtral")
+    before = [p.clone() for p in lm.model.parameters()]
+    with torch.no_grad():
+        plain = lm.model(**inputs).logits
+        with moe_sinks.PruneExperts(lm.model, [(0, 1), (1, 3)]):
+            assert adapter_for(lm.model).layers[0].experts.down_proj[1].abs().max() == 0
+            pruned = lm.model(**inputs).logits
+        again = lm.model(**inputs).logits
+    assert not torch.allclose(pruned, plain) and torch.equal(again, plain)
+    assert all(torch.equal(a, b) for a, b in zip(before, lm.model.parameters()))
+
+
+def test_random_controls_stay_in_the_layer_and_off_the_super_experts():
+    picks = moe_sinks.random_controls([(3, 0), (5, 2)], 4, draws=20, seed=1)
+    assert len(picks) == 20 and all([layer for layer, _ in p] == [3, 5] for p in picks)
+    assert all((3, 0) not in p and (5, 2) not in p for p in picks)
+
+
+def test_super_expert_and_pruning_claims():
+    assert moe_sinks.super_experts_claim([(11, 0, 1e5)], 240).holds is True
+    assert moe_sinks.super_experts_claim([], 240).holds is False  # none found
+    assert moe_sinks.super_experts_claim([(i, 0, 1.0) for i in range(5)], 240).holds is False  # 2%: not "a few"
+    base, pruned = {"alpha": 0.5, "ppl": 40.0}, {"alpha": 0.2, "ppl": 150.0}
+    ok = [{"alpha": 0.51, "ppl": 41.0}]
+    assert moe_sinks.pruning_claim(base, pruned, ok).holds is True
+    assert moe_sinks.pruning_claim(base, {"alpha": 0.4, "ppl": 150.0}, ok).holds is False  # the sink survives
+    assert moe_sinks.pruning_claim(base, pruned, ok + [{"alpha": 0.3, "ppl": 41.0}]).holds is False  # random hurts
