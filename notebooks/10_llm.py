@@ -154,7 +154,8 @@ record.show("sun2024.first_delimiter")
 # position*. Here, in the sink layers: $\alpha_0$ as given; with position 0 replaced by a line break; with 8
 # tokens of another window put in front (so position 0 holds another word); and $\alpha$ of the original first
 # token once it sits at position 8. Position: the first two stay high and the moved token loses it. Token: the
-# reverse -- which is what a model trained with a BOS token at position 0 may learn.
+# reverse -- which is what a model trained with a BOS token at position 0 may learn. For a model that adds a BOS, the
+# same windows are also run with the BOS stripped (the first word at position 0).
 
 # %%
 with plotting.style():
@@ -164,6 +165,11 @@ with plotting.style():
                   f"given, with position 0 replaced by a line break, with 8 tokens of another window in front, and at "
                   f"the original first token after it moved to position 8, for {labels}.")
 record.show("xiao2023.sink_is_the_position")
+for r in reports:
+    if r.bos_stripped:
+        b = r.bos_stripped
+        print(f"{r.label}, BOS stripped (the text's first word at position 0): alpha_0 {b['alpha_with_bos']:.3f} with "
+              f"BOS -> {b['alpha_without_bos']:.3f} without; largest activations then at {b['largest_moved_to'][:4]}")
 
 # %% [markdown]
 # **What we saw.** Two answers. SmolLM2 and Qwen2.5-Coder, which add no BOS, keep the sink on the *position*: with a

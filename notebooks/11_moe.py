@@ -134,10 +134,12 @@ for pick in controls:
 summary = {name: {"alpha": sum(s["alpha_first"]) / len(s["alpha_first"]), "ppl": p,
                   "max_abs_first": max(s["max_abs_first"])} for name, (s, p) in runs.items()}
 with plotting.style():
-    fig = moe_plots.pruning({k: s["alpha_first"] for k, (s, _) in runs.items()}, {k: p for k, (_, p) in runs.items()},
+    fig = moe_plots.pruning({k: s["alpha_first"] for k, (s, _) in runs.items()},
+                            {k: s["max_abs_first"] for k, (s, _) in runs.items()}, {k: p for k, (_, p) in runs.items()},
                             title=f"Pruning super experts vs random experts, {title}")
     plotting.save(fig, fig_dir / "fig03_pruning",
-                  f"{title}: alpha_0 per layer (mean over heads and {len(ids)} windows) as is, with the super experts "
+                  f"{title}: (a) alpha_0 per layer (mean over heads and {len(ids)} windows) and (b) the first token's "
+                  f"largest |h| per layer (mean over windows, log scale) as is, with the super experts "
                   f"{chosen} pruned, and with as many random experts of the same layers pruned "
                   f"({run.random_draws} draws); perplexity on {len(held)} held-out windows of {run.eval_seq_len} tokens "
                   f"in the legend.")

@@ -16,7 +16,7 @@ from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.models import LoadedModel
-from sinklib.interpretation import chain, origin, origin_claims, placement
+from sinklib.interpretation import chain, intervention_effects, origin, origin_claims, placement
 from sinklib.pipeline.claims import Claim
 
 
@@ -34,6 +34,7 @@ class LlmReport:
     by_kind: dict[str, float]  # token kind -> mean sink mass m_j (sink layers)
     secondary: list[tuple[str, int, float]]  # tokens beyond position 0 drawing the most attention
     position: placement.PositionOrToken
+    bos_stripped: dict | None  # models that add a BOS: alpha_0 with and without it (intervention_effects.without_bos)
     sink_layers: list[int]
     raw_vs_chat: dict[str, float] | None  # sink rate on raw windows and the same text in the chat template
     chat_top: list[tuple[str, int, float]] | None  # in the chat template: the tokens drawing the most attention
@@ -84,6 +85,9 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
         by_kind=placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)),
         secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
         position=placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size), sink_layers=sink_layers,
+        bos_stripped=intervention_effects.sink_follows_bos(
+            intervention_effects.without_bos(lm, placement_seqs, seq_len, seed, batch_size), sink_layers)
+        if lm.adds_bos else None,
         raw_vs_chat=raw_vs_chat, chat_top=chat_top,
         context={"lengths": sweep.lengths, "alpha_first": sweep.mean_over(sink_layers), "low": low, "high": high,
                  "skipped": sweep.skipped},

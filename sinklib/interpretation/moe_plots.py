@@ -42,13 +42,20 @@ def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, flo
     return fig
 
 
-def pruning(curves: Mapping[str, Sequence[float]], ppl: Mapping[str, float], title: str = "") -> Figure:
-    """alpha_0 per layer for the model as is, with its super experts pruned, and with random experts pruned."""
-    fig, ax = plt.subplots(figsize=(9.5, 3.8), layout="constrained")
+def pruning(curves: Mapping[str, Sequence[float]], peaks: Mapping[str, Sequence[float]], ppl: Mapping[str, float],
+            title: str = "") -> Figure:
+    """(a) alpha_0 per layer and (b) the first token's largest |h| per layer (log scale), for the model as is, with
+    its super experts pruned, and with random experts pruned."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
     styles = {"as is": dict(color="black", lw=2), "super experts pruned": dict(color="#D55E00", lw=2)}
     for name, values in curves.items():
         style = styles.get(name, dict(color="grey", lw=1, ls="--"))
         ax.plot(np.arange(len(values)), values, label=f"{name} (ppl {ppl[name]:.1f})", **style)
-    ax.set(xlabel="layer", ylabel="alpha_0 (mean over heads)", ylim=(0, 1), title=title)
-    fig.legend(loc="outside right center", fontsize=8)
+        bx.plot(np.arange(len(peaks[name])), peaks[name], **style)
+    ax.set(xlabel="layer", ylabel="alpha_0 (mean over heads)", ylim=(0, 1), title="(a) attention to the first token")
+    bx.set_yscale("log")
+    bx.set(xlabel="layer", ylabel="max |h| of the first token", title="(b) the first token's massive activation")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    if title:
+        fig.suptitle(title)
     return fig
