@@ -150,8 +150,10 @@ if chosen:
                                        [v for k, v in summary.items() if k.startswith("random")]))
 
 # %% [markdown]
-# **What we saw.** Pruning the one super expert removes the massive activation (the first token's largest |h| falls
-# from 22,406 to 770) and with it the sink of every later layer: alpha_0 in layers 12-29 drops from 0.38-0.79 to
+# **What we saw.** (b) The first token carries a first massive value of about 770 in layers 2-7 (written by the
+# dense model's early neurons) and a second of about 22,400 from layer 11, the super expert's layer, on. Pruning
+# the one super expert removes the second (the first token's largest |h| stays at 60-290 from layer 11 on; its
+# maximum over all layers falls from 22,406 to 770), and (a) with it the sink of every later layer: alpha_0 in layers 12-29 drops from 0.38-0.79 to
 # 0.03-0.32 (about 0.05 from layer 16 on), 0.479 -> 0.167 averaged over all layers, and perplexity rises from 39.5 to 146.0 (3.7x). The sink of
 # layers 3-9 stays (0.39-0.44): it rests on the massive value written in layers 1-2, before the super expert. Three
 # random experts of layer 11 change alpha_0 by less than 0.5% and perplexity by at most 1.5% (39.2-40.1). Su et al.'s
