@@ -175,7 +175,9 @@ for r in reports:
 # **What we saw.** Two answers. SmolLM2 and Qwen2.5-Coder, which add no BOS, keep the sink on the *position*: with a
 # line break at position 0, or another text in front, position 0 keeps alpha 0.47-0.55, and the original first word,
 # moved to position 8, gets about 0.01. Gemma-3, trained with a BOS at position 0, keeps it on the *token*: replacing
-# BOS drops position 0 to 0.03, and the BOS moved to position 8 still gets 0.49. Xiao et al.'s "initial position"
+# BOS drops position 0 to 0.03, and the BOS moved to position 8 still gets 0.49; with the BOS stripped altogether
+# (the first word at position 0) position 0 gets 0.03, and the largest activations scatter over punctuation. Xiao
+# et al.'s "initial position"
 # holds for the two models without a BOS and fails for the BOS model -- the BOS token carries the sink wherever it
 # sits, which is what a model that always saw BOS first can learn.
 
