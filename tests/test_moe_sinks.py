@@ -4,21 +4,12 @@ import pytest
 import torch
 
 from sinklib.architectures import adapter_for, tiny
-from sinklib.core.models import LoadedModel, ModelSpec
 from sinklib.interpretation import moe_sinks
-
-
-def _loaded(name):
-    model, inputs = tiny.build(name)
-    spec = ModelSpec(name, "moe", "config", name, "tiny")
-    cfg = model.config
-    return LoadedModel(name, spec, model, None, torch.device("cpu"), torch.float32, cfg.num_hidden_layers,
-                       cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size, 8, cfg.vocab_size), inputs
 
 
 @pytest.mark.parametrize("name", ["mixtral", "olmoe", "qwen2_moe"])
 def test_routing_summaries_equal_a_direct_computation(name):
-    lm, inputs = _loaded(name)
+    lm, inputs = tiny.loaded(name)
     ids = inputs["input_ids"]
     r = moe_sinks.routing(lm, ids, batch_size=1)
     router = adapter_for(lm.model).layers[0].router
@@ -40,7 +31,7 @@ def test_routing_summaries_equal_a_direct_computation(name):
 
 
 def test_prune_experts_zeroes_and_restores():
-    lm, inputs = _loaded("mixtral")
+    lm, inputs = tiny.loaded("mixtral")
     before = [p.clone() for p in lm.model.parameters()]
     with torch.no_grad():
         plain = lm.model(**inputs).logits

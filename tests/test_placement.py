@@ -70,7 +70,7 @@ def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     from sinklib.pipeline.results import load_reference
 
     assert len(profiles.SIZES["10_llm"]["gpu"].models) >= 6
-    lm = tiny.loaded(family)
+    lm, _ = tiny.loaded(family)
     assert adapter_for(lm.model).family == "llm"
     report = llm_survey.measure(lm, num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),
                                 context_windows=1, paper=load_reference("structural_origin"), progress=False)

@@ -180,25 +180,6 @@ def byte_llama():
 BYTE_LMS = {"gpt2": gpt2, "opt": opt, "gpt_neox": gpt_neox, "byte_llama": byte_llama}
 
 
-def loaded(name: str, seed: int = 0):
-    """A tiny byte-level LM (``BYTE_LMS``) as a :class:`~sinklib.core.models.LoadedModel` with its tokenizer, so
-    whole measurement recipes can run on the classes of Gu et al.'s families (GPT-2, OPT, Pythia, Llama)."""
-    from sinklib.core.bytetok import byte_tokenizer
-    from sinklib.core.models import LoadedModel, ModelSpec
-
-    torch.manual_seed(seed)
-    model, _ = BYTE_LMS[name]()
-    model.set_attn_implementation("sdpa")
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    spec = ModelSpec(f"tiny-{name}", "llm", "config", f"tiny random {name}", "tiny random byte-level LM")
-    return LoadedModel(name=spec.name, spec=spec, model=model.eval(), tokenizer=byte_tokenizer(),
-                       device=torch.device("cpu"), dtype=torch.float32, n_layers=cfg.num_hidden_layers,
-                       n_heads=heads, n_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
-                       hidden_size=cfg.hidden_size, head_dim=cfg.hidden_size // heads, vocab_size=cfg.vocab_size,
-                       adds_bos=True)
-
-
 BUILDERS: dict[str, Callable[[], tuple[nn.Module, dict]]] = {
     "llama": llama, "gemma3": gemma3, "gpt_oss": gpt_oss, "mixtral": mixtral, "olmoe": olmoe, "qwen2_moe": qwen2_moe,
     "dinov2": dinov2, "dinov2_registers": dinov2_registers, "vit": vit, "clip_vision": clip_vision,
@@ -219,3 +200,30 @@ def build(name: str, seed: int = 0, attn_implementation: str = "sdpa") -> tuple[
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
     return model.eval(), inputs
+
+
+def loaded(name: str, seed: int = 0):
+    """``(LoadedModel, inputs)`` for a tiny model, so whole measurement recipes run on it: a byte-level LM of
+    ``BYTE_LMS`` (the classes of Gu et al.'s families, with the byte tokenizer; inputs from it) or any ``BUILDERS``
+    model (no tokenizer; the inputs :func:`build` gives)."""
+    from sinklib.architectures import adapter_for
+    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.core.models import LoadedModel, ModelSpec
+
+    if name in BYTE_LMS:
+        torch.manual_seed(seed)
+        model, inputs = BYTE_LMS[name]()
+        model.set_attn_implementation("sdpa")
+        model, tokenizer = model.eval(), byte_tokenizer()
+    else:
+        (model, inputs), tokenizer = build(name, seed), None
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    family = adapter_for(model).family
+    spec = ModelSpec(f"tiny-{name}", family, "config", f"tiny random {name}", "tiny random model")
+    lm = LoadedModel(name=spec.name, spec=spec, model=model, tokenizer=tokenizer, device=torch.device("cpu"),
+                     dtype=torch.float32, n_layers=cfg.num_hidden_layers, n_heads=heads,
+                     n_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, hidden_size=cfg.hidden_size,
+                     head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, vocab_size=cfg.vocab_size,
+                     adds_bos=tokenizer is not None)
+    return lm, inputs
