@@ -42,7 +42,6 @@ import math
 
 from sinklib.core import plotting
 from sinklib.core.data import text_windows
-from sinklib.core.evaluation import perplexity
 from sinklib.core.models import load_model, require_family
 from sinklib.interpretation import moe_plots, moe_sinks
 from sinklib.interpretation.super_experts import super_experts
@@ -120,22 +119,12 @@ record.add(moe_sinks.super_experts_claim(supers, n_total))
 # same layers (never a super expert), several draws.
 
 # %%
-def measure(prune):
-    with moe_sinks.PruneExperts(lm.model, prune):
-        state = moe_sinks.first_token_state(lm, ids, run.batch_size)
-        return state, perplexity(lm, held)
-
-
 chosen = [(layer, e) for layer, e, _ in supers]
-runs = {"as is": measure([]), "super experts pruned": measure(chosen)}
-controls = moe_sinks.random_controls(chosen, n_experts, run.random_draws, run.seed)
-for pick in controls:
-    runs[f"random experts {pick}"] = measure(pick)
-summary = {name: {"alpha": sum(s["alpha_first"]) / len(s["alpha_first"]), "ppl": p,
-                  "max_abs_first": max(s["max_abs_first"])} for name, (s, p) in runs.items()}
+runs = moe_sinks.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size)
+summary = {name: r.summary() for name, r in runs.items()}
 with plotting.style():
-    fig = moe_plots.pruning({k: s["alpha_first"] for k, (s, _) in runs.items()},
-                            {k: s["max_abs_first"] for k, (s, _) in runs.items()}, {k: p for k, (_, p) in runs.items()},
+    fig = moe_plots.pruning({k: r.alpha_first for k, r in runs.items()}, {k: r.max_abs_first for k, r in runs.items()},
+                            {k: r.ppl for k, r in runs.items()},
                             title=f"Pruning super experts vs random experts, {title}")
     plotting.save(fig, fig_dir / "fig03_pruning",
                   f"{title}: (a) alpha_0 per layer (mean over heads and {len(ids)} windows) and (b) the first token's "

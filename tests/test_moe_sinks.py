@@ -58,3 +58,14 @@ def test_super_expert_and_pruning_claims():
     assert moe_sinks.pruning_claim(base, pruned, ok).holds is True
     assert moe_sinks.pruning_claim(base, {"alpha": 0.4, "ppl": 150.0}, ok).holds is False  # the sink survives
     assert moe_sinks.pruning_claim(base, pruned, ok + [{"alpha": 0.3, "ppl": 41.0}]).holds is False  # random hurts
+
+
+def test_compare_pruning_runs_the_model_as_is_pruned_and_random():
+    lm, inputs = tiny.loaded("mixtral")
+    ids = inputs["input_ids"]
+    runs = moe_sinks.compare_pruning(lm, [(1, 2)], ids, ids, draws=2, seed=0, batch_size=2)
+    assert list(runs)[:2] == ["as is", "super experts pruned"] and len(runs) == 4
+    assert all(name.startswith("random experts [(1, ") for name in list(runs)[2:])
+    assert runs["as is"].ppl != runs["super experts pruned"].ppl and len(runs["as is"].alpha_first) == 2
+    s = runs["as is"].summary()
+    assert s["alpha"] == sum(runs["as is"].alpha_first) / 2 and s["max_abs_first"] == max(runs["as is"].max_abs_first)

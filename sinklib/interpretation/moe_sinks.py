@@ -19,6 +19,7 @@ from torch import nn
 
 from sinklib.architectures import adapter_for
 from sinklib.core.capture import Capture
+from sinklib.core.evaluation import perplexity
 from sinklib.core.models import LoadedModel
 from sinklib.interpretation.origin import batches
 from sinklib.interpretation.super_experts import expert_output_max
@@ -140,6 +141,36 @@ def random_controls(supers: Sequence[tuple[int, int]], n_experts: int, draws: in
             pick.append((layer, options[int(torch.randint(len(options), (1,), generator=gen))]))
         out.append(pick)
     return out
+
+
+@dataclass
+class PruneRun:
+    """One model state under :class:`PruneExperts`: per-layer alpha_0 and first-token max |h|, and perplexity."""
+
+    alpha_first: list[float]
+    max_abs_first: list[float]
+    ppl: float
+
+    def summary(self) -> dict[str, float]:
+        """alpha_0 averaged over layers, perplexity, and the first token's largest |h| over layers."""
+        return {"alpha": sum(self.alpha_first) / len(self.alpha_first), "ppl": self.ppl,
+                "max_abs_first": max(self.max_abs_first)}
+
+
+def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: torch.Tensor, held: torch.Tensor,
+                    draws: int, seed: int = 0, batch_size: int = 8) -> dict[str, PruneRun]:
+    """The model as is, with ``supers`` pruned, and with ``draws`` sets of as many random experts of the same layers
+    pruned (:func:`random_controls`): {"as is", "super experts pruned", "random experts [...]", ...} -> run."""
+    def run(prune) -> PruneRun:
+        with PruneExperts(lm.model, prune):
+            state = first_token_state(lm, ids, batch_size)
+            return PruneRun(state["alpha_first"], state["max_abs_first"], perplexity(lm, held))
+
+    n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
+    runs = {"as is": run([]), "super experts pruned": run(supers)}
+    for pick in random_controls(supers, n_experts, draws, seed) if supers else []:
+        runs[f"random experts {pick}"] = run(pick)
+    return runs
 
 
 def super_experts_claim(supers: Sequence, n_experts_total: int) -> Claim:
