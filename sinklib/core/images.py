@@ -1,0 +1,100 @@
+"""Offline images: the natural photos that ship with scikit-image, scikit-learn and matplotlib, scikit-learn's
+handwritten digits, and the ImageNet preprocessing ViTs expect.
+
+Sources and licences are listed in ``data/images.md``. Nothing is downloaded: :func:`photos` only reads files that
+are inside the installed packages (scikit-image's ``skimage.data`` functions used here are the bundled ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sinklib.core.onnx_vit import IMAGENET_MEAN, IMAGENET_STD
+
+# name -> (package, loader); colour first, then grey photos (converted to RGB)
+PHOTO_SOURCES = {
+    "astronaut": "skimage", "chelsea": "skimage", "coffee": "skimage", "rocket": "skimage",
+    "china": "sklearn", "flower": "sklearn", "grace_hopper": "matplotlib",
+    "camera": "skimage", "coins": "skimage",
+}
+
+
+@dataclass(frozen=True)
+class Photo:
+    name: str
+    source: str  # the package it ships in
+    image: np.ndarray  # (H, W, 3) uint8
+
+
+def _load(name: str, source: str) -> np.ndarray:
+    if source == "skimage":
+        import skimage.data
+
+        return getattr(skimage.data, name)()
+    if source == "sklearn":
+        from sklearn.datasets import load_sample_image
+
+        return load_sample_image(f"{name}.jpg")
+    import matplotlib.cbook
+    import matplotlib.image
+
+    with matplotlib.cbook.get_sample_data(f"{name}.jpg") as f:
+        return matplotlib.image.imread(f, format="jpg")
+
+
+def photos(names: list[str] | None = None) -> list[Photo]:
+    """The bundled natural photos as RGB uint8 arrays (grey ones repeated over three channels)."""
+    names = list(PHOTO_SOURCES) if names is None else names
+    unknown = [n for n in names if n not in PHOTO_SOURCES]
+    if unknown:
+        raise ValueError(f"unknown photo(s) {unknown}; available: {', '.join(PHOTO_SOURCES)}")
+    out = []
+    for name in names:
+        image = np.asarray(_load(name, PHOTO_SOURCES[name]))
+        if image.ndim == 2:
+            image = np.repeat(image[..., None], 3, axis=-1)
+        out.append(Photo(name, PHOTO_SOURCES[name], np.ascontiguousarray(image[..., :3]).astype(np.uint8)))
+    return out
+
+
+def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224) -> torch.Tensor:
+    """ImageNet-normalised (B, 3, size, size) float32: centre square crop, bilinear resize (antialiased), then
+    (x / 255 - mean) / std with the ImageNet mean and std."""
+    if isinstance(images, np.ndarray) and images.ndim == 3:
+        images = [images]
+    batch = []
+    for image in images:
+        h, w = image.shape[:2]
+        s = min(h, w)
+        top, left = (h - s) // 2, (w - s) // 2
+        x = torch.from_numpy(np.ascontiguousarray(image[top:top + s, left:left + s])).permute(2, 0, 1).float() / 255
+        x = torch.nn.functional.interpolate(x[None], size=(size, size), mode="bilinear", antialias=True,
+                                            align_corners=False)[0]
+        batch.append(x)
+    pixels = torch.stack(batch)  # (B, 3, size, size) in [0, 1]
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    return (pixels - mean) / std
+
+
+def display(pixels: torch.Tensor) -> np.ndarray:
+    """Undo :func:`to_pixels`' normalisation: (3, S, S) -> (S, S, 3) floats in [0, 1] for ``imshow``."""
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    return (pixels * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
+
+
+def digits(n: int | None = None, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """scikit-learn's 8 x 8 handwritten digits (1,797 images, 16 grey levels) as RGB uint8, dark ink on white, and
+    their labels; ``n`` picks a seeded random subset. Upscale with :func:`to_pixels`."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    index = np.arange(len(data.target))
+    if n is not None:
+        index = np.random.default_rng(seed).permutation(index)[:n]
+    images = [np.repeat((255 - data.images[i] * 16).clip(0, 255).astype(np.uint8)[..., None], 3, -1) for i in index]
+    return images, data.target[index]
