@@ -183,6 +183,11 @@ def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, at
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     cls = AutoModelForCausalLM if family in ("llm", "moe") else AutoModel
+    if family == "vit" and not Path(str(path_or_id)).exists():
+        from transformers import AutoConfig, CLIPVisionModel, SiglipVisionModel
+
+        model_type = AutoConfig.from_pretrained(path_or_id).model_type
+        cls = {"clip": CLIPVisionModel, "siglip": SiglipVisionModel}.get(model_type, AutoModel)
     model = cls.from_pretrained(path_or_id, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path_or_id) if family in ("llm", "moe", "mllm") else None
     return model, tokenizer
@@ -222,6 +227,8 @@ CONFIG_BUILDERS = {"tiny-llama-random": _tiny_llama, "tiny-vit-random": _tiny_vi
 def infer_family(config) -> str:
     """Family of a hub model from its config: vision-language, ViT, MoE or dense causal LM."""
     archs = " ".join(getattr(config, "architectures", None) or []).lower()
+    if getattr(config, "model_type", "") in ("clip", "siglip", "clip_vision_model", "siglip_vision_model"):
+        return "vit"  # a contrastive image-text pair: sinklib reads its vision tower
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(config, "vision_config", None) is not None and text is not config:
         return "mllm"
@@ -285,6 +292,12 @@ def load_model(
                                             attn_implementation)
         if name.endswith("-timm"):
             model = timm_dinov2_small(model.float()).to(dtype)
+    elif name.startswith("timm/"):  # a timm model on the hub, e.g. timm/deit3_large_patch16_224.fb_in22k_ft_in1k
+        import timm
+
+        _check_hub_available(name)
+        spec = ModelSpec(name, "vit", "hub", name, "timm hub id", offline=False)
+        model, tokenizer = timm.create_model(f"hf-hub:{name}", pretrained=True).to(dtype), None
     else:
         _check_hub_available(name)
         from transformers import AutoConfig

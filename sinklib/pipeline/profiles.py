@@ -90,6 +90,17 @@ class MoeSizes:  # 11_moe
 
 
 @dataclass(frozen=True)
+class VitSizes:  # 13_vit
+    models: tuple[str, ...]  # ViTs (MODEL= replaces the list with one); the first gets every figure
+    image_size: int  # square input, px
+    photos: tuple[str, ...]  # bundled photos (sinklib.core.images.PHOTO_SOURCES)
+    batch_size: int
+    probe_digits: int  # scikit-learn digits for the linear probe
+    probe_size: int  # px the 8 x 8 digits are upscaled to
+    register_neurons: int  # top (layer, neuron) pairs moved onto the test-time register
+
+
+@dataclass(frozen=True)
 class MitigationSizes:  # 03_mitigation
     train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
@@ -123,6 +134,11 @@ GU_FAMILIES = ("openai-community/gpt2-xl", "EleutherAI/pythia-6.9b", "facebook/o
 
 MOE_MODELS = ("allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B", "mistralai/Mixtral-8x7B-v0.1",
               "deepseek-ai/DeepSeek-V2-Lite")  # Su et al.'s and the issue's MoE families
+
+VIT_MODELS = ("facebook/dinov2-large", "facebook/dinov2-with-registers-large", "facebook/dinov2-giant",
+              "facebook/dinov2-with-registers-giant", "openai/clip-vit-large-patch14",
+              "timm/deit3_large_patch16_224.fb_in22k_ft_in1k")  # Darcet et al.'s families, with and without registers
+_ALL_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "china", "flower", "grace_hopper", "camera", "coins")
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
@@ -171,6 +187,14 @@ SIZES: dict[str, dict[str, object]] = {
                         random_draws=3),
         "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
                         random_draws=5),
+    },
+    "13_vit": {
+        "smoke": VitSizes(models=("dinov2-s",), image_size=112, photos=("astronaut", "coffee"), batch_size=4,
+                          probe_digits=60, probe_size=56, register_neurons=3),
+        "cpu": VitSizes(models=("dinov2-s",), image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=600,
+                        probe_size=112, register_neurons=5),
+        "gpu": VitSizes(models=VIT_MODELS, image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=1797,
+                        probe_size=224, register_neurons=10),
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),

@@ -1,0 +1,146 @@
+"""Test-time registers (Jiang et al., "Vision Transformers Don't Need Trained Registers", arXiv 2506.08010; the
+authors' code nickjiang2378/test-time-registers).
+
+1. **Register neurons** (``shared/algorithms.py: find_register_neurons``): over a set of images, find the outlier
+   positions at a detection layer (token norm above a cut), and score every MLP neuron (the post-activation input
+   of the MLP's output projection) of every layer by its mean |activation| at those positions; the top-scoring
+   (layer, neuron) pairs are the register neurons.
+2. **Test-time register** (``dinov2/modifiedDINO.py``): append extra tokens after the image tokens, initialised to the
+   mean of the image's patch tokens (the authors' README); in every
+   forward, in those neurons, write the maximum activation over all tokens into the extra tokens and zero the
+   activation everywhere else. The outliers then form on the extra tokens, which act as registers, and the
+   attention maps lose their artefacts.
+
+:class:`TestTimeRegisters` does step 2 with forward hooks (transformers DINOv2 / ViT / CLIP vision and timm ViTs);
+the output then has ``n_registers`` more tokens at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from sinklib.core.capture import Capture
+from sinklib.core.models import LoadedModel
+from sinklib.interpretation.interventions import Intervention
+from sinklib.interpretation.vit_sinks import OUTLIER_FACTOR, vit_forward
+from sinklib.pipeline.claims import Claim
+
+
+def _token_entry(model: nn.Module) -> nn.Module:
+    """The module whose output is the token sequence that enters the first block."""
+    for path in ("embeddings", "vision_model.embeddings", "norm_pre"):
+        module = model
+        for part in path.split("."):
+            module = getattr(module, part, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise ValueError(f"{type(model).__name__}: no embeddings / norm_pre module to append register tokens to")
+
+
+@torch.inference_mode()
+def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Tensor, top: int = 10,
+                     batch_size: int = 8) -> list[tuple[int, int, float]]:
+    """Jiang et al.'s register neurons: score[l, n] = mean over images that have outlier positions of the mean
+    |a^l_{t, n}| over those positions t (a = MLP activation, the input of the output projection); return the
+    ``top`` (layer, neuron, score) by score over all layers.
+
+    pixels: (B, 3, S, S); positions: (B, T) bool, the outlier token positions of each image (from the detection
+    layer's norms; :func:`sinklib.interpretation.vit_sinks.outlier_mask`).
+    """
+    total, images = None, 0
+    for start in range(0, len(pixels), batch_size):
+        where = positions[start:start + batch_size]
+        with Capture(lm.model, mlp_activations=True) as cap:
+            vit_forward(lm, pixels[start:start + batch_size])
+        acts = cap.stack("mlp_activations").float().abs()  # (L, B, T, d_ff)
+        for b in range(acts.shape[1]):
+            if not where[b].any():
+                continue
+            score = acts[:, b, where[b]].mean(dim=1)  # (L, d_ff)
+            total = score if total is None else total + score
+            images += 1
+    if images == 0:
+        raise ValueError("no image has an outlier position; lower the cut or pass more images")
+    mean = total / images
+    values, flat = mean.flatten().topk(top)
+    width = mean.shape[1]
+    return [(int(i) // width, int(i) % width, float(v)) for v, i in zip(values, flat)]
+
+
+class TestTimeRegisters(Intervention):
+    """Append ``n_registers`` tokens (each the mean of the image's patch tokens) after the image tokens and move the
+    register neurons' activation onto them.
+
+    ``neurons``: {layer: [neuron, ...]}. In those layers' MLPs, activation a_{t, n} becomes max_t' a_{t', n} at the
+    extra tokens and 0 at every other token (the authors' ``DinoVisionTransformerWithIntervention``). Outputs get
+    ``n_registers`` extra tokens at the end.
+    """
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, model: nn.Module, neurons: dict[int, Sequence[int]], n_registers: int = 1):
+        super().__init__(model, list(neurons))
+        if n_registers < 1:
+            raise ValueError("n_registers must be >= 1")
+        self.neurons = {int(k): list(v) for k, v in neurons.items()}
+        self.n_registers = n_registers
+
+    def _install(self) -> None:
+        self._handles.append(_token_entry(self.model).register_forward_hook(self._append))
+        for layer, neurons in self.neurons.items():
+            proj = self.parts[layer].down_proj
+            if proj is None:
+                raise ValueError(f"layer {layer} has no MLP output projection to hook")
+            self._handles.append(proj.register_forward_pre_hook(
+                lambda m, args, neurons=neurons: self._move(args, neurons)))
+
+    def _append(self, module, args, output):
+        h = output[0] if isinstance(output, tuple) else output  # (B, T, d)
+        extra = h[:, self.adapter.n_prefix:].mean(dim=1, keepdim=True).expand(-1, self.n_registers, -1)
+        h = torch.cat([h, extra], dim=1)
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def _move(self, args, neurons: list[int]):
+        a = args[0].clone()  # (B, T + n, d_ff)
+        peak = a[:, :, neurons].amax(dim=1, keepdim=True)  # (B, 1, k)
+        a[:, :, neurons] = 0
+        a[:, -self.n_registers:, neurons] = peak.expand(-1, self.n_registers, -1)
+        self.calls += 1
+        return (a, *args[1:])
+
+
+def neurons_by_layer(found: list[tuple[int, int, float]]) -> dict[int, list[int]]:
+    """[(layer, neuron, score), ...] -> {layer: [neuron, ...]} for :class:`TestTimeRegisters`."""
+    out: dict[int, list[int]] = {}
+    for layer, neuron, _ in found:
+        out.setdefault(layer, []).append(neuron)
+    return out
+
+
+def test_time_register_claim(before, after, stand_in: bool) -> Claim:
+    """Jiang et al. (arXiv 2506.08010, Fig. 1 and Sec. 4): with a test-time register the high-norm outliers leave the
+    image patches and sit on the extra token. Rule: where the model has outliers, it holds when no patch of the last
+    layer passes the outlier cut afterwards and the register's norm does; without outliers (``stand_in``) it cannot
+    be judged and the record carries the measured norms. before / after: :class:`VitProfile` (after has the extra
+    token at the end)."""
+    factor = OUTLIER_FACTOR
+    ratio_before = max(before.max_norm_ratio()[-2:])
+    ratio_after = max(after.max_norm_ratio()[-2:])
+    median = after.patch_norms()[-1].median(dim=-1).values  # (B,)
+    register = (after.norms[-1, :, -1] / median).mean().item()
+    holds = None if stand_in else (ratio_after < factor and register > factor)
+    return Claim(
+        id="jiang2025.test_time_register_takes_outliers",
+        source="Jiang et al., Vision Transformers Don't Need Trained Registers, arXiv 2506.08010, Fig. 1",
+        statement="moving the register neurons' activation onto an extra token moves the high-norm outliers there",
+        rule=f"outliers exist; afterwards no patch in the last two layers exceeds {factor:g} x the median patch norm "
+             f"and the register token does",
+        published="outliers move to the test-time register; attention maps lose their artefacts",
+        measured={"max/median patch norm before": ratio_before, "after": ratio_after,
+                  "register norm / median patch norm": register},
+        holds=holds,
+        note="no outliers in this model: the register neurons were found at each image's highest-norm patch"
+        if stand_in else "")

@@ -1,0 +1,166 @@
+"""Figures of ``13_vit``: CLS attention maps, where all queries' attention goes, token norms, registers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from sinklib.core.images import display
+
+
+def _overlay(ax, image: np.ndarray, heat: torch.Tensor, title: str = "") -> None:
+    """Image with a heat map (normalised to its own max) upsampled over it."""
+    size = image.shape[0]
+    h = torch.nn.functional.interpolate(heat[None, None].float(), size=(size, size), mode="nearest")[0, 0].numpy()
+    ax.imshow(image)
+    ax.imshow(h / max(h.max(), 1e-12), cmap="inferno", alpha=0.6, vmin=0, vmax=1)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def cls_maps(pixels: torch.Tensor, maps: torch.Tensor, names: Sequence[str], layers: Sequence[int],
+             title: str = "") -> Figure:
+    """Rows: images; columns: the photo, then the CLS query's attention over the patches at each chosen layer
+    (each map scaled to its own maximum). maps: (L, B, gh, gw)."""
+    rows, cols = len(names), len(layers) + 1
+    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 1.75 * rows), layout="constrained", squeeze=False)
+    for r, name in enumerate(names):
+        image = display(pixels[r])
+        axes[r, 0].imshow(image)
+        axes[r, 0].set_xticks([])
+        axes[r, 0].set_yticks([])
+        axes[r, 0].set_ylabel(name, fontsize=8)
+        for c, layer in enumerate(layers, start=1):
+            _overlay(axes[r, c], image, maps[layer, r], f"layer {layer}" if r == 0 else "")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[float], entropy: Sequence[float],
+                         n_tokens: int, title: str = "") -> Figure:
+    """(a) attention all queries give to CLS, and (b) the most-attended patch's share over the uniform share 1/T,
+    per layer; (c) attention entropy per layer against the uniform maximum log T."""
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+    layers = np.arange(len(prefix_share))
+    ax.plot(layers, prefix_share, marker="o", color="#0072B2")
+    ax.axhline(1 / n_tokens, color="grey", ls=":")
+    ax.text(len(layers) - 1, 1 / n_tokens, " uniform 1/T", va="bottom", ha="right", fontsize=8, color="grey")
+    ax.set(xlabel="layer", ylabel="share of all attention", title="(a) attention to CLS", ylim=(0, None))
+    bx.bar(layers, top_ratio, color="#D55E00")
+    bx.axhline(1, color="grey", ls=":")
+    bx.set(xlabel="layer", ylabel="x uniform share", title="(b) the most-attended patch")
+    for x, y in zip(layers, top_ratio):
+        bx.text(x, y, f"{y:.0f}" if y >= 10 else f"{y:.1f}", ha="center", va="bottom", fontsize=7)
+    bx.set_ylim(0, max(top_ratio) * 1.15)
+    cx.plot(layers, entropy, marker="o", color="#009E73")
+    cx.axhline(np.log(n_tokens), color="grey", ls=":")
+    cx.text(0, np.log(n_tokens), f"uniform: log T = {np.log(n_tokens):.2f}", va="top", fontsize=8, color="grey")
+    cx.set(xlabel="layer", ylabel="entropy (nats)", title="(c) attention entropy", ylim=(0, np.log(n_tokens) * 1.08))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def token_norms(patch_norms: torch.Tensor, layers: Sequence[int], max_ratio: Sequence[float], factor: float,
+                title: str = "") -> Figure:
+    """(a) histograms of patch-token norms at chosen layers, each divided by its image's median (so a cut of
+    ``factor`` x median is one vertical line); (b) the largest / median patch norm per layer vs that cut."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
+    colours = plt.cm.viridis(np.linspace(0, 0.9, len(layers)))
+    for layer, colour in zip(layers, colours):
+        pn = patch_norms[layer]  # (B, P)
+        rel = (pn / pn.median(dim=-1, keepdim=True).values).flatten().numpy()
+        ax.hist(rel, bins=60, range=(0, factor * 1.3), histtype="step", lw=1.5, color=colour, label=f"layer {layer}")
+    ax.axvline(factor, color="#D55E00", ls="--")
+    ax.text(factor, ax.get_ylim()[1] * 0.95, f" outlier cut {factor:g}x", color="#D55E00", fontsize=8, va="top",
+            ha="right")
+    ax.set_yscale("log")
+    ax.set(xlabel="patch norm / the image's median patch norm", ylabel="patch tokens",
+           title="(a) patch-token norms")
+    ax.legend(fontsize=7, loc="upper left")
+    layers_all = np.arange(len(max_ratio))
+    bx.plot(layers_all, max_ratio, marker="o", color="black", label="largest / median patch norm")
+    bx.axhline(factor, color="#D55E00", ls="--", label=f"outlier cut ({factor:g}x)")
+    bx.set(xlabel="layer", ylabel="ratio", ylim=(0, max(factor, max(max_ratio)) * 1.2),
+           title="(b) the largest patch norm, worst image")
+    bx.legend(fontsize=8, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: Mapping[str, float],
+                         title: str = "") -> Figure:
+    """(a) linear-probe accuracy of the digit label from CLS / the highest-norm patch / the median-norm patch;
+    (b) neighbour similarity of the most-attended patches vs all patches."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    names = list(probe)
+    ax.bar(names, [probe[n] for n in names], color=["#0072B2", "#D55E00", "grey"][:len(names)])
+    ax.axhline(chance, color="black", ls=":")
+    ax.text(len(names) - 0.5, chance, f"chance {chance:.2f}", ha="right", va="bottom", fontsize=8)
+    for i, n in enumerate(names):
+        ax.text(i, probe[n], f"{probe[n]:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set(ylim=(0, 1.1), ylabel="held-out accuracy", title="(a) linear probe of the digit label")
+    labels = [f"top {similarity['k']} most-attended", "all patches"]
+    bx.bar(labels, [similarity["top"], similarity["all"]], color=["#D55E00", "grey"])
+    for i, v in enumerate((similarity["top"], similarity["all"])):
+        bx.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    bx.set(ylim=(0, 1.1), ylabel="cosine similarity to 4 neighbours (pixels)",
+           title="(b) are the most-attended patches redundant?")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: torch.Tensor, names: Sequence[str],
+                           layer: int, title: str = "") -> Figure:
+    """Rows: images; columns: photo, CLS attention map without and with the test-time register at ``layer``, and
+    their difference (red: more attention with the register; its scale under each map). before / after:
+    (L, B, gh, gw)."""
+    fig, axes = plt.subplots(len(names), 4, figsize=(7.2, 1.8 * len(names)), layout="constrained", squeeze=False)
+    for r, name in enumerate(names):
+        image = display(pixels[r])
+        axes[r, 0].imshow(image)
+        axes[r, 0].set_ylabel(name, fontsize=8)
+        axes[r, 0].set_xticks([])
+        axes[r, 0].set_yticks([])
+        _overlay(axes[r, 1], image, before[layer, r], "as is" if r == 0 else "")
+        _overlay(axes[r, 2], image, after[layer, r], "test-time register" if r == 0 else "")
+        diff = (after[layer, r] - before[layer, r]).numpy()
+        lim = max(abs(diff).max(), 1e-12)
+        axes[r, 3].imshow(diff, cmap="coolwarm", vmin=-lim, vmax=lim)
+        axes[r, 3].set_xticks([])
+        axes[r, 3].set_yticks([])
+        axes[r, 3].set_xlabel(f"max |diff| {lim:.3f} (map max {before[layer, r].max():.3f})", fontsize=7)
+        if r == 0:
+            axes[r, 3].set_title("after - before", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def models_compared(summaries: Mapping[str, Mapping], factor: float, title: str = "") -> Figure:
+    """(a) largest / median patch norm and (b) outlier fraction per layer (x: relative depth 0..1) for each model."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
+    for name, s in summaries.items():
+        ratio = s["max_norm_ratio"]
+        depth = np.linspace(0, 1, len(ratio))
+        ax.plot(depth, ratio, marker="o", ms=3, label=f"{name} ({s['n_prefix']} prefix)")
+        bx.plot(depth, s["outlier_fraction"], marker="o", ms=3)
+    ax.axhline(factor, color="#D55E00", ls="--")
+    ax.set(xlabel="relative depth (layer / last layer)", ylabel="largest / median patch norm",
+           title="(a) the largest patch norm", ylim=(0, None))
+    bx.set(xlabel="relative depth (layer / last layer)", ylabel="fraction of patch tokens",
+           title=f"(b) outliers (> {factor:g}x the median)", ylim=(0, max(0.05, *(max(s["outlier_fraction"])
+                                                                                   for s in summaries.values())) * 1.2))
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=8, ncols=min(3, len(summaries)))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
