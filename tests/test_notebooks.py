@@ -9,7 +9,7 @@ from sinklib.pipeline import claims, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
-WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation", "10_llm", "11_moe", "13_vit"}
+WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigation", "10_llm", "11_moe", "12_mllm", "13_vit"}
 
 
 @pytest.fixture(scope="module")

