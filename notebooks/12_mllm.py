@@ -86,6 +86,11 @@ if standin and run.zero_shot_digits:
           f"held-out digit accuracy {zero_shot:.2f} (chance 0.10)")
 
 # %% [markdown]
+# **What we saw** (CPU profile): the caption loss falls from 6.0 to about 0.6 in 90 steps (263 s here), and the
+# lowest-loss digit caption is the right one for 0.53 of 40 held-out digits (chance 0.10): the projected image
+# tokens do tell the language model which digit it is looking at, though far from perfectly.
+
+# %% [markdown]
 # ## 1 · Where do the text queries look?
 # For the caption and prompt tokens after the image, per language-model layer: the share of attention on the
 # tokens before the image (the first token among them), on the image tokens, and on the text.
@@ -104,6 +109,12 @@ with plotting.style():
 sh = prof.shares.numpy()
 print(f"before the image / image / text, mean over layers: {sh.mean(0).round(3).tolist()}")
 print(f"per layer, before-image share: {sh[:, 0].round(2).tolist()}")
+
+# %% [markdown]
+# **What we saw** (CPU profile, 16 held-out digits): averaged over layers, text queries give 0.51 of their
+# attention to the 2 tokens before the image, 0.25 to the 36 image tokens and 0.24 to the text. The before-image
+# share is 0.45-0.80 in most layers from layer 3 on and drops to 0.16 and 0.07 in layers 10-11, the same two
+# layers where SmolLM2 alone lets its first-token sink lapse (`00_tour`).
 
 # %% [markdown]
 # ## 2 · Visual sink tokens
@@ -128,6 +139,13 @@ print(f"sink dims {prof.dims}; fraction of image tokens with phi >= 20 per layer
       f"{[round(f, 3) for f in prof.sink_fraction()]}")
 print(f"largest image-token phi per layer: {[round(float(torch.nan_to_num(p, nan=0).max()), 1) for p in prof.phi]}")
 print(f"first token's phi per layer: {visual_sinks.phi(prof.first_hidden, prof.dims).round().tolist()}")
+
+# %% [markdown]
+# **What we saw** (CPU profile): the sink dimensions are 507 and 247 -- 507 is SmolLM2's massive-activation
+# dimension (`00_tour`). In layers 3-9, up to 5.7% of the image tokens reach phi >= 20 (largest 22.7, just over
+# tau; the first token's phi is 23-24), and those tokens receive 22-51x the attention of the other image tokens.
+# From layer 10 on no image token reaches 20. So a language model that never saw an image, fed through a projector
+# trained for a few minutes, already turns a few image tokens into sink-like tokens in its sink dimension.
 
 # %% [markdown]
 # ## 3 · Hiding the visual sinks, and VAR
@@ -173,6 +191,13 @@ masking = {"none": means["as is"], "sinks": means["sinks hidden"], "random": mea
            "random_draws": random_means}
 for c in visual_sinks.visual_sink_claims(prof, masking, {"none": means["as is"], "VAR": means["VAR"]}, standin):
     record.add(c)
+
+# %% [markdown]
+# **What we saw** (CPU profile, 64 held-out digits, 2.1 visual sinks per image on average): hiding the visual
+# sinks raises the caption NLL by 0.016 nats/token, hiding as many random image tokens by 0.009-0.020 (mean
+# 0.015): the sinks' effect lies inside the random draws' range, so the stand-in cannot tell the two apart -- the
+# record says "does not hold" by its rule, and its note says the difference is within the random spread. VAR
+# raises the NLL from 0.366 to 0.376: on this stand-in and this measure it does not help.
 
 # %% [markdown]
 # ## What the stand-in cannot show

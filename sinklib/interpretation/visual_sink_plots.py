@@ -34,7 +34,7 @@ def attention_shares(shares: torch.Tensor, n_before: int, n_image: int, title: s
     s = shares.numpy()
     ax.stackplot(layers, s[:, 0], s[:, 1], s[:, 2], colors=["#D55E00", "#0072B2", "#BBBBBB"],
                  labels=[f"before the image ({n_before} tokens, first token included)", f"image ({n_image} tokens)",
-                         "text from the image on"])
+                         "text after the image (the queries themselves included)"])
     ax.set(xlabel="language-model layer", ylabel="share of text queries' attention", ylim=(0, 1),
            xlim=(0, len(layers) - 1), title=title or "Where text queries put their attention")
     fig.legend(loc="outside right center", fontsize=8)
