@@ -99,13 +99,14 @@ if standin and run.zero_shot_digits:
 inputs, caption_labels = visual_sinks.caption_inputs(lm, digits[:run.batch_size], captions[:run.batch_size])
 prof = visual_sinks.profile_mllm(lm.model, inputs, image_id)
 start, stop = prof.span
+n_image = int(prof.image.sum())
 with plotting.style():
-    fig = visual_sink_plots.attention_shares(prof.shares, start, stop - start,
+    fig = visual_sink_plots.attention_shares(prof.shares, start, n_image,
                                              title=f"Where text queries put their attention, {title}")
     plotting.save(fig, fig_dir / "fig02_attention_shares",
                   f"{title}, {len(inputs['input_ids'])} held-out digits with their captions: per layer, the share of "
                   f"the text queries' attention (mean over heads and queries after the image) on the {start} tokens "
-                  f"before the image, the {stop - start} image tokens and the text.")
+                  f"before the image, the {n_image} image tokens and the text.")
 sh = prof.shares.numpy()
 print(f"before the image / image / text, mean over layers: {sh.mean(0).round(3).tolist()}")
 print(f"per layer, before-image share: {sh[:, 0].round(2).tolist()}")
@@ -163,15 +164,15 @@ for i in range(0, len(digits), run.batch_size):
     union = visual_sinks.sink_union(p)
     n_sinks.append(union.sum(-1).float())
     keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
-    keys[:, start:stop] = union
+    keys[:, p.image] = union
     nll["as is"].append(visual_sinks.caption_nll(lm.model, x, y))
     nll["sinks hidden"].append(visual_sinks.caption_nll(lm.model, x, y, visual_sinks.KeyMask(lm.model, keys, stop)))
     for r in range(run.random_draws):
         rand = torch.zeros_like(keys)
-        rand[:, start:stop] = visual_sinks.random_like(union, seed=run.seed + 1000 * r + i)
+        rand[:, p.image] = visual_sinks.random_like(union, seed=run.seed + 1000 * r + i)
         random_runs[r].append(visual_sinks.caption_nll(lm.model, x, y, visual_sinks.KeyMask(lm.model, rand, stop)))
     nll["VAR"].append(visual_sinks.caption_nll(
-        lm.model, x, y, visual_sinks.VisualAttentionRedistribution(lm.model, prof.dims, p.span)))
+        lm.model, x, y, visual_sinks.VisualAttentionRedistribution(lm.model, prof.dims, p.image)))
 means = {k: torch.cat(v).mean().item() for k, v in nll.items()}
 random_means = [torch.cat(v).mean().item() for v in random_runs]
 means = {"as is": means["as is"], "sinks hidden": means["sinks hidden"],
@@ -184,7 +185,7 @@ with plotting.style():
                   f"hidden from the text queries in every layer, with as many random image tokens hidden "
                   f"({run.random_draws} draws, dots), and with VAR (p = 0.6, rho = 0.5, image share >= 0.2).")
 n_sinks = torch.cat(n_sinks)
-print(f"visual sink tokens per image: mean {n_sinks.mean():.1f} of {stop - start} (min {n_sinks.min():.0f}, "
+print(f"visual sink tokens per image: mean {n_sinks.mean():.1f} of {n_image} (min {n_sinks.min():.0f}, "
       f"max {n_sinks.max():.0f})")
 print({k: round(v, 4) for k, v in means.items()}, "random draws:", [round(v, 4) for v in random_means])
 masking = {"none": means["as is"], "sinks": means["sinks hidden"], "random": means["random hidden"],

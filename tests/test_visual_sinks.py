@@ -30,8 +30,11 @@ def test_sink_dimensions_pick_the_first_tokens_largest_relative_dims():
 def test_image_span():
     ids = torch.tensor([[5, 9, 9, 9, 4], [6, 9, 9, 9, 7]])
     assert vs.image_span(ids, 9) == (1, 4)
-    with pytest.raises(ValueError, match="one block"):
-        vs.image_span(torch.tensor([[9, 1, 9]]), 9)
+    tiles = torch.tensor([[5, 9, 9, 3, 9, 9, 4]])  # two tiles with a separator (SmolVLM)
+    assert vs.image_positions(tiles, 9).tolist() == [False, True, True, False, True, True, False]
+    assert vs.image_span(tiles, 9) == (1, 6)
+    with pytest.raises(ValueError, match="same positions"):
+        vs.image_positions(torch.tensor([[9, 1], [1, 9]]), 9)
 
 
 def _authors_attn_redist(row: torch.Tensor, vis: list[int], text: list[int], im: int, pa: int, p: float):
@@ -104,7 +107,7 @@ def test_mllm_recipe_runs_on_tiny_llava():
     # tau at the median phi makes about half the image tokens sinks, so VAR has rows and targets to act on
     hidden_phi = vs.phi(model.get_input_embeddings()(inputs["input_ids"])[:, 1:17], prof.dims)
     tau = hidden_phi.median().item()  # a threshold inside the range of phi values, so VAR has rows to act on
-    with torch.no_grad(), vs.VisualAttentionRedistribution(model, prof.dims, prof.span, tau=tau, summ=0.0,
+    with torch.no_grad(), vs.VisualAttentionRedistribution(model, prof.dims, prof.image, tau=tau, summ=0.0,
                                                           rho=1.0, first_layer=0) as var:
         out = model(**inputs).logits
     with torch.no_grad():
@@ -116,3 +119,64 @@ def test_mllm_recipe_runs_on_tiny_llava():
                                    standin=True)
     assert [c.id for c in claims] == ["kang2025.visual_sink_tokens_exist", "kang2025.masking_sinks_is_harmless",
                                       "kang2025.var_helps"]
+
+
+@pytest.fixture
+def tiny_hub_llava(tmp_path):
+    """A tiny random LLaVA saved with a real LlavaProcessor (byte tokenizer + <image>, CLIP image processor, a chat
+    template), loaded as a hub model would be: the GPU profile's input path."""
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.core.models import LoadedModel, ModelSpec
+
+    tok = byte_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    image_id = tok.convert_tokens_to_ids("<image>")
+    template = ("{% for m in messages %}{{ m['role'].upper() }}: {% for c in m['content'] %}{% if c['type'] == "
+                "'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}{% endfor %} {% endfor %}"
+                "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+                   tokenizer=tok, patch_size=8, vision_feature_select_strategy="default", chat_template=template,
+                   image_token="<image>", num_additional_image_tokens=1).save_pretrained(tmp_path)
+    vision = CLIPVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                              patch_size=8, image_size=32)
+    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2)
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_id=image_id, vision_feature_layer=-1,
+                         vision_feature_select_strategy="default")
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(config).eval().to(torch.bfloat16)  # the GPU profile's dtype
+    spec = ModelSpec(str(tmp_path), "mllm", "hub", "tiny hub llava", "test", offline=False)
+    lm = LoadedModel(name=str(tmp_path), spec=spec, model=model, tokenizer=tok, device=torch.device("cpu"),
+                     dtype=torch.bfloat16, n_layers=4, n_heads=4, n_kv_heads=2, hidden_size=32, head_dim=8,
+                     vocab_size=len(tok))
+    return lm, image_id
+
+
+def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
+    import numpy as np
+
+    lm, image_id = tiny_hub_llava
+    pictures = [np.full((40, 50, 3), v, np.uint8) for v in (0, 200)]
+    inputs, labels = vs.caption_inputs(lm, pictures, [" a cat", " a dog!"])
+    assert inputs["pixel_values"].dtype == torch.bfloat16
+    for row, caption in zip(range(2), (" a cat", " a dog!")):
+        kept = labels[row][labels[row] != -100]
+        assert lm.tokenizer.decode(kept) == caption  # the caption, and only it, is scored
+    prof = vs.profile_mllm(lm.model, inputs, image_id)
+    assert int(prof.image.sum()) == 16 and prof.shares.shape == (4, 3)
+    nll = vs.caption_nll(lm.model, inputs, labels)
+    keys = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
+    keys[:, prof.image] = vs.random_like(torch.ones(2, 16, dtype=torch.bool) & (torch.arange(16) < 3), seed=0)
+    hidden = vs.caption_nll(lm.model, inputs, labels, vs.KeyMask(lm.model, keys, prof.text_from))
+    var = vs.caption_nll(lm.model, inputs, labels, vs.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
+    assert nll.shape == hidden.shape == var.shape == (2,) and torch.isfinite(torch.stack([nll, hidden, var])).all()
+    assert keys.sum().item() == 6 and not torch.allclose(nll, hidden)

@@ -51,16 +51,21 @@ def sink_dimensions(first: torch.Tensor, k: int = 2, from_layer: int = KANG_FIRS
     return rel.mean(0).topk(k).indices.tolist()
 
 
-def image_span(ids: torch.Tensor, image_token_id: int) -> tuple[int, int]:
-    """(start, stop) of the image tokens in the first row of ``ids`` (B, T); all rows must share it."""
-    where = (ids == image_token_id)
+def image_positions(ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
+    """(T,) bool: where the image tokens are; every row of ``ids`` (B, T) must have them at the same places (one
+    block for LLaVA and Qwen2-VL, one block per tile with separators between them for SmolVLM / Idefics3)."""
+    where = ids == image_token_id
     if not where.any():
         raise ValueError("no image token in the input ids")
-    cols = where[0].nonzero().flatten()
-    start, stop = int(cols[0]), int(cols[-1]) + 1
-    if stop - start != len(cols) or not torch.equal(where, where[:1].expand_as(where)):
-        raise ValueError("image tokens must form one block at the same place in every row")
-    return start, stop
+    if not torch.equal(where, where[:1].expand_as(where)):
+        raise ValueError("image tokens must sit at the same positions in every row (batch images of one size)")
+    return where[0]
+
+
+def image_span(ids: torch.Tensor, image_token_id: int) -> tuple[int, int]:
+    """(first, last + 1) of the image tokens in ``ids`` (B, T): the text queries start at ``last + 1``."""
+    cols = image_positions(ids, image_token_id).nonzero().flatten()
+    return int(cols[0]), int(cols[-1]) + 1
 
 
 @dataclass
@@ -74,6 +79,7 @@ class MllmProfile:
     """
 
     span: tuple[int, int]
+    image: torch.Tensor  # (T,) bool, the image tokens' positions
     text_from: int
     shares: torch.Tensor
     phi: torch.Tensor
@@ -107,6 +113,7 @@ def profile_mllm(model: nn.Module, inputs: dict, image_token_id: int, dims: Sequ
     """
     ids = inputs["input_ids"]
     start, stop = image_span(ids, image_token_id)
+    where = image_positions(ids, image_token_id)
     text_from = stop if text_from is None else text_from
     with Capture(model, attentions=True, hidden_states=True) as cap:
         model(**inputs)
@@ -114,15 +121,15 @@ def profile_mllm(model: nn.Module, inputs: dict, image_token_id: int, dims: Sequ
     hid = cap.stack("hidden_states").float()  # (L, B, T, d)
     rows = att[:, :, :, text_from:]  # (L, B, H, Tq, T): text queries
     before = rows[..., :start].sum(-1)
-    image = rows[..., start:stop].sum(-1)
+    image = rows[..., where].sum(-1)
     shares = torch.stack([before, image, 1 - before - image], -1).mean(dim=(1, 2, 3))  # (L, 3)
     first = hid[:, :, 0].mean(1)  # (L, d)
     dims = list(dims) if dims is not None else sink_dimensions(first)
     layer_input = torch.cat([torch.full_like(hid[:1], float("nan")), hid[:-1]])  # input of block l = output of l-1
-    ph = phi(layer_input[:, :, start:stop], dims)  # (L, B, P)
+    ph = phi(layer_input[:, :, where], dims)  # (L, B, P)
     ph[:KANG_FIRST_LAYER] = float("nan")
-    received = rows[..., start:stop].mean(dim=(2, 3))  # (L, B, P)
-    return MllmProfile((start, stop), text_from, shares, ph, received, first, dims)
+    received = rows[..., where].mean(dim=(2, 3))  # (L, B, P)
+    return MllmProfile((start, stop), where, text_from, shares, ph, received, first, dims)
 
 
 class KeyMask(Intervention):
@@ -203,15 +210,17 @@ class VisualAttentionRedistribution(Intervention):
     the layer's input hidden state (phi >= tau over ``dims``), image-centric (head, text query) rows chosen by
     :func:`image_centric_rows`, and :func:`var_bias` added to the mask handed to the model's own attention.
 
-    span: (start, stop) of the image tokens; text queries start at ``stop``.
+    image: (T,) bool, the image tokens' positions (:func:`image_positions`); text queries start after the last.
     """
 
-    def __init__(self, model: nn.Module, dims: Sequence[int], span: tuple[int, int], tau: float = KANG_TAU,
+    def __init__(self, model: nn.Module, dims: Sequence[int], image: torch.Tensor, tau: float = KANG_TAU,
                  p: float = KANG_P, rho: float = KANG_RHO, summ: float = KANG_SUMM,
                  first_layer: int = KANG_FIRST_LAYER):
         n = len(adapter_layers(model))
         super().__init__(model, range(first_layer, n - 1))
-        self.dims, self.span, self.tau, self.p, self.rho, self.summ = list(dims), span, tau, p, rho, summ
+        self.dims, self.tau, self.p, self.rho, self.summ = list(dims), tau, p, rho, summ
+        self.image = image.bool()
+        self.text_from = int(self.image.nonzero().max()) + 1
         self._sinks: dict[int, torch.Tensor] = {}
         self.rows_edited = 0
 
@@ -227,14 +236,13 @@ class VisualAttentionRedistribution(Intervention):
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.adapter.index_of(module)
-        start, stop = self.span
+        stop = self.text_from
         if layer in self.layers and query.shape[2] > stop:
             attention_mask = self._mask(module, query, key, attention_mask)
             _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
             n = weights.shape[-1]
             sinks = self._sinks[layer][:, :n]
-            image = torch.zeros_like(sinks)
-            image[:, start:stop] = True
+            image = self.image[None, :n].to(sinks.device).expand_as(sinks)
             rows = image_centric_rows(weights, sinks & image, image, stop, self.rho, self.summ)
             self.rows_edited += int(rows.sum())
             attention_mask = attention_mask + var_bias(weights, sinks, image, rows, self.p).to(attention_mask.dtype)
@@ -333,7 +341,9 @@ def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch
         n = len(processor.tokenizer(c, add_special_tokens=False).input_ids)
         end = int(batch["attention_mask"][i].sum())
         labels[i, end - n:end] = batch["input_ids"][i, end - n:end]
-    return {k: v.to(lm.device) for k, v in batch.items()}, labels
+    out = {k: v.to(lm.device) for k, v in batch.items()}
+    out["pixel_values"] = out["pixel_values"].to(lm.dtype)  # processors return float32; the model may be bf16
+    return out, labels
 
 
 @torch.inference_mode()
