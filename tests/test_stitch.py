@@ -1,0 +1,77 @@
+"""The LLaVA-style stand-in's pieces: prompts and labels, the caption loss against LLaVA's own forward, the cache
+key, and (real model) the cached stand-in itself."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from sinklib.architectures import tiny
+from sinklib.core import stitch
+from sinklib.core.bytetok import byte_tokenizer
+
+
+@pytest.fixture
+def tok():
+    t = byte_tokenizer(add_bos=False)
+    t.add_special_tokens({"additional_special_tokens": [stitch.IMAGE_TOKEN]})
+    return t
+
+
+def test_batch_labels_only_the_caption(tok):
+    ids, mask, labels = stitch.batch(tok, 4, [" ab", " abcd"])
+    image = tok.convert_tokens_to_ids(stitch.IMAGE_TOKEN)
+    assert (ids == image).sum(-1).tolist() == [4, 4]
+    assert tok.decode(labels[0][labels[0] != -100]) == " ab" and tok.decode(labels[1][labels[1] != -100]) == " abcd"
+    assert mask.sum(-1).tolist() == [len(stitch.prompt_ids(tok, 4, c)[0]) for c in (" ab", " abcd")]
+    text = tok.decode(ids[1][mask[1].bool()])
+    assert text.startswith(stitch.PROMPT_BEFORE) and stitch.PROMPT_AFTER in text
+
+
+def test_caption_loss_equals_llavas_own_loss():
+    lm, inputs = tiny.loaded("llava")
+    model = lm.model
+    ids = inputs["input_ids"]
+    labels = torch.full_like(ids, -100)
+    labels[:, -3:] = ids[:, -3:]
+    with torch.no_grad():
+        reference = model(**inputs, labels=labels).loss
+        hs = model.model.vision_tower(inputs["pixel_values"], output_hidden_states=True).hidden_states
+        feats = hs[model.config.vision_feature_layer][:, 1:]
+        ours = stitch.caption_loss(model, feats, ids, torch.ones_like(ids), labels)
+    assert torch.allclose(ours, reference, atol=1e-5)
+
+
+def test_cache_key_follows_the_configuration():
+    base = stitch.StitchConfig()
+    assert base.key() == stitch.StitchConfig().key()
+    assert base.key() != dataclasses.replace(base, steps=base.steps + 1).key()
+
+
+def test_training_pairs_hold_out_the_evaluation_digits():
+    config = dataclasses.replace(stitch.StitchConfig(), digits=50, photo_crops=1)
+    pics, caps = stitch.training_pairs(config)
+    assert len(pics) == len(caps) == 50 + len(stitch.photo_captions())
+    held, labels = stitch.heldout_digits(config, 10)
+    assert len(held) == 10
+    from sinklib.core import images
+
+    all_digits, all_labels = images.digits(seed=config.seed)  # the same seeded permutation: training takes [:50]
+    assert list(labels) == list(all_labels[50:60])
+    assert all((a == b).all() for a, b in zip(pics[:50], all_digits[:50]))
+    assert all((a == b).all() for a, b in zip(held, all_digits[50:60]))
+
+
+@pytest.mark.real_model
+def test_cached_standin_is_a_real_llava_labelled_as_a_standin():
+    from transformers import LlavaForConditionalGeneration
+
+    from sinklib.core.models import load_model
+
+    lm = load_model("llava-standin")
+    assert isinstance(lm.model, LlavaForConditionalGeneration) and lm.family == "mllm"
+    assert "stand-in" in lm.label and "projector trained here" in lm.label
+    log = stitch.training_log(stitch.standin_path())
+    assert log["losses"][-1] < log["losses"][0] / 3  # the projector learned
