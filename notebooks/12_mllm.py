@@ -45,7 +45,7 @@ import torch
 
 from sinklib.core import plotting, stitch
 from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import visual_sink_plots, visual_sinks
+from sinklib.interpretation import visual_attention, visual_sink_plots, visual_sinks
 from sinklib.pipeline import notebook
 
 nb = notebook.start("12_mllm", profile, model, device, seed, out_dir, families=None, label="MLLM")
@@ -166,13 +166,13 @@ for i in range(0, len(digits), run.batch_size):
     keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
     keys[:, p.image] = union
     nll["as is"].append(visual_sinks.caption_nll(lm.model, x, y))
-    nll["sinks hidden"].append(visual_sinks.caption_nll(lm.model, x, y, visual_sinks.KeyMask(lm.model, keys, stop)))
+    nll["sinks hidden"].append(visual_sinks.caption_nll(lm.model, x, y, visual_attention.KeyMask(lm.model, keys, stop)))
     for r in range(run.random_draws):
         rand = torch.zeros_like(keys)
         rand[:, p.image] = visual_sinks.random_like(union, seed=run.seed + 1000 * r + i)
-        random_runs[r].append(visual_sinks.caption_nll(lm.model, x, y, visual_sinks.KeyMask(lm.model, rand, stop)))
+        random_runs[r].append(visual_sinks.caption_nll(lm.model, x, y, visual_attention.KeyMask(lm.model, rand, stop)))
     nll["VAR"].append(visual_sinks.caption_nll(
-        lm.model, x, y, visual_sinks.VisualAttentionRedistribution(lm.model, prof.dims, p.image)))
+        lm.model, x, y, visual_attention.VisualAttentionRedistribution(lm.model, prof.dims, p.image)))
 means = {k: torch.cat(v).mean().item() for k, v in nll.items()}
 random_means = [torch.cat(v).mean().item() for v in random_runs]
 means = {"as is": means["as is"], "sinks hidden": means["sinks hidden"],

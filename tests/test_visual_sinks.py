@@ -10,6 +10,7 @@ import torch
 
 from sinklib.architectures import tiny
 from sinklib.core.capture import Capture, hooks_left
+from sinklib.interpretation import visual_attention as va
 from sinklib.interpretation import visual_sinks as vs
 
 
@@ -60,13 +61,13 @@ def test_var_matches_the_authors_redistribution_and_its_bias_form():
     image[:, 2:6] = True  # image tokens 2..5
     rows = torch.zeros(1, 2, 6, dtype=torch.bool)
     rows[0, 1, 4:] = True
-    ours = vs.var_redistribute(w, sinks, image, rows, p=0.6)
+    ours = va.var_redistribute(w, sinks, image, rows, p=0.6)
     for t in (4, 5):
         ref = _authors_attn_redist(w[0, 1, t], vis=[3], text=[0], im=2, pa=4, p=0.6)
         assert torch.allclose(ours[0, 1, t], ref, atol=1e-6)
     assert torch.equal(ours[0, 0], w[0, 0]) and torch.equal(ours[0, 1, :4], w[0, 1, :4])
     assert torch.allclose(ours.sum(-1), torch.ones(1, 2, 6), atol=1e-6)
-    via_bias = (logits + vs.var_bias(w, sinks, image, rows, p=0.6)).softmax(-1)
+    via_bias = (logits + va.var_bias(w, sinks, image, rows, p=0.6)).softmax(-1)
     assert torch.allclose(via_bias, ours, atol=1e-6)
 
 
@@ -77,9 +78,9 @@ def test_image_centric_rows():
     w[0, 0, 2] = torch.tensor([0.5, 0.4, 0.05, 0.05, 0])  # visual sink share 0.8 -> not
     image = torch.tensor([[False, True, True, True, False]])
     visual = torch.tensor([[False, True, False, False, False]])
-    rows = vs.image_centric_rows(w, visual, image, from_query=1)
+    rows = va.image_centric_rows(w, visual, image, from_query=1)
     assert rows.tolist() == [[[False, True, False]]]
-    assert not vs.image_centric_rows(w, torch.zeros_like(visual), image, from_query=1).any()
+    assert not va.image_centric_rows(w, torch.zeros_like(visual), image, from_query=1).any()
 
 
 def test_key_mask_hides_keys_from_later_queries_only():
@@ -87,7 +88,7 @@ def test_key_mask_hides_keys_from_later_queries_only():
     ids = inputs["input_ids"]
     keys = torch.zeros_like(ids, dtype=torch.bool)
     keys[:, 3] = True
-    with torch.no_grad(), Capture(lm.model, attentions=True) as cap, vs.KeyMask(lm.model, keys, from_query=10) as km:
+    with torch.no_grad(), Capture(lm.model, attentions=True) as cap, va.KeyMask(lm.model, keys, from_query=10) as km:
         lm.model(**inputs)
     a = cap.stack("attentions")  # (L, B, H, T, T)
     assert km.calls == lm.n_layers
@@ -107,7 +108,7 @@ def test_mllm_recipe_runs_on_tiny_llava():
     # tau at the median phi makes about half the image tokens sinks, so VAR has rows and targets to act on
     hidden_phi = vs.phi(model.get_input_embeddings()(inputs["input_ids"])[:, 1:17], prof.dims)
     tau = hidden_phi.median().item()  # a threshold inside the range of phi values, so VAR has rows to act on
-    with torch.no_grad(), vs.VisualAttentionRedistribution(model, prof.dims, prof.image, tau=tau, summ=0.0,
+    with torch.no_grad(), va.VisualAttentionRedistribution(model, prof.dims, prof.image, tau=tau, summ=0.0,
                                                           rho=1.0, first_layer=0) as var:
         out = model(**inputs).logits
     with torch.no_grad():
@@ -135,7 +136,8 @@ def tiny_hub_llava(tmp_path):
     )
 
     from sinklib.core.bytetok import byte_tokenizer
-    from sinklib.core.models import LoadedModel, ModelSpec
+    from sinklib.core.models import LoadedModel
+    from sinklib.core.registry import ModelSpec
 
     tok = byte_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
@@ -176,7 +178,7 @@ def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
     nll = vs.caption_nll(lm.model, inputs, labels)
     keys = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
     keys[:, prof.image] = vs.random_like(torch.ones(2, 16, dtype=torch.bool) & (torch.arange(16) < 3), seed=0)
-    hidden = vs.caption_nll(lm.model, inputs, labels, vs.KeyMask(lm.model, keys, prof.text_from))
-    var = vs.caption_nll(lm.model, inputs, labels, vs.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
+    hidden = vs.caption_nll(lm.model, inputs, labels, va.KeyMask(lm.model, keys, prof.text_from))
+    var = vs.caption_nll(lm.model, inputs, labels, va.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
     assert nll.shape == hidden.shape == var.shape == (2,) and torch.isfinite(torch.stack([nll, hidden, var])).all()
     assert keys.sum().item() == 6 and not torch.allclose(nll, hidden)

@@ -214,7 +214,8 @@ def loaded(name: str, seed: int = 0):
     model (no tokenizer; the inputs :func:`build` gives)."""
     from sinklib.architectures import adapter_for
     from sinklib.core.bytetok import byte_tokenizer
-    from sinklib.core.models import LoadedModel, ModelSpec
+    from sinklib.core.models import LoadedModel
+    from sinklib.core.registry import ModelSpec
 
     if name in BYTE_LMS:
         torch.manual_seed(seed)

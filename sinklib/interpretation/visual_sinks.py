@@ -13,6 +13,9 @@ Kang et al., "See What You Are Told: Visual Attention Sink in Large Multimodal M
 * **VAR** (``VARProcessor.attn_redist``): in those (head, query) rows, every sink token's attention (visual and
   text sinks alike) is multiplied by p = 0.6 and the removed (1 - p) of it goes to the non-sink image tokens in
   proportion to their attention; not in the last layer.
+
+This module finds and measures visual sinks and judges the claims; the two attention edits (hiding keys, VAR) are
+in :mod:`sinklib.interpretation.visual_attention`.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ import torch
 from torch import nn
 
 from sinklib.core.capture import Capture
-from sinklib.core.switch import eager_for
-from sinklib.interpretation.interventions import Intervention
 from sinklib.pipeline.claims import Claim
 
 KANG_TAU = 20.0
@@ -130,130 +131,6 @@ def profile_mllm(model: nn.Module, inputs: dict, image_token_id: int, dims: Sequ
     ph[:KANG_FIRST_LAYER] = float("nan")
     received = rows[..., where].mean(dim=(2, 3))  # (L, B, P)
     return MllmProfile((start, stop), where, text_from, shares, ph, received, first, dims)
-
-
-class KeyMask(Intervention):
-    """Hide chosen keys from every query at or after ``from_query``: their additive mask entries become -inf, so
-    the other keys share the attention (Kang et al.'s masking of visual sink tokens, and its random control).
-
-    keys: (B, T) bool, the key positions to hide in each row.
-    """
-
-    def __init__(self, model: nn.Module, keys: torch.Tensor, from_query: int, layers: Sequence[int] | None = None):
-        super().__init__(model, layers)
-        self.keys, self.from_query = keys.bool(), int(from_query)
-
-    def _install(self) -> None:
-        self._use_attention_function()
-
-    def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        if self.adapter.index_of(module) in self.layers and query.shape[2] > self.from_query:
-            mask = self._mask(module, query, key, attention_mask).clone()  # (B|1, 1, T, N)
-            mask = mask.expand(self.keys.shape[0], 1, *mask.shape[2:]).clone()
-            hide = self.keys[:, None, None, :mask.shape[-1]].to(mask.device)  # (B, 1, 1, N)
-            rows = torch.zeros(mask.shape[2], dtype=torch.bool, device=mask.device)
-            rows[self.from_query:] = True
-            mask[hide & rows[None, None, :, None]] = torch.finfo(mask.dtype).min
-            attention_mask = mask
-            self.calls += 1
-        return self._delegate(module, query, key, value, attention_mask, **kwargs)
-
-
-def var_redistribute(weights: torch.Tensor, sinks: torch.Tensor, image: torch.Tensor, rows: torch.Tensor,
-                     p: float = KANG_P) -> torch.Tensor:
-    """VAR on probabilities (``VARProcessor.attn_redist``): in the selected rows, A'_j = p A_j on sink keys and
-    A'_j = A_j + (1 - p) S r_j on non-sink image keys, S = sum_{sinks} A_j, r_j = A_j / sum_{image non-sinks} A;
-    every other entry unchanged. Rows still sum to 1.
-
-    weights: (B, H, T, N); sinks, image: (B, N) bool; rows: (B, H, T) bool -> (B, H, T, N).
-    """
-    on_sink = sinks[:, None, None, :]
-    target = (image & ~sinks)[:, None, None, :]
-    s = (weights * on_sink).sum(-1, keepdim=True)  # (B, H, T, 1)
-    i = (weights * target).sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
-    new = torch.where(on_sink, p * weights, weights)
-    new = torch.where(target, weights + (1 - p) * s * weights / i, new)
-    return torch.where(rows[..., None], new, weights)
-
-
-def var_bias(weights: torch.Tensor, sinks: torch.Tensor, image: torch.Tensor, rows: torch.Tensor,
-             p: float = KANG_P) -> torch.Tensor:
-    """The additive logit bias with softmax(logits + bias) = :func:`var_redistribute` (softmax(logits)) exactly:
-    log p on sink keys and log(1 + (1 - p) S / I) on non-sink image keys of the selected rows (the new row sums to
-    p S + I + (1 - p) S + rest = 1, so no renormalisation enters). Shapes as :func:`var_redistribute`."""
-    tiny = torch.finfo(torch.float32).tiny
-    on_sink = sinks[:, None, None, :]
-    target = (image & ~sinks)[:, None, None, :]
-    w = weights.float()
-    s = (w * on_sink).sum(-1, keepdim=True)
-    i = (w * target).sum(-1, keepdim=True).clamp_min(tiny)
-    bias = torch.where(on_sink, torch.full_like(w, float(torch.log(torch.tensor(p)))), torch.zeros_like(w))
-    bias = torch.where(target, torch.log1p((1 - p) * s / i).expand_as(w), bias)
-    return torch.where(rows[..., None], bias, torch.zeros_like(bias))
-
-
-def image_centric_rows(weights: torch.Tensor, visual_sinks: torch.Tensor, image: torch.Tensor, from_query: int,
-                       rho: float = KANG_RHO, summ: float = KANG_SUMM) -> torch.Tensor:
-    """Kang et al.'s ``HeadFork``: (head, query) rows with sum_{image} A_tj >= summ and sum_{visual sinks} A_tj /
-    sum_{image} A_tj <= rho, for queries t >= ``from_query``; none where the row's image has no visual sink.
-    weights: (B, H, T, N); visual_sinks, image: (B, N) bool -> (B, H, T) bool."""
-    w = weights.float()
-    img = (w * image[:, None, None, :]).sum(-1)
-    vis = (w * visual_sinks[:, None, None, :]).sum(-1)
-    rows = (img >= summ) & (vis / (img + 1e-6) <= rho) & visual_sinks.any(-1)[:, None, None]
-    rows[..., :from_query] = False
-    return rows
-
-
-class VisualAttentionRedistribution(Intervention):
-    """VAR (Kang et al.) in every layer from :data:`KANG_FIRST_LAYER` to the second-to-last: sinks are found in
-    the layer's input hidden state (phi >= tau over ``dims``), image-centric (head, text query) rows chosen by
-    :func:`image_centric_rows`, and :func:`var_bias` added to the mask handed to the model's own attention.
-
-    image: (T,) bool, the image tokens' positions (:func:`image_positions`); text queries start after the last.
-    """
-
-    def __init__(self, model: nn.Module, dims: Sequence[int], image: torch.Tensor, tau: float = KANG_TAU,
-                 p: float = KANG_P, rho: float = KANG_RHO, summ: float = KANG_SUMM,
-                 first_layer: int = KANG_FIRST_LAYER):
-        n = len(adapter_layers(model))
-        super().__init__(model, range(first_layer, n - 1))
-        self.dims, self.tau, self.p, self.rho, self.summ = list(dims), tau, p, rho, summ
-        self.image = image.bool()
-        self.text_from = int(self.image.nonzero().max()) + 1
-        self._sinks: dict[int, torch.Tensor] = {}
-        self.rows_edited = 0
-
-    def _install(self) -> None:
-        for i in self.layers:
-            self._handles.append(self.parts[i].block.register_forward_pre_hook(
-                lambda m, args, kwargs, i=i: self._find_sinks(i, args, kwargs), with_kwargs=True))
-        self._use_attention_function()
-
-    def _find_sinks(self, layer: int, args, kwargs) -> None:
-        h = args[0] if args else kwargs["hidden_states"]  # (B, T, d)
-        self._sinks[layer] = phi(h, self.dims) >= self.tau  # (B, T)
-
-    def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        layer = self.adapter.index_of(module)
-        stop = self.text_from
-        if layer in self.layers and query.shape[2] > stop:
-            attention_mask = self._mask(module, query, key, attention_mask)
-            _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
-            n = weights.shape[-1]
-            sinks = self._sinks[layer][:, :n]
-            image = self.image[None, :n].to(sinks.device).expand_as(sinks)
-            rows = image_centric_rows(weights, sinks & image, image, stop, self.rho, self.summ)
-            self.rows_edited += int(rows.sum())
-            attention_mask = attention_mask + var_bias(weights, sinks, image, rows, self.p).to(attention_mask.dtype)
-            self.calls += 1
-        return self._delegate(module, query, key, value, attention_mask, **kwargs)
-
-
-def adapter_layers(model: nn.Module):
-    from sinklib.architectures import adapter_for
-
-    return adapter_for(model).layers
 
 
 # ------------------------------------------------------------------------------------------------------- claims
