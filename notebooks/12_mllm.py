@@ -54,7 +54,6 @@ lm = load_model(model or run.models[0], device=run.device)
 require_family(lm, "mllm", "12_mllm")
 standin = lm.spec.source == "stitched"
 record.model, title = lm.label, lm.label
-image_id = lm.model.config.image_token_id
 config = stitch.StitchConfig()
 digits, labels = stitch.heldout_digits(config, run.heldout_digits)
 captions = [stitch.digit_caption(y) for y in labels]
@@ -97,7 +96,7 @@ if standin and run.zero_shot_digits:
 
 # %%
 inputs, caption_labels = visual_sinks.caption_inputs(lm, digits[:run.batch_size], captions[:run.batch_size])
-prof = visual_sinks.profile_mllm(lm.model, inputs, image_id)
+prof = visual_sinks.profile_mllm(lm.model, inputs)
 start, stop = prof.span
 n_image = int(prof.image.sum())
 with plotting.style():
@@ -160,7 +159,7 @@ random_runs = [[] for _ in range(run.random_draws)]
 n_sinks = []
 for i in range(0, len(digits), run.batch_size):
     x, y = visual_sinks.caption_inputs(lm, digits[i:i + run.batch_size], captions[i:i + run.batch_size])
-    p = visual_sinks.profile_mllm(lm.model, x, image_id, dims=prof.dims)
+    p = visual_sinks.profile_mllm(lm.model, x, dims=prof.dims)
     union = visual_sinks.sink_union(p)
     n_sinks.append(union.sum(-1).float())
     keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)

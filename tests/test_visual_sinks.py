@@ -30,12 +30,12 @@ def test_sink_dimensions_pick_the_first_tokens_largest_relative_dims():
 
 def test_image_span():
     ids = torch.tensor([[5, 9, 9, 9, 4], [6, 9, 9, 9, 7]])
-    assert vs.image_span(ids, 9) == (1, 4)
+    assert vs.image_span(vs.shared_positions(ids == 9)) == (1, 4)
     tiles = torch.tensor([[5, 9, 9, 3, 9, 9, 4]])  # two tiles with a separator (SmolVLM)
-    assert vs.image_positions(tiles, 9).tolist() == [False, True, True, False, True, True, False]
-    assert vs.image_span(tiles, 9) == (1, 6)
+    assert vs.shared_positions(tiles == 9).tolist() == [False, True, True, False, True, True, False]
+    assert vs.image_span(vs.shared_positions(tiles == 9)) == (1, 6)
     with pytest.raises(ValueError, match="same positions"):
-        vs.image_positions(torch.tensor([[9, 1], [1, 9]]), 9)
+        vs.shared_positions(torch.tensor([[9, 1], [1, 9]]) == 9)
 
 
 def _authors_attn_redist(row: torch.Tensor, vis: list[int], text: list[int], im: int, pa: int, p: float):
@@ -98,8 +98,7 @@ def test_key_mask_hides_keys_from_later_queries_only():
 def test_mllm_recipe_runs_on_tiny_llava():
     lm, inputs = tiny.loaded("llava")
     model = lm.model
-    image_id = model.config.image_token_id
-    prof = vs.profile_mllm(model, inputs, image_id)
+    prof = vs.profile_mllm(model, inputs)
     baseline = hooks_left(model)  # after a first forward: transformers adds its own recording hooks then
     L = lm.n_layers
     assert prof.span == (1, 17) and prof.shares.shape == (L, 3)
@@ -166,14 +165,14 @@ def tiny_hub_llava(tmp_path):
 def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
     import numpy as np
 
-    lm, image_id = tiny_hub_llava
+    lm, _ = tiny_hub_llava
     pictures = [np.full((40, 50, 3), v, np.uint8) for v in (0, 200)]
     inputs, labels = vs.caption_inputs(lm, pictures, [" a cat", " a dog!"])
     assert inputs["pixel_values"].dtype == torch.bfloat16
     for row, caption in zip(range(2), (" a cat", " a dog!")):
         kept = labels[row][labels[row] != -100]
         assert lm.tokenizer.decode(kept) == caption  # the caption, and only it, is scored
-    prof = vs.profile_mllm(lm.model, inputs, image_id)
+    prof = vs.profile_mllm(lm.model, inputs)
     assert int(prof.image.sum()) == 16 and prof.shares.shape == (4, 3)
     nll = vs.caption_nll(lm.model, inputs, labels)
     keys = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)

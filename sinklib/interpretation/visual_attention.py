@@ -94,7 +94,7 @@ class VisualAttentionRedistribution(Intervention):
     the layer's input hidden state (phi >= tau over ``dims``), image-centric (head, text query) rows chosen by
     :func:`image_centric_rows`, and :func:`var_bias` added to the mask handed to the model's own attention.
 
-    image: (T,) bool, the image tokens' positions (:func:`image_positions`); text queries start after the last.
+    image: (T,) bool, the image tokens' positions (``MllmProfile.image``); text queries start after the last.
     """
 
     def __init__(self, model: nn.Module, dims: Sequence[int], image: torch.Tensor, tau: float = KANG_TAU,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from sinklib.architectures import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.pipeline.claims import Claim
 
@@ -52,10 +53,10 @@ def sink_dimensions(first: torch.Tensor, k: int = 2, from_layer: int = KANG_FIRS
     return rel.mean(0).topk(k).indices.tolist()
 
 
-def image_positions(ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
-    """(T,) bool: where the image tokens are; every row of ``ids`` (B, T) must have them at the same places (one
-    block for LLaVA and Qwen2-VL, one block per tile with separators between them for SmolVLM / Idefics3)."""
-    where = ids == image_token_id
+def shared_positions(where: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool image positions (from the model's adapter, :meth:`sinklib.architectures.Adapter.image_positions`)
+    -> (T,): every row must have its image tokens at the same places (one block for LLaVA and Qwen2-VL, one block per
+    tile with separators between them for SmolVLM / Idefics3)."""
     if not where.any():
         raise ValueError("no image token in the input ids")
     if not torch.equal(where, where[:1].expand_as(where)):
@@ -63,9 +64,9 @@ def image_positions(ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
     return where[0]
 
 
-def image_span(ids: torch.Tensor, image_token_id: int) -> tuple[int, int]:
-    """(first, last + 1) of the image tokens in ``ids`` (B, T): the text queries start at ``last + 1``."""
-    cols = image_positions(ids, image_token_id).nonzero().flatten()
+def image_span(where: torch.Tensor) -> tuple[int, int]:
+    """(first, last + 1) of the image positions (T,) bool: the text queries start at ``last + 1``."""
+    cols = where.nonzero().flatten()
     return int(cols[0]), int(cols[-1]) + 1
 
 
@@ -105,16 +106,15 @@ class MllmProfile:
 
 
 @torch.inference_mode()
-def profile_mllm(model: nn.Module, inputs: dict, image_token_id: int, dims: Sequence[int] | None = None,
+def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = None,
                  text_from: int | None = None) -> MllmProfile:
     """Capture the language tower's attention and hidden states for ``model(**inputs)`` and reduce them.
 
     ``text_from``: the first query position counted as text (default: the first token after the image).
     ``dims``: the sink dimensions (default: :func:`sink_dimensions` of this batch's first token).
     """
-    ids = inputs["input_ids"]
-    start, stop = image_span(ids, image_token_id)
-    where = image_positions(ids, image_token_id)
+    where = shared_positions(adapter_for(model).image_positions(inputs["input_ids"]))
+    start, stop = image_span(where)
     text_from = stop if text_from is None else text_from
     with Capture(model, attentions=True, hidden_states=True) as cap:
         model(**inputs)
