@@ -163,3 +163,12 @@ def test_moe_headline(executed):
     p = h["pruning"]
     assert p["super experts pruned"]["max_abs_first"] < 0.2 * p["as is"]["max_abs_first"]  # the massive value goes
     assert p["super experts pruned"]["alpha"] < p["as is"]["alpha"]
+
+
+def test_scorecard_gathers_every_notebooks_claims(executed):
+    res, folder = executed["90_scorecard"]
+    assert res.ok, res.message
+    h = json.loads((folder / "headline.json").read_text())
+    total = sum(len(claims.load(executed[stem][1] / "claims.json")) for stem in WRITES_CLAIMS)
+    assert h["claims"] == total and sum(h["counts"].values()) == total
+    assert h["stand_in_claims"] >= 3  # 11_moe's and 12_mllm's, labelled as stand-ins

@@ -143,4 +143,4 @@ def test_time_register_claim(before, after, stand_in: bool) -> Claim:
                   "register norm / median patch norm": register},
         holds=holds,
         note="no outliers in this model: the register neurons were found at each image's highest-norm patch"
-        if stand_in else "")
+        if stand_in else "", needs_gpu=stand_in)

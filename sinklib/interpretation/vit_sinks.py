@@ -243,7 +243,8 @@ def high_norm_claims(profile: VitProfile, large_model: bool, similarity: dict | 
             rule="outliers exist and their mean neighbour similarity exceeds that of all patches",
             published="outliers: high cosine similarity to neighbours",
             measured=similarity, holds=None if not has else similarity["top"] > similarity["all"],
-            note="" if has else "no outliers in this model; measured on the most-attended patches instead"))
+            note="" if has else "no outliers in this model; measured on the most-attended patches instead",
+            needs_gpu=not has))
     if probe is not None:
         claims.append(Claim(
             id="darcet2023.outliers_hold_global_information", source=f"{src}, Table 1",
@@ -253,5 +254,6 @@ def high_norm_claims(profile: VitProfile, large_model: bool, similarity: dict | 
             published="outlier ~ CLS >> normal patch",
             measured=probe,
             holds=None if not has else probe["highest-norm patch"] - probe["median-norm patch"] > 0.1,
-            note="" if has else "no outliers in this model: the highest-norm patch is an ordinary patch here"))
+            note="" if has else "no outliers in this model: the highest-norm patch is an ordinary patch here",
+            needs_gpu=not has))
     return claims

@@ -27,6 +27,7 @@ class Claim:
     measured: object  # the value(s) measured here
     holds: bool | None  # None: cannot be judged on this model / at this size (say why in ``note``)
     note: str = ""  # caveats: a different model than the paper's, one stream, two seeds, a stand-in, ...
+    needs_gpu: bool = False  # only the GPU profile's models can judge it (e.g. outliers that need a large ViT)
     model: str = ""  # stamped by the Recorder
     profile: str = ""
 

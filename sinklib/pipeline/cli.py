@@ -1,4 +1,4 @@
-"""Command line: ``python -m sinklib {models,profile,figures,gallery}``.
+"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard}``.
 
 ``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
 one JSON object instead. Errors a user can fix are printed as one line (exit status 2).
@@ -70,6 +70,17 @@ def _cmd_gallery(args) -> int:
     return 0
 
 
+def _cmd_scorecard(args) -> int:
+    from sinklib.pipeline import scorecard
+
+    rows = scorecard.collect(args.figures_dir)
+    if args.json:
+        print(json.dumps(scorecard.to_json(rows), indent=1, default=str))
+    else:
+        print(scorecard.format_table(rows))
+    return 0 if rows else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sinklib", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -104,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")
     g.add_argument("--figures-dir", default="figures")
     g.set_defaults(func=_cmd_gallery)
+
+    s = sub.add_parser("scorecard", help="every notebook's claims in one table: which published claims hold, where")
+    s.add_argument("--figures-dir", default="figures")
+    s.add_argument("--json", action="store_true", help="print one JSON object (claims, per-paper counts)")
+    s.set_defaults(func=_cmd_scorecard)
     return p
 
 

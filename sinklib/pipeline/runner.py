@@ -68,6 +68,8 @@ def run_notebook(
     executed = build_dir / "notebooks" / path.name
     executed.parent.mkdir(parents=True, exist_ok=True)
     params = {"profile": profile, "model": model, "device": device, "seed": seed, "out_dir": str(staging.resolve())}
+    if "figures_dir" in pm.inspect_notebook(str(path)):  # a notebook that reads the others' results (90_scorecard)
+        params["figures_dir"] = str(Path(figures_dir).resolve())
     start = time.perf_counter()
     try:
         pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),

@@ -1,0 +1,81 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 90 · The reproduction scorecard
+#
+# Every notebook records each published claim it tests as a record: what the paper claims and where, the published
+# and measured values, the model and profile, the rule that decided it, and the verdict -- holds, does not hold, or
+# cannot be judged here (with the reason). This notebook gathers every `claims.json` that `make figures` wrote into
+# one table and two figures. Nothing is filtered: a claim that failed stays in, with its numbers. The column "on"
+# says what a claim was measured on: a **pretrained** model, a **stand-in** built here (the upcycled MoE, the
+# LLaVA-style model), or small models **trained here** (03); "needs GPU" marks claims only the GPU profile's models
+# can judge (e.g. high-norm tokens, which small ViTs do not have). The same table is `python -m sinklib scorecard`.
+
+# %% tags=["parameters"]
+profile = "cpu"  # the profile the other notebooks ran with (only recorded here)
+model = ""  # unused: the scorecard reads what the notebooks measured
+device = ""
+seed = 0
+out_dir = "../figures/90_scorecard"
+figures_dir = "../figures"  # where the other notebooks' claims.json are (make figures passes its own)
+
+# %%
+import pandas as pd
+
+from sinklib.core import plotting
+from sinklib.pipeline import notebook, scorecard, scorecard_plots
+
+nb = notebook.start("90_scorecard", profile, model, device, seed, out_dir, families=None, label="scorecard")
+fig_dir = nb.fig_dir
+rows = scorecard.collect(figures_dir)
+summary = scorecard.to_json(rows)
+print(f"{len(rows)} claims from {len({r.notebook for r in rows})} notebooks: {summary['counts']}")
+
+# %% [markdown]
+# ## Every claim
+
+# %%
+pd.set_option("display.max_colwidth", 80)
+table = pd.DataFrame([{
+    "verdict": r.verdict, "notebook": r.notebook, "claim": r.statement, "paper": r.paper, "model": r.model,
+    "on": r.kind + (", needs GPU" if r.needs_gpu else ""), "reason / caveat": r.reason,
+} for r in rows])
+table
+
+# %% [markdown]
+# ## Measured against published
+# Every claim value that is a number on both sides (a dictionary's shared keys count one point each; keys naming
+# *which* layer or neuron are left out). Points far from the diagonal with a "holds" colour are claims whose
+# *structure* holds at another scale (e.g. perplexities of a 135M model against Llama-2-7B's).
+
+# %%
+pairs = scorecard.numeric_pairs(rows)
+with plotting.style():
+    fig = scorecard_plots.measured_vs_published(pairs)
+    plotting.save(fig, fig_dir / "fig01_measured_vs_published",
+                  f"{len(pairs)} numeric values from {len({p['id'] for p in pairs})} claims: published (x) vs measured "
+                  f"here (y), coloured by the claim's verdict; dotted: measured = published.")
+    fig = scorecard_plots.by_paper(summary["by_paper"])
+    plotting.save(fig, fig_dir / "fig02_by_paper",
+                  f"{len(rows)} claims from {len(summary['by_paper'])} papers: per paper, how many hold, do not hold or "
+                  f"cannot be judged here.")
+pd.DataFrame(summary["by_paper"])
+
+# %%
+nb.headline |= {"counts": summary["counts"], "by_paper": summary["by_paper"], "claims": len(rows),
+                "stand_in_claims": sum(r.kind == "stand-in" for r in rows),
+                "needs_gpu": [r.id for r in rows if r.needs_gpu]}
+nb.close()

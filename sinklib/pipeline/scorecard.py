@@ -1,0 +1,132 @@
+"""The reproduction scorecard: every notebook's ``claims.json`` gathered into one table -- which published claims
+hold, on which model, and by how much.
+
+A row per claim record: notebook, id, paper, source, statement, published and measured values, model, profile,
+verdict (holds / does not hold / cannot be judged here) with the reason, what it was measured on (a pretrained
+model, a stand-in built here, or models trained here), and whether the GPU profile is needed to judge it. No claim
+is dropped because it failed. ``python -m sinklib scorecard [--json]`` prints it; ``90_scorecard`` draws it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sinklib.pipeline import claims as claims_io
+
+VERDICTS = ("holds", "does NOT hold", "cannot be judged here")
+IDENTITY_KEYS = ("layer", "neuron", "dim", "dims", "head", "position", "index")  # which one, not how much: not plotted
+
+
+@dataclass(frozen=True)
+class Row:
+    notebook: str
+    id: str
+    paper: str  # the source up to its first comma: authors / title / arXiv id
+    source: str
+    statement: str
+    published: object
+    measured: object
+    model: str
+    profile: str
+    verdict: str
+    reason: str  # the record's note (why it cannot be judged, caveats)
+    kind: str  # "pretrained", "stand-in" or "trained here"
+    needs_gpu: bool
+
+
+def _kind(notebook: str, model: str) -> str:
+    if "stand-in" in model:
+        return "stand-in"
+    if "trained here" in model:
+        return "trained here"
+    return "pretrained"
+
+
+PAPERS = {  # arXiv id -> how the scorecard names the paper
+    "2309.17453": "Xiao et al., StreamingLLM", "2410.10781": "Gu et al., When attention sink emerges",
+    "2402.17762": "Sun et al., Massive activations", "2605.06611": "Structural origin of sinks (ICML 2026)",
+    "2505.06708": "Qiu et al., Gated attention", "2309.16588": "Darcet et al., ViTs need registers",
+    "2506.08010": "Jiang et al., Test-time registers", "2503.03321": "Kang et al., Visual attention sink",
+    "2507.23279": "Su et al., Super experts", "2403.01241": "Liu et al., IntactKV", "2406.15765": "Yu et al., ACT",
+    "2504.20966": "Softpick",
+}
+
+
+def _paper(source: str) -> str:
+    """The paper a claim comes from: its short name and arXiv id when the source names one (the first id), else the
+    source up to the first comma."""
+    match = re.search(r"arXiv[: ]*(\d{4}\.\d{4,5})", source)
+    if not match:
+        return source.split(",")[0].strip()
+    arxiv = match.group(1)
+    return f"{PAPERS[arxiv]} ({arxiv})" if arxiv in PAPERS else f"arXiv {arxiv}"
+
+
+def collect(figures_dir: str | Path) -> list[Row]:
+    """Every ``<figures_dir>/<notebook>/claims.json``, in notebook order."""
+    rows = []
+    for path in sorted(Path(figures_dir).glob("*/claims.json")):
+        notebook = path.parent.name
+        for c in claims_io.load(path):
+            rows.append(Row(
+                notebook=notebook, id=c.id, paper=_paper(c.source), source=c.source, statement=c.statement,
+                published=c.published, measured=c.measured, model=c.model, profile=c.profile, verdict=c.verdict(),
+                reason=c.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu))
+    return rows
+
+
+def by_paper(rows: list[Row]) -> list[dict]:
+    """Per paper: claims tested, held, not held, not judgeable (sorted by the number tested)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        entry = out.setdefault(r.paper, {"paper": r.paper, "tested": 0, "holds": 0, "does NOT hold": 0,
+                                         "cannot be judged here": 0})
+        entry["tested"] += 1
+        entry[r.verdict] += 1
+    return sorted(out.values(), key=lambda e: (-e["tested"], e["paper"]))
+
+
+def _number(x) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) and x != 0 else None
+
+
+def numeric_pairs(rows: list[Row]) -> list[dict]:
+    """(published, measured) number pairs for the figure: the values themselves when both are numbers, and every
+    key both dictionaries share with a number on each side -- except keys that name *which* layer / neuron /
+    dimension (:data:`IDENTITY_KEYS`), whose ratio means nothing."""
+    pairs = []
+    for r in rows:
+        p, m = _number(r.published), _number(r.measured)
+        if p is not None and m is not None:
+            pairs.append({"id": r.id, "key": "", "published": p, "measured": m, "verdict": r.verdict})
+        elif isinstance(r.published, dict) and isinstance(r.measured, dict):
+            for key in sorted(r.published.keys() & r.measured.keys()):
+                if key in IDENTITY_KEYS:
+                    continue
+                p, m = _number(r.published[key]), _number(r.measured[key])
+                if p is not None and m is not None:
+                    pairs.append({"id": r.id, "key": key, "published": p, "measured": m, "verdict": r.verdict})
+    return pairs
+
+
+def to_json(rows: list[Row]) -> dict:
+    return {"claims": [asdict(r) for r in rows], "by_paper": by_paper(rows),
+            "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS}}
+
+
+def format_table(rows: list[Row], width: int = 60) -> str:
+    """A plain-text table: one line per claim (verdict, notebook, id, model, what it was measured on)."""
+    if not rows:
+        return "no claims.json found -- run `make figures` first"
+    lines = [f"{'verdict':<22} {'notebook':<18} {'claim':<48} {'model':<{width}} on"]
+    for r in rows:
+        gpu = ", needs the GPU profile" if r.needs_gpu else ""
+        lines.append(f"{r.verdict:<22} {r.notebook:<18} {r.id[:48]:<48} {r.model[:width]:<{width}} {r.kind}{gpu}")
+    counts = to_json(rows)["counts"]
+    lines.append(f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    return "\n".join(lines)
