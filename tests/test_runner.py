@@ -55,3 +55,17 @@ def test_unknown_notebook_is_a_one_line_error(tmp_path):
     write_notebook(tmp_path / "00_a.ipynb", "pass")
     with pytest.raises(InputError, match="no notebook matches"):
         runner.discover(tmp_path, ["99"])
+
+
+def test_progress_estimates_from_the_last_run_times(tmp_path):
+    import json as _json
+    from pathlib import Path as _Path
+
+    from sinklib.pipeline.runner import progress
+
+    (tmp_path / "00_a").mkdir()
+    (tmp_path / "00_a" / "headline.json").write_text(_json.dumps({"profile": "cpu", "seconds": 120}))
+    (tmp_path / "01_b").mkdir()
+    (tmp_path / "01_b" / "headline.json").write_text(_json.dumps({"profile": "smoke", "seconds": 5}))
+    line = progress([_Path("00_a.ipynb"), _Path("01_b.ipynb")], tmp_path, "cpu", elapsed=90)
+    assert line == "-- elapsed 1.5 min, ~2.0 min to go (+1 never timed here)"

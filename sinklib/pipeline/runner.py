@@ -7,6 +7,7 @@ not stop the others. The run ends with a table (notebook, status, seconds) and a
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -91,6 +92,25 @@ def summary_table(results: list[NotebookResult]) -> str:
     return "\n".join(lines)
 
 
+def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
+    """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known."""
+    try:
+        headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return float(headline["seconds"]) if headline.get("profile") == profile and "seconds" in headline else None
+
+
+def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float) -> str:
+    """"elapsed 3.2 min, ~5.0 min to go": the estimate sums the last run times of the notebooks still to run (those
+    never run with this profile here are left out, and the estimate says so)."""
+    known = [last_seconds(figures_dir, b.stem, profile) for b in remaining]
+    estimate = sum(t for t in known if t is not None)
+    missing = sum(t is None for t in known)
+    rest = f"~{estimate / 60:.1f} min to go" + (f" (+{missing} never timed here)" if missing else "")
+    return f"-- elapsed {elapsed / 60:.1f} min, {rest}"
+
+
 def run_all(
     profile: str = "cpu", model: str = "", device: str = "", seed: int = 0, only: list[str] | None = None,
     figures_dir: str | Path = "figures", build_dir: str | Path = "build", notebook_dir: Path = NOTEBOOK_DIR,
@@ -107,9 +127,11 @@ def run_all(
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     books = discover(notebook_dir, only)
     results = []
+    started = time.perf_counter()
     for i, book in enumerate(books, 1):
+        eta = progress(books[i - 1:], figures_dir, profile, time.perf_counter() - started)
         print(f"[{i}/{len(books)}] {book.stem} (profile={profile}{', model=' + model if model else ''}"
-              f"{', device=' + device if device else ''})", flush=True)
+              f"{', device=' + device if device else ''}) {eta}", flush=True)
         res = run_notebook(book, profile=profile, model=model, device=device, seed=seed,
                            figures_dir=figures_dir, build_dir=build_dir)
         status = "ok" if res.ok else f"FAILED: {res.message} (previous figures kept; see {build_dir}/notebooks)"
