@@ -67,13 +67,8 @@ print(lm)
 # %%
 zero_shot = None
 if standin and run.zero_shot_digits:
-    zs_digits, zs_labels = digits[:run.zero_shot_digits], labels[:run.zero_shot_digits]
-    scores = torch.stack([
-        torch.cat([visual_sinks.caption_nll(lm.model, *visual_sinks.caption_inputs(
-            lm, zs_digits[i:i + run.batch_size], [stitch.digit_caption(d)] * len(zs_digits[i:i + run.batch_size])))
-                   for i in range(0, len(zs_digits), run.batch_size)])
-        for d in range(10)])  # (10, N)
-    zero_shot = float((scores.argmin(0).numpy() == zs_labels).mean())
+    zs_labels = labels[:run.zero_shot_digits]
+    zero_shot = visual_sinks.digit_accuracy(lm, digits[:run.zero_shot_digits], zs_labels, run.batch_size)
     log = stitch.training_log(stitch.standin_path(config))
     with plotting.style():
         fig = visual_sink_plots.standin_training(log["losses"], zero_shot, 0.1, len(zs_labels), title=title)
@@ -154,28 +149,9 @@ print(f"first token's phi per layer: {visual_sinks.phi(prof.first_hidden, prof.d
 # in image-centric heads, 40% of every sink token's attention moves to the non-sink image tokens.
 
 # %%
-nll = {"as is": [], "sinks hidden": [], "VAR": []}
-random_runs = [[] for _ in range(run.random_draws)]
-n_sinks = []
-for i in range(0, len(digits), run.batch_size):
-    x, y = visual_sinks.caption_inputs(lm, digits[i:i + run.batch_size], captions[i:i + run.batch_size])
-    p = visual_sinks.profile_mllm(lm.model, x, dims=prof.dims)
-    union = visual_sinks.sink_union(p)
-    n_sinks.append(union.sum(-1).float())
-    keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
-    keys[:, p.image] = union
-    nll["as is"].append(visual_sinks.caption_nll(lm.model, x, y))
-    nll["sinks hidden"].append(visual_sinks.caption_nll(lm.model, x, y, visual_attention.KeyMask(lm.model, keys, stop)))
-    for r in range(run.random_draws):
-        rand = torch.zeros_like(keys)
-        rand[:, p.image] = visual_sinks.random_like(union, seed=run.seed + 1000 * r + i)
-        random_runs[r].append(visual_sinks.caption_nll(lm.model, x, y, visual_attention.KeyMask(lm.model, rand, stop)))
-    nll["VAR"].append(visual_sinks.caption_nll(
-        lm.model, x, y, visual_attention.VisualAttentionRedistribution(lm.model, prof.dims, p.image)))
-means = {k: torch.cat(v).mean().item() for k, v in nll.items()}
-random_means = [torch.cat(v).mean().item() for v in random_runs]
-means = {"as is": means["as is"], "sinks hidden": means["sinks hidden"],
-         "random hidden": sum(random_means) / len(random_means), "VAR": means["VAR"]}
+edits = visual_attention.compare_edits(lm, digits, captions, prof.dims, run.batch_size, run.random_draws,
+                                      run.seed)
+means, random_means, n_sinks = edits.means, edits.random_draws, edits.sinks_per_image
 with plotting.style():
     fig = visual_sink_plots.masking_and_var(means, random_means,
                                             title=f"Hiding visual sinks vs random image tokens, and VAR, {title}")
@@ -183,13 +159,11 @@ with plotting.style():
                   f"{title}: mean caption NLL of {len(digits)} held-out digits as is, with the visual sink tokens "
                   f"hidden from the text queries in every layer, with as many random image tokens hidden "
                   f"({run.random_draws} draws, dots), and with VAR (p = 0.6, rho = 0.5, image share >= 0.2).")
-n_sinks = torch.cat(n_sinks)
 print(f"visual sink tokens per image: mean {n_sinks.mean():.1f} of {n_image} (min {n_sinks.min():.0f}, "
       f"max {n_sinks.max():.0f})")
 print({k: round(v, 4) for k, v in means.items()}, "random draws:", [round(v, 4) for v in random_means])
-masking = {"none": means["as is"], "sinks": means["sinks hidden"], "random": means["random hidden"],
-           "random_draws": random_means}
-for c in visual_sinks.visual_sink_claims(prof, masking, {"none": means["as is"], "VAR": means["VAR"]}, standin):
+for c in visual_sinks.visual_sink_claims(prof, edits.masking(), {"none": means["as is"], "VAR": means["VAR"]},
+                                         standin):
     record.add(c)
 
 # %% [markdown]

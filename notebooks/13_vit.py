@@ -165,15 +165,7 @@ print(f"probe accuracy: {probe}; neighbour similarity: {similarity}")
 # and the figure shows how little it changes when there is nothing to move.
 
 # %%
-detect = L - 2
-pn = prof.patch_norms()[detect]
-outliers = vit_sinks.outlier_mask(pn)
-stand_in = not outliers.any()
-positions = torch.zeros(len(names), T, dtype=torch.bool)
-if stand_in:
-    positions[torch.arange(len(names)), prof.n_prefix + pn.argmax(-1)] = True
-else:
-    positions[:, prof.n_prefix:prof.n_prefix + pn.shape[-1]] = outliers
+positions, stand_in = registers.outlier_positions(prof, L - 2)
 found = registers.register_neurons(lm, pixels, positions, top=run.register_neurons, batch_size=run.batch_size)
 after = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size,
                               extra=registers.TestTimeRegisters(lm.model, registers.neurons_by_layer(found)))

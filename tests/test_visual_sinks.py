@@ -181,3 +181,15 @@ def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
     var = vs.caption_nll(lm.model, inputs, labels, va.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
     assert nll.shape == hidden.shape == var.shape == (2,) and torch.isfinite(torch.stack([nll, hidden, var])).all()
     assert keys.sum().item() == 6 and not torch.allclose(nll, hidden)
+
+
+def test_compare_edits_and_digit_accuracy_run_through_the_processor_path(tiny_hub_llava):
+    import numpy as np
+
+    lm, _ = tiny_hub_llava
+    pictures = [np.full((40, 40, 3), v, np.uint8) for v in (0, 90, 180)]
+    prof = vs.profile_mllm(lm.model, vs.caption_inputs(lm, pictures[:2], [" a", " b"])[0])
+    out = va.compare_edits(lm, pictures, [" one", " two", " three"], prof.dims, batch_size=2, draws=2, seed=0)
+    assert set(out.means) == {"as is", "sinks hidden", "random hidden", "VAR"} and len(out.random_draws) == 2
+    assert out.sinks_per_image.shape == (3,) and out.masking()["random_draws"] == out.random_draws
+    assert 0.0 <= vs.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0

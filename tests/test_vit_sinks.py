@@ -106,3 +106,17 @@ def test_linear_probe_separates_separable_features():
     noise = torch.tensor(rng.normal(size=(120, 3)), dtype=torch.float32)
     acc = vit_sinks.linear_probe({"good": good, "noise": noise}, labels)
     assert acc["good"] == 1.0 and acc["noise"] < 0.7
+
+
+def test_outlier_positions_fall_back_to_the_highest_norm_patch():
+    from types import SimpleNamespace
+
+    norms = torch.ones(1, 2, 1 + 4)  # (L, B, T): CLS + 4 patches
+    norms[0, 0, 3] = 10.0  # image 0: patch 2 is an outlier (> 3 x median)
+    norms[0, 1, 2] = 1.5  # image 1: no outlier
+    prof = SimpleNamespace(patch_norms=lambda: norms[..., 1:], n_tokens=5, n_prefix=1)
+    positions, stand_in = registers.outlier_positions(prof, 0)
+    assert not stand_in and positions.tolist() == [[False, False, False, True, False], [False] * 5]
+    norms[0, 0, 3] = 1.2
+    positions, stand_in = registers.outlier_positions(prof, 0)
+    assert stand_in and positions.tolist() == [[False, False, False, True, False], [False, False, True, False, False]]

@@ -202,12 +202,6 @@ def build(name: str, seed: int = 0, attn_implementation: str = "sdpa") -> tuple[
     return model.eval(), inputs
 
 
-def family_of(model: nn.Module) -> str:
-    from sinklib.architectures import adapter_for
-
-    return adapter_for(model).family
-
-
 def loaded(name: str, seed: int = 0):
     """``(LoadedModel, inputs)`` for a tiny model, so whole measurement recipes run on it: a byte-level LM of
     ``BYTE_LMS`` (the classes of Gu et al.'s families, with the byte tokenizer; inputs from it) or any ``BUILDERS``
@@ -224,15 +218,15 @@ def loaded(name: str, seed: int = 0):
         model, tokenizer = model.eval(), byte_tokenizer()
     else:
         (model, inputs), tokenizer = build(name, seed), None
+    family = adapter_for(model).family
     if hasattr(model, "config"):
-        cfg = model.config.get_text_config() if family_of(model) == "mllm" else model.config
+        cfg = model.config.get_text_config() if family == "mllm" else model.config
     else:  # timm
         from types import SimpleNamespace
 
         cfg = SimpleNamespace(num_hidden_layers=len(model.blocks), num_attention_heads=model.blocks[0].attn.num_heads,
                               hidden_size=model.embed_dim)
     heads = cfg.num_attention_heads
-    family = adapter_for(model).family
     spec = ModelSpec(f"tiny-{name}", family, "config", f"tiny random {name}", "tiny random model")
     lm = LoadedModel(name=spec.name, spec=spec, model=model, tokenizer=tokenizer, device=torch.device("cpu"),
                      dtype=torch.float32, n_layers=cfg.num_hidden_layers, n_heads=heads,

@@ -25,7 +25,7 @@ from torch import nn
 from sinklib.core.capture import Capture
 from sinklib.core.models import LoadedModel
 from sinklib.interpretation.interventions import Intervention
-from sinklib.interpretation.vit_sinks import OUTLIER_FACTOR, vit_forward
+from sinklib.interpretation.vit_sinks import OUTLIER_FACTOR, outlier_mask, vit_forward
 from sinklib.pipeline.claims import Claim
 
 
@@ -38,6 +38,20 @@ def _token_entry(model: nn.Module) -> nn.Module:
         if isinstance(module, nn.Module):
             return module
     raise ValueError(f"{type(model).__name__}: no embeddings / norm_pre module to append register tokens to")
+
+
+def outlier_positions(profile, layer: int) -> tuple[torch.Tensor, bool]:
+    """Where to look for register neurons: (B, T) bool of the patch tokens that are outliers at ``layer``
+    (:func:`~sinklib.interpretation.vit_sinks.outlier_mask`) and False -- or, in a model with none, each image's
+    highest-norm patch and True (a stand-in, which the caller must say)."""
+    pn = profile.patch_norms()[layer]  # (B, P)
+    outliers = outlier_mask(pn)
+    positions = torch.zeros(pn.shape[0], profile.n_tokens, dtype=torch.bool)
+    if not outliers.any():
+        positions[torch.arange(pn.shape[0]), profile.n_prefix + pn.argmax(-1)] = True
+        return positions, True
+    positions[:, profile.n_prefix:profile.n_prefix + pn.shape[-1]] = outliers
+    return positions, False
 
 
 @torch.inference_mode()

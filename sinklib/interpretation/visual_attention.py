@@ -7,13 +7,26 @@ seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from sinklib.core.switch import eager_for
 from sinklib.interpretation.interventions import Intervention
-from sinklib.interpretation.visual_sinks import KANG_FIRST_LAYER, KANG_P, KANG_RHO, KANG_SUMM, KANG_TAU, phi
+from sinklib.interpretation.visual_sinks import (
+    KANG_FIRST_LAYER,
+    KANG_P,
+    KANG_RHO,
+    KANG_SUMM,
+    KANG_TAU,
+    caption_inputs,
+    caption_nll,
+    phi,
+    profile_mllm,
+    random_like,
+    sink_union,
+)
 
 
 class KeyMask(Intervention):
@@ -138,3 +151,46 @@ def adapter_layers(model: nn.Module):
     from sinklib.architectures import adapter_for
 
     return adapter_for(model).layers
+
+
+@dataclass
+class EditComparison:
+    """Mean caption NLL (nats / token) per condition, each random draw's mean, and the visual sinks per image."""
+
+    means: dict[str, float]  # "as is", "sinks hidden", "random hidden" (mean over draws), "VAR"
+    random_draws: list[float]
+    sinks_per_image: torch.Tensor  # (N,)
+
+    def masking(self) -> dict:
+        """The ``masking`` argument of :func:`sinklib.interpretation.visual_sinks.visual_sink_claims`."""
+        return {"none": self.means["as is"], "sinks": self.means["sinks hidden"],
+                "random": self.means["random hidden"], "random_draws": self.random_draws}
+
+
+def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], batch_size: int, draws: int,
+                  seed: int) -> EditComparison:
+    """Caption NLL as is, with the visual sink tokens (phi >= 20 in any layer from 2 on, :func:`sink_union`) hidden
+    from every text query in every layer (:class:`KeyMask`), with as many random image tokens hidden (``draws``
+    draws; draw r of the batch starting at i is seeded ``seed + 1000 r + i``), and with VAR."""
+    nll: dict[str, list[torch.Tensor]] = {"as is": [], "sinks hidden": [], "VAR": []}
+    random_runs: list[list[torch.Tensor]] = [[] for _ in range(draws)]
+    n_sinks = []
+    for i in range(0, len(pictures), batch_size):
+        x, y = caption_inputs(lm, pictures[i:i + batch_size], captions[i:i + batch_size])
+        p = profile_mllm(lm.model, x, dims=dims)
+        union = sink_union(p)
+        n_sinks.append(union.sum(-1).float())
+        keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
+        keys[:, p.image] = union
+        nll["as is"].append(caption_nll(lm.model, x, y))
+        nll["sinks hidden"].append(caption_nll(lm.model, x, y, KeyMask(lm.model, keys, p.span[1])))
+        for r in range(draws):
+            rand = torch.zeros_like(keys)
+            rand[:, p.image] = random_like(union, seed=seed + 1000 * r + i)
+            random_runs[r].append(caption_nll(lm.model, x, y, KeyMask(lm.model, rand, p.span[1])))
+        nll["VAR"].append(caption_nll(lm.model, x, y, VisualAttentionRedistribution(lm.model, dims, p.image)))
+    mean = {k: torch.cat(v).mean().item() for k, v in nll.items()}
+    random_means = [torch.cat(v).mean().item() for v in random_runs]
+    means = {"as is": mean["as is"], "sinks hidden": mean["sinks hidden"],
+             "random hidden": sum(random_means) / len(random_means), "VAR": mean["VAR"]}
+    return EditComparison(means, random_means, torch.cat(n_sinks))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -237,6 +238,18 @@ def caption_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, extra=None
     keep = target != -100
     nll = -logp.gather(-1, target.clamp_min(0)[..., None])[..., 0] * keep
     return (nll.sum(-1) / keep.sum(-1).clamp_min(1)).cpu()
+
+
+def digit_accuracy(lm, digits: list, labels, batch_size: int) -> float:
+    """Held-out check of a captioning model: the fraction of digits whose lowest-NLL caption among the ten
+    ``stitch.digit_caption(0..9)`` is the right one (chance 0.1)."""
+    from sinklib.core.stitch import digit_caption
+
+    scores = torch.stack([torch.cat([
+        caption_nll(lm.model, *caption_inputs(lm, digits[i:i + batch_size],
+                                              [digit_caption(d)] * len(digits[i:i + batch_size])))
+        for i in range(0, len(digits), batch_size)]) for d in range(10)])  # (10, N)
+    return float((scores.argmin(0).numpy() == np.asarray(labels)).mean())
 
 
 def sink_union(profile: MllmProfile, tau: float = KANG_TAU) -> torch.Tensor:
