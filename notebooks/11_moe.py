@@ -28,7 +28,8 @@
 # 23.8 dense). Its router was *fitted*, not trained with the model, and kept near-uniform in its weights (each
 # chosen expert gets about 1/6): what it shows about routing is which experts are *selected*, not how confident the
 # router is, and nothing about what training with load balancing would do. The GPU profile runs the same code on
-# OLMoE-1B-7B, Qwen1.5-MoE-A2.7B, Mixtral-8x7B and DeepSeek-V2-Lite.
+# OLMoE-1B-7B, Qwen1.5-MoE-A2.7B and DeepSeek-V2-Lite (Mixtral-8x7B needs more than one 80 GB GPU:
+# `MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141`, checked first by `make figures PROFILE=gpu DRYRUN=1`).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sinklib.pipeline import claims, runner
+from sinklib.pipeline import browser, claims, gallery, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
@@ -172,3 +172,21 @@ def test_scorecard_gathers_every_notebooks_claims(executed):
     total = sum(len(claims.load(executed[stem][1] / "claims.json")) for stem in WRITES_CLAIMS)
     assert h["claims"] == total and sum(h["counts"].values()) == total
     assert h["stand_in_claims"] >= 3  # 11_moe's and 12_mllm's, labelled as stand-ins
+
+
+@pytest.mark.skipif(browser.why_unavailable() is not None, reason=str(browser.why_unavailable()))
+def test_gallery_of_every_notebook_in_headless_chromium(executed):
+    """The gallery of the smoke run, opened in Chromium: every image decodes, every link resolves, no console error;
+    the same for each executed notebook's HTML page. Screenshot: build/gallery-smoke.png, for a person to look at."""
+    root = next(iter(executed.values()))[1].parent
+    page = gallery.build_gallery(root)
+    shot = Path(__file__).resolve().parents[1] / "build" / "gallery-smoke.png"
+    report = browser.check_page(page, screenshot=shot)
+    assert report.ok, report
+    pngs = sum(len(list(folder.glob("*.png"))) for _, folder in executed.values())
+    assert report.images == pngs and shot.stat().st_size > 0  # every figure of every notebook is on the page
+    for stem, (_, folder) in executed.items():
+        executed_page = folder / f"{stem}.html"
+        assert executed_page.exists(), f"{stem}: no executed-notebook HTML"
+        nb_report = browser.check_page(executed_page)
+        assert nb_report.ok and nb_report.images >= len(list(folder.glob("*.png"))), (stem, nb_report)

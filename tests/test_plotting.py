@@ -106,3 +106,14 @@ def test_layout_problems_finds_a_title_under_an_outside_legend():
     fig.legend(loc="outside right center")  # beside the axes, below the figure title
     assert layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_save_writes_the_figure_title_for_the_gallery(tmp_path):
+    fig, (a, b) = plt.subplots(1, 2)
+    b.set_title("right panel")
+    plotting.save(fig, tmp_path / "f", "caption")
+    assert (tmp_path / "f.title.txt").read_text().strip() == "right panel"  # no suptitle: the first axes title
+    fig.suptitle("The   whole\nfigure")
+    plotting.save(fig, tmp_path / "f", "caption")
+    assert (tmp_path / "f.title.txt").read_text().strip() == "The whole figure"
+    plt.close(fig)

@@ -30,24 +30,32 @@ def check_length(lm: LoadedModel, seq_len: int) -> None:
         )
 
 
-def forward_bytes(lm: LoadedModel, batch: int, seq_len: int, *, eager_attentions: bool = False,
-                  hidden_states: bool = False, logits: bool = False, stats_block: int = 64 * 2**20) -> int:
-    """Upper estimate of the extra bytes one no-grad forward needs, beyond the weights.
+def activation_bytes(*, hidden: int, d_ff: int, heads: int, layers: int, vocab: int, batch: int, seq_len: int,
+                     eager_attentions: bool = False, hidden_states: bool = False, logits: bool = False,
+                     stats_block: int = 64 * 2**20) -> int:
+    """Upper estimate of the extra bytes one no-grad forward needs beyond the weights, from the model's shape alone
+    (so a plan can judge a hub model before downloading it).
 
     Working activations ~ 4 B N (4 d + 3 d_ff) bytes; ``eager_attentions`` keeps L H N^2 probabilities (plus one
     layer's scratch); ``hidden_states`` keeps L B N d; ``logits`` B N V; the O(N) statistics need ~3 query blocks.
     """
-    cfg = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
-    d_ff = getattr(cfg, "intermediate_size", 4 * lm.hidden_size)
     f32 = 4
-    total = f32 * batch * seq_len * (4 * lm.hidden_size + 3 * d_ff)
-    per_layer_attn = f32 * batch * lm.n_heads * seq_len * seq_len
-    total += (lm.n_layers + 2) * per_layer_attn if eager_attentions else 3 * stats_block
+    total = f32 * batch * seq_len * (4 * hidden + 3 * d_ff)
+    per_layer_attn = f32 * batch * heads * seq_len * seq_len
+    total += (layers + 2) * per_layer_attn if eager_attentions else 3 * stats_block
     if hidden_states:
-        total += f32 * lm.n_layers * batch * seq_len * lm.hidden_size
+        total += f32 * layers * batch * seq_len * hidden
     if logits:
-        total += f32 * batch * seq_len * (lm.vocab_size or 0)
+        total += f32 * batch * seq_len * vocab
     return int(total)
+
+
+def forward_bytes(lm: LoadedModel, batch: int, seq_len: int, **kwargs) -> int:
+    """:func:`activation_bytes` for a loaded model (its config gives the shape)."""
+    cfg = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
+    return activation_bytes(hidden=lm.hidden_size, d_ff=getattr(cfg, "intermediate_size", 4 * lm.hidden_size),
+                            heads=lm.n_heads, layers=lm.n_layers, vocab=lm.vocab_size or 0, batch=batch,
+                            seq_len=seq_len, **kwargs)
 
 
 def available_bytes(device: torch.device) -> int:

@@ -7,13 +7,16 @@ They never save, show or touch global rcParams; wrap calls in :func:`style` for 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg", force=False)  # headless by default; notebooks' inline backend still wins when set
+if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # scripts and tests draw headless; a notebook kernel keeps its inline backend
 import matplotlib.collections  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
@@ -38,7 +41,8 @@ def style():
 
 
 def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows), each atomically."""
+    """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows) and ``path.title.txt``
+    (the figure's suptitle, else its first axes title: the gallery's heading for it), each atomically."""
     path = Path(path)
     written = []
     for fmt in formats:
@@ -50,6 +54,9 @@ def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str
         written.append(target)
     if caption:
         atomic_write_bytes(path.with_suffix(".txt"), caption.strip().encode() + b"\n")
+    title = figure_title(fig)
+    if title:
+        atomic_write_bytes(path.with_name(path.name + ".title.txt"), title.encode() + b"\n")
     problems = layout_problems(fig)
     report = path.with_name(path.name + ".layout.txt")
     if problems:  # the smoke test fails on any such file; the figure is written all the same
@@ -57,6 +64,12 @@ def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str
     else:
         report.unlink(missing_ok=True)
     return written
+
+
+def figure_title(fig: Figure) -> str:
+    """The figure's suptitle, else the first non-empty axes title, on one line ("" when it has neither)."""
+    texts = [fig.get_suptitle()] + [ax.get_title() for ax in fig.axes]
+    return next((" ".join(t.split()) for t in texts if t and t.strip()), "")
 
 
 def _np(x) -> np.ndarray:

@@ -59,6 +59,13 @@ def _cmd_profile(args) -> int:
 def _cmd_figures(args) -> int:
     from sinklib.pipeline.runner import run_all
 
+    if args.dry_run:  # the plan only: nothing is downloaded or run
+        from sinklib.pipeline.plan import format_plans, plan_run
+
+        plans = plan_run(args.profile, args.model, args.gpu_gb, args.notebooks)
+        print(format_plans(plans, args.profile))
+        return 0 if all(p.fits for p in plans) else 1
+
     return run_all(profile=args.profile, model=args.model, device=args.device, seed=args.seed,
                    only=args.notebooks, figures_dir=args.figures_dir, build_dir=args.build_dir)
 
@@ -110,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--notebooks", nargs="*", default=None, help="stems to run (default: all)")
     f.add_argument("--figures-dir", default="figures")
     f.add_argument("--build-dir", default="build")
+    f.add_argument("--dry-run", action="store_true",
+                   help="print each notebook's models, download sizes, dtype, batch sizes and memory per step; exit 1 "
+                        "if a step does not fit (nothing is downloaded or run)")
+    f.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory the gpu profile's plan is checked against")
     f.set_defaults(func=_cmd_figures)
 
     g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR
+
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 @dataclass
@@ -57,6 +60,25 @@ def _last_error_line(err: BaseException) -> str:
     return f"{name}: {value[-1] if value else ''}"[:300]
 
 
+def render_html(executed: Path, target: Path) -> Path | None:
+    """The executed notebook as one self-contained HTML page (nbconvert's lab template; figures embedded), so the
+    gallery can link to it and it opens without Jupyter. The template's two CDN scripts (require.js, MathJax) are
+    left out: the page must open offline, where they fail to load (formulas then show as their TeX source). None
+    (and a printed reason) when rendering fails: the figures matter more than this page."""
+    try:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter(template_name="lab").from_filename(str(executed))
+    except Exception as err:  # a missing template or a malformed output must not cost the figures
+        print(f"      could not render {executed.name} to HTML ({_last_error_line(err)}); gallery links skip it")
+        return None
+    from sinklib.core.paths import atomic_write_bytes
+
+    body = re.sub(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)
+    atomic_write_bytes(target, body.encode())
+    return target
+
+
 def run_notebook(
     path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path
 ) -> NotebookResult:
@@ -72,13 +94,24 @@ def run_notebook(
     if "figures_dir" in pm.inspect_notebook(str(path)):  # a notebook that reads the others' results (90_scorecard)
         params["figures_dir"] = str(Path(figures_dir).resolve())
     start = time.perf_counter()
+    # The kernel draws figures inline (whatever MPLBACKEND the shell exported for scripts), so the executed notebook
+    # and its HTML page show every figure beside the code that made it.
+    backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     try:
         pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
                             kernel_name="python3", progress_bar=True)
     except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
         return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
+    finally:
+        if backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = backend
+    seconds = time.perf_counter() - start
+    render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
-    return NotebookResult(path.stem, True, time.perf_counter() - start)
+    return NotebookResult(path.stem, True, seconds)
 
 
 def summary_table(results: list[NotebookResult]) -> str:

@@ -1,0 +1,103 @@
+"""Open the gallery in a real headless Chromium and report what a reader would see broken.
+
+>>> report = check_page("figures/index.html", screenshot="build/gallery.png")
+>>> report.ok, report.broken_images, report.broken_links, report.console_errors
+
+Chromium is Debian's ``chromium`` package (``make browser`` installs it where apt can run); Playwright drives it
+through its ``executable_path`` -- no browser is downloaded. Started with the flags this offline machine needs (no
+background networking, no sync, no component updates), so any console error is the page's own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@dataclass
+class PageReport:
+    url: str
+    images: int = 0
+    links: int = 0
+    broken_images: list[str] = field(default_factory=list)  # src of every <img> whose naturalWidth is 0
+    broken_links: list[str] = field(default_factory=list)  # hrefs to a missing file or a missing #anchor
+    console_errors: list[str] = field(default_factory=list)  # console "error" messages and uncaught page errors
+    screenshot: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.broken_images or self.broken_links or self.console_errors)
+
+
+def chromium_path() -> str | None:
+    """``$CHROMIUM`` if set, else ``chromium`` / ``chromium-browser`` on PATH (None when absent)."""
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def why_unavailable() -> str | None:
+    """None when a browser check can run here, else the one-line reason (for a test's skip)."""
+    if chromium_path() is None:
+        return "no Chromium here: `make browser` installs Debian's chromium (needs apt and root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed: `make setup` installs the dev dependencies"
+    return None
+
+
+def _link_target_ok(href: str, page_path: Path, anchors: set[str]) -> bool:
+    """A relative or file: link must name an existing file; ``#x`` an element with id x; other schemes are not
+    followed (nothing leaves this machine)."""
+    parsed = urlparse(href)
+    if parsed.scheme in ("http", "https", "mailto"):
+        return True
+    if parsed.scheme == "file":
+        target = Path(unquote(parsed.path))
+        same_page = target == page_path
+    else:
+        target = (page_path.parent / unquote(parsed.path)).resolve() if parsed.path else page_path
+        same_page = not parsed.path
+    if same_page and parsed.fragment:
+        return parsed.fragment in anchors
+    return target.exists()
+
+
+def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_ms: int = 60_000) -> PageReport:
+    """Load ``path`` (an HTML file) in headless Chromium; check every image decoded, every link resolves and no
+    console error was logged; save a full-page screenshot when asked."""
+    from playwright.sync_api import sync_playwright
+
+    reason = why_unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    page_path = Path(path).resolve()
+    if not page_path.exists():
+        raise FileNotFoundError(f"{page_path} does not exist: build it with `python -m sinklib gallery`")
+    report = PageReport(url=page_path.as_uri())
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: report.console_errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: report.console_errors.append(f"uncaught: {e}"))
+            page.goto(report.url, wait_until="load", timeout=timeout_ms)
+            images = page.eval_on_selector_all(
+                "img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])")
+            hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+            anchors = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
+            report.images, report.links = len(images), len(hrefs)
+            report.broken_images = [src for src, loaded in images if not loaded]
+            report.broken_links = [h for h in hrefs if not _link_target_ok(h, page_path, anchors)]
+            if screenshot:
+                report.screenshot = Path(screenshot)
+                report.screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(report.screenshot), full_page=True)
+        finally:
+            browser.close()
+    return report

@@ -1,0 +1,105 @@
+"""The gallery page: built from a hand-made figures folder, then (where Chromium is installed) opened in a browser."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.pyplot as plt
+import pytest
+
+from sinklib.core import plotting
+from sinklib.pipeline import browser, gallery, runner
+from sinklib.pipeline.claims import Claim, Recorder
+from sinklib.pipeline.results import write_json
+
+
+def _notebook(path, *cells):
+    cells = [{"cell_type": kind, "metadata": {}, "source": text, **({"outputs": [], "execution_count": None}
+                                                                    if kind == "code" else {})} for kind, text in cells]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_flatten_opens_nested_dicts_and_lists_of_records():
+    rows = dict(gallery.flatten({"sink_rate": {"natural": 0.73, "random": 0.78}, "dims": [507],
+                                 "scorecard": [{"claim": "a", "holds": True}, {"claim": "b", "holds": False}],
+                                 "empty": {}}))
+    assert rows == {"sink_rate.natural": 0.73, "sink_rate.random": 0.78, "dims": [507], "scorecard[0].claim": "a",
+                    "scorecard[0].holds": True, "scorecard[1].claim": "b", "scorecard[1].holds": False,
+                    "empty": "{}"}
+
+
+def test_notebook_text_reads_title_question_and_what_we_saw(tmp_path):
+    path = tmp_path / "05_x.ipynb"
+    _notebook(path, ("markdown", "# 05 · A question\n\nDoes the sink move?\n\nMore."),
+              ("code", "x = 1"), ("markdown", "## 1 · First part\nintro"),
+              ("markdown", "**What we saw (tiny).** It moved.\n\nNot this."), ("markdown", "## 2 · Next"),
+              ("markdown", "**What we saw.** It stayed."))
+    text = gallery.notebook_text(path)
+    assert text["title"] == "05 · A question" and text["question"] == "Does the sink move?"
+    assert text["saw"] == [("1 · First part", "**What we saw (tiny).** It moved."),
+                           ("2 · Next", "**What we saw.** It stayed.")]
+    assert gallery.notebook_text(tmp_path / "missing.ipynb")["title"] == "missing"
+
+
+def _figures(tmp_path):
+    nbdir, root = tmp_path / "notebooks", tmp_path / "figures"
+    nbdir.mkdir()
+    _notebook(nbdir / "05_x.ipynb", ("markdown", "# 05 · A question\n\nDoes the sink move?"),
+              ("markdown", "## 1 · Part\n\n**What we saw.** It moved by 0.5."))
+    folder = root / "05_x"
+    folder.mkdir(parents=True)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    fig.suptitle("A real title")
+    plotting.save(fig, folder / "fig01_line", "The caption.")
+    plt.close(fig)
+    (folder / "final_table.md").write_text("| variant | loss |\n|---|---|\n| softmax | 3.1 |\n")
+    write_json(folder / "headline.json", {"notebook": "05_x", "profile": "smoke", "label": "Tiny model",
+                                          "seconds": 12.0, "sink_rate": {"natural": 0.5}})
+    rec = Recorder("05_x", "Tiny model", "smoke")
+    rec.add(Claim("p.c", "the sink moves", "Xiao et al., arXiv 2309.17453, Fig. 1", "moves > 0.1", 0.3, 0.5, True),
+            show=False)
+    rec.write(folder)
+    (folder / "05_x.html").write_text("<html><body>executed</body></html>")
+    return root, nbdir
+
+
+def test_gallery_shows_header_scorecard_claims_figures_tables_and_nested_values(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
+    assert page.index("id='scorecard'") < page.index("id='05_x'")  # the scorecard on top
+    assert "Tiny model" in page and "smoke" in page and "<code>" in page  # header: model, profile, commit
+    assert "href='#05_x'" in page and "05 · A question" in page and "Does the sink move?" in page
+    assert "It moved by 0.5." in page and "Claims (1 of 1 hold)" in page and "the sink moves" in page
+    assert "<b>A real title.</b> The caption." in page and "src='05_x/fig01_line.png'" in page
+    assert "<td>softmax</td>" in page  # the .md table rendered, not only named
+    assert "sink_rate.natural" in page  # nested headline value shown
+    assert "href='05_x/05_x.html'" in page and "took 12 s" in page
+    assert "id='benchmarks'" in page and "make benchmark" in page
+
+
+def test_render_html_embeds_figures_and_drops_cdn_scripts(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell(
+        "1", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "x"})])]
+    src = tmp_path / "n.ipynb"
+    nbformat.write(nb, src)
+    body = runner.render_html(src, tmp_path / "n.html").read_text()
+    assert "data:image/png;base64,iVBORw0KGgo=" in body and "cdnjs" not in body.split("<style")[0]
+    assert "<script src=\"https://" not in body
+
+
+@pytest.mark.skipif(browser.why_unavailable() is not None, reason=str(browser.why_unavailable()))
+def test_gallery_in_headless_chromium(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    page = gallery.build_gallery(root, notebook_dir=nbdir)
+    report = browser.check_page(page, screenshot=tmp_path / "shot.png")
+    assert report.ok, report
+    assert report.images == 1 and report.links >= 5 and report.screenshot.stat().st_size > 0
+    # a broken image and a dead link are caught
+    (root / "05_x" / "fig01_line.png").write_bytes(b"not a png")
+    (root / "05_x" / "05_x.html").unlink()
+    bad = browser.check_page(page)
+    assert bad.broken_images == ["05_x/fig01_line.png"] and bad.broken_links == ["05_x/05_x.html"]
