@@ -28,8 +28,8 @@
 # 23.8 dense). Its router was *fitted*, not trained with the model, and kept near-uniform in its weights (each
 # chosen expert gets about 1/6): what it shows about routing is which experts are *selected*, not how confident the
 # router is, and nothing about what training with load balancing would do. The GPU profile runs the same code on
-# OLMoE-1B-7B, Qwen1.5-MoE-A2.7B and DeepSeek-V2-Lite (Mixtral-8x7B needs more than one 80 GB GPU:
-# `MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141`, checked first by `make figures PROFILE=gpu DRYRUN=1`).
+# OLMoE-1B-7B, and with `MODEL=` on Qwen1.5-MoE-A2.7B or DeepSeek-V2-Lite (Mixtral-8x7B needs more than one 80 GB
+# GPU: `MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141`, checked first by `make figures PROFILE=gpu DRYRUN=1`).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
@@ -50,7 +50,7 @@ from sinklib.pipeline import notebook
 
 nb = notebook.start("11_moe", profile, model, device, seed, out_dir, families=None, label="MoE")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
-lm = load_model(model or run.models[0], device=run.device)
+lm = load_model(model or run.models[0], device=run.device, dtype=run.dtype)
 require_family(lm, "moe", "11_moe")
 record.model, title = lm.label, f"{lm.label}"
 ids = text_windows(lm.tokenizer, run.num_seqs, run.seq_len, run.seed, split="heldout")

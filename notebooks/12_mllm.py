@@ -31,7 +31,7 @@
 # (`sinklib/core/stitch.py`, cached by its configuration). It has never seen an instruction; its images are
 # 84 px (36 image tokens, LLaVA-1.5: 576). What it can show: how a language model that was never trained on images
 # treats projected image tokens. What it cannot: anything that needs instruction tuning or a trained MLLM's
-# benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B, SmolVLM and Qwen2-VL.
+# benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B (MODEL= SmolVLM or Qwen2-VL).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
@@ -50,7 +50,7 @@ from sinklib.pipeline import notebook
 
 nb = notebook.start("12_mllm", profile, model, device, seed, out_dir, families=None, label="MLLM")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
-lm = load_model(model or run.models[0], device=run.device)
+lm = load_model(model or run.models[0], device=run.device, dtype=run.dtype)
 require_family(lm, "mllm", "12_mllm")
 standin = lm.spec.source == "stitched"
 record.model, title = lm.label, lm.label

@@ -48,7 +48,7 @@ from sinklib.pipeline import notebook
 nb = notebook.start("13_vit", profile, model, device, seed, out_dir, families=None, label="ViT")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
 models = (model,) if model else run.models
-lm = load_model(models[0], device=run.device)
+lm = load_model(models[0], device=run.device, dtype=run.dtype)
 require_family(lm, "vit", "13_vit")
 record.model, title = lm.label, lm.label
 shots = images.photos(list(run.photos))
@@ -201,7 +201,7 @@ record.add(registers.test_time_register_claim(prof, after, stand_in))
 # %%
 summaries = {lm.label: vit_sinks.summary(prof)}
 for name in models[1:]:
-    other = load_model(name, device=run.device)
+    other = load_model(name, device=run.device, dtype=run.dtype)
     require_family(other, "vit", "13_vit")
     other_prof = vit_sinks.profile_vit(other, pixels, batch_size=run.batch_size)
     summaries[other.label] = vit_sinks.summary(other_prof)

@@ -190,3 +190,17 @@ def test_gallery_of_every_notebook_in_headless_chromium(executed):
         assert executed_page.exists(), f"{stem}: no executed-notebook HTML"
         nb_report = browser.check_page(executed_page)
         assert nb_report.ok and nb_report.images >= len(list(folder.glob("*.png"))), (stem, nb_report)
+
+
+def test_same_seed_gives_identical_claims(executed, tmp_path):
+    """Every notebook run a second time with the same seed writes the same claims.json, number for number (runtimes
+    are in headline.json, never in a claim)."""
+    for path in NOTEBOOKS:
+        if path.stem not in WRITES_CLAIMS:
+            continue
+        again = runner.run_notebook(path, profile="smoke", model="", device="", seed=0,
+                                    figures_dir=tmp_path / "figures", build_dir=tmp_path / "build")
+        assert again.ok, again.message
+        first = json.loads((executed[path.stem][1] / "claims.json").read_text())
+        second = json.loads((tmp_path / "figures" / path.stem / "claims.json").read_text())
+        assert first == second, path.stem

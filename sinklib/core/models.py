@@ -235,7 +235,11 @@ def load_model(
 
         _check_hub_available(name)
         spec = ModelSpec(name, "vit", "hub", name, "timm hub id", offline=False)
-        model, tokenizer = timm.create_model(f"hf-hub:{name}", pretrained=True).to(dtype), None
+        try:  # ViTs: any input size (position embeddings interpolated), as the notebooks' image sizes vary
+            model = timm.create_model(f"hf-hub:{name}", pretrained=True, dynamic_img_size=True)
+        except TypeError:  # an architecture without that option
+            model = timm.create_model(f"hf-hub:{name}", pretrained=True)
+        model, tokenizer = model.to(dtype), None
     else:
         _check_hub_available(name)
         from transformers import AutoConfig

@@ -35,9 +35,19 @@ OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma c
 
 @contextlib.contextmanager
 def style():
-    """Apply sinklib's style sheet for the duration of a ``with`` block."""
-    with plt.style.context(STYLE):
-        yield
+    """Apply sinklib's style sheet for the duration of a ``with`` block.
+
+    The one rcParam kept from inside the block is ``interactive``: a notebook's inline backend loads with the first
+    figure and switches it on, and restoring it would stop every later figure from being shown inline."""
+    interactive = matplotlib.is_interactive()
+    try:
+        with plt.style.context(STYLE):
+            try:
+                yield
+            finally:
+                interactive = matplotlib.is_interactive()
+    finally:
+        matplotlib.interactive(interactive)
 
 
 def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:

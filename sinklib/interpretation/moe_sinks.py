@@ -76,7 +76,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> Routing:
         same_set_first=[_same_set(c[:, 0]) for c in choice], same_set_rest=[_same_set(c[:, mid]) for c in choice],
         load_first=load(choice[:, :, 0]), load_rest=load(choice[:, :, 1:]),
         output_max=torch.stack([expert_output_max(choice[i], peaks[i][..., None], n_experts)
-                                for i in range(len(layers))]),
+                                for i in range(len(layers))]).float(),  # float32 whatever the model's dtype
     )
 
 

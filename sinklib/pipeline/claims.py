@@ -61,9 +61,9 @@ class Recorder:
 
     def add(self, claim: Claim, show: bool = True, model: str | None = None) -> Claim:
         """Stamp the notebook's model (or ``model``, in a notebook that compares several) and profile; print."""
-        if any(c.id == claim.id for c in self.claims):
-            raise ValueError(f"claim {claim.id!r} recorded twice in {self.notebook}")
         claim = replace(claim, model=model or self.model, profile=self.profile)
+        if any(c.id == claim.id and c.model == claim.model for c in self.claims):  # once per claim and model
+            raise ValueError(f"claim {claim.id!r} recorded twice for {claim.model!r} in {self.notebook}")
         self.claims.append(claim)
         if show:
             print(claim.line())

@@ -68,7 +68,7 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
     torch.set_grad_enabled(grad)
     lm = None
     if families is not None:
-        lm = load_model(run.model, device=run.device, dtype=dtype)
+        lm = load_model(run.model, device=run.device, dtype=dtype or run.dtype)
         require_family(lm, families, name)
         label = lm.label
     record = Recorder(name, label or name, run.profile.name)

@@ -126,10 +126,12 @@ def shape_of(name: str, offline: bool) -> Shape:
     return shape_from_config(name)
 
 
-def _models(run: profiles.Run, model: str) -> tuple[str, ...]:
+def _models(run: profiles.Run, model: str, first_only: bool = False) -> tuple[str, ...]:
+    """The models a notebook loads: MODEL= alone, else the profile's list (11_moe and 12_mllm run its first)."""
     if model:
         return (model,)
-    return tuple(getattr(run.sizes, "models", None) or (run.profile.model,))
+    models = tuple(getattr(run.sizes, "models", None) or (run.profile.model,))
+    return models[:1] if first_only else models
 
 
 def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[Step]:
@@ -157,11 +159,11 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
             steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True),
                       Step("long context (O(N) statistics)", m, 1, max(r.context_lengths))]
     elif notebook == "11_moe":
-        for m in _models(r, model):
+        for m in _models(r, model, first_only=True):
             steps += [Step("routing + statistics + hidden states", m, r.batch_size, r.seq_len, hidden_states=True),
                       Step("perplexity with experts pruned", m, r.batch_size, r.eval_seq_len, logits=True)]
     elif notebook == "12_mllm":
-        for m in _models(r, model):
+        for m in _models(r, model, first_only=True):
             steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True))
     elif notebook == "13_vit":
         for m in _models(r, model):

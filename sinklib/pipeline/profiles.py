@@ -31,6 +31,7 @@ class Profile:
     model: str  # default model of the profile (a registry name or a hub id)
     device: str  # default device
     offline: bool  # sets HF_HUB_OFFLINE=1 so nothing tries the network
+    dtype: str | None = None  # the models' dtype where a notebook does not fix one (None: the device's default)
 
 
 # ------------------------------------------------------------------------------------------- sizes per notebook
@@ -80,7 +81,7 @@ class LlmSizes:  # 10_llm
 
 @dataclass(frozen=True)
 class MoeSizes:  # 11_moe
-    models: tuple[str, ...]  # MoE models (MODEL= replaces the list with one)
+    models: tuple[str, ...]  # MoE models: the notebook runs the first; MODEL= runs another
     num_seqs: int  # held-out windows routed and measured
     seq_len: int
     batch_size: int
@@ -102,7 +103,7 @@ class VitSizes:  # 13_vit
 
 @dataclass(frozen=True)
 class MllmSizes:  # 12_mllm
-    models: tuple[str, ...]  # MLLMs (MODEL= replaces the list with one); the first gets every figure
+    models: tuple[str, ...]  # MLLMs: the notebook runs the first; MODEL= runs another
     heldout_digits: int  # digits the projector never saw, with their captions
     zero_shot_digits: int  # digits scored against the 10 digit captions (stand-in sanity check)
     batch_size: int
@@ -141,7 +142,8 @@ OFFLINE_LLMS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b")  # three fa
 GU_FAMILIES = ("openai-community/gpt2-xl", "EleutherAI/pythia-6.9b", "facebook/opt-6.7b", "meta-llama/Llama-2-7b-hf",
                "meta-llama/Meta-Llama-3-8B", "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B")  # Gu et al.'s families
 
-# Su et al.'s MoE families that fit one 80 GB GPU in bfloat16 (`make figures PROFILE=gpu DRYRUN=1` checks). Mixtral-8x7B
+# Su et al.'s MoE families that fit one 80 GB GPU in bfloat16 (`make figures PROFILE=gpu DRYRUN=1` checks); 11_moe runs
+# the first, MODEL= any other (one model per run: a MoE's routing statistics fill the notebook). Mixtral-8x7B
 # (46.7B parameters, ~94 GB in bfloat16) needs a larger device: MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141 (H200).
 MOE_MODELS = ("allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B", "deepseek-ai/DeepSeek-V2-Lite")
 
@@ -155,6 +157,9 @@ PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
     "cpu": Profile("cpu", "smollm2-135m", "auto", True),  # make figures' default: offline, fits a 2-core CPU
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False),  # paper scale on a hub model
+    # the gpu profile's code path (hub ids from a hub cache, several model classes per notebook, bfloat16) on tiny
+    # random models, on CPU, for the test: sinklib.architectures.tiny_hub.write_hub_cache fills the cache
+    "tiny-gpu": Profile("tiny-gpu", "sinklib-tiny/llama", "cpu", True, dtype="bfloat16"),
 }
 
 # notebook -> profile -> sizes: each notebook's three profiles side by side
@@ -222,6 +227,25 @@ SIZES: dict[str, dict[str, object]] = {
 }
 
 
+def _tiny_gpu(sizes: dict[str, dict[str, object]]) -> None:
+    """``tiny-gpu`` sizes: the smoke sizes, the gpu profile's training shape (RoPE, no text check) and model lists of
+    the gpu profile's classes as tiny hub repositories (:mod:`sinklib.architectures.tiny_hub`)."""
+    from sinklib.architectures import tiny_hub
+
+    lists = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES, "12_mllm": tiny_hub.MLLMS, "13_vit": tiny_hub.VITS}
+    for notebook, by_profile in sizes.items():
+        smoke = by_profile["smoke"]
+        if notebook in lists:
+            smoke = replace(smoke, models=lists[notebook])
+        if notebook == "03_mitigation":
+            model = replace(_TRAIN_SMOKE.model, rope_theta=_TRAIN_GPU.model.rope_theta)
+            smoke = replace(smoke, train=replace(_TRAIN_SMOKE, model=model, data=_TRAIN_GPU.data), text_check=None)
+        by_profile["tiny-gpu"] = smoke
+
+
+_tiny_gpu(SIZES)
+
+
 @dataclass(frozen=True)
 class Run:
     """A resolved notebook run: the profile, the notebook's sizes in it, the user's model/device/seed, the folder."""
@@ -233,6 +257,11 @@ class Run:
     out_dir: Path
     notebook: str = "notebook"
     sizes: object | None = None
+
+    @property
+    def dtype(self) -> str | None:
+        """The profile's model dtype (None: the device's default, float32 on CPU and bfloat16 on CUDA)."""
+        return self.profile.dtype
 
     def __getattr__(self, name: str):  # run.num_seqs etc. read through to the notebook's sizes
         if name.startswith("__") or name in ("profile", "sizes"):

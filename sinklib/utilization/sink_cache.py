@@ -1,19 +1,23 @@
 """StreamingLLM's attention-sink KV cache on transformers 5's cache interface (arXiv 2309.17453).
 
 :class:`SinkWindowCache` keeps the first ``n_sink`` tokens' keys/values plus a window of the most recent ones, so a
-model can stream far past its cache. As in StreamingLLM, positions are assigned *inside the cache*: keys are stored
-before the rotary rotation (the layer's rotated key is rotated back by the position it was given) and re-rotated by
-their current index in the cache at every step, so the query at cache index i sees its sinks at distance i, i-1, ...
-whatever has been evicted. ``n_sink=0`` is the window-only baseline that collapses once the first tokens are gone.
+model can stream far past its cache. StreamingLLM assigns positions *inside the cache*: the query at cache index i
+sees its sinks at distances i, i-1, ... and the window keys at their distance in the cache, whatever has been
+evicted. ``n_sink=0`` is the window-only baseline that collapses once the first tokens are gone.
+
+With RoPE only distances matter, so this cache gets those distances without re-rotating the cache at every step
+(StreamingLLM's own code re-rotates every key every step): queries and window keys keep their *absolute* positions
+(the model rotates them as usual; a window key is stored as the layer handed it and never touched again), and the
+sinks -- the only keys whose distance to the query is not their absolute one -- are rotated forward by the number
+of evicted tokens, ``n_sink`` keys per step. Query at absolute position ``e + i`` (e evicted, i its cache index),
+window key at ``e + c``: distance ``i - c``; sink j rotated to ``j + e``: distance ``i - j``. As transformers' own
+sliding-window layer, :meth:`SinkWindowLayer.get_seq_length` counts every token seen (so ``model(...)`` loops and
+``model.generate`` both number new tokens absolutely) and ``get_mask_sizes`` reports the evicted count as the key
+offset. Models whose RoPE depends on the absolute position beyond training ("dynamic" scaling) would see a
+different rotation than StreamingLLM's in-cache positions give them.
 
 Like StreamingLLM's ``evict_for_space``, the cache stores at most ``n_sink + window - 1`` tokens between steps, so a
 new token attends to at most ``n_sink + window`` keys including itself.
-
-Positions of the *queries* must be in-cache too. A manual loop (``model(ids, past_key_values=cache)``) gets that for
-free: Llama-style models number new tokens from ``cache.get_seq_length()``. ``model.generate`` does not: it passes
-absolute, growing ``position_ids``, so after the first eviction the query would sit at its absolute position while
-its keys sit at cache indices. Wrap generate in :class:`InCachePositions` (or call
-:func:`sinklib.utilization.streaming.generate`), which hands the model in-cache positions through a forward pre-hook.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
 
 
 class SinkWindowLayer(DynamicLayer):
-    """One layer of the sink + window cache (keys stored un-rotated)."""
+    """One layer of the sink + window cache: keys stored as rotated by the model at their absolute positions."""
 
     def __init__(self, n_sink: int, window: int, rope: RopeFn):
         super().__init__()
@@ -73,30 +77,41 @@ class SinkWindowLayer(DynamicLayer):
         """Tokens kept between steps (a new token then attends to ``capacity + 1`` keys)."""
         return self.n_sink + self.window - 1
 
+    @property
+    def stored(self) -> int:
+        """Tokens held now (sinks + window)."""
+        return super().get_seq_length()
+
     def update(self, key_states, value_states, *args, **kwargs):
-        """Take the new (rotated) keys at cache indices stored..stored+q-1; return all keys rotated by cache index."""
+        """Append the new keys (rotated by the model at their absolute positions); return every key with the sinks
+        rotated forward by the evicted count, so each sits at its StreamingLLM distance from the queries."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        stored, q = self.get_seq_length(), key_states.shape[-2]
-        dev = key_states.device
-        cos, sin = self.rope(torch.arange(stored, stored + q, device=dev))
-        raw = unrotate(key_states.float(), cos, sin).to(key_states.dtype)
-        keys = torch.cat([self.keys, raw], dim=-2)  # (B, H_kv, stored + q, hd), un-rotated
+        keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H_kv, stored + q, hd)
         values = torch.cat([self.values, value_states], dim=-2)
-        n = keys.shape[-2]
-        cos, sin = self.rope(torch.arange(n, device=dev))
-        out_keys = rotate(keys.float(), cos, sin).to(key_states.dtype)  # positions = cache indices 0..n-1
+        out_keys = keys
+        sinks = min(self.n_sink, keys.shape[-2])
+        if self.evicted and sinks:  # only the n_sink sink keys move; the window keeps the model's own rotation
+            cos, sin = self.rope(torch.tensor([self.evicted], device=keys.device))  # (1, hd)
+            moved = rotate(keys[..., :sinks, :].float(), cos, sin).to(keys.dtype)
+            out_keys = torch.cat([moved, keys[..., sinks:, :]], dim=-2)
+        out_values, n = values, keys.shape[-2]
         if n > self.capacity:  # evict the oldest window tokens, never the sinks
-            recent = torch.arange(n - (self.window - 1), n, device=dev)
-            keep = torch.cat([torch.arange(self.n_sink, device=dev), recent])
-            self.evicted += n - len(keep)
-            self.keys, self.values = keys[..., keep, :], values[..., keep, :]
-        else:
-            self.keys, self.values = keys, values
-        return out_keys, values
+            drop = n - self.capacity
+            self.evicted += drop
+            keys = torch.cat([keys[..., :self.n_sink, :], keys[..., self.n_sink + drop:, :]], dim=-2)
+            values = torch.cat([values[..., :self.n_sink, :], values[..., self.n_sink + drop:, :]], dim=-2)
+        self.keys, self.values = keys, values
+        return out_keys, out_values
+
+    def get_seq_length(self) -> int:
+        """Every token seen (stored + evicted): the position the next token gets, as in a sliding-window layer."""
+        return self.stored + self.evicted
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.get_seq_length() + query_length, 0
+        """(keys attended, position of the first): key j sits at ``evicted + j``, so the causal mask only has to
+        order the new chunk's tokens (the sinks and the window are all earlier)."""
+        return self.stored + query_length, self.evicted
 
     def get_max_length(self) -> int:
         return self.n_sink + self.window
@@ -125,9 +140,9 @@ class SinkWindowCache(Cache):
 
 
 class InCachePositions(Patch):
-    """Context manager: while active, every forward of ``model`` that uses a :class:`SinkWindowCache` gets
-    ``position_ids`` = its cache indices (stored .. stored + q - 1) instead of whatever the caller passed -- the
-    positions StreamingLLM assigns. Needed for ``model.generate``, which passes absolute positions."""
+    """Context manager kept for callers of earlier versions: while active, every forward of ``model`` with a
+    :class:`SinkWindowCache` gets ``position_ids`` numbered from ``cache.get_seq_length()`` -- what the model and
+    ``model.generate`` already do, since the cache counts every token seen (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
@@ -143,8 +158,8 @@ class InCachePositions(Patch):
             return None
         ids = kwargs.get("input_ids", args[0] if args else None)
         ref = ids if ids is not None else kwargs["inputs_embeds"]
-        stored, q = cache.get_seq_length(), ref.shape[1]
-        kwargs["position_ids"] = torch.arange(stored, stored + q, device=ref.device)[None].expand(ref.shape[0], -1)
+        start, q = cache.get_seq_length(), ref.shape[1]
+        kwargs["position_ids"] = torch.arange(start, start + q, device=ref.device)[None].expand(ref.shape[0], -1)
         return args, kwargs
 
 

@@ -1,0 +1,50 @@
+"""The GPU profile's first run, rehearsed: every notebook end to end through the gpu profile's code path (hub ids
+resolved from a hub cache, several model classes per notebook, bfloat16 where the notebook does not fix float32) on
+tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
+without registers, a timm ViT -- on CPU (profile ``tiny-gpu``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sinklib.architectures import tiny_hub
+from sinklib.pipeline import claims, runner
+
+pytestmark = pytest.mark.notebook
+NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
+
+
+@pytest.fixture(scope="module")
+def tiny_gpu_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny_gpu")
+    tiny_hub.write_hub_cache(root / "hub")
+    with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
+        mp.setenv("HF_HUB_CACHE", str(root / "hub"))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        out = {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device="", seed=0,
+                                            figures_dir=root / "figures", build_dir=root / "build"),
+                        root / "figures" / p.stem, root / "build" / "notebooks" / p.name) for p in NOTEBOOKS}
+        moe = runner.discover(only=["11"])[0]  # MODEL= on the gpu profile: another MoE class (Mixtral)
+        out["11_moe:mixtral"] = (runner.run_notebook(moe, profile="tiny-gpu", model="sinklib-tiny/mixtral", device="",
+                                                     seed=0, figures_dir=root / "mixtral", build_dir=root / "mixtral"),
+                                 root / "mixtral" / moe.stem, root / "mixtral" / "notebooks" / moe.name)
+        return out
+
+
+LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),
+          "12_mllm": tiny_hub.MLLMS[:1], "13_vit": tiny_hub.VITS}  # 11 and 12 run their list's first model
+
+
+@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS] + ["11_moe:mixtral"])
+def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
+    res, folder, executed = tiny_gpu_run[stem]
+    assert res.ok, res.message
+    assert json.loads((folder / "headline.json").read_text())["profile"] == "tiny-gpu"
+    assert list(folder.glob("*.png"))
+    text = executed.read_text()
+    models = LOADED.get(stem, ())  # every model class of the list was loaded and measured
+    assert all(m in text for m in models), [m for m in models if m not in text]
+    if (folder / "claims.json").exists():
+        assert all(c.profile == "tiny-gpu" for c in claims.load(folder / "claims.json"))
