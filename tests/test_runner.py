@@ -69,3 +69,13 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     (tmp_path / "01_b" / "headline.json").write_text(_json.dumps({"profile": "smoke", "seconds": 5}))
     line = progress([_Path("00_a.ipynb"), _Path("01_b.ipynb")], tmp_path, "cpu", elapsed=90)
     assert line == "-- elapsed 1.5 min, ~2.0 min to go (+1 never timed here)"
+
+
+def test_summary_prints_time_against_the_cpu_budget():
+    from sinklib.pipeline.runner import CPU_BUDGET_S, NotebookResult, summary_table
+
+    assert sum(CPU_BUDGET_S.values()) <= 12 * 60  # the warm-cache budget for every notebook together
+    table = summary_table([NotebookResult("00_tour", True, 3 * CPU_BUDGET_S["00_tour"]),
+                           NotebookResult("13_vit", True, 1.0)], profile="cpu")
+    assert "over budget (3.0x)" in table and table.count("over budget") == 1
+    assert "budget" not in summary_table([NotebookResult("00_tour", True, 500.0)], profile="gpu").splitlines()[2]
