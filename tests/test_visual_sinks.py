@@ -123,43 +123,23 @@ def test_mllm_recipe_runs_on_tiny_llava():
 
 @pytest.fixture
 def tiny_hub_llava(tmp_path):
-    """A tiny random LLaVA saved with a real LlavaProcessor (byte tokenizer + <image>, CLIP image processor, a chat
-    template), loaded as a hub model would be: the GPU profile's input path."""
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
-
-    from sinklib.core.bytetok import byte_tokenizer
+    """A tiny random LLaVA saved with a real LlavaProcessor (:func:`sinklib.architectures.tiny_hub.llava`), loaded as
+    a hub model would be: the GPU profile's input path."""
+    from sinklib.architectures import tiny_hub
     from sinklib.core.models import LoadedModel
     from sinklib.core.registry import ModelSpec
 
-    tok = byte_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    image_id = tok.convert_tokens_to_ids("<image>")
-    template = ("{% for m in messages %}{{ m['role'].upper() }}: {% for c in m['content'] %}{% if c['type'] == "
-                "'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}{% endfor %} {% endfor %}"
-                "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
-    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
-                   tokenizer=tok, patch_size=8, vision_feature_select_strategy="default", chat_template=template,
-                   image_token="<image>", num_additional_image_tokens=1).save_pretrained(tmp_path)
-    vision = CLIPVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-                              patch_size=8, image_size=32)
-    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2)
-    config = LlavaConfig(vision_config=vision, text_config=text, image_token_id=image_id, vision_feature_layer=-1,
-                         vision_feature_select_strategy="default")
     torch.manual_seed(0)
-    model = LlavaForConditionalGeneration(config).eval().to(torch.bfloat16)  # the GPU profile's dtype
+    model, processor = tiny_hub.llava()
+    processor.save_pretrained(tmp_path)
+    model = model.eval().to(torch.bfloat16)  # the GPU profile's dtype
+    text, tok = model.config.text_config, processor.tokenizer
     spec = ModelSpec(str(tmp_path), "mllm", "hub", "tiny hub llava", "test", offline=False)
     lm = LoadedModel(name=str(tmp_path), spec=spec, model=model, tokenizer=tok, device=torch.device("cpu"),
-                     dtype=torch.bfloat16, n_layers=4, n_heads=4, n_kv_heads=2, hidden_size=32, head_dim=8,
+                     dtype=torch.bfloat16, n_layers=text.num_hidden_layers, n_heads=text.num_attention_heads,
+                     n_kv_heads=text.num_key_value_heads, hidden_size=text.hidden_size, head_dim=text.head_dim,
                      vocab_size=len(tok))
-    return lm, image_id
+    return lm, model.config.image_token_id
 
 
 def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
@@ -173,7 +153,7 @@ def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
         kept = labels[row][labels[row] != -100]
         assert lm.tokenizer.decode(kept) == caption  # the caption, and only it, is scored
     prof = vs.profile_mllm(lm.model, inputs)
-    assert int(prof.image.sum()) == 16 and prof.shares.shape == (4, 3)
+    assert int(prof.image.sum()) == 16 and prof.shares.shape == (lm.n_layers, 3)
     nll = vs.caption_nll(lm.model, inputs, labels)
     keys = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
     keys[:, prof.image] = vs.random_like(torch.ones(2, 16, dtype=torch.bool) & (torch.arange(16) < 3), seed=0)

@@ -49,7 +49,9 @@ def _text_fields(**extra) -> dict:
                 num_key_value_heads=1, head_dim=32, max_position_embeddings=4096, **extra)
 
 
-def _llava():
+def llava():
+    """A tiny random LLaVA and a real ``LlavaProcessor`` for it (byte tokenizer + ``<image>``, CLIP image processor at
+    32 px, a chat template): 16 image tokens."""
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
@@ -106,7 +108,7 @@ def _builders() -> dict:
                                                         **_text_fields(num_local_experts=4, num_experts_per_tok=2)),
         "sinklib-tiny/olmoe": lambda: _byte_causal_lm(OlmoeConfig, OlmoeForCausalLM,
                                                       **_text_fields(num_experts=6, num_experts_per_tok=2)),
-        "sinklib-tiny/llava": _llava,
+        "sinklib-tiny/llava": llava,
         "sinklib-tiny/dinov2": lambda: (Dinov2Model(Dinov2Config(**vit)), None),
         "sinklib-tiny/dinov2-registers": lambda: (
             Dinov2WithRegistersModel(Dinov2WithRegistersConfig(num_register_tokens=4, **vit)), None),
@@ -145,4 +147,4 @@ def write_hub_cache(cache_dir: str | Path, seed: int = 0) -> list[str]:
     return [*_builders(), "timm/sinklib-tiny-vit"]
 
 
-__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "write_hub_cache", "tiny"]
+__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "llava", "write_hub_cache", "tiny"]
