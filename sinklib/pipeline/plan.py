@@ -173,9 +173,11 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
 
 
 def _dtype(notebook: str, run: profiles.Run) -> str:
-    if notebook in GU_PROTOCOL or notebook == "03_mitigation" or run.device in ("cpu", "auto"):
+    """As the notebooks load: float32 for Gu et al.'s protocol and 03's training, else the profile's dtype, else
+    the device's default (:func:`sinklib.core.models.default_dtype`: bfloat16 on CUDA, float32 elsewhere)."""
+    if notebook in GU_PROTOCOL or notebook == "03_mitigation":
         return "float32"
-    return "bfloat16"
+    return run.dtype or ("bfloat16" if run.device.startswith("cuda") else "float32")
 
 
 def _tokens(step: Step, shape: Shape) -> tuple[int, str]:
@@ -233,7 +235,8 @@ def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float) -
             try:
                 shape = shape_of(step.model, run.profile.offline)
             except InputError as err:
-                plan.problems.append(str(err))
+                if str(err) not in plan.problems:  # once per model, not per step
+                    plan.problems.append(str(err))
                 continue
             plan.downloads[step.model] = 0.0 if shape.offline else shape.download_gb
         need, note = estimate(step, shape, dtype, run, step.batch)
