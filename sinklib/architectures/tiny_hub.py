@@ -37,10 +37,11 @@ def _snapshot(cache: Path, repo_id: str) -> Path:
 
 
 def _byte_causal_lm(config_cls, model_cls, **fields):
+    """:func:`tiny._byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
     from sinklib.core.bytetok import byte_tokenizer
 
-    config = config_cls(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257, **fields)
-    return model_cls(config), byte_tokenizer()
+    model, _ = tiny._byte_lm(config_cls, model_cls, **fields)
+    return model, byte_tokenizer()
 
 
 def _text_fields(**extra) -> dict:
@@ -147,4 +148,4 @@ def write_hub_cache(cache_dir: str | Path, seed: int = 0) -> list[str]:
     return [*_builders(), "timm/sinklib-tiny-vit"]
 
 
-__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "llava", "write_hub_cache", "tiny"]
+__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "llava", "write_hub_cache"]
