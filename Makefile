@@ -49,10 +49,10 @@ browser:  ## Debian's chromium for the gallery's browser test (apt as root; with
 	      || echo "chromium could not be installed: the gallery's browser test will be skipped"; \
 	  else echo "no chromium and no root apt-get: the gallery's browser test will be skipped"; fi; }
 
-figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01", DRYRUN=1 GPU_GB=80: plan only) and build figures/index.html
+figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01", JOBS=2, DRYRUN=1 GPU_GB=80: plan only) and build figures/index.html
 	$(PY) -m sinklib figures --profile $(PROFILE) --seed $(SEED) \
 		$(if $(MODEL),--model $(MODEL)) $(if $(DEVICE),--device $(DEVICE)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
-		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB))
+		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB)) $(if $(JOBS),--jobs $(JOBS))
 
 test: setup browser  ## unit tests, capture tests, the real-model test and a smoke run of every notebook
 	$(PY) -m pytest

@@ -205,11 +205,15 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
 # this model that the sink depends on the first token's one-hot state. `02_interpretation` follows the chain.
 # %% [markdown]
 # ## 6 · Long context: does the sink hold as the context grows?
-# Gu et al.'s protocol uses 64 tokens. Here one Bible passage per length, up to the model's limit, with the
-# statistics computed in query blocks beside the model's normal attention (`sinklib.core.attnstats`): memory grows like
-# $N$, not $N^2$ -- `output_attentions` would need about 72 GiB for SmolLM2 at 8k tokens. Dashed: what the first
-# token would get under uniform causal attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes
-# are logarithmic, so that this baseline is visible; bands: the range over the windows measured at each length.
+# Gu et al.'s protocol uses 64 tokens. Here long Bible passages, up to the model's limit. Each passage is read once
+# at the longest length: in a causal model the first $N$ queries of that forward are exactly a forward of the
+# passage's first $N$ tokens, so $\alpha_0$ at length $N$ is $\frac{1}{N}\sum_{t<N} A_{t,0}$ over them, and each
+# curve follows one passage as it grows. The statistics come from torch's flash-attention kernel, which returns the
+# layer's output and each query's log-sum-exp $\mathrm{lse}_t$, plus one column: $A_{t,0} = \exp(q_t \cdot k_0 /
+# \sqrt{d} - \mathrm{lse}_t)$ (`sinklib.core.attnstats`). Memory grows like $N$, not $N^2$ -- `output_attentions`
+# would need about 72 GiB for SmolLM2 at 8k tokens. Dashed: what the first token would get under uniform causal
+# attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes are logarithmic, so that this baseline
+# is visible; bands: the range over the passages.
 
 # %%
 sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed, n_windows=run.context_windows)
@@ -223,8 +227,9 @@ with plotting.style():
                                    title=f"First-token attention vs context length, {title}", spread=spread)
     plotting.save(fig, fig_dir / "fig07_mass-vs-context",
                   f"Mean alpha of the first token (over heads; all layers, and the layers that sink at T = "
-                  f"{run.seq_len}) of {title} on {run.context_windows} natural-text windows per length "
-                  f"{sweep.lengths} (band: lowest to highest window), computed with O(N)-memory attention statistics; "
+                  f"{run.seq_len}) of {title} on {run.context_windows} natural-text passage(s) of {sweep.lengths[-1]} "
+                  f"tokens, each length N read off the passage's first N queries {sweep.lengths} (band: lowest to "
+                  f"highest passage), computed with O(N)-memory attention statistics; "
                   f"dashed: uniform causal attention; log-log axes.")
 print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.2f} of the attention at N = "
       f"{sweep.lengths[-1]} (vs {in_sink_layers[0]:.2f} at N = {sweep.lengths[0]}); uniform attention would give it "

@@ -184,15 +184,15 @@ for r in reports:
 # %% [markdown]
 # ## 5 · Longer contexts and the chat template
 # (a) $\alpha_0$ in the sink layers at growing context lengths, with the O(N)-memory statistics (no $N \times N$
-# matrix is kept). (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
+# matrix is kept; one forward of the longest passage gives every shorter length, as in `00_tour`). (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
 # raw and wrapped as a user message in the model's chat template (whose first token is then a template token).
 
 # %%
 with plotting.style():
     fig = placement_plots.context_and_chat(reports, title="Context length and the chat template")
     plotting.save(fig, fig_dir / "fig04_context-and-chat",
-                  f"(a) alpha_0 in the sink layers against context length ({run.context_windows} natural window(s) "
-                  f"per length; band: range over windows). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
+                  f"(a) alpha_0 in the sink layers against context length ({run.context_windows} natural passage(s), "
+                  f"each length read off the passage's first N queries; band: range over passages). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
                   f"windows and on the same text in the chat template, for models that have one. Models: {labels}.")
 for r in reports:
     chat = ", ".join(f"{k} {v:.0%}" for k, v in r.raw_vs_chat.items()) if r.raw_vs_chat else "no chat template"

@@ -90,6 +90,113 @@ def test_smollm2_at_512(smollm2):
     assert_same_stats(A, st)
 
 
+def test_fused_output_equals_the_backend_in_prefill_and_decode(tiny):
+    """The output AttentionStats computes in its own pass is the backend's: a prompt and three cached decode steps
+    give the same logits and the same statistics with ``fused=False`` (sdpa computes the output)."""
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, 256, (2, 15), generator=torch.Generator().manual_seed(3))
+    runs, delegated = {}, {}
+    for fused in (True, False):
+        with torch.no_grad(), AttentionStats(tiny.model, fused=fused) as st:
+            delegate, delegated[fused] = st._switch.delegate, []
+            st._switch.delegate = lambda *a, _d=delegate, _n=delegated[fused], **k: (_n.append(1), _d(*a, **k))[1]
+            cache = DynamicCache(config=tiny.model.config)
+            logits = [tiny.model(ids[:, :12], past_key_values=cache, use_cache=True).logits[:, -1]]
+            logits += [tiny.model(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1]
+                       for t in range(12, 15)]
+        runs[fused] = torch.stack(logits), [st.col_sum[0][i] for i in range(4)]
+    assert not delegated[True] and len(delegated[False]) == 4 * tiny.n_layers  # the fused pass really ran
+    torch.testing.assert_close(runs[True][0], runs[False][0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(runs[True][1], runs[False][1]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_chosen_keys_come_from_the_flash_kernel_and_equal_the_full_statistics(tiny, padded):
+    """keys=[0, 3]: torch's CPU flash kernel gives the output and lse, p_tj = exp(l_tj - lse_t) gives those keys --
+    equal to the full blocked statistics and to eager probabilities, logits equal to the plain model's; other keys
+    are NaN and asking alpha for them is an error."""
+    ids = torch.randint(0, 256, (2, 21), generator=torch.Generator().manual_seed(5))
+    kwargs = {}
+    if padded:
+        mask = torch.ones_like(ids)
+        mask[1, :4] = 0
+        kwargs["attention_mask"] = mask
+    with torch.no_grad():
+        with Capture(tiny.model, attentions=True) as cap:
+            tiny.model(ids, **kwargs)
+        ref_logits = tiny.model(ids, **kwargs).logits
+        with AttentionStats(tiny.model, keys=[0, 3]) as st:
+            fast = []
+            reduce_keys = st._reduce_keys
+            st._reduce_keys = lambda *a: (fast.append(1), reduce_keys(*a))[1]
+            logits = tiny.model(ids, **kwargs).logits
+    assert len(fast) == tiny.n_layers
+    real = kwargs["attention_mask"].bool() if padded else torch.ones(ids.shape, dtype=torch.bool)
+    torch.testing.assert_close(logits[real], ref_logits[real], atol=1e-5, rtol=1e-5)
+    A = cap.stack("attentions")  # (L, B, H, T, T)
+    if padded:
+        A = A * real[None, :, None, :, None]  # padded queries' rows are garbage in eager, 0 here
+    col = torch.stack([torch.cat(st.col_sum[i]) for i in st.layers])
+    torch.testing.assert_close(col[..., [0, 3]], A.sum(dim=-2)[..., [0, 3]], atol=1e-5, rtol=0)
+    if not padded:
+        ref = torch.stack([metrics.alpha(A, 0), metrics.alpha(A, 3)], dim=-1)  # (L, B, H, 2)
+        torch.testing.assert_close(st.alpha([0, 3]), ref, atol=1e-5, rtol=0)
+    assert torch.isnan(st.key_mass(0)[..., 1]).all()
+    with pytest.raises(ValueError, match=r"keys \[1\] were not measured"):
+        st.alpha([1])
+
+
+def test_chosen_keys_in_cached_decode_and_where_the_kernel_does_not_apply(tiny, tiny_gemma3):
+    """One query per step with a cache (mask None: every key), and Gemma-3's soft-capping (the kernel cannot):
+    alpha of key 0 equals the full statistics'."""
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, 256, (1, 14), generator=torch.Generator().manual_seed(6))
+    got = {}
+    for keys in ([0], None):
+        with torch.no_grad(), AttentionStats(tiny.model, keys=keys) as st:
+            cache = DynamicCache(config=tiny.model.config)
+            tiny.model(ids[:, :11], past_key_values=cache, use_cache=True)
+            for t in range(11, 14):
+                tiny.model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+        got[keys is None] = [st.col_sum[0][i][..., 0] for i in range(4)]
+    for a, b in zip(*got.values()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    model = tiny_gemma3(sliding_window=5, softcap=20.0)
+    ids = torch.randint(0, 100, (2, 17))
+    with torch.no_grad():
+        with AttentionStats(model, keys=[0]) as st:
+            model(ids)
+        with AttentionStats(model) as full:
+            model(ids)
+    torch.testing.assert_close(st.alpha([0]), full.alpha([0]), atol=1e-6, rtol=0)
+
+
+def test_under_an_outer_switch_the_backend_computes_the_output(tiny):
+    """Nested inside another attention switch (an intervention, a variant) the statistics must not replace that
+    switch's output: here the outer function doubles every output, so the logits must change with it."""
+    from sinklib.core.switch import AttentionSwitch
+
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(4))
+    calls = []
+
+    def doubled(module, *args, **kwargs):
+        calls.append(1)
+        out, w = outer.delegate(module, *args, **kwargs)
+        return 2 * out, w
+
+    with torch.no_grad():
+        with (outer := AttentionSwitch(tiny.model, "doubled", doubled)):
+            ref = tiny.model(ids).logits
+        n = len(calls)
+        with AttentionSwitch(tiny.model, "doubled", doubled) as outer, AttentionStats(tiny.model) as st:
+            got = tiny.model(ids).logits
+    assert len(calls) == 2 * n and st.layers == list(range(tiny.n_layers))
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
 def test_cleans_up(tiny):
     before = set(AttentionInterface._global_mapping)
     with pytest.raises(RuntimeError, match="boom"), AttentionStats(tiny.model):
@@ -115,7 +222,7 @@ def test_static_cache_prefill_with_no_mask_matches_the_model(tiny):
         masks = []
         with AttentionStats(tiny.model) as st:
             reduce = st._reduce
-            st._reduce = lambda i, m, q, k, mask, kw: (masks.append(mask), reduce(i, m, q, k, mask, kw))
+            st._reduce = lambda i, m, q, k, mask, kw, **v: (masks.append(mask), reduce(i, m, q, k, mask, kw, **v))[1]
             tiny.model(ids, past_key_values=StaticCache(config=tiny.model.config, max_cache_len=32), use_cache=True)
     assert masks[0] is None  # the case in question really arises
     for layer in range(tiny.n_layers):
@@ -157,3 +264,39 @@ def test_context_sweep_keeps_every_window(tiny):
     lo, hi = sweep.range_over_windows()
     mean = sweep.mean_over()
     assert all(a <= m <= b for a, m, b in zip(lo, mean, hi)) and lo[0] < hi[0]  # windows differ
+
+
+@pytest.mark.parametrize("model_kind", ["llama", "gemma3"])
+def test_every_length_equals_its_own_forward(tiny, model_kind):
+    """The sweep reads length n off the first n queries of one long forward; that must equal alpha_0 of a separate
+    eager forward of the window's first n tokens -- for Llama (flash-kernel path) and for Gemma-3 with a sliding
+    window and soft-capping (blocked path)."""
+    from sinklib.core import analysis
+    from sinklib.core.data import text_windows
+
+    lm = tiny if model_kind == "llama" else _gemma3_lm(tiny)
+    sweep = analysis.first_token_mass_by_length(lm, [8, 24, 16], seed=1, progress=False, n_windows=2)
+    assert sweep.lengths == [8, 16, 24]
+    windows = text_windows(lm.tokenizer, 2, 24, 1, "bible")
+    for w, ids in enumerate(windows):
+        for i, n in enumerate(sweep.lengths):
+            with torch.no_grad(), Capture(lm.model, attentions=True) as cap:
+                lm.model(ids[None, :n])
+            ref = metrics.alpha(cap.stack("attentions")[:, 0], 0)  # (L, H)
+            torch.testing.assert_close(sweep.by_window[i, w], ref, atol=1e-5, rtol=0)
+
+
+def _gemma3_lm(template):
+    """A tiny random Gemma-3 (sliding window 5, soft-capping 20) behind the tiny model's byte tokenizer."""
+    import dataclasses
+
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(vocab_size=template.vocab_size, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                              sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                              attn_logit_softcapping=20.0)
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(config).eval()
+    return dataclasses.replace(template, model=model, n_layers=2, n_heads=2, n_kv_heads=1, hidden_size=32,
+                               head_dim=16)

@@ -79,3 +79,33 @@ def test_summary_prints_time_against_the_cpu_budget():
                            NotebookResult("13_vit", True, 1.0)], profile="cpu")
     assert "over budget (3.0x)" in table and table.count("over budget") == 1
     assert "budget" not in summary_table([NotebookResult("00_tour", True, 500.0)], profile="gpu").splitlines()[2]
+
+
+def test_two_at_a_time_with_a_thread_each_and_the_reader_last(tmp_path, capsys):
+    """jobs=2: the two independent notebooks overlap in time, each kernel gets cores // 2 torch threads, and a
+    notebook that reads the others' results (it takes ``figures_dir``) starts only after both have published."""
+    import os
+
+    books, figures = tmp_path / "notebooks", tmp_path / "figures"
+    books.mkdir()
+    work = ("import json, time, torch\nfrom pathlib import Path\nstart = time.time()\ntime.sleep(3)\n"
+            "Path(out_dir).mkdir(parents=True, exist_ok=True)\n"
+            "(Path(out_dir) / 'span.json').write_text(json.dumps([start, time.time(), torch.get_num_threads()]))")
+    write_notebook(books / "00_a.ipynb", work)
+    write_notebook(books / "01_b.ipynb", work)
+    reader = ("import json\nfrom pathlib import Path\n"
+              "spans = [json.loads((Path(figures_dir) / n / 'span.json').read_text()) for n in ('00_a', '01_b')]\n"
+              "assert len(spans) == 2")
+    write_notebook(books / "90_reader.ipynb", reader)
+    nb = json.loads((books / "90_reader.ipynb").read_text())
+    nb["cells"][0]["source"] += '\nfigures_dir = "."'
+    (books / "90_reader.ipynb").write_text(json.dumps(nb))
+
+    status = runner.run_all(profile="smoke", figures_dir=figures, build_dir=tmp_path / "build", notebook_dir=books,
+                            jobs=2)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    (s0, e0, t0), (s1, e1, t1) = (json.loads((figures / n / "span.json").read_text()) for n in ("00_a", "01_b"))
+    assert s1 < e0 and s0 < e1  # they ran side by side
+    assert t0 == t1 == max(1, (os.cpu_count() or 1) // 2)
+    assert "2 at a time" in out and "wall clock" in out

@@ -234,28 +234,32 @@ class ContextSweep:
 @torch.inference_mode()
 def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 0, source: str = "bible",
                                progress: bool = True, n_windows: int = 1) -> ContextSweep:
-    """alpha of the first token per layer and head at each context length, via the O(N)-memory statistics.
+    """alpha of the first token per layer and head at each context length, read off one forward per window.
 
-    ``n_windows`` different natural windows per length, each run alone (batch 1: memory stays O(N)), so a plot
-    can show how much one window differs from another. Lengths beyond the model's ``max_position_embeddings``
-    are skipped (and listed), not an error.
+    ``n_windows`` natural windows of the longest length, each run alone (batch 1: memory stays O(N)) with
+    :class:`~sinklib.core.attnstats.AttentionStats` tracking key 0 (torch's flash kernel plus one column). In a causal
+    model the first n queries of that forward are exactly a forward of the window's first n tokens, so alpha_0 at
+    length n is Gu et al.'s (1/n) sum_{t<n} A[t, 0] over those queries: every length costs one forward of the longest,
+    and the lengths of one window share their text (a curve shows the same passage growing). Lengths beyond the
+    model's ``max_position_embeddings`` are skipped (and listed), not an error.
     """
     from sinklib.core.data import text_windows
     from sinklib.core.memory import max_length
 
     limit = max_length(lm) or max(lengths)
-    used, skipped = [n for n in lengths if n <= limit], [n for n in lengths if n > limit]
-    rows = []
-    for n in tqdm(used, desc="context lengths", disable=not progress, leave=False):
-        check_fits(lm, 1, n)
-        windows = text_windows(lm.tokenizer, n_windows, n, seed, source)  # (n_windows, n)
-        per = []
-        for ids in windows:
-            with AttentionStats(lm.model) as stats:
-                lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
-            per.append(stats.alpha([0])[:, 0, :, 0])  # (L, H)
-        rows.append(torch.stack(per))  # (n_windows, L, H)
-    return ContextSweep(used, skipped, torch.stack(rows))
+    used, skipped = sorted(n for n in lengths if n <= limit), [n for n in lengths if n > limit]
+    if not used:
+        return ContextSweep([], skipped, torch.empty(0, n_windows, lm.n_layers, lm.n_heads))
+    longest = used[-1]
+    check_fits(lm, 1, longest)
+    windows = text_windows(lm.tokenizer, n_windows, longest, seed, source)  # (n_windows, longest)
+    per_window = []
+    for ids in tqdm(windows, desc=f"{n_windows} window(s) of {longest} tokens", disable=not progress, leave=False):
+        with AttentionStats(lm.model, keys=[0]) as stats:  # one flash pass per layer: output + key 0
+            lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
+        p0 = torch.stack([stats.probs_of_keys(i)[0, :, :, 0] for i in stats.layers])  # (L, H, longest): A[t, 0]
+        per_window.append(torch.stack([p0[..., :n].mean(dim=-1) for n in used]))  # (len(used), L, H)
+    return ContextSweep(used, skipped, torch.stack(per_window, dim=1))  # (len(used), n_windows, L, H)
 
 
 def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3) -> Claim:

@@ -1,9 +1,16 @@
 """Sink statistics at long context without materialising attention: O(chunk x N) extra memory per head.
 
-:class:`AttentionStats` registers a function in transformers' ``AttentionInterface`` that (1) lets the model's own
-attention backend (sdpa, eager, ...) compute the layer's output as usual and (2) recomputes the attention
-probabilities of a block of ``chunk`` queries at a time from the same (post-RoPE) queries and keys, reducing each
-block at once to
+:class:`AttentionStats` registers a function in transformers' ``AttentionInterface`` that computes the attention
+probabilities of a block of ``chunk`` queries at a time from the layer's (post-RoPE) queries and keys and, in the
+same pass, the layer's output ``P V`` for that block (``fused``, the default, when the tower's backend is plain
+sdpa or eager and no dropout is active: one QK^T + softmax per layer instead of the backend's plus ours; equal to
+sdpa's output within float32 rounding). Otherwise -- an outer switch (a mitigation variant, an intervention), dropout
+in training, or ``fused=False`` -- the model's own backend computes the output and the probabilities are recomputed
+beside it. When only a few keys are wanted (``keys=[0]``: the first token's alpha at long context) and the tower
+runs plain sdpa / eager attention on a CPU, the output and each query's log-sum-exp come from torch's own
+flash-attention kernel in one pass, and the probabilities of the wanted keys follow from it:
+p_tj = exp(q_t . k_j * scaling - lse_t) -- the statistics cost one (T x |keys|) product. Otherwise each block is
+reduced at once to
 
 * ``col_sum[b, h, j]`` = sum_t A[t, j] and ``visible[b, j]`` = number of queries allowed to see key j, so the sink
   mass per key is m_j = col_sum_j / visible_j (= Gu et al.'s alpha_j for every key j);
@@ -26,6 +33,7 @@ attention than the model's.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -55,6 +63,11 @@ def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop
     return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
 
 
+def _pad_keys(p: torch.Tensor, k: int) -> torch.Tensor:
+    """(B, H, T, K') -> (B, H, T, k): tracked keys beyond the sequence (K' < k) get 0."""
+    return p if p.shape[-1] == k else torch.nn.functional.pad(p, (0, k - p.shape[-1]))
+
+
 class AttentionStats:
     """Context manager collecting per-layer sink statistics while the model runs its normal attention.
 
@@ -63,12 +76,18 @@ class AttentionStats:
     >>> st.key_mass(layer=5).shape    # (B, H, N): sink mass per key
     >>> st.alpha(keys=[0]).shape      # (L, B, H, 1)
 
+    ``keys``: when only these keys' statistics are needed; on the fast path (CPU, plain sdpa / eager, no soft-cap or
+    learned sink) only they are measured and :meth:`key_mass` is NaN at every other key. ``entropy`` needs all keys.
     Results accumulate over forwards of equal length; call :meth:`clear` between batches of different length.
     """
 
     def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES):
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, fused: bool = True, keys: Sequence[int] | None = None):
+        if keys is not None and entropy:
+            raise ValueError("entropy needs every key's probability: use keys=None with entropy=True")
         self.model = model
+        self.fused = fused
+        self.keys = None if keys is None else sorted({int(k) for k in keys})
         self.adapter = adapter_for(model)
         self.entropy = entropy
         self.chunk = chunk
@@ -77,6 +96,7 @@ class AttentionStats:
         self.visible: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, N)]
         self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
+        self.key_probs: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T, len(keys))]
         self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
         self._timm = _TimmProbabilities(self) if self.adapter.backend == "timm" else None
 
@@ -87,12 +107,15 @@ class AttentionStats:
         return max(16, self.block_bytes // (4 * batch * heads * k_len))
 
     @torch.no_grad()
-    def _reduce(self, layer: int, module, query, key, attention_mask, kwargs) -> None:
+    def _reduce(self, layer: int, module, query, key, attention_mask, kwargs,
+                value: torch.Tensor | None = None) -> torch.Tensor | None:
         """Reduce one layer's attention to statistics, ``chunk`` queries at a time.
 
         Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
         stacked), p = softmax_j(l) (times 1 - p_sink for a learned sink logit), and the column sums sum_t p_tj --
-        the probabilities are never stored beyond the block.
+        the probabilities are never stored beyond the block. With ``value`` (B, Hkv, N, hd) the block's output
+        o = p v is computed too and the layer's output returned as the backends return it: (B, T, H, hd) in the
+        query's dtype (rows that see no key give 0).
         """
         B, H, T, hd = query.shape  # T queries
         N, Hkv = key.shape[2], key.shape[1]
@@ -120,6 +143,10 @@ class AttentionStats:
         else:
             vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
         ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
+        tracked = [j for j in self.keys if j < N] if self.keys is not None else []
+        probs = torch.zeros(B, Hkv, G, T, len(tracked), device=query.device) if tracked else None
+        out = torch.empty(B, Hkv, G, T, hd, device=query.device) if value is not None else None
+        v = value.float() if value is not None else None  # (B, Hkv, N, hd), shared by the G heads of a group
         sink = torch.empty(B, Hkv, G, T, device=query.device) if sinks is not None else None
         step = self._chunk_size(B, H, N)
         for start in range(0, T, step):
@@ -145,6 +172,12 @@ class AttentionStats:
             if sinks is not None:
                 e.mul_(1.0 - p_sink)
             col[..., :k_hi] += e.sum(dim=3).double()
+            if probs is not None:  # tracked keys beyond k_hi are causally invisible to this block: 0
+                seen = [i for i, j in enumerate(tracked) if j < k_hi]
+                probs[:, :, :, start:stop, seen] = e[..., [tracked[i] for i in seen]]
+            if out is not None:  # o = p v: one GEMM per KV head, (B, Hkv, G * C, hd)
+                out[:, :, :, start:stop] = torch.matmul(e.view(B, Hkv, G * C, k_hi), v[..., :k_hi, :]).view(
+                    B, Hkv, G, C, hd)
             if ent is not None:  # H_t = -sum_j p_tj log p_tj (- p_sink log p_sink)
                 h = torch.special.entr(e).sum(-1)
                 ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
@@ -155,11 +188,77 @@ class AttentionStats:
             self.query_entropy[layer].append(ent.flatten(1, 2).cpu())
         if sink is not None:
             self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
+        if self.keys is not None:
+            self.key_probs[layer].append(_pad_keys(probs.flatten(1, 2) if probs is not None else
+                                                   torch.zeros(B, H, T, 0), len(self.keys)).cpu())
+        if out is None:
+            return None
+        return out.view(B, H, T, hd).transpose(1, 2).contiguous().to(query.dtype)  # (B, T, H, hd)
+
+    @torch.no_grad()
+    def _reduce_keys(self, layer: int, module, query, key, value, attention_mask, kwargs) -> torch.Tensor:
+        """Output and statistics of ``self.keys`` in one pass of torch's CPU flash-attention kernel.
+
+        The kernel returns o = softmax(l) v and lse_t = log sum_j exp(l_tj) (l = q k^T * scaling, masked); the
+        wanted keys' probabilities are p_tj = exp(l_tj - lse_t) where query t may see key j, else 0. Masks as sdpa
+        reads them (None: causal for T > 1 in a causal module, all keys otherwise). Returns (B, T, H, hd).
+        """
+        B, H, T, hd = query.shape
+        N, Hkv = key.shape[2], key.shape[1]
+        G = H // Hkv
+        scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
+        window = kwargs.get("sliding_window")
+        if attention_mask is None and window and window < N:
+            raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
+                             "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
+        causal = attention_mask is None and T > 1 and getattr(module, "is_causal", True)
+        mask = attention_mask[:, :, :, :N] if attention_mask is not None else None
+        if mask is not None and mask.dtype == torch.bool:  # the kernel takes additive masks of the query's dtype
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
+                ~mask, torch.finfo(query.dtype).min)
+        k_rep, v_rep = key.repeat_interleave(G, dim=1), value.repeat_interleave(G, dim=1)  # (B, H, N, hd)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, k_rep, v_rep, 0.0, causal, attn_mask=mask, scale=scaling)  # (B, H, T, hd), (B, H, T)
+        keys = [j for j in self.keys if j < N]
+        logits = (query.float() * scaling) @ k_rep[:, :, keys].float().transpose(-1, -2)  # (B, H, T, K)
+        if attention_mask is None and not causal:
+            ok = torch.ones(1, 1, T, len(keys), dtype=torch.bool, device=query.device)
+        elif attention_mask is None:
+            ok = (torch.tensor(keys, device=query.device)[None, :] <= torch.arange(T, device=query.device)[:, None]
+                  )[None, None]
+        else:
+            ok = _allowed(attention_mask, T, N, 0, T, query.device)[..., keys]  # (B|1, 1, T, K)
+        p = torch.exp(logits - lse.float().unsqueeze(-1)).masked_fill(~ok, 0.0).nan_to_num_(0.0)
+        col = torch.zeros(B, H, N, device=query.device)
+        vis = torch.zeros(B, N, device=query.device)
+        self.key_probs[layer].append(_pad_keys(p, len(self.keys)).cpu())
+        col[..., keys] = p.sum(dim=2)
+        vis[:, keys] = ok.sum(dim=2).flatten(1).float().expand(B, -1)
+        self.col_sum[layer].append(col.cpu())
+        self.visible[layer].append(vis.cpu())
+        return out.transpose(1, 2).contiguous()
+
+    def _keys_fast_path(self, module, query, value, kwargs) -> bool:
+        """Only some keys wanted, a CPU tensor, plain sdpa / eager, nothing the flash kernel does not do (soft-cap,
+        a learned sink logit, dropout, a value width other than the query's)."""
+        return (self.keys is not None and query.device.type == "cpu" and self._can_fuse(module, kwargs)
+                and kwargs.get("softcap") is None and kwargs.get("s_aux", getattr(module, "sinks", None)) is None
+                and value.shape[-1] == query.shape[-1] and query.dtype in (torch.float32, torch.bfloat16))
+
+    def _can_fuse(self, module, kwargs) -> bool:
+        """Compute the output here only when the backend it replaces is plain sdpa / eager (not an outer switch) and
+        no dropout is active (transformers passes ``dropout`` > 0 only in training)."""
+        return self.fused and self._switch.backend_for(module) in ("sdpa", "eager") and not kwargs.get("dropout")
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.adapter.index_of(module)
-        if layer is not None:  # other towers (an MLLM's vision encoder) are not reduced
-            self._reduce(layer, module, query, key, attention_mask, kwargs)
+        if layer is None:  # other towers (an MLLM's vision encoder) are not reduced
+            return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
+        if self._keys_fast_path(module, query, value, kwargs):
+            return self._reduce_keys(layer, module, query, key, value, attention_mask, kwargs), None
+        if self._can_fuse(module, kwargs):
+            return self._reduce(layer, module, query, key, attention_mask, kwargs, value=value), None
+        self._reduce(layer, module, query, key, attention_mask, kwargs)
         return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ context
@@ -204,7 +303,17 @@ class AttentionStats:
     def alpha(self, keys: list[int] | None = None) -> torch.Tensor:
         """alpha_k for every layer: (L, B_total, H, len(keys)) (default key 0)."""
         keys = [0] if keys is None else list(keys)
+        if self.keys is not None and (missing := sorted(set(keys) - set(self.keys))):
+            raise ValueError(f"keys {missing} were not measured: AttentionStats(..., keys={self.keys}) tracks only those")
         return torch.stack([self.key_mass(i)[..., keys] for i in self.layers])
+
+    def probs_of_keys(self, layer: int) -> torch.Tensor:
+        """A[t, j] for every query t and each tracked key j (``keys=``): (B_total, H, T, len(keys)), 0 where t may
+        not see j. With causal attention the first n queries are exactly a forward of the first n tokens, so
+        alpha_j of every prefix follows: ``probs[..., j:n, i].mean(-1)``."""
+        if self.keys is None:
+            raise RuntimeError("per-query probabilities are kept for chosen keys only: AttentionStats(model, keys=[0])")
+        return torch.cat(self.key_probs[layer])
 
     def entropy_by_query(self, layer: int) -> torch.Tensor:
         """Per-query attention entropy (B_total, H, T); needs ``entropy=True``."""
@@ -217,7 +326,7 @@ class AttentionStats:
         return torch.cat(self.sink_mass[layer]) if self.sink_mass[layer] else None
 
     def clear(self) -> None:
-        for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass):
+        for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass, self.key_probs):
             store.clear()
 
 

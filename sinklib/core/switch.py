@@ -109,12 +109,16 @@ class AttentionSwitch:
         AttentionMaskInterface._global_mapping.pop(self.name, None)
         self.name = None
 
+    def backend_for(self, module: nn.Module) -> str | None:
+        """Name of the attention function this module's tower used before the switch (sdpa, eager, an outer switch)."""
+        return self._before.before(module, self.previous)
+
     def delegate(self, module: nn.Module, *args, **kwargs):
         """Call the attention function that was active for this module's tower before the switch (sdpa, eager, an
         outer switch, ...)."""
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        previous = self._before.before(module, self.previous)
+        previous = self.backend_for(module)
         return ALL_ATTENTION_FUNCTIONS.get_interface(previous, eager_for(module))(module, *args, **kwargs)
 
 

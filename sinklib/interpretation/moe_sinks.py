@@ -121,7 +121,7 @@ def first_token_state(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -
     alphas, peaks = [], []
     for batch in batches(ids, batch_size):
         first = {"hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B,)
-        with AttentionStats(lm.model) as st, Capture(lm.model, hidden_states=True, reduce=first) as cap:
+        with AttentionStats(lm.model, keys=[0]) as st, Capture(lm.model, hidden_states=True, reduce=first) as cap:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
         alphas.append(st.alpha([0])[..., 0].mean(dim=-1))  # (L, B)
         peaks.append(cap.stack("hidden_states"))  # (L, B)

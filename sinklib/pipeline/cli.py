@@ -67,7 +67,7 @@ def _cmd_figures(args) -> int:
         return 0 if all(p.fits for p in plans) else 1
 
     return run_all(profile=args.profile, model=args.model, device=args.device, seed=args.seed,
-                   only=args.notebooks, figures_dir=args.figures_dir, build_dir=args.build_dir)
+                   only=args.notebooks, figures_dir=args.figures_dir, build_dir=args.build_dir, jobs=args.jobs)
 
 
 def _cmd_gallery(args) -> int:
@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print each notebook's models, download sizes, dtype, batch sizes and memory per step; exit 1 "
                         "if a step does not fit (nothing is downloaded or run)")
     f.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory the gpu profile's plan is checked against")
+    f.add_argument("--jobs", type=int, default=None,
+                   help="notebooks run at once (default: 2 on CPU profiles with >= 2 cores, each kernel with "
+                        "cores/2 threads; 1 on the gpu profile)")
     f.set_defaults(func=_cmd_figures)
 
     g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")

@@ -176,7 +176,7 @@ SIZES: dict[str, dict[str, object]] = {
         "smoke": UtilizationSizes(batch_size=8, probe_seqs=8, eval_seqs=4, eval_seq_len=64, stream_tokens=160,
                                   cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24),
         "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=32, eval_seq_len=256, stream_tokens=3072,
-                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=768),
+                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=512),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=65536,
                                 cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192),
     },

@@ -80,7 +80,8 @@ def render_html(executed: Path, target: Path) -> Path | None:
 
 
 def run_notebook(
-    path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path
+    path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path,
+    progress_bar: bool = True,
 ) -> NotebookResult:
     import papermill as pm
 
@@ -97,17 +98,18 @@ def run_notebook(
     # The kernel draws figures inline (whatever MPLBACKEND the shell exported for scripts), so the executed notebook
     # and its HTML page show every figure beside the code that made it.
     backend = os.environ.get("MPLBACKEND")
-    os.environ["MPLBACKEND"] = INLINE_BACKEND
+    os.environ["MPLBACKEND"] = INLINE_BACKEND  # run_all sets it once for parallel runs: then this changes nothing
     try:
         pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
-                            kernel_name="python3", progress_bar=True)
+                            kernel_name="python3", progress_bar=progress_bar)
     except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
         return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
     finally:
-        if backend is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = backend
+        if backend != INLINE_BACKEND:  # standalone call: put the caller's back
+            if backend is None:
+                os.environ.pop("MPLBACKEND", None)
+            else:
+                os.environ["MPLBACKEND"] = backend
     seconds = time.perf_counter() - start
     render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
@@ -120,8 +122,10 @@ CPU_BUDGET_S = {"00_tour": 90, "01_utilization": 150, "02_interpretation": 90, "
                 "11_moe": 60, "12_mllm": 90, "13_vit": 45, "90_scorecard": 15}
 
 
-def summary_table(results: list[NotebookResult], profile: str = "cpu") -> str:
-    """Notebook, status, seconds and -- on the CPU profile -- the budget and whether it was kept."""
+def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: float | None = None,
+                  jobs: int = 1) -> str:
+    """Notebook, status, seconds and -- on the CPU profile -- the budget and whether it was kept; with ``wall`` the
+    run's wall-clock time (notebooks ran ``jobs`` at a time) against the whole budget."""
     budgets = CPU_BUDGET_S if profile == "cpu" else {}
     lines = [f"{'notebook':<22}{'status':<8}{'seconds':>9}{'budget':>8}  note", "-" * 70]
     for r in results:
@@ -133,8 +137,13 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu") -> str:
     failed = sum(not r.ok for r in results)
     lines.append("-" * 70)
     in_budget = sum(budgets.get(r.name, 0) for r in results)
-    lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s in all"
-                 + (f" (budget {in_budget} s with warm caches)" if in_budget else ""))
+    lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s of notebook time"
+                 + (f" ({jobs} at a time)" if jobs > 1 else ""))
+    if wall is not None:
+        verdict = (f" -- budget {in_budget} s with warm caches: " + ("kept" if wall <= in_budget else
+                                                                      f"over ({wall / in_budget:.1f}x)")
+                   if in_budget else "")
+        lines.append(f"wall clock {wall:.1f} s ({wall / 60:.1f} min){verdict}")
     return "\n".join(lines)
 
 
@@ -147,21 +156,43 @@ def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     return float(headline["seconds"]) if headline.get("profile") == profile and "seconds" in headline else None
 
 
-def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float) -> str:
+def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float, jobs: int = 1) -> str:
     """"elapsed 3.2 min, ~5.0 min to go": the estimate sums the last run times of the notebooks still to run (those
-    never run with this profile here are left out, and the estimate says so)."""
+    never run with this profile here are left out, and the estimate says so), divided by the notebooks run at once."""
     known = [last_seconds(figures_dir, b.stem, profile) for b in remaining]
-    estimate = sum(t for t in known if t is not None)
+    estimate = sum(t for t in known if t is not None) / jobs
     missing = sum(t is None for t in known)
     rest = f"~{estimate / 60:.1f} min to go" + (f" (+{missing} never timed here)" if missing else "")
     return f"-- elapsed {elapsed / 60:.1f} min, {rest}"
 
 
+def default_jobs(profile: str) -> int:
+    """Notebooks run at once: two on the CPU profiles when there are two or more cores (each kernel then gets
+    cores // 2 threads; token-by-token loops such as decoding cannot use a second thread, so two kernels finish
+    sooner than one with both), one on a GPU (one device)."""
+    return 2 if profile != "gpu" and (os.cpu_count() or 1) >= 2 else 1
+
+
+def _schedule(books: list[Path], figures_dir: Path, profile: str) -> tuple[list[Path], list[Path]]:
+    """(notebooks that can run side by side, longest last run first; notebooks that read the others' results, run
+    after them in their numbered order -- 90_scorecard)."""
+    import papermill as pm
+
+    last = [b for b in books if "figures_dir" in pm.inspect_notebook(str(b))]
+    first = [b for b in books if b not in last]
+    first.sort(key=lambda b: -(last_seconds(figures_dir, b.stem, profile) or float("inf")))
+    return first, last
+
+
 def run_all(
     profile: str = "cpu", model: str = "", device: str = "", seed: int = 0, only: list[str] | None = None,
     figures_dir: str | Path = "figures", build_dir: str | Path = "build", notebook_dir: Path = NOTEBOOK_DIR,
+    jobs: int | None = None,
 ) -> int:
-    """Run the notebooks, print the summary, build the gallery; return the exit status (1 if any failed)."""
+    """Run the notebooks (``jobs`` at a time; None: :func:`default_jobs`), print the summary, build the gallery;
+    return the exit status (1 if any failed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from sinklib.pipeline.gallery import build_gallery
 
     # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
@@ -172,18 +203,45 @@ def run_all(
     if profile not in PROFILES:  # refused here, before any kernel starts
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     books = discover(notebook_dir, only)
-    results = []
+    jobs = max(1, min(jobs or default_jobs(profile), len(books)))
+    side_by_side, after = _schedule(books, figures_dir, profile)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
+    results: dict[str, NotebookResult] = {}
     started = time.perf_counter()
-    for i, book in enumerate(books, 1):
-        eta = progress(books[i - 1:], figures_dir, profile, time.perf_counter() - started)
-        print(f"[{i}/{len(books)}] {book.stem} (profile={profile}{', model=' + model if model else ''}"
+    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ["MPLBACKEND"] = INLINE_BACKEND  # set once for every kernel (run_notebook then leaves it alone)
+    if jobs > 1:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    count = iter(range(1, len(books) + 1))
+
+    def one(book: Path) -> NotebookResult:
+        done = [b for b in books if b.stem in results]
+        eta = progress([b for b in books if b not in done], figures_dir, profile, time.perf_counter() - started,
+                       jobs)
+        print(f"[{next(count)}/{len(books)}] {book.stem} (profile={profile}{', model=' + model if model else ''}"
               f"{', device=' + device if device else ''}) {eta}", flush=True)
-        res = run_notebook(book, profile=profile, model=model, device=device, seed=seed,
-                           figures_dir=figures_dir, build_dir=build_dir)
+        res = run_notebook(book, profile=profile, model=model, device=device, seed=seed, figures_dir=figures_dir,
+                           build_dir=build_dir, progress_bar=jobs == 1)
         status = "ok" if res.ok else f"FAILED: {res.message} (previous figures kept; see {build_dir}/notebooks)"
         print(f"      {book.stem}: {status} in {res.seconds:.1f} s", flush=True)
-        results.append(res)
+        results[book.stem] = res
+        return res
+
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, side_by_side))
+        for book in after:
+            one(book)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    wall = time.perf_counter() - started
+    ordered = [results[b.stem] for b in books]
     gallery = build_gallery(figures_dir)
-    print(summary_table(results, profile))
+    print(summary_table(ordered, profile, wall=wall, jobs=jobs))
     print(f"gallery: {gallery}")
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(r.ok for r in ordered) else 1
