@@ -180,18 +180,20 @@ def test_under_an_outer_switch_the_backend_computes_the_output(tiny):
     from sinklib.core.switch import AttentionSwitch
 
     ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(4))
-    calls = []
+    calls, outer = [], []  # outer[-1]: the switch in force, whose previous backend `doubled` calls
 
     def doubled(module, *args, **kwargs):
         calls.append(1)
-        out, w = outer.delegate(module, *args, **kwargs)
+        out, w = outer[-1].delegate(module, *args, **kwargs)
         return 2 * out, w
 
     with torch.no_grad():
-        with (outer := AttentionSwitch(tiny.model, "doubled", doubled)):
+        outer.append(AttentionSwitch(tiny.model, "doubled", doubled))
+        with outer[-1]:
             ref = tiny.model(ids).logits
         n = len(calls)
-        with AttentionSwitch(tiny.model, "doubled", doubled) as outer, AttentionStats(tiny.model) as st:
+        outer.append(AttentionSwitch(tiny.model, "doubled", doubled))
+        with outer[-1], AttentionStats(tiny.model) as st:
             got = tiny.model(ids).logits
     assert len(calls) == 2 * n and st.layers == list(range(tiny.n_layers))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
