@@ -64,7 +64,7 @@ lab: setup  ## open JupyterLab on the notebooks
 	$(VENV)/bin/jupyter lab notebooks
 
 lint: setup  ## ruff, and a check that every .ipynb matches its .py twin
-	$(VENV)/bin/ruff check sinklib tests benchmarks notebooks/*.py
+	$(VENV)/bin/ruff check sinklib tests benchmarks notebooks/*.py notebooks/exercises/*.py notebooks/exercises/solutions/*.py
 	$(PY) -m pytest -q tests/test_notebook_pairs.py
 
 sync:  ## after editing a notebook's .py twin, regenerate its .ipynb (no outputs)

@@ -77,6 +77,14 @@ def _cmd_gallery(args) -> int:
     return 0
 
 
+def _cmd_exercises(args) -> int:
+    from sinklib.teaching.exercises import write_exercises
+
+    for path in write_exercises():
+        print(path)
+    return 0
+
+
 def _cmd_scorecard(args) -> int:
     from sinklib.pipeline import scorecard
 
@@ -130,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--figures-dir", default="figures")
     g.set_defaults(func=_cmd_gallery)
 
+    e = sub.add_parser("exercises", help="write notebooks/exercises/ from the solutions (stubs where the answers are)")
+    e.set_defaults(func=_cmd_exercises)
     s = sub.add_parser("scorecard", help="every notebook's claims in one table: which published claims hold, where")
     s.add_argument("--figures-dir", default="figures")
     s.add_argument("--json", action="store_true", help="print one JSON object (claims, per-paper counts)")

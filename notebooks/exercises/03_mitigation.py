@@ -1,0 +1,104 @@
+# %% [markdown]
+# # Exercises for 03 · Mitigation -- attention functions without a sink
+#
+# **What you will practise.** Writing the attention functions `03_mitigation` trains -- softmax-off-by-one, Softpick,
+# head-wise RMSNorm -- and plugging one into a pretrained model through transformers' attention registry.
+# **Prerequisites:** `03_mitigation` sections 1-2; softmax and its numerical stability. **Time:** about 45 minutes;
+# the last cells load SmolLM2-135M from the offline cache (seconds).
+#
+# Each check runs your function on hand-worked cases (`help(check.softpick)`) and against sinklib's variants.
+#
+# > Generated from `solutions/03_mitigation.py` by `python -m sinklib exercises`: edit the solution file, then regenerate.
+
+
+# %%
+import math
+
+import torch
+
+from sinklib.teaching import check
+
+# %% [markdown]
+# ## Task 1 · softmax-off-by-one
+# $p_j = \dfrac{e^{l_j}}{1 + \sum_{j'} e^{l_{j'}}}$ over the last dimension; masked logits are $-\infty$ and get 0.
+# A query can now put its attention "nowhere" (on an implicit zero logit) instead of on a sink token. Write it so that
+# logits of 1000 do not overflow (hint: append a zero logit and use `torch.softmax`).
+
+# %%
+def softmax_off_by_one(logits: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError  # your code here
+
+
+check.softmax_off_by_one(softmax_off_by_one)
+
+# %% [markdown]
+# ## Task 2 · Softpick
+# $p_j = \dfrac{\mathrm{relu}(e^{l_j} - 1)}{\sum_{j'} |e^{l_{j'}} - 1|}$ over the visible keys (masked: $-\infty$,
+# left out of the denominator too). Negative logits get no weight; rows may sum to less than 1. For stability,
+# multiply numerator and denominator by $e^{-m}$, $m = \max(\max_j l_j, 0)$.
+
+# %%
+def softpick(logits: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError  # your code here
+
+
+check.softpick(softpick)
+
+# %% [markdown]
+# ## Task 3 · head-wise RMSNorm (the structural-origin paper's fix)
+# $\hat o = o \,/\, \sqrt{\mathrm{mean}_c\, o_c^2 + \epsilon} \cdot g$, per head over its $hd$ channels, with a gain
+# $g \in \mathbb{R}^{hd}$ shared by the heads. `o` is (B, H, T, hd).
+
+# %%
+def head_rmsnorm(o: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    raise NotImplementedError  # your code here
+
+
+check.head_rmsnorm(head_rmsnorm)
+
+# %% [markdown]
+# ## Task 4 · an attention function for transformers
+# transformers 5 calls every attention implementation as `fn(module, query, key, value, attention_mask, scaling=...,
+# dropout=..., **kwargs)` and expects `(output (B, T, H, hd), weights)`. Write softmax-off-by-one in that form:
+# repeat key/value heads for grouped-query attention, scale, add the mask (or apply the causal mask when it is
+# None), use your Task 1 function, multiply by the values, transpose back.
+
+# %%
+def attention_function(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    raise NotImplementedError  # your code here
+
+
+check.attention_function(attention_function)
+
+# %% [markdown]
+# ## Try it on a real model
+# SmolLM2-135M was trained with softmax. Predict, then run: if every layer's softmax becomes off-by-one (one extra
+# unit in each row's denominator), does its perplexity move a little or a lot? What does that say about the size of
+# $\sum_j e^{l_j}$ in a model with a sink?
+
+# %%
+from sinklib.core.data import text_windows  # noqa: E402
+from sinklib.core.models import load_model  # noqa: E402
+from sinklib.core.switch import AttentionSwitch  # noqa: E402
+
+lm = load_model("smollm2-135m", device="cpu", dtype="float32")
+ids = text_windows(lm.tokenizer, 4, 128, seed=0, split="heldout")
+
+
+def perplexity() -> float:
+    with torch.no_grad():
+        return math.exp(float(lm.model(ids, labels=ids).loss))
+
+
+before = perplexity()
+with AttentionSwitch(lm.model, "exercise", attention_function):
+    after = perplexity()
+print(f"perplexity with softmax {before:.2f}, with your softmax-off-by-one {after:.2f}")
+
+# %% [markdown]
+# ## Questions to try
+# 1. Swap Task 1 for your Softpick inside `attention_function` (rows may sum to far less than 1): how much does the
+#    perplexity move now, and why is this model not a fair test of Softpick (see `03_mitigation`: trained from scratch)?
+# 2. In Task 2, what does a row of all-negative logits give? What would a model learn to do with that?
+# 3. Head-wise RMSNorm keeps every head's output at unit RMS: which of the chain's steps in `02_interpretation` does
+#    that break?

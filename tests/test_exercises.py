@@ -1,0 +1,105 @@
+"""The teaching track: every check passes on its solution, fails on the stub and on a deliberately wrong answer, and
+the exercise notebooks are the solutions with the answers taken out."""
+
+import runpy
+
+import jupytext
+import pytest
+import torch
+
+from sinklib.teaching import check, exercises
+
+SOLUTIONS = exercises.solution_files()
+
+
+def test_strip_solutions_keeps_the_indent_and_refuses_unbalanced_markers():
+    text = "def f(x):\n    # BEGIN SOLUTION\n    y = x + 1\n    return y\n    # END SOLUTION\n\n\nprint(1)\n"
+    assert exercises.strip_solutions(text) == f"def f(x):\n    {exercises.STUB}\n\n\nprint(1)\n"
+    with pytest.raises(ValueError, match="unbalanced"):
+        exercises.strip_solutions("# BEGIN SOLUTION\nx = 1\n")
+
+
+def test_one_exercise_per_research_notebook_in_sync_with_its_solution():
+    from sinklib.core.paths import NOTEBOOK_DIR
+
+    research = {p.stem for p in NOTEBOOK_DIR.glob("0[0-3]_*.py")}
+    assert {p.stem for p in SOLUTIONS} == research
+    for solution in SOLUTIONS:
+        exercise = exercises.EXERCISE_DIR / solution.name
+        assert exercise.read_text() == exercises.exercise_text(solution), (
+            f"{exercise} is out of date: run python -m sinklib exercises")
+        assert "# BEGIN SOLUTION" not in exercise.read_text()
+        for twin in (solution, exercise):
+            ipynb = twin.with_suffix(".ipynb")
+            assert ipynb.exists(), f"{ipynb} missing: run python -m sinklib exercises"
+            assert [c.source for c in jupytext.read(ipynb).cells] == [c.source for c in jupytext.read(twin).cells], (
+                f"{ipynb.name} differs from its .py: run python -m sinklib exercises")
+        tasks = exercise.read_text().count(exercises.STUB)
+        assert 3 <= tasks <= 6, f"{exercise.name}: {tasks} tasks"
+
+
+@pytest.fixture(scope="module")
+def solved():
+    """Every solution notebook run as a script (its try-it cells on SmolLM2 included): {function name: function}."""
+    found = {}
+    for solution in SOLUTIONS:
+        names = runpy.run_path(str(solution))
+        found |= {k: v for k, v in names.items() if k in check.ALL}
+    return found
+
+
+def test_every_check_is_used_and_passes_on_its_solution(solved):
+    assert set(solved) == set(check.ALL), f"checks without an exercise: {set(check.ALL) - set(solved)}"
+    for name, fn in solved.items():
+        result = check.ALL[name](fn, quiet=True)
+        assert result, f"{name}: {result.message}"
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def _wrong_attention_function(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """Plain softmax: the off-by-one is missing."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    logits = query @ key.transpose(-1, -2) * (scaling or query.shape[-1] ** -0.5)
+    T, N = logits.shape[-2:]
+    logits = logits + attention_mask[..., :N] if attention_mask is not None else logits.masked_fill(
+        torch.ones(T, N, dtype=torch.bool).triu(N - T + 1), float("-inf"))
+    w = torch.softmax(logits, dim=-1)
+    return (w @ value).transpose(1, 2), w
+
+
+def _in_place_mask(mask, k):
+    mask[k] = float("-inf")
+    mask[k, k] = 0.0
+    return mask
+
+
+WRONG = {  # one plausible mistake per check
+    "alpha": lambda a, k: a[..., :, k].mean(-1),  # divides by T, counts queries that cannot see k
+    "sink_rate": lambda a, eps: (a >= eps).float().mean().item(),  # >= instead of >
+    "uniform_alpha": lambda T: 1.0 / T,  # the last query's share, not the mean over queries
+    "dom_ratio": lambda h: h.abs().amax(-1) / h.mean(-1),  # mean without the absolute value
+    "massive": lambda h: h.abs() > 100,  # forgets the 1000 x median condition
+    "kept_positions": lambda seen, n, w: list(range(max(0, seen - n - w), seen)),  # window only, no sinks
+    "fake_quantize": lambda x, bits, g: torch.round(x * (2**bits - 1)) / (2**bits - 1),  # no min/max, no groups
+    "act_redistribute": lambda w, s, beta: torch.where(s[:, :, None, :], beta * w, w),  # mass lost, not moved
+    "position_variance": lambda x: x.float().var(dim=0).flatten(1).mean(1),  # unbiased (N - 1)
+    "self_only_mask": _in_place_mask,  # right values, but the caller's mask is changed
+    "super_neuron": lambda a: int(a.abs().amax(dim=(0, 1)).argmax()),  # any token, not the first
+    "softmax_off_by_one": lambda x: torch.softmax(x, dim=-1),  # the extra 1 is missing
+    "softpick": lambda x: torch.relu(torch.expm1(x)) / torch.expm1(x).abs().sum(-1, keepdim=True),  # masked keys count
+    "head_rmsnorm": lambda o, g, eps: o * torch.rsqrt(o.pow(2).mean(dim=(-2, -1), keepdim=True) + eps) * g,
+    "attention_function": _wrong_attention_function,
+}
+
+
+@pytest.mark.parametrize("name", sorted(check.ALL))
+def test_each_check_fails_a_stub_and_a_wrong_answer(name):
+    stub = check.ALL[name](_stub, quiet=True)
+    assert not stub and "not written yet" in stub.message
+    wrong = check.ALL[name](WRONG[name], quiet=True)
+    assert not wrong, f"{name} passed a wrong answer"
+    assert wrong.message and "NotImplementedError" not in wrong.message
