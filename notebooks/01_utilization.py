@@ -38,6 +38,15 @@
 # rotates each query and key by an angle set by its position, so a cache that drops tokens must re-rotate the keys
 # it keeps to their new positions. Positions count from 0: "the first token" is position 0.
 
+# %% [markdown]
+# **What you will learn.** how StreamingLLM keeps a bounded cache working by keeping the first tokens; how many sinks
+# it needs and whether their content matters; what the sink cache costs per decoded token; why quantising the sink
+# tokens' keys and values hurts; what ACT's attention calibration does to a head.
+#
+# **Prerequisites.** `00_tour` (alpha, the sink rate); what a KV cache stores; perplexity.
+#
+# **Time.** about 5 min on the CPU profile; 60-90 min to work through (exercises: `exercises/01_utilization`).
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
@@ -91,6 +100,10 @@ def sink_cache(n: int) -> SinkWindowCache:
 # * **sliding window with re-computation**: for each position, run the model afresh on the last `budget` tokens
 #   (the quality ceiling for a fixed window; quadratic cost, so evaluated on a subsample of positions).
 
+# %% [markdown]
+# > **Predict, then run.** Before running: once the 256-token cache is full, how much worse will the window-only cache
+# > be than the dense one -- 10%, 2x, 100x? Then set `n_sink = 1` in the setup cell.
+
 # %%
 nll = {
     "dense": streaming.stream_nll(lm, stream, None, chunk, desc="dense"),
@@ -135,6 +148,10 @@ headline["streaming_holds"] = rescue.holds
 # The same stream with 0, 1, 2, 4 and 8 sink tokens at the same budget (StreamingLLM Table 2). Then the sinks
 # replaced by 4 newline tokens placed before the text (StreamingLLM Table 1): if any first tokens work, the sink is
 # about position, not meaning.
+
+# %% [markdown]
+# > **Predict, then run.** Before running: does 1 sink recover as much as 4 on this model? Would four newline tokens
+# > work as sinks?
 
 # %%
 sweep_n = [0, 1, 2, 4, 8]
@@ -307,3 +324,10 @@ headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_
 
 # %%
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Section 1 with a budget of 64 instead of 256 (the profile's `cache_budget`): does the window-only collapse grow?
+# 2. Section 2: prepend 4 spaces instead of newlines as sinks. Does content matter?
+# 3. Section 4: keep 1 sink token in full precision instead of 4. How much of the gain is left?
+# 4. Section 5: why is calibrating every head with a later sink not the paper's method?

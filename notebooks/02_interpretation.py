@@ -45,6 +45,15 @@
 # beginning-of-sequence token some tokenizers put first (Gemma does, SmolLM2 does not). **Perplexity** is
 # $\exp$(mean negative log-likelihood per token, in nats): lower is better.
 
+# %% [markdown]
+# **What you will learn.** the structural-origin chain link by link -- variance discrepancy, super neurons, dimension
+# disparity, lock-in -- each with a verdict on this model; two interventions that try to make a sink at any position;
+# why massive activations act as a bias.
+#
+# **Prerequisites.** `00_tour`; RMSNorm and a SwiGLU MLP; read `02`'s paper summary first (docs/READING.md).
+#
+# **Time.** about 3 min on the CPU profile; 90-120 min to work through (exercises: `exercises/02_interpretation`).
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
@@ -277,6 +286,11 @@ headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other":
 # 434 and a key cosine of 0.27 with BOS's key. The edit imitates the first *position*, which is not what makes this
 # model's sink, so it cannot create one there; on SmolLM2 (no BOS, a positional sink) token $k$ does take on the
 # first token's state (key cosine about 1.0 in the sink layers).
+
+# %% [markdown]
+# > **Predict, then run.** Before running: if token k attends only to itself, will later queries start attending to
+# > it? Change `sink_position` (a parameter) to 2 or 40 and predict again; with `model="gemma3-270m"` (a BOS model)
+# > predict whether it still works.
 
 # %%
 alpha_before = intervention_effects.alpha_at(lm, natural, k, batch_size=run.batch_size, later_only=True)  # (L, H), t > k
@@ -534,3 +548,10 @@ nb.close()
 # (peak 525x), the monotone amplification curve (it plateaus at 0.116, below eps), and "set to mean changes
 # nothing" at every massive site (46.77 vs 32.04; position 0 alone: 32.68). No number matches the paper's, and
 # none is expected to on a 135M model: the closest, DomRatio, is 0.23x of Llama-2-7B's.
+
+# %% [markdown]
+# ## Questions to try
+# 1. Section 1 on natural text instead of random tokens: does the variance discrepancy change?
+# 2. Section 5: `sink_position` = 1, 10, 40 -- where does the new sink form most strongly, and why?
+# 3. Section 6: which lambda would be needed to cross eps = 0.3, if the curve kept its slope?
+# 4. Section 7: set the massive activations to zero at position 0 only. What happens to perplexity?

@@ -56,6 +56,16 @@
 # $(\mathrm{SiLU}(x W_1) \odot x W_3) W_2$ with $\mathrm{SiLU}(z) = z\,\sigma(z)$. Losses are in **nats** (natural
 # log) per token.
 
+# %% [markdown]
+# **What you will learn.** which of nine attention functions grow a first-token sink when trained from scratch, how a
+# sink and an active-dormant head emerge in the softmax baseline, what each variant costs in loss, and what a small
+# training run can and cannot say about the papers' claims.
+#
+# **Prerequisites.** `00_tour` and `02_interpretation`; a training loop; the softmax variants in docs/GLOSSARY.md.
+#
+# **Time.** under 1 min with warm caches, 10-15 min from empty ones (it trains); 60-90 min to work through (exercises:
+# `exercises/03_mitigation`).
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (training sizes live in sinklib/pipeline/profiles.py)
 model = ""  # not used: this notebook trains its own small models from scratch
@@ -65,6 +75,10 @@ out_dir = "../figures/03_mitigation"
 variants = ""  # empty: all; else a comma-separated subset of sinklib.mitigation.variants.VARIANTS
 train_data = ""  # empty: the profile default; else bible, bigram_backcopy or file:/path/to/text
 train_steps = 0  # 0: the profile default
+
+# %% [markdown]
+# > **Predict, then run.** Before running: which variants will grow a first-token sink, and which cannot by
+# > construction? Set `variants` (a parameter) to a subset, e.g. `"softmax,softpick"`, to train fewer.
 
 # %%
 from dataclasses import replace
@@ -392,3 +406,9 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
 
 # %%
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Train `variants="softmax,headwise_rmsnorm"` with 4 seeds: does the loss gap survive?
+# 2. Which variants' rows sum to less than 1, and where does the rest of the attention go?
+# 3. The bigram-backcopy task has trigger tokens. Why does the active-dormant head need them?

@@ -33,6 +33,15 @@
 # $\epsilon = 0.3$; the **sink rate** is the fraction of (sequence, layer, head) triples with $\alpha_0 > \epsilon$.
 # Layers differ in number between models, so curves are drawn against relative depth $l / (L-1)$.
 
+# %% [markdown]
+# **What you will learn.** how three model families (SmolLM2, Gemma-3, Qwen2.5) differ in where and how strongly they
+# sink, whether the sink is a position or a token (BOS), and how far the structural-origin chain carries from one
+# family to the next.
+#
+# **Prerequisites.** `00_tour` and `02_interpretation`.
+#
+# **Time.** about 4 min on the CPU profile; 45-60 min to work through.
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile's list of models; else one registry name or hub id
@@ -63,6 +72,10 @@ print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tok
 # repeated (float32 attention), Sun et al.'s criterion, the attention each key receives by token kind, the
 # position-or-token test, raw text vs the chat template, and $\alpha_0$ against the context length with the O(N)
 # statistics. `llm_survey.measure` holds the recipe; every section below only reads its report.
+
+# %% [markdown]
+# > **Predict, then run.** Before running: will all three families sink in the same layers? Will Gemma-3, which puts a
+# > BOS first, sink on the BOS token or on position 0? Pass `model=` to add another model.
 
 # %%
 reports = []
@@ -247,3 +260,9 @@ for r in reports:
 display(record.table())  # noqa: F821
 nb.headline |= {"models": names, "reports": [r.as_dict() for r in reports], "holds_all": record.all_hold}
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Add a fourth model with `model=`: does it follow its family's pattern?
+# 2. Section 4: why does removing Gemma-3's BOS move the sink while SmolLM2 has none to remove?
+# 3. Section 6: which link of the chain fails first on which family?

@@ -31,6 +31,14 @@
 # OLMoE-1B-7B, and with `MODEL=` on Qwen1.5-MoE-A2.7B or DeepSeek-V2-Lite (Mixtral-8x7B needs more than one 80 GB
 # GPU: `MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141`, checked first by `make figures PROFILE=gpu DRYRUN=1`).
 
+# %% [markdown]
+# **What you will learn.** whether the sink token takes a route of its own through a mixture of experts, Su et al.'s
+# super experts, and what pruning them does -- on a labelled stand-in, with what a stand-in cannot test.
+#
+# **Prerequisites.** `00_tour`, `10_llm`; top-k expert routing.
+#
+# **Time.** about 1 min on the CPU profile; 30-45 min to work through.
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile's MoE model(s); else one registry name or hub id of an MoE
@@ -63,6 +71,10 @@ print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on
 # (the most common set's share), against a token in the middle of the window; and which experts take the first
 # token's slots. (The router entropy $H = -\sum_e p_e \log p_e$ is also measured: on the stand-in it is $\ln 8$ at
 # every token by construction, so it says nothing here.)
+
+# %% [markdown]
+# > **Predict, then run.** Before running: will the first token be routed to the same experts in every sequence, more
+# > often than other positions are?
 
 # %%
 route = moe_sinks.routing(lm, ids, batch_size=run.batch_size)
@@ -162,3 +174,8 @@ nb.headline |= {"model": lm.name, "label": lm.label, "same_set_first": route.sam
                 "same_set_rest": route.same_set_rest, "entropy_first": route.entropy_first,
                 "super_experts": supers, "pruning": summary, "holds_all": record.all_hold}
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Which claims can the upcycled stand-in not test, and what would a trained MoE (GPU profile) add?
+# 2. Prune twice as many random experts: does the sink survive?

@@ -33,6 +33,14 @@
 # treats projected image tokens. What it cannot: anything that needs instruction tuning or a trained MLLM's
 # benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B (MODEL= SmolVLM or Qwen2-VL).
 
+# %% [markdown]
+# **What you will learn.** where a multimodal model's text queries look, Kang et al.'s visual sink tokens and what
+# hiding them does, on a labelled LLaVA-style stand-in.
+#
+# **Prerequisites.** `00_tour`, `10_llm`; how LLaVA feeds image patches to a language model.
+#
+# **Time.** about 2 min on the CPU profile; 30-45 min to work through.
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile's MLLM(s); else one registry name or hub id
@@ -148,6 +156,10 @@ print(f"first token's phi per layer: {visual_sinks.phi(prof.first_hidden, prof.d
 # from every text query in every layer, (c) with as many random image tokens hidden (several draws), (d) with VAR:
 # in image-centric heads, 40% of every sink token's attention moves to the non-sink image tokens.
 
+# %% [markdown]
+# > **Predict, then run.** Before running: which hurts the caption's likelihood more -- hiding the visual sink tokens,
+# > or hiding as many random image tokens?
+
 # %%
 edits = visual_attention.compare_edits(lm, digits, captions, prof.dims, run.batch_size, run.random_draws,
                                       run.seed)
@@ -189,3 +201,8 @@ nb.headline |= {"model": lm.name, "label": lm.label, "standin": standin, "zero_s
                 "sink_fraction": prof.sink_fraction(), "nll": means, "random_draws": random_means,
                 "visual_sinks_per_image": n_sinks.mean().item()}
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Lower phi's threshold tau from 20 to 10: how many visual sink tokens appear?
+# 2. Why is the caption likelihood only a proxy for the paper's benchmark accuracy?

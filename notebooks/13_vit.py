@@ -30,6 +30,14 @@
 # large models (DINOv2-L/g with and without registers, CLIP ViT-L/14, DeiT-III-L). Photos: the ones that ship with
 # scikit-image, scikit-learn and matplotlib (`data/images.md` lists them with their licences).
 
+# %% [markdown]
+# **What you will learn.** what the CLS query and every query attend to in a ViT, Darcet et al.'s high-norm tokens and
+# what they carry, and test-time registers.
+#
+# **Prerequisites.** `00_tour`; patch embeddings and the CLS token.
+#
+# **Time.** under 1 min on the CPU profile; 30-45 min to work through.
+
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
 model = ""  # empty: the profile's ViT(s); else one registry name, hub id or timm/<name>
@@ -108,6 +116,10 @@ print(f"entropy (nats) per layer: {[round(x, 2) for x in prof.entropy.tolist()]}
 # Darcet et al. see a bimodal norm histogram in large ViTs: most patch tokens near the median, ~2.4% far above
 # (they cut at 150 for DINOv2 ViT-g). This project's cut is relative, so it carries across models: a patch token
 # is an outlier when its norm exceeds 3x the median patch norm of its image at that layer.
+
+# %% [markdown]
+# > **Predict, then run.** Before running: will this small ViT (DINOv2-S) have high-norm outlier tokens, which Darcet
+# > et al. found in large, long-trained ViTs?
 
 # %%
 hist_layers = sorted({L // 3, (2 * L) // 3, L - 2, L - 1})
@@ -220,3 +232,8 @@ nb.headline |= {"model": lm.name, "label": lm.label, "image_size": run.image_siz
                 "max_norm_ratio": max_ratio, "probe": probe, "neighbour_similarity": similarity,
                 "register_neurons": found, "register_stand_in": stand_in, "models": summaries}
 nb.close()
+
+# %% [markdown]
+# ## Questions to try
+# 1. Lower the outlier factor from 3x to 2x the median norm: how many high-norm tokens appear, and where?
+# 2. Section 5: move the register neurons' activation to an extra token -- what happens to the CLS map?

@@ -101,3 +101,90 @@ def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_m
         finally:
             browser.close()
     return report
+
+
+@dataclass
+class LabReport:
+    """What a JupyterLab session showed after running a notebook: widget sliders, images in outputs, errors."""
+
+    sliders: int = 0
+    images: int = 0
+    errors: list[str] = field(default_factory=list)  # error outputs in the notebook and uncaught page errors
+    screenshot: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.sliders > 0 and self.images > 0 and not self.errors
+
+
+def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: float = 240.0,
+                   port: int = 8893) -> LabReport:
+    """Start JupyterLab on ``notebook``'s folder (no browser, a fixed token, this interpreter's kernel), open the
+    notebook in headless Chromium, run every cell, wait for a widget slider and a figure, save a screenshot.
+
+    Used to show the attention explorer as a student sees it; a notebook error or a missing widget is reported.
+    """
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    notebook = Path(notebook).resolve()
+    token = "sinklib"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("SINKLIB_HEADLESS", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebook.parent}", "--allow-root",
+         "--LabApp.news_url=", "--LabServerApp.announcements_url="],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report = LabReport()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(120):  # the server takes a few seconds to start
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda err: report.errors.append(f"page error: {err}"))
+            page.goto(f"{base}/lab/tree/{notebook.name}?token={token}", timeout=timeout_s * 1000)
+            page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=timeout_s * 1000)
+            page.click(".jp-Notebook")
+            page.keyboard.press("Escape")
+            page.evaluate("window.jupyterapp && window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            if not page.evaluate("!!window.jupyterapp"):  # older builds: the Run menu
+                page.click("text=Run")
+                page.click("text=Run All Cells")
+            deadline = time.time() + timeout_s
+            while time.time() < deadline:
+                report.sliders = page.locator(".widget-slider, .jupyter-widget-slider, .widget-hslider").count()
+                report.images = page.locator(".jp-OutputArea-output img").count()
+                errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
+                                      ":text('Error')").count()
+                if report.sliders and report.images or errors:
+                    break
+                time.sleep(1.0)
+            report.errors += [t[:300] for t in page.locator(".jp-RenderedText[data-mime-type="
+                                                             "'application/vnd.jupyter.stderr']").all_inner_texts()
+                              if "Error" in t]
+            time.sleep(1.0)
+            out = Path(screenshot)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out), full_page=True)
+            report.screenshot = out
+            browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return report

@@ -167,10 +167,11 @@ def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: fl
 
 
 def default_jobs(profile: str) -> int:
-    """Notebooks run at once: two on the CPU profiles when there are two or more cores (each kernel then gets
-    cores // 2 threads; token-by-token loops such as decoding cannot use a second thread, so two kernels finish
-    sooner than one with both), one on a GPU (one device)."""
-    return 2 if profile != "gpu" and (os.cpu_count() or 1) >= 2 else 1
+    """Notebooks run at once by default: one, with every core. Measured on the 2-core machine (CPU profile, warm
+    caches): two at a time with one thread each took 1,097 s against about 1,130 s one at a time -- most cells are
+    matrix products that a second thread speeds up as much as a second notebook would, and the per-notebook times
+    (each notebook's budget) double. ``--jobs 2`` remains for machines where it pays."""
+    return 1
 
 
 def _schedule(books: list[Path], figures_dir: Path, profile: str) -> tuple[list[Path], list[Path]]:
@@ -209,8 +210,9 @@ def run_all(
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
     results: dict[str, NotebookResult] = {}
     started = time.perf_counter()
-    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "SINKLIB_HEADLESS")}
     os.environ["MPLBACKEND"] = INLINE_BACKEND  # set once for every kernel (run_notebook then leaves it alone)
+    os.environ["SINKLIB_HEADLESS"] = "1"  # no widgets in papermill: sinklib.explore draws its static figure
     if jobs > 1:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     count = iter(range(1, len(books) + 1))
