@@ -68,3 +68,26 @@ def test_vit_patches_on_a_grid():
     got = ex.arrays()
     assert got["map"].shape == got["alpha"].shape == got["norm"].shape == (rows, cols)
     assert ex.data.labels[0] == "CLS" and len(ex.data.labels) == ex.data.first_patch + rows * cols
+
+
+def test_explorer_renders_in_jupyterlab(tmp_path):
+    """JupyterLab in headless Chromium runs a notebook calling sinklib.explore: the sliders and the figure appear,
+    no error output; the screenshot is left in build/ for a person to look at."""
+    import nbformat
+
+    from sinklib.core.paths import ROOT
+    from sinklib.pipeline import browser
+
+    if (reason := browser.why_unavailable()) is not None:
+        pytest.skip(reason)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import sinklib\nfrom sinklib.core.models import load_model\n"
+        "lm = load_model('tiny-llama-random', device='cpu', seed=0)\n"
+        "explorer = sinklib.explore(lm, 'In the beginning God created the heavens and the earth.')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "explore.ipynb"
+    nbformat.write(nb, path)
+    report = browser.lab_screenshot(path, ROOT / "build" / "explorer-lab-smoke.png")
+    assert report.ok, report
+    assert report.screenshot.stat().st_size > 10_000

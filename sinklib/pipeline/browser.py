@@ -135,6 +135,7 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     token = "sinklib"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("SINKLIB_HEADLESS", None)
+    env.pop("MPLBACKEND", None)  # the kernel's own default (inline), as a student's JupyterLab has
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebook.parent}", "--allow-root",
@@ -157,12 +158,18 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=timeout_s * 1000)
-            page.click(".jp-Notebook")
-            page.keyboard.press("Escape")
-            page.evaluate("window.jupyterapp && window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            if not page.evaluate("!!window.jupyterapp"):  # older builds: the Run menu
-                page.click("text=Run")
-                page.click("text=Run All Cells")
+            if page.locator(".jp-Dialog").count():  # e.g. "Select Kernel" for a notebook without a kernelspec
+                page.locator(".jp-Dialog .jp-mod-accept").first.click()
+                page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)
+            for _ in range(3):  # a kernel still connecting drops the request: ask again until a cell has started
+                page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
+                page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+                try:
+                    page.wait_for_function("[...document.querySelectorAll('.jp-InputPrompt')].some("
+                                           "p => /\\[(\\*|\\d+)\\]/.test(p.textContent))", timeout=20_000)
+                    break
+                except Exception:  # playwright's TimeoutError: try the menu again
+                    continue
             deadline = time.time() + timeout_s
             while time.time() < deadline:
                 report.sliders = page.locator(".widget-slider, .jupyter-widget-slider, .widget-hslider").count()

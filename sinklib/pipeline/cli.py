@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "if a step does not fit (nothing is downloaded or run)")
     f.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory the gpu profile's plan is checked against")
     f.add_argument("--jobs", type=int, default=None,
-                   help="notebooks run at once, each kernel with cores/jobs threads (default 1); the notebooks that "
-                        "read the others' results (90_scorecard) run after them")
+                   help="notebooks run at once, each kernel with cores/jobs threads (default: 2 on CPU profiles with "
+                        ">= 2 cores, 1 on the gpu profile); 90_scorecard runs after the others")
     f.set_defaults(func=_cmd_figures)
 
     g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")

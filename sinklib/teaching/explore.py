@@ -191,10 +191,18 @@ class Explorer:
                 "alpha": np.array([b.get_height() for b in self.alpha_bars]),
                 "norm": np.array([b.get_height() for b in self.norm_bars])}
 
+    def png(self, dpi: int = 90) -> bytes:
+        """The figure as it is now, as PNG bytes."""
+        import io
+
+        buf = io.BytesIO()
+        self.fig.savefig(buf, format="png", dpi=dpi)
+        return buf.getvalue()
+
     def widget(self):
         """Sliders for layer and head above an output area showing the figure; moving one calls :meth:`update`."""
         import ipywidgets as w
-        from IPython.display import display
+        from IPython.display import Image, display
 
         layer = w.IntSlider(self.layer, 0, self.data.n_layers - 1, description="layer", continuous_update=False)
         head = w.IntSlider(self.head, 0, self.data.n_heads - 1, description="head", continuous_update=False)
@@ -202,9 +210,9 @@ class Explorer:
 
         def redraw(_=None):
             self.update(layer.value, head.value)
-            with out:
+            with out:  # a PNG, so the figure shows whatever matplotlib backend the kernel runs
                 out.clear_output(wait=True)
-                display(self.fig)
+                display(Image(self.png()))
 
         layer.observe(redraw, names="value")
         head.observe(redraw, names="value")
