@@ -66,9 +66,14 @@ def render_html(executed: Path, target: Path) -> Path | None:
     left out: the page must open offline, where they fail to load (formulas then show as their TeX source). None
     (and a printed reason) when rendering fails: the figures matter more than this page."""
     try:
+        import nbformat
         from nbconvert import HTMLExporter
 
-        body, _ = HTMLExporter(template_name="lab").from_filename(str(executed))
+        nb = nbformat.read(str(executed), as_version=4)
+        # widget state (tqdm's progress bars in a kernel with ipywidgets) makes the page fetch a widget manager from a
+        # CDN; without it each widget output shows its text form, which is what a static page can show anyway
+        nb.metadata.pop("widgets", None)
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     except Exception as err:  # a missing template or a malformed output must not cost the figures
         print(f"      could not render {executed.name} to HTML ({_last_error_line(err)}); gallery links skip it")
         return None
@@ -99,6 +104,7 @@ def run_notebook(
     # and its HTML page show every figure beside the code that made it.
     backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = INLINE_BACKEND  # run_all sets it once for parallel runs: then this changes nothing
+    os.environ["SINKLIB_HEADLESS"] = "1"  # a papermill kernel shows no widgets: sinklib.explore draws a static figure
     try:
         pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
                             kernel_name="python3", progress_bar=progress_bar)
