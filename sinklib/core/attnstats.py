@@ -63,6 +63,19 @@ def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop
     return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
 
 
+def _scaling(module, kwargs: dict, head_dim: int) -> float:
+    """The logit scale the layer uses: the one it passes, else its attribute, else 1/sqrt(head_dim)."""
+    return kwargs.get("scaling") or getattr(module, "scaling", None) or head_dim ** -0.5
+
+
+def _refuse_unseen_window(mask: torch.Tensor | None, kwargs: dict, n_keys: int) -> None:
+    """A sliding window that would cut keys but no mask showing it: statistics of another attention -- refuse."""
+    window = kwargs.get("sliding_window")
+    if mask is None and window and window < n_keys:
+        raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {n_keys} keys (a window it "
+                         "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
+
+
 def _pad_keys(p: torch.Tensor, k: int) -> torch.Tensor:
     """(B, H, T, K') -> (B, H, T, k): tracked keys beyond the sequence (K' < k) get 0."""
     return p if p.shape[-1] == k else torch.nn.functional.pad(p, (0, k - p.shape[-1]))
@@ -122,16 +135,13 @@ class AttentionStats:
         if attention_mask is not None and attention_mask.ndim != 4:
             raise InputError(f"AttentionStats needs a 4-D attention mask, got shape {tuple(attention_mask.shape)}; "
                              "load the model with attn_implementation='sdpa' or 'eager'.")
-        window = kwargs.get("sliding_window")
-        if attention_mask is None and window and window < N:  # a window that would cut, but no mask showing it
-            raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
-                             "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
+        _refuse_unseen_window(attention_mask, kwargs, N)
         # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring);
         # a bidirectional module (ViT) sees every key, i.e. a mask that allows everything
         if attention_mask is None and not getattr(module, "is_causal", True):
             attention_mask = torch.zeros(1, 1, T, N, device=query.device)
         G, off = H // Hkv, (N - 1 if T == 1 else 0)
-        scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
+        scaling = _scaling(module, kwargs, hd)
         softcap = kwargs.get("softcap")
         sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
         q = (query.float() * scaling).view(B, Hkv, G, T, hd)
@@ -206,11 +216,8 @@ class AttentionStats:
         B, H, T, hd = query.shape
         N, Hkv = key.shape[2], key.shape[1]
         G = H // Hkv
-        scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or hd ** -0.5
-        window = kwargs.get("sliding_window")
-        if attention_mask is None and window and window < N:
-            raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {N} keys (a window it "
-                             "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
+        scaling = _scaling(module, kwargs, hd)
+        _refuse_unseen_window(attention_mask, kwargs, N)
         causal = attention_mask is None and T > 1 and getattr(module, "is_causal", True)
         mask = attention_mask[:, :, :, :N] if attention_mask is not None else None
         if mask is not None and mask.dtype == torch.bool:  # the kernel takes additive masks of the query's dtype

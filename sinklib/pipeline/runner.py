@@ -7,6 +7,7 @@ not stop the others. The run ends with a table (notebook, status, seconds) and a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -84,6 +85,22 @@ def render_html(executed: Path, target: Path) -> Path | None:
     return target
 
 
+@contextlib.contextmanager
+def kernel_env(**variables: str):
+    """Set environment variables for the kernels started inside the block (they inherit this process's environment)
+    and put the previous values back afterwards. Nested blocks that set the same value leave it unchanged."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_notebook(
     path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path,
     progress_bar: bool = True,
@@ -101,21 +118,14 @@ def run_notebook(
         params["figures_dir"] = str(Path(figures_dir).resolve())
     start = time.perf_counter()
     # The kernel draws figures inline (whatever MPLBACKEND the shell exported for scripts), so the executed notebook
-    # and its HTML page show every figure beside the code that made it.
-    backend = os.environ.get("MPLBACKEND")
-    os.environ["MPLBACKEND"] = INLINE_BACKEND  # run_all sets it once for parallel runs: then this changes nothing
-    os.environ["SINKLIB_HEADLESS"] = "1"  # a papermill kernel shows no widgets: sinklib.explore draws a static figure
-    try:
-        pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
-                            kernel_name="python3", progress_bar=progress_bar)
-    except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
-        return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
-    finally:
-        if backend != INLINE_BACKEND:  # standalone call: put the caller's back
-            if backend is None:
-                os.environ.pop("MPLBACKEND", None)
-            else:
-                os.environ["MPLBACKEND"] = backend
+    # and its HTML page show every figure beside the code that made it; it shows no widgets (sinklib.explore then
+    # draws a static figure).
+    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1"):
+        try:
+            pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
+                                kernel_name="python3", progress_bar=progress_bar)
+        except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
+            return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
     seconds = time.perf_counter() - start
     render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
@@ -217,11 +227,9 @@ def run_all(
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
     results: dict[str, NotebookResult] = {}
     started = time.perf_counter()
-    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "SINKLIB_HEADLESS")}
-    os.environ["MPLBACKEND"] = INLINE_BACKEND  # set once for every kernel (run_notebook then leaves it alone)
-    os.environ["SINKLIB_HEADLESS"] = "1"  # no widgets in papermill: sinklib.explore draws its static figure
+    env = {"MPLBACKEND": INLINE_BACKEND, "SINKLIB_HEADLESS": "1"}  # once for every kernel, before the threads start
     if jobs > 1:
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     count = iter(range(1, len(books) + 1))
 
     def one(book: Path) -> NotebookResult:
@@ -237,17 +245,10 @@ def run_all(
         results[book.stem] = res
         return res
 
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(one, side_by_side))
+    with kernel_env(**env), ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, side_by_side))
         for book in after:
             one(book)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     wall = time.perf_counter() - started
     ordered = [results[b.stem] for b in books]
     gallery = build_gallery(figures_dir)

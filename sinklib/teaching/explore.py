@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sinklib.core import metrics
+
 
 @dataclass
 class ExplorerData:
@@ -49,10 +51,9 @@ class ExplorerData:
         """m_j = sum_t A[t, j] / (number of queries with a non-zero row that can see j): (T,). Causal models:
         queries t >= j; bidirectional (ViT): all T."""
         A = self.attentions[layer, head].float()  # (T, T)
-        T = A.shape[-1]
-        causal = bool(torch.all(A.triu(1) == 0)) and self.grid is None
-        seen = torch.arange(T, 0, -1, dtype=torch.float32) if causal else torch.full((T,), float(T))
-        return A.sum(dim=0) / seen
+        if self.grid is None:  # a causal language model: metrics.sink_mass divides by T - j
+            return metrics.sink_mass(A)
+        return A.sum(dim=0) / A.shape[-1]
 
     def strongest(self) -> tuple[int, int]:
         """(layer, head) with the largest alpha_0."""
