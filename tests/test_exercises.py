@@ -1,6 +1,7 @@
 """The teaching track: every check passes on its solution, fails on the stub and on a deliberately wrong answer, and
 the exercise notebooks are the solutions with the answers taken out."""
 
+import re
 import runpy
 
 import jupytext
@@ -34,17 +35,19 @@ def test_one_exercise_per_research_notebook_in_sync_with_its_solution():
             assert ipynb.exists(), f"{ipynb} missing: run python -m sinklib exercises"
             assert [c.source for c in jupytext.read(ipynb).cells] == [c.source for c in jupytext.read(twin).cells], (
                 f"{ipynb.name} differs from its .py: run python -m sinklib exercises")
-        tasks = exercise.read_text().count(exercises.STUB)
+        tasks = len(re.findall(r"^# ## Task \d", exercise.read_text(), flags=re.M))
         assert 3 <= tasks <= 6, f"{exercise.name}: {tasks} tasks"
 
 
 @pytest.fixture(scope="module")
 def solved():
-    """Every solution notebook run as a script (its try-it cells on SmolLM2 included): {function name: function}."""
+    """Every solution notebook run as a script (its try-it cells on real models included): {check name: the
+    solution it is called with}, read off the notebook's ``check.<name>(<solution>)`` lines."""
     found = {}
     for solution in SOLUTIONS:
         names = runpy.run_path(str(solution))
-        found |= {k: v for k, v in names.items() if k in check.ALL}
+        for name, arg in re.findall(r"^check\.(\w+)\((\w+)\)", solution.read_text(), flags=re.M):
+            found[name] = names[arg]
     return found
 
 
@@ -71,6 +74,14 @@ def _wrong_attention_function(module, query, key, value, attention_mask, scaling
     return (w @ value).transpose(1, 2), w
 
 
+class _UnturnedSinks:
+    """A sink + window layer that forgets to turn the sinks forward by the evicted count (RoPE)."""
+
+    def __new__(cls, n_sink, window, rope):
+        from sinklib.utilization.sink_cache import SinkWindowLayer
+        return SinkWindowLayer(n_sink, window, lambda positions: (torch.ones(1, 1), torch.zeros(1, 1)))
+
+
 def _in_place_mask(mask, k):
     mask[k] = float("-inf")
     mask[k, k] = 0.0
@@ -86,6 +97,7 @@ WRONG = {  # one plausible mistake per check
     "kept_positions": lambda seen, n, w: list(range(max(0, seen - n - w), seen)),  # window only, no sinks
     "fake_quantize": lambda x, bits, g: torch.round(x * (2**bits - 1)) / (2**bits - 1),  # no min/max, no groups
     "act_redistribute": lambda w, s, beta: torch.where(s[:, :, None, :], beta * w, w),  # mass lost, not moved
+    "sink_window_layer": _UnturnedSinks,
     "position_variance": lambda x: x.float().var(dim=0).flatten(1).mean(1),  # unbiased (N - 1)
     "self_only_mask": _in_place_mask,  # right values, but the caller's mask is changed
     "super_neuron": lambda a: int(a.abs().amax(dim=(0, 1)).argmax()),  # any token, not the first

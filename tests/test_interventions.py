@@ -6,7 +6,12 @@ from transformers import AttentionInterface
 
 from sinklib.architectures import find_layers
 from sinklib.core.capture import Capture, hooks_left
-from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
+from sinklib.interpretation.interventions import (
+    HeadOutputAmplification,
+    MaskEdit,
+    ResidualOverride,
+    SelfOnlyAttention,
+)
 
 K = 5
 
@@ -64,6 +69,44 @@ def test_self_only_attention_without_capture_and_on_chosen_layers(tiny, ids):
     assert cap.get("attentions", 1)[:, :, K, K].min() == 1.0
     with pytest.raises(ValueError):
         SelfOnlyAttention(tiny.model, K, layers=[7])
+
+
+def _self_only(mask, k):
+    """The self-only edit written out on a (T, T) mask, as a student would."""
+    out = mask.clone()
+    out[k] = float("-inf")
+    out[k, k] = 0.0
+    return out
+
+
+def test_mask_edit_with_a_hand_written_self_only_edit_equals_self_only_attention(tiny, ids):
+    seen = []
+
+    def edit(mask):
+        seen.append(mask.clone())
+        return _self_only(mask, K)
+
+    hooks = hooks_left(tiny.model)
+    with torch.no_grad():
+        base = tiny.model(ids).logits
+    want, cap_want = run(tiny.model, ids, SelfOnlyAttention(tiny.model, K), attentions=True)
+    iv = MaskEdit(tiny.model, edit)
+    got, cap_got = run(tiny.model, ids, iv, attentions=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cap_got.get("attentions", 1), cap_want.get("attentions", 1), atol=1e-6, rtol=0)
+    assert iv.calls == tiny.n_layers and len(seen) == tiny.n_layers * ids.shape[0]  # one (T, T) mask per sequence
+    causal = seen[0] < -1e30  # what the edit was handed: the causal mask, large negative above the diagonal
+    assert seen[0].shape == (12, 12) and torch.equal(causal, torch.ones(12, 12, dtype=torch.bool).triu(1))
+    with torch.no_grad(), MaskEdit(tiny.model, lambda m: _self_only(m, K), layers=[0]):  # without a Capture: sdpa
+        one_layer = tiny.model(ids).logits
+    assert not torch.allclose(one_layer, base) and not torch.allclose(one_layer, got)
+    assert_restored(tiny.model, ids, base, hooks)
+
+
+def test_mask_edit_refuses_a_cache(tiny, ids):
+    with torch.no_grad(), MaskEdit(tiny.model, lambda m: m), pytest.raises(ValueError, match="use_cache=False"):
+        out = tiny.model(ids[:, :6], use_cache=True)
+        tiny.model(ids[:, 6:7], past_key_values=out.past_key_values)
 
 
 def o_proj_inputs(model, ids, *interventions):

@@ -2,6 +2,7 @@
 
 * :class:`SelfOnlyAttention` -- attention-mask edit: the token at position k attends only to itself
   (arXiv 2605.06611, intervention i);
+* :class:`MaskEdit` -- any edit of the (T, T) additive mask, e.g. a student's own self-only edit (the exercises);
 * :class:`HeadOutputAmplification` -- o'_k = mu + lambda (o_k - mu) on the head outputs of token k before W_O
   (intervention ii), or the control o'_k = lambda o_k;
 * :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
@@ -111,6 +112,36 @@ class SelfOnlyAttention(Intervention):
         probs[:, :, k, k] = 1.0
         self.calls += 1
         return probs
+
+
+class MaskEdit(Intervention):
+    """Run the model with ``edit(mask) -> mask`` applied to every sequence's additive attention mask in ``layers``
+    (default: all) of a transformers model.
+
+    ``edit`` gets a copy of one (T, T) mask -- 0 where query t may see key j, a large negative number where not --
+    and returns the edited (T, T) mask; ``MaskEdit(model, lambda m: self_only(m, k))`` is :class:`SelfOnlyAttention`
+    written by hand. Square masks only: run without a KV cache (``use_cache=False``), so that row t is query t.
+    """
+
+    def __init__(self, model: nn.Module, edit, layers: Sequence[int] | None = None):
+        super().__init__(model, layers)
+        if self.adapter.backend == "timm":
+            raise TypeError("MaskEdit edits transformers' attention mask; timm ViTs have none (use SelfOnlyAttention)")
+        self.edit = edit
+
+    def _install(self) -> None:
+        self._use_attention_function()
+
+    def _attention(self, module, query, key, value, attention_mask, **kwargs):
+        if self.adapter.index_of(module) in self.layers:
+            mask = self._mask(module, query, key, attention_mask)  # (B|1, 1, T, N) additive
+            if mask.shape[-2] != mask.shape[-1]:
+                raise ValueError(f"MaskEdit needs a square mask, got {tuple(mask.shape[-2:])}: run the model with "
+                                 "use_cache=False and no past_key_values")
+            edited = [self.edit(mask[b, 0].clone()) for b in range(mask.shape[0])]  # each (T, T)
+            attention_mask = torch.stack(edited)[:, None].to(mask.dtype)
+            self.calls += 1
+        return self._delegate(module, query, key, value, attention_mask, **kwargs)
 
 
 class HeadOutputAmplification(Intervention):

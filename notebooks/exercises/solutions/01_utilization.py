@@ -2,9 +2,11 @@
 # # Exercises for 01 · Utilization -- putting the sink to work
 #
 # **What you will practise.** The bookkeeping of a StreamingLLM cache (which tokens it keeps), group-wise KV
-# quantisation, and ACT's redistribution of attention away from non-first sinks.
-# **Prerequisites:** `01_utilization` sections 1, 4 and 5; what a KV cache stores. **Time:** about 40 minutes; the
-# last cells load SmolLM2-135M from the offline cache and stream 512 tokens (under a minute on a CPU).
+# quantisation, ACT's redistribution of attention away from non-first sinks, and a sink + window cache of your own
+# on transformers' cache interface, which then runs SmolLM2.
+# **Prerequisites:** `01_utilization` sections 1, 4 and 5; what a KV cache stores; RoPE (keys are rotated by their
+# position). **Time:** about 60 minutes; the last cells load SmolLM2-135M from the offline cache and stream 512
+# tokens through your cache (under a minute on a CPU).
 #
 # Each check runs your function on hand-worked cases (`help(check.kept_positions)`) and against sinklib's code.
 
@@ -67,22 +69,83 @@ def act_redistribute(weights: torch.Tensor, sink: torch.Tensor, beta: float) -> 
 check.act_redistribute(act_redistribute)
 
 # %% [markdown]
+# ## Task 4 · a sink + window cache on transformers' cache interface
+# A transformers `Cache` is a list of layers; each layer's `update(key_states, value_states)` receives the new
+# tokens' keys and values (B, H, q, hd) and returns everything the new queries attend to. Write one layer of
+# StreamingLLM's cache as a `DynamicLayer`:
+#
+# * `update`: append the new keys/values to `self.keys`/`self.values` (`torch.cat` on dim -2); return them, then
+#   keep at most `n_sink + window - 1` tokens (the first `n_sink` and the most recent), adding what you drop to
+#   `self.evicted`. Your Task 1 gives the positions the returned keys must hold.
+# * RoPE: keys arrive rotated at their absolute positions. StreamingLLM numbers positions *inside the cache*, so
+#   after `e` evictions the window keys are all `e` closer to the queries than their absolute positions say -- which
+#   is only wrong for the sinks. Return the sinks turned forward by `e`: `rotate(k, *self.rope(torch.tensor([e])))`.
+#   Store them unturned.
+# * `get_seq_length()`: tokens seen (stored + evicted) -- the position the next token gets.
+#   `get_mask_sizes(q)`: `(stored + q, evicted)` -- how many keys the mask spans and the position of the first.
+#   `DynamicLayer.get_seq_length(self)` counts the stored tokens (0 before the first update).
+
+# %%
+from transformers.cache_utils import Cache, DynamicLayer  # noqa: E402
+
+from sinklib.utilization.sink_cache import rope_from_model, rotate  # noqa: E402, F401 (rotate: for Task 4)
+
+
+class SinkWindowLayer(DynamicLayer):
+    def __init__(self, n_sink: int, window: int, rope):
+        super().__init__()
+        self.n_sink, self.window, self.rope = n_sink, window, rope  # rope(positions (n,)) -> cos, sin (n, hd)
+        self.evicted = 0  # window tokens dropped so far
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)  # self.keys, self.values: empty tensors
+        # BEGIN SOLUTION
+        keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H, stored + q, hd)
+        values = torch.cat([self.values, value_states], dim=-2)
+        returned = keys
+        s = min(self.n_sink, keys.shape[-2])
+        if self.evicted and s:  # the sinks move e positions closer to the window
+            cos, sin = self.rope(torch.tensor([self.evicted]))
+            returned = torch.cat([rotate(keys[..., :s, :], cos, sin).to(keys.dtype), keys[..., s:, :]], dim=-2)
+        self.keys, self.values = keys, values
+        drop = keys.shape[-2] - (self.n_sink + self.window - 1)
+        if drop > 0:  # evict the oldest window tokens, never the sinks
+            self.evicted += drop
+            self.keys = torch.cat([keys[..., :self.n_sink, :], keys[..., self.n_sink + drop:, :]], dim=-2)
+            self.values = torch.cat([values[..., :self.n_sink, :], values[..., self.n_sink + drop:, :]], dim=-2)
+        return returned, values
+        # END SOLUTION
+
+    def get_seq_length(self) -> int:
+        # BEGIN SOLUTION
+        return DynamicLayer.get_seq_length(self) + self.evicted
+        # END SOLUTION
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # BEGIN SOLUTION
+        return DynamicLayer.get_seq_length(self) + query_length, self.evicted
+        # END SOLUTION
+
+
+check.sink_window_layer(SinkWindowLayer)
+
+# %% [markdown]
 # ## Try it on a real model
-# Stream 512 held-out tokens through SmolLM2-135M with a 64-token cache, evicting the first tokens or keeping 4
-# sinks (sinklib's `SinkWindowCache`, which keeps exactly your Task 1 positions). Predict, then run: how much worse
-# is the window-only cache once it is full?
+# Stream 512 held-out tokens through SmolLM2-135M with a 64-token cache made of **your** Task 4 layers, evicting the
+# first tokens or keeping 4 sinks. Predict, then run: how much worse is the window-only cache once it is full?
 
 # %%
 from sinklib.core.data import text_windows  # noqa: E402
 from sinklib.core.models import load_model  # noqa: E402
 from sinklib.utilization import streaming  # noqa: E402
-from sinklib.utilization.sink_cache import SinkWindowCache  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu")
 stream = text_windows(lm.tokenizer, 1, 512, 0, split="heldout")[0]
-budget = 64
+budget, rope = 64, rope_from_model(lm.model)
 for n_sink in (0, 4):
-    cache = SinkWindowCache.for_model(lm.model, n_sink=n_sink, window=budget - n_sink)
+    cache = Cache(layers=[SinkWindowLayer(n_sink, budget - n_sink, rope)
+                          for _ in range(lm.model.config.num_hidden_layers)])
     nll = streaming.stream_nll(lm, stream, cache, chunk=8, progress=False)
     print(f"{n_sink} sinks + window: perplexity after the cache fills {float(nll[budget:].mean().exp()):.1f}; "
           f"the cache holds positions {kept_positions(len(stream), n_sink, budget - n_sink)[:6]} ...")
@@ -94,3 +157,5 @@ for n_sink in (0, 4):
 #    the small entries? Why does that argue for keeping the sink tokens (which carry massive values) in full precision?
 # 3. With $\beta = 1$ ACT changes nothing and with $\beta = 0$ the sink columns are emptied: what should a row whose
 #    only visible key is a sink give, and what does your function give?
+# 4. In Task 4, return the sinks without turning them (as stored): every check but the hand case fails. How much does
+#    SmolLM2's perplexity above change -- is the sink's *position* or its *content* what the model needs?

@@ -4,7 +4,7 @@
 # **What you will practise.** The first steps of the structural-origin chain as code: the variance discrepancy of
 # the first position, finding a super neuron, and the mask edit that makes a sink at any position.
 # **Prerequisites:** `02_interpretation` sections 1-5; a SwiGLU MLP. **Time:** about 40 minutes; the last cells load
-# SmolLM2-135M from the offline cache (seconds).
+# SmolLM2-135M from the offline cache and run it on 8 short windows, with and without your mask edit (seconds).
 #
 # Each check runs your function on hand-worked cases (`help(check.self_only_mask)`) and against sinklib's code.
 
@@ -62,13 +62,16 @@ check.self_only_mask(self_only_mask)
 # %% [markdown]
 # ## Try it on a real model
 # SmolLM2-135M, 8 natural windows of 32 tokens: your Task 1 on layer 0's head outputs (captured before $W_O$) and
-# your Task 2 on layer 1's MLP activations. Predict, then run: is position 0's variance the largest? Does the neuron
-# you find fire on later tokens too?
+# your Task 2 on layer 1's MLP activations; then your Task 3 edit in every layer (`MaskEdit` hands it each sequence's
+# (T, T) mask). Predict, then run: is position 0's variance the largest? Does the neuron you find fire on later
+# tokens too? Will later queries start attending to token k once it attends only to itself?
 
 # %%
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import make_inputs  # noqa: E402
 from sinklib.core.models import load_model  # noqa: E402
+from sinklib.interpretation.intervention_effects import alpha_at  # noqa: E402
+from sinklib.interpretation.interventions import MaskEdit  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu")
 ids = make_inputs(lm, "natural", 8, 32, seed=0)
@@ -81,9 +84,16 @@ n = super_neuron(acts)
 print(f"layer 1: neuron {n}, first token max |a| {float(acts[:, 0, n].abs().max()):.1f}, "
       f"elsewhere max {float(acts[:, 1:, n].abs().max()):.1f}")
 
+k = 10
+before = alpha_at(lm, ids, k, later_only=True)  # (L, H): mean attention of queries t > k on key k
+after = alpha_at(lm, ids, k, MaskEdit(lm.model, lambda mask: self_only_mask(mask, k)), later_only=True)
+print(f"alpha_{k} (queries after k), mean over heads, by layer:")
+print("  before:", [round(float(x), 2) for x in before.mean(1)])
+print("  after: ", [round(float(x), 2) for x in after.mean(1)])
+
 # %% [markdown]
 # ## Questions to try
 # 1. Replace `"natural"` by `"random"`: does the variance discrepancy need natural text (the paper uses random tokens)?
-# 2. Apply your Task 3 edit with sinklib's `SelfOnlyAttention(lm.model, position=k)` and measure alpha at k
-#    (`02_interpretation` section 5): at which k does the new sink fail to form?
+# 2. Change `k` to 1, 2 and 40, and edit only some layers (`MaskEdit(..., layers=[0, 1, 2])`): where does the new
+#    sink form, and from which layer on? Compare with `02_interpretation` section 5.
 # 3. Your super neuron: which residual dimension does its row of $W_{down}$ write into? Is it a massive dimension?
