@@ -120,3 +120,21 @@ def test_outlier_positions_fall_back_to_the_highest_norm_patch():
     norms[0, 0, 3] = 1.2
     positions, stand_in = registers.outlier_positions(prof, 0)
     assert stand_in and positions.tolist() == [[False, False, False, True, False], [False, False, True, False, False]]
+
+
+def test_register_scores_average_per_image_means_and_register_neurons_weight_batches_by_images():
+    acts = torch.tensor([[[9.0, 9.0], [1.0, -3.0], [3.0, 1.0]],
+                         [[4.0, 0.0], [7.0, 7.0], [7.0, 7.0]]])  # (B=2, T=3, F=2)
+    where = torch.tensor([[False, True, True], [True, False, False]])
+    # image 0: mean |a| over tokens 1, 2 = [2, 2]; image 1: token 0 = [4, 0]; mean of the two images = [3, 1]
+    torch.testing.assert_close(registers.register_scores(acts, where), torch.tensor([3.0, 1.0]))
+    torch.testing.assert_close(registers.register_scores(acts, torch.zeros(2, 3, dtype=torch.bool)), torch.zeros(2))
+    lm, inputs = tiny.loaded("dinov2")
+    pixels = inputs["pixel_values"].repeat(3, 1, 1, 1)[:5]  # 5 images, batches of 2 + 2 + 1
+    T = vit_sinks.profile_vit(lm, pixels[:1]).n_tokens
+    positions = torch.zeros(5, T, dtype=torch.bool)
+    positions[0, 3] = positions[0, 5] = positions[3, 2] = positions[4, 7] = True  # images 1 and 2 have none
+    batched = registers.register_neurons(lm, pixels, positions, top=4, batch_size=2)
+    whole = registers.register_neurons(lm, pixels, positions, top=4, batch_size=5)
+    assert [(a, b) for a, b, _ in batched] == [(a, b) for a, b, _ in whole]
+    torch.testing.assert_close(torch.tensor([s for *_, s in batched]), torch.tensor([s for *_, s in whole]))

@@ -17,7 +17,7 @@ the output then has ``n_registers`` more tokens at the end.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -54,12 +54,23 @@ def outlier_positions(profile, layer: int) -> tuple[torch.Tensor, bool]:
     return positions, False
 
 
+def register_scores(acts: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One layer's neuron scores (Jiang et al.'s Algorithm 1, ``find_register_neurons``): for each image b that has
+    outlier positions, s_b[n] = mean over those positions t of |a_{b, t, n}|; the score is the mean of s_b over those
+    images. acts: (B, T, F) MLP activations; positions: (B, T) bool -> (F,); zeros when no image has a position."""
+    has = positions.any(dim=-1)  # (B,)
+    if not has.any():
+        return acts.new_zeros(acts.shape[-1])
+    where = positions[has].to(acts.dtype)  # (B', T)
+    per_image = (acts[has].abs() * where[..., None]).sum(dim=1) / where.sum(dim=1, keepdim=True)  # (B', F)
+    return per_image.mean(dim=0)
+
+
 @torch.inference_mode()
 def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Tensor, top: int = 10,
                      batch_size: int = 8) -> list[tuple[int, int, float]]:
-    """Jiang et al.'s register neurons: score[l, n] = mean over images that have outlier positions of the mean
-    |a^l_{t, n}| over those positions t (a = MLP activation, the input of the output projection); return the
-    ``top`` (layer, neuron, score) by score over all layers.
+    """Jiang et al.'s register neurons: :func:`register_scores` of every layer over all images (a = MLP activation,
+    the input of the output projection); return the ``top`` (layer, neuron, score) by score over all layers.
 
     pixels: (B, 3, S, S); positions: (B, T) bool, the outlier token positions of each image (from the detection
     layer's norms; :func:`sinklib.interpretation.vit_sinks.outlier_mask`).
@@ -67,15 +78,15 @@ def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Ten
     total, images = None, 0
     for start in range(0, len(pixels), batch_size):
         where = positions[start:start + batch_size]
+        n = int(where.any(dim=-1).sum())  # images of this batch that count
+        if n == 0:
+            continue
         with Capture(lm.model, mlp_activations=True) as cap:
             vit_forward(lm, pixels[start:start + batch_size])
-        acts = cap.stack("mlp_activations").float().abs()  # (L, B, T, d_ff)
-        for b in range(acts.shape[1]):
-            if not where[b].any():
-                continue
-            score = acts[:, b, where[b]].mean(dim=1)  # (L, d_ff)
-            total = score if total is None else total + score
-            images += 1
+        acts = cap.stack("mlp_activations").float()  # (L, B, T, d_ff)
+        score = torch.stack([register_scores(a, where) for a in acts]) * n  # (L, d_ff), weighted by images
+        total = score if total is None else total + score
+        images += n
     if images == 0:
         raise ValueError("no image has an outlier position; lower the cut or pass more images")
     mean = total / images
@@ -84,23 +95,37 @@ def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Ten
     return [(int(i) // width, int(i) % width, float(v)) for v, i in zip(values, flat)]
 
 
+def move_to_registers(acts: torch.Tensor, neurons: Sequence[int], n_registers: int) -> torch.Tensor:
+    """The test-time register edit of one MLP (the authors' ``DinoVisionTransformerWithIntervention``): in the given
+    neurons, every register token (the last ``n_registers``) gets the neuron's maximum over all tokens, every other
+    token 0; other neurons unchanged. acts: (B, T + n_registers, F) -> a new tensor of the same shape."""
+    a = acts.clone()
+    peak = a[:, :, neurons].amax(dim=1, keepdim=True)  # (B, 1, k)
+    a[:, :, neurons] = 0
+    a[:, -n_registers:, neurons] = peak.expand(-1, n_registers, -1)
+    return a
+
+
 class TestTimeRegisters(Intervention):
     """Append ``n_registers`` tokens (each the mean of the image's patch tokens) after the image tokens and move the
     register neurons' activation onto them.
 
     ``neurons``: {layer: [neuron, ...]}. In those layers' MLPs, activation a_{t, n} becomes max_t' a_{t', n} at the
     extra tokens and 0 at every other token (the authors' ``DinoVisionTransformerWithIntervention``). Outputs get
-    ``n_registers`` extra tokens at the end.
+    ``n_registers`` extra tokens at the end. ``move``: the edit, :func:`move_to_registers` unless another function
+    with its signature is given (the exercises pass the student's).
     """
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, model: nn.Module, neurons: dict[int, Sequence[int]], n_registers: int = 1):
+    def __init__(self, model: nn.Module, neurons: dict[int, Sequence[int]], n_registers: int = 1,
+                 move: Callable[[torch.Tensor, Sequence[int], int], torch.Tensor] | None = None):
         super().__init__(model, list(neurons))
         if n_registers < 1:
             raise ValueError("n_registers must be >= 1")
         self.neurons = {int(k): list(v) for k, v in neurons.items()}
         self.n_registers = n_registers
+        self.move = move_to_registers if move is None else move
 
     def _install(self) -> None:
         self._handles.append(_token_entry(self.model).register_forward_hook(self._append))
@@ -118,12 +143,8 @@ class TestTimeRegisters(Intervention):
         return (h, *output[1:]) if isinstance(output, tuple) else h
 
     def _move(self, args, neurons: list[int]):
-        a = args[0].clone()  # (B, T + n, d_ff)
-        peak = a[:, :, neurons].amax(dim=1, keepdim=True)  # (B, 1, k)
-        a[:, :, neurons] = 0
-        a[:, -self.n_registers:, neurons] = peak.expand(-1, self.n_registers, -1)
         self.calls += 1
-        return (a, *args[1:])
+        return (self.move(args[0], neurons, self.n_registers), *args[1:])  # (B, T + n, d_ff)
 
 
 def neurons_by_layer(found: list[tuple[int, int, float]]) -> dict[int, list[int]]:

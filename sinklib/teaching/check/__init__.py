@@ -24,12 +24,14 @@ from sinklib.teaching.check.utilization import (
     kept_positions,
     sink_window_layer,
 )
+from sinklib.teaching.check.vit import move_to_registers, outlier_mask, register_scores
 
 ALL = {f.__name__: f for f in (
     alpha, sink_rate, uniform_alpha, dom_ratio, massive,  # 00
     kept_positions, fake_quantize, act_redistribute, sink_window_layer,  # 01
     position_variance, super_neuron, self_only_mask,  # 02
     softmax_off_by_one, softpick, head_rmsnorm, attention_function,  # 03
+    outlier_mask, register_scores, move_to_registers,  # 13
 )}
 """Every check by name (the tests run each against its solution, a stub and a wrong answer)."""
 

@@ -1,0 +1,115 @@
+# %% [markdown]
+# # Exercises for 13 · ViT -- high-norm patches and a register made at test time
+#
+# **What you will practise.** Finding a ViT's high-norm patch tokens, scoring Jiang et al.'s *register neurons*
+# (*Vision Transformers Don't Need Trained Registers*, arXiv 2506.08010) and writing the edit that moves their
+# activation from the image's patches onto an extra token -- a register added without training -- then running your
+# edit inside DINOv2-S.
+# **Prerequisites:** `13_vit` sections 3 and 5; what an MLP neuron's activation is. **Time:** about 40 minutes; the
+# last cells load DINOv2-S from the offline cache and run it on the bundled photos (under a minute on a CPU).
+#
+# Each check runs your function on hand-worked cases (`help(check.move_to_registers)`) and against sinklib's code.
+
+# %%
+import torch
+
+from sinklib.teaching import check
+
+# %% [markdown]
+# ## Task 1 · high-norm patches
+# Darcet et al. (*Vision Transformers Need Registers*, arXiv 2309.16588) found patch tokens whose hidden state is far
+# longer than the rest. This project's cut: $\lVert h_t \rVert > c \cdot \mathrm{median}_{t'} \lVert h_{t'} \rVert$
+# over the same image's patches. `patch_norms` is (B, P); return a (B, P) bool mask. Use `torch.median` (for an even
+# number of patches it takes the lower of the two middle values).
+
+# %%
+def outlier_mask(patch_norms: torch.Tensor, factor: float) -> torch.Tensor:
+    # BEGIN SOLUTION
+    return patch_norms > factor * patch_norms.median(dim=-1, keepdim=True).values
+    # END SOLUTION
+
+
+check.outlier_mask(outlier_mask)
+
+# %% [markdown]
+# ## Task 2 · register neurons
+# Which MLP neurons write the outliers? Jiang et al. score neuron $n$ of a layer by its mean $|a_{t,n}|$ at the
+# outlier positions of each image, averaged over the images that have outliers:
+# $s_n = \frac{1}{|I|}\sum_{b \in I} \frac{1}{|O_b|}\sum_{t \in O_b} |a_{b,t,n}|$. `acts` (B, T, F) are one layer's
+# MLP activations (the input of its output projection), `positions` (B, T) the outlier tokens. Return (F,).
+
+# %%
+def register_scores(acts: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    # BEGIN SOLUTION
+    per_image = [acts[b][positions[b]].abs().mean(dim=0) for b in range(len(acts)) if positions[b].any()]
+    return torch.stack(per_image).mean(dim=0)
+    # END SOLUTION
+
+
+check.register_scores(register_scores)
+
+# %% [markdown]
+# ## Task 3 · move the activation onto a register
+# Append an extra token to the image; in every register neuron, give the extra token (the last `n_registers`
+# tokens) the neuron's largest activation over all tokens and every other token 0. The outlier then has nowhere to
+# form but on the extra token, which the model treats as a register. `acts` (B, T, F); leave the other neurons and
+# the tensor you are given unchanged.
+
+# %%
+def move_to_registers(acts: torch.Tensor, neurons: list[int], n_registers: int) -> torch.Tensor:
+    # BEGIN SOLUTION
+    out = acts.clone()
+    peak = out[:, :, neurons].amax(dim=1, keepdim=True)  # (B, 1, k)
+    out[:, :, neurons] = 0
+    out[:, -n_registers:, neurons] = peak.expand(-1, n_registers, -1)
+    return out
+    # END SOLUTION
+
+
+check.move_to_registers(move_to_registers)
+
+# %% [markdown]
+# ## Try it on a real model
+# DINOv2-S on the bundled photos: your Task 1 at the second-to-last layer; your Task 2 on every layer's MLP
+# activations; the top 5 (layer, neuron) pairs; then your Task 3 inside the model (sinklib's `TestTimeRegisters`
+# appends the token and calls your function in those MLPs). Predict, then run: does this small model have outliers
+# at all (`13_vit` section 3)? If not, each photo's highest-norm patch stands in -- what should the register change
+# then?
+
+# %%
+from sinklib.core import images  # noqa: E402
+from sinklib.core.capture import Capture  # noqa: E402
+from sinklib.core.models import load_model  # noqa: E402
+from sinklib.interpretation.registers import TestTimeRegisters, neurons_by_layer  # noqa: E402
+from sinklib.interpretation.vit_sinks import profile_vit, vit_forward  # noqa: E402
+
+lm = load_model("dinov2-s", device="cpu")
+pixels = images.to_pixels([p.image for p in images.photos()], size=224)
+before = profile_vit(lm, pixels)
+norms = before.patch_norms()[-2]  # (B, P) at the second-to-last layer
+mask = outlier_mask(norms, 3.0)
+print(f"outliers (norm > 3 x median) per photo: {mask.sum(-1).tolist()}")
+if not mask.any():  # no outliers in this model: each photo's highest-norm patch stands in, as in 13_vit
+    mask = torch.zeros_like(norms, dtype=torch.bool)
+    mask[torch.arange(len(norms)), norms.argmax(-1)] = True
+positions = torch.zeros(len(norms), before.n_tokens, dtype=torch.bool)
+positions[:, before.n_prefix:before.n_prefix + norms.shape[1]] = mask
+
+with torch.no_grad(), Capture(lm.model, mlp_activations=True) as cap:
+    vit_forward(lm, pixels)
+scores = torch.stack([register_scores(a.float(), positions) for a in cap.stack("mlp_activations")])  # (L, F)
+values, flat = scores.flatten().topk(5)
+found = [(int(i) // scores.shape[1], int(i) % scores.shape[1], float(v)) for v, i in zip(values, flat)]
+print("register neurons (layer, neuron, score):", [(a, b, round(c, 2)) for a, b, c in found])
+
+after = profile_vit(lm, pixels, extra=TestTimeRegisters(lm.model, neurons_by_layer(found), move=move_to_registers))
+print(f"largest / median patch norm, last layer: {before.max_norm_ratio()[-1]:.2f} before, "
+      f"{after.max_norm_ratio()[-1]:.2f} with the register; the register's norm / median patch norm: "
+      f"{float((after.norms[-1, :, -1] / after.patch_norms()[-1].median(-1).values).mean()):.2f}")
+
+# %% [markdown]
+# ## Questions to try
+# 1. Lower the cut in Task 1 to 2: which photos get outliers, and are they background patches (`13_vit` section 4)?
+# 2. Use `n_registers=2` in `TestTimeRegisters`: do both extra tokens end up alike?
+# 3. Compare your register neurons' layers with where `13_vit`'s high-norm tokens appear. In a large model with real
+#    outliers (the GPU profile's DINOv2-L/g), what would the register's norm be against the cut?
