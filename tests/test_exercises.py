@@ -113,6 +113,10 @@ WRONG = {  # one plausible mistake per check
     "softpick": lambda x: torch.relu(torch.expm1(x)) / torch.expm1(x).abs().sum(-1, keepdim=True),  # masked keys count
     "head_rmsnorm": lambda o, g, eps: o * torch.rsqrt(o.pow(2).mean(dim=(-2, -1), keepdim=True) + eps) * g,
     "attention_function": _wrong_attention_function,
+    "router_entropy": lambda x: -(torch.softmax(x, -1) * torch.softmax(x, -1).log()).sum(-1),  # nan at p = 0
+    "expert_output_max": lambda c, y, n: torch.stack([y[c == e].amax() if (c == e).any() else torch.tensor(0.0)
+                                                      for e in range(n)]),  # signed max, not the largest |y|
+    "super_experts": lambda a, inc, q, t: [tuple(x) for x in (a > torch.quantile(a.flatten(), q / 100)).nonzero().tolist()],
     "outlier_mask": lambda n, f: n > f * n.quantile(0.5, dim=-1, keepdim=True),  # averages the two middle values
     "register_scores": lambda a, p: (a.abs() * p[..., None]).sum((0, 1)) / p.sum(),  # pools positions, not images
     "move_to_registers": _in_place_registers,

@@ -39,7 +39,8 @@ class Routing:
     output_max: torch.Tensor  # (L, E): largest |down_proj output| of each expert over all tokens
 
 
-def _entropy(logits: torch.Tensor) -> torch.Tensor:
+def router_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H = -sum_e p_e log p_e (nats), p = softmax of the router logits over the E experts. (..., E) -> (...)."""
     return torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(-1)
 
 
@@ -64,7 +65,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> Routing:
         choice.append(cap.stack("expert_choice"))  # (L, B, T, k)
         peaks.append(cap.stack("expert_outputs"))  # (L, B, T, k)
     logits, choice, peaks = (torch.cat(x, dim=1) for x in (logits, choice, peaks))
-    ent = _entropy(logits)  # (L, N, T)
+    ent = router_entropy(logits)  # (L, N, T)
     mid = ids.shape[1] // 2
 
     def load(c: torch.Tensor) -> torch.Tensor:  # (L, ..., k) -> (L, E): share of the top-k slots per expert

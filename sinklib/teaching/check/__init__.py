@@ -9,7 +9,7 @@ notebooks use). It stops at the first case that is wrong and says which case, wh
 (or which exception was raised). It returns a :class:`Result`, truthy when everything passed, so a test can assert it.
 
 One module per exercise notebook: :mod:`.tour` (00), :mod:`.utilization` (01), :mod:`.interpretation` (02),
-:mod:`.mitigation` (03), :mod:`.vit` (13); :mod:`._core` holds what they share.
+:mod:`.mitigation` (03), :mod:`.moe` (11), :mod:`.mllm` (12), :mod:`.vit` (13); :mod:`._core` holds what they share.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from sinklib.teaching.check._core import Result
 from sinklib.teaching.check.interpretation import position_variance, self_only_mask, super_neuron
 from sinklib.teaching.check.mitigation import attention_function, head_rmsnorm, softmax_off_by_one, softpick
+from sinklib.teaching.check.moe import expert_output_max, router_entropy, super_experts
 from sinklib.teaching.check.tour import alpha, dom_ratio, massive, sink_rate, uniform_alpha
 from sinklib.teaching.check.utilization import (
     act_redistribute,
@@ -31,6 +32,7 @@ ALL = {f.__name__: f for f in (
     kept_positions, fake_quantize, act_redistribute, sink_window_layer,  # 01
     position_variance, super_neuron, self_only_mask,  # 02
     softmax_off_by_one, softpick, head_rmsnorm, attention_function,  # 03
+    router_entropy, expert_output_max, super_experts,  # 11
     outlier_mask, register_scores, move_to_registers,  # 13
 )}
 """Every check by name (the tests run each against its solution, a stub and a wrong answer)."""
