@@ -117,6 +117,9 @@ WRONG = {  # one plausible mistake per check
     "expert_output_max": lambda c, y, n: torch.stack([y[c == e].amax() if (c == e).any() else torch.tensor(0.0)
                                                       for e in range(n)]),  # signed max, not the largest |y|
     "super_experts": lambda a, inc, q, t: [tuple(x) for x in (a > torch.quantile(a.flatten(), q / 100)).nonzero().tolist()],
+    "phi": lambda h, dims: (h[..., dims].abs() / h.abs().mean(-1, keepdim=True)).amax(-1),  # mean |x|, not RMS
+    "image_centric_rows": lambda w, vis, img, start, rho, summ: (w * img[:, None, None]).sum(-1) >= summ,  # no rho
+    "var_redistribute": lambda w, s, img, rows, p: torch.where(s[:, None, None], p * w, w),  # sink mass dropped
     "outlier_mask": lambda n, f: n > f * n.quantile(0.5, dim=-1, keepdim=True),  # averages the two middle values
     "register_scores": lambda a, p: (a.abs() * p[..., None]).sum((0, 1)) / p.sum(),  # pools positions, not images
     "move_to_registers": _in_place_registers,

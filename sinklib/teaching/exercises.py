@@ -8,6 +8,7 @@ twins through jupytext. ``python -m sinklib exercises`` runs it; a test checks t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -59,5 +60,7 @@ def write_exercises(solution_dir: Path = SOLUTION_DIR, exercise_dir: Path = EXER
             for source in (solution, target):
                 nb = jupytext.read(source, fmt="py:percent")
                 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+                for i, cell in enumerate(nb.cells):  # stable ids: regenerating an unchanged notebook changes nothing
+                    cell["id"] = hashlib.sha1(f"{i}:{cell.source}".encode()).hexdigest()[:8]
                 jupytext.write(nb, source.with_suffix(".ipynb"))
     return written

@@ -17,6 +17,7 @@ from __future__ import annotations
 from sinklib.teaching.check._core import Result
 from sinklib.teaching.check.interpretation import position_variance, self_only_mask, super_neuron
 from sinklib.teaching.check.mitigation import attention_function, head_rmsnorm, softmax_off_by_one, softpick
+from sinklib.teaching.check.mllm import image_centric_rows, phi, var_redistribute
 from sinklib.teaching.check.moe import expert_output_max, router_entropy, super_experts
 from sinklib.teaching.check.tour import alpha, dom_ratio, massive, sink_rate, uniform_alpha
 from sinklib.teaching.check.utilization import (
@@ -33,6 +34,7 @@ ALL = {f.__name__: f for f in (
     position_variance, super_neuron, self_only_mask,  # 02
     softmax_off_by_one, softpick, head_rmsnorm, attention_function,  # 03
     router_entropy, expert_output_max, super_experts,  # 11
+    phi, image_centric_rows, var_redistribute,  # 12
     outlier_mask, register_scores, move_to_registers,  # 13
 )}
 """Every check by name (the tests run each against its solution, a stub and a wrong answer)."""
