@@ -96,6 +96,12 @@ def _in_place_registers(acts, neurons, n_registers):
     return acts
 
 
+def _mass_by_kind_keeping_the_last_keys(mass, kinds, skip_last):
+    """Forgets to leave out the last keys."""
+    from sinklib.interpretation.placement import mass_by_kind
+    return mass_by_kind(mass, kinds, 0)
+
+
 WRONG = {  # one plausible mistake per check
     "alpha": lambda a, k: a[..., :, k].mean(-1),  # divides by T, counts queries that cannot see k
     "sink_rate": lambda a, eps: (a >= eps).float().mean().item(),  # >= instead of >
@@ -113,6 +119,9 @@ WRONG = {  # one plausible mistake per check
     "softpick": lambda x: torch.relu(torch.expm1(x)) / torch.expm1(x).abs().sum(-1, keepdim=True),  # masked keys count
     "head_rmsnorm": lambda o, g, eps: o * torch.rsqrt(o.pow(2).mean(dim=(-2, -1), keepdim=True) + eps) * g,
     "attention_function": _wrong_attention_function,
+    "sink_mass": lambda a: a.mean(-2),  # divides every column by T, not by the queries that see it
+    "mass_by_kind": _mass_by_kind_keeping_the_last_keys,
+    "position_verdict": lambda own, rep, first, orig, keep=0.5: rep >= keep * own and orig < keep * own,  # no None
     "router_entropy": lambda x: -(torch.softmax(x, -1) * torch.softmax(x, -1).log()).sum(-1),  # nan at p = 0
     "expert_output_max": lambda c, y, n: torch.stack([y[c == e].amax() if (c == e).any() else torch.tensor(0.0)
                                                       for e in range(n)]),  # signed max, not the largest |y|

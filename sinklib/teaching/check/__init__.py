@@ -9,13 +9,14 @@ notebooks use). It stops at the first case that is wrong and says which case, wh
 (or which exception was raised). It returns a :class:`Result`, truthy when everything passed, so a test can assert it.
 
 One module per exercise notebook: :mod:`.tour` (00), :mod:`.utilization` (01), :mod:`.interpretation` (02),
-:mod:`.mitigation` (03), :mod:`.moe` (11), :mod:`.mllm` (12), :mod:`.vit` (13); :mod:`._core` holds what they share.
+:mod:`.mitigation` (03), :mod:`.llm` (10), :mod:`.moe` (11), :mod:`.mllm` (12), :mod:`.vit` (13); :mod:`._core` holds what they share.
 """
 
 from __future__ import annotations
 
 from sinklib.teaching.check._core import Result
 from sinklib.teaching.check.interpretation import position_variance, self_only_mask, super_neuron
+from sinklib.teaching.check.llm import mass_by_kind, position_verdict, sink_mass
 from sinklib.teaching.check.mitigation import attention_function, head_rmsnorm, softmax_off_by_one, softpick
 from sinklib.teaching.check.mllm import image_centric_rows, phi, var_redistribute
 from sinklib.teaching.check.moe import expert_output_max, router_entropy, super_experts
@@ -33,6 +34,7 @@ ALL = {f.__name__: f for f in (
     kept_positions, fake_quantize, act_redistribute, sink_window_layer,  # 01
     position_variance, super_neuron, self_only_mask,  # 02
     softmax_off_by_one, softpick, head_rmsnorm, attention_function,  # 03
+    sink_mass, mass_by_kind, position_verdict,  # 10
     router_entropy, expert_output_max, super_experts,  # 11
     phi, image_centric_rows, var_redistribute,  # 12
     outlier_mask, register_scores, move_to_registers,  # 13
