@@ -124,8 +124,11 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
 
     Used to show the attention explorer as a student sees it; a notebook error or a missing widget is reported.
     """
+    import json
+    import shutil
     import subprocess
     import sys
+    import tempfile
     import time
     import urllib.request
 
@@ -136,6 +139,11 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("SINKLIB_HEADLESS", None)
     env.pop("MPLBACKEND", None)  # the kernel's own default (inline), as a student's JupyterLab has
+    settings = Path(tempfile.mkdtemp(prefix="sinklib-lab-"))  # fresh user settings: no news question in the shot
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    env |= {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(settings / "workspaces")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebook.parent}", "--allow-root",
@@ -194,4 +202,5 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+        shutil.rmtree(settings, ignore_errors=True)
     return report
