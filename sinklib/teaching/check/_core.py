@@ -11,6 +11,10 @@ from dataclasses import dataclass
 import torch
 
 ATOL = 1e-5
+HAND_A = torch.tensor([[1.0, 0.0, 0.0],
+                       [0.5, 0.5, 0.0],
+                       [0.2, 0.3, 0.5]])  # one head, T = 3, causal, rows sum to 1 (00 and 10's hand cases)
+
 
 @dataclass
 class Result:

@@ -7,11 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, random_attention, run, same
-
-HAND_A = torch.tensor([[1.0, 0.0, 0.0],
-                       [0.5, 0.5, 0.0],
-                       [0.2, 0.3, 0.5]])  # one head, T = 3, causal, rows sum to 1
+from sinklib.teaching.check._core import HAND_A, Result, random_attention, run, same
 
 
 def alpha(fn: Callable, quiet: bool = False) -> Result:
