@@ -110,6 +110,7 @@ class LabReport:
     sliders: int = 0
     images: int = 0
     errors: list[str] = field(default_factory=list)  # error outputs in the notebook and uncaught page errors
+    dialogs: list[str] = field(default_factory=list)  # dialogs that opened while running (accepted)
     screenshot: Path | None = None
 
     @property
@@ -143,7 +144,7 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env |= {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(settings / "workspaces")}
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebook.parent}", "--allow-root",
@@ -170,6 +171,9 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
                 page.locator(".jp-Dialog .jp-mod-accept").first.click()
                 page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)
             for _ in range(3):  # a kernel still connecting drops the request: ask again until a cell has started
+                for dialog in page.locator(".jp-Dialog").all():  # one that opened late: say which, then accept it
+                    report.dialogs.append(dialog.inner_text()[:200])
+                    dialog.locator(".jp-mod-accept").first.click()
                 page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
                 page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
                 try:
