@@ -89,9 +89,13 @@ def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Ten
         images += n
     if images == 0:
         raise ValueError("no image has an outlier position; lower the cut or pass more images")
-    mean = total / images
-    values, flat = mean.flatten().topk(top)
-    width = mean.shape[1]
+    return top_neurons(total / images, top)
+
+
+def top_neurons(scores: torch.Tensor, top: int) -> list[tuple[int, int, float]]:
+    """The ``top`` (layer, neuron, score) of a (L, F) score table, largest first, over all layers."""
+    values, flat = scores.flatten().topk(top)
+    width = scores.shape[1]
     return [(int(i) // width, int(i) % width, float(v)) for v, i in zip(values, flat)]
 
 

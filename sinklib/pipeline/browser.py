@@ -167,13 +167,11 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=timeout_s * 1000)
-            if page.locator(".jp-Dialog").count():  # e.g. "Select Kernel" for a notebook without a kernelspec
-                page.locator(".jp-Dialog .jp-mod-accept").first.click()
-                page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)
             for _ in range(3):  # a kernel still connecting drops the request: ask again until a cell has started
-                for dialog in page.locator(".jp-Dialog").all():  # one that opened late: say which, then accept it
+                for dialog in page.locator(".jp-Dialog").all():  # e.g. "Select Kernel": say which, then accept it
                     report.dialogs.append(dialog.inner_text()[:200])
                     dialog.locator(".jp-mod-accept").first.click()
+                    page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)
                 page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
                 page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
                 try:

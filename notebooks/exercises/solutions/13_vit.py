@@ -80,7 +80,7 @@ check.move_to_registers(move_to_registers)
 from sinklib.core import images  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.models import load_model  # noqa: E402
-from sinklib.interpretation.registers import TestTimeRegisters, neurons_by_layer  # noqa: E402
+from sinklib.interpretation.registers import TestTimeRegisters, neurons_by_layer, top_neurons  # noqa: E402
 from sinklib.interpretation.vit_sinks import profile_vit, vit_forward  # noqa: E402
 
 lm = load_model("dinov2-s", device="cpu")
@@ -98,8 +98,7 @@ positions[:, before.n_prefix:before.n_prefix + norms.shape[1]] = mask
 with torch.no_grad(), Capture(lm.model, mlp_activations=True) as cap:
     vit_forward(lm, pixels)
 scores = torch.stack([register_scores(a.float(), positions) for a in cap.stack("mlp_activations")])  # (L, F)
-values, flat = scores.flatten().topk(5)
-found = [(int(i) // scores.shape[1], int(i) % scores.shape[1], float(v)) for v, i in zip(values, flat)]
+found = top_neurons(scores, 5)
 print("register neurons (layer, neuron, score):", [(a, b, round(c, 2)) for a, b, c in found])
 
 after = profile_vit(lm, pixels, extra=TestTimeRegisters(lm.model, neurons_by_layer(found), move=move_to_registers))
