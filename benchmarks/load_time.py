@@ -22,7 +22,7 @@ import time
 CHILD = """
 import json, time
 t0 = time.perf_counter()
-from sinklib.core.models import load_model
+from sinklib.models.load import load_model
 import transformers.models.llama.modeling_llama, transformers.models.gemma3.modeling_gemma3  # one-off imports
 t1 = time.perf_counter()
 lm = load_model({model!r}, device="cpu")

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, resource, sys, time, torch
-from sinklib.core.models import load_model
+from sinklib.models.load import load_model
 from sinklib.core.attnstats import AttentionStats
 mode, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 lm = load_model(model, device="cpu", attn_implementation="eager" if mode == "eager" else "sdpa")
@@ -79,7 +79,7 @@ def measure(mode: str, n: int, model: str, rounds: int = 0) -> dict | None:
 
 def eager_fits(model: str, n: int) -> tuple[bool, float]:
     from sinklib.core.memory import GiB, available_bytes, forward_bytes
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     lm = load_model(model, device="cpu")
     need = forward_bytes(lm, 1, n, eager_attentions=True) + 2 * GiB  # + weights and the interpreter
@@ -132,7 +132,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from sinklib.core import plotting
     from sinklib.core.paths import atomic_write_bytes
-    from sinklib.pipeline.results import write_json
+    from sinklib.core.results import write_json
 
     out = Path(args.out)
     write_json(out / "long_context.json", {"model": args.model, "rows": rows})

@@ -48,7 +48,7 @@ def main() -> int:
     from transformers import DynamicCache
 
     from sinklib.core.data import text_windows
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
     from sinklib.utilization.sink_cache import SinkWindowCache, cache_bytes
 
     lm = load_model(args.model, device="cpu")

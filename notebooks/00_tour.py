@@ -55,8 +55,8 @@ out_dir = "../figures/00_tour"
 # %%
 from sinklib.core import analysis, plotting
 from sinklib.core.data import INPUT_KINDS, make_inputs
+from sinklib.core.results import load_reference, sink_rate_table
 from sinklib.pipeline import notebook
-from sinklib.pipeline.results import load_reference, sink_rate_table
 
 nb = notebook.start("00_tour", profile, model, device, seed, out_dir, families="llm",
                     dtype="float32")  # Gu et al.'s protocol: float32 attention

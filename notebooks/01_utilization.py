@@ -62,8 +62,8 @@ import torch
 from sinklib.core import analysis, plotting
 from sinklib.core.data import text_windows
 from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
+from sinklib.core.results import load_reference
 from sinklib.pipeline import notebook
-from sinklib.pipeline.results import load_reference
 from sinklib.utilization import kvquant, streaming, streaming_plots
 from sinklib.utilization.calibration import (
     AttentionCalibration,

@@ -66,9 +66,10 @@ sink_position = 10  # k, the position the interventions turn into a sink
 
 import pandas as pd
 
-from sinklib.architectures import find_layers
 from sinklib.core import analysis, evaluation, plotting
+from sinklib.core.adapters import find_layers
 from sinklib.core.data import make_inputs, text_windows
+from sinklib.core.results import load_reference, number_matches
 from sinklib.interpretation import (
     chain,
     intervention_effects,
@@ -79,7 +80,6 @@ from sinklib.interpretation import (
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, ResidualOverride, SelfOnlyAttention
 from sinklib.pipeline import notebook
-from sinklib.pipeline.results import load_reference, number_matches
 
 nb = notebook.start("02_interpretation", profile, model, device, seed, out_dir)
 run, lm, fig_dir, title, record = nb.run, nb.lm, nb.fig_dir, nb.title, nb.record  # verdicts: origin_claims

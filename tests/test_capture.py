@@ -5,9 +5,9 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from sinklib.architectures import find_layers
+from sinklib.core.adapters import find_layers
 from sinklib.core.capture import Capture, hooks_left
-from sinklib.core.models import load_model
+from sinklib.models.load import load_model
 
 
 @pytest.fixture(scope="module")

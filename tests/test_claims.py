@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from sinklib.core import analysis
-from sinklib.pipeline import claims
-from sinklib.pipeline.results import load_reference
+from sinklib.core import analysis, claims
+from sinklib.core.results import load_reference
 from sinklib.utilization import calibration, kvquant, streaming
 
 GU, XIAO = load_reference("gu2024_sink_rates"), load_reference("streamingllm")

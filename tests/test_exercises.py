@@ -96,7 +96,7 @@ def _in_place_registers(acts, neurons, n_registers):
 
 def _mass_by_kind_keeping_the_last_keys(mass, kinds, skip_last):
     """Forgets to leave out the last keys."""
-    from sinklib.interpretation.placement import mass_by_kind
+    from sinklib.architectures.llm.placement import mass_by_kind
     return mass_by_kind(mass, kinds, 0)
 
 

@@ -58,7 +58,7 @@ def test_static_fallback_and_the_strongest_head(tiny, capsys, monkeypatch):
 
 
 def test_vit_patches_on_a_grid():
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     vit = load_model("tiny-vit-random", device="cpu")
     size = 32
@@ -82,7 +82,7 @@ def test_explorer_renders_in_jupyterlab(tmp_path):
         pytest.skip(reason)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "import sinklib\nfrom sinklib.core.models import load_model\n"
+        "import sinklib\nfrom sinklib.models.load import load_model\n"
         "lm = load_model('tiny-llama-random', device='cpu', seed=0)\n"
         "explorer = sinklib.explore(lm, 'In the beginning God created the heavens and the earth.')")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import pytest
 
 from sinklib.core import plotting
+from sinklib.core.claims import Claim, Recorder
+from sinklib.core.results import write_json
 from sinklib.pipeline import browser, gallery, runner
-from sinklib.pipeline.claims import Claim, Recorder
-from sinklib.pipeline.results import write_json
 
 
 def _notebook(path, *cells):

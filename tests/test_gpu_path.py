@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from sinklib.architectures import tiny_hub
-from sinklib.pipeline import claims, runner
+from sinklib.core import claims
+from sinklib.models import tiny_hub
+from sinklib.pipeline import runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AttentionInterface
 
-from sinklib.architectures import find_layers
+from sinklib.core.adapters import find_layers
 from sinklib.core.capture import Capture, hooks_left
 from sinklib.interpretation.interventions import (
     HeadOutputAmplification,

@@ -5,7 +5,6 @@ import importlib.util
 import pytest
 import torch
 
-from sinklib.core import conversion, models
 from sinklib.core.errors import (
     DeviceUnavailableError,
     OfflinePackageMissingError,
@@ -13,6 +12,8 @@ from sinklib.core.errors import (
     UnknownModelError,
     WrongFamilyError,
 )
+from sinklib.models import conversion
+from sinklib.models import load as models
 
 
 def one_line(err: BaseException) -> str:

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from sinklib.architectures import adapter_for, tiny
-from sinklib.interpretation import moe_sinks
+from sinklib.architectures.moe import moe_sinks
+from sinklib.core.adapters import adapter_for
+from sinklib.models import tiny
 
 
 @pytest.mark.parametrize("name", ["mixtral", "olmoe", "qwen2_moe"])

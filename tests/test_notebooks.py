@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from sinklib.pipeline import browser, claims, gallery, runner
+from sinklib.core import claims
+from sinklib.pipeline import browser, gallery, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from sinklib.core import images, onnx_vit
-from sinklib.core.models import load_model
+from sinklib.core import images
+from sinklib.models import onnx_vit
+from sinklib.models.load import load_model
 
 pytestmark = pytest.mark.real_model
 
@@ -52,7 +53,7 @@ def test_to_pixels_crops_centre_square_and_normalises():
     image[:, 10:30] = 255  # the centre square is white, the sides black
     x = images.to_pixels(image, size=14)
     assert x.shape == (1, 3, 14, 14)
-    white = (1 - torch.tensor(onnx_vit.IMAGENET_MEAN)) / torch.tensor(onnx_vit.IMAGENET_STD)
+    white = (1 - torch.tensor(images.IMAGENET_MEAN)) / torch.tensor(images.IMAGENET_STD)
     assert torch.allclose(x[0, :, 7, 7], white, atol=1e-5)
     assert np.allclose(images.display(x[0])[7, 7], 1.0, atol=1e-5)
 

@@ -157,7 +157,7 @@ def test_perplexity_equals_transformers_loss(tiny, ids):
 
 def test_gated_mlp_required(tiny):
     origin.require_gated_mlp(tiny, "02")
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     with pytest.raises(WrongFamilyError, match="gated MLP"):
         origin.require_gated_mlp(load_model("tiny-vit-random"), "02_interpretation")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinklib.interpretation import placement as pl
+from sinklib.architectures.llm import placement as pl
 
 
 class Words:
@@ -64,10 +64,11 @@ def test_position_or_token_and_key_mass_on_a_tiny_model(tiny):
 def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     """10_llm's GPU list (GPT-2 XL, OPT, Pythia, Llama, ...): the whole recipe on tiny random models of the same
     classes, so a GPU user's first run does not die on a layout, shape or dtype."""
-    from sinklib.architectures import adapter_for, tiny
-    from sinklib.interpretation import llm_survey
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.adapters import adapter_for
+    from sinklib.core.results import load_reference
+    from sinklib.models import tiny
     from sinklib.pipeline import profiles
-    from sinklib.pipeline.results import load_reference
 
     assert len(profiles.SIZES["10_llm"]["gpu"].models) >= 6
     lm, _ = tiny.loaded(family)

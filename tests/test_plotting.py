@@ -59,7 +59,7 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
         for p in [*paths, tmp_path / "fig.txt"]:
             assert p.stat().st_mode & 0o777 == 0o644, p  # readable by group and others, as open() would give
         os.umask(0o077)
-        from sinklib.pipeline.results import write_json
+        from sinklib.core.results import write_json
 
         assert write_json(tmp_path / "h.json", {"a": 1}).stat().st_mode & 0o777 == 0o600
     finally:

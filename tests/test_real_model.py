@@ -59,9 +59,9 @@ def test_profile_cli_json_contract(capsys):
 @torch.no_grad()
 def test_the_moe_stand_in_is_a_labelled_mixtral_with_a_working_router():
     """Built once from the offline SmolLM2 (~1 min), then cached: a real MixtralForCausalLM, labelled a stand-in."""
-    from sinklib.architectures import adapter_for
+    from sinklib.core.adapters import adapter_for
     from sinklib.core.capture import Capture
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     lm = load_model("smollm2-moe", device="cpu")
     assert lm.family == "moe" and "stand-in" in lm.label and "stand-in" in lm.model.config.sinklib_standin["label"]

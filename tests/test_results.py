@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from sinklib.pipeline.results import number_matches
+from sinklib.core.results import number_matches
 
 
 def test_number_matches_within_a_factor_either_side():

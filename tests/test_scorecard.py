@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from sinklib.core.claims import Claim, Recorder
 from sinklib.pipeline import scorecard
-from sinklib.pipeline.claims import Claim, Recorder
 from sinklib.pipeline.cli import main
 
 

@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from sinklib.architectures import tiny
-from sinklib.core import stitch
-from sinklib.core.bytetok import byte_tokenizer
+from sinklib.models import stitch, tiny
+from sinklib.models.bytetok import byte_tokenizer
 
 
 @pytest.fixture
@@ -68,7 +67,7 @@ def test_training_pairs_hold_out_the_evaluation_digits():
 def test_cached_standin_is_a_real_llava_labelled_as_a_standin():
     from transformers import LlavaForConditionalGeneration
 
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
 
     lm = load_model("llava-standin")
     assert isinstance(lm.model, LlavaForConditionalGeneration) and lm.family == "mllm"

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from sinklib.interpretation.super_experts import expert_output_max, super_experts
+from sinklib.architectures.moe.super_experts import expert_output_max, super_experts
 
 
 def authors_rule(table, include_layers=0.75, quantile=99.5, times=10):

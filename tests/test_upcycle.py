@@ -4,7 +4,7 @@ expert selected at equal weight the upcycled Mixtral equals the dense model."""
 import pytest
 import torch
 
-from sinklib.core import upcycle
+from sinklib.models import upcycle
 
 
 def test_neuron_groups_partition_and_group_coactive_neurons():

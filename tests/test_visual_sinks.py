@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from sinklib.architectures import tiny
+from sinklib.architectures.mllm import visual_attention as va
+from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.core.capture import Capture, hooks_left
-from sinklib.interpretation import visual_attention as va
-from sinklib.interpretation import visual_sinks as vs
+from sinklib.models import tiny
 
 
 def test_phi_is_max_sink_dim_over_rms():
@@ -123,11 +123,10 @@ def test_mllm_recipe_runs_on_tiny_llava():
 
 @pytest.fixture
 def tiny_hub_llava(tmp_path):
-    """A tiny random LLaVA saved with a real LlavaProcessor (:func:`sinklib.architectures.tiny_hub.llava`), loaded as
+    """A tiny random LLaVA saved with a real LlavaProcessor (:func:`sinklib.models.tiny_hub.llava`), loaded as
     a hub model would be: the GPU profile's input path."""
-    from sinklib.architectures import tiny_hub
-    from sinklib.core.models import LoadedModel
-    from sinklib.core.registry import ModelSpec
+    from sinklib.core.loaded import LoadedModel, ModelSpec
+    from sinklib.models import tiny_hub
 
     torch.manual_seed(0)
     model, processor = tiny_hub.llava()

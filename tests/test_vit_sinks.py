@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from sinklib.architectures import tiny
+from sinklib.architectures.vit import registers, vit_sinks
 from sinklib.core.capture import hooks_left
-from sinklib.interpretation import registers, vit_sinks
+from sinklib.models import tiny
 
 VIT_CLASSES = ["dinov2", "dinov2_registers", "vit", "clip_vision", "timm_vit"]
 

@@ -87,7 +87,7 @@ check.massive(massive)
 # %%
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import make_inputs  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu", dtype="float32")
 ids = make_inputs(lm, "natural", 8, 64, seed=0)

@@ -78,8 +78,8 @@ check.attention_function(attention_function)
 
 # %%
 from sinklib.core.data import text_windows  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
 from sinklib.core.switch import AttentionSwitch  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu", dtype="float32")
 ids = text_windows(lm.tokenizer, 4, 128, seed=0, split="heldout")

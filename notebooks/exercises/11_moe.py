@@ -70,7 +70,7 @@ check.super_experts(super_experts)
 # %%
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import text_windows  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("smollm2-moe", device="cpu")
 print(lm)

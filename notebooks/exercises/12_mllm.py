@@ -70,11 +70,11 @@ check.var_redistribute(var_redistribute)
 # image attention moves off the sinks?
 
 # %%
-from sinklib.architectures import adapter_for  # noqa: E402
-from sinklib.core import stitch  # noqa: E402
+from sinklib.architectures.mllm import visual_sinks  # noqa: E402
+from sinklib.core.adapters import adapter_for  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
-from sinklib.interpretation import visual_sinks  # noqa: E402
+from sinklib.models import stitch  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("llava-standin", device="cpu")
 print(lm)

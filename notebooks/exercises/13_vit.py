@@ -69,11 +69,11 @@ check.move_to_registers(move_to_registers)
 # then?
 
 # %%
+from sinklib.architectures.vit.registers import TestTimeRegisters, neurons_by_layer, top_neurons  # noqa: E402
+from sinklib.architectures.vit.vit_sinks import profile_vit, vit_forward  # noqa: E402
 from sinklib.core import images  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
-from sinklib.interpretation.registers import TestTimeRegisters, neurons_by_layer, top_neurons  # noqa: E402
-from sinklib.interpretation.vit_sinks import profile_vit, vit_forward  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("dinov2-s", device="cpu")
 pixels = images.to_pixels([p.image for p in images.photos()], size=224)

@@ -22,7 +22,7 @@
 
 # %%
 import sinklib
-from sinklib.core.models import load_model
+from sinklib.models.load import load_model
 
 lm = load_model("smollm2-135m", device="cpu")
 explorer = sinklib.explore(lm, "In the beginning God created the heavens and the earth. The earth was formless.")

@@ -1,1 +1,3 @@
-"""Shared machinery: model loading, inputs, capture and O(N) attention statistics, metrics, memory checks, evaluation, the attention switch, plotting style."""
+"""Shared machinery every notebook uses: capture and O(N) attention statistics, the attention switch, the
+architecture adapters, interventions' base, metrics, analysis, memory checks, evaluation, inputs (text and images),
+plotting, the claim record and result files. Imports nothing else of sinklib."""

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from sinklib.architectures import find_layers
 from sinklib.core import metrics
+from sinklib.core.adapters import find_layers
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
+from sinklib.core.claims import Claim
+from sinklib.core.loaded import LoadedModel
 from sinklib.core.memory import check_fits, check_length, fit_batch
-from sinklib.core.models import LoadedModel
 from sinklib.core.switch import Patch
-from sinklib.pipeline.claims import Claim
 
 
 @dataclass

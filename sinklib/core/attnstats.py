@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from sinklib.architectures import adapter_for
+from sinklib.core.adapters import adapter_for
 from sinklib.core.errors import InputError
 from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 

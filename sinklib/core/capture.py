@@ -12,7 +12,7 @@
 * on request, the normalised inputs of attention and MLP, and the (post-RoPE) queries, keys and values.
 
 Where the blocks are, and which attention module is which block, comes from the model's architecture adapter
-(:func:`sinklib.architectures.adapter_for`), so decoders, MoE decoders, ViTs (transformers and timm) and the language
+(:func:`sinklib.core.adapters.adapter_for`), so decoders, MoE decoders, ViTs (transformers and timm) and the language
 tower of a multimodal model are read alike. Everything is registered on ``__enter__`` and removed on ``__exit__``,
 even when the forward raises.
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from sinklib.architectures import Adapter, Layer, adapter_for
+from sinklib.core.adapters import Adapter, Layer, adapter_for
 from sinklib.core.switch import AttentionSwitch, ExpertsSwitch, Patch, TimmEagerAttention, eager_for
 
 KINDS = (

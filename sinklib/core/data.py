@@ -15,9 +15,9 @@ from functools import cache
 
 import torch
 
-from sinklib.core.conversion import package_dir
 from sinklib.core.errors import InputError
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
+from sinklib.core.paths import package_dir
 
 INPUT_KINDS = ("natural", "random", "repeated")
 SOURCES = ("bible", "pydoc")

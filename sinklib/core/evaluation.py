@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
 
 
 @torch.inference_mode()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sinklib.core.onnx_vit import IMAGENET_MEAN, IMAGENET_STD
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # the per-channel normalisation ViTs trained on ImageNet expect
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # name -> (package, loader); colour first, then grey photos (converted to RGB)
 PHOTO_SOURCES = {

@@ -10,7 +10,7 @@ import psutil
 import torch
 
 from sinklib.core.errors import InputError
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
 
 GiB = 2**30
 

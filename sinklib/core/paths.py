@@ -6,9 +6,12 @@ copy); the notebooks, reference numbers and the default cache are found from it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
+
+from sinklib.core.errors import OfflinePackageMissingError
 
 PACKAGE = Path(__file__).resolve().parents[1]  # sinklib/
 ROOT = PACKAGE.parent  # the checkout: notebooks/, data/, figures/
@@ -16,6 +19,17 @@ REPO: Path | None = ROOT if (ROOT / "pyproject.toml").exists() else None
 NOTEBOOK_DIR = ROOT / "notebooks"
 REFERENCE_DIR = ROOT / "data" / "reference"
 STYLE = PACKAGE / "core" / "sinklib.mplstyle"
+OFFLINE_TARGET = "make offline"  # the command that installs the offline models and text
+
+
+def package_dir(package: str) -> Path:
+    """Folder of an installed offline package, found without importing it (their imports pull unneeded deps)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise OfflinePackageMissingError(
+            f"the offline package {package!r} is not installed; run `{OFFLINE_TARGET}` (installs data/offline-packages.txt)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def cache_dir() -> Path:

@@ -1,1 +1,2 @@
-"""Why sinks form: the structural-origin chain, massive activations, interventions that move or make a sink."""
+"""02_interpretation, why sinks form: the structural-origin chain, massive activations, interventions that move or
+make a sink."""

@@ -2,7 +2,7 @@
 
 ``02_interpretation`` draws each link on one model; ``10_llm`` runs the same calls on every family to see which links
 hold where. Each function returns a small record with what the figure needs and the link's
-:class:`~sinklib.pipeline.claims.Claim` (rules in :mod:`sinklib.interpretation.origin_claims`).
+:class:`~sinklib.core.claims.Claim` (rules in :mod:`sinklib.interpretation.origin_claims`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sinklib.core.models import LoadedModel
+from sinklib.core.claims import Claim
+from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import massive_activations, origin, origin_claims
-from sinklib.pipeline.claims import Claim
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 
 from sinklib.core import metrics
 from sinklib.core.capture import Capture
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.origin import batches
 
 

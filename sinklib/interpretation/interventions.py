@@ -7,7 +7,8 @@
   (intervention ii), or the control o'_k = lambda o_k;
 * :class:`ResidualOverride` -- set chosen residual-stream entries (massive activations) to zero or to a given value
   (Sun et al., arXiv 2402.17762);
-(ACT's :class:`~sinklib.utilization.calibration.AttentionCalibration` is built on the same base, in utilization.)
+All share the base :class:`sinklib.core.intervention.Intervention` (as do ACT's
+:class:`~sinklib.utilization.calibration.AttentionCalibration` and the edits of 12_mllm and 13_vit).
 
 Blocks come from the model's architecture adapter, so they work on decoders, MoE decoders, ViTs (transformers and
 timm: the two attention edits then act on the probabilities timm passes through ``attn_drop``, which softmax with
@@ -23,55 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from sinklib.architectures import adapter_for
 from sinklib.core import metrics
-from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
-
-
-class Intervention(Patch):
-    """Shared bookkeeping: the layers to edit; hooks and the attention switch are undone by :class:`Patch`."""
-
-    def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
-        super().__init__()
-        self.model = model
-        self.adapter = adapter_for(model)
-        self.parts = self.adapter.layers
-        n = len(self.parts)
-        self.layers = set(range(n) if layers is None else layers)
-        bad = [i for i in self.layers if not 0 <= i < n]
-        if bad:
-            raise ValueError(f"layers {bad} outside 0..{n - 1}")
-        self.calls = 0  # how many times the edit was applied (a test can check it ran)
-
-    def _attention(self, module, query, key, value, attention_mask, **kwargs):  # subclasses may override
-        raise NotImplementedError
-
-    def _delegate(self, module, *args, **kwargs):
-        """Call the attention function that was active before this intervention (sdpa, eager, a Capture, ...)."""
-        return self._switch.delegate(module, *args, **kwargs)
-
-    def _use_attention_function(self) -> None:
-        """Route attention through :meth:`_attention`, which receives a 4D additive mask it may edit (transformers),
-        or hand the probabilities of the chosen layers to :meth:`_edit_probabilities` (timm)."""
-        if self.adapter.backend == "timm":
-            self._switches.append(TimmEagerAttention([self.parts[i].attn for i in self.layers]).__enter__())
-            for i in sorted(self.layers):
-                self._handles.append(self.parts[i].attn.attn_drop.register_forward_hook(  # before a Capture's hook
-                    lambda m, a, probs, i=i: self._edit_probabilities(i, probs), prepend=True))
-            return
-        self._switch = AttentionSwitch(self.model, "sinklib_intervention", self._attention).__enter__()
-
-    def _edit_probabilities(self, layer: int, probs: torch.Tensor) -> torch.Tensor:  # timm; (B, H, T, N)
-        raise NotImplementedError
-
-    def _mask(self, module, query, key, attention_mask) -> torch.Tensor:
-        """The additive mask (B|1, 1, T, N) the layer would use; built when the backend passes None (a
-        bidirectional encoder: all zeros)."""
-        if attention_mask is not None:
-            return attention_mask
-        if getattr(module, "is_causal", True):
-            raise RuntimeError("a causal layer got no mask; interventions ask for the eager mask, so this is a bug")
-        return torch.zeros(1, 1, query.shape[2], key.shape[2], dtype=query.dtype, device=query.device)
+from sinklib.core.intervention import Intervention
 
 
 class SelfOnlyAttention(Intervention):

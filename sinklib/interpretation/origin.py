@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from sinklib.architectures import find_layers
 from sinklib.core import metrics
+from sinklib.core.adapters import find_layers
 from sinklib.core.capture import Capture
 from sinklib.core.errors import WrongFamilyError
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
 
 
 def require_gated_mlp(lm: LoadedModel, where: str) -> None:

@@ -1,8 +1,8 @@
 """The claims of ``02_interpretation``: one rule per link of the structural-origin chain and Sun et al.'s bias view.
 
-Each function takes what the notebook measured and returns a :class:`~sinklib.pipeline.claims.Claim` whose ``holds`` is the
+Each function takes what the notebook measured and returns a :class:`~sinklib.core.claims.Claim` whose ``holds`` is the
 *structure* of the claim on this model (a jump, an ordering, a sign); where the paper gives a number, the record
-says in ``note`` whether the measured one matches it (:func:`sinklib.pipeline.results.number_matches`) -- a number can only
+says in ``note`` whether the measured one matches it (:func:`sinklib.core.results.number_matches`) -- a number can only
 be expected to match on the paper's model.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sinklib.pipeline.claims import Claim
-from sinklib.pipeline.results import number_matches
+from sinklib.core.claims import Claim
+from sinklib.core.results import number_matches
 
 ORIGIN = "The Structural Origin of Attention Sink, arXiv 2605.06611"
 SUN = "Sun et al., Massive Activations in Large Language Models, arXiv 2402.17762"

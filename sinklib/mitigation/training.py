@@ -28,8 +28,8 @@ from sinklib.core import metrics
 from sinklib.core.data import corpus_units
 from sinklib.core.errors import InputError
 from sinklib.core.paths import cache_dir
+from sinklib.core.results import write_json
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
-from sinklib.pipeline.results import write_json
 
 BOS = 256
 TRAINING_VERSION = 3  # 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change, to invalidate cached runs

@@ -4,7 +4,7 @@
   with the seeds' spread and a still-rising head taken into account (a :class:`SinkVerdict`, not a sentence to
   parse);
 * :func:`convergence` -- does head-wise RMSNorm converge faster than softmax, measured against the seeds' spread;
-* :func:`sink_claim` / :func:`rmsnorm_convergence` -- the :class:`~sinklib.pipeline.claims.Claim` records: the
+* :func:`sink_claim` / :func:`rmsnorm_convergence` -- the :class:`~sinklib.core.claims.Claim` records: the
   baseline "grows a sink", every other variant "removes it" (holds on a clean removal; does not on reduces / keeps /
   strengthens / shrinks the rows; cannot be judged when the seeds cannot settle the cut or the head is still rising).
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
-from sinklib.pipeline.claims import Claim
 
 
 def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | None:

@@ -1,1 +1,1 @@
-"""Running the companion: profiles, claims as records, result files, the papermill runner, the gallery, the CLI."""
+"""Running the companion: profiles, the notebook helper, the papermill runner, the run plan, the gallery and its\nbrowser check, the scorecard and the CLI."""

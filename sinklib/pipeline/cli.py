@@ -16,7 +16,7 @@ GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
 
 
 def _cmd_models(args) -> int:
-    from sinklib.core.models import list_models
+    from sinklib.models.load import list_models
 
     rows = list_models()
     if args.json:
@@ -33,7 +33,7 @@ def _cmd_models(args) -> int:
 def _cmd_profile(args) -> int:
     from sinklib.core.analysis import profile_sinks
     from sinklib.core.data import make_inputs
-    from sinklib.core.models import load_model
+    from sinklib.models.load import load_model
     from sinklib.pipeline.profiles import seed_everything
 
     seed_everything(args.seed)

@@ -209,7 +209,7 @@ def _claims_table(claims: list) -> str:
 
 def notebook_section(folder: Path, notebook_dir: Path) -> str:
     """One notebook's section (see the module docstring)."""
-    from sinklib.pipeline import claims as claims_io
+    from sinklib.core import claims as claims_io
 
     stem = folder.name
     text = notebook_text(notebook_dir / f"{stem}.ipynb")

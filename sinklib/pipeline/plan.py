@@ -174,7 +174,7 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
 
 def _dtype(notebook: str, run: profiles.Run) -> str:
     """As the notebooks load: float32 for Gu et al.'s protocol and 03's training, else the profile's dtype, else
-    the device's default (:func:`sinklib.core.models.default_dtype`: bfloat16 on CUDA, float32 elsewhere)."""
+    the device's default (:func:`sinklib.models.load.default_dtype`: bfloat16 on CUDA, float32 elsewhere)."""
     if notebook in GU_PROTOCOL or notebook == "03_mitigation":
         return "float32"
     return run.dtype or ("bfloat16" if run.device.startswith("cuda") else "float32")

@@ -158,7 +158,7 @@ PROFILES: dict[str, Profile] = {
     "cpu": Profile("cpu", "smollm2-135m", "auto", True),  # make figures' default: offline, fits a 2-core CPU
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False),  # paper scale on a hub model
     # the gpu profile's code path (hub ids from a hub cache, several model classes per notebook, bfloat16) on tiny
-    # random models, on CPU, for the test: sinklib.architectures.tiny_hub.write_hub_cache fills the cache
+    # random models, on CPU, for the test: sinklib.models.tiny_hub.write_hub_cache fills the cache
     "tiny-gpu": Profile("tiny-gpu", "sinklib-tiny/llama", "cpu", True, dtype="bfloat16"),
 }
 
@@ -229,8 +229,8 @@ SIZES: dict[str, dict[str, object]] = {
 
 def _tiny_gpu(sizes: dict[str, dict[str, object]]) -> None:
     """``tiny-gpu`` sizes: the smoke sizes, the gpu profile's training shape (RoPE, no text check) and model lists of
-    the gpu profile's classes as tiny hub repositories (:mod:`sinklib.architectures.tiny_hub`)."""
-    from sinklib.architectures import tiny_hub
+    the gpu profile's classes as tiny hub repositories (:mod:`sinklib.models.tiny_hub`)."""
+    from sinklib.models import tiny_hub
 
     lists = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES, "12_mllm": tiny_hub.MLLMS, "13_vit": tiny_hub.VITS}
     for notebook, by_profile in sizes.items():

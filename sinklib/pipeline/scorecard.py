@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sinklib.pipeline import claims as claims_io
+from sinklib.core import claims as claims_io
 
 VERDICTS = ("holds", "does NOT hold", "cannot be judged here")
 IDENTITY_KEYS = ("layer", "neuron", "dim", "dims", "head", "position", "index")  # which one, not how much: not plotted

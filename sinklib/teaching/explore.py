@@ -71,8 +71,8 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
     from sinklib.core.capture import Capture
 
     if lm.family == "vit":
+        from sinklib.architectures.vit.vit_sinks import grid_of, vit_forward
         from sinklib.core import images
-        from sinklib.interpretation.vit_sinks import grid_of, vit_forward
 
         pixels = inputs if isinstance(inputs, torch.Tensor) else images.to_pixels([inputs])
         if pixels.ndim != 4 or pixels.shape[0] != 1:

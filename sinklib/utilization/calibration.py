@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from sinklib.core.attnstats import AttentionStats
-from sinklib.core.models import LoadedModel
+from sinklib.core.claims import Claim
+from sinklib.core.intervention import Intervention
+from sinklib.core.loaded import LoadedModel
 from sinklib.core.switch import eager_for
-from sinklib.interpretation.interventions import Intervention
-from sinklib.pipeline.claims import Claim
 
 
 @torch.inference_mode()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from sinklib.pipeline.claims import Claim
+from sinklib.core.claims import Claim
 
 
 def fake_quantize(x: torch.Tensor, bits: int, group_size: int = 32) -> torch.Tensor:

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from sinklib.core.models import LoadedModel
-from sinklib.pipeline.claims import Claim
+from sinklib.core.claims import Claim
+from sinklib.core.loaded import LoadedModel
 from sinklib.utilization.sink_cache import InCachePositions, cache_bytes
 
 

@@ -137,7 +137,7 @@ check.sink_window_layer(SinkWindowLayer)
 
 # %%
 from sinklib.core.data import text_windows  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 from sinklib.utilization import streaming  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu")

@@ -69,9 +69,9 @@ check.self_only_mask(self_only_mask)
 # %%
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import make_inputs  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
 from sinklib.interpretation.intervention_effects import alpha_at  # noqa: E402
 from sinklib.interpretation.interventions import MaskEdit  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu")
 ids = make_inputs(lm, "natural", 8, 32, seed=0)

@@ -35,7 +35,7 @@ check.sink_mass(sink_mass)
 # %% [markdown]
 # ## Task 2 · mass by token kind
 # `kinds` gives every position's kind ("first", "first delimiter", "delimiter", "weak" or "content";
-# `sinklib.interpretation.placement.KINDS`). Return `{kind: mean m_j}` over the keys of each kind, leaving out the
+# `sinklib.architectures.llm.placement.KINDS`). Return `{kind: mean m_j}` over the keys of each kind, leaving out the
 # last `skip_last` keys of every sequence (only a few queries see them, so their $m_j$ is large by construction);
 # `math.nan` for a kind with no key left.
 
@@ -87,10 +87,10 @@ check.position_verdict(position_verdict)
 # model's sink belongs to the position, and which to its BOS token?
 
 # %%
+from sinklib.architectures.llm import placement  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import make_inputs  # noqa: E402
-from sinklib.core.models import load_model  # noqa: E402
-from sinklib.interpretation import placement  # noqa: E402
+from sinklib.models.load import load_model  # noqa: E402
 
 for name in ("smollm2-135m", "gemma3-270m"):
     lm = load_model(name, device="cpu", dtype="float32")

@@ -28,15 +28,15 @@ def sink_mass(fn: Callable, quiet: bool = False) -> Result:
 
 def mass_by_kind(fn: Callable, quiet: bool = False) -> Result:
     """``fn(mass (N, T), kinds [[str] * T] * N, skip_last) -> {kind: mean}``: the mean of m_j over the keys of each
-    kind in :data:`sinklib.interpretation.placement.KINDS`, leaving out the last ``skip_last`` keys of every sequence
+    kind in :data:`sinklib.architectures.llm.placement.KINDS`, leaving out the last ``skip_last`` keys of every sequence
     (few queries see them, so their m_j is large by construction); nan for a kind with no key.
 
     By hand (skip_last 1): masses [[0.9, 0.1, 0.3, 0.2, 0.8]] with kinds [first, content, first delimiter, content,
     delimiter] -> first 0.9, content (0.1 + 0.2)/2 = 0.15, first delimiter 0.3, delimiter nan (its only key is the
     last, left out), weak nan.
     """
-    from sinklib.interpretation.placement import KINDS
-    from sinklib.interpretation.placement import mass_by_kind as reference
+    from sinklib.architectures.llm.placement import KINDS
+    from sinklib.architectures.llm.placement import mass_by_kind as reference
 
     mass = torch.tensor([[0.9, 0.1, 0.3, 0.2, 0.8]])
     kinds = [["first", "content", "first delimiter", "content", "delimiter"]]
@@ -73,7 +73,7 @@ def position_verdict(fn: Callable, quiet: bool = False) -> Result:
     By hand (own 0.8): (0.7, 0.75, 0.05) -> True; (0.1, 0.2, 0.7) -> False; (0.3, 0.7, 0.1) -> None (another first
     token loses it, yet the original does not carry it along); (0.4, 0.4, 0.1) -> True (exactly half is kept).
     """
-    from sinklib.interpretation.placement import PositionOrToken
+    from sinklib.architectures.llm.placement import PositionOrToken
 
     def reference(own, replaced, moved_first, moved_original, keep):
         return PositionOrToken(own, replaced, moved_first, moved_original, 8, "x", []).verdict(keep)

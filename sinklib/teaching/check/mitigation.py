@@ -100,8 +100,8 @@ def attention_function(fn: Callable, quiet: bool = False) -> Result:
     The check registers it on a tiny random Llama (2 query heads per key/value head) and compares the model's logits
     with softmax-off-by-one computed directly.
     """
-    from sinklib.architectures import tiny
     from sinklib.core.switch import AttentionSwitch
+    from sinklib.models import tiny
 
     def reference(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         G = query.shape[1] // key.shape[1]

@@ -19,7 +19,7 @@ def phi(fn: Callable, quiet: bool = False) -> Result:
     By hand: x = [3, -4, 0, 0], dims [1] -> RMS = sqrt(25/4) = 2.5 -> |-4| / 2.5 = 1.6; dims [0, 1] -> still 1.6
     (the larger). x = [0, 0, 0, 0] -> 0 (the 1e-6 keeps it finite).
     """
-    from sinklib.interpretation.visual_sinks import phi as reference
+    from sinklib.architectures.mllm.visual_sinks import phi as reference
 
     h = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(24))
     h[0, 2, 5] = 80.0
@@ -45,7 +45,7 @@ def image_centric_rows(fn: Callable, quiet: bool = False) -> Result:
     0.05, 0] -> image 0.1 < 0.2: no. Row [0.2, 0.1, 0.5, 0.2] -> image 0.8, sink share 0.125: yes. Row [0.2, 0.6,
     0.1, 0.1] -> image 0.8, sink share 0.75 > 0.5: no.
     """
-    from sinklib.interpretation.visual_attention import image_centric_rows as reference
+    from sinklib.architectures.mllm.visual_attention import image_centric_rows as reference
 
     w = torch.tensor([[0.9, 0.05, 0.05, 0.0], [0.2, 0.1, 0.5, 0.2], [0.2, 0.6, 0.1, 0.1]]).view(1, 1, 3, 4)
     image = torch.tensor([[False, True, True, True]])
@@ -74,7 +74,7 @@ def var_redistribute(fn: Callable, quiet: bool = False) -> Result:
     By hand (keys [sink, img, img, text], p 0.6): row [0.5, 0.1, 0.3, 0.1] -> S = 0.5, (1 - p) S = 0.2 shared 1:3 by
     the image keys -> [0.3, 0.15, 0.45, 0.1].
     """
-    from sinklib.interpretation.visual_attention import var_redistribute as reference
+    from sinklib.architectures.mllm.visual_attention import var_redistribute as reference
 
     w = torch.tensor([0.5, 0.1, 0.3, 0.1]).view(1, 1, 1, 4)
     sinks = torch.tensor([[True, False, False, False]])

@@ -108,7 +108,7 @@ def sink_window_layer(cls: type, quiet: bool = False) -> Result:
     """
     from transformers.cache_utils import Cache
 
-    from sinklib.architectures import tiny
+    from sinklib.models import tiny
     from sinklib.utilization.sink_cache import SinkWindowLayer, rope_from_model
 
     steps = torch.arange(7.0).view(1, 1, 7, 1).expand(1, 1, 7, 2)  # key = value = [t, t]

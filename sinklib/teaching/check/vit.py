@@ -17,7 +17,7 @@ def outlier_mask(fn: Callable, quiet: bool = False) -> Result:
     By hand (factor 3): [1, 2, 10, 3, 2] -> median 2, cut 6 -> only 10. [1, 2, 6, 2, 3]: 6 is exactly 3 x the
     median, not above it -> none. [1, 2, 4, 7] (even): median 2 (not 3), cut 6 -> 7 is an outlier.
     """
-    from sinklib.interpretation.vit_sinks import outlier_mask as reference
+    from sinklib.architectures.vit.vit_sinks import outlier_mask as reference
 
     gen = torch.Generator().manual_seed(18)
     norms = torch.randn(4, 256, generator=gen).exp()  # log-normal, a few far above the median
@@ -44,7 +44,7 @@ def register_scores(fn: Callable, quiet: bool = False) -> Result:
     no outliers -> skipped: [2, 2]. With image 1's outlier at token 0, activations [4, 0] -> mean of [2, 2] and
     [4, 0] = [3, 1].
     """
-    from sinklib.interpretation.registers import register_scores as reference
+    from sinklib.architectures.vit.registers import register_scores as reference
 
     acts = torch.tensor([[[9.0, 9.0], [1.0, -3.0], [3.0, 1.0]],
                          [[4.0, 0.0], [7.0, 7.0], [7.0, 7.0]]])  # (B=2, T=3, F=2)
@@ -74,7 +74,7 @@ def move_to_registers(fn: Callable, quiet: bool = False) -> Result:
     By hand (one register, neurons [0]): tokens [[1, 5], [7, 2], [0, 0]] -> neuron 0's max is 7 ->
     [[0, 5], [0, 2], [7, 0]].
     """
-    from sinklib.interpretation.registers import move_to_registers as reference
+    from sinklib.architectures.vit.registers import move_to_registers as reference
 
     hand = torch.tensor([[[1.0, 5.0], [7.0, 2.0], [0.0, 0.0]]])
     rand = torch.randn(3, 9, 16, generator=torch.Generator().manual_seed(20))

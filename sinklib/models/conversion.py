@@ -7,7 +7,6 @@ and renames it into place, so an interrupted one never leaves half a cache behin
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -16,19 +15,7 @@ from pathlib import Path
 import torch
 
 from sinklib.core.errors import OfflinePackageMissingError
-from sinklib.core.paths import cache_dir
-
-OFFLINE_TARGET = "make offline"
-
-
-def package_dir(package: str) -> Path:
-    """Folder of an installed offline package, found without importing it (their imports pull unneeded deps)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise OfflinePackageMissingError(
-            f"the offline package {package!r} is not installed; run `{OFFLINE_TARGET}` (installs data/offline-packages.txt)."
-        )
-    return Path(next(iter(spec.submodule_search_locations)))
+from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir
 
 
 def _smollm2_gguf(workdir: Path) -> Path:

@@ -2,8 +2,8 @@
 
 * :func:`routing` -- per layer: the router's entropy H = -sum_e p_e log p_e (p = softmax of the router logits) on the
   first token vs the others, how often the first token gets the same expert set across inputs, the experts' load
-  on the first token vs the others, and each expert's largest output (for :func:`~sinklib.interpretation.
-  super_experts.super_experts`);
+  on the first token vs the others, and each expert's largest output (for
+  :func:`~sinklib.architectures.moe.super_experts.super_experts`);
 * :class:`PruneExperts` -- zero the weights of chosen (layer, expert) pairs for the duration of a ``with`` block (the
   router still picks them; their output is 0), restored on exit.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sinklib.architectures import adapter_for
+from sinklib.architectures.moe.super_experts import expert_output_max
+from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
+from sinklib.core.claims import Claim
 from sinklib.core.evaluation import perplexity
-from sinklib.core.models import LoadedModel
+from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.origin import batches
-from sinklib.interpretation.super_experts import expert_output_max
-from sinklib.pipeline.claims import Claim
 
 
 @dataclass

@@ -2,7 +2,7 @@
 ``LlavaForConditionalGeneration``, with only the projector trained, here, on offline image-caption pairs.
 
 No pretrained vision-language model ships offline. The stand-in is stitched from the two offline models
-(:mod:`sinklib.core.onnx_vit`, :mod:`sinklib.core.conversion`) the way LLaVA-1.5 is: the vision tower's
+(:mod:`sinklib.models.onnx_vit`, :mod:`sinklib.models.conversion`) the way LLaVA-1.5 is: the vision tower's
 second-to-last layer (``vision_feature_layer=-2``), CLS dropped (``"default"`` strategy), each patch token mapped by
 ``Linear(384, 576) -> GELU -> Linear(576, 576)`` into the language model's embedding space. Images are 84 px, so
 an image is 6 x 6 = 36 tokens (LLaVA-1.5: 576 -- here each training step is a full language-model forward and
@@ -216,8 +216,8 @@ def train_projector(model, tokenizer, config: StitchConfig, log=print) -> list[f
 
 def build_standin(out: Path, config: StitchConfig | None = None) -> None:
     """Assemble, train the projector and save the stand-in (model, tokenizer, training log) into ``out``."""
-    from sinklib.core.conversion import build_once, convert_gguf
-    from sinklib.core.onnx_vit import build_dinov2_small
+    from sinklib.models.conversion import build_once, convert_gguf
+    from sinklib.models.onnx_vit import build_dinov2_small
 
     config = config or StitchConfig()
     model, tokenizer = assemble(build_once("dinov2-s", build_dinov2_small), convert_gguf("smollm2-135m"),
@@ -236,7 +236,7 @@ def training_log(folder: Path) -> dict:
 
 def standin_path(config: StitchConfig | None = None) -> Path:
     """The cached stand-in for ``config`` (built on first use: ~5 minutes on 2 CPU cores)."""
-    from sinklib.core.conversion import build_once
+    from sinklib.models.conversion import build_once
 
     config = config or StitchConfig()
     return build_once(f"llava-standin-{config.key()}", lambda out: build_standin(out, config))

@@ -2,7 +2,7 @@
 
 :func:`measure` loads nothing itself: it takes one loaded model and returns an :class:`LlmReport` with every number
 the notebook compares (so on a GPU the models can be loaded and freed one by one); :func:`report_claims` turns a
-report into its :class:`~sinklib.pipeline.claims.Claim` records.
+report into its :class:`~sinklib.core.claims.Claim` records.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from sinklib.architectures.llm import placement
 from sinklib.core import analysis
+from sinklib.core.claims import Claim
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
+from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.core.models import LoadedModel
-from sinklib.interpretation import chain, intervention_effects, origin, origin_claims, placement
-from sinklib.pipeline.claims import Claim
+from sinklib.interpretation import chain, intervention_effects, origin, origin_claims
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What every architecture adapter answers: where the blocks are, and what each block is made of.
 
-An :class:`Adapter` is built once per model (by :func:`sinklib.architectures.adapter_for`) and tells capture, the
+An :class:`Adapter` is built once per model (by :func:`sinklib.core.adapters.adapter_for`) and tells capture, the
 O(N) statistics and the interventions
 
 * the transformer blocks in order, each as a :class:`Layer` (attention, its output projection, the MLP and its down
@@ -105,5 +105,5 @@ def require(module: nn.Module | None, what: str, model: nn.Module, kind: str) ->
     """``module``, or a one-line error naming what the adapter could not find."""
     if module is None:
         raise InputError(f"{type(model).__name__} ({kind} adapter): found no {what}; this model's layout is not "
-                         "supported -- add an adapter in sinklib/architectures/.")
+                         "supported -- add an adapter in sinklib/core/adapters/.")
     return module

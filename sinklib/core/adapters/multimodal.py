@@ -1,22 +1,22 @@
 """Multimodal decoders: the language tower is named explicitly, never guessed.
 
 LLaVA (``LlavaForConditionalGeneration``): ``model.language_model.layers`` (the LM), ``model.vision_tower`` (a CLIP /
-SigLIP / DINOv2 vision model, read by :func:`~sinklib.architectures.vision.hf_vit_adapter`). Qwen2-VL
+SigLIP / DINOv2 vision model, read by :func:`~sinklib.core.adapters.vision.hf_vit_adapter`). Qwen2-VL
 (``Qwen2VLForConditionalGeneration``): ``model.language_model.layers`` and ``model.visual.blocks`` (a vision tower
 with windowed, packed-sequence attention that sinklib does not read; its adapter says so with ``vision=None``).
 The longest ``ModuleList`` is *not* a safe guess: a 24-layer vision tower beside a 16-layer LM would win.
 
 In both, image patches enter the LM as placeholder tokens: ``input_ids == config.image_token_id`` marks them, and
-:meth:`~sinklib.architectures.base.Adapter.image_positions` gives every metric that mask.
+:meth:`~sinklib.core.adapters.base.Adapter.image_positions` gives every metric that mask.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from sinklib.architectures.base import Adapter, child, require
-from sinklib.architectures.decoder import decoder_adapter
-from sinklib.architectures.vision import hf_vit_adapter
+from sinklib.core.adapters.base import Adapter, child, require
+from sinklib.core.adapters.decoder import decoder_adapter
+from sinklib.core.adapters.vision import hf_vit_adapter
 
 # model_type -> (path of the language model's layers, path of a vision tower sinklib can read, or None)
 LAYOUTS = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from sinklib.architectures.base import Adapter, Layer, child, require
+from sinklib.core.adapters.base import Adapter, Layer, child, require
 
 ATTN_NAMES = ("self_attn", "attention", "attn", "self_attention")
 OPROJ_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "proj")

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from sinklib.core.attnstats import AttentionStats
-from sinklib.core.models import LoadedModel
+from sinklib.core.claims import Claim
+from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.intervention_effects import alpha_at
 from sinklib.interpretation.origin import batches
-from sinklib.pipeline.claims import Claim
 
 KINDS = ("first", "first delimiter", "delimiter", "weak", "content")
 DELIMITERS = frozenset({".", ",", ";", ":", "!", "?", "\n"})

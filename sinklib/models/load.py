@@ -4,86 +4,27 @@ A short name maps to a :class:`ModelSpec` (where the weights come from, which fa
 works offline). :func:`load_model` turns a name -- or any Hugging Face hub id -- into a :class:`LoadedModel` that
 carries the model, its tokenizer and the shape facts notebooks need.
 
-Offline GGUF models are dequantised once and cached (:mod:`sinklib.core.conversion`); later loads read the cache.
+Offline GGUF models are dequantised once and cached (:mod:`sinklib.models.conversion`); later loads read the cache.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from sinklib.core.conversion import build_once, convert_gguf, converted_path
 from sinklib.core.errors import (
-    DeviceUnavailableError,
     UnknownModelError,
     WrongFamilyError,
 )
-from sinklib.core.registry import REGISTRY, ModelSpec
-
-
-@dataclass
-class LoadedModel:
-    """A model ready for analysis, with the facts notebooks need.
-
-    Attributes mirror the text config: ``n_layers`` L, ``n_heads`` H, ``n_kv_heads`` (grouped-query attention),
-    ``hidden_size`` d, ``head_dim``. ``adds_bos`` says whether the tokenizer prepends a BOS token by default (SmolLM2
-    does not, so its first text token is position 0; Gemma does).
-    """
-
-    name: str
-    spec: ModelSpec
-    model: torch.nn.Module
-    tokenizer: object | None
-    device: torch.device
-    dtype: torch.dtype
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    hidden_size: int
-    head_dim: int
-    vocab_size: int | None
-    adds_bos: bool = False
-
-    @property
-    def family(self) -> str:
-        return self.spec.family
-
-    @property
-    def label(self) -> str:
-        return self.spec.label
-
-    def __repr__(self) -> str:
-        return (
-            f"LoadedModel({self.name!r}, family={self.family}, L={self.n_layers}, H={self.n_heads}, "
-            f"kv={self.n_kv_heads}, d={self.hidden_size}, device={self.device}, dtype={self.dtype})"
-        )
+from sinklib.core.loaded import LoadedModel, ModelSpec, resolve_device
+from sinklib.models.conversion import build_once, convert_gguf, converted_path
+from sinklib.models.registry import REGISTRY
 
 
 # ----------------------------------------------------------------------------------------------------- resolution
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when present, else CPU; an explicit CUDA request on a machine without it is an error."""
-    if isinstance(device, torch.device):
-        device = str(device)
-    device = (device or "auto").lower()
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DeviceUnavailableError(
-            f"device={device!r} was requested but this machine has no usable CUDA device "
-            "(torch.cuda.is_available() is False); use device='cpu' or device='auto'."
-        )
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise DeviceUnavailableError("device='mps' was requested but MPS is not available; use device='cpu'.")
-    try:
-        return torch.device(device)
-    except RuntimeError as err:
-        raise DeviceUnavailableError(f"unknown device {device!r} ({err}); use 'auto', 'cpu' or 'cuda'.") from None
-
-
 def resolve_spec(name: str) -> ModelSpec:
     """Registry entry for a short name; a name with a '/' is a Hugging Face hub id whose family is read later."""
     if name in REGISTRY:
@@ -130,7 +71,7 @@ def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, at
 def _tiny_llama(seed: int, attn_implementation: str | None):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.models.bytetok import byte_tokenizer
 
     tokenizer = byte_tokenizer()
     config = LlamaConfig(
@@ -216,15 +157,18 @@ def load_model(
     elif spec.source == "gguf":
         model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation)
     elif spec.source == "upcycled":
-        from sinklib.core.upcycle import build_standin
+        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin
 
-        model, tokenizer = _load_pretrained(build_once(name, build_standin), spec.family, dtype, attn_implementation)
+        def build(out: Path) -> None:  # the dense base is loaded here, so upcycle never imports this module
+            build_standin(out, load_model(STANDIN_RECIPE["base"], device="cpu", dtype=torch.float32))
+
+        model, tokenizer = _load_pretrained(build_once(name, build), spec.family, dtype, attn_implementation)
     elif spec.source == "stitched":
-        from sinklib.core.stitch import standin_path
+        from sinklib.models.stitch import standin_path
 
         model, tokenizer = _load_pretrained(standin_path(), "mllm", dtype, attn_implementation)
     elif spec.source == "onnx":
-        from sinklib.core.onnx_vit import build_dinov2_small, timm_dinov2_small
+        from sinklib.models.onnx_vit import build_dinov2_small, timm_dinov2_small
 
         model, tokenizer = _load_pretrained(build_once("dinov2-s", build_dinov2_small), "vit", dtype,
                                             attn_implementation)
@@ -278,7 +222,7 @@ def load_model(
 
 def list_models() -> list[dict]:
     """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
-    from sinklib.core.stitch import StitchConfig
+    from sinklib.models.stitch import StitchConfig
 
     rows = []
     for spec in REGISTRY.values():

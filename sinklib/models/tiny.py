@@ -206,10 +206,9 @@ def loaded(name: str, seed: int = 0):
     """``(LoadedModel, inputs)`` for a tiny model, so whole measurement recipes run on it: a byte-level LM of
     ``BYTE_LMS`` (the classes of Gu et al.'s families, with the byte tokenizer; inputs from it) or any ``BUILDERS``
     model (no tokenizer; the inputs :func:`build` gives)."""
-    from sinklib.architectures import adapter_for
-    from sinklib.core.bytetok import byte_tokenizer
-    from sinklib.core.models import LoadedModel
-    from sinklib.core.registry import ModelSpec
+    from sinklib.core.adapters import adapter_for
+    from sinklib.core.loaded import LoadedModel, ModelSpec
+    from sinklib.models.bytetok import byte_tokenizer
 
     if name in BYTE_LMS:
         torch.manual_seed(seed)

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from sinklib.core.loaded import LoadedModel
+
 
 def neuron_groups(acts: torch.Tensor, n_experts: int, iters: int = 20, seed: int = 0) -> torch.Tensor:
     """Split F neurons into ``n_experts`` equal groups of neurons that fire together.
@@ -70,7 +72,7 @@ def upcycle(dense: nn.Module, ids: torch.Tensor, n_experts: int = 8, top_k: int 
     """
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    from sinklib.architectures import adapter_for
+    from sinklib.core.adapters import adapter_for
     from sinklib.core.capture import Capture
 
     cfg = dense.config
@@ -121,13 +123,13 @@ STANDIN_RECIPE = {"base": "smollm2-135m", "n_experts": 8, "top_k": 6, "router_sc
                   "calib_len": 256, "seed": 0}
 
 
-def build_standin(target: Path) -> None:
-    """Upcycle the offline SmolLM2 with :data:`STANDIN_RECIPE` (Bible *train* split) and save model + tokenizer."""
+def build_standin(target: Path, dense: LoadedModel) -> None:
+    """Upcycle ``dense`` (the offline SmolLM2, ``STANDIN_RECIPE["base"]`` loaded on the CPU in float32, handed in by
+    :func:`sinklib.models.load.load_model`) with :data:`STANDIN_RECIPE` (Bible *train* split) and save model +
+    tokenizer."""
     from sinklib.core.data import text_windows
-    from sinklib.core.models import load_model
 
     r = STANDIN_RECIPE
-    dense = load_model(r["base"], device="cpu", dtype=torch.float32)
     calib = text_windows(dense.tokenizer, r["calib_windows"], r["calib_len"], r["seed"], split="train")
     print(f"[sinklib] upcycling {r['base']} into {STANDIN} ({r['n_experts']} experts, top-{r['top_k']}; once)")
     moe = upcycle(dense.model, calib, r["n_experts"], r["top_k"], r["router_scale"], r["seed"])

@@ -15,7 +15,7 @@ Kang et al., "See What You Are Told: Visual Attention Sink in Large Multimodal M
   proportion to their attention; not in the last layer.
 
 This module finds and measures visual sinks and judges the claims; the two attention edits (hiding keys, VAR) are
-in :mod:`sinklib.interpretation.visual_attention`.
+in :mod:`sinklib.architectures.mllm.visual_attention`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from sinklib.architectures import adapter_for
+from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
-from sinklib.pipeline.claims import Claim
+from sinklib.core.claims import Claim
 
 KANG_TAU = 20.0
 KANG_RHO = 0.5  # max visual-sink portion of a head's image attention
@@ -55,7 +55,7 @@ def sink_dimensions(first: torch.Tensor, k: int = 2, from_layer: int = KANG_FIRS
 
 
 def shared_positions(where: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool image positions (from the model's adapter, :meth:`sinklib.architectures.Adapter.image_positions`)
+    """(B, T) bool image positions (from the model's adapter, :meth:`sinklib.core.adapters.Adapter.image_positions`)
     -> (T,): every row must have its image tokens at the same places (one block for LLaVA and Qwen2-VL, one block per
     tile with separators between them for SmolVLM / Idefics3)."""
     if not where.any():
@@ -193,11 +193,12 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
 def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch.Tensor]:
     """Model inputs for images + captions and the caption labels (-100 elsewhere).
 
-    The stand-in (:mod:`sinklib.core.stitch`): ``Image:<image>*n\\nCaption:<caption>``, pixels at its 84 px. A hub
+    The stand-in (:mod:`sinklib.models.stitch`): ``Image:<image>*n\\nCaption:<caption>``, pixels at its 84 px. A hub
     MLLM (GPU profile): its processor's chat template with one image and "Describe the image." as the user turn,
     the caption appended as the answer. pictures: RGB uint8 arrays.
     """
-    from sinklib.core import images, stitch
+    from sinklib.core import images
+    from sinklib.models import stitch
 
     if lm.spec.source == "stitched":
         n = lm.model.config.image_seq_length
@@ -243,7 +244,7 @@ def caption_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, extra=None
 def digit_accuracy(lm, digits: list, labels, batch_size: int) -> float:
     """Held-out check of a captioning model: the fraction of digits whose lowest-NLL caption among the ten
     ``stitch.digit_caption(0..9)`` is the right one (chance 0.1)."""
-    from sinklib.core.stitch import digit_caption
+    from sinklib.models.stitch import digit_caption
 
     scores = torch.stack([torch.cat([
         caption_nll(lm.model, *caption_inputs(lm, digits[i:i + batch_size],

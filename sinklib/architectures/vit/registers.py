@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from sinklib.architectures.vit.vit_sinks import OUTLIER_FACTOR, outlier_mask, vit_forward
 from sinklib.core.capture import Capture
-from sinklib.core.models import LoadedModel
-from sinklib.interpretation.interventions import Intervention
-from sinklib.interpretation.vit_sinks import OUTLIER_FACTOR, outlier_mask, vit_forward
-from sinklib.pipeline.claims import Claim
+from sinklib.core.claims import Claim
+from sinklib.core.intervention import Intervention
+from sinklib.core.loaded import LoadedModel
 
 
 def _token_entry(model: nn.Module) -> nn.Module:
@@ -42,7 +42,7 @@ def _token_entry(model: nn.Module) -> nn.Module:
 
 def outlier_positions(profile, layer: int) -> tuple[torch.Tensor, bool]:
     """Where to look for register neurons: (B, T) bool of the patch tokens that are outliers at ``layer``
-    (:func:`~sinklib.interpretation.vit_sinks.outlier_mask`) and False -- or, in a model with none, each image's
+    (:func:`~sinklib.architectures.vit.vit_sinks.outlier_mask`) and False -- or, in a model with none, each image's
     highest-norm patch and True (a stand-in, which the caller must say)."""
     pn = profile.patch_norms()[layer]  # (B, P)
     outliers = outlier_mask(pn)
@@ -73,7 +73,7 @@ def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Ten
     the input of the output projection); return the ``top`` (layer, neuron, score) by score over all layers.
 
     pixels: (B, 3, S, S); positions: (B, T) bool, the outlier token positions of each image (from the detection
-    layer's norms; :func:`sinklib.interpretation.vit_sinks.outlier_mask`).
+    layer's norms; :func:`sinklib.architectures.vit.vit_sinks.outlier_mask`).
     """
     total, images = None, 0
     for start in range(0, len(pixels), batch_size):

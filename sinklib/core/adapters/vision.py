@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from sinklib.architectures.base import Adapter, Layer, child, require
+from sinklib.core.adapters.base import Adapter, Layer, child, require
 
 HF_VIT_TYPES = ("dinov2", "dinov2_with_registers", "vit", "clip_vision_model", "siglip_vision_model")
 

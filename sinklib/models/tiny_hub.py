@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sinklib.architectures import tiny
+from sinklib.models import tiny
 
 COMMIT = "0" * 40  # the snapshot every tiny repository resolves to
 LLMS = ("sinklib-tiny/llama", "sinklib-tiny/gpt2")  # Llama (Llama-2, Mistral, Qwen2.5 paths), GPT-2
@@ -38,7 +38,7 @@ def _snapshot(cache: Path, repo_id: str) -> Path:
 
 def _byte_causal_lm(config_cls, model_cls, **fields):
     """:func:`tiny._byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
-    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.models.bytetok import byte_tokenizer
 
     model, _ = tiny._byte_lm(config_cls, model_cls, **fields)
     return model, byte_tokenizer()
@@ -62,7 +62,7 @@ def llava():
         LlavaProcessor,
     )
 
-    from sinklib.core.bytetok import byte_tokenizer
+    from sinklib.models.bytetok import byte_tokenizer
 
     tok = byte_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})

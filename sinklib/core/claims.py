@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from sinklib.pipeline.results import write_json
+from sinklib.core.results import write_json
 
 SCHEMA = 1
 
@@ -72,7 +72,7 @@ class Recorder:
     def table(self, numbers: dict[str, str] | None = None):
         """The notebook's scorecard, one row per claim: statement, source, published and measured values, verdict,
         and -- kept apart from the verdict -- whether the *number* matches the paper's (``numbers``: claim id ->
-        text, e.g. from :func:`sinklib.pipeline.results.number_matches`; "no published number" elsewhere)."""
+        text, e.g. from :func:`sinklib.core.results.number_matches`; "no published number" elsewhere)."""
         import pandas as pd
 
         numbers = numbers or {}

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from sinklib.interpretation.placement import KINDS
+from sinklib.architectures.llm.placement import KINDS
 
 
 def _colors(reports: Sequence) -> dict[str, str]:

@@ -1,0 +1,2 @@
+"""10_llm, dense LLMs: where the sink sits (first token, BOS, delimiters; placement), the survey across models
+(llm_survey) and its plots."""
