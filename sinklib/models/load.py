@@ -1,8 +1,9 @@
-"""Model registry and loading.
+"""Loading a model by name.
 
-A short name maps to a :class:`ModelSpec` (where the weights come from, which family the model belongs to, whether it
-works offline). :func:`load_model` turns a name -- or any Hugging Face hub id -- into a :class:`LoadedModel` that
-carries the model, its tokenizer and the shape facts notebooks need.
+A short name maps to a :class:`~sinklib.core.loaded.ModelSpec` in :mod:`sinklib.models.registry` (where the weights
+come from, which family the model belongs to, whether it works offline). :func:`load_model` turns a name -- or any
+Hugging Face hub id -- into a :class:`~sinklib.core.loaded.LoadedModel` that carries the model, its tokenizer and the
+shape facts notebooks need.
 
 Offline GGUF models are dequantised once and cached (:mod:`sinklib.models.conversion`); later loads read the cache.
 """
