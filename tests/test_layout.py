@@ -84,7 +84,7 @@ def folder(module: str) -> str:
     """The layer a module belongs to: ``core``, ``models``, a dimension, ``architectures.<arch>``, ``pipeline``,
     ``teaching``, or "" for the package's own ``__init__`` / ``__main__``."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("__main__",):
+    if not parts or parts[0] == "__main__":
         return ""
     if parts[0] == "architectures" and len(parts) > 1:
         return f"architectures.{parts[1]}"
@@ -161,8 +161,7 @@ def test_a_notebooks_research_code_lives_in_its_own_folder(number):
     """Notebook NN imports research code only from the folder named after its dimension or architecture (and the
     shared core / models / pipeline), so "where is the code behind NN?" has one answer."""
     source = next(NOTEBOOKS.glob(f"{number}_*.py"))
-    graph = import_graph()
-    imported = {m for m in imported_modules(source, PACKAGE, set(graph))}
+    imported = imported_modules(source, PACKAGE, set(import_graph()))
     research = {folder(m) for m in imported} - {"core", "models", "pipeline", "teaching", ""}
     assert research == {NOTEBOOK_FOLDER[number]}, f"{source.name} imports research code from {sorted(research)}"
 

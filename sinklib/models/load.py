@@ -16,10 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sinklib.core.errors import (
-    UnknownModelError,
-    WrongFamilyError,
-)
+from sinklib.core.errors import UnknownModelError, WrongFamilyError
 from sinklib.core.loaded import LoadedModel, ModelSpec, resolve_device
 from sinklib.models.conversion import build_once, convert_gguf, converted_path
 from sinklib.models.registry import REGISTRY
