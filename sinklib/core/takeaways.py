@@ -1,0 +1,128 @@
+"""Takeaways rendered from the run: the "What we saw" paragraphs of the notebooks, written by code.
+
+Every number and every direction word ("holds", "helps", "falls to") in a takeaway comes from the run's own results
+and claims, so the executed notebook, the gallery and ``claims.json`` agree on any model and profile. Each
+notebook's folder has a ``takeaways`` module with one function per section, returning Markdown; the notebook
+displays it with :func:`show`. Hand-written markdown around it explains and interprets, but carries no measured
+number (``tests/test_takeaways.py`` checks the executed notebooks).
+
+The helpers here are the shared vocabulary: :func:`num` formats a number the way the text needs it, :func:`verdict`
+turns a claim into words, :func:`compare` picks the direction word from the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from sinklib.core.claims import Claim, draw_summary
+
+HEADING = "**What we saw"  # every rendered takeaway starts with this; hand-written cells may not carry numbers
+
+
+def num(x: float, digits: int = 3) -> str:
+    """A measured number for prose: ``digits`` significant digits, thousands separators for large values,
+    "n/a" for NaN / None. 22406.3 -> "22,406"; 0.14336 -> "0.143"; 3.0 -> "3"."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1):
+        return f"{int(x):,}"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def pct(x: float, digits: int = 2) -> str:
+    """A share as a percentage: 0.0213 -> "2.1%"."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{num(100 * x, digits)}%"
+
+
+def span(values: Sequence[float], digits: int = 3) -> str:
+    """"a-b" over ``values`` (one value: just it)."""
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return "n/a"
+    lo, hi = min(values), max(values)
+    return num(lo, digits) if num(lo, digits) == num(hi, digits) else f"{num(lo, digits)}-{num(hi, digits)}"
+
+
+def compare(a: float, b: float, more: str = "higher than", less: str = "lower than", same: str = "the same as",
+            rel_tol: float = 0.0) -> str:
+    """The direction word for a against b: ``more`` / ``less`` / ``same`` (within ``rel_tol`` of b)."""
+    if abs(a - b) <= rel_tol * abs(b):
+        return same
+    return more if a > b else less
+
+
+def verdict(claim: Claim | None) -> str:
+    """A claim's verdict as prose: "holds", "does not hold", "cannot be judged here (why)", with the draws and the
+    random-weight control when they were run."""
+    if claim is None:
+        return "was not judged (nothing to judge it on)"
+    text = {True: "holds", False: "does not hold", None: "cannot be judged here"}[claim.holds]
+    if claim.holds is None and claim.note:
+        text += f" ({claim.note.split(';')[0]})"
+    extras = []
+    if claim.draws and len(claim.draws) > 1 and claim.holds is not None:
+        extras.append(draw_summary(claim.draws) + (f" over {claim.draws_of}" if claim.draws_of else ""))
+    if claim.control is not None:
+        extras.append(f"on random weights it {'holds' if claim.control else 'fails'}")
+    return text + (f" ({'; '.join(extras)})" if extras else "")
+
+
+def claim_line(claim: Claim | None, name: str | None = None) -> str:
+    """"`id` holds (3 of 3 draws hold; on random weights it fails)"."""
+    if claim is None:
+        return f"`{name}` was not judged"
+    return f"`{name or claim.id}` {verdict(claim)}"
+
+
+def find(claims: Sequence[Claim], claim_id: str, model: str | None = None) -> Claim | None:
+    """The recorded claim with this id (and model, where a notebook compares several)."""
+    for c in claims:
+        if c.id == claim_id and (model is None or c.model == model):
+            return c
+    return None
+
+
+def paragraph(title: str, *sentences: str) -> str:
+    """A takeaway: "**What we saw (title).** s1 s2 ..." (empty sentences dropped)."""
+    head = f"{HEADING} ({title}).**" if title else f"{HEADING}.**"
+    return " ".join([head, *[s.strip() for s in sentences if s and s.strip()]])
+
+
+def show(markdown: str) -> None:
+    """Display a rendered takeaway as Markdown in the notebook (print it outside IPython)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+
+        if get_ipython() is not None:
+            display(Markdown(markdown))
+            return
+    except ImportError:  # pragma: no cover - IPython ships with jupyterlab
+        pass
+    print(markdown)
+
+
+def audit(notebook: dict) -> tuple[list[str], int]:
+    """Check a (executed) notebook's JSON: every markdown cell that says "What we saw" must carry no digit -- the
+    measured numbers belong in rendered takeaways. Returns (the offending cells' first lines, the number of rendered
+    takeaways found in the outputs)."""
+    import re
+
+    problems, rendered = [], 0
+    for cell in notebook.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown" and "What we saw" in source and re.search(r"\d", source):
+            first = next(line for line in source.splitlines() if "What we saw" in line)
+            problems.append(f"hand-typed number in: {first[:100]}")
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            text = "".join(output.get("data", {}).get("text/markdown", ""))
+            rendered += text.startswith(HEADING)
+    return problems, rendered
