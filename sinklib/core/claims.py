@@ -46,7 +46,7 @@ class Claim:
     control: bool | None = None  # the rule's verdict on random weights of the same configuration (None: not run)
     control_measured: object = None  # what the control measured
     control_note: str = ""  # why the record stands although the control contradicts ``at_init``
-    draws: tuple = ()  # each draw's verdict (True / False / None); empty: one evaluation, nothing random in it
+    draws: tuple = ()  # each draw's verdict (True / False / None); the Recorder fills in (holds,) for one evaluation
     draws_of: str = ""  # what was redrawn: "3 seeds of random tokens", "3 stand-ins trained with seeds 0-2", ...
     spread: object = None  # the measured values over the draws, e.g. {"min": ..., "max": ...}
     model: str = ""  # stamped by the Recorder
@@ -180,6 +180,8 @@ class Recorder:
         label = model or self.model
         claim = replace(with_control(claim, control, control_note), model=label, profile=self.profile,
                         measured_on=measured_on(label))
+        if not claim.draws:  # judged once: the record still says so, and on what
+            claim = replace(claim, draws=(claim.holds,), draws_of=claim.draws_of or "one evaluation")
         if any(c.id == claim.id and c.model == claim.model for c in self.claims):  # once per claim and model
             raise ValueError(f"claim {claim.id!r} recorded twice for {claim.model!r} in {self.notebook}")
         self.claims.append(claim)
