@@ -46,36 +46,58 @@ print(f"{len(rows)} claims from {len({r.notebook for r in rows})} notebooks: {su
 
 # %% [markdown]
 # ## Every claim
+# Besides the verdict, each row says how far to trust it: **draws** -- the verdict of each draw where the evidence
+# depends on a random one (random tokens, sampled windows, a stand-in's training, trained seeds); a claim holds or
+# fails only when every draw agrees, else it is "unsettled". **control** -- the same rule on randomly initialised
+# weights of the same configuration, beside what the paper predicts there: an effect that training makes (a sink,
+# a massive activation) must fail on random weights, or the rule cannot tell a trained model from noise.
+# **follows** -- the paper's definition the rule transcribes, and where the authors' code is.
 
 # %%
 pd.set_option("display.max_colwidth", 80)
 table = pd.DataFrame([{
     "verdict": r.verdict, "notebook": r.notebook, "claim": r.statement, "paper": r.paper, "model": r.model,
-    "on": r.kind + (", needs GPU" if r.needs_gpu else ""), "reason / caveat": r.reason,
+    "on": r.kind + (", needs GPU" if r.needs_gpu else ""), "draws": r.draws_text, "random-weight control":
+    r.control_text, "follows": r.follows + (f" (adapted: {r.adapted})" if r.adapted else ""),
+    "reason / caveat": r.reason,
 } for r in rows])
 table
+
+# %%
+contradicting = summary["controls_contradicting"]
+print(f"claims whose rule holds on random weights where the paper says training makes the effect: "
+      f"{len(contradicting)}" + "".join(f"\n  {c}" for c in contradicting))
 
 # %% [markdown]
 # ## Measured against published
 # Every claim value that is a number on both sides (a dictionary's shared keys count one point each; keys naming
-# *which* layer or neuron are left out). Points far from the diagonal with a "holds" colour are claims whose
-# *structure* holds at another scale (e.g. perplexities of a 135M model against Llama-2-7B's).
+# *which* layer or neuron are left out), as measured / published, grouped by what the number is. A "holds" colour
+# far from 1 is a claim whose *structure* holds at another scale (e.g. perplexities of a 135M model against
+# Llama-2-7B's); the marker says whether it was measured on a pretrained model, a stand-in or a model trained here.
 
 # %%
 pairs = scorecard.numeric_pairs(rows)
+split = scorecard.by_paper_and_kind(rows)
+repeated = [e for e in summary["by_paper"] if e["distinct"] < e["tested"]]
 with plotting.style():
-    fig = scorecard_plots.measured_vs_published(pairs)
+    fig = scorecard_plots.measured_over_published(pairs)
     plotting.save(fig, fig_dir / "fig01_measured_vs_published",
-                  f"{len(pairs)} numeric values from {len({p['id'] for p in pairs})} claims: published (x) vs measured "
-                  f"here (y), coloured by the claim's verdict; dotted: measured = published.")
-    fig = scorecard_plots.by_paper(summary["by_paper"])
+                  f"{len(pairs)} numeric values from {len({p['id'] for p in pairs})} claim records: measured here "
+                  f"divided by published (log scale), one labelled row each, grouped by quantity; colour: the "
+                  f"claim's verdict; marker: pretrained model, stand-in or model trained here; dotted: the paper's "
+                  f"value.")
+    fig = scorecard_plots.by_paper(split)
     plotting.save(fig, fig_dir / "fig02_by_paper",
-                  f"{len(rows)} claims from {len(summary['by_paper'])} papers: per paper, how many hold, do not hold or "
-                  f"cannot be judged here.")
+                  f"{len(rows)} claim records from {len(summary['by_paper'])} papers, one bar per paper and what the "
+                  f"claims were measured on (hatched: stand-in // or trained here ..): how many hold, do not hold or "
+                  f"cannot be judged here. "
+                  + (" ".join(f"{e['paper']}: {e['tested']} records of {e['distinct']} distinct claims (the same "
+                              f"claims judged on several models)." for e in repeated)))
 pd.DataFrame(summary["by_paper"])
 
 # %%
 nb.headline |= {"counts": summary["counts"], "by_paper": summary["by_paper"], "claims": len(rows),
                 "stand_in_claims": sum(r.kind == "stand-in" for r in rows),
-                "needs_gpu": [r.id for r in rows if r.needs_gpu]}
+                "needs_gpu": [r.id for r in rows if r.needs_gpu], "controls_contradicting": contradicting,
+                "unsettled": [r.id for r in rows if r.draws_text.startswith("unsettled")]}
 nb.close()

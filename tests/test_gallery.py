@@ -75,7 +75,29 @@ def test_gallery_shows_header_scorecard_claims_figures_tables_and_nested_values(
     assert "<td>softmax</td>" in page  # the .md table rendered, not only named
     assert "sink_rate.natural" in page  # nested headline value shown
     assert "href='05_x/05_x.html'" in page and "took 12 s" in page
-    assert "id='benchmarks'" in page and "make benchmark" in page
+    assert "id='benchmarks'" not in page  # no benchmark run here: no empty section
+    # the run's rendered takeaways replace what the notebook's source says, and the 90 notebook's page is linked
+    write_json(root / "05_x" / "takeaways.json", {"notebook": "05_x", "takeaways": [
+        {"section": "1 · Moves", "markdown": "**What we saw (this run).** It moved by 0.7."}]})
+    (root / "90_scorecard").mkdir()
+    (root / "90_scorecard" / "90_scorecard.html").write_text("<html></html>")
+    page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
+    assert "It moved by 0.7." in page and "It moved by 0.5." not in page
+    assert "href='90_scorecard/90_scorecard.html'" in page
+
+
+def test_gallery_header_names_every_model_and_how_its_weights_were_made(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    rec = Recorder("10_llm", "SmolLM2-135M-Instruct", "smoke")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False)
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M (random weights, seed 0)")
+    rec.write(root / "10_llm")
+    write_json(root / "10_llm" / "headline.json", {"notebook": "10_llm", "profile": "smoke", "label": "three LLMs"})
+    header = gallery.build_gallery(root, notebook_dir=nbdir).read_text().split("</header>")[0]
+    assert "Gemma-3-270M <span class='meta'>(Q4_K_M GGUF dequantised)</span>" in header
+    assert "SmolLM2-135M-Instruct" in header and "Tiny model" in header and "random weights" not in header
+    assert "4-bit GGUF" in header
 
 
 def test_render_html_embeds_figures_and_drops_cdn_scripts(tmp_path):

@@ -40,6 +40,32 @@ def test_notebook_runs_and_writes_figures(executed, stem):
         assert records and all(c.model and c.profile == "smoke" and c.rule for c in records)
 
 
+@pytest.mark.parametrize("stem", sorted(WRITES_CLAIMS))
+def test_takeaways_are_rendered_from_the_run(executed, stem):
+    """Every "What we saw" paragraph is rendered from the run's results (no hand-typed measured number in any
+    markdown cell that says "What we saw"), and the runner kept them beside the figures for the gallery."""
+    from sinklib.core import takeaways
+
+    res, folder = executed[stem]
+    assert res.ok, res.message
+    problems, rendered = takeaways.audit(json.loads((folder.parents[1] / "build" / "notebooks" / f"{stem}.ipynb")
+                                                    .read_text()))
+    assert not problems and rendered >= 1, (problems, rendered)
+    kept = json.loads((folder / "takeaways.json").read_text())["takeaways"]
+    assert len(kept) == rendered and all(t["markdown"].startswith("**What we saw") for t in kept)
+
+
+@pytest.mark.parametrize("stem", sorted(WRITES_CLAIMS))
+def test_every_claim_records_what_it_follows_its_control_and_draws(executed, stem):
+    res, folder = executed[stem]
+    assert res.ok, res.message
+    for c in claims.load(folder / "claims.json"):
+        assert c.follows, f"{c.id}: no `follows`"
+        assert c.draws and c.draws_of, f"{c.id}: no draws recorded"
+        assert c.control is not None or c.control_note, f"{c.id}: no random-weight control and no reason"
+        assert not c.control_contradicts or c.control_note, f"{c.id} holds on random weights, unexplained"
+
+
 def test_tour_headline_numbers(executed):
     res, folder = executed["00_tour"]
     assert res.ok, res.message

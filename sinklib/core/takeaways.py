@@ -126,3 +126,21 @@ def audit(notebook: dict) -> tuple[list[str], int]:
             text = "".join(output.get("data", {}).get("text/markdown", ""))
             rendered += text.startswith(HEADING)
     return problems, rendered
+
+
+def collect(notebook: dict) -> list[dict]:
+    """The rendered takeaways of an executed notebook, in order: {"section": the last "## " heading above it,
+    "markdown": the paragraph}. The runner writes them beside the figures (``takeaways.json``) for the gallery."""
+    out, section = [], ""
+    for cell in notebook.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            for line in source.splitlines():
+                if line.startswith("## ") or line.startswith("### "):
+                    section = line.lstrip("#").strip()
+            continue
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("data", {}).get("text/markdown", ""))
+            if text.startswith(HEADING):
+                out.append({"section": section, "markdown": text})
+    return out

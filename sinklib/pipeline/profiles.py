@@ -77,6 +77,8 @@ class LlmSizes:  # 10_llm
     placement_seqs: int  # windows for where the mass sits, position or token, chat template
     context_lengths: tuple[int, ...]  # alpha_0 against context length (O(N) statistics)
     context_windows: int
+    draw_seqs: int = 0  # random-token sequences and windows in each of the two extra draws (seeds seed+1, seed+2)
+    control_seqs: int = 0  # sequences per input on the random-weight control (0: no control)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class MoeSizes:  # 11_moe
     eval_seqs: int  # held-out windows for perplexity under pruning
     eval_seq_len: int
     random_draws: int  # random-expert controls per pruning
+    control_seqs: int  # windows routed / pruned on the random-weight control (forwards only)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class MllmSizes:  # 12_mllm
     zero_shot_digits: int  # digits scored against the 10 digit captions (stand-in sanity check)
     batch_size: int
     random_draws: int  # random-token masking controls
+    standin_seeds: int = 1  # stand-ins (projector trained with seed, seed + 1, ...) the claims are judged over
+    draw_digits: int = 8  # held-out digits per extra stand-in and for the random-weight control
+    draw_random_draws: int = 1  # random-token draws per extra stand-in and for the control
 
 
 @dataclass(frozen=True)
@@ -190,19 +196,19 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "10_llm": {
         "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
-                          context_lengths=(64, 128), context_windows=1),
+                          context_lengths=(64, 128), context_windows=1, draw_seqs=2, control_seqs=2),
         "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=32, seq_len=64, batch_size=16, placement_seqs=16,
-                        context_lengths=(256, 1024, 2048), context_windows=1),
+                        context_lengths=(256, 1024, 2048), context_windows=1, draw_seqs=8, control_seqs=4),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
-                        context_lengths=(512, 2048, 8192, 32768), context_windows=4),
+                        context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100, control_seqs=16),
     },
     "11_moe": {
         "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
-                          random_draws=1),
+                          random_draws=1, control_seqs=2),
         "cpu": MoeSizes(models=("smollm2-moe",), num_seqs=32, seq_len=64, batch_size=8, eval_seqs=8, eval_seq_len=256,
-                        random_draws=3),
+                        random_draws=3, control_seqs=4),
         "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
-                        random_draws=5),
+                        random_draws=5, control_seqs=16),
     },
     "13_vit": {
         "smoke": VitSizes(models=("dinov2-s",), image_size=112, photos=("astronaut", "coffee"), batch_size=4,
@@ -214,10 +220,11 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "12_mllm": {
         "smoke": MllmSizes(models=("llava-standin",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
-                           random_draws=1),
+                           random_draws=1, standin_seeds=1, draw_digits=8, draw_random_draws=1),
         "cpu": MllmSizes(models=("llava-standin",), heldout_digits=64, zero_shot_digits=40, batch_size=16,
-                         random_draws=5),
-        "gpu": MllmSizes(models=MLLM_MODELS, heldout_digits=256, zero_shot_digits=0, batch_size=8, random_draws=10),
+                         random_draws=5, standin_seeds=3, draw_digits=16, draw_random_draws=2),
+        "gpu": MllmSizes(models=MLLM_MODELS, heldout_digits=256, zero_shot_digits=0, batch_size=8, random_draws=10,
+                         draw_digits=8, draw_random_draws=2),
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),

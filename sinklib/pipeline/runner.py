@@ -85,6 +85,15 @@ def render_html(executed: Path, target: Path) -> Path | None:
     return target
 
 
+def write_takeaways(executed: Path, target: Path) -> Path:
+    """The executed notebook's rendered "What we saw" paragraphs (:func:`sinklib.core.takeaways.collect`) as JSON
+    beside its figures: the gallery shows what this run found, not what a notebook's source once said."""
+    from sinklib.core.results import write_json
+    from sinklib.core.takeaways import collect
+
+    return write_json(target, {"notebook": executed.stem, "takeaways": collect(json.loads(executed.read_text()))})
+
+
 @contextlib.contextmanager
 def kernel_env(**variables: str):
     """Set environment variables for the kernels started inside the block (they inherit this process's environment)
@@ -127,6 +136,7 @@ def run_notebook(
         except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
             return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
     seconds = time.perf_counter() - start
+    write_takeaways(executed, staging / "takeaways.json")
     render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
     return NotebookResult(path.stem, True, seconds)

@@ -3,8 +3,10 @@ hold, on which model, and by how much.
 
 A row per claim record: notebook, id, paper, source, statement, published and measured values, model, profile,
 verdict (holds / does not hold / cannot be judged here) with the reason, what it was measured on (a pretrained
-model, a stand-in built here, or models trained here), and whether the GPU profile is needed to judge it. No claim
-is dropped because it failed. ``python -m sinklib scorecard [--json]`` prints it; ``90_scorecard`` draws it.
+model, a stand-in built here, or models trained here), and whether the GPU profile is needed to judge it -- and what
+makes the verdict trustworthy: what the rule ``follows`` (and how it is ``adapted``), what the paper predicts at
+random initialisation (``at_init``) against the rule's verdict on random weights (``control``), and the verdict of
+each draw (``draws``) where the evidence depends on one. No claim is dropped because it failed. ``python -m sinklib scorecard [--json]`` prints it; ``90_scorecard`` draws it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ class Row:
     reason: str  # the record's note (why it cannot be judged, caveats)
     kind: str  # "pretrained", "stand-in" or "trained here"
     needs_gpu: bool
+    follows: str = ""
+    adapted: str = ""
+    at_init: bool | None = None
+    control: bool | None = None
+    control_note: str = ""
+    draws: tuple = ()
+    draws_of: str = ""
+    spread: object = None
+
+    @property
+    def draws_text(self) -> str:
+        return claims_io.draw_summary(self.draws) if self.draws else "-"
+
+    @property
+    def control_text(self) -> str:
+        """"fails (paper: fails)": the rule on random weights, and what the paper predicts there."""
+        word = {True: "holds", False: "fails", None: "not run"}
+        paper = {True: "holds", False: "fails", None: "no prediction"}[self.at_init]
+        flag = " -- CONTRADICTS the paper" if self.at_init is False and self.control is True else ""
+        return f"{word[self.control]} (paper: {paper}){flag}"
 
 
 def _kind(notebook: str, model: str) -> str:
@@ -74,7 +96,9 @@ def collect(figures_dir: str | Path) -> list[Row]:
             rows.append(Row(
                 notebook=notebook, id=c.id, paper=_paper(c.source), source=c.source, statement=c.statement,
                 published=c.published, measured=c.measured, model=c.model, profile=c.profile, verdict=c.verdict(),
-                reason=c.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu))
+                reason=c.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu, follows=c.follows,
+                adapted=c.adapted, at_init=c.at_init, control=c.control, control_note=c.control_note,
+                draws=tuple(c.draws), draws_of=c.draws_of, spread=c.spread))
     return rows
 
 
@@ -83,10 +107,34 @@ def by_paper(rows: list[Row]) -> list[dict]:
     out: dict[str, dict] = {}
     for r in rows:
         entry = out.setdefault(r.paper, {"paper": r.paper, "tested": 0, "holds": 0, "does NOT hold": 0,
-                                         "cannot be judged here": 0})
+                                         "cannot be judged here": 0, "distinct": set()})
         entry["tested"] += 1
         entry[r.verdict] += 1
+        entry["distinct"].add(base_id(r.id))
+    for entry in out.values():  # the same claim judged on several models counts once here
+        entry["distinct"] = len(entry["distinct"])
     return sorted(out.values(), key=lambda e: (-e["tested"], e["paper"]))
+
+
+def base_id(claim_id: str) -> str:
+    """The claim without the model it was judged on: "origin.lock_in.gemma3-270m" -> "origin.lock_in"."""
+    parts = claim_id.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 and "-" in parts[-1] else claim_id
+
+
+def by_paper_and_kind(rows: list[Row]) -> list[dict]:
+    """Per paper and what its claims were measured on (pretrained / stand-in / trained here): verdict counts."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        entry = out.setdefault((r.paper, r.kind), {"paper": r.paper, "kind": r.kind, "tested": 0, "holds": 0,
+                                                    "does NOT hold": 0, "cannot be judged here": 0,
+                                                    "models": set()})
+        entry["tested"] += 1
+        entry[r.verdict] += 1
+        entry["models"].add(r.model)
+    for entry in out.values():
+        entry["models"] = len(entry["models"])
+    return sorted(out.values(), key=lambda e: (-e["tested"], e["paper"], e["kind"]))
 
 
 def _number(x) -> float | None:
@@ -103,30 +151,63 @@ def numeric_pairs(rows: list[Row]) -> list[dict]:
     for r in rows:
         p, m = _number(r.published), _number(r.measured)
         if p is not None and m is not None:
-            pairs.append({"id": r.id, "key": "", "published": p, "measured": m, "verdict": r.verdict})
+            pairs.append({"id": r.id, "key": "", "published": p, "measured": m, "verdict": r.verdict,
+                          "kind": r.kind, "quantity": quantity(r.id, "")})
         elif isinstance(r.published, dict) and isinstance(r.measured, dict):
             for key in sorted(r.published.keys() & r.measured.keys()):
                 if key in IDENTITY_KEYS:
                     continue
                 p, m = _number(r.published[key]), _number(r.measured[key])
                 if p is not None and m is not None:
-                    pairs.append({"id": r.id, "key": key, "published": p, "measured": m, "verdict": r.verdict})
+                    pairs.append({"id": r.id, "key": key, "published": p, "measured": m, "verdict": r.verdict,
+                                  "kind": r.kind, "quantity": quantity(r.id, key)})
     return pairs
 
 
+QUANTITIES = (  # (what the number is, words in the claim id or key that say so), first match wins
+    ("perplexity", ("xiao2023", "ppl", "perplexity", "original", "set_to_mean", "set to mean", "val_loss")),
+    ("attention share or rate", ("first_attention", "sink_rate", "natural", "random", "repeated", "share",
+                                 "fraction", "alpha")),
+    ("activation ratio", ("ratio", "selectivity", "max_activation", "kurtosis", "norm")),
+)
+
+
+def quantity(claim_id: str, key: str) -> str:
+    """What a number measures, for grouping: perplexity, attention share or rate, activation ratio, or other."""
+    text = f"{key} {claim_id}".lower()
+    for name, words in QUANTITIES:
+        if any(w in text for w in words):
+            return name
+    return "other"
+
+
 def to_json(rows: list[Row]) -> dict:
-    return {"claims": [asdict(r) for r in rows], "by_paper": by_paper(rows),
-            "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS}}
+    """Every claim with its record (``follows``, ``at_init``, ``control``, ``draws`` among them), the per-paper
+    summary and the verdict counts; ``controls_contradicting``: claims whose rule holds on random weights where the
+    paper says training makes the effect."""
+    claims = []
+    for r in rows:
+        row = asdict(r)
+        row["draws"] = {"n": len(r.draws), "outcomes": list(r.draws), "of": r.draws_of, "spread": r.spread}
+        row.pop("draws_of")
+        row.pop("spread")
+        claims.append(row)
+    return {"claims": claims, "by_paper": by_paper(rows),
+            "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
+            "controls_contradicting": [f"{r.id} ({r.model})" for r in rows
+                                       if r.at_init is False and r.control is True]}
 
 
 def format_table(rows: list[Row], width: int = 60) -> str:
     """A plain-text table: one line per claim (verdict, notebook, id, model, what it was measured on)."""
     if not rows:
         return "no claims.json found -- run `make figures` first"
-    lines = [f"{'verdict':<22} {'notebook':<18} {'claim':<48} {'model':<{width}} on"]
+    lines = [f"{'verdict':<22} {'notebook':<18} {'claim':<48} {'model':<{width}} {'on':<13} {'draws':<28} "
+             f"random-weight control"]
     for r in rows:
-        gpu = ", needs the GPU profile" if r.needs_gpu else ""
-        lines.append(f"{r.verdict:<22} {r.notebook:<18} {r.id[:48]:<48} {r.model[:width]:<{width}} {r.kind}{gpu}")
+        gpu = ", needs GPU" if r.needs_gpu else ""
+        lines.append(f"{r.verdict:<22} {r.notebook:<18} {r.id[:48]:<48} {r.model[:width]:<{width}} "
+                     f"{r.kind + gpu:<13} {r.draws_text[:28]:<28} {r.control_text}")
     counts = to_json(rows)["counts"]
     lines.append(f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     return "\n".join(lines)
