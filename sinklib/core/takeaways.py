@@ -65,7 +65,9 @@ def verdict(claim: Claim | None) -> str:
     if claim is None:
         return "was not judged (nothing to judge it on)"
     text = {True: "holds", False: "does not hold", None: "cannot be judged here"}[claim.holds]
-    if claim.holds is None and claim.note:
+    if claim.holds is None and len(claim.draws) > 1 and any(d is not None for d in claim.draws):
+        text = f"is {draw_summary(claim.draws)}" + (f" ({claim.draws_of})" if claim.draws_of else "")
+    elif claim.holds is None and claim.note:
         text += f" ({claim.note.split(';')[0]})"
     extras = []
     if claim.draws and len(claim.draws) > 1 and claim.holds is not None:

@@ -90,3 +90,17 @@ def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16) -> Loc
                                               lock["alpha_first"])
     n = int((lock["alpha_first"] > 0.3).sum())
     return LockLink(lock, stats, n, origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"], n))
+
+
+def variance_over_draws(lm: LoadedModel, first: VarianceLink, num_seqs: int, seq_len: int, seed: int,
+                        n_draws: int = 3) -> Claim:
+    """Link 1 judged over ``n_draws`` draws of random tokens (seeds seed, seed+1, ...; ``first`` is the run's own,
+    already measured): holds only if every draw holds (:func:`sinklib.core.claims.over_draws`); the spread is that
+    of layer 0's ratio Var(t = 0) / mean Var(second half)."""
+    from sinklib.core.claims import over_draws
+    from sinklib.core.data import make_inputs
+
+    others = [variance_link(lm, make_inputs(lm, "random", num_seqs, seq_len, seed + i, bos=False)).claim
+              for i in range(1, n_draws)]
+    return over_draws([first.claim, *others], f"{n_draws} seeds of random tokens (seeds {seed}-{seed + n_draws - 1})",
+                      key=lambda c: c.measured["ratio_t0_to_second_half"][0])

@@ -12,21 +12,24 @@ Shapes: N sequences, T positions, L layers, H heads.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
 from sinklib.core import metrics
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
+from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
 from sinklib.interpretation.origin import batches
 
 
 @torch.inference_mode()
 def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, batch_size: int = 16,
-             later_only: bool = False) -> torch.Tensor:
+             later_only: bool = False, per_sequence: bool = False) -> torch.Tensor:
     """alpha_key per (layer, head), mean over sequences -> (L, H); optionally under an intervention.
 
-    ``later_only``: score only queries t > key (see :func:`sinklib.core.metrics.alpha`)."""
+    ``later_only``: score only queries t > key (see :func:`sinklib.core.metrics.alpha`). ``per_sequence``: keep the
+    sequences apart -> (L, N, H)."""
     out = []
     reduce = {"attentions": lambda a, i: metrics.alpha(a, key, later_only)}
     for batch in batches(ids, batch_size):
@@ -34,7 +37,8 @@ def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, ba
             with intervention if intervention is not None else contextlib.nullcontext():
                 lm.model(batch.to(lm.device), use_cache=False)
         out.append(cap.stack("attentions"))  # (L, B, H)
-    return torch.cat(out, dim=1).mean(dim=1)
+    per_seq = torch.cat(out, dim=1)
+    return per_seq if per_sequence else per_seq.mean(dim=1)
 
 
 @torch.inference_mode()
@@ -106,3 +110,79 @@ def takes_first_token_state(state: dict[str, torch.Tensor], layers: list[int], d
     cos = float(state["key_cos"][layers].mean())
     close = dom_0 / dom_within <= dom_k <= dom_0 * dom_within
     return {"dom_k": dom_k, "dom_0": dom_0, "key_cos": cos, "holds": bool(close and cos > min_cos)}
+
+
+# ----------------------------------------------------------------------------------------------- the two edits, scored
+@dataclass
+class SelfOnlyEffect:
+    """Intervention (i) on one set of windows: alpha_k of the later queries t > k per (layer, head), before and after
+    token k is made to attend only to itself, and the share of heads above eps (the sink rate of position k)."""
+
+    alpha_before_per_seq: torch.Tensor  # (L, N, H): the unedited model, kept per window for the resampled sweep
+    alpha_after: torch.Tensor  # (L, H)
+    rate_before: float
+    rate_after: float
+
+    @property
+    def alpha_before(self) -> torch.Tensor:
+        return self.alpha_before_per_seq.mean(dim=1)
+
+
+def self_only_effect(lm: LoadedModel, ids: torch.Tensor, k: int, batch_size: int = 16,
+                     eps: float = metrics.GU_EPS) -> SelfOnlyEffect:
+    """alpha_k (queries t > k) before and under :class:`~sinklib.interpretation.interventions.SelfOnlyAttention`;
+    rate = mean over (layer, head) of [mean alpha_k over the windows > eps]."""
+    before = alpha_at(lm, ids, k, batch_size=batch_size, later_only=True, per_sequence=True)
+    after = alpha_at(lm, ids, k, SelfOnlyAttention(lm.model, k), batch_size=batch_size, later_only=True)
+    return SelfOnlyEffect(before, after, float((before.mean(1) > eps).float().mean()),
+                          float((after > eps).float().mean()))
+
+
+CENTRED, SCALED = "o' = mu + lambda (o - mu)", "control: o' = lambda o"  # the two curves of intervention (ii)
+
+
+def amplification_per_window(lm: LoadedModel, ids: torch.Tensor, k: int, lambdas: list[float], layers: list[int],
+                             batch_size: int = 16, alpha_before: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Intervention (ii), per window: for each lambda, the later queries' (t > k) mean attention to key k over the
+    heads of the layers after ``layers``, with token k's head outputs in ``layers`` amplified around its batch mean
+    (o' = mu + lambda (o - mu), :data:`CENTRED`) and, as the control, scaled (o' = lambda o, :data:`SCALED`).
+    Returns name -> (len(lambdas), N). lambda = 1 is the unedited model (``alpha_before`` (L, N, H), when given,
+    saves that forward)."""
+    later = slice(max(layers) + 1, None)
+    curves: dict[str, list[torch.Tensor]] = {CENTRED: [], SCALED: []}
+    for lam in lambdas:
+        for name, mode in ((CENTRED, "centered"), (SCALED, "scale")):
+            if lam == 1:
+                if alpha_before is None:
+                    alpha_before = alpha_at(lm, ids, k, batch_size=batch_size, later_only=True, per_sequence=True)
+                a = alpha_before
+            else:
+                a = alpha_at(lm, ids, k, HeadOutputAmplification(lm.model, k, lam, layers, mode),
+                             batch_size=batch_size, later_only=True, per_sequence=True)
+            curves[name].append(a[later].mean(dim=(0, 2)))  # (N,)
+    return {name: torch.stack(v) for name, v in curves.items()}
+
+
+def amplification_curves(per_window: dict[str, torch.Tensor], windows: torch.Tensor | None = None
+                         ) -> dict[str, list[float]]:
+    """The sweep's curves: per lambda, the mean over ``windows`` (indices, with repeats for a resample; default:
+    all) of :func:`amplification_per_window`'s values."""
+    return {name: (v if windows is None else v[:, windows]).mean(dim=1).tolist() for name, v in per_window.items()}
+
+
+def amplification_over_resamples(lambdas: list[float], per_window: dict[str, torch.Tensor], n_draws: int = 10,
+                                 seed: int = 0):
+    """``origin.amplification_monotone`` judged on all windows and on ``n_draws - 1`` bootstrap resamples of them
+    (windows drawn with replacement, generator seeded ``seed``; the forwards are not re-run -- mu_k stays the
+    batch mean of the edit): holds only if every draw holds (:func:`sinklib.core.claims.over_draws`); spread: the
+    centred curve's rise."""
+    from sinklib.core.claims import over_draws
+    from sinklib.interpretation import origin_claims
+
+    n = next(iter(per_window.values())).shape[1]
+    gen = torch.Generator().manual_seed(seed)
+    picks = [None] + [torch.randint(0, n, (n,), generator=gen) for _ in range(n_draws - 1)]
+    claims = [origin_claims.amplification(lambdas, c[CENTRED], c[SCALED])
+              for c in (amplification_curves(per_window, w) for w in picks)]
+    return over_draws(claims, f"all {n} windows and {n_draws - 1} bootstrap resamples of them",
+                      key=lambda c: c.measured["rise"])

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from sinklib.core import metrics
+from sinklib.core import evaluation, metrics
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
+from sinklib.interpretation.interventions import ResidualOverride
 from sinklib.interpretation.origin import batches
 
 
@@ -165,3 +166,43 @@ def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: flo
         return float(t.float().mean() if stat == "mean" else t.float().median())
 
     return {name: (summary(v[sink]), summary(v[~sink])) for name, v in values.items()}
+
+
+# ----------------------------------------------------------------------------------------------- the two measurements
+@dataclass
+class BiasTest:
+    """Sun et al.'s intervention on one model: perplexities (original, every site set to its mean, set to zero,
+    position 0 only set to its mean), the site means, and how many entries the zero edit overwrote."""
+
+    ppl: dict[str, float]
+    means: MassiveMeans | None  # None: no massive activation to edit (no onset layer or no dimension)
+    edited: int
+
+
+def bias_test(lm: LoadedModel, calibration: torch.Tensor, heldout: torch.Tensor, layers: list[int], dims: list[int],
+              min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16) -> BiasTest:
+    """Perplexity on ``heldout`` with the massive activations in ``layers`` x ``dims`` (located at every position by
+    :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``) set to their per-site mean over ``calibration``
+    (:func:`massive_means`) or to zero (locuslab/massive-activations ``lib/hook.py``). With nothing to edit, every
+    edit is the original model: the perplexities are equal, so "set to zero breaks it" cannot hold."""
+    original = evaluation.perplexity(lm, heldout, batch_size)
+    if not layers or not dims:
+        return BiasTest({"original": original, "set to mean": original, "set to zero": original,
+                         "set to mean, position 0 only": original}, None, 0)
+    means = massive_means(lm, calibration, layers, dims, min_ratio, batch_size)
+    to_mean = ResidualOverride(lm.model, layers, dims, means.first, min_ratio=min_ratio,
+                               other_values=means.other_or_first())
+    to_zero = ResidualOverride(lm.model, layers, dims, 0.0, min_ratio=min_ratio)
+    first_only = ResidualOverride(lm.model, layers, dims, means.first, positions=[0])
+    ppl = {"original": original,
+           "set to mean": evaluation.perplexity(lm, heldout, batch_size, to_mean),
+           "set to zero": evaluation.perplexity(lm, heldout, batch_size, to_zero),
+           "set to mean, position 0 only": evaluation.perplexity(lm, heldout, batch_size, first_only)}
+    return BiasTest(ppl, means, to_zero.edited)
+
+
+def implicit_bias_separation(bias: dict[str, torch.Tensor], eps: float = metrics.GU_EPS) -> tuple[dict, int]:
+    """From :func:`sink_as_bias`: the separation (:func:`separation`) of sink heads from the others on the value-norm
+    ratio and the term's spread, and the number of sink heads (alpha_first > eps)."""
+    auc = {k: separation(bias[k], bias["alpha_first"], eps) for k in ("value_norm_ratio", "sink_term_spread")}
+    return auc, int((bias["alpha_first"] > eps).sum())

@@ -17,17 +17,89 @@ from sinklib.core.results import number_matches
 ORIGIN = "The Structural Origin of Attention Sink, arXiv 2605.06611"
 SUN = "Sun et al., Massive Activations in Large Language Models, arXiv 2402.17762"
 EPS = 0.3
+SUN_CODE = "locuslab/massive-activations"  # the authors' code (read: main_llm.py, lib/hook.py)
+NO_CODE = "no public code found for arXiv 2605.06611"
+
+# What each rule transcribes (``follows``), how it departs from the paper (``adapted``) and what the paper predicts
+# at random initialisation (``at_init``: True for an architectural effect, False for one that training makes).
+FOLLOWS = {
+    "origin.variance_discrepancy": f"Sec. 3: under the causal mask o_0 = v_0 while o_t = sum_j A_tj v_j averages t+1 "
+                                   f"values, so Var_n[o_t] is largest at t = 0 and decays with t; {NO_CODE}",
+    "origin.super_neuron": f"Sec. 4: SwiGLU neurons firing on the first token with channel-sparse W_down columns "
+                           f"(Llama-2-7B layer 1, neuron 7890 -> dim 2533); {NO_CODE}",
+    "origin.dimension_disparity": f"Sec. 4: DomRatio(h) = max_j |h_j| / mean_j |h_j| of the first token jumps where "
+                                  f"the super neuron fires (about 263 after RMSNorm at layer 2 of Llama-2-7B); "
+                                  f"{NO_CODE}",
+    "origin.lock_in": f"Sec. 4: the first token's normalised state is a scaled basis vector, its key k_0 is fixed, "
+                      f"the queries' top singular direction aligns with k_0 and q_t . k_0 > 0; {NO_CODE}",
+    "origin.self_only_creates_sink": f"Sec. 5, intervention (i): the attention mask's row k keeps only column k, "
+                                     f"and token k becomes a sink; {NO_CODE}",
+    "origin.amplification_monotone": f"Sec. 5, intervention (ii): o'_k = mu + lambda (o_k - mu), the sink score at k "
+                                     f"rises monotonically with lambda; plain scaling lambda o_k does not; {NO_CODE}",
+    "sun2024.massive_activations": f"Sec. 2: |h| > 100 and about 1000x the median magnitude; "
+                                   f"{SUN_CODE}:main_llm.py:--exp2 (top-3 |h| against torch.median(feat.abs()) of "
+                                   f"the layer output)",
+    "sun2024.massive_activations_are_bias": f"Sec. 3, Table 3: set the massive activations to zero (ppl explodes) "
+                                            f"or to their mean (unchanged); {SUN_CODE}:lib/hook.py:"
+                                            f"Intervened_Layer.update (main_llm.py --exp3)",
+    "origin.sink_is_implicit_bias": f"Sun et al. Sec. 4: the sink token's small, nearly constant value update acts "
+                                    f"as an implicit attention bias; {SUN_CODE}:main_llm.py:--exp4 captures the "
+                                    f"attention only; the per-head measures here are ours",
+}
+ADAPTED = {
+    "origin.variance_discrepancy": "variance pooled over heads and channels; judged in layer 0 by t = 0 being the "
+                                   "largest position and > 2x the second half's mean (the paper shows curves); "
+                                   "random tokens without BOS",
+    "origin.super_neuron": "selectivity against the 95th percentile of |a| at t >= 1 (not the maximum: Sun's "
+                           "delimiter fires too); thresholds 100x the layer median, 10x elsewhere, > 50% of "
+                           "|W_down|^2 in two dims are ours; massive dims by the per-token-median criterion",
+    "origin.dimension_disparity": "the paper reports the DomRatio value; the rule here is the order (sink onset "
+                                  "0-2 layers after the massive value appears) and first-token DomRatio > 3x the "
+                                  "others' at the sink onset",
+    "origin.lock_in": "relative cut between head groups (sink heads alpha > 0.3 vs the rest): > 90% positive scores "
+                      "in sink heads and |cos| above the others'",
+    "origin.self_only_creates_sink": "sink score of the later queries t > k only (the edit forces A_kk = 1); "
+                                     "> 20% of heads above 0.3 and > 5x as many as before are our thresholds",
+    "origin.amplification_monotone": "mu is token k's own batch mean (the paper: mean over positions/batch); layers "
+                                     "0-1; no drop > 0.005, > 2x rise, control's rise < half are our thresholds",
+    "sun2024.massive_activations": "adapted: per-token median (metrics.massive_mask) where the authors use the "
+                                   "layer's median over (1, T, d)",
+    "sun2024.massive_activations_are_bias": "every site meeting the criterion (per-token median; the stated fallback "
+                                            "ratio when 1000x is unmet) in every onset layer, each site's own mean "
+                                            "from calibration windows (the authors: one layer, the first token and "
+                                            "the largest delimiter, fixed values); held-out Bible, not WikiText; "
+                                            "5% / 2x thresholds ours",
+    "origin.sink_is_implicit_bias": "|v_0| ratio and the term's relative spread, judged by the Mann-Whitney AUC of "
+                                    "sink vs other heads >= 0.75 (our measures and cut)",
+}
+AT_INIT = {  # the chain: value aggregation is architectural; super neurons, massive values and sinks are learned
+    "origin.variance_discrepancy": True,
+    "origin.super_neuron": False,
+    "origin.dimension_disparity": False,
+    "origin.lock_in": False,
+    "origin.self_only_creates_sink": False,
+    "origin.amplification_monotone": False,
+    "sun2024.massive_activations": False,
+    "sun2024.massive_activations_are_bias": False,
+    "origin.sink_is_implicit_bias": False,
+}
+
+
+def _claim(claim_id: str, **fields) -> Claim:
+    """A :class:`Claim` of this notebook, with its rule's ``follows`` / ``adapted`` / ``at_init``."""
+    return Claim(id=claim_id, follows=FOLLOWS[claim_id], adapted=ADAPTED[claim_id], at_init=AT_INIT[claim_id],
+                 **fields)
 
 
 def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -> Claim:
     """Link 1: under the causal mask o_0 = v_0, so the first position's head output varies most across inputs in
     the first layer. Rule: in layer 0, Var at t = 0 is the largest of all positions and > 2x the second half's mean.
     ``ratio_t0``, ``t0_is_max``: per early layer."""
-    return Claim(id="origin.variance_discrepancy", source=f"{ORIGIN}, Section 3",
-                 statement="the first position's head output varies most across inputs (first layer)",
-                 rule="layer 0: Var at t = 0 is the largest position and > 2x the mean of the second half",
-                 published=None, measured={"ratio_t0_to_second_half": list(ratio_t0), "t0_is_max": list(t0_is_max)},
-                 holds=bool(t0_is_max[0] and ratio_t0[0] > 2))
+    return _claim("origin.variance_discrepancy", source=f"{ORIGIN}, Section 3",
+                  statement="the first position's head output varies most across inputs (first layer)",
+                  rule="layer 0: Var at t = 0 is the largest position and > 2x the mean of the second half",
+                  published=None, measured={"ratio_t0_to_second_half": list(ratio_t0), "t0_is_max": list(t0_is_max)},
+                  holds=bool(t0_is_max[0] and ratio_t0[0] > 2))
 
 
 def super_neuron(neuron, massive_dims: Sequence[int], paper: dict) -> Claim:
@@ -37,16 +109,16 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict) -> Claim:
     one."""
     ref = paper["super_neuron"]
     if neuron is None:
-        return Claim(id="origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
-                     published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion")
+        return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
+                      published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion")
     holds = neuron.selectivity > 10 and neuron.write_share > 0.5 and bool(set(neuron.write_dims) & set(massive_dims))
     same_layer = "the paper's" if neuron.layer == ref["layer"] else f"not the paper's ({ref['layer']})"
-    return Claim(id="origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
-                 published=ref, measured={"layer": neuron.layer, "neuron": neuron.neuron,
-                                          "write_dims": list(neuron.write_dims), "selectivity": neuron.selectivity,
-                                          "write_share": neuron.write_share},
-                 holds=bool(holds), note=f"layer {neuron.layer}: {same_layer}; neuron and dimension ids are "
-                                         f"model-specific")
+    return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
+                  published=ref, measured={"layer": neuron.layer, "neuron": neuron.neuron,
+                                           "write_dims": list(neuron.write_dims), "selectivity": neuron.selectivity,
+                                           "write_share": neuron.write_share},
+                  holds=bool(holds), note=f"layer {neuron.layer}: {same_layer}; neuron and dimension ids are "
+                                          f"model-specific")
 
 
 _SUPER = "an early MLP neuron fires on the first token only and writes the massive dimension"
@@ -60,25 +132,25 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
     DomRatio at the sink onset > 3x the other tokens'. ``dom_ratio_at_sink_onset``: that ratio."""
     ref = paper["dom_ratio_first_after_rmsnorm"]["value"]
     holds = bool(onset) and sink_onset is not None and 0 <= sink_onset - onset[0] <= 2 and dom_ratio_at_sink_onset > 3
-    return Claim(id="origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
-                 statement="the first token's DomRatio jumps with the massive activation and the sink follows",
-                 rule="sink onset within 0-2 layers after the massive value appears; first-token DomRatio > 3x "
-                      "the others' there",
-                 published={"dom_ratio_after_rmsnorm": ref},
-                 measured={"massive_onsets": list(onset), "sink_onset": sink_onset,
-                           "dom_ratio_after_super_neuron": dom_after_super},
-                 holds=bool(holds), note="number: " + (number_matches(ref, dom_after_super)[1]
-                                                       if math.isfinite(dom_after_super) else "not measurable (NaN)"))
+    return _claim("origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
+                  statement="the first token's DomRatio jumps with the massive activation and the sink follows",
+                  rule="sink onset within 0-2 layers after the massive value appears; first-token DomRatio > 3x "
+                       "the others' there",
+                  published={"dom_ratio_after_rmsnorm": ref},
+                  measured={"massive_onsets": list(onset), "sink_onset": sink_onset,
+                            "dom_ratio_after_super_neuron": dom_after_super},
+                  holds=bool(holds), note="number: " + (number_matches(ref, dom_after_super)[1]
+                                                        if math.isfinite(dom_after_super) else "not measurable (NaN)"))
 
 
 def massive_by_sun(massive) -> Claim:
     """Sun et al.'s criterion: a few activations exceed 100 and 1000x the median of their token. ``massive``: an
     :class:`~sinklib.core.analysis.MassiveDims`."""
-    return Claim(id="sun2024.massive_activations", source=f"{SUN}, Section 2",
-                 statement="a few hidden-state entries exceed |h| > 100 and 1000x their token's median",
-                 rule="Sun et al.'s criterion met in some layer", published="|h| > 100 and > 1000x median",
-                 measured={"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio},
-                 holds=bool(massive.strict), note="" if massive.strict else massive.describe())
+    return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
+                  statement="a few hidden-state entries exceed |h| > 100 and 1000x their token's median",
+                  rule="Sun et al.'s criterion met in some layer", published="|h| > 100 and > 1000x median",
+                  measured={"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio},
+                  holds=bool(massive.strict), note="" if massive.strict else massive.describe())
 
 
 def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_heads: int) -> Claim:
@@ -86,22 +158,22 @@ def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_head
     the scores q_t . k_0 are positive in sink heads, and the queries' top direction is closer to k_0 there than in
     the other heads. ``positive``, ``cos``: (sink heads, other heads)."""
     holds = n_sink_heads > 0 and positive[0] > 0.9 and cos[0] > cos[1]
-    return Claim(id="origin.lock_in", source=f"{ORIGIN}, Section 4",
-                 statement="in sink heads the queries align with the first token's fixed key and score it positively",
-                 rule="> 90% positive q_t . k_0 in sink heads, and |cos(top query direction, k_0)| above the others'",
-                 published=None, measured={"positive_sink_vs_other": list(positive), "cos_sink_vs_other": list(cos),
-                                           "sink_heads": n_sink_heads}, holds=bool(holds))
+    return _claim("origin.lock_in", source=f"{ORIGIN}, Section 4",
+                  statement="in sink heads the queries align with the first token's fixed key and score it positively",
+                  rule="> 90% positive q_t . k_0 in sink heads, and |cos(top query direction, k_0)| above the others'",
+                  published=None, measured={"positive_sink_vs_other": list(positive), "cos_sink_vs_other": list(cos),
+                                            "sink_heads": n_sink_heads}, holds=bool(holds))
 
 
 def self_only_sink(share_before: float, share_after: float, position: int) -> Claim:
     """Intervention (i): token k attending only to itself becomes a sink. Rule: > 20% of heads have mean alpha_k
     > 0.3 after the edit, and more than 5x as many as before."""
     holds = share_after > 0.2 and share_after > 5 * share_before
-    return Claim(id="origin.self_only_creates_sink", source=f"{ORIGIN}, Section 5",
-                 statement=f"a token made to attend only to itself (position {position}) becomes a sink",
-                 rule="sink heads for position k (mean alpha_k > 0.3): > 20% of heads, and > 5x as many as before",
-                 published="becomes a sink", measured={"sink_heads_before": share_before,
-                                                       "sink_heads_after": share_after}, holds=bool(holds))
+    return _claim("origin.self_only_creates_sink", source=f"{ORIGIN}, Section 5",
+                  statement=f"a token made to attend only to itself (position {position}) becomes a sink",
+                  rule="sink heads for position k (mean alpha_k > 0.3): > 20% of heads, and > 5x as many as before",
+                  published="becomes a sink", measured={"sink_heads_before": share_before,
+                                                        "sink_heads_after": share_after}, holds=bool(holds))
 
 
 def amplification(lambdas: Sequence[float], centred: Sequence[float], control: Sequence[float]) -> Claim:
@@ -111,15 +183,15 @@ def amplification(lambdas: Sequence[float], centred: Sequence[float], control: S
     monotone = all(b >= a - 0.005 for a, b in zip(centred, centred[1:]))
     rise, rise_ctl = centred[-1] / max(centred[0], 1e-9), control[-1] / max(control[0], 1e-9)
     peak = max(centred)
-    return Claim(id="origin.amplification_monotone", source=f"{ORIGIN}, Section 5",
-                 statement="amplifying token k's variance raises its sink score monotonically; plain scaling does not",
-                 rule="monotone (no drop > 0.005), > 2x rise, control's rise < half of it",
-                 published="monotone rise", measured={"lambdas": list(lambdas), "centred": list(centred),
-                                                      "control": list(control), "monotone": monotone, "rise": rise,
-                                                      "control_rise": rise_ctl},
-                 holds=bool(monotone and rise > 2 and rise_ctl < rise / 2),
-                 note=f"peak {peak:.3f} is {'above' if peak > EPS else 'below'} eps {EPS}: "
-                      f"{'a sink' if peak > EPS else 'more attention, not a sink'}")
+    return _claim("origin.amplification_monotone", source=f"{ORIGIN}, Section 5",
+                  statement="amplifying token k's variance raises its sink score monotonically; plain scaling does not",
+                  rule="monotone (no drop > 0.005), > 2x rise, control's rise < half of it",
+                  published="monotone rise", measured={"lambdas": list(lambdas), "centred": list(centred),
+                                                       "control": list(control), "monotone": monotone, "rise": rise,
+                                                       "control_rise": rise_ctl},
+                  holds=bool(monotone and rise > 2 and rise_ctl < rise / 2),
+                  note=f"peak {peak:.3f} is {'above' if peak > EPS else 'below'} eps {EPS}: "
+                       f"{'a sink' if peak > EPS else 'more attention, not a sink'}")
 
 
 def massive_bias(ppl: dict[str, float], paper: dict) -> Claim:
@@ -127,11 +199,11 @@ def massive_bias(ppl: dict[str, float], paper: dict) -> Claim:
     breaks. Rule: every massive site set to its mean changes perplexity by < 5%, zero more than doubles it."""
     holds = abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05 and ppl["set to zero"] > 2 * ppl["original"]
     ratio = ppl["set to mean"] / ppl["original"]
-    return Claim(id="sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
-                 statement="massive activations set to their mean leave the model unchanged; set to zero break it",
-                 rule="ppl(mean) within 5% of the original, ppl(zero) > 2x", published=paper["perplexity_wikitext"],
-                 measured=dict(ppl), holds=bool(holds),
-                 note=f"ppl(mean)/ppl(original) {number_matches(1.0, ratio, factor=1.05)[1]}")
+    return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
+                  statement="massive activations set to their mean leave the model unchanged; set to zero break it",
+                  rule="ppl(mean) within 5% of the original, ppl(zero) > 2x", published=paper["perplexity_wikitext"],
+                  measured=dict(ppl), holds=bool(holds),
+                  note=f"ppl(mean)/ppl(original) {number_matches(1.0, ratio, factor=1.05)[1]}")
 
 
 def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
@@ -139,8 +211,8 @@ def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
     constant. Rule: a random sink head lies below a random other head with probability >= 0.75 on both measures
     (:func:`sinklib.interpretation.massive_activations.separation`)."""
     holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
-    return Claim(id="origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
-                 statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
-                 rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
-                 published=None, measured=dict(separation), holds=bool(holds),
-                 note="the spread falls with alpha partly by construction")
+    return _claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
+                  statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
+                  rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
+                  published=None, measured=dict(separation), holds=bool(holds),
+                  note="the spread falls with alpha partly by construction")

@@ -1,0 +1,193 @@
+"""The "What we saw" paragraphs of ``02_interpretation``, written from the run's own results and claims.
+
+One function per section; each returns Markdown that starts with "**What we saw" (:func:`sinklib.core.takeaways.
+paragraph`). Every number and every direction word comes from the arguments, so the sentence stays true on any
+model, profile and seed. The notebook shows it with :func:`sinklib.core.takeaways.show`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sinklib.core.claims import Claim
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+
+EPS = 0.3
+
+
+def variance(claim: Claim, layers: Sequence[int], ratios: Sequence[float], is_max: Sequence[bool]) -> str:
+    """Section 1: Var at t = 0 over the second half's mean, per early layer, and whether t = 0 is the largest."""
+    per_layer = "; ".join(f"layer {li}: {num(r)}x, {'the largest position' if m else 'not the largest'}"
+                          for li, r, m in zip(layers, ratios, is_max))
+    spread = claim.spread or {}
+    draws = (f" Over the random-token draws layer 0's ratio spans {span(spread['values'])}."
+             if spread.get("values") and len(spread["values"]) > 1 else "")
+    kept = [li for li, m in zip(layers, is_max) if m]
+    where = (f"The discrepancy is kept in layers {kept}" if kept else "No early layer keeps t = 0 the largest")
+    return paragraph("variance discrepancy",
+                     f"The head outputs at t = 0 vary across random sequences, relative to the second half's mean: "
+                     f"{per_layer}.{draws} {where}.",
+                     f"{claim_line(claim)}.")
+
+
+def super_neuron(claim: Claim, top, strongest, massive_dims: Sequence[int], paper_layer: int) -> str:
+    """Section 2: the chain's neuron (the earliest writer of a massive dimension) and, if different, the strongest."""
+    if top is None:
+        return paragraph("super neurons", "No neuron meets the super-neuron criterion on this model.",
+                         f"{claim_line(claim)}.")
+    writes_massive = bool(set(top.write_dims) & set(massive_dims))
+    same = "the same layer as" if top.layer == paper_layer else "a different layer from"
+    second = ""
+    if strongest is not None and (strongest.layer, strongest.neuron) != (top.layer, top.neuron):
+        order = "after" if strongest.layer > top.layer else "at or before"
+        second = (f" The strongest writer, neuron {strongest.neuron} of layer {strongest.layer} "
+                  f"({num(strongest.first_abs)} on the first token), comes {order} the chain's neuron.")
+    return paragraph("super neurons",
+                     f"The chain's neuron is neuron {top.neuron} of layer {top.layer} -- {same} the paper's "
+                     f"Llama-2-7B neuron (layer {paper_layer}). It reaches {num(top.first_abs)} on the first token, "
+                     f"{num(top.selectivity)}x its 95th percentile elsewhere, and puts {pct(top.write_share)} of "
+                     f"its W_down column's squared norm into dimensions {list(top.write_dims)}"
+                     f"{', which include a massive one' if writes_massive else ', none of them massive'} "
+                     f"(massive: {list(massive_dims)}).{second}",
+                     f"{claim_line(claim)}.")
+
+
+def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_after_super: float,
+              paper_value: float, dom_peak: float, peak_layer: int, dom_rest_at_peak: float) -> str:
+    """Section 3: where the massive value appears, where the sink switches on, and the DomRatio against the paper."""
+    if onset and sink_onset is not None:
+        lag = sink_onset - onset[0]
+        if lag > 0:
+            order = f"the sink switches on {lag} layer{'s' if lag != 1 else ''} later, at layer {sink_onset}"
+        elif lag == 0:
+            order = f"the sink switches on at the same layer, {sink_onset}"
+        else:
+            order = f"the sink is already on at layer {sink_onset}, {-lag} layer{'s' if lag != -1 else ''} before it"
+        first = f"The first token's massive value appears at layer {onset[0]} (it appears or jumps at {list(onset)}); {order}."
+    else:
+        first = (f"The massive value appears at {list(onset) or 'no layer'}; the sink onset is "
+                 f"{'layer ' + str(sink_onset) if sink_onset is not None else 'never reached (alpha stays below eps)'}.")
+    ratio = dom_after_super / paper_value if paper_value else float("nan")
+    return paragraph("dimension disparity", first,
+                     f"The residual's DomRatio of the first token peaks at {num(dom_peak)} (layer {peak_layer}; the "
+                     f"others: {num(dom_rest_at_peak)}). The first normalised input after the super neuron has "
+                     f"DomRatio {num(dom_after_super)}, {compare(dom_after_super, paper_value)} the paper's "
+                     f"{num(paper_value)} for Llama-2-7B ({num(ratio)}x).",
+                     f"{claim_line(claim)}.")
+
+
+def lock_in(claim: Claim, n_sink_heads: int, n_heads: int, positive: tuple[float, float],
+            cos: tuple[float, float]) -> str:
+    """Section 4: positive scores and query-key alignment, sink heads against the others."""
+    if n_sink_heads == 0:
+        return paragraph("lock-in", f"No head has alpha of the first token above eps = {EPS} ({n_heads} heads): "
+                                    f"there is no sink head to compare.", f"{claim_line(claim)}.")
+    return paragraph("lock-in",
+                     f"In the {n_sink_heads} sink heads (of {n_heads}) {pct(positive[0], 4)} of the scores q_t . k_0 "
+                     f"are positive, {compare(positive[0], positive[1], 'more than', 'fewer than', 'as many as')} "
+                     f"in the other heads ({pct(positive[1], 3)}). The queries' top direction is "
+                     f"{compare(cos[0], cos[1], 'closer to', 'farther from', 'as close to')} k_0 in sink heads "
+                     f"(|cos| {num(cos[0], 2)} vs {num(cos[1], 2)}).",
+                     f"{claim_line(claim)}.")
+
+
+def self_only(claim: Claim, k: int, rate_before: float, rate_after: float, mean_before: float, mean_after: float,
+              state_before: dict, state_after: dict) -> str:
+    """Section 5: sink heads for position k before and after the self-only edit, and token k's state."""
+    takes = "takes on" if state_after.get("holds") else "does not take on"
+    return paragraph(f"self-only edit, k = {k}",
+                     f"Heads giving token {k} more than {EPS} of the later queries' attention: {pct(rate_before)} "
+                     f"before the edit, {pct(rate_after)} after (mean alpha_{k} {num(mean_before)} -> "
+                     f"{num(mean_after)}). In the sink layers token {k}'s DomRatio goes {num(state_before['dom_k'])} "
+                     f"-> {num(state_after['dom_k'])} (the first token's: {num(state_after['dom_0'])}) and its key's "
+                     f"cosine with the first token's {num(state_before['key_cos'], 2)} -> "
+                     f"{num(state_after['key_cos'], 2)}: token {k} {takes} the first token's state.",
+                     f"{claim_line(claim)}.")
+
+
+def amplification(claim: Claim, lambdas: Sequence[float], centred: Sequence[float], control: Sequence[float],
+                  k: int, state: dict | None = None) -> str:
+    """Section 6: the centred sweep against plain scaling, its shape and whether the peak crosses eps."""
+    peak_i = max(range(len(centred)), key=lambda i: centred[i])
+    monotone = claim.measured.get("monotone")
+    shape = ("rises monotonically" if monotone else
+             f"peaks at lambda = {num(lambdas[peak_i])} and then drops (not monotone)")
+    rise, rise_ctl = claim.measured["rise"], claim.measured["control_rise"]
+    crosses = ("crosses eps = 0.3: token k becomes a sink" if centred[peak_i] > EPS
+               else "stays below eps = 0.3: more attention, not a sink")
+    mech = ""
+    if state:
+        mech = (f" At lambda = {num(lambdas[-1])} token {k} {'takes on' if state.get('holds') else 'does not take on'}"
+                f" the first token's state (key cosine {num(state['key_cos'], 2)}).")
+    return paragraph(f"variance amplification, k = {k}",
+                     f"Amplifying token {k}'s variance around its own batch mean moves the later queries' attention to "
+                     f"it from {num(centred[0])} to {num(centred[-1])} ({num(rise)}x) as lambda goes "
+                     f"{num(lambdas[0])} -> {num(lambdas[-1])}; the curve {shape}. Plain scaling goes "
+                     f"{num(control[0])} -> {num(control[-1])} ({num(rise_ctl)}x), "
+                     f"{compare(rise_ctl, rise, 'more than', 'less than', 'as much as')} the centred edit. The peak, "
+                     f"{num(centred[peak_i])}, {crosses}.{mech}",
+                     f"{claim_line(claim)}.")
+
+
+def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict: bool, min_ratio: float) -> str:
+    """Section 7: perplexities with the massive activations set to their mean / to zero."""
+    orig, mean, zero = ppl["original"], ppl["set to mean"], ppl["set to zero"]
+    first_only = ppl.get("set to mean, position 0 only", float("nan"))
+    criterion = ("Sun et al.'s 1000x rule is met" if strict else
+                 f"Sun et al.'s 1000x rule is not met, so the sites are those over 100 and {num(min_ratio)}x the "
+                 f"token's median")
+    mean_word = compare(mean, orig, "raises", "lowers", "leaves", rel_tol=0.05)
+    fixed = (" Position 0 holds the same token in every sequence here, so setting it to its mean changes nothing "
+             "by construction." if first_fixed else "")
+    return paragraph("massive activations as a bias",
+                     f"{criterion}. Every massive site set to its mean {mean_word} the perplexity "
+                     f"({num(orig, 4)} -> {num(mean, 4)}; position 0 only: {num(first_only, 4)}); set to zero it "
+                     f"becomes {num(zero, 4)} ({num(zero / orig)}x).{fixed}",
+                     f"{claim_line(claim)}.")
+
+
+def implicit_bias(claim: Claim, n_sink_heads: int, medians: dict[str, tuple[float, float]],
+                  auc: dict[str, float]) -> str:
+    """Section 7b: the first token's value and term in sink heads against the other heads."""
+    if n_sink_heads == 0:
+        return paragraph("the sink as an implicit bias", "No sink head to compare.", f"{claim_line(claim)}.")
+    v, s = medians["value_norm_ratio"], medians["sink_term_spread"]
+    return paragraph("the sink as an implicit bias",
+                     f"In the {n_sink_heads} sink heads the first token's value is {num(v[0], 2)}x the other tokens' "
+                     f"(median; other heads {num(v[1], 2)}x), {compare(v[0], v[1], 'larger', 'smaller', 'no smaller')}"
+                     f" than in the other heads; its term's relative spread is {num(s[0], 2)} against {num(s[1], 2)}. "
+                     f"A random sink head lies below a random other head with probability "
+                     f"{num(auc['value_norm_ratio'], 2)} and {num(auc['sink_term_spread'], 2)}. In sink heads the term "
+                     f"supplies {pct(medians['sink_share'][0], 2)} of the output norm.",
+                     f"{claim_line(claim)}.")
+
+
+def controls(claims: dict[str, Claim], label: str) -> str:
+    """The random-weight controls: which rules hold on noise, against what the paper predicts at initialisation."""
+    held = [cid for cid, c in claims.items() if c.holds is True]
+    failed = [cid for cid, c in claims.items() if c.holds is False]
+    contradict = [cid for cid, c in claims.items() if c.holds is True and c.at_init is False]
+    verdict = (f"Contradicting the paper's prediction: {', '.join(f'`{c}`' for c in contradict)} "
+               f"hold{'s' if len(contradict) == 1 else ''} on noise." if contradict else
+               "No rule for an effect that training makes holds on these weights.")
+    return paragraph("random-weight controls",
+                     f"On {label}, {len(held)} of {len(claims)} rules hold"
+                     f"{' (' + ', '.join(f'`{c}`' for c in held) + ')' if held else ''} and {len(failed)} fail.",
+                     verdict)
+
+
+def scorecard(claims: Sequence[Claim]) -> str:
+    """The scorecard: which structures hold, which do not, and how the controls came out."""
+    held = [c.id for c in claims if c.holds is True]
+    failed = [c.id for c in claims if c.holds is False]
+    unsettled = [c.id for c in claims if c.holds is None]
+    noise = [c.id for c in claims if c.control_contradicts]
+    parts = [f"The structure holds for {len(held)} of {len(claims)} claims"
+             + (f" ({', '.join(f'`{c}`' for c in held)})" if held else "") + "."]
+    if failed:
+        parts.append(f"It does not hold for {', '.join(f'`{c}`' for c in failed)}.")
+    if unsettled:
+        parts.append(f"Cannot be judged or unsettled: {', '.join(f'`{c}`' for c in unsettled)}.")
+    parts.append("Every learned effect fails on random weights." if not noise else
+                 f"On random weights {', '.join(f'`{c}`' for c in noise)} still hold: read those with care.")
+    return paragraph("scorecard", *parts)

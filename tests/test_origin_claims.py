@@ -1,0 +1,227 @@
+"""The rules of 02_interpretation (origin_claims): provenance on every claim, each paper's definition transcribed on a
+hand-built case, the resampled amplification verdict, the random-weight controls, and the rendered takeaways."""
+
+import math
+
+import pytest
+import torch
+
+from sinklib.core import metrics
+from sinklib.core.analysis import MassiveDims
+from sinklib.core.results import load_reference
+from sinklib.interpretation import (
+    controls,
+    intervention_effects,
+    massive_activations,
+    origin_claims,
+    takeaways,
+)
+from sinklib.interpretation.origin import SuperNeuron
+
+PAPER = load_reference("structural_origin")
+SUN_PPL = {"original": 5.47, "set_to_mean": 5.47, "set_to_zero": "inf"}  # Sun et al. Table 3, Llama-2-7B WikiText
+
+
+def _neuron(write_dims=(2533, 7), first=500.0, rest=10.0, share=0.9, layer=1):
+    return SuperNeuron(layer, 7890, first, rest, 500.0, list(write_dims), share)
+
+
+def _all_claims():
+    massive = MassiveDims([2533], True, 1000.0, 2500.0)
+    return [origin_claims.variance_discrepancy([18.0], [True]), origin_claims.super_neuron(_neuron(), [2533], PAPER),
+            origin_claims.super_neuron(None, [2533], PAPER),
+            origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), origin_claims.massive_by_sun(massive),
+            origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10), origin_claims.self_only_sink(0.0, 0.4, 10),
+            origin_claims.amplification([1, 2], [0.01, 0.1], [0.01, 0.01]),
+            origin_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
+                                       {"perplexity_wikitext": SUN_PPL}),
+            origin_claims.implicit_bias({"a": 0.9, "b": 0.9}, 3)]
+
+
+def test_every_claim_says_what_it_follows_how_it_adapts_and_what_the_paper_predicts_at_init():
+    claims = _all_claims()
+    assert {c.id for c in claims} == set(origin_claims.FOLLOWS) == set(origin_claims.ADAPTED) == set(
+        origin_claims.AT_INIT)
+    for c in claims:
+        assert c.follows and c.adapted and c.at_init is origin_claims.AT_INIT[c.id]
+    by_id = {c.id: c for c in claims}
+    assert by_id["origin.variance_discrepancy"].at_init is True  # causal value aggregation: architectural
+    assert all(c.at_init is False for c in claims if c.id != "origin.variance_discrepancy")  # learned
+    assert "locuslab/massive-activations:lib/hook.py" in by_id["sun2024.massive_activations_are_bias"].follows
+    assert "per-token median" in by_id["sun2024.massive_activations"].adapted
+
+
+def test_variance_discrepancy_transcribes_causal_value_aggregation():
+    """Sec. 3: o_0 = v_0, o_t = mean_{j <= t} v_j (uniform causal attention) over iid values: Var(o_t) = 1/(t+1)."""
+    v = torch.randn(4000, 32, 8, generator=torch.Generator().manual_seed(0))
+    o = v.cumsum(dim=1) / torch.arange(1, 33).view(1, -1, 1)
+    var = metrics.position_variance(o)
+    ratio = float(var[0] / var[16:].mean())
+    assert ratio == pytest.approx(1 / torch.tensor([1 / (t + 1) for t in range(16, 32)]).mean().item(), rel=0.1)
+    assert origin_claims.variance_discrepancy([ratio], [bool(var[0] >= var[1:].max())]).holds is True
+    flat = metrics.position_variance(v)  # no aggregation: every position the same
+    assert origin_claims.variance_discrepancy([float(flat[0] / flat[16:].mean())], [False]).holds is False
+
+
+def test_super_neuron_transcribes_the_papers_llama_neuron():
+    """Sec. 4: Llama-2-7B layer 1 neuron 7890 writes dim 2533 (channel-sparse W_down)."""
+    assert origin_claims.super_neuron(_neuron(), [2533], PAPER).holds is True
+    assert origin_claims.super_neuron(_neuron(write_dims=(5, 7)), [2533], PAPER).holds is False  # not massive
+    assert origin_claims.super_neuron(_neuron(rest=100.0), [2533], PAPER).holds is False  # fires elsewhere too
+    assert origin_claims.super_neuron(_neuron(share=0.2), [2533], PAPER).holds is False  # not channel-sparse
+
+
+def test_dimension_disparity_transcribes_dom_ratio():
+    """DomRatio = max|h| / mean|h|: a scaled basis vector in d = 4096 has DomRatio 4096; uniform |h| has 1."""
+    h = torch.zeros(4096)
+    h[2533] = 700.0
+    assert float(metrics.dom_ratio(h)) == pytest.approx(4096)
+    assert float(metrics.dom_ratio(torch.ones(4096))) == pytest.approx(1)
+    assert origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER).holds is True  # sink one layer later
+    assert origin_claims.disparity_then_sink([1], 6, 50.0, 263.0, PAPER).holds is False  # too late
+    assert origin_claims.disparity_then_sink([], None, 0.0, 4.0, PAPER).holds is False  # random weights: none
+
+
+def test_lock_in_transcribes_positive_scores_against_a_fixed_key():
+    """Sec. 4: a fixed key k_0 = e_1 and queries leaning toward it score it positively; random queries half the time."""
+    gen = torch.Generator().manual_seed(0)
+    k0 = torch.zeros(16)
+    k0[0] = 1.0
+    aligned = torch.randn(500, 16, generator=gen) * 0.3 + k0
+    random = torch.randn(500, 16, generator=gen)
+    pos = (float((aligned @ k0 > 0).float().mean()), float((random @ k0 > 0).float().mean()))
+    assert pos[0] > 0.99 and 0.4 < pos[1] < 0.6
+    assert origin_claims.lock_in(pos, (0.9, 0.1), 4).holds is True
+    assert origin_claims.lock_in(pos, (0.9, 0.1), 0).holds is False  # no sink head (random weights)
+
+
+def test_self_only_sink_transcribes_the_mask_edit():
+    """Sec. 5 (i): row k keeps only column k; a sink is alpha_k > 0.3 in many heads after, few before."""
+    assert origin_claims.self_only_sink(0.0, 0.39, 10).holds is True
+    assert origin_claims.self_only_sink(0.0, 0.0, 10).holds is False
+    assert origin_claims.self_only_sink(0.2, 0.5, 10).holds is False  # already a sink: not created by the edit
+
+
+def test_amplification_transcribes_the_monotone_rise_and_the_scaling_control():
+    """Sec. 5 (ii): o'_k = mu + lambda (o_k - mu) raises alpha_k monotonically; lambda o_k does not."""
+    lam = [1, 2, 4, 8]
+    assert origin_claims.amplification(lam, [0.01, 0.03, 0.06, 0.12], [0.01, 0.01, 0.011, 0.012]).holds is True
+    assert origin_claims.amplification(lam, [0.01, 0.12, 0.06, 0.05], [0.01] * 4).holds is False  # peak, then drop
+    assert origin_claims.amplification(lam, [0.01, 0.03, 0.06, 0.12], [0.01, 0.03, 0.06, 0.12]).holds is False
+
+
+def test_amplification_over_resamples_holds_only_when_every_resample_agrees():
+    lam = [1.0, 4.0]
+    rising = {intervention_effects.CENTRED: torch.tensor([[0.01] * 6, [0.1] * 6]),
+              intervention_effects.SCALED: torch.tensor([[0.01] * 6, [0.01] * 6])}
+    c = intervention_effects.amplification_over_resamples(lam, rising, n_draws=5)
+    assert c.holds is True and c.draws == (True,) * 5 and c.spread["min"] == pytest.approx(10)
+    mixed = {intervention_effects.CENTRED: torch.tensor([[0.01] * 6, [0.2, 0.0, 0.0, 0.0, 0.0, 0.0]]),
+             intervention_effects.SCALED: torch.tensor([[0.01] * 6, [0.01] * 6])}
+    m = intervention_effects.amplification_over_resamples(lam, mixed, n_draws=20, seed=1)
+    assert m.holds is None and "unsettled" in m.note and len(m.draws) == 20
+    assert intervention_effects.amplification_curves(rising)[intervention_effects.CENTRED] == pytest.approx([0.01, 0.1])
+
+
+def test_massive_bias_transcribes_suns_table():
+    """Sun et al. Table 3 (Llama-2-7B, WikiText): 5.47 original, 5.47 set to mean, inf set to zero."""
+    ref = {"perplexity_wikitext": SUN_PPL}
+    assert origin_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}, ref).holds
+    assert not origin_claims.massive_bias({"original": 32.0, "set to mean": 46.8, "set to zero": 6e5}, ref).holds
+    same = {"original": 5e4, "set to mean": 5e4, "set to zero": 5e4}  # nothing to edit (random weights)
+    assert origin_claims.massive_bias(same, ref).holds is False
+
+
+def test_massive_by_sun_transcribes_the_criterion():
+    """Sec. 2: |h| > 100 and > 1000x the median: one entry at 2,000 among entries of about 1 is massive."""
+    h = torch.ones(1, 2, 64)
+    h[0, 0, 3] = 2000.0
+    mask = metrics.massive_mask(h)
+    assert mask[0, 0, 3] and mask.sum() == 1
+    assert origin_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is True
+    assert origin_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
+
+
+def test_implicit_bias_transcribes_a_small_constant_sink_term():
+    """Sun et al. Sec. 4: sink heads (alpha > 0.3) carry a small value; every sink head below every other head."""
+    alpha = torch.tensor([[0.9, 0.8, 0.1, 0.05]])
+    bias = {"value_norm_ratio": torch.tensor([[0.2, 0.3, 0.9, 1.0]]),
+            "sink_term_spread": torch.tensor([[0.3, 0.4, 0.9, 0.95]]), "alpha_first": alpha}
+    auc, n = massive_activations.implicit_bias_separation(bias)
+    assert auc == {"value_norm_ratio": 1.0, "sink_term_spread": 1.0} and n == 2
+    assert origin_claims.implicit_bias(auc, n).holds is True
+    assert origin_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
+
+
+def test_random_weight_controls_run_every_rule_on_the_tiny_model(tiny):
+    from sinklib.models.random_init import random_weights
+
+    control = random_weights(tiny, seed=0)
+    got = controls.random_weight_controls(control, PAPER, 5, [1.0, 4.0, 16.0], [0],
+                                          controls.ControlSizes(4, 16, 16, 4), seed=0)
+    assert set(got) == set(origin_claims.AT_INIT)
+    assert all(c.holds in (True, False, None) for c in got.values())
+    assert got["origin.variance_discrepancy"].holds is True  # architectural: it holds before any training
+    assert controls.control_lambdas([1, 2, 4, 8, 16]) == [1, 4, 16]
+
+
+# ----------------------------------------------------------------------------------------------- takeaways
+def test_takeaways_follow_the_numbers():
+    var_yes = origin_claims.variance_discrepancy([18.0, 4.0, 1.1], [True, True, False])
+    var_no = origin_claims.variance_discrepancy([1.1, 1.0, 1.0], [False, False, False])
+    a = takeaways.variance(var_yes, [0, 1, 2], [18.0, 4.0, 1.1], [True, True, False])
+    b = takeaways.variance(var_no, [0, 1, 2], [1.1, 1.0, 1.0], [False, False, False])
+    assert a.startswith("**What we saw") and "holds" in a and "layers [0, 1]" in a
+    assert "does not hold" in b and "No early layer" in b
+
+    lk = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10)
+    assert "more than" in takeaways.lock_in(lk, 10, 20, (1.0, 0.75), (0.5, 0.2))
+    assert "fewer than" in takeaways.lock_in(lk, 10, 20, (0.7, 0.75), (0.1, 0.2))
+    assert "no sink head" in takeaways.lock_in(origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0), 0, 20,
+                                               (math.nan, 0.5), (math.nan, 0.1))
+
+    lam = [1, 2, 4]
+    up = origin_claims.amplification(lam, [0.01, 0.05, 0.4], [0.01, 0.01, 0.01])
+    peak = origin_claims.amplification(lam, [0.01, 0.1, 0.05], [0.01, 0.01, 0.01])
+    t_up = takeaways.amplification(up, lam, [0.01, 0.05, 0.4], [0.01, 0.01, 0.01], 10)
+    t_peak = takeaways.amplification(peak, lam, [0.01, 0.1, 0.05], [0.01, 0.01, 0.01], 10)
+    assert "rises monotonically" in t_up and "becomes a sink" in t_up
+    assert "not monotone" in t_peak and "not a sink" in t_peak
+
+    ref = {"perplexity_wikitext": SUN_PPL}
+    ok = {"original": 20.0, "set to mean": 20.4, "set to zero": 167.0, "set to mean, position 0 only": 20.0}
+    bad = {"original": 32.0, "set to mean": 46.8, "set to zero": 6e5, "set to mean, position 0 only": 32.7}
+    assert "leaves the perplexity" in takeaways.massive_bias(origin_claims.massive_bias(ok, ref), ok, True, True, 1e3)
+    assert "raises the perplexity" in takeaways.massive_bias(origin_claims.massive_bias(bad, ref), bad, False, False,
+                                                             100.0)
+
+    dis = takeaways.disparity(origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER), [1, 2], 3, 60.0, 263.0,
+                              231.0, 11, 27.0)
+    dis2 = takeaways.disparity(origin_claims.disparity_then_sink([0], 0, 9.0, 300.0, PAPER), [0], 0, 300.0, 263.0,
+                               400.0, 5, 20.0)
+    assert "2 layers later" in dis and "lower than the paper's" in dis
+    assert "same layer" in dis2 and "higher than the paper's" in dis2
+
+
+def test_takeaways_super_neuron_self_only_bias_controls_scorecard():
+    top, strong = _neuron(), _neuron(layer=11, first=2837.0)
+    a = takeaways.super_neuron(origin_claims.super_neuron(top, [2533], PAPER), top, strong, [2533], 1)
+    b = takeaways.super_neuron(origin_claims.super_neuron(None, [], PAPER), None, None, [], 1)
+    assert "the same layer as" in a and "comes after" in a and "No neuron" in b
+    state_yes = {"dom_k": 188.0, "dom_0": 186.0, "key_cos": 0.99, "holds": True}
+    state_no = {"dom_k": 93.0, "dom_0": 434.0, "key_cos": 0.27, "holds": False}
+    s1 = takeaways.self_only(origin_claims.self_only_sink(0.0, 0.39, 10), 10, 0.0, 0.39, 0.01, 0.25,
+                             {"dom_k": 27.0, "key_cos": 0.0}, state_yes)
+    s2 = takeaways.self_only(origin_claims.self_only_sink(0.0, 0.0, 10), 10, 0.0, 0.0, 0.01, 0.02,
+                             {"dom_k": 27.0, "key_cos": 0.0}, state_no)
+    assert "takes on" in s1 and "holds" in s1 and "does not take on" in s2 and "does not hold" in s2
+    med = {"value_norm_ratio": (0.2, 0.8), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
+    med2 = {"value_norm_ratio": (0.9, 0.5), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
+    ib = origin_claims.implicit_bias({"value_norm_ratio": 0.9, "sink_term_spread": 0.9}, 5)
+    assert "smaller than" in takeaways.implicit_bias(ib, 5, med, {"value_norm_ratio": 0.9, "sink_term_spread": 0.9})
+    assert "larger than" in takeaways.implicit_bias(ib, 5, med2, {"value_norm_ratio": 0.2, "sink_term_spread": 0.9})
+    noisy = {"origin.lock_in": origin_claims.lock_in((1.0, 0.5), (0.5, 0.1), 3)}  # a learned rule holding on noise
+    quiet = {"origin.lock_in": origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0)}
+    assert "Contradicting" in takeaways.controls(noisy, "m (random weights)")
+    assert "No rule for an effect that training makes holds" in takeaways.controls(quiet, "m (random weights)")
+    assert "holds for 1 of 2" in takeaways.scorecard([noisy["origin.lock_in"], quiet["origin.lock_in"]])
