@@ -24,9 +24,10 @@
 #
 # **A stand-in, said plainly.** No pretrained MoE ships offline, so the CPU profile uses **SmolLM2-MoE (upcycled
 # stand-in, not a trained MoE)**: SmolLM2-135M's FFN neurons split into 8 experts of co-activating neurons, a router
-# fitted on Bible text, top-6, as a real `MixtralForCausalLM` (`sinklib/models/upcycle.py`; perplexity 39.5 against
-# 23.8 dense). Its router was *fitted*, not trained with the model, and kept near-uniform in its weights (each
-# chosen expert gets about 1/6): what it shows about routing is which experts are *selected*, not how confident the
+# fitted on Bible text, top-6, as a real `MixtralForCausalLM` (`sinklib/models/upcycle.py`; its perplexity is higher
+# than the dense model's). Its experts are slices of one dense MLP, not experts trained as such. Its router was
+# *fitted*, not trained with the model, and kept near-uniform in its weights (each chosen expert gets about 1/6):
+# what it shows about routing is which experts are *selected*, not how confident the
 # router is, and nothing about what training with load balancing would do. The GPU profile runs the same code on
 # OLMoE-1B-7B, and with `MODEL=` on Qwen1.5-MoE-A2.7B or DeepSeek-V2-Lite (Mixtral-8x7B needs more than one 80 GB
 # GPU: `MODEL=mistralai/Mixtral-8x7B-v0.1 GPU_GB=141`, checked first by `make figures PROFILE=gpu DRYRUN=1`).
@@ -47,13 +48,18 @@ seed = 0
 out_dir = "../figures/11_moe"
 
 # %%
+import gc
 import math
+from dataclasses import replace
 
 from sinklib.architectures.moe import moe_plots, moe_sinks
+from sinklib.architectures.moe import takeaways as moe_takeaways
 from sinklib.architectures.moe.super_experts import super_experts
-from sinklib.core import plotting
+from sinklib.core import plotting, takeaways
+from sinklib.core.claims import over_draws
 from sinklib.core.data import text_windows
 from sinklib.models.load import load_model, require_family
+from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
 nb = notebook.start("11_moe", profile, model, device, seed, out_dir, families=None, label="MoE")
@@ -63,6 +69,7 @@ require_family(lm, "moe", "11_moe")
 record.model, title = lm.label, f"{lm.label}"
 ids = text_windows(lm.tokenizer, run.num_seqs, run.seq_len, run.seed, split="heldout")
 held = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed + 1, split="heldout")
+note = moe_sinks.STAND_IN_NOTE if "stand-in" in lm.label else ""
 print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on {len(held)} x {run.eval_seq_len}")
 
 # %% [markdown]
@@ -91,19 +98,25 @@ n_experts = route.load_first.shape[1]
 print(f"router entropy (nats), mean over layers: first token {sum(route.entropy_first) / len(route.entropy_first):.3f}, "
       f"others {sum(route.entropy_rest) / len(route.entropy_rest):.3f}; uniform over {n_experts}: {math.log(n_experts):.3f}")
 
+# %%
+takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, route.entropy_first, route.entropy_rest,
+                                     n_experts, title))
+
 # %% [markdown]
-# **What we saw (stand-in, CPU profile: 32 held-out windows of 64 tokens).** In 20 of the 30 layers (3-8, 13, 15
-# and 18-29) every window sends the first token to the same six experts; a token in the middle of the window gets
-# its most common set in 16-75% of the windows (97% in the last layer). The first token's route is fixed, like its
-# hidden state. The router entropy is 2.079 nats = ln 8 at every token: the stand-in's router scale makes the
-# probabilities near-uniform by construction, so the entropy cannot tell anything apart here.
+# Where every window sends the first token to the same experts, the first token's route is as fixed as its hidden
+# state. On the stand-in the router's scale keeps its probabilities near-uniform by construction, so only *which*
+# experts are selected carries information, not the router's confidence.
 
 # %% [markdown]
 # ## 2 · Super experts
 # Su et al.'s rule, as their code applies it: for every expert, $a$ = its largest $|$down_proj output$|$ over the
 # calibration tokens; keep the first 75% of the layers; a super expert has $a$ above the 99.5th percentile of all
-# kept $a$ **and** above $\max a \,/\!/\, 10$. (On the stand-in each expert's down projection is scaled by $k = 6$,
-# so its $a$ is 6x its contribution at weight 1/6.)
+# kept $a$ **and** above $\max a \,/\!/\, 10$. With few layer-experts that rank rule always passes the largest one
+# (the 99.5th percentile of fewer than 200 values lies between the two largest), whatever the weights; so the claim
+# that a few experts carry *extreme* outputs also asks for an effect size: each super expert's $a$ must be at least
+# 10x the median $a$ of the other routed experts. The same analysis runs on random weights of the same
+# configuration (forwards only, fewer windows) as the control. (On the stand-in each expert's down projection is
+# scaled by $k = 6$, so its $a$ is 6x its contribution at weight 1/6.)
 
 # %%
 supers = super_experts(route.output_max)
@@ -116,14 +129,31 @@ with plotting.style():
                   f"circled: the super experts by Su et al.'s rule ({len(supers)} of {n_total}).")
 for layer, e, a in supers:
     print(f"super expert: layer {layer}, expert {e}, a = {a:,.0f}")
-record.add(moe_sinks.super_experts_claim(supers, n_total))
+control = random_weights(lm, seed=run.seed)
+control_ids = ids[:run.control_seqs]
+control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
+control_supers = super_experts(control_route.output_max)
+draws = [moe_sinks.super_experts_claim(route.output_max, note=note)]
+for draw_seed in (run.seed + 1, run.seed + 2):  # the windows are a draw: two more, smaller ones
+    draw_ids = text_windows(lm.tokenizer, run.draw_seqs, run.seq_len, draw_seed, split="heldout")
+    draws.append(moe_sinks.super_experts_claim(moe_sinks.routing(lm, draw_ids, batch_size=run.batch_size).output_max,
+                                               note=note))
+se_claim = record.add(over_draws(draws, f"3 draws of held-out windows (seeds {run.seed}-{run.seed + 2}: {len(ids)}, "
+                                        f"{run.draw_seqs} and {run.draw_seqs} windows)",
+                                 key=lambda c: c.measured["effect size"]),
+                      control=moe_sinks.super_experts_claim(control_route.output_max, note=note))
+print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {len(control_supers)} on random weights; "
+      f"effect size {se_claim.measured['effect size']:,.1f} here, {se_claim.control_measured['effect size']:,.2f} on "
+      f"random weights")
+
+# %%
+takeaways.show(moe_takeaways.super_experts(se_claim, route.output_max, title))
 
 # %% [markdown]
-# **What we saw.** One super expert of 240: expert 0 of layer 11, with a = 133,436 (at its routing weight of about
-# 1/6, about 22,000 -- the size of the first token's largest activation, 22,406). Layer 11 is one of the layers
-# where SmolLM2's massive activation on dimension 507 jumps (02 finds onsets at layers 1, 2 and 11): the stand-in's
-# expert split put the neurons that write it into one expert. A trained MoE may place it anywhere; that the stand-in
-# has exactly one is a consequence of how it was built, not evidence about trained MoEs.
+# On the stand-in, the expert split put the neurons that write SmolLM2's massive activation into one expert, in a
+# layer where that activation jumps. A trained MoE may place it anywhere: that the stand-in has a super expert is a
+# consequence of how it was built (slices of a dense MLP), not evidence about trained MoEs. On random weights the
+# rank rule still names an expert, but nothing stands out.
 
 # %% [markdown]
 # ## 3 · Prune them, or as many random experts
@@ -147,20 +177,28 @@ with plotting.style():
                   f"in the legend.")
 for name, s in summary.items():
     print(f"{name}: alpha_0 {s['alpha']:.3f}, first token max |h| {s['max_abs_first']:,.0f}, perplexity {s['ppl']:.1f}")
+prune_claim = None
 if chosen:
-    record.add(moe_sinks.pruning_claim(summary["as is"], summary["super experts pruned"],
-                                       [v for k, v in summary.items() if k.startswith("random")]))
+    control_chosen = [(layer, e) for layer, e, _ in control_supers]
+    control_prune = None
+    if control_chosen:  # the same comparison on random weights: fewer and shorter windows, one draw
+        control_runs = moe_sinks.compare_pruning(control, control_chosen, control_ids[:max(1, run.control_seqs // 2)],
+                                                 held[:1, :run.eval_seq_len // 2], 1, run.seed, run.batch_size)
+        control_prune = moe_sinks.pruning_over_draws({k: r.summary() for k, r in control_runs.items()}, note)
+    why = "" if control_prune else "control not run: the authors' rule found no expert on random weights"
+    prune_claim = record.add(replace(moe_sinks.pruning_over_draws(summary, note), control_note=why),
+                             control=control_prune, control_note=why)
+del control, control_route
+gc.collect()
+
+# %%
+takeaways.show(moe_takeaways.pruning(summary, prune_claim, title))
 
 # %% [markdown]
-# **What we saw.** (b) The first token carries a first massive value of about 770 in layers 2-7 (written by the
-# dense model's early neurons) and a second of about 22,400 from layer 11, the super expert's layer, on. Pruning
-# the one super expert removes the second (the first token's largest |h| stays at 60-290 from layer 11 on; its
-# maximum over all layers falls from 22,406 to 770), and (a) with it the sink of every later layer: alpha_0 in layers 12-29 drops from 0.38-0.79 to
-# 0.03-0.32 (about 0.05 from layer 16 on), 0.479 -> 0.167 averaged over all layers, and perplexity rises from 39.5 to 146.0 (3.7x). The sink of
-# layers 3-9 stays (0.39-0.44): it rests on the massive value written in layers 1-2, before the super expert. Three
-# random experts of layer 11 change alpha_0 by less than 0.5% and perplexity by at most 1.5% (39.2-40.1). Su et al.'s
-# claim holds on the stand-in, for the reason they give: the super expert writes the massive activation, and the
-# sink needs it.
+# Where the super-expert prune removes the first token's late massive value, the sink of the later layers goes with
+# it: Su et al.'s mechanism -- the super expert writes the massive activation, and the sink needs it. A sink in the
+# layers *before* the super expert rests on massive values written earlier (by the dense model's early neurons on
+# the stand-in) and survives.
 
 # %% [markdown]
 # ## What the stand-in cannot test

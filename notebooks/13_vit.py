@@ -46,11 +46,16 @@ seed = 0
 out_dir = "../figures/13_vit"
 
 # %%
+import gc
+from dataclasses import replace
+
 import torch
 
 from sinklib.architectures.vit import registers, vit_plots, vit_sinks
-from sinklib.core import images, plotting
+from sinklib.architectures.vit import takeaways as vit_takeaways
+from sinklib.core import images, plotting, takeaways
 from sinklib.models.load import load_model, require_family
+from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
 nb = notebook.start("13_vit", profile, model, device, seed, out_dir, families=None, label="ViT")
@@ -104,12 +109,12 @@ print(f"most-attended patch / uniform: {[round(x, 1) for x in top_ratio]}; large
 print(f"layer 0's most-attended patch index per photo: {first_top}")
 print(f"entropy (nats) per layer: {[round(x, 2) for x in prof.entropy.tolist()]}; log T = {torch.log(torch.tensor(T)).item():.2f}")
 
+# %%
+takeaways.show(vit_takeaways.where_attention_goes(prefix_share, top_ratio, prof.entropy.tolist(), T, first_top, title))
+
 # %% [markdown]
-# **What we saw** (CPU profile, DINOv2-S, 9 photos; the printed numbers above are this run's): CLS receives 0.02-0.24
-# of all attention per layer, 6-60x its uniform share, most in layer 0. The most-attended patch gets far more than
-# its share in layer 0 (~30x) and 2-8x in the other layers; layer 0's winner is a different patch in every photo, so
-# it is not a fixed position. Entropy stays well below log T in every layer: attention is concentrated, but on
-# content-dependent patches rather than on one token.
+# Where layer 0's most-attended patch changes from photo to photo, attention is concentrated on content-dependent
+# patches rather than on one token: without a causal mask there is no position that every query must fall back on.
 
 # %% [markdown]
 # ## 3 · High-norm tokens
@@ -137,14 +142,17 @@ print(f"largest / median patch norm per layer: {[round(x, 2) for x in max_ratio]
 # %% [markdown]
 # ## 4 · Do the most-attended or highest-norm patches look like background, and do they hold global information?
 # (a) A linear probe of the digit label (scikit-learn's 8 x 8 digits, upscaled) from the last layer's CLS token,
-# its highest-norm patch and its median-norm patch: Darcet et al.'s Table 1 finds outlier tokens almost as good as
+# its highest-norm patch and its median-norm patch, over three train / test splits: Darcet et al.'s Table 1 finds outlier tokens almost as good as
 # CLS and normal patches far worse. (b) How much the most-attended patches (top 2% per photo, at the layer where a
 # patch stands out most) look like their 4 neighbours, against all patches: background patches are redundant.
+# The same norms and neighbour similarities are measured on random weights of the same configuration (smaller
+# photos, forwards only): the control of these claims.
 
 # %%
 digits, labels = images.digits(n=run.probe_digits, seed=run.seed)
 features = vit_sinks.token_features(lm, images.to_pixels(digits, size=run.probe_size), batch_size=32)
-probe = vit_sinks.linear_probe(features, labels, seed=run.seed)
+probes = vit_sinks.probe_over_splits(features, labels, [run.seed, run.seed + 1, run.seed + 2])
+probe = probes[0]
 similarity = vit_sinks.top_patch_similarity(prof.patch_received()[busiest],
                                             vit_sinks.neighbour_similarity(pixels, run.image_size // prof.grid[0]))
 with plotting.style():
@@ -155,26 +163,50 @@ with plotting.style():
                   f"layer's CLS, highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px, 60/40 "
                   f"split); (b) mean cosine similarity of a patch's pixels to its 4 neighbours, for the top "
                   f"{similarity['k']} most-attended patches per photo at layer {busiest} and for all patches.")
-for c in vit_sinks.high_norm_claims(prof, large, similarity, probe):
-    record.add(c)
-print(f"probe accuracy: {probe}; neighbour similarity: {similarity}")
+control = random_weights(lm, seed=run.seed)
+control_pixels = images.to_pixels([p.image for p in shots], size=run.control_image_size)
+control_prof = vit_sinks.profile_vit(control, control_pixels, batch_size=run.batch_size)
+control_top = control_prof.top_patch_ratio()
+control_busiest = control_top.index(max(control_top))
+control_similarity = vit_sinks.top_patch_similarity(
+    control_prof.patch_received()[control_busiest],
+    vit_sinks.neighbour_similarity(control_pixels, run.control_image_size // control_prof.grid[0]))
+controls = {c.id: c for c in vit_sinks.high_norm_claims(control_prof, large, control_similarity)}
+control_notes = {  # why a control that holds, or none, still leaves the record standing
+    "darcet2023.outliers_only_in_large_models": "" if large else
+    "on a small model the rule tests the absence of outliers, which random weights share (the paper predicts none "
+    "before training either); only a large model's record (GPU profile) can tell training from noise",
+    "darcet2023.outliers_hold_global_information": "control not run: the digit probe's forwards on random weights "
+    "would cost about half this notebook's CPU time; the rule needs outliers, which the control's norms show",
+} | {cid: "control run: it cannot be judged on random weights either (no outliers there)"
+     for cid, c in controls.items() if c.holds is None}
+norm_claims = [record.add(replace(c, control_note=control_notes.get(c.id, "")), control=controls.get(c.id),
+                          control_note=control_notes.get(c.id, ""))
+               for c in vit_sinks.high_norm_claims(prof, large, similarity, probes,
+                                                   f"3 train / test splits of the digits (seeds {run.seed}-"
+                                                   f"{run.seed + 2})")]
+print(f"probe accuracy per split: {probes}; neighbour similarity: {similarity}")
+print(f"random weights: largest / median patch norm per layer "
+      f"{[round(x, 2) for x in control_prof.max_norm_ratio()]}; neighbour similarity {control_similarity}")
+
+# %%
+takeaways.show(vit_takeaways.high_norm(max_ratio, vit_sinks.OUTLIER_FACTOR, probes, similarity, norm_claims, title))
 
 # %% [markdown]
-# **What we saw** (CPU profile): no patch token in any layer passes the 3x cut -- the largest patch norm is at most
-# ~1.9x the median -- as Darcet et al. report for small models; the claims that need outliers are recorded as
-# "cannot be judged here" with the stand-in numbers. The probe reads the digit from CLS best (~0.92), then the
-# highest-norm patch (~0.80) and the median-norm patch (~0.75): an ordinary patch of this model carries a lot of
-# the image's label, and the highest-norm one only a little more. The most-attended patches are *less* like their
-# neighbours than patches overall (~0.51 vs ~0.64): here attention goes to distinctive patches, not to background.
+# Darcet et al. report no high-norm tokens in small models; where this model has none, the claims that need
+# outliers are recorded as "cannot be judged here" with the stand-in numbers. If an ordinary patch carries much of
+# the image's label, the highest-norm one has little left to add; and where the most-attended patches are less like
+# their neighbours than patches overall, attention goes to distinctive patches, not to background.
 
 # %% [markdown]
 # ## 5 · Test-time registers
 # Jiang et al.'s recipe: (1) find the **register neurons** -- the MLP neurons (post-activation) with the largest mean
 # |activation| at the outlier positions, over all layers; (2) append an extra token (the mean of the image's patch
 # tokens) and, in those neurons, write the maximum activation over all tokens into the extra token and zero it
-# everywhere else. With outliers, they move onto the extra token and the attention maps clean up. This model has no
-# outliers, so the highest-norm patch of each photo at the second-to-last layer stands in for them: the recipe runs,
-# and the figure shows how little it changes when there is nothing to move.
+# everywhere else. With outliers, they move onto the extra token and the attention maps clean up. Where a model has
+# no outliers, the highest-norm patch of each photo at the second-to-last layer stands in for them: the recipe runs,
+# and the figure shows how little it changes when there is nothing to move. The recipe runs again on the random
+# weights as the control.
 
 # %%
 positions, stand_in = registers.outlier_positions(prof, L - 2)
@@ -196,14 +228,28 @@ print(f"register neurons (layer, neuron, score): {[(a, b, round(c, 2)) for a, b,
 print(f"largest / median patch norm with the register: {[round(x, 2) for x in after.max_norm_ratio()]}")
 print(f"the register token's last-layer norm {register_norm:.1f} vs median patch {after.patch_norms()[-1].median():.1f}; "
       f"L1 change of the CLS map per layer: {[round(x, 3) for x in change.tolist()]}")
-record.add(registers.test_time_register_claim(prof, after, stand_in))
+control_positions, control_stand_in = registers.outlier_positions(control_prof, L - 2)
+control_found = registers.register_neurons(control, control_pixels, control_positions, top=run.register_neurons,
+                                           batch_size=run.batch_size)
+control_after = vit_sinks.profile_vit(control, control_pixels, batch_size=run.batch_size,
+                                      extra=registers.TestTimeRegisters(control.model,
+                                                                        registers.neurons_by_layer(control_found)))
+register_control = registers.test_time_register_claim(control_prof, control_after, control_stand_in)
+register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in), control=register_control,
+                            control_note="control run: it cannot be judged on random weights either (no outliers "
+                                         "there)" if register_control.holds is None else "")
+del control, control_prof, control_after
+gc.collect()
+
+# %%
+takeaways.show(vit_takeaways.registers(found, max(prof.max_norm_ratio()), max(after.max_norm_ratio()),
+                                       (after.norms[-1, :, -1] / after.patch_norms()[-1].median(dim=-1).values)
+                                       .mean().item(), change.tolist(), vit_sinks.OUTLIER_FACTOR, stand_in,
+                                       register_claim, title))
 
 # %% [markdown]
-# **What we saw** (CPU profile): the 5 register neurons sit in layers 9-11. With the register, the largest patch
-# norm falls only from 1.90x to 1.79x the median and the register itself ends at ~0.8x the median patch norm -- it
-# is not an outlier, because there was no outlier to move. The CLS maps keep their pattern; the changes (right
-# column, scale under each map) are small next to the maps themselves. Whether the recipe cleans up the maps of a
-# model that *has* outliers is the GPU profile's question (DINOv2-L/g).
+# A register token that ends below the outlier cut was given nothing to carry: there was no outlier to move. Whether
+# the recipe cleans up the maps of a model that *has* outliers is the GPU profile's question (DINOv2-L/g).
 
 # %% [markdown]
 # ## 6 · Models with and without registers (GPU profile)

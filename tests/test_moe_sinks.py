@@ -51,14 +51,44 @@ def test_random_controls_stay_in_the_layer_and_off_the_super_experts():
 
 
 def test_super_expert_and_pruning_claims():
-    assert moe_sinks.super_experts_claim([(11, 0, 1e5)], 240).holds is True
-    assert moe_sinks.super_experts_claim([], 240).holds is False  # none found
-    assert moe_sinks.super_experts_claim([(i, 0, 1.0) for i in range(5)], 240).holds is False  # 2%: not "a few"
+    table = torch.ones(30, 8)
+    table[11, 0] = 1e5  # one extreme expert of 240
+    assert moe_sinks.super_experts_claim(table).holds is True
+    assert moe_sinks.super_experts_claim(torch.ones(30, 8)).holds is False  # none found (ties: nothing above P99.5)
     base, pruned = {"alpha": 0.5, "ppl": 40.0}, {"alpha": 0.2, "ppl": 150.0}
     ok = [{"alpha": 0.51, "ppl": 41.0}]
     assert moe_sinks.pruning_claim(base, pruned, ok).holds is True
     assert moe_sinks.pruning_claim(base, {"alpha": 0.4, "ppl": 150.0}, ok).holds is False  # the sink survives
     assert moe_sinks.pruning_claim(base, pruned, ok + [{"alpha": 0.3, "ppl": 41.0}]).holds is False  # random hurts
+    assert moe_sinks.pruning_claim(base, pruned, ok).at_init is False
+
+
+def test_pruning_is_judged_over_the_random_expert_draws():
+    """Su et al., Table 3: perplexity with the super experts pruned vs as many random experts pruned; each random
+    draw is one draw of the claim: all hold -> holds, all fail -> fails, else unsettled."""
+    base, pruned = {"alpha": 0.5, "ppl": 40.0}, {"alpha": 0.2, "ppl": 150.0}
+    good, bad = {"alpha": 0.5, "ppl": 41.0}, {"alpha": 0.3, "ppl": 41.0}
+    runs = {"as is": base, "super experts pruned": pruned, "random experts [a]": good, "random experts [b]": good,
+            "random experts [c]": good}
+    claim = moe_sinks.pruning_over_draws(runs)
+    assert claim.holds is True and claim.draws == (True, True, True) and len(claim.measured["random"]) == 3
+    assert "3 draws" in claim.draws_of and claim.spread["max"] == 41.0 / 40.0 - 1
+    mixed = moe_sinks.pruning_over_draws(runs | {"random experts [c]": bad})
+    assert mixed.holds is None and mixed.draws == (True, True, False) and "unsettled: 2 of 3" in mixed.note
+    broken = moe_sinks.pruning_over_draws(runs | {"super experts pruned": {"alpha": 0.45, "ppl": 41.0}})
+    assert broken.holds is False and broken.draws == (False, False, False)
+
+
+def test_few_super_experts_fails_on_a_random_weight_moe():
+    """The random-weight control: a freshly initialised MoE has no extreme expert, so the claim fails although the
+    authors' rank rule still names one."""
+    from sinklib.models.random_init import random_weights
+
+    lm, inputs = tiny.loaded("mixtral")
+    control = random_weights(lm, seed=0)
+    route = moe_sinks.routing(control, inputs["input_ids"], batch_size=2)
+    claim = moe_sinks.super_experts_claim(route.output_max)
+    assert claim.holds is False and claim.measured["effect size"] < 10
 
 
 def test_compare_pruning_runs_the_model_as_is_pruned_and_random():

@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from sinklib.architectures.moe.super_experts import expert_output_max, super_experts
+from sinklib.architectures.moe.moe_sinks import super_experts_claim
+from sinklib.architectures.moe.super_experts import effect_size, expert_output_max, super_experts
 
 
 def authors_rule(table, include_layers=0.75, quantile=99.5, times=10):
@@ -40,3 +41,39 @@ def test_expert_output_max_reads_capture_records():
     outputs[0, 1, 0, 0] = 3.0  # expert 1 at token 1
     outputs[0, 1, 1, 1] = 4.0  # expert 2 at token 1
     assert expert_output_max(choice, outputs, 4).tolist() == [0.0, 3.0, 7.0, 0.0]
+
+
+def test_the_rank_rule_alone_passes_one_expert_for_any_weights_of_176_layer_experts():
+    """The issue: 22 kept layers x 8 experts = 176 maxima; P99.5 interpolates between the two largest, so the authors'
+    rule finds exactly the largest expert even for noise -- the effect size is what can fail."""
+    gen = torch.Generator().manual_seed(1)
+    noise = 1.0 + torch.rand(30, 8, generator=gen)  # (L, E): every expert alike, as on random weights
+    found = super_experts(noise)
+    assert len(found) == 1 and found[0][2] == noise[:22].max()
+    assert effect_size(noise, found) < 2.0  # at most 2 / 1 by construction
+    claim = super_experts_claim(noise)
+    assert claim.holds is False and claim.measured["authors' rule finds"] == 1 and claim.at_init is False
+
+
+def test_few_super_experts_holds_only_with_an_extreme_output():
+    """Su et al., Sec. 3: "rare but extreme activation outliers in the output of the down_proj" -- one expert of
+    layer 2 at 1,000 among experts at 1-2: the authors' rule finds it and it is >= 10 x the others' median."""
+    gen = torch.Generator().manual_seed(2)
+    table = 1.0 + torch.rand(30, 8, generator=gen)
+    table[2, 5] = 1000.0
+    claim = super_experts_claim(table)
+    assert claim.measured["super_experts"] == [[2, 5]] and claim.measured["effect size"] > 400
+    assert claim.holds is True and "Super-Experts-Profilling" in claim.follows and claim.adapted
+    table[2, 5] = 12.0  # still the largest, still found by the rank rule, but only ~8 x the median: not extreme
+    assert super_experts(table)[0][:2] == (2, 5) and super_experts_claim(table).holds is False
+    many = 1.0 + torch.rand(30, 8, generator=gen)
+    many[:10, 0] = 1000.0  # ten equally extreme experts: the rank rule takes P99.5 above most of them
+    assert super_experts(many) == [] and super_experts_claim(many).holds is False  # P99.5 = 1,000 itself
+
+
+def test_effect_size_ignores_experts_never_routed_and_the_late_layers():
+    table = torch.ones(4, 4)
+    table[0, 0], table[0, 1] = 50.0, 0.0  # expert (0, 1) never routed: not part of the median
+    table[3, 2] = 1e6  # a late layer (beyond the first 75%): outside the kept layers
+    assert effect_size(table, [(0, 0, 50.0)]) == 50.0
+    assert effect_size(table, []) == 0.0

@@ -56,6 +56,9 @@ def test_verdict_words_carry_draws_and_control():
     c = claims.with_control(claims.over_draws([_claim(True), _claim(True), _claim(True)], "3 seeds"), _claim(False))
     assert takeaways.verdict(c) == "holds (3 of 3 draws hold over 3 seeds; on random weights it fails)"
     assert takeaways.verdict(_claim(None, note="no outliers; small model")) == "cannot be judged here (no outliers)"
+    assert claims.draw_summary((None,)) == "not judged in 1 draw"
+    assert claims.draw_summary((None, None, None)) == "not judged in 3 draws"
+    assert claims.with_control(_claim(True), None, "control not run: too slow").control_note == "control not run: too slow"
     mixed = claims.over_draws([_claim(True), _claim(False), _claim(True)], "3 seeds")
     assert takeaways.verdict(mixed) == "is unsettled: 2 of 3 draws hold (3 seeds)"
     assert takeaways.paragraph("stand-in", "A.", "", "B.") == "**What we saw (stand-in).** A. B."

@@ -69,7 +69,9 @@ class Claim:
         if self.draws:
             extra += f" Draws: {draw_summary(self.draws)}."
         if self.control is not None or self.at_init is not None:
-            extra += f" Random-weight control: {_word(self.control)} (paper at init: {_word(self.at_init, 'no prediction')})."
+            ran = "cannot be judged" if self.control_measured is not None else "not run"
+            extra += (f" Random-weight control: {_word(self.control, ran)} (paper at init: "
+                      f"{_word(self.at_init, 'no prediction')}).")
         return (f"Claim {self.id} {self.verdict()}: {self.statement} -- measured {_short(self.measured)}"
                 f"{published}. Rule: {self.rule}.{note}{extra}")
 
@@ -82,6 +84,8 @@ def draw_summary(draws: Sequence[bool | None]) -> str:
     """"3 of 3 draws hold", "unsettled: 2 of 3 draws hold"."""
     held = sum(d is True for d in draws)
     judged = sum(d is not None for d in draws)
+    if judged == 0:  # nothing to judge in any draw (e.g. no outliers): not a disagreement
+        return f"not judged in {len(draws)} draw{'s' if len(draws) > 1 else ''}"
     settled = judged == len(draws) and held in (0, len(draws))
     text = f"{held} of {len(draws)} draws hold"
     if judged < len(draws):
@@ -148,8 +152,8 @@ def with_control(claim: Claim, control: Claim | None, note: str = "") -> Claim:
     """``claim`` with its random-weight control: the same rule applied to the same analysis on randomly initialised
     weights of the model's own configuration (:func:`sinklib.models.random_init.random_weights`). ``note`` explains
     a control that holds where the paper says training makes the effect."""
-    if control is None:
-        return claim
+    if control is None:  # not run: the note says why
+        return replace(claim, control_note=note or claim.control_note)
     if control.id != claim.id:
         raise ValueError(f"control {control.id!r} is not a control of {claim.id!r}")
     return replace(claim, control=control.holds, control_measured=control.measured, control_note=note)

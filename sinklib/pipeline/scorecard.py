@@ -42,6 +42,7 @@ class Row:
     at_init: bool | None = None
     control: bool | None = None
     control_note: str = ""
+    control_measured: object = None
     draws: tuple = ()
     draws_of: str = ""
     spread: object = None
@@ -53,7 +54,7 @@ class Row:
     @property
     def control_text(self) -> str:
         """"fails (paper: fails)": the rule on random weights, and what the paper predicts there."""
-        word = {True: "holds", False: "fails", None: "not run"}
+        word = {True: "holds", False: "fails", None: "not run" if self.control_measured is None else "cannot be judged"}
         paper = {True: "holds", False: "fails", None: "no prediction"}[self.at_init]
         flag = " -- CONTRADICTS the paper" if self.at_init is False and self.control is True else ""
         return f"{word[self.control]} (paper: {paper}){flag}"
@@ -98,6 +99,7 @@ def collect(figures_dir: str | Path) -> list[Row]:
                 published=c.published, measured=c.measured, model=c.model, profile=c.profile, verdict=c.verdict(),
                 reason=c.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu, follows=c.follows,
                 adapted=c.adapted, at_init=c.at_init, control=c.control, control_note=c.control_note,
+                control_measured=c.control_measured,
                 draws=tuple(c.draws), draws_of=c.draws_of, spread=c.spread))
     return rows
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from sinklib.architectures.moe.super_experts import expert_output_max
+from sinklib.architectures.moe.super_experts import EFFECT, effect_size, expert_output_max, super_experts
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.evaluation import perplexity
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.origin import batches
@@ -174,20 +174,43 @@ def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: tor
     return runs
 
 
-def super_experts_claim(supers: Sequence, n_experts_total: int) -> Claim:
-    """Su et al.: a few super experts exist (Mixtral-8x7B: 1 of 256; < 0.5% of the experts in every model studied).
-    Rule: the authors' criterion finds at least one, and at most 1% of the experts."""
-    share = len(supers) / n_experts_total
+STAND_IN_NOTE = ("stand-in: its experts are slices of SmolLM2-135M's dense MLP and its router was fitted afterwards, "
+                 "not a trained MoE")
+SE_CODE = "ZunhaiSu/Super-Experts-Profilling:eval_utils.py"
+
+
+def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, effect: float = EFFECT,
+                        note: str = "") -> Claim:
+    """Su et al.: a few super experts carry "rare but extreme activation outliers in the output of the down_proj"
+    (Sec. 3; Mixtral-8x7B: 1 of 256, < 0.5% of the experts in every model studied).
+
+    Rule: S = the authors' super experts (:func:`super_experts`: first 75% of layers, a > P99.5 and a > max // 10);
+    holds iff 1 <= |S| <= 1% of all experts **and** min_{s in S} a_s >= ``effect`` x the median a of the other
+    routed experts (:func:`effect_size`). output_max: (L, E) largest |down_proj output| per layer and expert."""
+    supers = super_experts(output_max, include_layers)
+    total = output_max.numel()
+    share = len(supers) / total
+    size = effect_size(output_max, supers, include_layers)
     return Claim(id="su2025.few_super_experts", source=f"{SU}, Section 3 (authors' code: _identify_super_experts)",
                  statement="a few experts produce the extreme down_proj outputs behind the massive activations",
-                 rule="the authors' rule (first 75% of layers, a > 99.5th percentile and > max // 10) finds 1 or more "
-                      "super experts, at most 1% of all experts",
+                 rule=f"the authors' rule (first 75% of layers, a > 99.5th percentile and > max // 10) finds 1 or more "
+                      f"super experts, at most 1% of all experts, and each has a >= {effect:g} x the median a of the "
+                      f"other routed experts",
                  published={"Mixtral-8x7B": "1 of 256", "DeepSeek-V2-Lite": "2 of 1,782", "Qwen3-30B-A3B": "3 of 6,144"},
-                 measured={"super_experts": [list(s[:2]) for s in supers], "share": share},
-                 holds=bool(supers) and share <= 0.01)
+                 measured={"super_experts": [list(s[:2]) for s in supers], "share": share,
+                           "a of the super experts": [s[2] for s in supers], "effect size": size,
+                           "authors' rule finds": len(supers)},
+                 holds=bool(supers) and share <= 0.01 and size >= effect, note=note,
+                 follows=f"Sec. 3.2.1, Eq. 6 and Algorithm 1; {SE_CODE}:_identify_super_experts (quantile=99.5, "
+                         f"times=10) after _super_experts_analysis (include_layers=0.75)",
+                 adapted=f"the authors' rule is kept as the selection; the claim adds an effect size (each super "
+                         f"expert's a >= {effect:g} x the median a of the other routed experts), because with few "
+                         f"layer-experts (the stand-in keeps 22 x 8 = 176) the 99.5th percentile lies between the two "
+                         f"largest a and the rank rule alone passes exactly one expert for any weights",
+                 at_init=False)
 
 
-def pruning_claim(base: dict, pruned: dict, controls: list[dict]) -> Claim:
+def pruning_claim(base: dict, pruned: dict, controls: list[dict], note: str = "") -> Claim:
     """Su et al.: pruning the super experts collapses the sink and the model; pruning as many random experts does
     not. Each dict: {"alpha": mean alpha_0 over layers, "ppl": perplexity}. Rule: the super-expert prune lowers alpha
     by > 50% and raises perplexity > 1.5x, while every random control changes alpha by < 10% and perplexity by
@@ -206,4 +229,25 @@ def pruning_claim(base: dict, pruned: dict, controls: list[dict]) -> Claim:
                  published={"Mixtral-8x7B ppl": {"baseline": 3.84, "prune SEs": 6.23, "random": 3.86},
                             "attention sink decay": "about 90% or more in every layer"},
                  measured={"baseline": base, "prune super experts": pruned, "random": controls},
-                 holds=bool(se_ok and ctl_ok))
+                 holds=bool(se_ok and ctl_ok), note=note,
+                 follows=f"Table 3 (perplexity with the super experts vs as many random experts pruned) and Sec. 4 "
+                         f"(attention sink decay); {SE_CODE}:evaluate_ppl (prune_SE)",
+                 adapted="the paper reports numbers and no threshold: the cuts (alpha_0 down > 50%, perplexity up > "
+                         "1.5x, each random control within 10%) are this project's; pruning zeroes the expert's "
+                         "weights and leaves the router as it is",
+                 at_init=False)
+
+
+def pruning_over_draws(summary: dict[str, dict], note: str = "") -> Claim:
+    """:func:`pruning_claim` judged once per random-expert draw (the super-expert prune against that draw) and
+    combined with :func:`~sinklib.core.claims.over_draws`: holds only if every draw holds. summary: the
+    :meth:`PruneRun.summary` of each run of :func:`compare_pruning` ("as is", "super experts pruned",
+    "random experts [...]", ...). The record's ``measured`` keeps every draw; ``spread`` is each draw's largest
+    relative perplexity change."""
+    base, pruned = summary["as is"], summary["super experts pruned"]
+    controls = [v for k, v in summary.items() if k.startswith("random")]
+    per_draw = [pruning_claim(base, pruned, [c], note) for c in controls] or [pruning_claim(base, pruned, [], note)]
+    combined = over_draws(per_draw, f"{len(controls)} draw{'' if len(controls) == 1 else 's'} of as many random experts of the same layers",
+                          key=lambda c: max([abs(r["ppl"] / base["ppl"] - 1) for r in c.measured["random"]],
+                                            default=0.0))
+    return replace(combined, measured={"baseline": base, "prune super experts": pruned, "random": controls})

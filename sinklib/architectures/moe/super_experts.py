@@ -6,7 +6,10 @@ the few experts whose down-projection output carries the extreme values that bec
 * :func:`super_experts` -- the authors' rule, as their code applies it (ZunhaiSu/Super-Experts-Profilling,
   ``eval_utils.py``: ``_super_experts_analysis`` keeps layers l < round(L x include_layers), default 0.75;
   ``_identify_super_experts``: a > the 99.5th percentile of every kept a, and a > max(a) // 10 -- Python's floor
-  division, so with max(a) < 10 the second condition is a > 0).
+  division, so with max(a) < 10 the second condition is a > 0);
+* :func:`effect_size` -- how far they stand out: the smallest super expert's a over the median a of the other
+  routed experts (this project's addition: the authors' rank rule always passes the largest expert when there are
+  fewer than 200 layer-experts, so alone it cannot fail).
 """
 
 from __future__ import annotations
@@ -35,3 +38,26 @@ def super_experts(output_max: torch.Tensor, include_layers: float = 0.75, quanti
     floor = math.floor(float(a.max()) / times)  # the authors' ``np.max(values) // times``
     hits = [(int(layer), int(e), float(a[layer, e])) for layer, e in ((a > threshold) & (a > floor)).nonzero()]
     return sorted(hits, key=lambda h: -h[2])
+
+
+EFFECT = 10.0  # a super expert's a over the median a of the other routed experts: "extreme", not just the largest
+
+
+def effect_size(output_max: torch.Tensor, supers: list[tuple[int, int, float]], include_layers: float = 0.75) -> float:
+    """How far the super experts stand out: min a over ``supers`` / the median a of every other routed expert
+    (a > 0) of the kept layers (l < round(L x include_layers), as :func:`super_experts`). 0.0 when there is no super
+    expert or no other routed expert. Su et al. describe super experts by "rare but extreme activation outliers in the
+    output of the down_proj" (Sec. 3): an effect size, which a percentile rank alone does not measure -- with 176
+    layer-experts the 99.5th percentile lies between the two largest, so the rank rule passes one expert whatever
+    the weights."""
+    if not supers:
+        return 0.0
+    kept = round(output_max.shape[0] * include_layers)
+    a = output_max[:kept].double()
+    other = torch.ones_like(a, dtype=torch.bool)
+    for layer, e, _ in supers:
+        other[layer, e] = False
+    rest = a[other & (a > 0)]
+    if rest.numel() == 0:
+        return 0.0
+    return min(h[2] for h in supers) / float(rest.median())

@@ -182,4 +182,11 @@ def test_time_register_claim(before, after, stand_in: bool) -> Claim:
                   "register norm / median patch norm": register},
         holds=holds,
         note="no outliers in this model: the register neurons were found at each image's highest-norm patch"
-        if stand_in else "", needs_gpu=stand_in)
+        if stand_in else "", needs_gpu=stand_in,
+        follows="Sec. 3-4, Algorithm 1 and Fig. 1; nickjiang2378/test-time-registers:shared/algorithms.py:"
+                "find_register_neurons and dinov2/modifiedDINO.py (the intervention)",
+        adapted=f"outlier positions by the relative cut (norm > {factor:g} x the image's median patch norm) instead "
+                f"of the authors' absolute register_norm_threshold (default 30) at the detection layer; judged on the last "
+                f"two layers' norms, not on attention maps; without outliers each image's highest-norm patch stands "
+                f"in and the claim is not judged",
+        at_init=False)

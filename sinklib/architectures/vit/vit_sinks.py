@@ -12,14 +12,15 @@ much each key receives from all queries, what the CLS query looks at, the attent
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
 
 OUTLIER_FACTOR = 3.0  # this project's cut: norm > 3 x the median patch norm of the same image and layer
@@ -196,6 +197,13 @@ def linear_probe(features: dict[str, torch.Tensor], labels: np.ndarray, train_fr
     return accuracy
 
 
+def probe_over_splits(features: dict[str, torch.Tensor], labels: np.ndarray, seeds: Sequence[int],
+                      train_fraction: float = 0.6) -> list[dict[str, float]]:
+    """:func:`linear_probe` once per train / test split (one split per seed, the run's seed first): the draws of
+    ``darcet2023.outliers_hold_global_information``."""
+    return [linear_probe(features, labels, train_fraction, seed) for seed in seeds]
+
+
 def summary(profile: VitProfile) -> dict:
     """Per-model numbers for comparing ViTs: largest / median patch norm and outlier fraction per layer, the share
     of attention CLS (+ registers) receive, and the most-attended patch over uniform."""
@@ -206,54 +214,99 @@ def summary(profile: VitProfile) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------- claims
-def high_norm_claims(profile: VitProfile, large_model: bool, similarity: dict | None = None,
-                     probe: dict[str, float] | None = None) -> list[Claim]:
-    """Darcet et al.'s claims about high-norm tokens, judged on one model.
+DARCET = "Darcet et al., Vision Transformers Need Registers, arXiv 2309.16588"
+DARCET_CODE = ("no public code for the norm analysis (facebookresearch/dinov2 publishes the register models: "
+               "dinov2/models/vision_transformer.py, num_register_tokens)")
+RELATIVE_CUT = (f"outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch norm, instead of the paper's absolute "
+                f"cut (norm > {DARCET_CUT_VIT_G:g} for DINOv2 ViT-g)")
 
-    * ``darcet2023.outliers_only_in_large_models``: small models have no high-norm tokens, large long-trained ones
-      ~2.4% (ViT-g). Rule: on a small model (``large_model`` False) it holds when no layer's patch tokens pass
-      :func:`outlier_mask`; on a large one when the last layers have 0.5-10% outlier patches.
-    * ``darcet2023.outliers_on_redundant_patches`` and ``darcet2023.outliers_hold_global_information``: judged only
-      where outliers exist (None otherwise, with the measured stand-in numbers: the most-attended / highest-norm
-      patches).
-    """
-    pn = profile.patch_norms()  # (L, B, P)
-    frac = outlier_mask(pn).float().mean(dim=(1, 2))  # (L,)
+
+def outliers_only_claim(profile: VitProfile, large_model: bool) -> Claim:
+    """``darcet2023.outliers_only_in_large_models`` (Sec. 2.1, Fig. 3-4): small models have no high-norm tokens,
+    large long-trained ones ~2.4% (ViT-g). Rule: on a small model (``large_model`` False) it holds when no layer's
+    patch tokens pass :func:`outlier_mask`; on a large one when the last third of the layers has 0.5-10% outliers."""
+    frac = outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2))  # (L,)
     late = frac[-max(1, len(frac) // 3):].mean().item()
-    worst = max(profile.max_norm_ratio())
-    has = bool((frac > 0).any())
     if large_model:
         holds, rule = 0.005 <= late <= 0.10, "0.5-10% of patch tokens in the last third of layers are outliers"
     else:
-        holds, rule = not has, "a small model: no patch token in any layer is an outlier"
-    src = "Darcet et al., Vision Transformers Need Registers, arXiv 2309.16588"
-    claims = [Claim(
-        id="darcet2023.outliers_only_in_large_models", source=f"{src}, Fig. 3-4",
+        holds, rule = not bool((frac > 0).any()), "a small model: no patch token in any layer is an outlier"
+    return Claim(
+        id="darcet2023.outliers_only_in_large_models", source=f"{DARCET}, Fig. 3-4",
         statement="high-norm outlier tokens appear in large, long-trained ViTs (~2.4% of tokens in DINOv2 ViT-g), "
                   "not in small ones",
         rule=f"{rule}; outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch norm",
         published={"fraction ViT-g": DARCET_FRACTION, "cut ViT-g": DARCET_CUT_VIT_G, "small models": "none"},
-        measured={"outlier fraction, last third": late, "max / median patch norm": worst,
+        measured={"outlier fraction, last third": late, "max / median patch norm": max(profile.max_norm_ratio()),
                   "layers with outliers": int((frac > 0).sum())},
-        holds=holds, note="large model" if large_model else "small model (the paper finds none at this size)")]
+        holds=holds, note="large model" if large_model else "small model (the paper finds none at this size)",
+        follows=f"Sec. 2.1, Fig. 3 (bimodal norm histogram, cut 150) and Fig. 4c (only large models); {DARCET_CODE}",
+        adapted=f"{RELATIVE_CUT}; 'large' = 24 layers or more; a large model holds with 0.5-10% outliers in the "
+                f"last third of the layers (the paper: ~2.4% of DINOv2 ViT-g's tokens)",
+        at_init=False)
+
+
+def redundant_patches_claim(similarity: dict, has_outliers: bool) -> Claim:
+    """``darcet2023.outliers_on_redundant_patches`` (Fig. 5a): high-norm tokens sit on patches that look like their
+    neighbours. Rule: outliers exist and the top-attended patches' mean neighbour similarity (:func:
+    `top_patch_similarity`) exceeds that of all patches; None without outliers."""
+    return Claim(
+        id="darcet2023.outliers_on_redundant_patches", source=f"{DARCET}, Fig. 5a",
+        statement="high-norm tokens sit on patches that look like their neighbours (background)",
+        rule="outliers exist and their mean neighbour similarity exceeds that of all patches",
+        published="outliers: high cosine similarity to neighbours",
+        measured=similarity, holds=similarity["top"] > similarity["all"] if has_outliers else None,
+        note="" if has_outliers else "no outliers in this model; measured on the most-attended patches instead",
+        needs_gpu=not has_outliers,
+        follows=f"Sec. 2.1, Fig. 5a (cosine similarity between a token's input patch and its 4 neighbours); "
+                f"{DARCET_CODE}",
+        adapted="the most-attended patches (top 2% per image by attention received, at the layer where one patch "
+                "stands out most) stand for the outliers, and the similarity is taken on the pixels of the patch, "
+                "not on its patch embedding",
+        at_init=False)
+
+
+def global_information_claim(probe: dict[str, float], has_outliers: bool) -> Claim:
+    """``darcet2023.outliers_hold_global_information`` (Table 1): a linear probe of the image label works from an
+    outlier token (near CLS), not from a normal patch. Rule: outliers exist and probe(highest-norm patch) -
+    probe(median-norm patch) > 0.1; None without outliers."""
+    return Claim(
+        id="darcet2023.outliers_hold_global_information", source=f"{DARCET}, Table 1",
+        statement="a linear probe of the image label works from an outlier token (near CLS) but not from a normal "
+                  "patch",
+        rule="outliers exist and probe(outlier) - probe(normal patch) > 0.1",
+        published="outlier ~ CLS >> normal patch",
+        measured=probe,
+        holds=probe["highest-norm patch"] - probe["median-norm patch"] > 0.1 if has_outliers else None,
+        note="" if has_outliers else "no outliers in this model: the highest-norm patch is an ordinary patch here",
+        needs_gpu=not has_outliers,
+        follows=f"Sec. 2.1, Table 1 (linear probes of the image class from normal and outlier tokens); {DARCET_CODE}",
+        adapted="scikit-learn's digits (upscaled) instead of image classification; the last layer's highest-norm "
+                "patch stands for the outlier and its median-norm patch for a normal one; the 0.1 margin is this "
+                "project's",
+        at_init=False)
+
+
+def high_norm_claims(profile: VitProfile, large_model: bool, similarity: dict | None = None,
+                     probe: dict[str, float] | Sequence[dict[str, float]] | None = None,
+                     probe_draws_of: str = "") -> list[Claim]:
+    """Darcet et al.'s claims about high-norm tokens, judged on one model (:func:`outliers_only_claim`,
+    :func:`redundant_patches_claim`, :func:`global_information_claim`). ``probe``: one probe result, or one per
+    train / test split (:func:`probe_over_splits`, the run's seed first), judged with
+    :func:`~sinklib.core.claims.over_draws` (without outliers each draw is "not judged" and the note says why)."""
+    has = bool(outlier_mask(profile.patch_norms()).any())
+    claims = [outliers_only_claim(profile, large_model)]
     if similarity is not None:
-        claims.append(Claim(
-            id="darcet2023.outliers_on_redundant_patches", source=f"{src}, Fig. 5a",
-            statement="high-norm tokens sit on patches that look like their neighbours (background)",
-            rule="outliers exist and their mean neighbour similarity exceeds that of all patches",
-            published="outliers: high cosine similarity to neighbours",
-            measured=similarity, holds=None if not has else similarity["top"] > similarity["all"],
-            note="" if has else "no outliers in this model; measured on the most-attended patches instead",
-            needs_gpu=not has))
+        claims.append(redundant_patches_claim(similarity, has))
     if probe is not None:
-        claims.append(Claim(
-            id="darcet2023.outliers_hold_global_information", source=f"{src}, Table 1",
-            statement="a linear probe of the image label works from an outlier token (near CLS) but not from a normal "
-                      "patch",
-            rule="outliers exist and probe(outlier) - probe(normal patch) > 0.1",
-            published="outlier ~ CLS >> normal patch",
-            measured=probe,
-            holds=None if not has else probe["highest-norm patch"] - probe["median-norm patch"] > 0.1,
-            note="" if has else "no outliers in this model: the highest-norm patch is an ordinary patch here",
-            needs_gpu=not has))
+        probes = [probe] if isinstance(probe, dict) else list(probe)
+        draws = [global_information_claim(p, has) for p in probes]
+        if len(draws) == 1:
+            claims.append(draws[0])
+        else:
+            gap = [p["highest-norm patch"] - p["median-norm patch"] for p in probes]
+            spread = {"min": min(gap), "max": max(gap), "values": gap}
+            of = probe_draws_of or f"{len(draws)} train / test splits of the digits"
+            claims.append(replace(over_draws(draws, of), spread=spread) if has else
+                          replace(draws[0], draws=tuple(d.holds for d in draws), draws_of=of, spread=spread))
     return claims

@@ -1,0 +1,90 @@
+"""The "What we saw" paragraphs of ``11_moe``, rendered from the run's results and claims (one function per
+section). Every number and direction word comes from the inputs, so the text stays true on another model, profile
+or seed; the notebook displays them with :func:`sinklib.core.takeaways.show`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from sinklib.core.claims import Claim
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+
+
+def _layers(layers: Sequence[int]) -> str:
+    """[3, 4, 5, 8, 10, 11] -> "3-5, 8, 10-11"."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_first: Sequence[float],
+            entropy_rest: Sequence[float], n_experts: int, title: str) -> str:
+    """Section 1: in how many layers every window sends the first token to the same experts (share = 1), the middle
+    token's most-common-set share over layers, and the router entropy against ln E."""
+    always = [i for i, s in enumerate(same_first) if s == 1.0]
+    first, rest = sum(same_first) / len(same_first), sum(same_rest) / len(same_rest)
+    if always:
+        fixed = (f"In {len(always)} of the {len(same_first)} layers ({_layers(always)}) every window sends the "
+                 f"first token to the same set of experts.")
+    else:
+        fixed = f"In none of the {len(same_first)} layers does every window send the first token to the same experts."
+    middle = (f"A token in the middle of the window gets its most common set in {pct(min(same_rest), 2)}-"
+              f"{pct(max(same_rest), 2)} of the windows, depending on the layer; averaged over layers the first "
+              f"token gets its most common set {compare(first, rest, 'more often than', 'less often than', 'as often as')}"
+              f" the middle token ({pct(first, 2)} of the windows against {pct(rest, 2)}).")
+    uniform = math.log(n_experts)
+    h_first, h_rest = sum(entropy_first) / len(entropy_first), sum(entropy_rest) / len(entropy_rest)
+    near = abs(h_first - uniform) < 0.01 * uniform and abs(h_rest - uniform) < 0.01 * uniform
+    entropy = (f"The router entropy is {num(h_first, 4)} nats on the first token and {num(h_rest, 4)} on the others, "
+               f"against ln {n_experts} = {num(uniform, 4)}"
+               + (": the router's probabilities are near-uniform, so the entropy cannot tell tokens apart here."
+                  if near else "."))
+    return paragraph(title, fixed, middle, entropy)
+
+
+def super_experts(claim: Claim, output_max: torch.Tensor, title: str) -> str:
+    """Section 2: how many super experts the authors' rule finds, their a, how far they stand out (effect size
+    against the cut), and the claim's verdict."""
+    m = claim.measured
+    found, total = m["super_experts"], output_max.numel()
+    if found:
+        where = "; ".join(f"expert {e} of layer {layer} (a = {num(a)})"
+                          for (layer, e), a in zip(found, m["a of the super experts"]))
+        first = f"The authors' rule finds {len(found)} super expert{'s' if len(found) > 1 else ''} of {num(total)}: {where}."
+        size = (f"{'The smallest of them' if len(found) > 1 else 'It'} is {num(m['effect size'])} x the median a of the other routed experts, "
+                f"{compare(m['effect size'], 10.0, 'above', 'below', 'at')} the cut of 10 x that makes an output "
+                f"extreme.")
+    else:
+        first, size = f"The authors' rule finds no super expert among {num(total)} experts.", ""
+    return paragraph(title, first, size, f"{claim_line(claim)}.")
+
+
+def pruning(summary: Mapping[str, Mapping[str, float]], claim: Claim | None, title: str) -> str:
+    """Section 3: what pruning the super experts does to mean alpha_0, perplexity and the first token's largest |h|,
+    against the random-expert draws; the claim's verdict."""
+    base, pruned = summary["as is"], summary.get("super experts pruned")
+    if pruned is None or claim is None:
+        return paragraph(title, "No super expert was found, so nothing was pruned.")
+    alpha = (f"Pruning the super experts moves alpha_0 averaged over layers from {num(base['alpha'])} to "
+             f"{num(pruned['alpha'])} ({compare(pruned['alpha'], base['alpha'], 'a rise', 'a fall', 'no change')} of "
+             f"{pct(abs(pruned['alpha'] / base['alpha'] - 1), 2)}), perplexity from {num(base['ppl'])} to "
+             f"{num(pruned['ppl'])} ({num(pruned['ppl'] / base['ppl'], 2)}x), and the first token's largest |h| over "
+             f"layers from {num(base['max_abs_first'])} to {num(pruned['max_abs_first'])}.")
+    controls = [v for k, v in summary.items() if k.startswith("random")]
+    if controls:
+        d_alpha = max(abs(c["alpha"] / base["alpha"] - 1) for c in controls)
+        d_ppl = max(abs(c["ppl"] / base["ppl"] - 1) for c in controls)
+        several = len(controls) > 1
+        random = (f"{len(controls)} draw{'s' if several else ''} of as many random experts of the same layers "
+                  f"change{'' if several else 's'} alpha_0 by at most {pct(d_alpha, 2)} and perplexity by at most {pct(d_ppl, 2)} "
+                  f"(perplexity {span([c['ppl'] for c in controls])}).")
+    else:
+        random = "No random-expert draw was run."
+    return paragraph(title, alpha, random, f"{claim_line(claim)}.")

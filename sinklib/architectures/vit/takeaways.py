@@ -1,0 +1,76 @@
+"""The "What we saw" paragraphs of ``13_vit``, rendered from the run's results and claims (one function per
+section). Every number and direction word comes from the inputs, so the text stays true on another model, profile
+or seed; the notebook displays them with :func:`sinklib.core.takeaways.show`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from sinklib.core.claims import Claim
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, span
+
+
+def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[float], entropy: Sequence[float],
+                         n_tokens: int, first_top: Sequence[int], title: str) -> str:
+    """Section 2: the share of all attention CLS receives per layer (and over the uniform 1/T), the most-attended
+    patch over uniform, whether layer 0's most-attended patch is one position across photos, and the entropy
+    against log T."""
+    busiest_cls = max(range(len(prefix_share)), key=lambda i: prefix_share[i])
+    busiest = max(range(len(top_ratio)), key=lambda i: top_ratio[i])
+    cls = (f"CLS receives {span(prefix_share)} of all attention per layer, {span([x * n_tokens for x in prefix_share], 2)}"
+           f" x its uniform share 1/T, most in layer {busiest_cls}.")
+    distinct = len(set(first_top))
+    where = ("the same patch in every photo, a fixed position" if distinct == 1 else
+             f"{distinct} different patches over {len(first_top)} photos, so not a fixed position")
+    top = (f"The most-attended patch gets {span(top_ratio, 2)} x the uniform share, most in layer {busiest}; layer 0's "
+           f"most-attended patch is {where}.")
+    log_t = math.log(n_tokens)
+    below = all(h < 0.95 * log_t for h in entropy)
+    ent = (f"The attention entropy is {span(entropy)} nats against log T = {num(log_t)}: "
+           + ("below the uniform maximum in every layer, so attention is concentrated." if below else
+              "near the uniform maximum in some layers."))
+    return paragraph(title, cls, top, ent)
+
+
+def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mapping[str, float]],
+              similarity: Mapping[str, float], claims: Sequence[Claim], title: str) -> str:
+    """Section 4: the largest / median patch norm against the outlier cut, the probe accuracies (over the splits),
+    the most-attended patches' neighbour similarity against all patches, and the claims' verdicts."""
+    worst = max(range(len(max_ratio)), key=lambda i: max_ratio[i])
+    passing = sum(r > factor for r in max_ratio)
+    norms = (f"The largest patch norm is at most {num(max_ratio[worst])} x the image's median (layer {worst}): "
+             + (f"no patch token passes the {num(factor)}x cut in any layer." if passing == 0 else
+                f"patch tokens pass the {num(factor)}x cut in {passing} of {len(max_ratio)} layers."))
+    acc = {k: [p[k] for p in probes] for k in probes[0]}
+    mean = {k: sum(v) / len(v) for k, v in acc.items()}
+    splits = f" over {len(probes)} train / test splits" if len(probes) > 1 else ""
+    probe = (f"A linear probe reads the digit from CLS at {span(acc['CLS'])}, from the highest-norm patch at "
+             f"{span(acc['highest-norm patch'])} and from the median-norm patch at {span(acc['median-norm patch'])}"
+             f"{splits}: on average the highest-norm patch reads it "
+             f"{compare(mean['highest-norm patch'], mean['median-norm patch'], 'better than', 'worse than', 'as well as')}"
+             f" the median-norm one and {compare(mean['highest-norm patch'], mean['CLS'], 'better than', 'worse than', 'as well as')}"
+             f" CLS.")
+    redundant = (f"The most-attended patches are "
+                 f"{compare(similarity['top'], similarity['all'], 'more', 'less', 'as')} like their 4 neighbours "
+                 f"{'as' if similarity['top'] == similarity['all'] else 'than'} patches overall "
+                 f"({num(similarity['top'])} against {num(similarity['all'])} mean cosine similarity).")
+    verdicts = "; ".join(claim_line(c) for c in claims)
+    why = " ".join(f"`{c.id}` on random weights: {c.control_note}." for c in claims if c.control_contradicts)
+    return paragraph(title, norms, probe, redundant, f"{verdicts}.", why)
+
+
+def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, ratio_after: float, register_ratio: float,
+              change: Sequence[float], factor: float, stand_in: bool, claim: Claim | None, title: str) -> str:
+    """Section 5: where the register neurons sit, the largest / median patch norm before and after the test-time
+    register, the register's own norm against the cut, the change of the CLS maps, and the claim's verdict."""
+    layers = sorted({layer for layer, _, _ in found})
+    where = "at each photo's highest-norm patch (no outliers to find them at)" if stand_in else "at the outliers"
+    first = (f"The {len(found)} register neurons, found {where}, sit in layer{'s' if len(layers) > 1 else ''} "
+             f"{', '.join(str(x) for x in layers)}.")
+    norms = (f"With the register, the largest patch norm over the median "
+             f"{compare(ratio_after, ratio_before, 'rises', 'falls', 'stays', rel_tol=0.005)} from {num(ratio_before)}x "
+             f"to {num(ratio_after)}x, and the register token ends at {num(register_ratio)}x the median patch norm, "
+             f"{compare(register_ratio, factor, 'above', 'below', 'at')} the {num(factor)}x outlier cut.")
+    maps = f"The CLS map's L1 change per layer is {span(change)}."
+    return paragraph(title, first, norms, maps, f"{claim_line(claim)}." if claim else "")

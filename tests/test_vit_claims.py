@@ -1,0 +1,123 @@
+"""13_vit's claims against the papers' definitions on hand-built profiles, the probe draws, and the rendered
+takeaways (numbers and direction words from the inputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sinklib.architectures.vit import registers, vit_sinks
+from sinklib.architectures.vit import takeaways as tk
+from sinklib.architectures.vit.vit_sinks import VitProfile
+
+
+def _profile(norms: torch.Tensor, n_prefix: int = 1, grid=(2, 2)) -> VitProfile:
+    """A profile with the given (L, B, T) norms and uniform attention."""
+    L, B, T = norms.shape
+    return VitProfile(label="hand-built", n_prefix=n_prefix, grid=grid, cls_map=torch.full((L, B, *grid), 1 / T),
+                      received=torch.full((L, B, T), 1 / T), entropy=torch.full((L,), float(np.log(T))), norms=norms)
+
+
+def _norms(outlier: float) -> torch.Tensor:
+    """3 layers, 2 images, CLS + 4 patches at norm 1; the last layer's first patch of image 0 at ``outlier``."""
+    n = torch.ones(3, 2, 5)
+    n[-1, 0, 1] = outlier
+    return n
+
+
+def test_outliers_only_in_large_models_transcribes_darcet():
+    """Darcet et al., Fig. 3-4: a small model has no high-norm patch; a large one has a few (here: 1 of 8 patches in
+    the last third = 12.5%, above the 10% band; 1 of 40 with more images would hold)."""
+    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), large_model=False)
+    assert small.holds is True and small.at_init is False and "no public code" in small.follows
+    assert "instead of the paper's absolute cut" in small.adapted  # the adaptation is recorded
+    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), large_model=False).holds is False  # 10 > 3 x 1
+    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), large_model=True).holds is False  # 12.5% > 10%
+    many = torch.ones(3, 10, 5)
+    many[-1, 0, 1] = 10.0  # 1 of 40 last-layer patches: 2.5%, Darcet's ~2.4%
+    assert vit_sinks.outliers_only_claim(_profile(many), large_model=True).holds is True
+
+
+def test_outlier_claims_are_judged_only_with_outliers():
+    sim = {"top": 0.9, "all": 0.5, "k": 1}
+    probe = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
+    none = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, sim, probe)
+    assert [c.holds for c in none] == [True, None, None]
+    some = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, sim, probe)
+    assert [c.holds for c in some[1:]] == [True, True]  # Fig. 5a and Table 1 transcribed
+    assert all(c.follows and c.adapted and c.at_init is False for c in some)
+    worse = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, {"top": 0.2, "all": 0.5, "k": 1},
+                                       probe | {"highest-norm patch": 0.35})
+    assert [c.holds for c in worse[1:]] == [False, False]
+
+
+def test_global_information_is_judged_over_the_probe_splits():
+    good = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
+    bad = good | {"highest-norm patch": 0.35}
+    [*_, held] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, None, [good, good, good])
+    assert held.holds is True and held.draws == (True, True, True) and held.spread["min"] == 0.85 - 0.3
+    [*_, mixed] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, None, [good, bad, good])
+    assert mixed.holds is None and "unsettled: 2 of 3" in mixed.note
+    [*_, unjudged] = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, None, [good, bad, good], "3 splits")
+    assert unjudged.holds is None and unjudged.draws == (None, None, None) and unjudged.note.startswith("no outliers")
+
+
+def test_probe_over_splits_uses_one_split_per_seed():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(2), 20)
+    feats = {"CLS": torch.tensor(rng.normal(size=(40, 3)) + labels[:, None] * 5, dtype=torch.float32)}
+    probes = vit_sinks.probe_over_splits(feats, labels, [0, 1, 2])
+    assert len(probes) == 3 and all(p["CLS"] == 1.0 for p in probes)
+
+
+def test_test_time_register_claim_records_the_definition():
+    before = _profile(_norms(10.0))
+    after_norms = torch.ones(3, 2, 6)  # one extra token at the end, carrying the outlier
+    after_norms[:, :, -1] = 10.0
+    after = _profile(after_norms)
+    claim = registers.test_time_register_claim(before, after, stand_in=False)
+    assert claim.holds is True and "find_register_neurons" in claim.follows and claim.at_init is False
+    stuck = after_norms.clone()
+    stuck[-1, 0, 1] = 10.0  # the outlier stays on its patch
+    assert registers.test_time_register_claim(before, _profile(stuck), stand_in=False).holds is False
+
+
+def test_where_attention_goes_takeaway():
+    fixed = tk.where_attention_goes([0.2, 0.1], [30.0, 3.0], [1.0, 1.2], 50, [4, 4, 4], "m")
+    assert fixed.startswith("**What we saw (m).**") and "most in layer 0" in fixed
+    assert "the same patch in every photo" in fixed and "below the uniform maximum" in fixed
+    moving = tk.where_attention_goes([0.1, 0.3], [2.0, 8.0], [3.9, 3.9], 50, [1, 2, 3], "m")
+    assert "most in layer 1" in moving and "3 different patches over 3 photos" in moving
+    assert "near the uniform maximum" in moving
+
+
+def test_high_norm_takeaway():
+    sim = {"top": 0.5, "all": 0.6, "k": 1}
+    probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}] * 3
+    claims = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, sim, probes)
+    text = tk.high_norm([1.9, 1.5], 3.0, probes, sim, claims, "m")
+    assert "no patch token passes the 3x cut" in text and "over 3 train / test splits" in text
+    assert "better than the median-norm one and worse than CLS" in text and "less like their 4 neighbours" in text
+    other = tk.high_norm([5.0, 1.5], 3.0, [{"CLS": 0.5, "highest-norm patch": 0.4, "median-norm patch": 0.6}],
+                         {"top": 0.7, "all": 0.6, "k": 1}, claims, "m")
+    assert "pass the 3x cut in 1 of 2 layers" in other and "worse than the median-norm one" in other
+    assert "more like their 4 neighbours" in other
+
+
+def test_registers_takeaway():
+    text = tk.registers([(9, 1, 1.0), (11, 2, 0.5)], 1.9, 1.8, 0.8, [0.01, 0.02], 3.0, True, None, "m")
+    assert "highest-norm patch" in text and "layers 9, 11" in text and "falls from 1.90x to 1.80x" in text
+    assert "below the 3x outlier cut" in text
+    moved = tk.registers([(9, 1, 1.0)], 5.0, 1.2, 6.0, [0.1], 3.0, False, None, "m")
+    assert "at the outliers" in moved and "above the 3x outlier cut" in moved and "falls from 5x" in moved
+
+
+def test_high_norm_takeaway_explains_a_control_that_holds():
+    from sinklib.core.claims import with_control
+
+    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), large_model=False)
+    explained = with_control(small, small, "absence is what random weights share")
+    sim = {"top": 0.5, "all": 0.6, "k": 1}
+    probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}]
+    text = tk.high_norm([1.9], 3.0, probes, sim, [explained], "m")
+    assert "on random weights it holds" in text and "absence is what random weights share" in text
