@@ -53,10 +53,16 @@ seed = 0
 out_dir = "../figures/00_tour"
 
 # %%
-from sinklib.core import analysis, plotting
+import gc
+import time
+
+from sinklib.core import analysis, plotting, takeaways
+from sinklib.core.claims import over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs
 from sinklib.core.results import load_reference, sink_rate_table
+from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
+from sinklib.utilization import takeaways as saw  # the "What we saw" paragraphs, rendered from the results
 
 nb = notebook.start("00_tour", profile, model, device, seed, out_dir, families="llm",
                     dtype="float32")  # Gu et al.'s protocol: float32 attention
@@ -83,12 +89,13 @@ first_col = maps[..., 1:, 0].mean(dim=(1, 2))  # per shown layer: mean attention
 print("mean attention to the first token (queries 1..T-1) in the layers shown:",
       {layer: round(float(v), 3) for layer, v in zip(layers, first_col)})
 
+# %%
+takeaways.show(saw.tour_maps(dict(zip(layers, first_col.tolist())), len(ids), lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, one 24-token window).** Layers 0 and 1 attend mostly locally (bright diagonal) and
-# give the first token 0.10 and 0.07 of the later queries' attention; in layers 20 and 29 most queries send most of
-# their attention to position 0 (0.84 and 0.60), whatever the query word is. Layer 10 sits in between (0.18): it is
-# one of the two layers where the sink lapses, which sections 2 and 5 measure. One window, so read the pattern, not
-# the exact values; section 2 averages 100.
+# **Reading it.** On SmolLM2 the first layers attend mostly locally (a bright diagonal), while in the deep
+# layers most queries send most of their attention to position 0, whatever the query word is. A layer in the middle
+# sits in between: it is one of the layers where the sink lapses, which sections 2 and 5 measure.
 
 # %% [markdown]
 # > **Explore it yourself.** `sinklib.explore(lm, text)` shows one layer and head at a time: the attention map,
@@ -147,11 +154,16 @@ print(f"Takeaway: sink rate {100 * natural.sink_rate:.1f}% on natural text (head
       + (f"the mean over heads first exceeds 0.3 at layer {onset}." if onset is not None
          else "no layer's mean alpha_0 exceeds 0.3."))
 
+# %%
+gu_ref = load_reference("gu2024_sink_rates")
+takeaways.show(saw.tour_sink_rate(natural.sink_rate, natural.alpha_first_by_layer, natural.eps,
+                                  analysis.ContextSweep.uniform_baseline(run.seq_len), onset, run.num_seqs,
+                                  run.seq_len, lm.label,
+                                  {m: gu_ref["models"][m]["natural"] for m in gu_ref["llama_family"]}))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, 100 natural windows of 64 tokens).** The sink rate is 73.5%: in a typical sequence
-# nearly three heads in four give the first token more than 0.3 of their attention, against 0.074 under uniform
-# attention. The heatmap shows where: almost no head in layers 0-1, most heads from layer 3 on -- except layers 10
-# and 11, where the layer means drop to 0.10 and 0.04. Gu et al. report 92-99% for 7-8B Llama-family models.
+# **Reading it.** The heatmap shows where the sink lives: almost no head in the first layers, most heads
+# after them -- except the few layers listed above, where the layer mean drops below the threshold.
 # %% [markdown]
 # ## 3 · Does the input matter? Natural text, random tokens, one token repeated
 # Gu et al.'s Table 1: sinks form on random tokens too, but with one token repeated at every position Llama- and
@@ -179,14 +191,40 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig04_alpha-by-layer",
                   f"Mean alpha_0 per layer of {title} for the three input types; dashed: eps = 0.3; dotted: uniform "
                   f"causal attention over T = {run.seq_len} tokens ({uniform_t:.3f}).")
-shape = record.add(analysis.llama_family_shape(measured, gu))
 
 # %% [markdown]
-# **What we saw (SmolLM2-135M).** Natural text 73.5%, random tokens 78.2%, one token repeated 0%: the Llama-family
-# shape of Gu et al.'s Table 1 (Mistral-7B, Llama-2-7B, Llama-3-8B: 75-99% on the first two, 0 on repeated tokens),
-# not GPT2-XL's (62% even on repeated tokens, where its learned absolute position embeddings still single out
-# position 0). The per-layer curves agree: with repeated tokens alpha of the first token stays near the uniform
-# level in every layer.
+# **Draws and a control.** The random-token batch is one draw: the claim is judged over three seeds of random tokens
+# (the run's own, then two more with fewer sequences) and holds only if all three agree. The control runs the same
+# measurement on SmolLM2's architecture with freshly initialised weights: Gu et al. find that the sink emerges in
+# training, so the rule must fail there.
+
+# %%
+started = time.perf_counter()
+random_draws = [measured["random"]] + [
+    analysis.profile_sinks(lm, make_inputs(lm, "random", run.control_seqs, run.seq_len, s), input_name="random",
+                           batch_size=run.batch_size).sink_rate
+    for s in (run.seed + 1, run.seed + 2)]
+shape_draws = over_draws([analysis.llama_family_shape({**measured, "random": r}, gu) for r in random_draws],
+                         f"3 seeds of random tokens ({run.num_seqs}, {run.control_seqs}, {run.control_seqs} sequences)",
+                         key=lambda c: c.measured["random"])
+control_lm = random_weights(lm, run.seed)
+control_rates = {kind: analysis.profile_sinks(control_lm, make_inputs(control_lm, kind, run.control_seqs, run.seq_len,
+                                                                      run.seed),
+                                              input_name=kind, batch_size=run.batch_size).sink_rate
+                 for kind in INPUT_KINDS}
+del control_lm
+gc.collect()
+shape = record.add(shape_draws, control=analysis.llama_family_shape(control_rates, gu))
+extra_seconds = time.perf_counter() - started
+print(f"random weights: sink rates {control_rates}; draws and control took {extra_seconds:.0f} s")
+
+# %%
+takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT2-XL"]["repeated"], random_draws))
+
+# %% [markdown]
+# **Reading it.** GPT2-XL's learned absolute position embeddings still single out the first position when every
+# token is the same; a RoPE model has nothing to tell position 0 apart by. The per-layer curves say the same: with
+# repeated tokens alpha of the first token stays near the uniform level in every layer.
 # %% [markdown]
 # ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
 # Sun et al. find a few hidden-state entries that are enormous: $|h_j| > 100$ and about $1000\times$ the median
@@ -209,11 +247,12 @@ massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a s
 print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.dim} at position {top.position}, "
       f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|. {massive.describe()}.")
 
+# %%
+takeaways.show(saw.tour_massive(top.value, top.dim, peak_layer, top.position, top.ratio, massive.strict, lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M).** One dimension, 507, holds the largest entry from layer 1 on, always at the first
-# token: about 700 in layers 2-8, then, after a collapse in layers 9-10, 22,000-30,000 from layer 11 on -- but
-# only about 520x the token's median, short of Sun et al.'s 1000x. So SmolLM2 has a massive dimension by the
-# absolute rule and not by the relative one; the notebooks say so wherever they use it.
+# **Reading it.** On SmolLM2 one dimension holds the largest entry from the first layers on, always at the
+# first token, and it collapses for a couple of middle layers before growing much larger.
 # %% [markdown]
 # ## 5 · Dimension disparity: DomRatio
 # $$\mathrm{DomRatio}(h) = \frac{\max_j |h_j|}{\tfrac{1}{d}\sum_j |h_j|}$$
@@ -234,12 +273,15 @@ peak = max(range(lm.n_layers), key=lambda i: first[i])
 print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {peak}) against {rest[peak]:.0f} for "
       f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
 
+# %%
+takeaways.show(saw.tour_dom_ratio(first, rest, lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M).** The first token's DomRatio jumps at layer 1 and peaks at 231 at layer 11 (other
-# tokens: 27 in that layer), and it dips at layers 9-10 together with the massive value. The dip lines up with the
-# sink's: attention in layer $l$ reads the residual after layer $l-1$, and the two layers that read the collapsed
-# residuals, 10 and 11, are exactly the two where alpha of the first token falls (0.10, 0.04) -- the clearest sign on
-# this model that the sink depends on the first token's one-hot state. `02_interpretation` follows the chain.
+# **Reading it.** On SmolLM2 the first token's DomRatio dips in the middle layers together with the
+# massive value, and the dip lines up with the sink's: attention in layer $l$ reads the residual after layer $l-1$,
+# and the layers that read the collapsed residuals are the ones where alpha of the first token falls in section 2
+# -- the clearest sign on this model that the sink depends on the first token's one-hot state. `02_interpretation`
+# follows the chain.
 # %% [markdown]
 # ## 6 · Long context: does the sink hold as the context grows?
 # Gu et al.'s protocol uses 64 tokens. Here long Bible passages, up to the model's limit. Each passage is read once
@@ -277,11 +319,13 @@ print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.
       f"{sweep.uniform_baseline(sweep.lengths[-1]):.4f}."
       + (f" Skipped (beyond the model's limit): {sweep.skipped}." if sweep.skipped else ""))
 
+# %%
+takeaways.show(saw.tour_context(sweep.lengths, in_sink_layers, sweep.uniform_baseline(sweep.lengths[-1]),
+                                run.context_windows, lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, two Bible passages of 8,192 tokens, read at 256 to 8,192).** In the sink layers the
-# first token keeps most of its share as the context grows 32-fold: 0.39 at 256 tokens, 0.30 at 8,192, while uniform
-# attention would give it 0.0012 at 8,192 -- about 250 times less. The band shows how far the two passages differ.
-# The sink does not dilute with length the way uniform attention does; it weakens slowly.
+# **Reading it.** The band shows how far the passages differ. Compare the two shares kept: a sink that
+# does not dilute with length the way uniform attention does keeps far more of its short-context share.
 
 # %% [markdown]
 # ## Headline numbers
@@ -296,7 +340,8 @@ headline = nb.headline | {
                 "ratio_to_median": top.ratio, "sun_criterion_met": massive.strict, "dims": massive.dims,
                 "criterion": massive.describe()},
     "dom_ratio_first_peak": first[peak], "dom_ratio_rest_at_peak": rest[peak], "dom_ratio_peak_layer": peak,
-    "llama_family_shape_holds": shape.holds,
+    "llama_family_shape_holds": shape.holds, "random_token_sink_rate_draws": random_draws,
+    "random_weights_sink_rate": control_rates, "draws_and_control_seconds": extra_seconds,
     "context_lengths": sweep.lengths, "alpha_first_vs_length_sink_layers": in_sink_layers,
     "alpha_first_vs_length_all_layers": series["all layers"],
     "reference": gu["source"],
@@ -308,6 +353,6 @@ nb.close()
 # ## Questions to try
 # 1. Run the notebook with `model="gemma3-270m"` or `model="qwen2.5-coder-0.5b"`: does the sink start at the same
 #    depth?
-# 2. Change `eps` to 0.1 and 0.5 in section 2: which statement in 'What we saw' still holds?
+# 2. Change `eps` to 0.1 and 0.5 in section 2: which statement in the takeaways still holds?
 # 3. Section 3: why can a repeated token not give position 0 anything special under causal attention?
 # 4. Section 4: on which token and dimension is the largest activation, and is it massive by Sun's rule?

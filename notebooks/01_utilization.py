@@ -55,16 +55,21 @@ seed = 0
 out_dir = "../figures/01_utilization"
 
 # %%
+import gc
+import time
+from dataclasses import replace
 
 import pandas as pd
 import torch
 
-from sinklib.core import analysis, plotting
+from sinklib.core import analysis, plotting, takeaways
 from sinklib.core.data import text_windows
 from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
 from sinklib.core.results import load_reference
+from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 from sinklib.utilization import kvquant, streaming, streaming_plots
+from sinklib.utilization import takeaways as saw  # the "What we saw" paragraphs, rendered from the results
 from sinklib.utilization.calibration import (
     AttentionCalibration,
     act_claim,
@@ -91,6 +96,24 @@ def sink_cache(n: int) -> SinkWindowCache:
 
 
 # %% [markdown]
+# **Random-weight controls.** StreamingLLM's and IntactKV's effects rest on a sink that training makes. Every rule
+# below is therefore also applied to SmolLM2's architecture with freshly initialised weights, where attention is
+# nearly uniform and evicting the first tokens should cost nothing: a short stream with a small cache (the sizes
+# are the profile's `control_tokens` and `control_budget`), forwards only. Each claim carries its control's verdict.
+
+# %%
+started = time.perf_counter()
+control_lm = random_weights(lm, run.seed)
+controls = streaming.random_weight_controls(control_lm, stream[: run.control_tokens], run.control_budget, chunk,
+                                            paper)
+del control_lm
+gc.collect()
+headline["control_seconds"] = time.perf_counter() - started
+headline["random_weight_controls"] = {k: {"holds": c.holds, "measured": c.measured} for k, c in controls.items()}
+print(f"random-weight controls ({headline['control_seconds']:.0f} s):",
+      {k: c.verdict() for k, c in controls.items()})
+
+# %% [markdown]
 # ## 1 · Streaming perplexity: dense, window only, sinks + window, recompute
 # Four ways to read the stream with a budget of `budget` cached tokens:
 # * **dense**: keep everything (the reference; memory grows without bound);
@@ -101,7 +124,7 @@ def sink_cache(n: int) -> SinkWindowCache:
 #   (the quality ceiling for a fixed window; quadratic cost, so evaluated on a subsample of positions).
 
 # %% [markdown]
-# > **Predict, then run.** Before running: once the 256-token cache is full, how much worse will the window-only cache
+# > **Predict, then run.** Before running: once the cache is full, how much worse will the window-only cache
 # > be than the dense one -- 10%, 2x, 100x? Then set `n_sink = 1` in the setup cell.
 
 # %%
@@ -130,18 +153,20 @@ with plotting.style():
                   f"(dashed), window only, {n_sink} sinks + window (StreamingLLM), and sliding window with "
                   f"re-computation on {len(positions)} positions; {step_note}.")
 display(pd.Series(post, name=f"perplexity after token {budget}").round(2).to_frame())  # noqa: F821
-rescue = record.add(streaming.sinks_rescue_streaming(post, f"{n_sink} sinks + window", paper))
+rescue = record.add(streaming.sinks_rescue_streaming(post, f"{n_sink} sinks + window", paper),
+                    control=controls["xiao2023.sinks_rescue_window"])
 headline["streaming_ppl_after_budget"] = post
 headline["streaming_holds"] = rescue.holds
 
+# %%
+t1 = paper["table1_llama2_13b_pg19_cache1024"]
+takeaways.show(saw.streaming_ppl(post, f"{n_sink} sinks + window", rescue, lm.label, len(stream), budget, step_note,
+                                 t1["window_only"] / t1["sink4_window1020"]))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, CPU profile: one held-out stream of 3,072 Bible tokens, cache 256, 16 tokens per
-# step).** Once the cache is full, evicting the first tokens doubles perplexity (68.4 vs 32.0 dense), and keeping 4
-# sinks brings it back to 34.5, close to recomputing every window from scratch (33.1). The direction is
-# StreamingLLM's; the size is not: the paper's window-only cache on Llama-2-13B reaches 5,158 against 5.40 with sinks
-# (955x), ours 2.0x. Three differences we know of: a 135M model, a 256-token cache instead of 1,024, and 3,072 tokens
-# instead of a whole PG19 book (the collapse grows as the stream runs away from the evicted tokens). One stream: the
-# numbers would move somewhat with another text.
+# **Reading it.** Three differences from the paper we know of: a small model, a smaller cache, and a stream far
+# shorter than a whole PG19 book (the collapse grows as the stream runs away from the evicted tokens). One stream:
+# the numbers would move somewhat with another text.
 
 # %% [markdown]
 # ## 2 · How many sinks? And does their content matter?
@@ -176,17 +201,20 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig02_sink-count",
                   f"Perplexity after the cache fills ({budget} tokens) of {title} against the number of sink tokens "
                   f"kept, beside StreamingLLM's Table 2 (PG19); dotted: 4 newline tokens prepended as the sinks.")
-few = record.add(streaming.one_sink_recovers_most(sweep, paper))
-record.add(streaming.sink_is_positional(newline_ppl, sweep[4], paper))
+few = record.add(streaming.one_sink_recovers_most(sweep, paper), control=controls["xiao2023.few_sinks_suffice"])
+positional = record.add(streaming.sink_is_positional(newline_ppl, sweep[4], paper, sweep[0]),
+                        control=controls["xiao2023.sink_is_positional"])
 headline["sink_sweep"] = {str(n): sweep[n] for n in sweep_n}
 headline["newline_sinks_ppl"] = newline_ppl
 headline["one_sink_recovers_most"] = few.holds
 
+# %%
+takeaways.show(saw.sink_count(sweep, newline_ppl, few, positional, paper["table2_pg19_400k"]["Llama-2-7B"],
+                              paper["table2_pg19_400k"]["n_sink"]))
+
 # %% [markdown]
-# **What we saw (same stream).** One sink token recovers all of the loss (34.49 with 1 sink, 34.52 with 4; 68.41
-# with none); 2 and 8 sinks are within 0.1 of it. Four newline tokens placed before the text serve as sinks almost
-# as well (34.76): what matters is that *something* sits at the first positions, not what it says. StreamingLLM
-# found one sink not quite enough for Llama-2-7B (11.88 with 1 vs 9.59 with 4 on PG19); on this model one suffices.
+# **Reading it.** If newline tokens serve about as well as the text's own first tokens, what matters is that
+# *something* sits at the first positions, not what it says.
 
 # %% [markdown]
 # ## 3 · Decode cost
@@ -212,17 +240,18 @@ print(f"Verdict: over the last quarter, dense {ms['dense']:.1f} ms/token with a 
       f"sinks + window {sink_ms:.1f} ms/token with {mib[f'{n_sink} sinks + window']:.1f} MiB (bounded by the budget) "
       f"-> per token the sink cache takes {sink_ms / ms['dense']:.2f}x the dense time at {run.decode_tokens} "
       f"tokens (benchmarks/streaming_decode.py follows both to 8k tokens).")
-record.add(streaming.bounded_cache(mib, f"{n_sink} sinks + window"))
+bounded = record.add(streaming.bounded_cache(mib, f"{n_sink} sinks + window"),
+                     control=controls["xiao2023.bounded_cache"])
 headline["decode_ms_per_token"], headline["decode_cache_mib"] = ms, mib
 
+# %%
+takeaways.show(saw.decode_cost(ms, mib, f"{n_sink} sinks + window", bounded, run.decode_tokens))
+
 # %% [markdown]
-# **What we saw (CPU, 512 generated tokens).** The sink cache holds its memory at the budget (11.2 MiB against 23.9
-# MiB and growing for the dense cache) and costs about the same per token at this length: 62.7 ms against 64.0 ms
-# for dense with the machine to itself (72.5 against 65.5 when another notebook shared the two cores -- wall times
-# move with load). A dense cache of about 540 tokens is still cheap to attend over; `benchmarks/streaming_decode.py`
+# **Reading it.** A dense cache of a few hundred tokens is still cheap to attend over; `benchmarks/streaming_decode.py`
 # follows both to 8k tokens, where the dense cache's time per token keeps growing and the sink cache's stays flat
 # (README). The speed-up StreamingLLM reports is against recomputation, which section 1's baseline shows is far
-# slower (it reruns 256 tokens per position).
+# slower (it reruns a whole window per position).
 
 # %% [markdown]
 # ## 4 · Sink-preserving KV quantisation
@@ -259,21 +288,24 @@ with plotting.style():
                   f"of 64 tokens).")
 
 
-record.add(kvquant.sink_preservation_helps(kept_vs_all, len(q_tokens)))
+kv_control = controls["intactkv.keep_sinks_full_precision"]
+intact = record.add(kvquant.sink_preservation_helps(kept_vs_all, len(q_tokens)), control=kv_control,
+                    control_note="" if not kv_control.holds else
+                    "on random weights keeping the first 4 tokens exact also lowers the 2-bit perplexity: exact "
+                    "copies of early tokens remove quantisation error whether or not they are sinks (not separated "
+                    "here), so this rule cannot tell a learned sink from noise on this model")
 print(f"At 2 bits the cache stays far from full precision ({fp_ppl:.2f}) either way: "
       f"{quant['2-bit']['all tokens quantised']:.2f} quantising every token, "
       f"{quant['2-bit']['4 sink tokens kept']:.2f} with the sinks kept.")
 headline["kv_quant"] = {"full_precision": fp_ppl, **quant,
                         "kept_vs_all_ratio_interval": kept_vs_all, "vs_full_precision_interval": vs_fp}
 
+# %%
+takeaways.show(saw.kv_quant(quant, fp_ppl, kept_vs_all, intact, len(q_tokens), lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, one held-out stream of 1,024 tokens).** At 4 bits with keys per channel the cache is
-# as good as full precision (30.40 vs 30.40): there is nothing for the sinks to rescue, and keeping them changes
-# perplexity by +0.9% [-0.4, +2.1] (95% interval), i.e. not measurably. With keys per token, -2.1% [-4.5, +0.7]; at
-# 2 bits, -3.7% [-9.3, +4.4]: both in the published direction, neither distinguishable from no change on one stream
-# of this length. And 2 bits stay unusable either way: 1.45x full precision with every token quantised, 1.40x with
-# the sinks kept. So on this model and text the evidence for sink-preserving quantisation is a direction, not a
-# measured gain; a longer stream (or several) would be needed to settle it.
+# **Reading it.** An interval that contains 1 is not a measured gain: on one stream of this length, a change of a
+# few percent is often indistinguishable from none. A longer stream (or several) would be needed to settle it.
 
 # %% [markdown]
 # ## 5 · Attention calibration (ACT)
@@ -309,18 +341,20 @@ if heads:
                       f"Attention each key receives per query that sees it, sum_t A[t, j] / (T - j), in layer {layer}, "
                       f"head {head} of {title} on a held-out window of {T} tokens, before and after attention "
                       f"calibration (beta 0.4); triangles: the {len(sink_keys)} keys ACT treats as sinks (> 0.1).")
-act = record.add(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads))
+act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads),
+                         control_note="control not run: the claim is not applied here (ACT's head search needs a "
+                                      "labelled set), so a random-weight verdict would be None as well"))
 helps = bool(heads) and act_ppl["ACT"] < act_ppl["original"]
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
                    "helps": bool(helps)}
 
+# %%
+takeaways.show(saw.act(act_ppl, n_heads, lm.n_layers * lm.n_heads, act, run.eval_seqs, run.eval_seq_len, lm.label))
+
 # %% [markdown]
-# **What we saw (SmolLM2-135M, 32 held-out windows of 256 tokens).** 175 of 270 heads have a later key above 0.1 on
-# the calibration text, and calibrating all of them raises perplexity from 32.04 to 32.66 (+1.9%): on this model,
-# with this head choice, ACT does not help. The figure shows what it does to one head: the keys it treats as sinks
-# keep 0.4 of their attention ($\beta$) and the rest is spread over the other keys of each row. ACT's own head choice (accuracy on a labelled set,
-# usually a few heads) is not reproduced offline, so this says nothing about ACT's published gains; it says that
-# calibrating every head with a later sink is not free.
+# **Reading it.** The figure shows what ACT does to one head: the keys it treats as sinks keep a fraction $\beta$ of
+# their attention and the rest is spread over the other keys of each row. ACT's own head choice (accuracy on a
+# labelled set, usually a few heads) is not reproduced offline, so this says nothing about ACT's published gains.
 
 # %%
 nb.close()

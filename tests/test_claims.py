@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from sinklib.core import analysis, claims
 from sinklib.core.results import load_reference
@@ -73,8 +74,92 @@ def test_streaming_claims():
     assert streaming.one_sink_recovers_most({0: 68.4, 1: 60.0, 4: 34.5}, XIAO).holds is False
     assert streaming.sink_is_positional(34.8, 34.5, XIAO).holds is True
     assert streaming.sink_is_positional(60.0, 34.5, XIAO).holds is False
+    assert streaming.sink_is_positional(34.8, 34.5, XIAO, 40.0).holds is False  # window only barely worse: no sink
     assert streaming.bounded_cache({"dense": 35.2, "4 sinks + window": 11.2}, "4 sinks + window").holds is True
     assert streaming.bounded_cache({"dense": 5.0, "4 sinks + window": 11.2}, "4 sinks + window").holds is False
+
+
+def test_gu_sink_rate_as_the_authors_compute_it_feeds_the_shape_rule():
+    """sail-sg/Attention-Sink eval_sink_open_source.py compute_attention_sink, transcribed: importance of key j =
+    sum_t A[t, j] / (T - j), rate = mean over (samples, layers, heads) of importance > eps, read at the first key."""
+    from sinklib.core import metrics
+
+    gen = torch.Generator().manual_seed(0)
+    T = 8
+    logits = torch.randn(5, 3, 4, T, T, generator=gen) * 3
+    logits[..., 0] += torch.linspace(-4, 4, 4)[None, None, :, None]  # some heads sink on key 0, some do not
+    attn = logits.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+    ratios = torch.arange(T, 0, -1)[None, None, None, None, :].expand_as(attn).to(attn)
+    theirs = ((attn / ratios).sum(dim=-2) > 0.3).float().mean(dim=(0, 1, 2))[0].item()
+    ours = metrics.sink_rate(metrics.alpha(attn, 0), 0.3)
+    assert ours == pytest.approx(theirs) and 0 < ours < 1
+    c = analysis.llama_family_shape({"natural": ours, "random": ours, "repeated": 0.0}, GU)
+    assert c.holds is (ours > 0.3) and c.at_init is False
+    assert "sail-sg/Attention-Sink:eval_sink_open_source.py:compute_attention_sink" in c.follows
+
+
+def test_streaming_rules_on_the_papers_own_numbers_and_on_noise():
+    """StreamingLLM's Tables 1 and 2 satisfy the rules; perplexities that do not depend on the sinks (random
+    weights: window only, 1 and 4 sinks within noise of each other) fail them all."""
+    t1, t2 = XIAO["table1_llama2_13b_pg19_cache1024"], XIAO["table2_pg19_400k"]
+    post = {"window only": t1["window_only"], "4 sinks + window": t1["sink4_window1020"],
+            "recompute": t1["sink4_window1020"]}
+    assert streaming.sinks_rescue_streaming(post, "4 sinks + window", XIAO).holds is True
+    for name in ("Llama-2-7B", "Pythia-12B"):
+        row = dict(zip(t2["n_sink"], t2[name]))
+        assert streaming.one_sink_recovers_most({k: row[k] for k in (0, 1, 4)}, XIAO).holds is True
+    assert streaming.sink_is_positional(t1["newline4_window1020"], t1["sink4_window1020"], XIAO,
+                                        t1["window_only"]).holds is True
+    noise = {0: 53537.0, 1: 53523.0, 4: 53530.0}  # the 1-sink drop is "more than half" of the 4-sink one: by chance
+    few = streaming.one_sink_recovers_most(noise, XIAO)
+    assert few.holds is False and "do not matter" in few.note
+    pos = streaming.sink_is_positional(57615.0, 53523.0, XIAO, 53537.0)
+    assert pos.holds is False and "no sink to replace" in pos.note
+    noisy_post = {"window only": 53537.0, "4 sinks + window": 53523.0, "recompute": 48302.0}
+    assert streaming.sinks_rescue_streaming(noisy_post, "4 sinks + window", XIAO).holds is False
+
+
+def test_every_utilization_claim_says_what_it_follows_and_predicts_at_init():
+    post = {"window only": 68.4, "4 sinks + window": 34.5, "recompute": 33.1}
+    made = [streaming.sinks_rescue_streaming(post, "4 sinks + window", XIAO),
+            streaming.one_sink_recovers_most({0: 68.4, 1: 34.5, 4: 34.5}, XIAO),
+            streaming.sink_is_positional(34.8, 34.5, XIAO, 68.4),
+            streaming.bounded_cache({"dense": 35.2, "4 sinks + window": 11.2}, "4 sinks + window"),
+            kvquant.sink_preservation_helps({"4-bit": (0.97, 0.95, 0.99)}, 1024),
+            calibration.act_claim({"original": 32.04, "ACT": 32.66}, 175, 270)]
+    code = {"xiao2023": "mit-han-lab/streaming-llm:streaming_llm/kv_cache.py:StartRecentKVCache",
+            "intactkv": "ruikangliu/IntactKV:intactkv/inference_model.py:", "yu2024": "GATECH-EIC/ACT:"}
+    for c in made:
+        assert code[c.id.split(".")[0]] in c.follows, c.id
+    assert [c.at_init for c in made] == [False, False, False, True, False, False]
+    assert "bootstrap" in made[4].draws_of
+
+
+def test_sink_window_cache_keeps_start_size_plus_recent_size(tiny):
+    """StartRecentKVCache.evict_for_space (mit-han-lab/streaming-llm) with num_coming = 1: between steps the cache
+    holds at most start_size + recent_size - 1 entries, so the next token sees start_size + recent_size keys; the
+    size no longer grows with the tokens seen (the bounded-cache rule)."""
+    from sinklib.utilization.sink_cache import SinkWindowCache
+
+    ids = torch.randint(0, 256, (1, 30), generator=torch.Generator().manual_seed(1))
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=4, window=8)
+    with torch.no_grad():
+        for s in range(0, 30, 3):
+            tiny.model(ids[:, s:s + 3], past_key_values=cache, use_cache=True)
+        held = cache.layers[0].keys.shape[-2]
+        tiny.model(ids[:, :6], past_key_values=cache, use_cache=True)
+    assert held == cache.layers[0].keys.shape[-2] == 4 + 8 - 1
+
+
+def test_random_weight_controls_fail_the_learned_rules(tiny):
+    """On a randomly initialised model no first token is special: the streaming rules must not hold there; the
+    bounded cache (architectural) must."""
+    ids = torch.randint(3, 256, (48,), generator=torch.Generator().manual_seed(2))
+    got = streaming.random_weight_controls(tiny, ids, budget=16, chunk=8, paper=XIAO, n_recompute=8)
+    assert set(got) == {"xiao2023.sinks_rescue_window", "xiao2023.few_sinks_suffice", "xiao2023.sink_is_positional",
+                        "xiao2023.bounded_cache", "intactkv.keep_sinks_full_precision"}
+    assert got["xiao2023.sinks_rescue_window"].holds is False and got["xiao2023.few_sinks_suffice"].holds is False
+    assert got["xiao2023.sink_is_positional"].holds is False and got["xiao2023.bounded_cache"].holds is True
 
 
 def test_kv_sink_preservation_three_outcomes():

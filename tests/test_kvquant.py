@@ -73,3 +73,10 @@ def test_per_channel_key_cache_quantises_keys_over_tokens(tiny):
     torch.testing.assert_close(got.values[..., 4:, :], fake_quantize(ref.values[..., 4:, :], 2, 8), atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="key_axis"):
         QuantizedKVCache.for_model(tiny.model, bits=2, key_axis="rows")
+
+
+def test_asymmetric_min_max_quantiser_on_a_hand_worked_group():
+    """IntactKV's KV quantiser (asymmetric, min/max): scale = (max - min) / (2^b - 1), x_hat = min + scale *
+    round((x - min) / scale). Worked by hand at 2 bits: scale = 1 for both groups."""
+    x = torch.tensor([[0.0, 0.4, 0.6, 3.0, -1.0, 0.2, 1.9, 2.0]])
+    torch.testing.assert_close(fake_quantize(x, 2, 4), torch.tensor([[0.0, 0.0, 1.0, 3.0, -1.0, 0.0, 2.0, 2.0]]))

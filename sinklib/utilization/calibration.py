@@ -49,7 +49,14 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> C
                  rule="not applied: ACT's accuracy-based head search needs a labelled set that is not offline",
                  published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, holds=None,
                  note=f"proxy head choice ({n_heads} heads with a non-first sink) "
-                      f"{'lowers' if helped else 'does not lower'} held-out perplexity")
+                      f"{'lowers' if helped else 'does not lower'} held-out perplexity",
+                 follows="Sec. 4 (a key j >= 1 is a sink when sum_t A[t, j] / (T - j) > 0.1; its attention becomes "
+                         "beta A[t, j], beta 0.4, the rest redistributed; heads kept when calibrating them raises "
+                         "accuracy on a calibration set); GATECH-EIC/ACT:models/llama_modelling_aug.py:"
+                         "atten_process_eval",
+                 adapted="heads chosen by a proxy (a non-first sink present), held-out perplexity instead of task "
+                         "accuracy; therefore never judged",
+                 at_init=False)  # the hidden sinks ACT damps are made by training
 
 
 def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float) -> torch.Tensor:

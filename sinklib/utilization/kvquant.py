@@ -107,4 +107,13 @@ def sink_preservation_helps(kept_vs_all: dict[str, tuple[float, float, float]], 
                  source="Liu et al., IntactKV, arXiv 2403.01241; Su and Yuan, KVSink, arXiv 2508.04257",
                  statement="keeping the first (sink) tokens' KV in full precision lowers a quantised cache's perplexity",
                  rule="every bit-width's 95% interval of ppl(sinks kept) / ppl(all quantised) lies below 1",
-                 published=None, measured={b: list(r) for b, r in kept_vs_all.items()}, holds=holds, note=note)
+                 published=None, measured={b: list(r) for b, r in kept_vs_all.items()}, holds=holds, note=note,
+                 follows="IntactKV Sec. 3 (the pivot tokens' KV cache -- [BOS] and the first tokens -- kept intact in "
+                         "full precision while the rest is quantised); ruikangliu/IntactKV:intactkv/inference_model.py:"
+                         "IntactKVLlamaForCausalLM (pivot KV prepended) and LlamaAttentionKVQuantized (asymmetric KV "
+                         "quantiser); KVSink Sec. 4",
+                 adapted="group-wise fake quantisation of the KV cache only (weights kept), the text's own first 4 "
+                         "tokens kept (SmolLM2 adds no BOS), judged by a paired block-bootstrap interval instead of "
+                         "a point difference",
+                 at_init=False,  # the pivot tokens matter because training made them sinks with massive activations
+                 draws_of=f"95% paired block-bootstrap interval over 64-token blocks of {n_tokens} tokens")

@@ -1,0 +1,202 @@
+"""The "What we saw" paragraphs of ``00_tour`` and ``01_utilization``, rendered from the run.
+
+One function per notebook section: it takes the section's results (plain numbers and dicts) and its recorded claims,
+and returns Markdown that begins "**What we saw" (:func:`sinklib.core.takeaways.paragraph`). Every number and every
+direction word is computed from the inputs, so the sentence stays true on another model, profile or seed. The
+interpretation that carries no measured number stays in the notebooks' markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sinklib.core.claims import Claim
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+
+
+# ------------------------------------------------------------------------------------------------------ 00_tour
+def tour_maps(first_token: Mapping[int, float], n_tokens: int, model: str) -> str:
+    """Section 1: mean attention of queries t >= 1 to the first token, per layer shown ({layer: share})."""
+    layers = sorted(first_token)
+    top = max(layers, key=lambda layer: first_token[layer])
+    low = min(layers, key=lambda layer: first_token[layer])
+    first, last = layers[0], layers[-1]
+    return paragraph(
+        f"{model}, one {num(n_tokens)}-token window",
+        f"In the layers shown the later queries give the first token {span(list(first_token.values()), 2)} of "
+        f"their attention: most in layer {top} ({num(first_token[top], 2)}), least in layer {low} "
+        f"({num(first_token[low], 2)}).",
+        f"The first layer shown, {first}, gives it {compare(first_token[first], first_token[last], 'more', 'less', 'as much')}"
+        f" than the last, {last} ({num(first_token[first], 2)} against {num(first_token[last], 2)}).",
+        "One window, so read the pattern, not the exact values; section 2 averages many.")
+
+
+def tour_sink_rate(sink_rate: float, alpha_by_layer: Sequence[float], eps: float, uniform: float, onset: int | None,
+                   n_seqs: int, seq_len: int, model: str, published: Mapping[str, float]) -> str:
+    """Section 2: the natural-text sink rate, the layers whose mean alpha_0 stays at or below eps, and Gu et al.'s
+    Llama-family rates (``published``: {model: natural-text rate})."""
+    quiet = [i for i, a in enumerate(alpha_by_layer) if a <= eps]
+    where = (f"The layer means first exceed {eps:g} at layer {onset}; " if onset is not None
+             else f"No layer's mean alpha_0 exceeds {eps:g}; ")
+    where += (f"{len(quiet)} of {len(alpha_by_layer)} layers stay at or below it (layers {quiet})." if quiet
+              else "from there on every layer stays above it.")
+    rates = list(published.values())
+    return paragraph(
+        f"{model}, {num(n_seqs)} natural windows of {num(seq_len)} tokens",
+        f"The sink rate is {pct(sink_rate, 3)}: that share of (sequence, layer, head) triples gives the first token more "
+        f"than {eps:g} of its attention, where uniform attention would give it {num(uniform, 2)} -- "
+        f"{compare(uniform, eps, 'above', 'below', 'at')} the threshold.",
+        where,
+        f"Gu et al. report {pct(min(rates), 3)}-{pct(max(rates), 3)} for 7-8B Llama-family models; this rate is "
+        f"{compare(sink_rate, min(rates), 'higher than', 'lower than', 'equal to')} the lowest of them.")
+
+
+def tour_input_shape(measured: Mapping[str, float], claim: Claim | None, model: str, gpt2_repeated: float,
+                     random_draws: Sequence[float] = ()) -> str:
+    """Section 3: the sink rate per input type, the Llama-family claim's verdict (with its draws and control), and
+    GPT2-XL's repeated-token rate from Gu et al.'s table."""
+    rnd = f"random tokens {pct(measured['random'], 3)}"
+    if len(random_draws) > 1:
+        rnd += f" ({span([100 * d for d in random_draws], 3)}% over {len(random_draws)} draws)"
+    shape = "the Llama-family shape of Gu et al.'s Table 1" if claim is not None and claim.holds else \
+        "not the Llama-family shape of Gu et al.'s Table 1"
+    return paragraph(
+        model,
+        f"Natural text {pct(measured['natural'], 3)}, {rnd}, one token repeated {pct(measured['repeated'], 3)}: {shape}.",
+        f"{claim_line(claim)}.",
+        f"GPT2-XL keeps {pct(gpt2_repeated)} even on repeated tokens in that table; this model keeps "
+        f"{compare(measured['repeated'], gpt2_repeated, 'more', 'less', 'as much')} there.")
+
+
+def tour_massive(value: float, dim: int, layer: int, position: int, ratio: float, strict: bool, model: str) -> str:
+    """Section 4: the largest activation, where it sits, and whether Sun et al.'s criterion (|h| > 100 and > 1000x
+    the token's median |h|) is met."""
+    absolute = abs(value) > 100
+    return paragraph(
+        model,
+        f"The largest entry is {num(value)} on dimension {dim} at position {position}, layer {layer}, "
+        f"{num(ratio)}x the token's median |h|.",
+        f"By the absolute rule (|h| > 100) it is {'massive' if absolute else 'not massive'}; by the relative one "
+        f"(> 1000x the median) it is {'massive' if ratio > 1000 else 'not'}.",
+        "Sun et al.'s criterion is met on this model." if strict else
+        "Sun et al.'s full criterion is not met on this model; the notebooks say so wherever they use it.")
+
+
+def tour_dom_ratio(first: Sequence[float], rest: Sequence[float], model: str) -> str:
+    """Section 5: DomRatio of the first token against the other tokens, at the first token's peak layer."""
+    peak = max(range(len(first)), key=lambda i: first[i])
+    return paragraph(
+        model,
+        f"The first token's DomRatio peaks at {num(first[peak])} at layer {peak}; the other tokens reach "
+        f"{num(rest[peak])} in that layer, so the first token's is {num(first[peak] / rest[peak], 2)}x "
+        f"{compare(first[peak], rest[peak], 'larger', 'smaller', 'the same')}.",
+        f"Across layers the first token's DomRatio spans {span(first)}, the others' {span(rest)}.")
+
+
+def tour_context(lengths: Sequence[int], sink_layers: Sequence[float], uniform_last: float, n_windows: int,
+                 model: str) -> str:
+    """Section 6: alpha_0 in the sink layers at the shortest and the longest context, against uniform attention."""
+    a, b = sink_layers[0], sink_layers[-1]
+    move = compare(b, a, "rises", "falls", "stays", rel_tol=0.02)
+    return paragraph(
+        f"{model}, {num(n_windows)} passage(s), read at {num(lengths[0])} to {num(lengths[-1])} tokens",
+        f"In the sink layers the first token's share {move} from {num(a, 2)} to {num(b, 2)} as the context grows "
+        f"{num(lengths[-1] / lengths[0])}-fold, while uniform attention would give it {num(uniform_last, 2)} at "
+        f"{num(lengths[-1])} tokens -- {num(max(b, uniform_last) / min(b, uniform_last))} times "
+        f"{compare(b, uniform_last, 'less', 'more', 'as much')}.",
+        f"The sink keeps {pct(b / a)} of its short-context share; uniform attention would keep "
+        f"{pct(uniform_last / _uniform(lengths[0]))}.")
+
+
+def _uniform(n: int) -> float:
+    """Uniform causal attention's share of the first token over n queries: (1/n) sum_t 1/(t+1)."""
+    return sum(1 / (t + 1) for t in range(n)) / n
+
+
+# ------------------------------------------------------------------------------------------------ 01_utilization
+def streaming_ppl(post: Mapping[str, float], sinks_key: str, claim: Claim | None, model: str, n_tokens: int,
+                  budget: int, step: str, paper_ratio: float) -> str:
+    """Section 1: perplexity after the cache fills per method ("dense", "window only", ``sinks_key``, "recompute"),
+    the claim's verdict, and the size of the collapse against the paper's (``paper_ratio``: window only / sinks)."""
+    window, sinks, dense, recompute = post["window only"], post[sinks_key], post["dense"], post["recompute"]
+    ratio = window / sinks
+    return paragraph(
+        f"{model}, one held-out stream of {num(n_tokens)} tokens, cache {num(budget)}, {step}",
+        f"Once the cache is full, the window-only cache reaches {num(window)} against {num(dense)} for the dense one "
+        f"({num(window / dense, 2)}x); keeping the sinks gives {num(sinks)}, "
+        f"{compare(sinks, recompute, 'above', 'below', 'the same as', rel_tol=0.005)} recomputing every window from "
+        f"scratch ({num(recompute)}).",
+        f"{claim_line(claim)}.",
+        f"The collapse is {num(ratio)}x here against {num(paper_ratio)}x in the paper (Llama-2-13B, a 1,024-token "
+        f"cache, a whole PG19 book): the direction can be compared, the size cannot.")
+
+
+def sink_count(ppl_by_sinks: Mapping[int, float], newline_ppl: float, few: Claim | None, positional: Claim | None,
+               paper_llama: Sequence[float], paper_n: Sequence[int]) -> str:
+    """Section 2: perplexity by number of sinks kept, newline sinks, and both claims; ``paper_llama`` the paper's
+    Llama-2-7B row of Table 2 for ``paper_n`` sinks."""
+    n = sorted(ppl_by_sinks)
+    own = ppl_by_sinks[4]
+    one = ppl_by_sinks[1]
+    gained = (ppl_by_sinks[0] - one) / (ppl_by_sinks[0] - own) if ppl_by_sinks[0] != own else float("nan")
+    paper = dict(zip(paper_n, paper_llama))
+    return paragraph(
+        "same stream",
+        f"With {', '.join(str(k) for k in n)} sinks the perplexity is "
+        f"{', '.join(num(ppl_by_sinks[k]) for k in n)}: one sink recovers {pct(gained)} of what four recover.",
+        f"Four newline tokens placed before the text give {num(newline_ppl)}, "
+        f"{num(newline_ppl / own, 3)}x the text's own first four.",
+        f"{claim_line(few)}; {claim_line(positional)}.",
+        f"StreamingLLM's Llama-2-7B gives {num(paper[1])} with one sink and {num(paper[4])} with four; here one sink "
+        f"is {compare(one, own, 'worse than', 'better than', 'as good as', rel_tol=0.01)} four.")
+
+
+def decode_cost(ms: Mapping[str, float], mib: Mapping[str, float], sinks_key: str, claim: Claim | None,
+                n_tokens: int) -> str:
+    """Section 3: time per token over the last quarter and final cache size, dense vs sinks + window."""
+    return paragraph(
+        f"{num(n_tokens)} generated tokens",
+        f"The sink cache ends at {num(mib[sinks_key])} MiB against {num(mib['dense'])} MiB for the dense cache, "
+        f"which keeps growing; {claim_line(claim)}.",
+        f"Per token over the last quarter it takes {num(ms[sinks_key])} ms against {num(ms['dense'])} ms for dense "
+        f"({compare(ms[sinks_key], ms['dense'], 'slower', 'faster', 'about the same', rel_tol=0.05)}); wall times move "
+        f"with the machine's load.")
+
+
+def kv_quant(quant: Mapping[str, Mapping[str, float]], fp_ppl: float,
+             kept_vs_all: Mapping[str, Sequence[float]], claim: Claim | None, n_tokens: int, model: str) -> str:
+    """Section 4: perplexity per bit-width with every token quantised vs the sinks kept, the paired interval of
+    their ratio per bit-width, and the claim."""
+    rows = []
+    for name, (ratio, lo, hi) in kept_vs_all.items():
+        side = "below 1" if hi < 1 else "above 1" if lo > 1 else "containing 1"
+        rows.append(f"{name}: {_signed(ratio - 1)} [{_signed(lo - 1)}, {_signed(hi - 1)}], an interval {side}")
+    worst = max(quant, key=lambda b: quant[b]["all tokens quantised"])
+    return paragraph(
+        f"{model}, one held-out stream of {num(n_tokens)} tokens",
+        f"Full precision gives {num(fp_ppl)}. Keeping the 4 sink tokens changes perplexity by " + "; ".join(rows)
+        + " (95% paired intervals).",
+        f"The hardest setting, {worst}, stays at {num(quant[worst]['all tokens quantised'] / fp_ppl, 3)}x full "
+        f"precision with every token quantised and {num(quant[worst]['4 sink tokens kept'] / fp_ppl, 3)}x with the "
+        f"sinks kept.",
+        f"{claim_line(claim)}.")
+
+
+def _signed(x: float) -> str:
+    return f"{'+' if x >= 0 else '-'}{pct(abs(x))}"
+
+
+def act(act_ppl: Mapping[str, float | None], n_heads: int, total_heads: int, claim: Claim | None, n_windows: int,
+        seq_len: int, model: str) -> str:
+    """Section 5: how many heads the proxy picks and what calibrating them does to held-out perplexity."""
+    head = f"{model}, {num(n_windows)} held-out windows of {num(seq_len)} tokens"
+    if act_ppl.get("ACT") is None:
+        return paragraph(head, f"No head has a later key above the threshold on the calibration text, so nothing "
+                               f"was calibrated; {claim_line(claim)}.")
+    before, after = act_ppl["original"], act_ppl["ACT"]
+    return paragraph(
+        head,
+        f"{num(n_heads)} of {num(total_heads)} heads have a later key above 0.1 on the calibration text; calibrating "
+        f"all of them {compare(after, before, 'raises', 'lowers', 'leaves')} perplexity from {num(before)} to "
+        f"{num(after)} ({_signed(after / before - 1)}).",
+        f"{claim_line(claim)}.")
