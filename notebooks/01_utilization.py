@@ -291,9 +291,11 @@ with plotting.style():
 kv_control = controls["intactkv.keep_sinks_full_precision"]
 intact = record.add(kvquant.sink_preservation_helps(kept_vs_all, len(q_tokens)), control=kv_control,
                     control_note="" if not kv_control.holds else
-                    "on random weights keeping the first 4 tokens exact also lowers the 2-bit perplexity: exact "
-                    "copies of early tokens remove quantisation error whether or not they are sinks (not separated "
-                    "here), so this rule cannot tell a learned sink from noise on this model")
+                    f"on random weights keeping the first 4 tokens exact also lowers the perplexity: attention "
+                    f"close to uniform over each causal prefix already gives the first 4 keys "
+                    f"{kvquant.uniform_causal_share(4, len(q_tokens)):.1%} of all attention over {len(q_tokens)} "
+                    f"tokens ({4 / len(q_tokens):.1%} of the keys), so exact copies of them remove quantisation "
+                    f"error whether or not they are sinks: this rule cannot tell a learned sink from noise")
 print(f"At 2 bits the cache stays far from full precision ({fp_ppl:.2f}) either way: "
       f"{quant['2-bit']['all tokens quantised']:.2f} quantising every token, "
       f"{quant['2-bit']['4 sink tokens kept']:.2f} with the sinks kept.")

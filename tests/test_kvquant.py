@@ -80,3 +80,11 @@ def test_asymmetric_min_max_quantiser_on_a_hand_worked_group():
     round((x - min) / scale). Worked by hand at 2 bits: scale = 1 for both groups."""
     x = torch.tensor([[0.0, 0.4, 0.6, 3.0, -1.0, 0.2, 1.9, 2.0]])
     torch.testing.assert_close(fake_quantize(x, 2, 4), torch.tensor([[0.0, 0.0, 1.0, 3.0, -1.0, 0.0, 2.0, 2.0]]))
+
+
+def test_uniform_causal_share_of_the_first_keys():
+    """Hand case, T = 4, k = 1: queries see 1, 2, 3, 4 keys -> key 0 gets 1, 1/2, 1/3, 1/4 -> mean 25/48."""
+    from sinklib.utilization.kvquant import uniform_causal_share
+
+    assert abs(uniform_causal_share(1, 4) - (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4) < 1e-12
+    assert uniform_causal_share(4, 4) == 1.0 and uniform_causal_share(4, 256) > 4 * 4 / 256

@@ -91,6 +91,14 @@ class QuantizedKVCache(Cache):
         return cls(bits, cfg.num_hidden_layers, group_size, keep_first, key_axis)
 
 
+def uniform_causal_share(n_kept: int, n_tokens: int) -> float:
+    """The share of all attention that the first ``n_kept`` keys get when every query attends uniformly over its
+    causal prefix (what random weights come close to): (1/T) sum_{t=0}^{T-1} min(1, k / (t + 1)). It is far above
+    k / T -- ~4 ln(T/4) / T for k = 4 -- so keeping the first tokens exact removes more than their share of the
+    quantisation error on *any* causal model, sink or not: the random-weight control of the IntactKV rule."""
+    return sum(min(1.0, n_kept / (t + 1)) for t in range(n_tokens)) / n_tokens
+
+
 def sink_preservation_helps(kept_vs_all: dict[str, tuple[float, float, float]], n_tokens: int) -> Claim:
     """IntactKV / KVSink: keeping the sink tokens' keys and values in full precision lowers the perplexity of a
     quantised KV cache.
