@@ -44,10 +44,83 @@ def test_mass_by_kind_and_secondary_sinks():
     ((0.6, 0.6, 0.58, 0.02), True),  # SmolLM2-like: the position keeps it, the moved token loses it
     ((0.5, 0.06, 0.06, 0.52), False),  # Gemma-like: the BOS token carries it wherever it goes
     ((0.5, 0.1, 0.5, 0.1), None),  # neither cleanly
+    ((0.07, 0.07, 0.07, 0.03), False),  # random weights: no sink at all, although the causal mask favours key 0
 ])
 def test_position_or_token_rule(values, expected):
     r = pl.PositionOrToken(*values, shift=8, other_token="'\\n'", layers=[3])
     assert r.verdict() is expected and pl.position_claim(r, "m").holds is expected
+
+
+def _even_attention(T: int) -> torch.Tensor:
+    """Every query spreads its attention evenly over the keys it sees: what random weights come close to."""
+    return torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
+
+
+def _sink_attention(T: int, sink: int = 0, share: float = 0.6) -> torch.Tensor:
+    """Queries t >= sink put ``share`` on key ``sink`` and spread the rest over their other keys."""
+    a = _even_attention(T).clone()
+    for t in range(sink + 1, T):
+        a[t] = (1 - share) * a[t] * (t + 1) / t
+        a[t, sink] = share
+    return a
+
+
+def _alpha(a: torch.Tensor, j: int) -> float:
+    return float(a[j:, j].mean())
+
+
+def test_position_rule_transcribes_xiao_section_3_1():
+    """Xiao et al. Sec. 3.1 / Table 1: the first tokens replaced by line breaks keep the sink -- the initial position
+    carries it, whatever its token. Hand-built: a model whose attention always sinks into key 0 (any token), against
+    one whose sink follows the token (it sits at position 8 once the token moved there), and even attention."""
+    T, shift = 32, 8
+    positional = pl.PositionOrToken(own=_alpha(_sink_attention(T), 0), replaced=_alpha(_sink_attention(T), 0),
+                                    moved_first=_alpha(_sink_attention(T), 0),
+                                    moved_original=_alpha(_sink_attention(T), shift), shift=shift,
+                                    other_token="'\\n'", layers=[0])
+    token = pl.PositionOrToken(own=_alpha(_sink_attention(T), 0), replaced=_alpha(_even_attention(T), 0),
+                               moved_first=_alpha(_even_attention(T), 0),
+                               moved_original=_alpha(_sink_attention(T, sink=shift), shift), shift=shift,
+                               other_token="'\\n'", layers=[0])
+    even = pl.PositionOrToken(*(_alpha(_even_attention(T), j) for j in (0, 0, 0, shift)), shift=shift,
+                              other_token="'\\n'", layers=[0])
+    assert even.moved_original < 0.5 * even.own  # the causal mask alone gives key 0 more alpha than key 8 ...
+    assert (positional.answer, token.answer, even.answer) == ("position", "token", "no sink")  # ... yet no sink
+    claims = [pl.position_claim(r, "m") for r in (positional, token, even)]
+    assert [c.holds for c in claims] == [True, False, False]
+    assert claims[0].at_init is False and "Sec. 3.1" in claims[0].follows and claims[0].adapted
+
+
+def test_delimiter_rule_transcribes_sun_and_fails_on_even_attention():
+    """Sun et al. Sec. 2.2 / 4.1: "Summer is warm. Winter is cold." -- the starting token and the first period carry
+    massive activations and draw the attention. Hand-built: queries after the period put 0.2 on it."""
+    words = ["Summer", " is", " warm", ".", " Winter", " is", " cold", "."]
+    kinds = pl.token_kinds(type("W", (), {"decode": lambda self, ids: words[ids[0]]})(),
+                           torch.arange(len(words))[None])
+    assert kinds[0][3] == "first delimiter"
+    a = _sink_attention(len(words), share=0.5)
+    for t in range(4, len(words)):
+        a[t] *= 0.8 / (1 - a[t, 3])
+        a[t, 3] = 0.2
+    mass = torch.stack([a[j:, j].mean() for j in range(len(words))])[None]
+    claim = pl.delimiter_claim(pl.mass_by_kind(mass, kinds, skip_last=1), "m")
+    assert claim.holds is True and claim.at_init is False and "locuslab/massive-activations" in claim.follows
+    even = torch.stack([_even_attention(len(words))[j:, j].mean() for j in range(len(words))])[None]
+    assert pl.delimiter_claim(pl.mass_by_kind(even, kinds, skip_last=1), "m").holds is False
+    no_delimiter = pl.delimiter_claim({k: 0.1 for k in pl.KINDS} | {"first delimiter": float("nan")}, "m")
+    assert no_delimiter.holds is None and "no first delimiter" in no_delimiter.note
+
+
+def test_placement_claims_over_window_draws():
+    by = {"first": 0.5, "first delimiter": 0.05, "delimiter": 0.03, "weak": 0.03, "content": 0.02}
+    agree = pl.delimiter_over_draws([by, by | {"first delimiter": 0.06}, by], "m", "3 seeds of windows")
+    assert agree.holds is True and agree.draws == (True, True, True) and agree.spread["max"] == pytest.approx(3)
+    split = pl.delimiter_over_draws([by, by | {"first delimiter": 0.03}, by], "m", "3 seeds of windows")
+    assert split.holds is None and split.note.startswith("unsettled: 2 of 3 draws hold")
+    pos = pl.PositionOrToken(0.6, 0.6, 0.58, 0.02, shift=8, other_token="x", layers=[3])
+    tok = pl.PositionOrToken(0.5, 0.06, 0.06, 0.52, shift=8, other_token="x", layers=[3])
+    assert pl.position_over_draws([pos, pos, pos], "m", "w").holds is True
+    assert pl.position_over_draws([pos, tok, pos], "m", "w").holds is None
 
 
 def test_position_or_token_and_key_mass_on_a_tiny_model(tiny):
@@ -55,8 +128,13 @@ def test_position_or_token_and_key_mass_on_a_tiny_model(tiny):
     mass = pl.key_mass(tiny, ids, batch_size=2)
     visible = 20 - torch.arange(20)  # key j is seen by T - j queries; every row sums to 1, so sum_j m_j (T - j) = T
     assert mass.shape == (3, 20) and torch.allclose((mass * visible).sum(1), torch.full((3,), 20.0))
-    r = pl.position_or_token(tiny, ids, layers=[0, 1], shift=4)
+    r = pl.position_or_token(tiny, ids, layers=[0, 1], shift=4)  # key mass m_j is alpha_j: one forward for every j
     assert r.shift == 4 and 0 < r.own <= 1 and 0 < r.moved_original <= 1
+    from sinklib.interpretation.intervention_effects import alpha_at
+
+    assert r.own == pytest.approx(float(alpha_at(tiny, ids, 0)[[0, 1]].mean()), rel=1e-4)
+    assert pl.position_or_token(tiny, ids, [0, 1], shift=4, mass=pl.key_mass(tiny, ids, [0, 1])).own == \
+        pytest.approx(r.own)
     assert pl.chat_windows(tiny, ids) is None  # the byte tokenizer has no chat template
 
 
@@ -81,3 +159,43 @@ def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     assert (report.chain is not None) == gated and len(claims) == (8 if gated else 4)
     assert all(c.id.endswith(f".tiny-{family}") for c in claims)
     assert report.as_dict()["position"]["shift"] == 8
+
+
+def test_llm_survey_draws_and_random_weight_control(tiny):
+    """Two more draws (seeds 1, 2) judge the drawn claims; the control runs every rule on random weights."""
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.results import load_reference
+    from sinklib.models.random_init import random_weights
+
+    paper, gu = load_reference("structural_origin"), load_reference("gu2024_sink_rates")
+    report = llm_survey.measure(tiny, num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),
+                                context_windows=1, paper=paper, progress=False, draw_seqs=2,
+                                draw_windows=3)
+    assert report.draws["seeds"] == [0, 1, 2] and len(report.draws["random"]) == 3 and report.seconds["draws"] > 0
+    assert report.draws["sizes"] == {"random tokens": [2, 2, 2], "Bible windows": [2, 3, 3]}
+    claims = {c.id.rsplit(".", 1)[0]: c for c in llm_survey.report_claims(report, gu)}
+    for drawn in ("gu2024.llama_family_input_shape", "sun2024.first_delimiter_draws_attention",
+                  "xiao2023.sink_is_the_position"):
+        assert len(claims[drawn].draws) == 3 and claims[drawn].draws_of.startswith("3 seeds of")
+    assert claims["sun2024.massive_activations"].draws == ()  # judged once: the Recorder says so
+    controls = llm_survey.control_claims(random_weights(tiny, 0), report.name, num_seqs=2, seq_len=24, batch_size=2,
+                                         paper=paper, gu=gu)
+    assert set(controls) == {c.id for c in llm_survey.report_claims(report, gu)}
+    assert controls[f"xiao2023.sink_is_the_position.{report.name}"].holds is False  # no sink on random weights
+
+
+def test_shape_over_random_token_draws():
+    from types import SimpleNamespace
+
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.results import load_reference
+
+    gu = load_reference("gu2024_sink_rates")
+    rates = {"natural": 0.7, "random": 0.6, "repeated": 0.0}
+    report = SimpleNamespace(sink_rate=rates, draws={"seeds": [0, 1, 2], "random": [0.6, 0.5, 0.4],
+                                                     "sizes": {"random tokens": [32, 8, 8]}})
+    assert llm_survey.shape_over_draws(report, gu).holds is True
+    report.draws["random"] = [0.6, 0.2, 0.4]  # one seed of random tokens does not sink: unsettled
+    c = llm_survey.shape_over_draws(report, gu)
+    assert c.holds is None and c.spread["values"] == [0.6, 0.2, 0.4]
+    assert c.draws_of == "3 seeds of random tokens (seeds 0, 1, 2 with 32, 8, 8 sequences)"

@@ -33,7 +33,8 @@ def random_weights(lm: LoadedModel, seed: int = 0) -> LoadedModel:
         torch.manual_seed(seed)
         if hasattr(model, "config") and hasattr(type(model), "_from_config"):
             config = copy.deepcopy(model.config)
-            control = type(model)._from_config(config, dtype=lm.dtype)
+            with torch.device(lm.device):  # built where it runs: no host copy of a large model first
+                control = type(model)._from_config(config, dtype=lm.dtype)
         elif hasattr(model, "init_weights"):
             control = copy.deepcopy(model)
             control.init_weights()

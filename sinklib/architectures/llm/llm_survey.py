@@ -2,18 +2,21 @@
 
 :func:`measure` loads nothing itself: it takes one loaded model and returns an :class:`LlmReport` with every number
 the notebook compares (so on a GPU the models can be loaded and freed one by one); :func:`report_claims` turns a
-report into its :class:`~sinklib.core.claims.Claim` records.
+report into its :class:`~sinklib.core.claims.Claim` records, judged over the report's draws (random tokens for Gu et
+al.'s shape; Bible windows for the first delimiter and position-or-token); :func:`control_claims` runs the same rules
+on randomly initialised weights of the model's own configuration (the negative control).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from sinklib.architectures.llm import placement
 from sinklib.core import analysis
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
@@ -42,6 +45,8 @@ class LlmReport:
     context: dict[str, list]  # lengths, alpha_0 (sink layers) per length, (low, high) over windows
     chain: list[Claim] | None  # the structural-origin chain's first four links; None: no gated MLP (GPT-2, OPT)
     chain_numbers: dict | None  # what each link measured, for the table
+    draws: dict = field(default_factory=dict)  # seeds, random-token sink rate, by_kind and position per draw
+    seconds: dict = field(default_factory=dict)  # what the draws cost
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -53,11 +58,13 @@ class LlmReport:
 @torch.inference_mode()
 def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, placement_seqs: int,
             context_lengths: tuple[int, ...], context_windows: int, paper: dict, seed: int = 0,
-            progress: bool = True) -> LlmReport:
+            draw_seqs: int = 0, draw_windows: int = 0, progress: bool = True) -> LlmReport:
     """Gu et al.'s protocol on three input kinds; Sun et al.'s criterion; where the mass sits by token kind (in the
     sink layers: those whose alpha_0, mean over heads, exceeds eps -- all layers if none does); position or token;
     raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
-    first four links on ``placement_seqs`` windows (``paper``: the ``structural_origin`` reference)."""
+    first four links on ``placement_seqs`` windows (``paper``: the ``structural_origin`` reference). ``draw_seqs``
+    > 0: two more draws (seeds seed+1, seed+2) of ``draw_seqs`` random-token sequences and ``draw_windows`` Bible
+    windows each (:func:`extra_draws`)."""
     profiles = {kind: analysis.profile_sinks(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), input_name=kind,
                                              batch_size=batch_size, progress=progress) for kind in INPUT_KINDS}
     natural = profiles["natural"]
@@ -65,6 +72,14 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     sink_layers = [i for i, a in enumerate(by_layer) if a > GU_EPS] or list(range(lm.n_layers))
     ids = text_windows(lm.tokenizer, placement_seqs, seq_len, seed)
     mass = placement.key_mass(lm, ids, sink_layers, batch_size)
+    by_kind = placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids))
+    position = placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass)
+    start = time.perf_counter()
+    draws = {"seeds": [seed], "random": [profiles["random"].sink_rate], "by_kind": [by_kind], "position": [position],
+             "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
+    if draw_seqs:
+        draws = extra_draws(lm, draws, seq_len, draw_seqs, draw_windows or draw_seqs, sink_layers, batch_size)
+    seconds = {"draws": time.perf_counter() - start}
     raw_vs_chat = chat_top = None
     chat = placement.chat_windows(lm, ids)
     if chat is not None:
@@ -82,18 +97,37 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
         sink_rate={kind: p.sink_rate for kind, p in profiles.items()}, alpha_by_layer=by_layer,
-        massive=massive,
-        by_kind=placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)),
-        secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
-        position=placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size), sink_layers=sink_layers,
+        massive=massive, by_kind=by_kind, secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
+        position=position, sink_layers=sink_layers,
         bos_stripped=intervention_effects.sink_follows_bos(
             intervention_effects.without_bos(lm, placement_seqs, seq_len, seed, batch_size), sink_layers)
         if lm.adds_bos else None,
         raw_vs_chat=raw_vs_chat, chat_top=chat_top,
         context={"lengths": sweep.lengths, "alpha_first": sweep.mean_over(sink_layers), "low": low, "high": high,
                  "skipped": sweep.skipped},
-        chain=links, chain_numbers=numbers,
+        chain=links, chain_numbers=numbers, draws=draws, seconds=seconds,
     )
+
+
+def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_windows: int, sink_layers: list[int],
+                batch_size: int, n: int = 3) -> dict:
+    """``draws`` (the run's own draw first) extended to ``n`` draws: for seeds seed+1, ... , ``num_seqs`` random-token
+    sequences (Gu et al.'s sink rate) and ``num_windows`` Bible windows (mass by token kind, position or token, on
+    the run's sink layers). Three forwards per window draw, one per random-token draw."""
+    out = {k: list(v) for k, v in draws.items() if k != "sizes"}
+    sizes = {k: list(v) for k, v in draws.get("sizes", {}).items()}
+    for seed in range(draws["seeds"][0] + 1, draws["seeds"][0] + n):
+        rand = make_inputs(lm, "random", num_seqs, seq_len, seed)
+        out["random"].append(analysis.profile_sinks(lm, rand, input_name="random", batch_size=batch_size,
+                                                    progress=False).sink_rate)
+        ids = text_windows(lm.tokenizer, num_windows, seq_len, seed)
+        mass = placement.key_mass(lm, ids, sink_layers, batch_size)
+        out["by_kind"].append(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)))
+        out["position"].append(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass))
+        out["seeds"].append(seed)
+        sizes.setdefault("random tokens", []).append(num_seqs)
+        sizes.setdefault("Bible windows", []).append(num_windows)
+    return out | {"sizes": sizes}
 
 
 def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None,
@@ -118,11 +152,63 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     return [variance.claim, neuron.claim, disparity.claim, lock.claim], numbers
 
 
+def draws_of(report: LlmReport, what: str) -> str:
+    """What was redrawn, in words (no semicolons: the verdict's prose cuts a note there):
+    "3 seeds of random tokens (seeds 0, 1, 2 with 32, 8, 8 sequences)"."""
+    seeds = report.draws.get("seeds", [])
+    if len(seeds) < 2:
+        return "one evaluation"
+    sizes = report.draws.get("sizes", {}).get(what, [])
+    return (f"{len(seeds)} seeds of {what} (seeds {', '.join(map(str, seeds))}"
+            + (f" with {', '.join(map(str, sizes))} sequences)" if sizes else ")"))
+
+
+def shape_over_draws(report: LlmReport, gu: dict) -> Claim:
+    """Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape`) judged on each seed of
+    random tokens, natural and repeated input as measured once (windows and one repeated token)."""
+    rates = report.draws.get("random") or [report.sink_rate["random"]]
+    claims = [analysis.llama_family_shape({**report.sink_rate, "random": r}, gu) for r in rates]
+    return over_draws(claims, draws_of(report, "random tokens"), key=lambda c: c.measured["random"])
+
+
+def _named(claim: Claim, name: str) -> Claim:
+    return replace(claim, id=f"{claim.id}.{name}")
+
+
 def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     """One model's records: Gu et al.'s Llama-family input shape, Sun et al.'s criterion, the first delimiter,
-    position or token. Ids end in the model name, so one notebook can hold every model's."""
-    shape = analysis.llama_family_shape(report.sink_rate, gu)
-    sun = origin_claims.massive_by_sun(report.massive)
-    own = [Claim(**{**asdict(c), "id": f"{c.id}.{report.name}"}) for c in [shape, sun, *(report.chain or [])]]
-    return own[:2] + [placement.delimiter_claim(report.by_kind, report.name),
-                      placement.position_claim(report.position, report.name)] + own[2:]
+    position or token, the chain's links -- each over the report's draws where it has them. Ids end in the model
+    name, so one notebook can hold every model's."""
+    windows = draws_of(report, "Bible windows")
+    by_kinds = report.draws.get("by_kind") or [report.by_kind]
+    positions = report.draws.get("position") or [report.position]
+    return [_named(shape_over_draws(report, gu), report.name),
+            _named(origin_claims.massive_by_sun(report.massive), report.name),
+            placement.delimiter_over_draws(by_kinds, report.name, windows),
+            placement.position_over_draws(positions, report.name, windows),
+            *[_named(c, report.name) for c in report.chain or []]]
+
+
+@torch.inference_mode()
+def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, batch_size: int, paper: dict,
+                   gu: dict, seed: int = 0) -> dict[str, Claim]:
+    """The negative control: every rule of :func:`report_claims` once more on ``lm`` -- randomly initialised
+    weights of the model's configuration (:func:`sinklib.models.random_init.random_weights`) -- with ``num_seqs``
+    sequences per input, one draw. Sink layers are the control's own (all layers when none passes eps). Returns
+    claim id (ending in ``name``, the trained model's) -> claim, for ``Recorder.add(..., control=...)``."""
+    profiles = {kind: analysis.profile_sinks(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), input_name=kind,
+                                             batch_size=batch_size, progress=False) for kind in INPUT_KINDS}
+    by_layer = [float(a) for a in profiles["natural"].alpha_first_by_layer]
+    sink_layers = [i for i, a in enumerate(by_layer) if a > GU_EPS] or list(range(lm.n_layers))
+    ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed)
+    mass = placement.key_mass(lm, ids, sink_layers, batch_size)
+    massive = analysis.massive_dimensions(profiles["natural"])
+    links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seq_len,
+                            num_seqs, seed, batch_size)
+    claims = [_named(analysis.llama_family_shape({k: p.sink_rate for k, p in profiles.items()}, gu), name),
+              _named(origin_claims.massive_by_sun(massive), name),
+              placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
+              placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,
+                                                                   mass=mass), name),
+              *[_named(c, name) for c in links or []]]
+    return {c.id: c for c in claims}

@@ -14,15 +14,16 @@
 
 from __future__ import annotations
 
+import math
 import string
 from dataclasses import dataclass
 
 import torch
 
 from sinklib.core.attnstats import AttentionStats
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation.intervention_effects import alpha_at
+from sinklib.core.metrics import GU_EPS
 from sinklib.interpretation.origin import batches
 
 KINDS = ("first", "first delimiter", "delimiter", "weak", "content")
@@ -34,6 +35,20 @@ WEAK_WORDS = frozenset({
 })
 XIAO, GU = "Xiao et al., StreamingLLM, arXiv 2309.17453", "Gu et al., arXiv 2410.10781"
 SUN = "Sun et al., Massive Activations in LLMs, arXiv 2402.17762"
+DELIMITER_FOLLOWS = ("Sun et al., Sec. 2.2 (massive activations at the starting token and the first period or newline) "
+                     "and Sec. 4.1 (attention concentrates on the tokens that carry them); "
+                     "locuslab/massive-activations:main_llm.py:exp4 (attention visualisation through "
+                     "monkey_patch/modify_llama.py:enable_llama_custom_attention)")
+DELIMITER_ADAPTED = ("Sun et al. read the activation magnitude and plot one prompt's attention; here the rule reads the "
+                     "attention mass m_j a first delimiter receives, mean over the sink layers, heads and windows, "
+                     "against content words' (> 2x), with our own delimiter list")
+POSITION_FOLLOWS = ("Xiao et al., Sec. 3.1, Table 1 (the first four tokens replaced by line breaks keep the perplexity "
+                    "of a window cache: the sink is the initial position); Gu et al., Sec. 5; no public code for the "
+                    "replacement (mit-han-lab/streaming-llm:streaming_llm/kv_cache.py:StartRecentKVCache keeps the "
+                    "initial positions)")
+POSITION_ADAPTED = ("attention alpha instead of perplexity; one first token replaced (not four), plus another text in "
+                    "front and the original first token moved; a 0.5x cut, and position 0 must be a sink "
+                    f"(alpha_0 > {GU_EPS}) for either answer -- without it nothing belongs to the position")
 
 
 def token_kind(text: str) -> str:
@@ -101,7 +116,17 @@ def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
     return Claim(id=f"sun2024.first_delimiter_draws_attention.{model}", source=f"{SUN}, Section 2",
                  statement="after the first token, the first delimiter draws more attention than content words",
                  rule="mean sink mass m_j of the first delimiter > 2x that of content-word keys (last 8 keys left out)",
-                 published=None, measured={**by_kind, "first_delimiter_over_content": ratio}, holds=bool(ratio > 2))
+                 published=None, measured={**by_kind, "first_delimiter_over_content": ratio},
+                 holds=None if math.isnan(ratio) else bool(ratio > 2),
+                 note="no first delimiter or no content word among the scored keys" if math.isnan(ratio) else "",
+                 follows=DELIMITER_FOLLOWS, adapted=DELIMITER_ADAPTED, at_init=False)
+
+
+def delimiter_over_draws(by_kinds: list[dict[str, float]], model: str, draws_of: str) -> Claim:
+    """:func:`delimiter_claim` judged on each draw of windows (``by_kinds[0]``: the run's own): it holds or fails
+    only when every draw agrees (:func:`sinklib.core.claims.over_draws`)."""
+    return over_draws([delimiter_claim(b, model) for b in by_kinds], draws_of,
+                      key=lambda c: c.measured["first_delimiter_over_content"])
 
 
 @dataclass
@@ -116,43 +141,63 @@ class PositionOrToken:
     other_token: str
     layers: list[int]
 
-    def verdict(self, keep: float = 0.5) -> bool | None:
+    def verdict(self, keep: float = 0.5, eps: float = GU_EPS) -> bool | None:
         """True: the position (0 stays a sink with another token; the moved token loses it); False: the token (the
-        moved token keeps it and the replaced position loses it); None: neither cleanly."""
+        moved token keeps it and the replaced position loses it), or no sink at all (own alpha_0 <= eps: nothing
+        belongs to the position -- random weights spread attention evenly, and a causal mask alone gives key 0
+        more alpha than key ``shift``); None: neither cleanly."""
+        if not self.own > eps:
+            return False
         position = self.replaced >= keep * self.own and self.moved_first >= keep * self.own \
             and self.moved_original < keep * self.own
         token = self.replaced < keep * self.own and self.moved_original >= keep * self.own
         return True if position else False if token else None
 
+    @property
+    def answer(self) -> str:
+        """"position", "token", "no sink" or "neither" -- the verdict in words."""
+        if not self.own > GU_EPS:
+            return "no sink"
+        return {True: "position", False: "token", None: "neither"}[self.verdict()]
+
 
 @torch.inference_mode()
 def position_or_token(lm: LoadedModel, ids: torch.Tensor, layers: list[int], shift: int = 8, other: str = "\n",
-                      batch_size: int = 16) -> PositionOrToken:
+                      batch_size: int = 16, mass: torch.Tensor | None = None) -> PositionOrToken:
     """Replace position 0 by ``other``; then put ``shift`` tokens of other windows in front, so the original first
-    token (BOS or first word) sits at position ``shift``. alpha_k = mean over queries t >= k of A[t, k]."""
+    token (BOS or first word) sits at position ``shift``. alpha_k = mean over queries t >= k of A[t, k] (= m_k of
+    :func:`key_mass`), mean over heads, ``layers`` and windows. ``mass``: :func:`key_mass` of ``ids`` on ``layers``
+    when already measured (saves a forward); two more forwards give the rest."""
     other_id = lm.tokenizer(other, add_special_tokens=False).input_ids[-1]
     replaced = ids.clone()
     replaced[:, 0] = other_id
     prefix = ids.roll(1, dims=0)[:, 1:shift + 1]  # other windows' tokens (not their position 0)
     moved = torch.cat([prefix, ids], dim=1)[:, : ids.shape[1]]
-
-    def mean_alpha(x: torch.Tensor, key: int) -> float:
-        return float(alpha_at(lm, x, key, batch_size=batch_size)[layers].mean())
-
-    return PositionOrToken(own=mean_alpha(ids, 0), replaced=mean_alpha(replaced, 0), moved_first=mean_alpha(moved, 0),
-                           moved_original=mean_alpha(moved, shift), shift=shift,
-                           other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
+    own = key_mass(lm, ids, layers, batch_size) if mass is None else mass
+    moved_mass = key_mass(lm, moved, layers, batch_size)
+    return PositionOrToken(own=float(own[:, 0].mean()), replaced=float(key_mass(lm, replaced, layers, batch_size)[:, 0]
+                                                                         .mean()),
+                           moved_first=float(moved_mass[:, 0].mean()), moved_original=float(moved_mass[:, shift].mean()),
+                           shift=shift, other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
 
 
 def position_claim(result: PositionOrToken, model: str) -> Claim:
+    """Xiao et al. (Section 3.1): the sink is the initial position, whatever token sits there. Rule in
+    :meth:`PositionOrToken.verdict`."""
     return Claim(id=f"xiao2023.sink_is_the_position.{model}", source=f"{XIAO}, Section 3.1; {GU}, Section 5",
                  statement="the sink belongs to the first position, not to the token that sits there",
-                 rule="alpha at position 0 keeps >= 0.5x its value with another first token and with another text in "
-                      "front, while the original first token moved to a later position keeps < 0.5x (reverse: token)",
+                 rule=f"alpha_0 > {GU_EPS} as given, and it keeps >= 0.5x its value with another first token and with "
+                      "another text in front, while the original first token moved to a later position keeps < 0.5x "
+                      "(reverse, or no sink at position 0: fails)",
                  published=None,
                  measured={"own": result.own, "replaced": result.replaced, "moved_first": result.moved_first,
-                           "moved_original": result.moved_original, "shift": result.shift},
-                 holds=result.verdict())
+                           "moved_original": result.moved_original, "shift": result.shift, "answer": result.answer},
+                 holds=result.verdict(), follows=POSITION_FOLLOWS, adapted=POSITION_ADAPTED, at_init=False)
+
+
+def position_over_draws(results: list[PositionOrToken], model: str, draws_of: str) -> Claim:
+    """:func:`position_claim` judged on each draw of windows (``results[0]``: the run's own)."""
+    return over_draws([position_claim(r, model) for r in results], draws_of, key=lambda c: c.measured["own"])
 
 
 def chat_windows(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor | None:

@@ -1,0 +1,199 @@
+"""``10_llm``'s "What we saw" paragraphs, written from the run's reports and claims (one function per section).
+
+Each function takes the notebook's :class:`~sinklib.architectures.llm.llm_survey.LlmReport` list and the recorded
+claims (ids end in the model name) and returns Markdown built with :func:`sinklib.core.takeaways.paragraph`: every
+number and every direction word ("holds", "falls", "above") is computed here, so the sentence stays true for any model
+list, profile or seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sinklib.core.claims import Claim
+from sinklib.core.metrics import GU_EPS
+from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
+
+SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the token's median
+DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
+LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in")
+
+
+def _claim(claims: Sequence[Claim], claim_id: str, report) -> Claim | None:
+    return find(claims, f"{claim_id}.{report.name}")
+
+
+def _who(names: Sequence[str], total: int) -> str:
+    """"all three models" / "SmolLM2 and Qwen" / "none of the models"."""
+    if not names:
+        return "none of the models"
+    if len(names) == total and total > 1:
+        return f"all {num(total)} models" if total > 3 else f"all {('two', 'three')[total - 2]} models"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _holders(reports, claims: Sequence[Claim], claim_id: str) -> list[str]:
+    return [r.label for r in reports if (c := _claim(claims, claim_id, r)) is not None and c.holds is True]
+
+
+def _verdicts(reports, claims: Sequence[Claim], claim_id: str) -> str:
+    """One verdict per model: "SmolLM2: `id` holds (...); Gemma-3: ..."."""
+    return "; ".join(f"{r.label}: {claim_line(_claim(claims, claim_id, r), claim_id)}" for r in reports)
+
+
+def sink_by_depth(reports, claims: Sequence[Claim]) -> str:
+    """Section 1: Gu et al.'s sink rate on natural / random / repeated input per model against Table 1's
+    Llama family, the shape's verdict, and where the sink layers (mean alpha_0 > eps) start."""
+    rates = "; ".join(f"{r.label} {pct(r.sink_rate['natural'], 2)} / {pct(r.sink_rate['random'], 2)} / "
+                      f"{pct(r.sink_rate['repeated'], 2)}" for r in reports)
+    shape = next((c for r in reports if (c := _claim(claims, "gu2024.llama_family_input_shape", r))), None)
+    published = ""
+    if shape is not None and isinstance(shape.published, dict) and shape.published:
+        pub = list(shape.published.values())
+        published = (f" Gu et al.'s Table 1 gives {span([p['natural'] for p in pub], 2)} / "
+                     f"{span([p['random'] for p in pub], 2)} / {span([p['repeated'] for p in pub], 2)} for "
+                     f"{', '.join(shape.published)} (as fractions).")
+    holders = _holders(reports, claims, "gu2024.llama_family_input_shape")
+    layers = []
+    for r in reports:
+        sinking = [i for i, a in enumerate(r.alpha_by_layer) if a > GU_EPS]
+        layers.append(f"{r.label} from layer {sinking[0]} ({num(len(sinking))} of {num(r.n_layers)} layers)"
+                      if sinking else f"{r.label} in no layer")
+    return paragraph(
+        "sink rate by input",
+        f"Sink rate on natural text / random tokens / one repeated token: {rates}.{published}",
+        f"Gu et al.'s Llama-family shape holds on {_who(holders, len(reports))} "
+        f"({_verdicts(reports, claims, 'gu2024.llama_family_input_shape')}).",
+        f"Mean alpha_0 passes eps {num(GU_EPS, 1)}: {'; '.join(layers)}.")
+
+
+def massive(reports, claims: Sequence[Claim]) -> str:
+    """Section 2: which models meet Sun et al.'s criterion, and how far the others' peak falls from 1000x."""
+    met = [f"{r.label} (dimensions {', '.join(map(str, r.massive.dims))})" for r in reports if r.massive.strict]
+    short = [f"{r.label} peaks at {num(r.massive.peak_ratio)}x its token's median, "
+             f"{compare(r.massive.peak_ratio, SUN_RATIO, 'above', 'short of', 'at')} {num(SUN_RATIO)}x"
+             for r in reports if not r.massive.strict]
+    return paragraph(
+        "Sun et al.'s criterion",
+        f"The criterion is met on {_who(met, len(reports))}." if met else "No model meets the criterion.",
+        f"{'; '.join(short)}." if short else "",
+        f"By the published rule the claim holds on {num(len(met))} of {num(len(reports))} models "
+        f"({_verdicts(reports, claims, 'sun2024.massive_activations')}).")
+
+
+def mass_by_kind(reports, claims: Sequence[Claim]) -> str:
+    """Section 3: the first position's mass against content words, the first delimiter's ratio to content words
+    against the 2x cut (over the window draws), and the most attended later token per model."""
+    first = [r.by_kind["first"] for r in reports]
+    over = [r.by_kind["first"] / r.by_kind["content"] for r in reports]
+    delim = "; ".join(
+        f"{r.label} {num(ratio := r.by_kind['first delimiter'] / r.by_kind['content'], 2)}x "
+        f"({compare(ratio, DELIMITER_RATIO, 'above', 'below', 'at')} the {num(DELIMITER_RATIO)}x cut)"
+        for r in reports)
+    top = "; ".join(f"{r.label}: {r.secondary[0][0]!r} ({num(r.secondary[0][2])} over {num(r.secondary[0][1])} "
+                    f"occurrences, {num(r.secondary[0][2] / r.by_kind['content'], 2)}x a content word)"
+                    for r in reports if r.secondary)
+    return paragraph(
+        "mass by token kind",
+        f"The first position receives {span(first)} per query in the sink layers, {span(over, 2)}x a content word "
+        f"({span([r.by_kind['content'] for r in reports], 2)}).",
+        f"The first delimiter against a content word: {delim}. Sun et al.'s second sink: "
+        f"{_verdicts(reports, claims, 'sun2024.first_delimiter_draws_attention')}.",
+        f"The most attended token after position 0: {top}." if top else "")
+
+
+def position_or_token(reports, claims: Sequence[Claim]) -> str:
+    """Section 4: per model the answer (position / token / neither / no sink) with the four alphas, the BOS-stripped
+    run where there is a BOS, and Xiao et al.'s verdict."""
+    rows = []
+    for r in reports:
+        p = r.position
+        rows.append(f"{r.label} -- the {p.answer}: alpha at position 0 {num(p.own)} as given, {num(p.replaced)} with "
+                    f"{p.other_token} there, {num(p.moved_first)} with another text in front; the original first token "
+                    f"moved to position {num(p.shift)} gets {num(p.moved_original)}")
+    stripped = [f"{r.label} without its BOS: alpha_0 "
+                f"{compare(r.bos_stripped['alpha_without_bos'], r.bos_stripped['alpha_with_bos'], 'rises', 'falls', 'stays')}"
+                f" from {num(r.bos_stripped['alpha_with_bos'])} to {num(r.bos_stripped['alpha_without_bos'])}"
+                for r in reports if r.bos_stripped]
+    position = _holders(reports, claims, "xiao2023.sink_is_the_position")
+    return paragraph(
+        "position or token",
+        f"{'; '.join(rows)}.",
+        f"{'; '.join(stripped)}." if stripped else "",
+        f"Xiao et al.'s initial position holds on {_who(position, len(reports))} "
+        f"({_verdicts(reports, claims, 'xiao2023.sink_is_the_position')}).")
+
+
+def uniform_share(n: int) -> float:
+    """alpha_0 if every query t spread its attention evenly over its t + 1 keys: (1/N) sum_t 1/(t+1) = H_N / N."""
+    return sum(1 / k for k in range(1, n + 1)) / n
+
+
+def context_and_chat(reports) -> str:
+    """Section 5: alpha_0 in the sink layers from the shortest to the longest context (direction and the ratio to
+    an even spread), and the sink rate raw vs in the chat template with its most attended token."""
+    ctx = []
+    for r in reports:
+        lengths, alpha = r.context["lengths"], r.context["alpha_first"]
+        if not lengths:
+            continue
+        a0, a1, n0, n1 = alpha[0], alpha[-1], lengths[0], lengths[-1]
+        ctx.append(f"{r.label} {compare(a1, a0, 'rises', 'falls', 'stays')} from {num(a0)} at {num(n0)} tokens to "
+                   f"{num(a1)} at {num(n1)} ({num(a0 / uniform_share(n0), 2)}x -> {num(a1 / uniform_share(n1), 2)}x "
+                   f"an even spread)")
+    chat = []
+    for r in reports:
+        if not r.raw_vs_chat:
+            chat.append(f"{r.label} has no chat template")
+            continue
+        raw, templ = r.raw_vs_chat["raw"], r.raw_vs_chat["chat template"]
+        top = f"; there the most attended token is {r.chat_top[0][0]!r} ({num(r.chat_top[0][2])})" if r.chat_top else ""
+        chat.append(f"{r.label}'s sink rate {compare(templ, raw, 'rises', 'falls', 'stays')} from {pct(raw, 2)} raw "
+                    f"to {pct(templ, 2)} in its template{top}")
+    return paragraph("context length and chat template",
+                     f"(a) alpha_0 in the sink layers: {'; '.join(ctx)}." if ctx else "",
+                     f"(b) {'; '.join(chat)}.")
+
+
+def chain(reports, claims: Sequence[Claim]) -> str:
+    """Section 6: which links hold where, and the numbers behind them per model."""
+    gated = [r for r in reports if r.chain_numbers]
+    holds = [f"{link.split('.')[1].replace('_', ' ')} on {_who(_holders(gated, claims, link), len(gated))}"
+             for link in LINKS]
+    rows = []
+    for r in gated:
+        n = r.chain_numbers
+        sn = n["super_neuron"]
+        neuron = f"super neuron {sn['neuron']} of layer {sn['layer']}" if sn else "no super neuron"
+        onset = n["massive_onset"][0] if n["massive_onset"] else None
+        order = ("no massive onset" if onset is None or n["sink_onset"] is None else
+                 f"massive value at layer {onset}, sink at layer {n['sink_onset']} "
+                 f"({compare(n['sink_onset'], onset, 'after', 'before', 'the same layer')})")
+        pos = n["positive_sink_vs_other"]
+        rows.append(f"{r.label}: layer-0 variance ratio {num(n['variance_ratio_t0'], 2)}x; {neuron}; {order}; "
+                    f"DomRatio after the super neuron {num(n['dom_after_super'])}; positive first-key scores "
+                    f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others")
+    skipped = [r.label for r in reports if not r.chain_numbers]
+    return paragraph("the structural-origin chain",
+                     f"By its rule each link holds: {'; '.join(holds)}." if gated else "",
+                     f"{'. '.join(rows)}." if rows else "",
+                     f"No gated MLP, chain not run: {', '.join(skipped)}." if skipped else "")
+
+
+def controls(claims: Sequence[Claim]) -> str:
+    """Scorecard: how many verdicts were judged over draws and settled, and the random-weight controls -- which
+    rules hold on noise, and whether the paper predicts that (``at_init``)."""
+    drawn = [c for c in claims if len(c.draws) > 1]
+    unsettled = [c.id for c in drawn if c.holds is None]
+    run = [c for c in claims if c.control is not None]
+    on_noise = [c for c in run if c.control]
+    contradict = [c.id for c in on_noise if c.at_init is False]
+    expected = [c.id for c in on_noise if c.at_init is True]
+    return paragraph(
+        "draws and controls",
+        f"{num(len(drawn))} of {num(len(claims))} verdicts were judged over several draws; unsettled among them: "
+        + (f"{num(len(unsettled))} ({', '.join(unsettled)})." if unsettled else "none."),
+        f"On random weights {num(len(on_noise))} of {num(len(run))} controlled rules hold"
+        + (f"; where the paper predicts it (an architectural effect): {', '.join(expected)}" if expected else "")
+        + (f"; where the paper says training makes the effect: {', '.join(contradict)}" if contradict else "")
+        + ".")

@@ -1,0 +1,107 @@
+"""10_llm's takeaways: every number and direction word comes from the inputs (two hand-built runs per section)."""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from sinklib.architectures.llm import placement as pl
+from sinklib.architectures.llm import takeaways as tk
+from sinklib.core.analysis import MassiveDims
+from sinklib.core.claims import Claim, over_draws
+from sinklib.core.takeaways import HEADING
+
+
+def _report(name: str, **over) -> SimpleNamespace:
+    base = dict(
+        name=name, label=name.upper(), n_layers=4,
+        sink_rate={"natural": 0.74, "random": 0.79, "repeated": 0.0}, alpha_by_layer=[0.1, 0.2, 0.5, 0.6],
+        massive=MassiveDims([7], True, 1000.0, 1500.0),
+        by_kind={"first": 0.5, "first delimiter": 0.02, "delimiter": 0.02, "weak": 0.03, "content": 0.015},
+        secondary=[(" the", 55, 0.048)],
+        position=pl.PositionOrToken(0.5, 0.5, 0.48, 0.01, shift=8, other_token="'\\n'", layers=[2, 3]),
+        bos_stripped=None, raw_vs_chat={"raw": 0.74, "chat template": 0.79}, chat_top=[("<|im_start|>", 2, 0.31)],
+        context={"lengths": [256, 2048], "alpha_first": [0.42, 0.33]},
+        chain_numbers={"variance_ratio_t0": 20.0, "super_neuron": {"layer": 1, "neuron": 83, "write_dims": [7]},
+                       "massive_onset": [1], "sink_onset": 3, "dom_after_super": 59.0,
+                       "positive_sink_vs_other": [0.99, 0.76]},
+    )
+    return SimpleNamespace(**(base | over))
+
+
+def _claim(claim_id: str, name: str, holds, control=None, at_init=None, draws=()) -> Claim:
+    return Claim(id=f"{claim_id}.{name}", statement="s", source="p", rule="r", published=None, measured=0.5,
+                 holds=holds, control=control, at_init=at_init, draws=draws)
+
+
+def test_sink_by_depth_words_follow_the_verdicts():
+    a, b = _report("a"), _report("b", sink_rate={"natural": 0.5, "random": 0.1, "repeated": 0.0},
+                                 alpha_by_layer=[0.1] * 4)
+    claims = [_claim("gu2024.llama_family_input_shape", "a", True), _claim("gu2024.llama_family_input_shape", "b",
+                                                                           False)]
+    both = tk.sink_by_depth([a, replace_rates(b)], [claims[0], _claim("gu2024.llama_family_input_shape", "b", True)])
+    one = tk.sink_by_depth([a, b], claims)
+    assert both.startswith(HEADING) and "holds on all two models" in both
+    assert "holds on A (" in one and "B in no layer" in one and "A from layer 2 (2 of 4 layers)" in one
+    assert "74% / 79% / 0%" in one
+
+
+def replace_rates(r):
+    return SimpleNamespace(**(vars(r) | {"sink_rate": {"natural": 0.6, "random": 0.5, "repeated": 0.01}}))
+
+
+def test_massive_says_above_or_short_of_the_cut():
+    met = tk.massive([_report("a")], [_claim("sun2024.massive_activations", "a", True)])
+    short = tk.massive([_report("a", massive=MassiveDims([5], False, 100.0, 525.0))],
+                       [_claim("sun2024.massive_activations", "a", False)])
+    assert "met on A (dimensions 7)" in met and "holds on 1 of 1" in met
+    assert "No model meets" in short and "525x" in short and "short of 1,000x" in short and "holds on 0 of 1" in short
+
+
+def test_mass_by_kind_compares_the_delimiter_with_the_cut():
+    low = tk.mass_by_kind([_report("a")], [_claim("sun2024.first_delimiter_draws_attention", "a", False)])
+    high = tk.mass_by_kind([_report("a", by_kind={"first": 0.5, "first delimiter": 0.06, "delimiter": 0.02,
+                                                  "weak": 0.03, "content": 0.015})],
+                           [_claim("sun2024.first_delimiter_draws_attention", "a", True)])
+    assert "1.3x (below the 2x cut)" in low and "does not hold" in low
+    assert "4x (above the 2x cut)" in high and "` holds" in high
+    assert "' the' (0.0480 over 55 occurrences, 3.2x a content word)" in low
+
+
+def test_position_or_token_names_the_answer():
+    pos = tk.position_or_token([_report("a")], [_claim("xiao2023.sink_is_the_position", "a", True)])
+    tok = tk.position_or_token(
+        [_report("g", position=pl.PositionOrToken(0.5, 0.03, 0.03, 0.49, shift=8, other_token="'\\n'", layers=[0]),
+                 bos_stripped={"alpha_with_bos": 0.5, "alpha_without_bos": 0.03})],
+        [_claim("xiao2023.sink_is_the_position", "g", False)])
+    assert "A -- the position" in pos and "holds on A" in pos
+    assert "G -- the token" in tok and "falls from 0.500 to 0.0300" in tok and "holds on none of the models" in tok
+
+
+def test_context_and_chat_directions():
+    falls = tk.context_and_chat([_report("a")])
+    rises = tk.context_and_chat([_report("a", context={"lengths": [256, 2048], "alpha_first": [0.3, 0.4]},
+                                         raw_vs_chat={"raw": 0.54, "chat template": 0.09}, chat_top=None)])
+    assert "A falls from 0.420 at 256 tokens to 0.330 at 2,048" in falls and "rises from 74% raw to 79%" in falls
+    assert "A rises from 0.300" in rises and "falls from 54% raw to 9%" in rises
+    assert abs(tk.uniform_share(256) - 0.0239) < 1e-3  # H_N / N: the even spread the notebook compares with
+    assert "has no chat template" in tk.context_and_chat([_report("a", raw_vs_chat=None)])
+
+
+def test_chain_orders_the_onsets():
+    links = [_claim(link, "a", True) for link in tk.LINKS]
+    after = tk.chain([_report("a")], links)
+    same = tk.chain([_report("a", chain_numbers=_report("a").chain_numbers | {"massive_onset": [0],
+                                                                                 "sink_onset": 0})],
+                    [replace(c, holds=False) for c in links])
+    assert "variance discrepancy on A" in after and "sink at layer 3 (after)" in after
+    assert "(the same layer)" in same and "variance discrepancy on none of the models" in same
+    assert "No gated MLP" in tk.chain([_report("a", chain_numbers=None)], [])
+
+
+def test_controls_flag_a_rule_that_holds_on_noise():
+    learned = _claim("x", "a", True, control=False, at_init=False)
+    clean = tk.controls([learned, over_draws([_claim("y", "a", True)] * 3, "3 seeds")])
+    noisy = tk.controls([replace(learned, control=True), _claim("v", "a", True, control=True, at_init=True)])
+    assert "1 of 2 verdicts were judged over several draws; unsettled among them: none." in clean
+    assert "On random weights 0 of 1 controlled rules hold." in clean
+    assert "2 of 2 controlled rules hold" in noisy and "training makes the effect: x.a" in noisy
+    assert "architectural effect): v.a" in noisy
