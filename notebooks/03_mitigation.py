@@ -63,7 +63,8 @@
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`; a training loop; the softmax variants in docs/GLOSSARY.md.
 #
-# **Time.** under 1 min with warm caches, 10-15 min from empty ones (it trains); 60-90 min to work through (exercises:
+# **Time.** under 1 min with warm caches, 20-40 min from empty ones on 2 CPU cores (it trains 36 small models: 9
+# variants and 3 Bible-byte runs, 3 seeds each); 60-90 min to work through (exercises:
 # `exercises/03_mitigation`).
 
 # %% tags=["parameters"]
@@ -87,11 +88,12 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from sinklib.core import plotting
+from sinklib.core import plotting, takeaways
 from sinklib.core.loaded import resolve_device
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.results import load_reference
 from sinklib.mitigation import comparison, comparison_plots, training, verdicts
+from sinklib.mitigation import takeaways as what_we_saw
 from sinklib.pipeline import notebook
 
 nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
@@ -123,7 +125,7 @@ headline |= {"setting": setting, "seeds": seeds, "variants": names, "uniform_alp
 # %% [markdown]
 # ## 1 · A sink emerges in the softmax baseline
 # $\alpha_0$ is the mean attention every query pays to position 0 (BOS), per layer and head (Gu et al.); uniform
-# attention over $T$ causal keys gives $H_T/T$ (0.074 at $T = 64$). The sink rate is the fraction of (sequence,
+# attention over $T$ causal keys gives $H_T/T$ (printed below for this run's $T$). The sink rate is the fraction of (sequence,
 # layer, head) triples with $\alpha_0 > \epsilon = 0.3$.
 
 # %%
@@ -146,13 +148,20 @@ print("strongest head per seed (heads of different seeds are unrelated): "
 headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs],
                          "late_slope_per_100_steps": [verdicts.late_slope(r) for r in base_runs]}
+# The claim, judged on every training seed alone (then over the seeds); its random-weight control is the same
+# TinyLM at step 0 -- seeded like each run, untrained -- judged by the same rule (Gu et al.: no sink before training).
+paper = load_reference("mitigations")
+init_runs = verdicts.at_init(runs)
+grows = record.add(verdicts.sink_claim_over_seeds("softmax", runs, uniform, paper, seeds),
+                   control=verdicts.sink_claim_over_seeds("softmax", init_runs, uniform, paper, seeds),
+                   control_note=verdicts.control_note("softmax", init_runs, uniform))
+
+# %%
+takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows))
 
 # %% [markdown]
-# **What we saw (CPU profile, 2 seeds).** All four heads start at the uniform level (0.074). In each seed head 0 of
-# layer 1 rises past $\epsilon$ late in training -- first at step 450 (seed 0) and 600 (seed 1) -- and ends at 0.41
-# and 0.32; the other heads end between 0.11 and 0.39. The baseline is still rising at the last checkpoint: 600
-# steps catch the sink as it forms, not a settled one. Every variant is compared at the same step, and section 5
-# says where that matters.
+# Every variant is compared at the same step; where the baseline's sink is still forming at the last checkpoint,
+# section 5 says where that matters (a variant may only *delay* the sink).
 
 # %% [markdown]
 # **Active and dormant.** On bigram-backcopy the strongest sink head should be *active* on trigger queries (attend
@@ -172,12 +181,10 @@ if base.data == "bigram_backcopy":
               f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
     display(pd.DataFrame(ads).set_index("seed").round(3))
     headline["active_dormant"] = ads
+    takeaways.show(what_we_saw.active_dormant(ads))
 
 # %% [markdown]
-# **What we saw (2 seeds).** In both seeds the strongest head is active-dormant as Guo et al. describe: on trigger
-# queries (4.5% of them) it gives BOS almost nothing (< 1e-5) and 0.43-0.52 of its attention to $t-1$, the token to
-# copy; on the other queries it parks 0.33-0.42 on BOS and about 0.02 on $t-1$. The sink is the head's way of doing
-# nothing when there is nothing to copy.
+# Read as Guo et al. do: the sink is the head's way of doing nothing when there is nothing to copy.
 
 # %% [markdown]
 # ## 2 · Each variant's strongest first-token head
@@ -212,15 +219,15 @@ with plotting.style():
                   f"outlined: the BOS column; the 'rest' strip: 1 - row sum, the weight each query gives to no token "
                   f"(where it goes is named in the title); green triangles: trigger queries {triggers}.")
 headline["strongest_head_by_variant"] = own_heads
+table = comparison.final_table(runs)
+takeaways.show(what_we_saw.attention_maps(own_heads, table))
 
 # %% [markdown]
-# **What we saw (seed 0, the held-out sequence with the most triggers).** The softmax head shows the active-dormant
-# pattern row by row: on the trigger rows (green triangles) the BOS cell is dark and the $t-1$ cell bright; on the
-# other rows BOS takes the largest share. Head-wise RMSNorm and element-wise gating look the same. Sigmoid and
-# softpick leave most rows nearly empty (dark) and give weight only where there is something to copy -- their
-# "rest" strips are bright: a query with nothing to do gives weight to no token. Off-by-one, the sink logit and the
-# KV bias send part of each row to their extra slot (rest 0.07, 0.09 and 0.21 of the row on average) and spread the
-# remainder more evenly than softmax, BOS included.
+# **How to read the maps.** A softmax sink head shows the active-dormant pattern row by row: on the trigger rows
+# (green triangles) the BOS cell is dark and the $t-1$ cell bright; on the other rows BOS takes the largest share.
+# A variant whose rows need not sum to one can instead leave a row nearly empty (a bright "rest" strip): a query
+# with nothing to do then gives weight to no token. Variants with an extra slot (off-by-one, sink logit, KV bias)
+# send part of each row there.
 
 # %% [markdown]
 # ## 3 · Loss curves
@@ -243,14 +250,11 @@ if floor is not None:
     print(f"softmax ends {sm - floor:.3f} nats above the entropy floor ({sm:.3f} vs {floor:.3f}): that gap is all "
           f"any variant could win; the differences between variants below are measured against it.")
 headline["entropy_floor"] = floor
+takeaways.show(what_we_saw.loss_curves(table, floor))
 
 # %% [markdown]
-# **What we saw (2 seeds).** Softmax ends 0.074 nats above the entropy floor (3.105 vs 3.031). Measured against that
-# gap, the differences are not small: head-wise RMSNorm (+0.057), softpick (+0.049), sigmoid (+0.049) and head-wise
-# gating (+0.043) end 0.04-0.06 nats above softmax, more than four seed sd's (0.009), and their gap to softmax is
-# still *widening* at step 600; off-by-one and the sink logit (+0.010) and the KV bias (+0.004) track softmax within
-# about one sd; element-wise gating ends 0.009 below it (sd 0.014). On this task at this budget, every variant that
-# removes the first-token sink pays in loss -- at this scale, not necessarily at the papers'.
+# Panel (b) shows whether a gap is still *widening* at the last step; a small model on a synthetic task says what a
+# mitigation costs at this scale, not at the papers'.
 
 # %% [markdown]
 # ## 4 · Final table, beside the published numbers
@@ -262,17 +266,15 @@ headline["entropy_floor"] = floor
 # tells a small row from a row that ignores BOS) and *share sink rate* the sink rate on those shares. The
 # published numbers come from
 # models of 150M-15B parameters trained on billions of tokens (`data/reference/mitigations.json`, with sources);
-# compare directions, not values. **What these columns cannot test here:** a model this small grows no massive
-# activations (the softmax baseline's largest $|h|$ is about 1.5, the variants' 1-11; the papers' are in the
-# hundreds to thousands), so the *max activation*, *kurtosis* and *DomRatio* columns cannot confirm or refute the
-# published claims about outliers -- only the attention columns and the loss can.
+# compare directions, not values. **What these columns may not test here:** a model this small may grow no massive
+# activations (the papers' are in the hundreds to thousands); the takeaway below says whether this run's did. Where
+# it did not, the *max activation*, *kurtosis* and *DomRatio* columns cannot confirm or refute the published claims
+# about outliers -- only the attention columns and the loss can.
 
 # %%
-table = comparison.final_table(runs)
 verdict_lines = {v: verdicts.sink_verdict(v, table, uniform, runs=runs[v]).line for v in names}  # printed in section 5
 shown = comparison.format_table(table)
 display(shown)
-paper = load_reference("mitigations")
 reference = comparison.reference_table(paper, names)
 display(Markdown(f"**Published** ({paper['source']})\n\n{comparison.markdown(reference)}"))
 table.to_csv(fig_dir / "final_table.csv")
@@ -288,35 +290,36 @@ with plotting.style():
                   f"({uniform:.3f}). Table: final_table.md.")
 headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
                      for v in names}
-
-# %% [markdown]
-# **What we saw (2 seeds).** The attention columns separate the variants: sigmoid and softpick leave the first token
-# 0.004 and 0.020 (shares 0.04), the extra-slot variants and head-wise gating 0.09-0.12, while softmax, head-wise
-# RMSNorm and element-wise gating keep 0.24-0.32. The activation columns do not: the largest $|h|$ is 1-11 and the
-# kurtosis about 4 everywhere except sigmoid (11 and 93) -- this model has no massive activations to remove, so
-# they cannot test the papers' claims about outliers. Against the published directions: head-wise gating's
-# reduction agrees (0.39x of softmax here, 0.16x in Qiu et al.), element-wise gating's does not (1.23x here, 0.10x
-# there), head-wise RMSNorm's loss does not (1.02x here, 0.99x there).
+agreement = comparison.published_agreement(table, paper)
+takeaways.show(what_we_saw.final_metrics(table, uniform, agreement))
 
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
 # Rules in `sinklib.mitigation.verdicts.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
 # $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in
 # rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$;
-# *keeps* it within $0.5$-$1.5\times$. **Seeds first:** when $\alpha_0$ lies within two seed sd's of the cut that
-# decides, the verdict names both sides ("removes or reduces") -- two seeds cannot put it on one. **Removed or
-# delayed:** the softmax sink forms late (step 450-600), so a variant with no sink at step 600 may only be slower to
-# grow one. A removal or reduction whose strongest head is still rising over the last quarter of training (more than
+# *keeps* it within $0.5$-$1.5\times$. **Seeds first:** every claim is judged on each training seed alone (the
+# variant's run against the softmax run of the same seed) and holds, or fails, only when every seed agrees; otherwise
+# it is unsettled, with "k of n draws hold". The printed lines below are the pooled verdicts (mean over seeds): when
+# $\alpha_0$ lies within two seed sd's of the cut that decides, they name both sides ("removes or reduces").
+# **Removed or delayed:** the softmax sink forms late in training (section 1), so a variant with no sink at the last
+# step may only be slower to grow one. A removal or reduction whose strongest head is still rising over the last quarter of training (more than
 # +0.01 per 100 steps in any seed, `verdicts.late_slope`) says so; the new figure shows every variant's strongest
 # head over training. All runs train with weight decay on weight matrices only (gains,
 # biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
-# mean validation loss over training and the final loss are lower than softmax's by more than 2 seed sd's. Where
+# mean validation loss over training and the final loss are lower than softmax's in every seed and, on the mean, by
+# more than 2 seed sd's. **Controls:** each rule is also applied to the step-0 checkpoints -- the same TinyLM at
+# initialisation, untrained. "Grows a sink" must fail there (Gu et al.: the sink is learned); "removes" cannot be
+# judged there (an untrained softmax has no sink to remove), and convergence has no untrained counterpart. Where
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
 
 # %%
 for v, line in verdict_lines.items():
     print("-", line)
-    record.add(verdicts.sink_claim(v, table, uniform, runs[v], paper), show=False)
+    if v != "softmax":  # softmax's "grows a sink" was recorded in section 1
+        record.add(verdicts.sink_claim_over_seeds(v, runs, uniform, paper, seeds), show=False,
+                   control=verdicts.sink_claim_over_seeds(v, init_runs, uniform, paper, seeds),
+                   control_note=verdicts.control_note(v, init_runs, uniform))
 with plotting.style():
     fig = comparison_plots.strongest_head_over_training(runs, GU_EPS, uniform,
                                                         title=f"Removed or delayed? The strongest head per variant "
@@ -327,7 +330,6 @@ with plotting.style():
                   f"eps = {GU_EPS}; dotted: uniform attention ({uniform:.3f}).")
 headline["verdicts"] = verdict_lines
 headline["baseline_grows_sink"] = verdicts.grows_sink(table, "softmax", uniform)
-agreement = comparison.published_agreement(table, paper)
 print("\nAgainst the published direction (paper-scale models; only where both numbers exist):")
 for line in agreement:
     print("-", line)
@@ -335,26 +337,20 @@ headline["published_agreement"] = agreement
 if "headwise_rmsnorm" in runs:
     conv = verdicts.convergence(runs["headwise_rmsnorm"], runs["softmax"])
     print("-", verdicts.convergence_line("head-wise RMSNorm", conv, base.data))
-    record.add(verdicts.rmsnorm_convergence(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data),
-               show=False)
+    record.add(verdicts.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data,
+                                                     seeds), show=False)
     headline["rmsnorm_convergence"] = conv
+takeaways.show(what_we_saw.verdicts(record.claims))
 
 # %% [markdown]
-# **What we saw (600 steps, 2 seeds).** Only sigmoid and softpick clear every rule at step 600. Head-wise gating,
-# off-by-one, the sink logit and the KV bias all sit within two seed sd's of the 1.5x-uniform cut (0.09-0.12 against
-# 0.111), so the seeds cannot say "removes" rather than "reduces" for any of them -- and nothing separates them from
-# each other. Their strongest heads are still climbing at step 600 (+0.02-0.03 per 100 steps in seed 0, as fast as
-# softmax's did before it crossed $\epsilon$), and training longer shows why that matters. **Measured with twice the
-# budget** (`train_steps=1200`, seed 0; reproduce with `cd notebooks && papermill 03_mitigation.ipynb
-# /tmp/03-long.ipynb -p out_dir /tmp/03-long -p train_steps 1200 -p variants
-# gated_headwise,softmax_off_by_one,sink_logit,kv_bias,sigmoid,softpick`, both seeds in about 35 minutes): softmax
-# reaches $\alpha_0$ 0.40 and a sink rate of 73%; **head-wise gating grows a sink after all** (0.30, sink rate 48%,
-# from step 750) -- at 600 steps it had delayed the sink, not removed it; off-by-one (0.18, 3%) and the sink logit
-# (0.15, 0%) are still rising; the KV bias levels off at 0.10 (its strongest head flat at 0.19 since step 500) and
-# sigmoid stays at 0.003 -- the two whose removal or reduction held; softpick keeps $\alpha_0$ at 0.05 but the
-# share of its small rows that goes to BOS climbs to 0.76: its rows shrink, and what is left is a sink. Element-wise
-# gating and head-wise RMSNorm keep the sink at 600 steps; Qiu et al. report element-wise gating removing it
-# (first-token attention 0.048 against 0.467, their Table 4) in models far larger and longer trained than these.
+# **Removed or delayed, measured once with twice the budget** (seed 0, outside this run; reproduce with
+# `cd notebooks && papermill 03_mitigation.ipynb /tmp/03-long.ipynb -p out_dir /tmp/03-long -p train_steps 1200 -p
+# variants gated_headwise,softmax_off_by_one,sink_logit,kv_bias,sigmoid,softpick`): softmax's sink grows further;
+# **head-wise gating grows a sink after all** -- at the default budget it had delayed the sink, not removed it;
+# off-by-one and the sink logit are still rising; the KV bias levels off and sigmoid stays near zero; softpick keeps
+# first-token attention small, but the share of its small rows that goes to BOS climbs past $\epsilon$: its rows
+# shrink, and what is left is a sink. Qiu et al. report element-wise gating removing the sink (first-token attention
+# 0.048 against 0.467, their Table 4) in models far larger and longer trained than these.
 
 # %% [markdown]
 # ## 6 · Check on real text: the World English Bible
@@ -376,11 +372,12 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     display(comparison.format_table(text_table))
     text_uniform = comparison.uniform_alpha(text_cfg.seq_len)
     print("-", verdicts.sink_verdict("softmax", text_table, text_uniform).line)
-    text_conv = {}
+    text_conv, text_claims = {}, []
     for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
         text_conv[name] = verdicts.convergence(text_runs[name], text_runs["softmax"])
-        record.add(verdicts.rmsnorm_convergence(text_runs[name], text_runs["softmax"], paper,
-                                                         "bible" + name.replace("headwise_rmsnorm", "")), show=False)
+        text_claims.append(record.add(verdicts.convergence_claim_over_seeds(
+            text_runs[name], text_runs["softmax"], paper, "bible" + name.replace("headwise_rmsnorm", ""), seeds),
+            show=False))
         print("-", verdicts.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
                                                text_conv[name], "Bible bytes"))
     with plotting.style():
@@ -395,14 +392,13 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     headline["bible_check"] = {"final": {v: {k: text_table.loc[v, (lab, "mean")]
                                               for k, lab in comparison.FINAL_METRICS.items()} for v in text_runs},
                                "rmsnorm_convergence": text_conv}
+    takeaways.show(what_we_saw.bible_check(text_table, text_uniform, text_claims))
 
 # %% [markdown]
-# **What we saw (Bible bytes, 2 seeds).** No sink grows on real text at this size and budget: softmax ends with
-# first-token attention 0.060, below the uniform 0.074, and a sink rate of 0. Head-wise RMSNorm converges slower
-# here too (2.303 against softmax's 1.936 at the end), but started with a gain of 0.1 instead of 1 it ends at 1.999, which the seeds
-# cannot tell from softmax: most of the gap came from the initialisation, not from the normalisation. The paper's
-# faster convergence (arXiv 2605.06611, 152M parameters, 20B tokens) is neither confirmed nor refuted by a model this
-# small.
+# The second gain initialisation separates the method from its start: if head-wise RMSNorm with a small gain lands
+# where softmax does, the gap of the unit-gain run came from the initialisation, not from the normalisation. The
+# paper's faster convergence (arXiv 2605.06611, 152M parameters, 20B tokens) is neither confirmed nor refuted by a
+# model this small.
 
 # %%
 nb.close()

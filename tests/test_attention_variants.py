@@ -107,3 +107,44 @@ def test_kv_bias_takes_mass_and_adds_its_value(qkv):
     p_bias = 1 / (1 + torch.exp(logits).sum(-1))  # exp(0) / (exp(0) + sum_j exp(l_j))
     torch.testing.assert_close(A.sum(-1), 1 - p_bias, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(y, torch.matmul(A, v) + p_bias[..., None], atol=1e-6, rtol=1e-5)
+
+
+def test_sink_logit_transcribes_gpt_oss_sdpa(qkv):
+    """openai/gpt-oss gpt_oss/torch/model.py:sdpa, transcribed for one query group: QK * sm_scale + causal mask,
+    cat the per-head sink S as an extra column, softmax, drop that column, W @ V."""
+    q, k, v, x = qkv
+    mod = av.SinkLogit(D, H, HD)
+    with torch.no_grad():
+        mod.sink.copy_(torch.tensor([0.5, -1.0, 2.0]))
+    ours, A = mod(q, k, v, x)
+    mask = torch.triu(q.new_full((T, T), -float("inf")), diagonal=1)
+    QK = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(HD) + mask
+    S = mod.sink.detach().reshape(1, H, 1, 1).expand(B, -1, T, -1)
+    W = torch.softmax(torch.cat([QK, S], dim=-1), dim=-1)[..., :-1]
+    torch.testing.assert_close(A, W)
+    torch.testing.assert_close(ours, torch.einsum("bhqk,bhkd->bhqd", W, v))
+
+
+def test_softpick_transcribes_the_authors_naive_kernel(qkv):
+    """zaydzuhri/softpick-attention naive_softpick_attn.py:softpick (their numerically stable form), transcribed:
+    x_m = max x; (exp(x - x_m) - exp(-x_m)) rectified over its absolute sum on finite entries."""
+    q, k, _, _ = qkv
+    x = av.causal_logits(q * 3, k)  # larger logits: the stable form matters
+    x_m = x.max(dim=-1, keepdim=True).values
+    e = torch.exp(x - x_m) - torch.exp(-x_m)
+    theirs = torch.relu(e) / (torch.where(x.isfinite(), e.abs(), 0).sum(-1, keepdim=True) + 1e-8)
+    torch.testing.assert_close(av.Softpick(D, H, HD).weights(q * 3, k), theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_kv_bias_transcribes_gu_et_al_prepended_bias(qkv):
+    """sail-sg/Attention-Sink lit_gpt/model_kv_bias.py:CausalSelfAttention.forward, transcribed: prepend a zero
+    query, k' and v' as position 0, causal attention over T + 1 positions, drop the first output row."""
+    q, k, v, x = qkv
+    mod = av.KVBias(D, H, HD)
+    with torch.no_grad():
+        mod.v_bias.normal_(0, 0.5)
+    ours, _ = mod(q, k, v, x)
+    kb, vb = (p.detach()[None, :, None, :].expand(B, -1, 1, -1) for p in (mod.k_bias, mod.v_bias))
+    q1, k1, v1 = torch.cat([torch.zeros_like(kb), q], 2), torch.cat([kb, k], 2), torch.cat([vb, v], 2)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, is_causal=True)[:, :, 1:]
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)

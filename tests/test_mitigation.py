@@ -227,3 +227,81 @@ def test_mitigation_claims_map_verdicts_to_holds():
     assert verdicts.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
     assert verdicts.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
     assert verdicts.rmsnorm_convergence(slow, slow, paper, "toy").holds is None
+
+
+def _seeded_runs(softpick_alphas, softmax_alpha=0.45):
+    """softmax + softpick runs over len(softpick_alphas) seeds, each with a step-0 checkpoint at uniform attention
+    (the untrained model) and a final one."""
+    u = comparison.uniform_alpha(64)
+    base = [fake_run([4.0, 2.0], [u, softmax_alpha]) for _ in softpick_alphas]
+    pick = [fake_run([4.0, 2.1], [u, a], sink_rate=0.0 if a < 0.3 else 1.0,
+                     share=a, row_mass=1.0) for a in softpick_alphas]
+    return {"softmax": base, "softpick": pick}
+
+
+PAPER = {"source": "test", "variants": {"softmax": {"first_attention": 0.467},
+                                        "headwise_rmsnorm": {"val_loss": "2.74"}}}
+
+
+def test_sink_claims_are_judged_per_seed_and_over_the_seeds():
+    u = comparison.uniform_alpha(64)
+    runs = _seeded_runs([0.05, 0.06, 0.07])
+    clean = verdicts.sink_claim_over_seeds("softpick", runs, u, PAPER, [0, 1, 2])
+    assert clean.holds is True and clean.draws == (True, True, True)
+    assert clean.draws_of == "3 training seeds (0, 1, 2)" and clean.spread["values"] == [0.05, 0.06, 0.07]
+    assert clean.note.startswith("per seed: seed 0: removes, seed 1: removes, seed 2: removes; over seeds:")
+    split = verdicts.sink_claim_over_seeds("softpick", _seeded_runs([0.05, 0.06, 0.40]), u, PAPER, [0, 1, 2])
+    assert split.holds is None and split.draws == (True, True, False)
+    assert split.note.startswith("unsettled: 2 of 3 draws hold (3 training seeds (0, 1, 2))")
+    grows = verdicts.sink_claim_over_seeds("softmax", runs, u, PAPER, [0, 1, 2])
+    assert grows.holds is True and grows.at_init is False and grows.id == "mitigation.softmax_grows_sink"
+    assert "compute_attention_sink" in grows.follows and "2x uniform" in grows.adapted
+    assert clean.at_init is None and "softpick-attention" in clean.follows
+
+
+def test_step_zero_control_fails_for_grows_and_cannot_judge_removes():
+    """The random-weight control is the same TinyLM at step 0: Gu et al. predict no sink before training."""
+    u = comparison.uniform_alpha(64)
+    runs = _seeded_runs([0.05, 0.06, 0.07])
+    init = verdicts.at_init(runs)
+    assert all(len(r["checkpoints"]) == 1 for rs in init.values() for r in rs)
+    assert all(len(r["checkpoints"]) == 2 for rs in runs.values() for r in rs)  # the runs themselves untouched
+    grows = verdicts.sink_claim_over_seeds("softmax", init, u, PAPER, [0, 1, 2])
+    assert grows.holds is False and verdicts.control_note("softmax", init, u) == ""
+    removes = verdicts.sink_claim_over_seeds("softpick", init, u, PAPER, [0, 1, 2])
+    assert removes.holds is None
+    assert "no sink to remove" in verdicts.control_note("softpick", init, u)
+    # a step-0 model that already had a sink: the note says so (and the record would warn without it)
+    sunk = {"softmax": [fake_run([4.0], [0.5])] * 3}
+    assert verdicts.control_note("softmax", sunk, u).startswith("the rule holds on the same TinyLM at step 0")
+
+
+def test_gu_sink_rate_transcribes_the_authors_code():
+    """sail-sg/Attention-Sink eval_sink_open_source.py:compute_attention_sink, transcribed: importance of key j =
+    sum_t A[t, j] / (T - j); metric = fraction of (sample, layer, head) with importance > eps."""
+    A = torch.zeros(1, 1, 2, 4, 4)  # (samples, layers, heads, T, T)
+    A[..., 0, 0] = 1.0
+    A[0, 0, 0, 1:, 0] = 0.5  # head 0: every later query gives BOS half -> importance (1 + 3 * 0.5) / 4 = 0.625
+    A[0, 0, 1, 1:, 0] = 0.1  # head 1: (1 + 0.3) / 4 = 0.325 -> also above 0.3
+    A[0, 0, 1, 3, 0] = 0.0  # (1 + 0.2) / 4 = 0.3 -> not above
+    ratios = torch.arange(4, 0, -1)[None, None, None, :].expand_as(A).to(A)
+    theirs = ((A / ratios).sum(dim=-2) > 0.3).float().mean(dim=(0, 1, 2))[0]
+    ours = metrics.sink_rate(metrics.alpha(A, 0), 0.3)
+    assert ours == pytest.approx(float(theirs)) == pytest.approx(0.5)
+
+
+def test_convergence_claim_needs_every_seed_and_the_margin():
+    slow = [fake_run([5, 3.5, 3.0 + d], [0] * 3) for d in (0.0, 0.01, 0.02)]
+    fast = [fake_run([5, 3.0, 2.5 + d], [0] * 3) for d in (0.0, 0.01, 0.02)]
+    claim = verdicts.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1, 2])
+    assert claim.holds is True and claim.draws == (True,) * 3 and claim.draws_of == "3 training seeds (0, 1, 2)"
+    assert claim.at_init is None and claim.follows.startswith("arXiv 2605.06611")
+    assert claim.control is None and claim.control_note.startswith("control not run: ")
+    assert verdicts.convergence_claim_over_seeds(slow, fast, PAPER, "toy", [0, 1, 2]).holds is False
+    mixed = [fast[0], slow[1], fast[2]]
+    assert verdicts.convergence_claim_over_seeds(mixed, slow, PAPER, "toy", [0, 1, 2]).holds is None
+    # every seed a hair faster, but the seeds spread far more than the gap: unsettled
+    noisy = [fake_run([5, 3.0 + d, 2.5 + d], [0] * 3) for d in (0.0, 0.5, 1.0)]
+    hair = [fake_run([5, 3.0 + d - 0.001, 2.5 + d - 0.001], [0] * 3) for d in (0.0, 0.5, 1.0)]
+    tight = verdicts.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
+    assert tight.holds is None and "within 2 pooled seed sd's" in tight.note

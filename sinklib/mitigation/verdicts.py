@@ -6,19 +6,23 @@
 * :func:`convergence` -- does head-wise RMSNorm converge faster than softmax, measured against the seeds' spread;
 * :func:`sink_claim` / :func:`rmsnorm_convergence` -- the :class:`~sinklib.core.claims.Claim` records: the
   baseline "grows a sink", every other variant "removes it" (holds on a clean removal; does not on reduces / keeps /
-  strengthens / shrinks the rows; cannot be judged when the seeds cannot settle the cut or the head is still rising).
+  strengthens / shrinks the rows; cannot be judged when the seeds cannot settle the cut or the head is still rising);
+* :func:`sink_claim_over_seeds` / :func:`convergence_claim_over_seeds` -- the records the notebook keeps: each
+  training seed judged on its own (paired with the softmax run of the same seed), then
+  :func:`~sinklib.core.claims.over_draws` over the seeds; :func:`at_init` gives the step-0 checkpoints, the same
+  TinyLM at initialisation, on which the random-weight control is judged.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.metrics import GU_EPS
 
 
@@ -226,9 +230,60 @@ def convergence_line(name: str, conv: dict, setting: str) -> str:
             f"{conv['steps_to_baseline_final']['candidate']} vs {conv['steps_to_baseline_final']['baseline']}.")
 
 
+# What each rule follows (the papers' definitions and, where the authors published code, repo:path:function).
+GU_SINK = ("Gu et al. arXiv 2410.10781, the sink metric: alpha_k = mean over queries t >= k of A_tk, Sink_k^eps = "
+           "fraction of heads with alpha_k > eps = 0.3; sail-sg/Attention-Sink:eval_sink_open_source.py:"
+           "compute_attention_sink")
+FOLLOWS = {
+    "softmax": GU_SINK + "; the sink is learned in pre-training (Sec. 4, Fig. 4: it emerges after 1k-2k steps)",
+    "headwise_rmsnorm": "arXiv 2605.06611 (head-wise RMSNorm after value aggregation, before W_O; gain shared across "
+                        "heads): no public code",
+    "gated_headwise": "Qiu et al. arXiv 2505.06708, gate after SDPA (G1), Table 4 (head-wise gate Y' = Y sigmoid(X W_g)); "
+                      "qiuzh20/gated_attention:modeling_qwen3.py:Qwen3Attention.forward (headwise_attn_output_gate)",
+    "gated_elementwise": "Qiu et al. arXiv 2505.06708, gate after SDPA (G1), Table 4 (element-wise gate); "
+                         "qiuzh20/gated_attention:modeling_qwen3.py:Qwen3Attention.forward "
+                         "(elementwise_attn_output_gate)",
+    "sigmoid": "Gu et al. arXiv 2410.10781, attention-operation experiments (sigmoid attention without "
+               "normalisation, sink rate 0.44%); "
+               "sail-sg/Attention-Sink:lit_gpt/model_attn_sim.py (config "
+               "configs/attnsim/tinyllama_60m_sim_sigmoid_no_norm.yaml)",
+    "softmax_off_by_one": "Miller 2023, blog post 'Attention is off by one' (exp(l_i) / (1 + sum_j exp(l_j))): "
+                          "no public code",
+    "softpick": "Zuhri et al. arXiv 2504.20966, the softpick function relu(exp(x) - 1) / sum |exp(x) - 1|; "
+                "zaydzuhri/softpick-attention:naive_softpick_attn.py:softpick",
+    "sink_logit": "gpt-oss model card (learned per-head sink logit in the softmax denominator, column dropped); "
+                  "openai/gpt-oss:gpt_oss/torch/model.py:sdpa",
+    "kv_bias": "Sun et al. arXiv 2402.17762, explicit attention biases (k', v' per head); Gu et al.'s code "
+               "sail-sg/Attention-Sink:lit_gpt/model_kv_bias.py:CausalSelfAttention.forward",
+}
+ADAPTED = {
+    "softmax": "sink rate over (sequence, layer, head) of a 2 x 2-head TinyLM trained here (the paper: pretrained "
+               "LMs and 60M LLaMA runs); 'grows' needs sink rate >= 5% and alpha_0 >= 2x uniform (H_T / T) -- the "
+               "paper gives no cut for 'has a sink'",
+    "removes": "'removes' = sink rate < 2% and alpha_0 <= 1.5x uniform on the weights and on the row-normalised "
+               "shares, the strongest head no longer rising (our cuts; the papers compare first-token attention "
+               "with their softmax baseline at paper scale); judged per training seed, holds only if all agree",
+    "sigmoid": "our sigmoid has a learnable bias initialised at -log T (Gu et al.'s 0.44% is without a bias)",
+    "gated_headwise": "the gate is its own Linear (with bias) on the block's normalised input; theirs is an extra "
+                      "slice of q_proj",
+    "gated_elementwise": "the gate is its own Linear (with bias) on the block's normalised input; theirs is an extra "
+                         "slice of q_proj",
+    "kv_bias": "v' is initialised at zero (Gu et al.'s code: N(0, 0.02))",
+    "headwise_rmsnorm": "gain initialised at 1 (section 6 also tries 0.1)",
+}
+CONVERGENCE_FOLLOWS = ("arXiv 2605.06611 (head-wise RMSNorm lowers validation loss at equal steps; 152M Llama-2-style, "
+                       "20B OpenWebText tokens, 4 seeds): no public code")
+CONVERGENCE_ADAPTED = ("a 2-layer TinyLM on bigram-backcopy / Bible bytes for a few hundred steps; faster = mean loss "
+                       "over training and final loss both lower, in every seed (paired with softmax of the same "
+                       "seed) and by more than 2 pooled seed sd's")
+
+
 def sink_claim(variant: str, table: pd.DataFrame, uniform: float, runs: Sequence[dict], paper: dict,
                baseline: str = "softmax") -> Claim:
-    """One variant's record: the baseline "grows a sink" (:func:`grows_sink`), every other variant "removes it"."""
+    """One variant's record: the baseline "grows a sink" (:func:`grows_sink`), every other variant "removes it".
+
+    ``at_init``: False for "grows" (Gu et al.: the sink is learned -- an untrained model has none); None for
+    "removes" (the papers predict nothing at initialisation, where there is no sink to remove)."""
     verdict = sink_verdict(variant, table, uniform, runs=runs, baseline=baseline)
     published = paper["variants"].get(variant)
     measured = {"first_attention": table.loc[variant, ("first-token attention", "mean")],
@@ -238,12 +293,100 @@ def sink_claim(variant: str, table: pd.DataFrame, uniform: float, runs: Sequence
         return Claim(id=f"mitigation.{variant}_grows_sink", source=paper["source"],
                      statement="softmax attention trained from scratch grows a first-token sink",
                      rule="sink rate >= 5% and alpha_0 >= 2x uniform attention", published=published,
-                     measured=measured, holds=grows_sink(table, baseline, uniform), note=verdict.line)
+                     measured=measured, holds=grows_sink(table, baseline, uniform), note=verdict.line,
+                     follows=FOLLOWS.get(variant, GU_SINK), adapted=ADAPTED["softmax"], at_init=False)
+    adapted = ADAPTED["removes"] + (f"; {ADAPTED[variant]}" if variant in ADAPTED else "")
     return Claim(id=f"mitigation.{variant}_removes_sink", source=paper["source"],
                  statement=f"{variant} removes the first-token sink",
                  rule="sink_verdict says 'removes' (sink rate < 2%, alpha_0 and share <= 1.5x uniform), with the "
                       "cut settled by the seeds and the strongest head no longer rising",
-                 published=published, measured=measured, holds=verdict.removes, note=verdict.line)
+                 published=published, measured=measured, holds=verdict.removes, note=verdict.line,
+                 follows=FOLLOWS.get(variant, ""), adapted=adapted, at_init=None)
+
+
+def seed_draws(runs: Mapping[str, Sequence[dict]], seeds: Sequence[int]) -> str:
+    """``draws_of`` for claims judged over the trained seeds: "3 training seeds (0, 1, 2)"."""
+    n = min(len(rs) for rs in runs.values())
+    return f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})"
+
+
+def at_init(runs: Mapping[str, Sequence[dict]]) -> dict[str, list[dict]]:
+    """The runs cut to their step-0 checkpoint: the same TinyLM at initialisation (seeded like the run, untrained),
+    i.e. the random-weight control of every claim judged on the final checkpoints."""
+    return {v: [r | {"checkpoints": r["checkpoints"][:1]} for r in rs] for v, rs in runs.items()}
+
+
+CONVERGENCE_CONTROL = ("control not run: convergence compares two training runs, and an untrained model has no "
+                       "training curve (at step 0 every variant sits at its initial loss)")
+
+
+def control_note(variant: str, init_runs: Mapping[str, Sequence[dict]], uniform: float,
+                 baseline: str = "softmax") -> str:
+    """What the step-0 control of ``variant``'s claim means. "removes": an untrained softmax has no sink to remove,
+    so the rule cannot be judged there (control None). "grows": empty when the control fails as Gu et al. predict
+    (the Recorder then has nothing to explain); when it holds, the step-0 numbers, so that the record says why."""
+    a0 = [r["checkpoints"][0]["first_attention"] for r in init_runs[baseline]]
+    where = (f"the same TinyLM at step 0 (untrained, seeded like each run): {baseline} alpha_0 "
+             f"{min(a0):.3f}-{max(a0):.3f} against uniform {uniform:.3f}")
+    if variant != baseline:
+        return f"an untrained model has no sink to remove, so 'removes' cannot be judged on {where}"
+    init_table = _init_table(init_runs, baseline)
+    return "" if not grows_sink(init_table, baseline, uniform) else f"the rule holds on {where}"
+
+
+def _init_table(init_runs: Mapping[str, Sequence[dict]], baseline: str) -> pd.DataFrame:
+    from sinklib.mitigation.comparison import final_table
+
+    return final_table({baseline: init_runs[baseline]})
+
+
+def sink_claim_over_seeds(variant: str, runs: Mapping[str, Sequence[dict]], uniform: float, paper: dict,
+                          seeds: Sequence[int], baseline: str = "softmax") -> Claim:
+    """:func:`sink_claim` judged on each training seed alone (``variant``'s run of seed i against ``baseline``'s
+    run of seed i), then :func:`~sinklib.core.claims.over_draws`: holds only if every seed's verdict holds.
+    The note keeps the pooled (mean +- sd over seeds) verdict line beside the per-seed outcomes."""
+    from sinklib.mitigation.comparison import final_table
+
+    n = min(len(runs[variant]), len(runs[baseline]))
+    per_seed, outcomes = [], []
+    for i in range(n):
+        one = {baseline: [runs[baseline][i]], variant: [runs[variant][i]]}
+        table = final_table(one)
+        per_seed.append(sink_claim(variant, table, uniform, one[variant], paper, baseline))
+        outcomes.append(sink_verdict(variant, table, uniform, runs=one[variant], baseline=baseline).outcome)
+    pooled = sink_verdict(variant, final_table({k: runs[k][:n] for k in {baseline, variant}}), uniform,
+                          runs=runs[variant][:n], baseline=baseline)
+    seeds_text = ", ".join(f"seed {s}: {o}" for s, o in zip(seeds, outcomes))
+    rule = (f"{per_seed[0].rule.split(', with the cut settled')[0]}, judged on each training seed alone (against "
+            f"the {baseline} run of the same seed){'' if variant == baseline else ' with its strongest head no longer rising'}"
+            f"; holds only if every seed holds")
+    note = f"per seed: {seeds_text}; over seeds: {pooled.line}"
+    per_seed = [replace(c, note=note, rule=rule) for c in per_seed]
+    return over_draws(per_seed, seed_draws({variant: runs[variant][:n]}, seeds),
+                      key=lambda c: c.measured["first_attention"])
+
+
+def convergence_claim_over_seeds(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str,
+                                 seeds: Sequence[int]) -> Claim:
+    """:func:`rmsnorm_convergence` judged seed by seed (candidate seed i against baseline seed i: both measures
+    lower = faster), then over the seeds; a verdict the seeds agree on must also clear :func:`convergence`'s
+    2-pooled-sd margin, else it is unsettled ("every seed agrees, but within 2 seed sd's")."""
+    n = min(len(candidate), len(baseline))
+    per_seed = [rmsnorm_convergence([candidate[i]], [baseline[i]], paper, setting) for i in range(n)]
+    claim = over_draws(per_seed, f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})",
+                       key=lambda c: c.measured["final"]["diff"])
+    pooled = convergence(candidate[:n], baseline[:n])
+    holds = claim.holds
+    margin = {"faster": True, "slower": False, "no difference": None}[pooled["verdict"]]
+    note = claim.note
+    if holds is not None and margin != holds:
+        holds = None
+        note = (f"every seed agrees ({'faster' if claim.holds else 'slower'}), but the gap is within 2 pooled seed "
+                f"sd's; {note}")
+    rule = ("mean and final validation loss both lower (faster) / higher (slower) than softmax's in every training "
+            "seed (paired by seed) and, on the mean over seeds, by > 2 pooled seed sd's")
+    return replace(claim, holds=holds, rule=rule, note=f"{note}; over seeds: {pooled['verdict']}",
+                   control_note=CONVERGENCE_CONTROL)
 
 
 def rmsnorm_convergence(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str) -> Claim:
@@ -257,4 +400,5 @@ def rmsnorm_convergence(candidate: Sequence[dict], baseline: Sequence[dict], pap
                  rule="mean and final validation loss both lower (faster) / higher (slower) by > 2 pooled seed sd's",
                  published=paper["variants"]["headwise_rmsnorm"].get("val_loss"),
                  measured={"final": conv["final"], "auc": conv["auc"]}, holds=holds,
-                 note=f"{conv['verdict']} ({setting})")
+                 note=f"{conv['verdict']} ({setting})", follows=CONVERGENCE_FOLLOWS, adapted=CONVERGENCE_ADAPTED,
+                 at_init=None)

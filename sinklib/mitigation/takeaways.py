@@ -1,0 +1,171 @@
+"""The "What we saw" paragraphs of ``03_mitigation``, rendered from the run's runs, tables and claims.
+
+One function per notebook section; each returns Markdown built with :func:`sinklib.core.takeaways.paragraph`. Every
+number and every direction word comes from the inputs, so the text stays true on any profile, seed count or data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sinklib.core.claims import Claim
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.mitigation.comparison import strongest_head
+from sinklib.mitigation.verdicts import RISING, grows_sink, late_slope
+
+
+def _names(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}" if items else "none"
+
+
+def emergence(base_runs: Sequence[dict], seeds: Sequence[int], uniform: float, eps: float,
+              claim: Claim | None) -> str:
+    """Section 1: every head's alpha_0 at step 0 against uniform attention (H_T / T), each seed's strongest head at
+    the end, the first step above ``eps`` per seed, whether that head is still rising (:func:`late_slope` >
+    ``RISING`` per 100 steps over the last quarter), and the ``softmax_grows_sink`` verdict."""
+    start = [a for r in base_runs for row in r["checkpoints"][0]["alpha_by_head"] for a in row]
+    tops = [strongest_head(r)[2] for r in base_runs]
+    crossed = [(s, c) for s, c in zip(seeds, [_first_above(r, eps) for r in base_runs]) if c is not None]
+    rising = [s for s, r in zip(seeds, base_runs) if late_slope(r, key="alpha_by_head") > RISING]
+    n = len(base_runs)
+    return paragraph(
+        f"softmax baseline, {n} seeds",
+        f"At step 0 (untrained) the heads' first-token attention is {span(start)} against uniform attention's "
+        f"{num(uniform)}: "
+        + ("no head is above 1.5x uniform, the untrained model has no sink." if max(start) <= 1.5 * uniform else
+           "some head is already above 1.5x uniform before training."),
+        f"At the last step each seed's strongest head reaches {span(tops)};"
+        f" {len(crossed)} of {n} seeds have a head above eps = {eps:g}"
+        + (f" (first at step {', '.join(f'{c} in seed {s}' for s, c in crossed)})." if crossed else "."),
+        (f"The strongest head is still rising over the last quarter of training in seed(s) "
+         f"{_names([str(s) for s in rising])}: the budget catches the sink while it forms." if rising else
+         "No seed's strongest head is still rising over the last quarter of training."),
+        f"{claim_line(claim)}.",
+    )
+
+
+def _first_above(run: dict, eps: float) -> int | None:
+    hit = [c["step"] for c in run["checkpoints"] if np.max(c["alpha_by_head"]) > eps]
+    return int(hit[0]) if hit else None
+
+
+def active_dormant(ads: Sequence[Mapping]) -> str:
+    """Section 1, active-dormant probe: per seed's strongest head, BOS and t-1 weight on trigger vs other queries
+    (``holds``: BOS more than twice as much on other queries, t-1 more on triggers)."""
+    if not ads:
+        return paragraph("active and dormant", "Not measured: the training data has no trigger tokens.")
+    held = sum(bool(a["holds"]) for a in ads)
+    col = {k: [a[k] for a in ads] for k in ("bos_trigger", "bos_other", "prev_trigger", "prev_other",
+                                            "trigger_fraction")}
+    bos = compare(np.mean(col["bos_other"]), np.mean(col["bos_trigger"]), "more", "less", "as much")
+    prev = compare(np.mean(col["prev_trigger"]), np.mean(col["prev_other"]), "more", "less", "as much")
+    return paragraph(
+        f"active and dormant, {len(ads)} seeds",
+        f"In {held} of {len(ads)} seeds the strongest head is active-dormant as Guo et al. describe.",
+        f"On trigger queries ({pct(float(np.mean(col['trigger_fraction'])))} of them) it gives BOS "
+        f"{span(col['bos_trigger'])} and the token to copy (t-1) {span(col['prev_trigger'])}; on the other queries "
+        f"BOS gets {span(col['bos_other'])} ({bos} than on triggers) and t-1 {span(col['prev_other'])} "
+        f"(triggers give t-1 {prev}).",
+    )
+
+
+def attention_maps(own_heads: Mapping[str, Sequence], table: pd.DataFrame) -> str:
+    """Section 2: each variant's strongest head by row-normalised BOS share (first seed), and where rows that sum
+    to less than one send the rest (1 - mean row mass; sigmoid rows are unnormalised)."""
+    shares = {v: float(h[2]) for v, h in own_heads.items()}
+    hi, lo = max(shares, key=shares.get), min(shares, key=shares.get)
+    mass = {v: float(table.loc[v, ("attention row mass", "mean")]) for v in own_heads}
+    short = [f"{v} {num(1 - m)}" for v, m in mass.items() if v != "sigmoid" and m < 0.95]
+    return paragraph(
+        "each variant's own strongest head",
+        f"In the first seed, the strongest head's first-token share ranges from {num(shares[lo])} ({lo}) to {num(shares[hi])} ({hi}).",
+        (f"Averaged over seeds, rows that sum to less than one give part of each query's attention to no token: "
+         f"{_names(short)} (mean share of the row)." if short else "Every normalised variant's rows sum to about one."),
+        (f"Sigmoid rows are unnormalised: their mean row sum is {num(mass['sigmoid'])}." if "sigmoid" in mass
+         else ""),
+    )
+
+
+def loss_curves(table: pd.DataFrame, floor: float | None, baseline: str = "softmax") -> str:
+    """Section 3: softmax's final loss against the entropy floor, and every variant against softmax in pooled
+    seed sd's (above / within / below 2 sd's)."""
+    b = float(table.loc[baseline, ("val loss", "mean")])
+    groups: dict[str, list[str]] = {"above": [], "within": [], "below": []}
+    for v in table.index:
+        if v == baseline:
+            continue
+        d = float(table.loc[v, ("val loss", "mean")]) - b
+        sd = math.sqrt((table.loc[v, ("val loss", "sd")] ** 2 + table.loc[baseline, ("val loss", "sd")] ** 2) / 2)
+        sd = 0.0 if math.isnan(sd) else sd
+        side = "within" if abs(d) <= 2 * sd else "above" if d > 0 else "below"
+        groups[side].append(f"{v} ({d:+.3f})")
+    seeds = int(table.loc[baseline, ("seeds", "")])
+    return paragraph(
+        f"{seeds} seeds",
+        (f"Softmax ends {num(b - floor)} nats {compare(b, floor, 'above', 'below', 'at')} the task's entropy floor "
+         f"({num(b)} vs {num(floor)}): that gap is all any variant could win." if floor is not None else
+         f"Softmax ends at {num(b)} nats."),
+        f"More than 2 seed sd's above softmax at the end: {_names(groups['above'])}."
+        f" Within 2 sd's: {_names(groups['within'])}. More than 2 sd's below: {_names(groups['below'])}.",
+    )
+
+
+def final_metrics(table: pd.DataFrame, uniform: float, agreement: Sequence[str]) -> str:
+    """Section 4: which variants leave the first token the least / most attention, whether the model has massive
+    activations at all (Sun et al.: |h| > 100), and how many published directions the run agrees with."""
+    fa = table[("first-token attention", "mean")].astype(float)
+    lo, hi = fa.idxmin(), fa.idxmax()
+    act = table[("max activation", "mean")].astype(float)
+    agrees = sum(line.endswith("-> agrees.") for line in agreement)
+    return paragraph(
+        f"{int(table[('seeds', '')].iloc[0])} seeds",
+        f"First-token attention ranges from {num(fa[lo])} ({lo}) to {num(fa[hi])} ({hi}); uniform attention gives "
+        f"{num(uniform)}.",
+        f"The largest |h| is {span(act.tolist())} across variants: this model "
+        f"{'has' if act.max() > 100 else 'has no'} massive activations in Sun et al.'s sense (above 100)"
+        + ("" if act.max() > 100 else ", so the activation columns cannot test the papers' claims about outliers")
+        + ".",
+        (f"Against the published directions: {agrees} of {len(agreement)} comparisons agree." if agreement else
+         "No published number to compare a direction with."),
+    )
+
+
+def verdicts(claims: Sequence[Claim]) -> str:
+    """Section 5: the ``removes_sink`` claims grouped by verdict, with their per-seed outcomes and what the
+    untrained control said."""
+    removes = [c for c in claims if c.id.endswith("_removes_sink")]
+    grows = next((c for c in claims if c.id.endswith("_grows_sink")), None)
+    short = {c.id: c.id.split(".")[1].removesuffix("_removes_sink") for c in removes}
+    by = {h: [short[c.id] for c in removes if c.holds is h] for h in (True, False, None)}
+    n = len(grows.draws) if grows and grows.draws else 1
+    return paragraph(
+        f"{n} training seeds",
+        f"{claim_line(grows)}.",
+        f"Removes the sink in every seed: {_names(by[True])}.",
+        f"Does not, in every seed: {_names(by[False])}.",
+        f"Unsettled or not judgeable: {_names(by[None])}." if by[None] else "",
+        "On the untrained model (step 0) the softmax rule "
+        + ({True: "holds -- see its control note", False: "fails, as it should: the sink is learned",
+            None: "was not judged"}[grows.control if grows else None]) + ".",
+    )
+
+
+def bible_check(text_table: pd.DataFrame, text_uniform: float, claims: Sequence[Claim]) -> str:
+    """Section 6: does softmax grow a sink on Bible bytes (:func:`grows_sink`), and the convergence claims."""
+    fa = float(text_table.loc["softmax", ("first-token attention", "mean")])
+    grew = grows_sink(text_table, "softmax", text_uniform)
+    losses = ", ".join(f"{v} {num(float(text_table.loc[v, ('val loss', 'mean')]))}" for v in text_table.index)
+    return paragraph(
+        f"Bible bytes, {int(text_table.loc['softmax', ('seeds', '')])} seeds",
+        f"Softmax {'grows a' if grew else 'grows no'} first-token sink here: first-token attention {num(fa)}, "
+        f"{compare(fa, text_uniform, 'above', 'below', 'at')} the uniform {num(text_uniform)}, sink rate "
+        f"{pct(float(text_table.loc['softmax', ('sink rate', 'mean')]))}.",
+        f"Final validation loss: {losses}.",
+        " ".join(f"{claim_line(c)}." for c in claims),
+    )
