@@ -74,3 +74,25 @@ def test_cached_standin_is_a_real_llava_labelled_as_a_standin():
     assert "stand-in" in lm.label and "projector trained here" in lm.label
     log = stitch.training_log(stitch.standin_path())
     assert log["losses"][-1] < log["losses"][0] / 3  # the projector learned
+
+
+def test_each_seed_has_its_own_cache_folder():
+    keys = {stitch.StitchConfig(seed=s).key() for s in range(3)}
+    assert len(keys) == 3  # seeds 0, 1, 2 build into three folders
+
+
+def test_load_standin_takes_the_seeds_folder_and_says_so(tmp_path, monkeypatch):
+    lm, _ = tiny.loaded("llava")
+    folders = {s: tmp_path / str(s) for s in (0, 1)}
+    for s, folder in folders.items():
+        torch.manual_seed(s + 10)
+        fresh = type(lm.model)(lm.model.config)
+        fresh.save_pretrained(folder)
+    asked = []
+    monkeypatch.setattr(stitch, "standin_path", lambda config: asked.append(config.seed) or folders[config.seed])
+    other = stitch.load_standin(1, lm)
+    assert asked == [1] and "projector seed 1" in other.label and other.tokenizer is lm.tokenizer
+    reference = type(lm.model).from_pretrained(folders[1])
+    for (name, a), b in zip(other.model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert stitch.load_standin(0, lm).label == lm.label  # the default seed keeps the registry's label

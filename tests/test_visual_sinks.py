@@ -172,3 +172,97 @@ def test_compare_edits_and_digit_accuracy_run_through_the_processor_path(tiny_hu
     assert set(out.means) == {"as is", "sinks hidden", "random hidden", "VAR"} and len(out.random_draws) == 2
     assert out.sinks_per_image.shape == (3,) and out.masking()["random_draws"] == out.random_draws
     assert 0.0 <= vs.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0
+
+
+# ------------------------------------------------------------------------------------------ rules, draws, control
+def test_visual_sink_rule_transcribes_the_authors_dimprospector():
+    """seilk/VisAttnSink DimProspector.run_logic: |rmsnorm(h)| at the sink dims, max over them, > tau. Ours: >= tau
+    (the only difference, at phi == tau exactly)."""
+    h = torch.zeros(1, 3, 500)
+    h[0, :, 1:] = 0.1  # background
+    h[0, 0, 7] = 40.0  # a sink token in dim 7
+    h[0, 1, 9] = 3.0  # a mild token
+    dims, tau = [7, 9], 20.0
+    normed = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).abs()  # the authors' rmsnorm
+    theirs = torch.stack([normed[:, :, d] for d in dims], -1).max(-1).values > tau
+    assert torch.equal(vs.phi(h, dims) >= tau, theirs)
+    assert theirs[0].tolist() == [True, False, False]
+
+
+def test_sink_tokens_hold_needs_sinks_that_draw_more_attention():
+    assert vs.sink_tokens_hold([float("nan"), 0.0, 0.05], [3.0])
+    assert not vs.sink_tokens_hold([0.0, 0.0], [])  # no image token reaches tau (random weights)
+    assert not vs.sink_tokens_hold([0.1], [0.5])  # sinks that draw less attention than the rest
+
+
+def test_masking_must_beat_every_random_draw():
+    assert vs.masking_holds(0.01, [0.02, 0.05])
+    assert not vs.masking_holds(0.03, [0.02, 0.05])  # inside the random draws' range
+    assert not vs.masking_holds(0.267, [0.035, 0.065])  # the sinks hurt more than any random draw
+    assert not vs.masking_holds(0.0, [])
+
+
+def _profile(fraction_sinks: float = 0.5, received_sink: float = 4.0) -> vs.MllmProfile:
+    """A hand-built profile: 4 layers, 2 images of 4 image tokens; in layers >= 2 the first token of each image has
+    phi 30 (sink) when ``fraction_sinks`` > 0, the rest phi 1."""
+    L, B, P = 4, 2, 4
+    ph = torch.ones(L, B, P)
+    if fraction_sinks:
+        ph[:, :, 0] = 30.0
+    ph[:2] = float("nan")
+    received = torch.ones(L, B, P)
+    received[:, :, 0] = received_sink
+    return vs.MllmProfile((1, 5), torch.tensor([False, True, True, True, True, False]), 5,
+                          torch.full((L, 3), 1 / 3), ph, received, torch.zeros(L, 8), [3, 5])
+
+
+def _edits(sinks: float, randoms: list[float], var: float, profile=None) -> va.EditComparison:
+    means = {"as is": 1.0, "sinks hidden": 1.0 + sinks, "random hidden": 1.0 + sum(randoms) / len(randoms),
+             "VAR": var}
+    return va.EditComparison(means, [1.0 + r for r in randoms], torch.ones(2), profile)
+
+
+def test_claims_record_what_they_follow_and_that_training_makes_them():
+    claims = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=True)
+    assert [c.holds for c in claims] == [True, True, True]
+    for c in claims:
+        assert c.follows and c.at_init is False and c.adapted
+    assert "seilk/VisAttnSink:src/logic/logic.py:DimProspector.run_logic" in claims[0].follows
+    assert "VARProcessor.attn_redist" in claims[2].follows
+
+
+def test_claims_over_stand_in_seeds_hold_only_when_every_seed_agrees():
+    agree = [va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), True) for _ in range(3)]
+    out = va.claims_over_draws(agree, "3 stand-ins")
+    assert [c.holds for c in out] == [True, True, True] and all(c.draws == (True,) * 3 for c in out)
+    flip = agree[:2] + [va.edit_claims(_profile(), _edits(0.5, [0.02, 0.03], 1.1), True)]
+    out = {c.id: c for c in va.claims_over_draws(flip, "3 stand-ins")}
+    assert out["kang2025.visual_sink_tokens_exist"].holds is True
+    for cid in ("kang2025.masking_sinks_is_harmless", "kang2025.var_helps"):
+        assert out[cid].holds is None and out[cid].draws == (True, True, False)
+        assert "unsettled: 2 of 3" in out[cid].note
+    assert out["kang2025.masking_sinks_is_harmless"].spread["values"] == pytest.approx([0.01, 0.01, 0.5])
+
+
+def test_no_sink_means_no_verdict_on_the_edits():
+    claims = va.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=True)
+    assert [c.holds for c in claims] == [False, None, None]
+
+
+def test_random_weight_control_has_no_visual_sinks():
+    """The control the notebook runs (random_weights of the model): a randomly initialised LM has no sink
+    dimension, so no image token reaches phi >= 20 and the claim fails, as Kang et al.'s at_init=False says."""
+    from sinklib.models.random_init import random_weights
+
+    lm, inputs = tiny.loaded("llava")
+    control = random_weights(lm, seed=0)
+    prof = vs.profile_mllm(control.model, inputs)
+    claim = vs.visual_sink_claims(prof, None, None, standin=True)[0]
+    assert claim.holds is False and claim.at_init is False
+
+
+def test_one_run_is_recorded_as_it_is():
+    claims = va.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=False)
+    out = va.claims_over_draws([claims], "one model")
+    assert [c.holds for c in out] == [c.holds for c in claims] and all(c.draws_of == "one model" for c in out)
+    assert out[1].note == claims[1].note  # "no visual sink token", not an "unsettled" count

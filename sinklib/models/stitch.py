@@ -240,3 +240,26 @@ def standin_path(config: StitchConfig | None = None) -> Path:
 
     config = config or StitchConfig()
     return build_once(f"llava-standin-{config.key()}", lambda out: build_standin(out, config))
+
+
+def trained_seed(folder: Path) -> int:
+    """The seed a cached stand-in's projector was trained with (its ``stitch.json``)."""
+    return int(training_log(Path(folder))["config"]["seed"])
+
+
+def load_standin(seed: int, like):
+    """The stand-in whose projector was trained with ``seed`` (:func:`standin_path` of ``StitchConfig(seed=seed)``,
+    built on first use), as a :class:`sinklib.core.loaded.LoadedModel` on ``like``'s device and dtype.
+
+    ``like``: the stand-in as :func:`sinklib.models.load.load_model` returns it (``"llava-standin"``); every stand-in
+    shares its towers, tokenizer and shape facts, only the projector differs, so those are taken from it. The label
+    names the seed when it is not the default configuration's, so a figure never mixes two stand-ins up.
+    """
+    from dataclasses import replace
+
+    from transformers import AutoModelForImageTextToText
+
+    config = StitchConfig(seed=seed)
+    model = AutoModelForImageTextToText.from_pretrained(standin_path(config), dtype=like.dtype)
+    label = like.spec.label if seed == StitchConfig().seed else f"{LABEL[:-1]}, projector seed {seed})"
+    return replace(like, model=model.to(like.device).eval(), spec=replace(like.spec, label=label))

@@ -43,6 +43,7 @@ class TourSizes:  # 00_tour
     map_seq_len: int  # tokens shown in attention-map figures
     context_lengths: tuple[int, ...]  # long-context sink statistics (O(N) memory path)
     context_windows: int  # natural windows per context length (~2 min each on 2 cores for SmolLM2 up to 8k tokens)
+    control_seqs: int  # sequences per input type for the random-weight control (and per extra random-token draw)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class UtilizationSizes:  # 01_utilization
     stream_chunk: int  # tokens fed per step when streaming (1 = token by token, as the paper)
     recompute_points: int  # positions evaluated for the sliding-window-with-recompute baseline
     decode_tokens: int  # generated tokens for the decode-cost curves
+    control_tokens: int  # stream length for the random-weight controls (short: they must stay cheap)
+    control_budget: int  # cache budget of the random-weight controls
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class InterpretationSizes:  # 02_interpretation
     eval_seqs: int  # held-out windows for perplexity under Sun et al.'s interventions
     eval_seq_len: int
     lambdas: tuple[float, ...]  # variance-amplification sweep
+    control_seqs: int = 8  # random-weight control: windows / random sequences for every analysis
+    draws: int = 3  # seeds of random tokens for the variance discrepancy (its input is a random draw)
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,9 @@ class LlmSizes:  # 10_llm
     placement_seqs: int  # windows for where the mass sits, position or token, chat template
     context_lengths: tuple[int, ...]  # alpha_0 against context length (O(N) statistics)
     context_windows: int
-    draw_seqs: int = 0  # random-token sequences and windows in each of the two extra draws (seeds seed+1, seed+2)
-    control_seqs: int = 0  # sequences per input on the random-weight control (0: no control)
+    draw_seqs: int = 0  # random-token sequences in each of the two extra draws (seeds seed+1, seed+2)
+    draw_windows: int = 0  # Bible windows in each extra draw (delimiter, position or token); 0: draw_seqs
+    control_seqs: int = 0  # sequences per input on the random-weight control
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class MoeSizes:  # 11_moe
     eval_seq_len: int
     random_draws: int  # random-expert controls per pruning
     control_seqs: int  # windows routed / pruned on the random-weight control (forwards only)
+    draw_seqs: int  # windows of each extra draw (seeds seed + 1, seed + 2) for the super-expert claim
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class VitSizes:  # 13_vit
     probe_digits: int  # scikit-learn digits for the linear probe
     probe_size: int  # px the 8 x 8 digits are upscaled to
     register_neurons: int  # top (layer, neuron) pairs moved onto the test-time register
+    control_image_size: int  # px of the photos on the random-weight control (forwards only)
 
 
 @dataclass(frozen=True)
@@ -172,51 +180,59 @@ PROFILES: dict[str, Profile] = {
 SIZES: dict[str, dict[str, object]] = {
     "00_tour": {
         "smoke": TourSizes(num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16, context_lengths=(64, 256),
-                           context_windows=2),
+                           context_windows=2, control_seqs=4),
         "cpu": TourSizes(num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
-                         context_lengths=(256, 512, 1024, 2048, 4096, 8192), context_windows=2),
+                         context_lengths=(256, 512, 1024, 2048, 4096, 8192), context_windows=2, control_seqs=25),
         "gpu": TourSizes(num_seqs=100, seq_len=64, batch_size=10, map_seq_len=32,
-                         context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), context_windows=4),
+                         context_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), context_windows=4,
+                         control_seqs=100),
     },
     "01_utilization": {
         "smoke": UtilizationSizes(batch_size=8, probe_seqs=8, eval_seqs=4, eval_seq_len=64, stream_tokens=160,
-                                  cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24),
+                                  cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24,
+                                  control_tokens=64, control_budget=16),
         "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=32, eval_seq_len=256, stream_tokens=3072,
-                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=512),
+                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=512,
+                                control_tokens=256, control_budget=64),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=65536,
-                                cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192),
+                                cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192,
+                                control_tokens=4096, control_budget=256),
     },
     "02_interpretation": {
         "smoke": InterpretationSizes(batch_size=8, probe_seqs=8, seq_len=32, eval_seqs=4, eval_seq_len=64,
-                                     lambdas=(1.0, 8.0, 64.0)),
+                                     lambdas=(1.0, 8.0, 64.0), control_seqs=4),
         "cpu": InterpretationSizes(batch_size=20, probe_seqs=32, seq_len=64, eval_seqs=32, eval_seq_len=256,
-                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
+                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0), control_seqs=8),
         "gpu": InterpretationSizes(batch_size=10, probe_seqs=64, seq_len=64, eval_seqs=64, eval_seq_len=1024,
-                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)),
+                                   lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0), control_seqs=16),
     },
     "10_llm": {
         "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
-                          context_lengths=(64, 128), context_windows=1, draw_seqs=2, control_seqs=2),
+                          context_lengths=(64, 128), context_windows=1, draw_seqs=2, draw_windows=2,
+                          control_seqs=2),
         "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=32, seq_len=64, batch_size=16, placement_seqs=16,
-                        context_lengths=(256, 1024, 2048), context_windows=1, draw_seqs=8, control_seqs=4),
+                        context_lengths=(256, 1024, 2048), context_windows=1, draw_seqs=8, draw_windows=4,
+                        control_seqs=2),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
-                        context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100, control_seqs=16),
+                        context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100,
+                        draw_windows=100, control_seqs=16),
     },
     "11_moe": {
         "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
-                          random_draws=1, control_seqs=2),
+                          random_draws=1, control_seqs=2, draw_seqs=2),
         "cpu": MoeSizes(models=("smollm2-moe",), num_seqs=32, seq_len=64, batch_size=8, eval_seqs=8, eval_seq_len=256,
-                        random_draws=3, control_seqs=4),
+                        random_draws=3, control_seqs=4, draw_seqs=4),
         "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
-                        random_draws=5, control_seqs=16),
+                        random_draws=5, control_seqs=16, draw_seqs=32),
     },
     "13_vit": {
         "smoke": VitSizes(models=("dinov2-s",), image_size=112, photos=("astronaut", "coffee"), batch_size=4,
-                          probe_digits=60, probe_size=56, register_neurons=3),
+                          probe_digits=60, probe_size=56, register_neurons=3,
+                          control_image_size=56),
         "cpu": VitSizes(models=("dinov2-s",), image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=600,
-                        probe_size=112, register_neurons=5),
+                        probe_size=112, register_neurons=5, control_image_size=98),
         "gpu": VitSizes(models=VIT_MODELS, image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=1797,
-                        probe_size=224, register_neurons=10),
+                        probe_size=224, register_neurons=10, control_image_size=224),
     },
     "12_mllm": {
         "smoke": MllmSizes(models=("llava-standin",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
@@ -228,7 +244,7 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),
-        "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=2, text_check=replace(_TRAIN_CPU, data="bible")),
+        "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=3, text_check=replace(_TRAIN_CPU, data="bible")),
         "gpu": MitigationSizes(train=_TRAIN_GPU, train_seeds=4, text_check=None),
     },
 }

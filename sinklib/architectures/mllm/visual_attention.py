@@ -7,7 +7,7 @@ seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -18,13 +18,16 @@ from sinklib.architectures.mllm.visual_sinks import (
     KANG_RHO,
     KANG_SUMM,
     KANG_TAU,
+    MllmProfile,
     caption_inputs,
     caption_nll,
     phi,
     profile_mllm,
     random_like,
     sink_union,
+    visual_sink_claims,
 )
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.intervention import Intervention
 from sinklib.core.switch import eager_for
 
@@ -160,6 +163,7 @@ class EditComparison:
     means: dict[str, float]  # "as is", "sinks hidden", "random hidden" (mean over draws), "VAR"
     random_draws: list[float]
     sinks_per_image: torch.Tensor  # (N,)
+    profile: MllmProfile | None = None  # the first batch's profile (sinks found with the given dims)
 
     def masking(self) -> dict:
         """The ``masking`` argument of :func:`sinklib.architectures.mllm.visual_sinks.visual_sink_claims`."""
@@ -174,10 +178,11 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
     draws; draw r of the batch starting at i is seeded ``seed + 1000 r + i``), and with VAR."""
     nll: dict[str, list[torch.Tensor]] = {"as is": [], "sinks hidden": [], "VAR": []}
     random_runs: list[list[torch.Tensor]] = [[] for _ in range(draws)]
-    n_sinks = []
+    n_sinks, first = [], None
     for i in range(0, len(pictures), batch_size):
         x, y = caption_inputs(lm, pictures[i:i + batch_size], captions[i:i + batch_size])
         p = profile_mllm(lm.model, x, dims=dims)
+        first = p if first is None else first
         union = sink_union(p)
         n_sinks.append(union.sum(-1).float())
         keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
@@ -193,4 +198,24 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
     random_means = [torch.cat(v).mean().item() for v in random_runs]
     means = {"as is": mean["as is"], "sinks hidden": mean["sinks hidden"],
              "random hidden": sum(random_means) / len(random_means), "VAR": mean["VAR"]}
-    return EditComparison(means, random_means, torch.cat(n_sinks))
+    return EditComparison(means, random_means, torch.cat(n_sinks), first)
+
+
+def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool) -> list[Claim]:
+    """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits."""
+    return visual_sink_claims(profile, edits.masking(), {"none": edits.means["as is"], "VAR": edits.means["VAR"]},
+                              standin)
+
+
+def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
+    """Each claim judged over the draws ``runs`` (one list of :func:`edit_claims` per stand-in seed, the run's own
+    seed first) with :func:`sinklib.core.claims.over_draws`: it holds (fails) only when every draw holds (fails),
+    else it is unsettled. The spread recorded: the sinks' share of image tokens, the NLL increase with the sinks
+    hidden, VAR's change of the NLL. One run: its claims as they are (the Recorder records one evaluation)."""
+    if len(runs) == 1:
+        return [replace(c, draws_of=draws_of) for c in runs[0]]
+    keys = {"kang2025.visual_sink_tokens_exist": lambda c: c.measured["max fraction of image tokens"],
+            "kang2025.masking_sinks_is_harmless": lambda c: c.measured["delta NLL sinks"],
+            "kang2025.var_helps": lambda c: c.measured["VAR"] - c.measured["none"]}
+    return [over_draws([run[i] for run in runs], draws_of, key=keys.get(claim.id))
+            for i, claim in enumerate(runs[0])]

@@ -138,17 +138,41 @@ def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = No
 SOURCE = "Kang et al., See What You Are Told: Visual Attention Sink in LMMs, ICLR 2025, arXiv 2503.03321"
 
 
+CODE = "seilk/VisAttnSink:src/logic/logic.py"
+FOLLOWS_SINKS = (f"Sec. 3 (phi(x) = max_d |x_d| / RMS(x) >= tau = 20 over the sink dims, layers >= 2); "
+                 f"{CODE}:DimProspector.run_logic")
+FOLLOWS_MASKING = ("Sec. 3.2 (masking visual sink tokens vs random image tokens); no public code for the masking "
+                   "experiment (seilk/VisAttnSink:src/model/llava.py passes a masking_vis_idx hook but never sets it)")
+FOLLOWS_VAR = (f"Sec. 4 (VAR: image-centric heads, then redistribution) and Tables 1-3 (rho = 0.5, summ = 0.2, p = 0.6); {CODE}:HeadFork.run_logic, "
+               f"{CODE}:VARProcessor.attn_redist")
+
+
+def sink_tokens_hold(fractions: Sequence[float], ratios: Sequence[float]) -> bool:
+    """Kang et al.'s visual sink tokens exist: some image token reaches phi >= tau in a layer >= 2 (a fraction > 0)
+    and, averaged over the layers that have both kinds, sinks receive more text attention than non-sink image tokens
+    (mean ratio > 1)."""
+    return bool(any(f > 0 for f in fractions) and ratios and sum(ratios) / len(ratios) > 1)
+
+
+def masking_holds(d_sink: float, d_random: Sequence[float]) -> bool:
+    """Hiding the visual sinks is harmless next to hiding as many random image tokens: the caption NLL increase with
+    the sinks hidden is below that of *every* random draw (d_sink < min_r d_random[r]); one draw: d_sink < d_random."""
+    return bool(d_random) and d_sink < min(d_random)
+
+
 def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, var: dict[str, float] | None,
                        standin: bool) -> list[Claim]:
-    """Kang et al.'s claims judged on one model.
+    """Kang et al.'s claims judged on one model (one stand-in seed).
 
-    * ``kang2025.visual_sink_tokens_exist``: some image tokens carry the LM's sink dimensions (phi >= 20) in the
-      layers from 2 on and receive more attention than other image tokens. Rule: a nonzero fraction of image
-      tokens are sinks and they receive more attention than non-sinks (mean over layers with both).
-    * ``kang2025.masking_sinks_is_harmless``: hiding the visual sink tokens from the text raises the caption loss
-      less than hiding as many random image tokens. masking: {"none", "sinks", "random"} mean caption NLL, and
-      optionally "random_draws": the mean NLL of each random draw (their range is reported beside the verdict).
+    * ``kang2025.visual_sink_tokens_exist`` (:func:`sink_tokens_hold`): some image tokens carry the LM's sink
+      dimensions (phi >= 20) in the layers from 2 on and receive more attention than the other image tokens.
+    * ``kang2025.masking_sinks_is_harmless`` (:func:`masking_holds`): hiding the visual sink tokens from the text
+      raises the caption loss less than hiding as many random image tokens, in every random draw. masking:
+      {"none", "sinks", "random"} mean caption NLL, and optionally "random_draws": the mean NLL of each random draw.
     * ``kang2025.var_helps``: VAR lowers the caption NLL (the paper: benchmark accuracy; here likelihood).
+
+    All three are effects of training (``at_init=False``): a randomly initialised LM has no sink dimension for an
+    image token to carry.
     """
     frac = [f for f in profile.sink_fraction() if f == f]  # drop the NaN layers
     ratio = [r for r in profile.received_ratio() if r is not None]
@@ -161,22 +185,28 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
         published={"sink dims (LLaVA-1.5-7B)": [1415, 2533], "tau": KANG_TAU},
         measured={"sink dims": profile.dims, "max fraction of image tokens": max(frac, default=0.0),
                   "attention received, sink / non-sink": (sum(ratio) / len(ratio)) if ratio else None},
-        holds=bool(has and ratio and sum(ratio) / len(ratio) > 1), note=note)]
+        holds=sink_tokens_hold(frac, ratio), note=note, follows=FOLLOWS_SINKS,
+        adapted="phi >= tau (the authors' code: phi > tau); sink dims found from the first token's hidden states "
+                "(the paper: the LM's known massive-activation dims); the attention-received comparison is ours",
+        at_init=False)]
     if masking is not None:
         d_sink, d_rand = masking["sinks"] - masking["none"], masking["random"] - masking["none"]
-        draws = [d - masking["none"] for d in masking.get("random_draws", [])]
+        draws = [d - masking["none"] for d in masking.get("random_draws", [])] or [d_rand]
+        inside = min(draws) <= d_sink <= max(draws)
         spread = (f"; the random draws' increases span {min(draws):.4f}..{max(draws):.4f}, "
-                  f"{'and' if min(draws) <= d_sink <= max(draws) else 'but'} the sinks' "
-                  f"{'lies inside' if min(draws) <= d_sink <= max(draws) else 'lies outside'} that range") if draws else ""
+                  f"{'and' if inside else 'but'} the sinks' {'lies inside' if inside else 'lies outside'} that range")
         claims.append(Claim(
             id="kang2025.masking_sinks_is_harmless", source=f"{SOURCE}, Sec. 3.2",
             statement="hiding the visual sink tokens changes the output less than hiding as many random image tokens",
-            rule="caption NLL increase with the sinks hidden < with the same number of random image tokens hidden",
+            rule="caption NLL increase with the sinks hidden < with the same number of random image tokens hidden, "
+                 "in every random draw",
             published="masking visual sinks: little change; random tokens: larger drop",
             measured={"delta NLL sinks": d_sink, "delta NLL random": d_rand,
-                      **({"delta NLL random, min..max": [min(draws), max(draws)]} if draws else {})},
-            holds=None if not has else d_sink < d_rand,
-            note=(note or ("" if has else "no visual sink token")) + spread))
+                      "delta NLL random, min..max": [min(draws), max(draws)]},
+            holds=None if not has else masking_holds(d_sink, draws),
+            note=(note or ("" if has else "no visual sink token")) + spread, follows=FOLLOWS_MASKING,
+            adapted="caption NLL of held-out captions instead of benchmark accuracy; the sinks must beat every "
+                    "random draw", at_init=False))
     if var is not None:
         claims.append(Claim(
             id="kang2025.var_helps", source=f"{SOURCE}, Tables 1-3",
@@ -185,7 +215,10 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
             rule="caption NLL with VAR < without (the paper measures benchmark accuracy of instruction-tuned LMMs)",
             published="+0.5 to +3 points on general, hallucination and vision-centric benchmarks",
             measured=var, holds=None if not has else var["VAR"] < var["none"],
-            note=(note + "; " if note else "") + "likelihood of held-out captions, not the paper's benchmarks"))
+            note=(note + "; " if note else "") + ("" if has else "no visual sink token; ")
+                 + "likelihood of held-out captions, not the paper's benchmarks",
+            follows=FOLLOWS_VAR, adapted="caption NLL of a teacher-forced caption (one forward) instead of "
+                                         "benchmark accuracy of generated answers", at_init=False))
     return claims
 
 
