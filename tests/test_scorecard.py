@@ -80,3 +80,12 @@ def test_table_shows_draws_and_control_and_flags_a_contradiction(tmp_path):
     text = scorecard.format_table(rows)
     assert "unsettled: 2 of 3 draws hold" in text and "holds (paper: fails) -- CONTRADICTS the paper" in text
     assert scorecard.to_json(rows)["controls_contradicting"] == ["c.noise (SmolLM2-135M-Instruct)"]
+
+
+def test_an_old_schema_claims_file_is_left_out_with_a_warning_not_a_crash(tmp_path, capsys):
+    root = _figures(tmp_path)
+    (root / "03_old").mkdir()
+    (root / "03_old" / "claims.json").write_text(json.dumps({"schema": 1, "notebook": "03_old", "claims": []}))
+    rows = scorecard.collect(root)
+    assert [r.notebook for r in rows] == ["00_a", "00_a", "11_b"]
+    assert "make figures NOTEBOOKS=03" in capsys.readouterr().err

@@ -244,7 +244,11 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
     if rendered.exists():
         meta.append(f"<a href='{stem}/{rendered.name}'>executed notebook</a>")
     meta.append(f"<a href='{stem}/claims.json'>claims.json</a>" if (folder / "claims.json").exists() else "")
-    claims = claims_io.load(folder / "claims.json") if (folder / "claims.json").exists() else []
+    try:
+        claims = claims_io.load(folder / "claims.json") if (folder / "claims.json").exists() else []
+    except ValueError as err:  # written by another sinklib version: say so, show the figures anyway
+        claims = []
+        meta.append(f"<b>claims not shown</b>: {_esc(err)}")
     held = sum(c.holds is True for c in claims)
     parts = [f"<section id='{stem}'><h2>{_esc(text['title'])}</h2>",
              f"<p class='meta'>{' · '.join(m for m in meta if m)}</p>"]

@@ -89,11 +89,20 @@ def _paper(source: str) -> str:
 
 
 def collect(figures_dir: str | Path) -> list[Row]:
-    """Every ``<figures_dir>/<notebook>/claims.json``, in notebook order."""
+    """Every ``<figures_dir>/<notebook>/claims.json``, in notebook order. A file another sinklib version wrote (an
+    older claims schema) is left out with a one-line warning that says which notebook to re-run: the scorecard of
+    the others still builds."""
+    import sys
+
     rows = []
     for path in sorted(Path(figures_dir).glob("*/claims.json")):
         notebook = path.parent.name
-        for c in claims_io.load(path):
+        try:
+            records = claims_io.load(path)
+        except ValueError as err:
+            print(f"warning: {err}; left out of the scorecard", file=sys.stderr)
+            continue
+        for c in records:
             rows.append(Row(
                 notebook=notebook, id=c.id, paper=_paper(c.source), source=c.source, statement=c.statement,
                 published=c.published, measured=c.measured, model=c.model, profile=c.profile, verdict=c.verdict(),
