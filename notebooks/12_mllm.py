@@ -57,6 +57,7 @@ out_dir = "../figures/12_mllm"
 
 # %%
 import gc
+import math
 import time
 from dataclasses import replace
 
@@ -192,9 +193,11 @@ print({k: round(v, 4) for k, v in means.items()}, "random draws:", [round(v, 4) 
 
 
 def changes(e: visual_attention.EditComparison) -> dict[str, float]:
-    """NLL changes against "as is": sinks hidden, random tokens hidden (mean of the draws), VAR."""
+    """NLL changes against "as is": sinks hidden, random tokens hidden (mean of the draws), VAR; and the largest
+    image-token phi of the stand-in (how close it comes to the threshold when it has no visual sink)."""
     return {"sinks": e.means["sinks hidden"] - e.means["as is"], "random": e.means["random hidden"] - e.means["as is"],
-            "VAR": e.means["VAR"] - e.means["as is"]}
+            "VAR": e.means["VAR"] - e.means["as is"],
+            "max_phi": float(torch.nan_to_num(e.profile.phi, nan=0).max()) if e.profile is not None else math.nan}
 
 
 runs, per_seed = [visual_attention.edit_claims(prof, edits, standin)], {run.seed: changes(edits)}

@@ -58,6 +58,10 @@ def test_seeds_lists_each_stand_in_only_when_there_are_several():
     two = tk.seeds({0: {"sinks": 0.267, "random": 0.05, "VAR": -0.009}, 1: {"sinks": 0.1, "random": 0.2, "VAR": 0.01}})
     assert "seed 0: sinks +0.267" in two and "VAR -0.00900" in two and "seed 1" in two
     assert tk.seeds({0: {"sinks": 0.1, "random": 0.2, "VAR": 0.0}}) == ""
+    assert "No image token" not in two
+    none = tk.seeds({0: {"sinks": 0.2, "random": 0.05, "VAR": 0.0, "max_phi": 23.0},
+                     1: {"sinks": 0.0, "random": 0.0, "VAR": 0.0, "max_phi": 18.4}})
+    assert "No image token reaches phi >= 20 on seed 1 (largest phi 18.4)" in none and "seed 0 (" not in none
 
 
 def test_edits_say_why_the_control_could_not_judge_the_edits():

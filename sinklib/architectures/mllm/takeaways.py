@@ -122,12 +122,21 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
         f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged else "")
 
 
-def seeds(runs: Mapping[int, Mapping[str, float]]) -> str:
+def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0) -> str:
     """The stand-ins behind the draws: per projector seed, the NLL increase with the sinks hidden, the mean random
-    draw's, and VAR's change. runs: seed -> {"sinks", "random", "VAR"} (NLL changes against "as is")."""
+    draw's, and VAR's change; and, for a stand-in without visual sinks, how close its largest image-token phi came
+    to ``tau``. runs: seed -> {"sinks", "random", "VAR"} (NLL changes against "as is"), optionally "max_phi"."""
     if len(runs) < 2:
         return ""
     parts = [f"seed {s}: sinks {'+' if r['sinks'] >= 0 else ''}{num(r['sinks'])}, random "
              f"{'+' if r['random'] >= 0 else ''}{num(r['random'])}, VAR {'+' if r['VAR'] >= 0 else ''}{num(r['VAR'])}"
              for s, r in runs.items()]
-    return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".")
+    below = {s: r["max_phi"] for s, r in runs.items() if "max_phi" in r and not math.isnan(r["max_phi"])
+             and r["max_phi"] < tau}
+    why = ""
+    if below:
+        why = ("No image token reaches phi >= " + num(tau) + " on "
+               + ", ".join(f"seed {s} (largest phi {num(v)})" for s, v in below.items())
+               + ": the same language model, a projector trained from another seed, and the image tokens stay just "
+                 "under the threshold -- so with nothing to hide, its masking and VAR draws are not judged.")
+    return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".", why)
