@@ -36,3 +36,12 @@ def test_all_experts_at_equal_weight_equal_the_dense_model(tiny):
     torch.testing.assert_close(moe(ids).logits, tiny.model(ids).logits, atol=1e-4, rtol=1e-4)
     fitted = upcycle.upcycle(tiny.model, ids, n_experts=4, top_k=2)  # half the experts: close, not equal
     assert not torch.allclose(fitted(ids).logits, tiny.model(ids).logits, atol=1e-3)
+
+
+def test_stand_in_seeds_have_their_own_cache_folders_and_the_recipe_seed_is_the_registry_one():
+    from sinklib.models import upcycle
+
+    assert upcycle.standin_name(upcycle.STANDIN_RECIPE["seed"]) == "smollm2-moe"
+    assert upcycle.standin_name(1) == "smollm2-moe-s1" != upcycle.standin_name(2)
+    like = object()
+    assert upcycle.load_standin(upcycle.STANDIN_RECIPE["seed"], like, dense=None) is like  # nothing rebuilt

@@ -123,16 +123,42 @@ STANDIN_RECIPE = {"base": "smollm2-135m", "n_experts": 8, "top_k": 6, "router_sc
                   "calib_len": 256, "seed": 0}
 
 
-def build_standin(target: Path, dense: LoadedModel) -> None:
+def build_standin(target: Path, dense: LoadedModel, seed: int | None = None) -> None:
     """Upcycle ``dense`` (the offline SmolLM2, ``STANDIN_RECIPE["base"]`` loaded on the CPU in float32, handed in by
-    :func:`sinklib.models.load.load_model`) with :data:`STANDIN_RECIPE` (Bible *train* split) and save model +
-    tokenizer."""
+    :func:`sinklib.models.load.load_model`) with :data:`STANDIN_RECIPE` (Bible *train* split; ``seed``: another seed
+    for the calibration windows and the neuron grouping) and save model + tokenizer."""
     from sinklib.core.data import text_windows
 
-    r = STANDIN_RECIPE
+    r = STANDIN_RECIPE if seed is None else {**STANDIN_RECIPE, "seed": seed}
     calib = text_windows(dense.tokenizer, r["calib_windows"], r["calib_len"], r["seed"], split="train")
     print(f"[sinklib] upcycling {r['base']} into {STANDIN} ({r['n_experts']} experts, top-{r['top_k']}; once)")
     moe = upcycle(dense.model, calib, r["n_experts"], r["top_k"], r["router_scale"], r["seed"])
     moe.config.sinklib_standin = {"label": STANDIN_LABEL, **r}
     moe.save_pretrained(target)
     dense.tokenizer.save_pretrained(target)
+
+
+def standin_name(seed: int) -> str:
+    """The cache folder of the stand-in built with ``seed``: the registry's ``smollm2-moe`` for the recipe's seed."""
+    return STANDIN if seed == STANDIN_RECIPE["seed"] else f"{STANDIN}-s{seed}"
+
+
+def load_standin(seed: int, like: LoadedModel, dense) -> LoadedModel:
+    """The stand-in upcycled with ``seed`` (its own calibration windows and neuron grouping; built once into
+    ``<cache>/converted/smollm2-moe-s<seed>``), on ``like``'s device and dtype, labelled with its seed.
+
+    ``like``: the registry stand-in as :func:`sinklib.models.load.load_model` returns it (its tokenizer and shape
+    facts are shared). ``dense``: a function returning the dense base (``STANDIN_RECIPE["base"]`` on the CPU in
+    float32), called only when this seed's stand-in is not cached yet."""
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM
+
+    from sinklib.models.conversion import build_once
+
+    if seed == STANDIN_RECIPE["seed"]:
+        return like
+    path = build_once(standin_name(seed), lambda out: build_standin(out, dense(), seed=seed))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=like.dtype).to(like.device).eval()
+    label = f"{STANDIN_LABEL[:-1]}, upcycling seed {seed})"
+    return replace(like, model=model, spec=replace(like.spec, label=label))
