@@ -318,7 +318,8 @@ def benchmark_section(root: Path) -> str:
 
 # ---------------------------------------------------------------- the page
 def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[str]:
-    """Every model the notebooks ran on (headline labels and every claim's model, random-weight controls left out),
+    """Every model the notebooks ran on (headline labels and every claim's model -- stand-ins and models trained here
+    included, random-weight controls left out),
     as escaped HTML, each with how its weights were made where the registry knows (e.g. "Q4_1 GGUF dequantised to
     float32" for the CPU profile's language models)."""
     from sinklib.core import claims as claims_io
@@ -331,7 +332,7 @@ def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[
                 labels |= {c.model for c in claims_io.load(folder / "claims.json") if c.model}
             except (ValueError, TypeError):  # an older schema: its headline label is enough
                 pass
-    labels = {m for m in labels if "random weights" not in m and "trained here" not in m}
+    labels = {m for m in labels if "random weights" not in m}  # controls are not models the notebooks study
     how = {spec.label: spec.description.split(";")[-1].strip() for spec in REGISTRY.values() if spec.source == "gguf"}
     return [_esc(m) + (f" <span class='meta'>({_esc(how[m])})</span>" if m in how else "") for m in sorted(labels)]
 
