@@ -56,9 +56,7 @@ from sinklib.architectures.moe import moe_plots, moe_sinks
 from sinklib.architectures.moe import takeaways as moe_takeaways
 from sinklib.architectures.moe.super_experts import super_experts
 from sinklib.core import plotting, takeaways
-from sinklib.core.claims import over_draws
 from sinklib.core.data import text_windows
-from sinklib.models import upcycle
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
@@ -134,19 +132,8 @@ control = random_weights(lm, seed=run.seed)
 control_ids = ids[:run.control_seqs]
 control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
 control_supers = super_experts(control_route.output_max)
-draws = [moe_sinks.super_experts_claim(route.output_max, note=note)]
-rebuilt = lm.spec.source == "upcycled"  # a stand-in's construction is a draw too: rebuild it with each seed
-for draw_seed in (run.seed + 1, run.seed + 2):  # the windows are a draw: two more, smaller ones
-    draw_ids = text_windows(lm.tokenizer, run.draw_seqs, run.seq_len, draw_seed, split="heldout")
-    other = upcycle.load_standin(draw_seed, lm, dense=lambda: load_model(upcycle.STANDIN_RECIPE["base"], device="cpu",
-                                                                         dtype="float32")) if rebuilt else lm
-    draws.append(moe_sinks.super_experts_claim(moe_sinks.routing(other, draw_ids, batch_size=run.batch_size)
-                                               .output_max, note=note))
-    del other
-what = "stand-ins upcycled with seeds" if rebuilt else "draws of held-out windows (seeds"
-se_claim = record.add(over_draws(draws, f"3 {what} {run.seed}-{run.seed + 2}{'' if rebuilt else ')'}, each routing "
-                                        f"its own held-out windows ({len(ids)}, {run.draw_seqs} and {run.draw_seqs})",
-                                 key=lambda c: c.measured["effect size"]),
+se_claim = record.add(moe_sinks.super_experts_over_draws(lm, route.output_max, len(ids), run.seed, run.draw_seqs,
+                                                         run.seq_len, run.batch_size, note),
                       control=moe_sinks.super_experts_claim(control_route.output_max, note=note))
 print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {len(control_supers)} on random weights; "
       f"effect size {se_claim.measured['effect size']:,.1f} here, {se_claim.control_measured['effect size']:,.2f} on "

@@ -57,7 +57,6 @@ out_dir = "../figures/12_mllm"
 
 # %%
 import gc
-import math
 import time
 from dataclasses import replace
 
@@ -192,15 +191,7 @@ print(f"visual sink tokens per image: mean {n_sinks.mean():.1f} of {n_image} (mi
 print({k: round(v, 4) for k, v in means.items()}, "random draws:", [round(v, 4) for v in random_means])
 
 
-def changes(e: visual_attention.EditComparison) -> dict[str, float]:
-    """NLL changes against "as is": sinks hidden, random tokens hidden (mean of the draws), VAR; and the largest
-    image-token phi of the stand-in (how close it comes to the threshold when it has no visual sink)."""
-    return {"sinks": e.means["sinks hidden"] - e.means["as is"], "random": e.means["random hidden"] - e.means["as is"],
-            "VAR": e.means["VAR"] - e.means["as is"],
-            "max_phi": float(torch.nan_to_num(e.profile.phi, nan=0).max()) if e.profile is not None else math.nan}
-
-
-runs, per_seed = [visual_attention.edit_claims(prof, edits, standin)], {run.seed: changes(edits)}
+runs, per_seed = [visual_attention.edit_claims(prof, edits, standin)], {run.seed: edits.nll_changes()}
 seeds = list(range(run.seed, run.seed + (run.standin_seeds if standin else 1)))
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins: the same cells, fewer digits and random draws
@@ -209,7 +200,7 @@ for s in seeds[1:]:  # the other stand-ins: the same cells, fewer digits and ran
     e = visual_attention.compare_edits(other, d, [stitch.digit_caption(v) for v in y], prof.dims, run.batch_size,
                                        run.draw_random_draws, run.seed)
     runs.append(visual_attention.edit_claims(e.profile, e, standin))
-    per_seed[s] = changes(e)
+    per_seed[s] = e.nll_changes()
     del other
     gc.collect()
 draw_seconds = time.perf_counter() - t0

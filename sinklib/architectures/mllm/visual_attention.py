@@ -6,6 +6,7 @@ seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -164,6 +165,14 @@ class EditComparison:
     random_draws: list[float]
     sinks_per_image: torch.Tensor  # (N,)
     profile: MllmProfile | None = None  # the first batch's profile (sinks found with the given dims)
+
+    def nll_changes(self) -> dict[str, float]:
+        """NLL changes against "as is": sinks hidden, random tokens hidden (mean of the draws), VAR; and the largest
+        image-token phi of the first batch (how close a model without visual sinks comes to the threshold)."""
+        return {"sinks": self.means["sinks hidden"] - self.means["as is"],
+                "random": self.means["random hidden"] - self.means["as is"], "VAR": self.means["VAR"] - self.means["as is"],
+                "max_phi": (float(torch.nan_to_num(self.profile.phi, nan=0).max()) if self.profile is not None
+                            else math.nan)}
 
     def masking(self) -> dict:
         """The ``masking`` argument of :func:`sinklib.architectures.mllm.visual_sinks.visual_sink_claims`."""

@@ -210,6 +210,33 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                  at_init=False)
 
 
+def super_experts_over_draws(lm: LoadedModel, first: torch.Tensor, n_first: int, seed: int, n_windows: int,
+                             seq_len: int, batch_size: int = 8, note: str = "") -> Claim:
+    """:func:`super_experts_claim` judged over 3 draws (:func:`sinklib.core.claims.over_draws`): ``first`` -- the
+    run's own (L, E) expert maxima over ``n_first`` windows (seed ``seed``) -- and two more draws of ``n_windows`` held-out windows (seeds
+    seed + 1, seed + 2). On the upcycled stand-in its construction is a draw too: each extra draw routes through the
+    stand-in upcycled with that seed (:func:`sinklib.models.upcycle.load_standin`, built once and cached)."""
+    from sinklib.core.claims import over_draws
+    from sinklib.core.data import text_windows
+    from sinklib.models import upcycle
+    from sinklib.models.load import load_model
+
+    def dense() -> LoadedModel:
+        return load_model(upcycle.STANDIN_RECIPE["base"], device="cpu", dtype="float32")
+
+    rebuilt = lm.spec.source == "upcycled"
+    draws = [super_experts_claim(first, note=note)]
+    for draw_seed in (seed + 1, seed + 2):
+        ids = text_windows(lm.tokenizer, n_windows, seq_len, draw_seed, split="heldout")
+        other = upcycle.load_standin(draw_seed, lm, dense) if rebuilt else lm
+        draws.append(super_experts_claim(routing(other, ids, batch_size=batch_size).output_max, note=note))
+        del other
+    what = "stand-ins upcycled with seeds" if rebuilt else "draws of held-out windows (seeds"
+    return over_draws(draws, f"3 {what} {seed}-{seed + 2}{'' if rebuilt else ')'}, each routing its own held-out "
+                             f"windows ({n_first}, {n_windows} and {n_windows})",
+                      key=lambda c: c.measured["effect size"])
+
+
 def pruning_claim(base: dict, pruned: dict, controls: list[dict], note: str = "") -> Claim:
     """Su et al.: pruning the super experts collapses the sink and the model; pruning as many random experts does
     not. Each dict: {"alpha": mean alpha_0 over layers, "ppl": perplexity}. Rule: the super-expert prune lowers alpha
