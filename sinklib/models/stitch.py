@@ -47,6 +47,9 @@ class StitchConfig:
     batch_size: int = 16
     lr: float = 3e-3
     seed: int = 0
+    # 2: the projector is initialised from ``seed`` (before, from whatever state the global RNG was in when the
+    # stand-in was assembled, so a cold build that converted DINOv2 first got another projector -- issue 27)
+    recipe: int = 2
 
     def key(self) -> str:
         return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
@@ -220,8 +223,9 @@ def build_standin(out: Path, config: StitchConfig | None = None) -> None:
     from sinklib.models.onnx_vit import build_dinov2_small
 
     config = config or StitchConfig()
-    model, tokenizer = assemble(build_once("dinov2-s", build_dinov2_small), convert_gguf("smollm2-135m"),
-                                config.image_size)
+    vision_dir, text_dir = build_once("dinov2-s", build_dinov2_small), convert_gguf("smollm2-135m")
+    torch.manual_seed(config.seed)  # the fresh projector's initialisation depends on the seed and nothing else
+    model, tokenizer = assemble(vision_dir, text_dir, config.image_size)
     t0 = time.perf_counter()
     losses = train_projector(model, tokenizer, config)
     model.save_pretrained(out)
