@@ -1,4 +1,4 @@
-"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard}``.
+"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard,verify}``.
 
 ``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
 one JSON object instead. Errors a user can fix are printed as one line (exit status 2).
@@ -96,6 +96,12 @@ def _cmd_scorecard(args) -> int:
     return 0 if rows else 1
 
 
+def _cmd_verify(args) -> int:
+    from sinklib.pipeline.verify import REFERENCE, verify
+
+    return verify(args.figures_dir, args.reference or REFERENCE, write=args.write)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sinklib", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -144,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--figures-dir", default="figures")
     s.add_argument("--json", action="store_true", help="print one JSON object (claims, per-paper counts)")
     s.set_defaults(func=_cmd_scorecard)
+    v = sub.add_parser("verify", help="compare this run's claims with data/reference/cpu_profile_claims.json: every "
+                                      "verdict that differs and every value beyond its tolerance (exit 1 if any)")
+    v.add_argument("--figures-dir", default="figures")
+    v.add_argument("--reference", default=None, help="reference file (default data/reference/cpu_profile_claims.json)")
+    v.add_argument("--write", action="store_true", help="write the reference from this run instead (after a clean run)")
+    v.set_defaults(func=_cmd_verify)
     return p
 
 
