@@ -131,3 +131,17 @@ def test_most_triggers_picks_the_row_and_its_positions():
     ids = torch.tensor([[5, t, 6, 7], [t, 5, t, t], [5, 6, 7, 8]])
     assert training.most_triggers(ids, "bigram_backcopy") == (1, [0, 2, 3])
     assert training.most_triggers(ids, "bible") == (0, [])
+
+
+def test_shared_batches_train_exactly_like_batches_drawn_step_by_step(monkeypatch):
+    """The variants of one seed share their drawn batches (issue 27); a run then equals one that draws each step."""
+    from dataclasses import replace
+
+    from sinklib.pipeline.profiles import _TRAIN_SMOKE
+
+    cfg = replace(_TRAIN_SMOKE, steps=12, eval_every=6)
+    shared = training.train(cfg, use_cache=False, progress=False)
+    monkeypatch.setattr(training, "SHARE_LIMIT", 0)  # every batch drawn in the loop
+    drawn = training.train(cfg, use_cache=False, progress=False)
+    assert [c["val_loss"] for c in shared["checkpoints"]] == [c["val_loss"] for c in drawn["checkpoints"]]
+    assert [c["train_loss"] for c in shared["checkpoints"]] == [c["train_loss"] for c in drawn["checkpoints"]]
