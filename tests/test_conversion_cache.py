@@ -9,6 +9,7 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from sinklib.models import conversion, stitch
@@ -99,3 +100,21 @@ def test_the_standin_projector_starts_from_its_seed_whatever_ran_before(monkeypa
         except StopIteration:
             pass
     assert torch.equal(seen[0], seen[1])
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["dinov2-s", "smollm2-135m"])
+def test_a_fresh_conversion_equals_the_cached_one(name, monkeypatch, tmp_path):
+    """Convert into an empty cache and compare every tensor with the shared cache's copy, bit for bit: a notebook that
+    converts a model during a cold run computes with the same weights as one that finds it cached."""
+    from safetensors.torch import load_file
+
+    from sinklib.models.load import load_model
+
+    load_model(name, device="cpu")  # the shared cache's copy (converted now if missing)
+    cached = load_file(conversion.converted_path(name) / "model.safetensors")
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+    load_model(name, device="cpu")
+    fresh = load_file(conversion.converted_path(name) / "model.safetensors")
+    assert conversion.converted_path(name).is_relative_to(tmp_path) and fresh.keys() == cached.keys()
+    assert all(torch.equal(fresh[k], cached[k]) for k in cached)

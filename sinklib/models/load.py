@@ -164,7 +164,7 @@ def load_model(
     elif spec.source == "stitched":
         from sinklib.models.stitch import standin_path
 
-        model, tokenizer = _load_pretrained(standin_path(), "mllm", dtype, attn_implementation)
+        model, tokenizer = _load_pretrained(standin_path(stitch_config(name)), "mllm", dtype, attn_implementation)
     elif spec.source == "onnx":
         from sinklib.models.onnx_vit import build_dinov2_small, timm_dinov2_small
 
@@ -218,14 +218,23 @@ def load_model(
     )
 
 
-def list_models() -> list[dict]:
-    """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
+STITCH_OVERRIDES = {"llava-standin": {}, "llava-standin-smoke": {"steps": 4}}  # registry name -> StitchConfig fields
+
+
+def stitch_config(name: str):
+    """The :class:`sinklib.models.stitch.StitchConfig` a registry stand-in is built with."""
     from sinklib.models.stitch import StitchConfig
 
+    return StitchConfig(**STITCH_OVERRIDES[name])
+
+
+def list_models() -> list[dict]:
+    """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
     rows = []
     for spec in REGISTRY.values():
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
-        folder = {"onnx": "dinov2-s", "stitched": "llava-standin-" + StitchConfig().key()}.get(spec.source, spec.name)
+        folder = ("dinov2-s" if spec.source == "onnx" else
+                  "llava-standin-" + stitch_config(spec.name).key() if spec.source == "stitched" else spec.name)
         cached = spec.source not in ("gguf", "upcycled", "onnx", "stitched") or converted_path(folder).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,

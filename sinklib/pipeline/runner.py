@@ -21,6 +21,7 @@ from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+KERNEL_HASH_SEED = "0"  # PYTHONHASHSEED of every kernel
 
 
 @dataclass
@@ -129,7 +130,9 @@ def run_notebook(
     # The kernel draws figures inline (whatever MPLBACKEND the shell exported for scripts), so the executed notebook
     # and its HTML page show every figure beside the code that made it; it shows no widgets (sinklib.explore then
     # draws a static figure).
-    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1"):
+    # PYTHONHASHSEED: a fixed string-hash order in every kernel, so no set or dict of strings can order a run
+    # differently from the next (benchmarks/determinism.py measures what moves the numbers).
+    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED):
         try:
             pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
                                 kernel_name="python3", progress_bar=progress_bar)
