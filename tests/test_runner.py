@@ -109,3 +109,11 @@ def test_two_at_a_time_with_a_thread_each_and_the_reader_last(tmp_path, capsys):
     assert s1 < e0 and s0 < e1  # they ran side by side
     assert t0 == t1 == max(1, (os.cpu_count() or 1) // 2)
     assert "2 at a time" in out and "wall clock" in out
+
+
+def test_a_first_run_starts_the_longest_notebooks_first(tmp_path):
+    """With no times in figures/ (a fresh clone), the trainings start first (FIRST_RUN_S), 90_scorecard last."""
+    from sinklib.pipeline.runner import _schedule, discover
+
+    first, last = _schedule(discover(), tmp_path / "figures", "cpu")
+    assert [b.stem for b in first[:2]] == ["03_mitigation", "12_mllm"] and [b.stem for b in last] == ["90_scorecard"]
