@@ -264,7 +264,9 @@ takeaways.show(saw.decode_cost(ms, mib, f"{n_sink} sinks + window", bounded, run
 # %%
 q_tokens = stream[: min(len(stream), 1024)]
 q_chunk = 64
-fp_nll = streaming.stream_nll(lm, q_tokens, None, q_chunk, desc="full precision")
+# full precision = section 1's dense cache on the same first tokens: a dense cache shows every token its whole
+# prefix whatever the step, so its first len(q_tokens) - 1 NLLs are this stream's (no second forward)
+fp_nll = nll["dense"][: len(q_tokens) - 1]
 fp_ppl = ppl(fp_nll)
 quant, q_nll = {}, {}
 for name, bits, axis in (("4-bit", 4, "channel"), ("2-bit", 2, "channel"), ("4-bit, keys per token", 4, "token")):

@@ -129,8 +129,7 @@ def profile_sinks(
                 ext.seq += start
                 if best[i] is None or abs(ext.value) > abs(best[i].value):
                     best[i] = ext
-                rep = metrics.find_massive(hidden[i])
-                dims[i].update(rep.dims)
+                dims[i].update(massive_dims_of(hidden[i]))
             cap.clear()
     bar.close()
     key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
@@ -139,6 +138,17 @@ def profile_sinks(
         dom_first=torch.cat(dom_first), dom_rest=torch.cat(dom_rest), extremes=best,  # type: ignore[arg-type]
         massive_dims=[sorted(d) for d in dims]
     )
+
+
+def massive_dims_of(h: torch.Tensor, min_abs: float = metrics.SUN_MIN_ABS,
+                    min_ratio: float = metrics.SUN_MIN_RATIO) -> set[int]:
+    """The dimensions of :func:`metrics.find_massive` (Sun et al.'s |h_j| > 100 and > 1000x the token's median |h|),
+    as a set: the median is taken only over the tokens with some |h_j| > ``min_abs`` -- no other token can hold a
+    massive entry -- instead of over all N T tokens. h: (N, T, d)."""
+    candidates = h[h.float().abs().amax(dim=-1) > min_abs]  # (M, d): tokens with an entry above min_abs
+    if not len(candidates):
+        return set()
+    return set(metrics.massive_mask(candidates, min_abs, min_ratio).nonzero()[:, 1].tolist())
 
 
 @torch.inference_mode()

@@ -18,6 +18,10 @@ different rotation than StreamingLLM's in-cache positions give them.
 
 Like StreamingLLM's ``evict_for_space``, the cache stores at most ``n_sink + window - 1`` tokens between steps, so a
 new token attends to at most ``n_sink + window`` keys including itself.
+
+Evaluating a stream in steps of several tokens costs one forward per step; :meth:`SinkWindowCache.stepped` gives the
+same attention in one forward of many steps: each step gets its own copy of the sinks, rotated by the evicted count
+it would have seen, and a 4-D mask shows each query the window the cache would then have held.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class SinkWindowLayer(DynamicLayer):
             raise ValueError(f"need n_sink >= 0 and window >= 1, got {n_sink} and {window}")
         self.n_sink, self.window, self.rope = n_sink, window, rope
         self.evicted = 0
+        self.step: int | None = None  # set: one update computes consecutive updates of ``step`` tokens (see below)
 
     @property
     def capacity(self) -> int:
@@ -87,6 +92,8 @@ class SinkWindowLayer(DynamicLayer):
         rotated forward by the evicted count, so each sits at its StreamingLLM distance from the queries."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.step is not None:
+            return self._update_in_steps(key_states, value_states)
         keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H_kv, stored + q, hd)
         values = torch.cat([self.values, value_states], dim=-2)
         out_keys = keys
@@ -104,6 +111,70 @@ class SinkWindowLayer(DynamicLayer):
         self.keys, self.values = keys, values
         return out_keys, out_values
 
+    def _update_in_steps(self, key_states, value_states):
+        """One update of q new tokens that gives every query what ``ceil(q / step)`` consecutive updates of ``step``
+        tokens would have shown it, under the mask of :func:`stepped_mask` (:meth:`SinkWindowCache.stepped`).
+
+        Step g (first token at position s_g) sees the sinks rotated forward by e_g = max(0, s_g - capacity), the
+        evicted count before it: the returned keys are [one copy of the sinks per step with e_g > 0 (each rotated
+        by its e_g), stored keys, new keys]; values likewise (sink values copied unrotated). The cache keeps what the
+        last of those updates would leave: the sinks and the most recent ``capacity - n_sink`` tokens.
+        """
+        keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H_kv, stored + q, hd)
+        values = torch.cat([self.values, value_states], dim=-2)
+        shifts = [e for _, e in _steps(self.stored + self.evicted, key_states.shape[-2], self.step, self.capacity)
+                  if e > 0]
+        if self.n_sink and shifts:  # e_g > 0 means s_g > capacity >= n_sink: every sink is stored
+            cos, sin = self.rope(torch.tensor(shifts, device=keys.device))  # (S, hd)
+            sinks = keys[..., :self.n_sink, :].float()  # (B, H_kv, n, hd)
+            moved = rotate(sinks[:, :, None], cos[:, None], sin[:, None]).to(keys.dtype)  # (B, H_kv, S, n, hd)
+            copies = values[..., :self.n_sink, :][:, :, None].expand(-1, -1, len(shifts), -1, -1)
+            out_keys = torch.cat([moved.flatten(2, 3), keys], dim=-2)
+            out_values = torch.cat([copies.flatten(2, 3), values], dim=-2)
+        else:
+            out_keys, out_values = keys, values
+        n = keys.shape[-2]
+        if n > self.capacity:  # the eviction of the last step: the sinks and the most recent tokens stay
+            drop = n - self.capacity
+            self.evicted += drop
+            keys = torch.cat([keys[..., :self.n_sink, :], keys[..., self.n_sink + drop:, :]], dim=-2)
+            values = torch.cat([values[..., :self.n_sink, :], values[..., self.n_sink + drop:, :]], dim=-2)
+        self.keys, self.values = keys, values
+        return out_keys, out_values
+
+    def stepped_mask(self, q: int, device: torch.device | None = None) -> torch.Tensor:
+        """Which keys each of the next ``q`` queries may see when they are fed in one update emulating steps of
+        ``self.step`` tokens: (q, S n_sink + stored + q) bool, columns laid out as :meth:`_update_in_steps` returns
+        the keys.
+
+        Query p of step g (first position s_g, e_g evicted before it) sees, as the step-by-step cache shows it:
+        with e_g = 0 every key at position <= p (nothing evicted yet); with e_g > 0 its own copy of the sinks and
+        the keys at positions in [max(n_sink, s_g - capacity + n_sink), p] (the window the cache then holds, and
+        the step's own tokens up to p)."""
+        seen, n, cap = self.stored + self.evicted, self.n_sink, self.capacity
+        steps = _steps(seen, q, self.step, cap)
+        if self.evicted:  # stored: the sinks, then the most recent tokens
+            stored = torch.cat([torch.arange(n), torch.arange(seen - (self.stored - n), seen)])
+        else:
+            stored = torch.arange(self.stored)
+        pos = torch.cat([stored, torch.arange(seen, seen + q)])  # (K,) position of each stored or new key
+        query = torch.arange(seen, seen + q)  # (q,)
+        first = torch.zeros(q, dtype=torch.long)  # lowest window position each query sees
+        copy = torch.full((q,), -1)  # index of the query's sink copy (-1: none)
+        n_copies = 0
+        for g, (lo, e) in enumerate(steps):
+            hi = steps[g + 1][0] if g + 1 < len(steps) else q
+            if e > 0:
+                first[lo:hi] = max(n, seen + lo - cap + n)
+                copy[lo:hi] = n_copies
+                n_copies += 1
+        own = (pos[None] <= query[:, None]) & (pos[None] >= first[:, None])  # (q, K)
+        sinks = torch.zeros(q, n_copies * n, dtype=torch.bool)
+        if n and n_copies:
+            cols = torch.arange(n_copies * n) // n  # copy of each sink column
+            sinks = cols[None] == copy[:, None]
+        return torch.cat([sinks, own], dim=1).to(device)
+
     def get_seq_length(self) -> int:
         """Every token seen (stored + evicted): the position the next token gets, as in a sliding-window layer."""
         return self.stored + self.evicted
@@ -115,6 +186,12 @@ class SinkWindowLayer(DynamicLayer):
 
     def get_max_length(self) -> int:
         return self.n_sink + self.window
+
+
+def _steps(seen: int, q: int, step: int, capacity: int) -> list[tuple[int, int]]:
+    """(offset in the update, tokens evicted before it) of each step of ``step`` tokens among ``q`` new tokens fed
+    after ``seen``: step g starts at s_g = seen + g step, when the cache holds min(s_g, capacity) tokens."""
+    return [(lo, max(0, seen + lo - capacity)) for lo in range(0, q, step)]
 
 
 class SinkWindowCache(Cache):
@@ -137,6 +214,37 @@ class SinkWindowCache(Cache):
     @property
     def evicted(self) -> int:
         return self.layers[0].evicted if self.layers else 0
+
+    def stepped(self, step: int) -> Stepped:
+        """``with cache.stepped(16) as mask_for:`` while active, a forward of many tokens gives exactly the
+        attention that feeding them ``step`` at a time would (StreamingLLM's evaluation in chunks), at the cost of
+        one forward: ``model(ids, past_key_values=cache, attention_mask=mask_for(len(ids)))``. Each forward must
+        start at a step boundary (a multiple of ``step`` tokens after the previous one)."""
+        return Stepped(self, step)
+
+
+class Stepped:
+    """Context of :meth:`SinkWindowCache.stepped`: sets ``step`` on every layer and builds the additive 4-D mask,
+    (1, 1, q, K) in the model's dtype (0 where a query may look, the dtype's minimum elsewhere)."""
+
+    def __init__(self, cache: SinkWindowCache, step: int):
+        if step < 1:
+            raise ValueError(f"step must be >= 1, got {step}")
+        self.cache, self.step = cache, step
+
+    def __enter__(self) -> Callable[..., torch.Tensor]:
+        for layer in self.cache.layers:
+            layer.step = self.step
+        return self.mask
+
+    def __exit__(self, *exc) -> None:
+        for layer in self.cache.layers:
+            layer.step = None
+
+    def mask(self, q: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> torch.Tensor:
+        allowed = self.cache.layers[0].stepped_mask(q, device)  # every layer holds the same positions
+        zero = torch.zeros((), dtype=dtype, device=device)
+        return torch.where(allowed, zero, torch.finfo(dtype).min)[None, None]
 
 
 class InCachePositions(Patch):

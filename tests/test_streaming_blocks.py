@@ -1,0 +1,120 @@
+"""stream_nll and recompute_nll in few forwards equal their step-by-step definitions (tiny random Llama, float32).
+
+The block paths of :mod:`sinklib.utilization.streaming` feed many steps of a stream in one forward; these tests
+compare them with the plain loop they replace -- ``chunk`` tokens per ``model(...)`` call through the same cache --
+for the dense cache and the sink + window cache (window only, 1 and 4 sinks, sizes where eviction starts inside a
+block and steps straddle blocks); the quantised cache keeps the loop.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from sinklib.utilization import streaming
+from sinklib.utilization.kvquant import QuantizedKVCache
+from sinklib.utilization.sink_cache import SinkWindowCache, cache_bytes
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (75,), generator=torch.Generator().manual_seed(3))
+
+
+def step_nll(model, ids, cache, chunk):
+    """The reference: ``chunk`` tokens per forward through ``cache`` (stream_nll's own loop)."""
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(ids) - 1, chunk):
+            block = ids[start:start + chunk]
+            logits = model(block[None], past_key_values=cache, use_cache=True).logits[0].float()
+            targets = ids[start + 1:start + 1 + len(block)]
+            out.append(F.cross_entropy(logits[:len(targets)], targets, reduction="none"))
+    return torch.cat(out)
+
+
+def same_state(a, b):
+    for la, lb in zip(a.layers, b.layers):
+        torch.testing.assert_close(la.keys, lb.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(la.values, lb.values, atol=1e-5, rtol=1e-5)
+    assert a.get_seq_length() == b.get_seq_length()
+
+
+@pytest.mark.parametrize("chunk,block", [(1, 8), (4, 16), (4, 12), (5, 40), (8, 512)])
+def test_dense_blocks_equal_steps(tiny, ids, chunk, block):
+    ref_cache, cache = DynamicCache(), DynamicCache()
+    ref = step_nll(tiny.model, ids, ref_cache, chunk)
+    got = streaming.stream_nll(tiny, ids, cache, chunk, progress=False, block=block)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert cache_bytes(cache) == cache_bytes(ref_cache)  # the same tokens were fed
+
+
+@pytest.mark.parametrize("n_sink", [0, 1, 4])
+@pytest.mark.parametrize("chunk,block,budget", [(1, 8, 12), (4, 16, 20), (4, 12, 17), (3, 30, 10), (8, 512, 24)])
+def test_sink_cache_blocks_equal_steps(tiny, ids, n_sink, chunk, block, budget):
+    def make():
+        return SinkWindowCache.for_model(tiny.model, n_sink=n_sink, window=budget - n_sink)
+
+    ref_cache, cache = make(), make()
+    ref = step_nll(tiny.model, ids, ref_cache, chunk)
+    got = streaming.stream_nll(tiny, ids, cache, chunk, progress=False, block=block)
+    assert ref_cache.evicted > 0  # eviction happened, inside the blocks
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    same_state(cache, ref_cache)
+    assert all(layer.step is None for layer in cache.layers)  # the stepped mode is switched off again
+    # the cache goes on token by token afterwards as the step-by-step one does
+    nxt = torch.tensor([[7]])
+    with torch.no_grad():
+        torch.testing.assert_close(tiny.model(nxt, past_key_values=cache).logits,
+                                   tiny.model(nxt, past_key_values=ref_cache).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_sink_cache_prepended_newlines_and_a_used_cache(tiny, ids):
+    """A stream whose length is no multiple of the step, on a cache that has already seen a step-aligned prefix."""
+    ref_cache = SinkWindowCache.for_model(tiny.model, n_sink=4, window=12)
+    cache = SinkWindowCache.for_model(tiny.model, n_sink=4, window=12)
+    ref = step_nll(tiny.model, ids[:24], ref_cache, 4)
+    got = streaming.stream_nll(tiny, ids[:24], cache, 4, progress=False, block=8)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    ref = step_nll(tiny.model, ids[24:], ref_cache, 4)  # 24 tokens seen: the next steps start on a boundary
+    got = streaming.stream_nll(tiny, ids[24:], cache, 4, progress=False, block=20)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    same_state(cache, ref_cache)
+
+
+def test_quantized_cache_keeps_the_step_loop(tiny, ids):
+    """The quantised cache is fed step by step (its low-bit rounding would amplify another GEMM shape's rounding):
+    bit for bit the loop's numbers."""
+    def make():
+        return QuantizedKVCache.for_model(tiny.model, bits=2, group_size=8, keep_first=4)
+
+    ref = step_nll(tiny.model, ids, make(), 8)
+    got = streaming.stream_nll(tiny, ids, make(), 8, progress=False)
+    torch.testing.assert_close(got, ref, atol=0, rtol=0)
+
+
+def test_other_caches_keep_the_step_loop(tiny, ids):
+    """A cache of another type (here a subclass, as an exercise's own layers would be) is fed step by step."""
+
+    class Mine(SinkWindowCache):
+        pass
+
+    calls = []
+    handle = tiny.model.register_forward_pre_hook(lambda m, a, k: calls.append(1), with_kwargs=True)
+    try:
+        streaming.stream_nll(tiny, ids[:33], Mine(2, 6, SinkWindowCache.for_model(tiny.model, 2, 6).layers[0].rope,
+                                                   len(tiny.model.model.layers)), 4, progress=False)
+    finally:
+        handle.remove()
+    assert len(calls) == 8  # ceil(32 / 4) forwards
+
+
+def test_recompute_equals_one_window_at_a_time(tiny, ids):
+    window, positions = 12, [0, 3, 10, 11, 12, 30, 50, 73, 74]  # short prefixes, full windows, and t = T - 1 dropped
+    got = streaming.recompute_nll(tiny, ids, window, positions, batch_size=3, progress=False)
+    ref = []
+    with torch.no_grad():
+        for t in positions[:-1]:
+            logits = tiny.model(ids[None, max(0, t + 1 - window):t + 1], use_cache=False).logits[0, -1]
+            ref.append(F.cross_entropy(logits[None].float(), ids[t + 1:t + 2]))
+    torch.testing.assert_close(got, torch.stack(ref), atol=1e-5, rtol=1e-5)
