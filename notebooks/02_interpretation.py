@@ -52,7 +52,7 @@
 #
 # **Prerequisites.** `00_tour`; RMSNorm and a SwiGLU MLP; read `02`'s paper summary first (docs/READING.md).
 #
-# **Time.** about 7 min on the CPU profile (with the random-weight control and the draws); 90-120 min to work
+# **Time.** about 4 min on the CPU profile (with the random-weight control and the draws); 90-120 min to work
 # through (exercises: `exercises/02_interpretation`).
 
 # %% tags=["parameters"]
@@ -103,6 +103,8 @@ massive_dims = massive.dims
 sink_onset = analysis.first_layer_above(profile_nat.alpha_first_by_layer, 0.3)
 print(lm, f"\n{len(natural)} natural / random sequences of {run.seq_len} tokens; sink onset layer {sink_onset}\n"
       f"Massive activations: {massive.describe()}.")
+# one forward of the unedited model over the natural windows for sections 2-5 and 7 (each reads its part)
+shared = chain.natural_pass(lm, natural, massive_dims, k, massive.min_ratio, run.batch_size)
 headline = nb.headline
 headline |= {"massive_dims": massive_dims, "massive": massive.as_dict(), "sink_onset_layer": sink_onset,
             "position": k}
@@ -183,7 +185,7 @@ show(takeaways.variance(variance_claim, early, ratio0, is_max))
 # (channel-sparse: nearly all its norm in one or two dimensions).
 
 # %%
-link2 = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size=run.batch_size)
+link2 = chain.super_neuron_link(lm, natural, massive_dims, paper, found=shared.super_neurons)
 supers, writers, top = link2.found, link2.writers, link2.top
 display(pd.DataFrame([s.as_dict() for s in supers[:10]]).round(3))  # noqa: F821
 if writers:
@@ -237,7 +239,7 @@ show(takeaways.super_neuron(neuron_claim, top if writers else None, strongest, m
 # after it writes.
 
 # %%
-link3 = chain.disparity_link(lm, natural, massive_dims, top, sink_onset, paper, batch_size=run.batch_size)
+link3 = chain.disparity_link(lm, natural, massive_dims, top, sink_onset, paper, measured=shared.disparity)
 by_layer, first_vals, onset = link3.by_layer, link3.first_values, link3.onset  # first_vals: (L, dims)
 s_layer, dom_after_super = link3.super_layer, link3.dom_after_super  # s_layer: 1 (the paper's) if none was found
 with plotting.style():
@@ -282,7 +284,7 @@ show(takeaways.disparity(disparity_claim, onset, sink_onset, dom_after_super,
 # head; x: its alpha of the first token.
 
 # %%
-link4 = chain.lock_link(lm, natural)  # 16 sequences
+link4 = chain.lock_link(lm, natural, lock=shared.lock)  # 16 sequences
 lock, stats = link4.per_head, link4.sink_vs_other
 with plotting.style():
     fig = origin_plots.lock_in(lock["key_query_cos"], lock["positive_fraction"], lock["alpha_first"],
@@ -327,7 +329,8 @@ show(takeaways.lock_in(lock_claim, int(sink_heads.sum()), sink_heads.numel(), st
 # > predict whether it still works.
 
 # %%
-effect = intervention_effects.self_only_effect(lm, natural, k, batch_size=run.batch_size)  # alpha of t > k
+effect = intervention_effects.self_only_effect(lm, natural, k, batch_size=run.batch_size,  # alpha of t > k
+                                               before=shared.before_k)
 alpha_before, alpha_after = effect.alpha_before, effect.alpha_after  # (L, H)
 best_layer = int(alpha_after.mean(1).argmax())
 best_head = int(alpha_after[best_layer].argmax())
@@ -354,8 +357,8 @@ print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 
       f"{'becomes a sink: borne out' if self_only_claim.holds else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
 sink_layers = profile_nat.sink_layers
-state_k = {name: intervention_effects.takes_first_token_state(intervention_effects.token_state(lm, natural, k, iv), sink_layers)
-           for name, iv in (("before", None), ("after", SelfOnlyAttention(lm.model, k)))}
+state_k = {name: intervention_effects.takes_first_token_state(state, sink_layers)  # token_state, same forwards
+           for name, state in (("before", effect.state_before), ("after", effect.state_after))}
 print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state_k['before']['dom_k']:.0f} -> "
       f"{state_k['after']['dom_k']:.0f} (the first token's: {state_k['after']['dom_0']:.0f}); cos(key_{k}, key_0) "
       f"{state_k['before']['key_cos']:.2f} -> {state_k['after']['key_cos']:.2f} -> token {k} "
@@ -447,7 +450,7 @@ show(takeaways.amplification(amp_claim, list(run.lambdas), cen, ctl, k, state_am
 # %%
 paper_ppl = " / ".join(str(paper["perplexity_wikitext"][key]) for key in ("original", "set_to_mean", "set_to_zero"))
 bias_test = massive_activations.bias_test(lm, natural, heldout, onset, massive_dims, massive.min_ratio,
-                                          run.batch_size)
+                                          run.batch_size, means=shared.massive_means)
 ppl, site_means = bias_test.ppl, bias_test.means
 fixed_first = site_means is not None and site_means.first_is_fixed
 later_tokens = {} if site_means is None else {lm.tokenizer.decode([t]): n
@@ -500,7 +503,7 @@ show(takeaways.massive_bias(bias_claim, ppl, fixed_first, massive.strict, massiv
 # 0.75 (`massive_activations.separation`, the Mann-Whitney AUC).
 
 # %%
-bias = massive_activations.sink_as_bias(lm, natural[: min(16, len(natural))])
+bias = shared.sink_as_bias  # massive_activations.sink_as_bias on the first 16 windows
 with plotting.style():
     fig = origin_plots.sink_as_bias(bias["value_norm_ratio"], bias["sink_term_spread"], bias["alpha_first"],
                                     title=f"The sink as an implicit bias, {title}")

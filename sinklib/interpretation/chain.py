@@ -14,6 +14,7 @@ import torch
 from sinklib.core.claims import Claim
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import massive_activations, origin, origin_claims
+from sinklib.interpretation.intervention_effects import ScoreStats
 
 
 @dataclass
@@ -44,9 +45,11 @@ class SuperNeuronLink:
 
 
 def super_neuron_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], paper: dict,
-                      batch_size: int = 16) -> SuperNeuronLink:
-    """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension."""
-    found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
+                      batch_size: int = 16, found: list[origin.SuperNeuron] | None = None) -> SuperNeuronLink:
+    """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension. ``found``:
+    :func:`~sinklib.interpretation.origin.find_super_neurons` on ``natural`` when already measured (:func:`natural_pass`)."""
+    if found is None:
+        found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
     writers = [s for s in found if set(s.write_dims) & set(massive_dims)] or found
     top = min(writers, key=lambda s: (s.layer, -s.first_abs)) if writers else None
     return SuperNeuronLink(found, writers, top, origin_claims.super_neuron(top, massive_dims, paper))
@@ -63,10 +66,14 @@ class DisparityLink:
 
 
 def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], top: origin.SuperNeuron | None,
-                   sink_onset: int | None, paper: dict, batch_size: int = 16) -> DisparityLink:
-    """Link 3: the first token's DomRatio jumps with the massive activation, and the sink follows."""
-    chain = origin.disparity_by_layer(lm, natural, batch_size=batch_size)
-    first_vals = massive_activations.first_token_values(lm, natural, massive_dims, batch_size=batch_size)
+                   sink_onset: int | None, paper: dict, batch_size: int = 16,
+                   measured: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None) -> DisparityLink:
+    """Link 3: the first token's DomRatio jumps with the massive activation, and the sink follows. ``measured``:
+    :func:`~sinklib.interpretation.origin.disparity_and_first_values` on ``natural`` with ``massive_dims`` when
+    already measured (:func:`natural_pass`)."""
+    if measured is None:
+        measured = origin.disparity_and_first_values(lm, natural, massive_dims, batch_size=batch_size)
+    chain, first_vals = measured
     onset = massive_activations.onset_layers(first_vals)
     s_layer = top.layer if top is not None else 1
     dom_after = float(chain["dom_normed_first"][s_layer])
@@ -83,9 +90,13 @@ class LockLink:
     claim: Claim
 
 
-def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16) -> LockLink:
-    """Link 4: in sink heads every query scores the first token's key positively."""
-    lock = origin.lock_in(lm, natural[: min(max_seqs, len(natural))])
+def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16,
+              lock: dict[str, torch.Tensor] | None = None) -> LockLink:
+    """Link 4: in sink heads every query scores the first token's key positively. ``lock``:
+    :func:`~sinklib.interpretation.origin.lock_in` on the first ``max_seqs`` windows when already measured
+    (:func:`natural_pass`)."""
+    if lock is None:
+        lock = origin.lock_in(lm, natural[: min(max_seqs, len(natural))])
     stats = massive_activations.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")},
                                               lock["alpha_first"])
     n = int((lock["alpha_first"] > 0.3).sum())
@@ -104,3 +115,32 @@ def variance_over_draws(lm: LoadedModel, first: VarianceLink, num_seqs: int, seq
               for i in range(1, n_draws)]
     return over_draws([first.claim, *others], f"{n_draws} seeds of random tokens (seeds {seed}-{seed + n_draws - 1})",
                       key=lambda c: c.measured["ratio_t0_to_second_half"][0])
+
+
+# ----------------------------------------------------------------------------------------------- one pass for all links
+HEAD_SEQS = 16  # windows for the per-head statistics (lock-in, the sink as a bias): their captures are (L, N, H, T, .)
+
+
+@dataclass
+class NaturalPass:
+    """What the unedited model's forwards over the natural windows give every section that reads them, measured in
+    one pass (:func:`natural_pass`) instead of one per section; each field is what the named function returns."""
+
+    super_neurons: list[origin.SuperNeuron]  # origin.find_super_neurons
+    disparity: tuple[dict[str, torch.Tensor], torch.Tensor]  # origin.disparity_and_first_values with the massive dims
+    lock: dict[str, torch.Tensor]  # origin.lock_in on the first HEAD_SEQS windows
+    before_k: tuple[torch.Tensor, dict[str, torch.Tensor]]  # alpha_k (t > k) per window and token k's state
+    massive_means: massive_activations.MassiveMeansByLayer  # massive_activations.massive_means, every layer
+    sink_as_bias: dict[str, torch.Tensor]  # massive_activations.sink_as_bias on the first HEAD_SEQS windows
+
+
+def natural_pass(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], k: int, min_ratio: float,
+                 batch_size: int = 16, head_seqs: int = HEAD_SEQS) -> NaturalPass:
+    """One forward per batch of the unedited model over ``natural`` for links 2-4, intervention (i)'s "before" (token
+    ``k``) and the massive-activation means of section 7 -- the same numbers as the separate calls, which each ran
+    their own forwards over the same windows (batches of ``batch_size``; the per-head statistics read the first
+    ``head_seqs`` windows, as ``lock_link`` and ``sink_as_bias(natural[:16])`` do)."""
+    stats = [origin.SuperNeuronStats(lm), origin.DisparityStats(massive_dims), origin.LockInStats(lm, head_seqs),
+             ScoreStats(k, later_only=True, state_of=k), massive_activations.MassiveMeanStats(massive_dims, min_ratio),
+             massive_activations.SinkAsBiasStats(lm, head_seqs)]
+    return NaturalPass(*origin.measure(lm, natural, stats, batch_size))

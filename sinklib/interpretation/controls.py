@@ -40,18 +40,19 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
     prof = analysis.profile_sinks(control, natural, input_name="natural", batch_size=bs, progress=False)
     massive = analysis.massive_dimensions(prof)
     sink_onset = analysis.first_layer_above(prof.alpha_first_by_layer, 0.3)
-    neuron = chain.super_neuron_link(control, natural, massive.dims, paper, bs)
-    disparity = chain.disparity_link(control, natural, massive.dims, neuron.top, sink_onset, paper, bs)
-    self_only = intervention_effects.self_only_effect(control, natural, k, bs)
+    shared = chain.natural_pass(control, natural, massive.dims, k, massive.min_ratio, bs)  # one pass, as the notebook
+    neuron = chain.super_neuron_link(control, natural, massive.dims, paper, bs, found=shared.super_neurons)
+    disparity = chain.disparity_link(control, natural, massive.dims, neuron.top, sink_onset, paper, bs,
+                                     measured=shared.disparity)
+    self_only = intervention_effects.self_only_effect(control, natural, k, bs, before=shared.before_k)
     sweep = control_lambdas(lambdas)
     curves = intervention_effects.amplification_curves(intervention_effects.amplification_per_window(
         control, natural, k, sweep, amp_layers, bs, alpha_before=self_only.alpha_before_per_seq))
     bias = massive_activations.bias_test(control, natural, heldout, disparity.onset, massive.dims, massive.min_ratio,
-                                         bs)
-    auc, n_heads = massive_activations.implicit_bias_separation(
-        massive_activations.sink_as_bias(control, natural[: min(16, n)]))
+                                         bs, means=shared.massive_means)
+    auc, n_heads = massive_activations.implicit_bias_separation(shared.sink_as_bias)
     claims = [chain.variance_link(control, random_ids).claim, neuron.claim, disparity.claim,
-              chain.lock_link(control, natural).claim,
+              chain.lock_link(control, natural, lock=shared.lock).claim,
               origin_claims.self_only_sink(self_only.rate_before, self_only.rate_after, k),
               origin_claims.amplification(sweep, curves[intervention_effects.CENTRED],
                                           curves[intervention_effects.SCALED]),

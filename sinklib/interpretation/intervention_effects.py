@@ -1,6 +1,8 @@
 """What the interventions of the structural-origin chain (arXiv 2605.06611, links 5-6) do, and why they work or not.
 
-* :func:`alpha_at` -- the sink score of a position, optionally under an intervention;
+* :func:`alpha_at` -- the sink score of a position, optionally under an intervention (:class:`ScoreStats` as a
+  statistic of a shared pass); :func:`amplified_alpha` -- the same under head-output amplification of token k, with
+  positions 0..k-1 run once into a KV cache;
 * :func:`token_state` / :func:`takes_first_token_state` -- does token k take on the first token's state (DomRatio,
   key direction) when an intervention should make it a sink?
 * :func:`without_bos` / :func:`sink_follows_bos` -- on a model that prepends a BOS: is its sink the position or the
@@ -11,7 +13,7 @@ Shapes: N sequences, T positions, L layers, H heads.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +22,7 @@ from sinklib.core import metrics
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
-from sinklib.interpretation.origin import batches
+from sinklib.interpretation.origin import Statistic, batches, forward, measure
 
 
 @torch.inference_mode()
@@ -30,19 +32,13 @@ def alpha_at(lm: LoadedModel, ids: torch.Tensor, key: int, intervention=None, ba
 
     ``later_only``: score only queries t > key (see :func:`sinklib.core.metrics.alpha`). ``per_sequence``: keep the
     sequences apart -> (L, N, H)."""
-    out = []
-    reduce = {"attentions": lambda a, i: metrics.alpha(a, key, later_only)}
-    for batch in batches(ids, batch_size):
-        with Capture(lm.model, attentions=True, reduce=reduce) as cap:
-            with intervention if intervention is not None else contextlib.nullcontext():
-                lm.model(batch.to(lm.device), use_cache=False)
-        out.append(cap.stack("attentions"))  # (L, B, H)
-    per_seq = torch.cat(out, dim=1)
+    per_seq, _ = _scored_pass(lm, ids, intervention, batch_size, key=key, later_only=later_only)
     return per_seq if per_sequence else per_seq.mean(dim=1)
 
 
 @torch.inference_mode()
-def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None) -> dict[str, torch.Tensor]:
+def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None,
+                batch_size: int | None = None) -> dict[str, torch.Tensor]:
     """What token k looks like next to the first token, per layer (L,), optionally under an intervention -- to tell
     *why* an intervention does or does not make k a sink:
 
@@ -50,16 +46,55 @@ def token_state(lm: LoadedModel, ids: torch.Tensor, k: int, intervention=None) -
     * ``key_cos``: cos(key_k, key_0) per layer, mean over KV heads and sequences (does k's key point where the sink's
       does? with QK-norm the key's norm is fixed, so only its direction can make a sink);
     * ``key_norm_ratio``: |key_k| / |key_0|.
+
+    ``batch_size``: None (default) runs all of ``ids`` in one forward -- what an edit whose statistics depend on the
+    batch (:class:`~sinklib.interpretation.interventions.HeadOutputAmplification`'s batch mean) is measured on.
     """
-    with Capture(lm.model, kinds=("hidden_states", "keys")) as cap:
-        with intervention if intervention is not None else contextlib.nullcontext():
-            lm.model(ids.to(lm.device), use_cache=False)
-    h = cap.stack("hidden_states").float()  # (L, N, T, d)
-    keys = cap.stack("keys").float()  # (L, N, H_kv, T, hd)
-    k0, kk = keys[..., 0, :], keys[..., k, :]
-    return {"dom_k": metrics.dom_ratio(h[:, :, k]).mean(1), "dom_0": metrics.dom_ratio(h[:, :, 0]).mean(1),
-            "key_cos": torch.nn.functional.cosine_similarity(kk, k0, dim=-1).mean(dim=(1, 2)),
-            "key_norm_ratio": (kk.norm(dim=-1) / k0.norm(dim=-1).clamp_min(1e-12)).mean(dim=(1, 2))}
+    return _scored_pass(lm, ids, intervention, batch_size or len(ids), state_of=k)[1]
+
+
+def _scored_pass(lm: LoadedModel, ids: torch.Tensor, intervention=None, batch_size: int = 16, key: int | None = None,
+                 later_only: bool = False, state_of: int | None = None
+                 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor] | None]:
+    """The forwards behind :func:`alpha_at` and :func:`token_state`: :class:`ScoreStats` alone."""
+    return measure(lm, ids, [ScoreStats(key, later_only, state_of)], batch_size, intervention)[0]
+
+
+class ScoreStats(Statistic):
+    """:func:`alpha_at` (per sequence) and :func:`token_state` as one :class:`~sinklib.interpretation.origin.Statistic`:
+    with ``key``, alpha_key per (layer, sequence, head) (L, N, H); with ``state_of`` = k, token k's state next to the
+    first token's. Keeps only what is read: alpha, and the residual and keys at positions 0 and k."""
+
+    def __init__(self, key: int | None = None, later_only: bool = False, state_of: int | None = None):
+        self.key, self.later_only, self.state_of = key, later_only, state_of
+        self.kinds, self.reduce = (), {}
+        if key is not None:
+            self.kinds += ("attentions",)
+            self.reduce["attentions"] = lambda a, i: metrics.alpha(a, key, later_only)  # (B, H)
+        if state_of is not None:
+            where = [0, state_of]
+            self.kinds += ("hidden_states", "keys")
+            self.reduce["hidden_states"] = lambda h, i: h[:, where]  # (B, 2, d)
+            self.reduce["keys"] = lambda x, i: x[:, :, where]  # (B, H_kv, 2, hd)
+        self.alpha, self.h, self.keys = [], [], []
+
+    def update(self, cap: Capture, batch: torch.Tensor, start: int) -> None:
+        if self.key is not None:
+            self.alpha.append(cap.stack("attentions"))  # (L, B, H)
+        if self.state_of is not None:
+            self.h.append(cap.stack("hidden_states"))  # (L, B, 2, d)
+            self.keys.append(cap.stack("keys"))  # (L, B, H_kv, 2, hd)
+
+    def result(self) -> tuple[torch.Tensor | None, dict[str, torch.Tensor] | None]:
+        alpha = torch.cat(self.alpha, dim=1) if self.key is not None else None  # (L, N, H)
+        if self.state_of is None:
+            return alpha, None
+        h = torch.cat(self.h, dim=1).float()  # (L, N, 2, d): positions 0 and k
+        keys = torch.cat(self.keys, dim=1).float()  # (L, N, H_kv, 2, hd)
+        k0, kk = keys[..., 0, :], keys[..., 1, :]
+        return alpha, {"dom_k": metrics.dom_ratio(h[:, :, 1]).mean(1), "dom_0": metrics.dom_ratio(h[:, :, 0]).mean(1),
+                       "key_cos": torch.nn.functional.cosine_similarity(kk, k0, dim=-1).mean(dim=(1, 2)),
+                       "key_norm_ratio": (kk.norm(dim=-1) / k0.norm(dim=-1).clamp_min(1e-12)).mean(dim=(1, 2))}
 
 
 @torch.inference_mode()
@@ -116,12 +151,15 @@ def takes_first_token_state(state: dict[str, torch.Tensor], layers: list[int], d
 @dataclass
 class SelfOnlyEffect:
     """Intervention (i) on one set of windows: alpha_k of the later queries t > k per (layer, head), before and after
-    token k is made to attend only to itself, and the share of heads above eps (the sink rate of position k)."""
+    token k is made to attend only to itself, and the share of heads above eps (the sink rate of position k); from the
+    same forwards, token k's state next to the first token's before and after (:func:`token_state`)."""
 
     alpha_before_per_seq: torch.Tensor  # (L, N, H): the unedited model, kept per window for the resampled sweep
     alpha_after: torch.Tensor  # (L, H)
     rate_before: float
     rate_after: float
+    state_before: dict[str, torch.Tensor] | None = None  # token_state of the unedited model, each (L,)
+    state_after: dict[str, torch.Tensor] | None = None  # token_state under the edit
 
     @property
     def alpha_before(self) -> torch.Tensor:
@@ -129,13 +167,20 @@ class SelfOnlyEffect:
 
 
 def self_only_effect(lm: LoadedModel, ids: torch.Tensor, k: int, batch_size: int = 16,
-                     eps: float = metrics.GU_EPS) -> SelfOnlyEffect:
+                     eps: float = metrics.GU_EPS, before: tuple | None = None) -> SelfOnlyEffect:
     """alpha_k (queries t > k) before and under :class:`~sinklib.interpretation.interventions.SelfOnlyAttention`;
-    rate = mean over (layer, head) of [mean alpha_k over the windows > eps]."""
-    before = alpha_at(lm, ids, k, batch_size=batch_size, later_only=True, per_sequence=True)
-    after = alpha_at(lm, ids, k, SelfOnlyAttention(lm.model, k), batch_size=batch_size, later_only=True)
+    rate = mean over (layer, head) of [mean alpha_k over the windows > eps]. One forward per batch and edit gives
+    both alpha_k and :func:`token_state` (the edit acts on each window alone, so batching does not change it).
+    ``before``: the unedited model's ``ScoreStats(k, later_only=True, state_of=k)`` result on ``ids`` when a shared
+    pass already measured it (:func:`sinklib.interpretation.origin.measure`), else measured here."""
+    if before is None:
+        before = _scored_pass(lm, ids, None, batch_size, key=k, later_only=True, state_of=k)
+    before, state_before = before
+    after, state_after = _scored_pass(lm, ids, SelfOnlyAttention(lm.model, k), batch_size, key=k, later_only=True,
+                                      state_of=k)
+    after = after.mean(dim=1)  # (L, H)
     return SelfOnlyEffect(before, after, float((before.mean(1) > eps).float().mean()),
-                          float((after > eps).float().mean()))
+                          float((after > eps).float().mean()), state_before, state_after)
 
 
 CENTRED, SCALED = "o' = mu + lambda (o - mu)", "control: o' = lambda o"  # the two curves of intervention (ii)
@@ -147,20 +192,50 @@ def amplification_per_window(lm: LoadedModel, ids: torch.Tensor, k: int, lambdas
     heads of the layers after ``layers``, with token k's head outputs in ``layers`` amplified around its batch mean
     (o' = mu + lambda (o - mu), :data:`CENTRED`) and, as the control, scaled (o' = lambda o, :data:`SCALED`).
     Returns name -> (len(lambdas), N). lambda = 1 is the unedited model (``alpha_before`` (L, N, H), when given,
-    saves that forward)."""
+    saves that forward).
+
+    The edit changes nothing before position k (causal attention), so each batch's positions 0..k-1 run once and
+    every edit runs positions k..T-1 on their KV cache (:func:`amplified_alpha`)."""
     later = slice(max(layers) + 1, None)
+    edits = [(lam, mode) for lam in lambdas if lam != 1 for mode in ("centered", "scale")]
+    scored = dict(zip(edits, amplified_alpha(lm, ids, k, edits, layers, batch_size)))
+    if any(lam == 1 for lam in lambdas) and alpha_before is None:
+        alpha_before = alpha_at(lm, ids, k, batch_size=batch_size, later_only=True, per_sequence=True)
     curves: dict[str, list[torch.Tensor]] = {CENTRED: [], SCALED: []}
     for lam in lambdas:
         for name, mode in ((CENTRED, "centered"), (SCALED, "scale")):
-            if lam == 1:
-                if alpha_before is None:
-                    alpha_before = alpha_at(lm, ids, k, batch_size=batch_size, later_only=True, per_sequence=True)
-                a = alpha_before
-            else:
-                a = alpha_at(lm, ids, k, HeadOutputAmplification(lm.model, k, lam, layers, mode),
-                             batch_size=batch_size, later_only=True, per_sequence=True)
+            a = alpha_before if lam == 1 else scored[lam, mode]  # (L, N, H)
             curves[name].append(a[later].mean(dim=(0, 2)))  # (N,)
     return {name: torch.stack(v) for name, v in curves.items()}
+
+
+@torch.inference_mode()
+def amplified_alpha(lm: LoadedModel, ids: torch.Tensor, k: int, edits: list[tuple[float, str]], layers: list[int],
+                    batch_size: int = 16) -> list[torch.Tensor]:
+    """Per edit (lambda, mode) of :class:`~sinklib.interpretation.interventions.HeadOutputAmplification` on token k
+    in ``layers``: alpha_k of the later queries t > k per (layer, sequence, head), (L, N, H) -- what
+    ``alpha_at(lm, ids, k, HeadOutputAmplification(lm.model, k, lam, layers, mode), batch_size, later_only=True,
+    per_sequence=True)`` returns, with the same batches (mu_k is each batch's mean).
+
+    Positions 0..k-1 do not see token k, so they are the unedited model's in every edit: each batch runs them once
+    into a KV cache, and each edit runs positions k..T-1 on a copy of it. Attention rows then hold queries k..T-1:
+    alpha_k = mean over rows 1.. of column k."""
+    T = ids.shape[1]
+    if not 0 <= k < T - 1:
+        raise ValueError(f"key {k} outside 0..{T - 2} (alpha of the later queries needs one)")
+    reduce = {"attentions": lambda a, i: a[..., 1:, k].float().mean(dim=-1)}  # (B, H): queries k+1..T-1, key k
+    out: list[list[torch.Tensor]] = [[] for _ in edits]
+    for batch in batches(ids, batch_size):
+        prefix = None
+        if k > 0:
+            prefix = forward(lm, batch[:, :k], use_cache=True).past_key_values  # (B, H_kv, k, hd) per layer
+        for j, (lam, mode) in enumerate(edits):
+            cache = copy.deepcopy(prefix)  # each edit extends its own copy
+            with Capture(lm.model, attentions=True, reduce=reduce) as cap:
+                with HeadOutputAmplification(lm.model, k, lam, layers, mode, start=k):
+                    forward(lm, batch[:, k:], past_key_values=cache, use_cache=cache is not None)
+            out[j].append(cap.stack("attentions"))  # (L, B, H)
+    return [torch.cat(o, dim=1) for o in out]
 
 
 def amplification_curves(per_window: dict[str, torch.Tensor], windows: torch.Tensor | None = None

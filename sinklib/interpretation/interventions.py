@@ -107,16 +107,21 @@ class HeadOutputAmplification(Intervention):
     variance-discrepancy link is about. ``mu="pooled"`` uses the mean over the batch *and all positions* instead
     (the paper's "mean over positions/batch" read the other way), which also moves token k's mean toward the
     layer's mean. ``mode="scale"`` (the control): o'_k = lambda o_k.
+
+    ``start``: the position of the forward's first token, > 0 when a KV cache holds the earlier ones (token k is
+    then column k - start of the forward; ``mu="pooled"`` needs every position in the forward, so start = 0).
     """
 
     def __init__(self, model: nn.Module, position: int, lam: float, layers: Sequence[int],
-                 mode: str = "centered", mu: str = "position"):
+                 mode: str = "centered", mu: str = "position", start: int = 0):
         super().__init__(model, layers)
         if mode not in ("centered", "scale"):
             raise ValueError("mode must be 'centered' or 'scale'")
         if mu not in ("position", "pooled"):
             raise ValueError("mu must be 'position' (batch mean of token k) or 'pooled' (batch and positions)")
-        self.position, self.lam, self.mode, self.mu = position, float(lam), mode, mu
+        if not 0 <= start <= position or (start and mu == "pooled"):
+            raise ValueError("start must lie in 0..position (and be 0 with mu='pooled')")
+        self.position, self.lam, self.mode, self.mu, self.start = position, float(lam), mode, mu, start
 
     def _install(self) -> None:
         for p in self.parts:
@@ -125,7 +130,7 @@ class HeadOutputAmplification(Intervention):
 
     def _edit(self, module, args):
         x = args[0].clone()  # (B, T, H * head_dim); per-channel mean equals per-head mean here
-        k = self.position
+        k = self.position - self.start  # token k's column in this forward
         if k >= x.shape[1]:
             return None
         if self.mode == "centered":

@@ -16,7 +16,7 @@ from sinklib.core import evaluation, metrics
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.interventions import ResidualOverride
-from sinklib.interpretation.origin import batches
+from sinklib.interpretation.origin import Statistic, batches, forward, leading_rows, measure
 
 
 # ----------------------------------------------------------------------------------------------- 7 bias view
@@ -29,7 +29,7 @@ def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batc
     out = []
     for batch in batches(ids, batch_size):
         with Capture(lm.model, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
-            lm.model(batch.to(lm.device), use_cache=False)
+            forward(lm, batch)
         out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
     return torch.cat(out, dim=1).mean(dim=1).float()
 
@@ -62,32 +62,63 @@ class MassiveMeans:
         return torch.where(torch.isnan(self.other), self.first, self.other)
 
 
-@torch.inference_mode()
 def massive_means(lm: LoadedModel, ids: torch.Tensor, layers: list[int], dims: list[int],
                   min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16) -> MassiveMeans:
     """The per-site means Sun et al. substitute (locuslab/massive-activations ``lib/hook.py`` keeps one value for
     the start token and one for the delimiter), measured over ``ids``; entries at t >= 1 count when they meet
-    :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``."""
-    shape = (len(layers), len(dims))
-    first, first_sq, n = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64), 0
-    other, count = torch.zeros(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
-    tokens: Counter = Counter()
-    for batch in batches(ids, batch_size):
-        with Capture(lm.model, hidden_states=True, layers=layers) as cap:
-            lm.model(batch.to(lm.device), use_cache=False)
-        for row, layer in enumerate(layers):
+    :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``. The forwards stop after the last of ``layers``."""
+    return measure(lm, ids, [MassiveMeanStats(dims, min_ratio, layers)], batch_size)[0].select(layers)
+
+
+class MassiveMeanStats(Statistic):
+    """:func:`massive_means` as a :class:`~sinklib.interpretation.origin.Statistic`, for ``layers`` (None: every
+    layer, so that the layers can be chosen afterwards -- e.g. the onset layers measured in the same pass);
+    :meth:`result` gives a :class:`MassiveMeansByLayer` to :meth:`~MassiveMeansByLayer.select` from."""
+
+    kinds = ("hidden_states",)
+
+    def __init__(self, dims: list[int], min_ratio: float = metrics.SUN_MIN_RATIO, layers: list[int] | None = None):
+        self.dims, self.min_ratio, self.layers = list(dims), min_ratio, None if layers is None else list(layers)
+        self.last_layer = None if layers is None else max(layers)
+        self.sums: dict[int, torch.Tensor] = {}  # layer -> (4, len(dims)): first, first^2, other, count (float64)
+        self.tokens: list[tuple[int, list[int]]] = []  # (layer, token ids of its later sites), batch by batch
+        self.n = 0
+
+    def update(self, cap: Capture, batch: torch.Tensor, start: int) -> None:
+        for layer in self.layers if self.layers is not None else sorted(cap.layers):
             h = cap.get("hidden_states", layer).double()  # (B, T, d)
-            first[row] += h[:, 0, dims].sum(0)
-            first_sq[row] += (h[:, 0, dims] ** 2).sum(0)
-            hit = metrics.massive_mask(h[:, 1:], min_ratio=min_ratio)[..., dims]  # (B, T-1, len(dims))
-            other[row] += (h[:, 1:, dims] * hit).sum(dim=(0, 1))
-            count[row] += hit.sum(dim=(0, 1))
-            tokens.update(batch[:, 1:][hit.any(-1).cpu()].tolist())
-        n += len(batch)
-    mean = first / n
-    sd = (first_sq / n - mean ** 2).clamp_min(0).sqrt()
-    other = torch.where(count > 0, other / count.clamp_min(1), torch.full_like(other, float("nan")))
-    return MassiveMeans(mean.float(), sd.float(), other.float(), count.long(), dict(tokens.most_common()))
+            hit = metrics.massive_mask(h[:, 1:], min_ratio=self.min_ratio)[..., self.dims] if self.dims else \
+                torch.zeros(*h[:, 1:].shape[:2], 0, dtype=torch.bool)  # (B, T-1, len(dims))
+            step = torch.stack([h[:, 0, self.dims].sum(0), (h[:, 0, self.dims] ** 2).sum(0),
+                                (h[:, 1:, self.dims] * hit).sum(dim=(0, 1)), hit.sum(dim=(0, 1)).double()])
+            self.sums[layer] = self.sums[layer] + step if layer in self.sums else step
+            self.tokens.append((layer, batch[:, 1:][hit.any(-1).cpu()].tolist()))
+        self.n += len(batch)
+
+    def result(self) -> MassiveMeansByLayer:
+        return MassiveMeansByLayer(self.sums, self.tokens, self.n)
+
+
+@dataclass
+class MassiveMeansByLayer:
+    """:class:`MassiveMeanStats`'s sums per layer, from which :meth:`select` makes the :class:`MassiveMeans` of any
+    layers (its rows in the order given)."""
+
+    sums: dict[int, torch.Tensor]
+    tokens: list[tuple[int, list[int]]]
+    n: int
+
+    def select(self, layers: list[int]) -> MassiveMeans:
+        sums = torch.stack([self.sums[layer] for layer in layers], dim=1)  # (4, len(layers), len(dims))
+        first, first_sq, other, count = sums
+        mean = first / self.n
+        sd = (first_sq / self.n - mean ** 2).clamp_min(0).sqrt()
+        other = torch.where(count > 0, other / count.clamp_min(1), torch.full_like(other, float("nan")))
+        tokens: Counter = Counter()
+        for layer, ids in self.tokens:  # batch by batch, layer by layer, as one pass over ``layers`` counts them
+            if layer in layers:
+                tokens.update(ids)
+        return MassiveMeans(mean.float(), sd.float(), other.float(), count.long(), dict(tokens.most_common()))
 
 
 def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0) -> list[int]:
@@ -101,7 +132,6 @@ def onset_layers(values: torch.Tensor, min_abs: float = 100.0, jump: float = 2.0
     return [i for i in range(len(a)) if bool(hit[i].any())]
 
 
-@torch.inference_mode()
 def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per head (L, H): the implicit-bias view of the first-token sink.
 
@@ -118,23 +148,41 @@ def sink_as_bias(lm: LoadedModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     A term that is small *relative to the output* says nothing by itself (every head whose alpha is small passes);
     the verdict compares sink heads with the others (``separation``).
     """
-    with Capture(lm.model, kinds=("attentions", "values")) as cap:
-        lm.model(ids.to(lm.device), use_cache=False)
-    L, H = lm.n_layers, lm.n_heads
-    group = H // lm.n_kv_heads
-    res = {k: torch.zeros(L, H) for k in ("value_norm_ratio", "sink_share", "sink_term_spread", "alpha_first")}
-    for i in range(L):
-        A = cap.get("attentions", i).float()  # (N, H, T, T)
-        v = cap.get("values", i).float().repeat_interleave(group, dim=1)  # (N, H, T, hd)
-        vn = v.norm(dim=-1)  # (N, H, T)
-        res["value_norm_ratio"][i] = (vn[..., 0] / vn[..., 1:].mean(-1)).mean(0)
-        o = A[..., 1:, :] @ v  # (N, H, T-1, hd) head outputs of queries t >= 1
-        c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) the first token's term
-        res["sink_share"][i] = (c.norm(dim=-1) / o.norm(dim=-1).clamp_min(1e-12)).mean(dim=(0, 2))
-        dev = (c - c.mean(dim=2, keepdim=True)).norm(dim=-1).mean(-1)  # (N, H)
-        res["sink_term_spread"][i] = (dev / c.norm(dim=-1).mean(-1).clamp_min(1e-12)).mean(0)
-        res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
-    return res
+    return measure(lm, ids, [SinkAsBiasStats(lm)], len(ids))[0]
+
+
+class SinkAsBiasStats(Statistic):
+    """:func:`sink_as_bias` as a :class:`~sinklib.interpretation.origin.Statistic`, on the first ``max_seqs``
+    sequences (None: all)."""
+
+    kinds = ("attentions", "values")
+
+    def __init__(self, lm: LoadedModel, max_seqs: int | None = None):
+        self.L, self.H, self.group = lm.n_layers, lm.n_heads, lm.n_heads // lm.n_kv_heads
+        self.max_seqs = max_seqs
+        self.attn, self.values = [], []
+
+    def update(self, cap: Capture, batch: torch.Tensor, start: int) -> None:
+        rows = leading_rows(batch, start, self.max_seqs)
+        if rows is not None:
+            self.attn.append([cap.get("attentions", i)[rows] for i in range(self.L)])  # (B, H, T, T) per layer
+            self.values.append([cap.get("values", i)[rows] for i in range(self.L)])  # (B, H_kv, T, hd)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        res = {k: torch.zeros(self.L, self.H) for k in ("value_norm_ratio", "sink_share", "sink_term_spread",
+                                                         "alpha_first")}
+        for i in range(self.L):
+            A = torch.cat([a[i] for a in self.attn]).float()  # (N, H, T, T)
+            v = torch.cat([v[i] for v in self.values]).float().repeat_interleave(self.group, dim=1)  # (N, H, T, hd)
+            vn = v.norm(dim=-1)  # (N, H, T)
+            res["value_norm_ratio"][i] = (vn[..., 0] / vn[..., 1:].mean(-1)).mean(0)
+            o = A[..., 1:, :] @ v  # (N, H, T-1, hd) head outputs of queries t >= 1
+            c = A[..., 1:, 0, None] * v[:, :, None, 0]  # (N, H, T-1, hd) the first token's term
+            res["sink_share"][i] = (c.norm(dim=-1) / o.norm(dim=-1).clamp_min(1e-12)).mean(dim=(0, 2))
+            dev = (c - c.mean(dim=2, keepdim=True)).norm(dim=-1).mean(-1)  # (N, H)
+            res["sink_term_spread"][i] = (dev / c.norm(dim=-1).mean(-1).clamp_min(1e-12)).mean(0)
+            res["alpha_first"][i] = metrics.alpha(A, 0).mean(0)
+        return res
 
 
 def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS) -> float:
@@ -180,25 +228,48 @@ class BiasTest:
 
 
 def bias_test(lm: LoadedModel, calibration: torch.Tensor, heldout: torch.Tensor, layers: list[int], dims: list[int],
-              min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16) -> BiasTest:
+              min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16,
+              means: MassiveMeans | MassiveMeansByLayer | None = None) -> BiasTest:
     """Perplexity on ``heldout`` with the massive activations in ``layers`` x ``dims`` (located at every position by
     :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``) set to their per-site mean over ``calibration``
     (:func:`massive_means`) or to zero (locuslab/massive-activations ``lib/hook.py``). With nothing to edit, every
-    edit is the original model: the perplexities are equal, so "set to zero breaks it" cannot hold."""
-    original = evaluation.perplexity(lm, heldout, batch_size)
+    edit is the original model: the perplexities are equal, so "set to zero breaks it" cannot hold.
+
+    ``batch_size`` windows per forward for the calibration; the perplexities use :func:`nll_batch_size` (the same
+    numbers, each window's NLL does not depend on its batch). ``means``: the calibration's means when they were
+    already measured (:class:`MassiveMeanStats` in a shared pass over ``calibration`` with these dims and
+    ``min_ratio``), else measured here."""
+    nll_batch = nll_batch_size(lm, heldout.shape[1], batch_size)
+    original = evaluation.perplexity(lm, heldout, nll_batch)
     if not layers or not dims:
         return BiasTest({"original": original, "set to mean": original, "set to zero": original,
                          "set to mean, position 0 only": original}, None, 0)
-    means = massive_means(lm, calibration, layers, dims, min_ratio, batch_size)
+    if means is None:
+        means = massive_means(lm, calibration, layers, dims, min_ratio, batch_size)
+    elif isinstance(means, MassiveMeansByLayer):
+        means = means.select(layers)
     to_mean = ResidualOverride(lm.model, layers, dims, means.first, min_ratio=min_ratio,
                                other_values=means.other_or_first())
     to_zero = ResidualOverride(lm.model, layers, dims, 0.0, min_ratio=min_ratio)
     first_only = ResidualOverride(lm.model, layers, dims, means.first, positions=[0])
     ppl = {"original": original,
-           "set to mean": evaluation.perplexity(lm, heldout, batch_size, to_mean),
-           "set to zero": evaluation.perplexity(lm, heldout, batch_size, to_zero),
-           "set to mean, position 0 only": evaluation.perplexity(lm, heldout, batch_size, first_only)}
+           "set to mean": evaluation.perplexity(lm, heldout, nll_batch, to_mean),
+           "set to zero": evaluation.perplexity(lm, heldout, nll_batch, to_zero),
+           "set to mean, position 0 only": evaluation.perplexity(lm, heldout, nll_batch, first_only)}
     return BiasTest(ppl, means, to_zero.edited)
+
+
+CPU_NLL_TOKENS = 1024  # tokens per perplexity forward on a CPU
+
+
+def nll_batch_size(lm: LoadedModel, seq_len: int, batch_size: int) -> int:
+    """Windows per perplexity forward: ``batch_size``, except on a CPU, where at most :data:`CPU_NLL_TOKENS` tokens
+    (at least one window). The forward's (B, T, V) float32 logits and their log-softmax are each B T V values --
+    about 1 GB for 20 windows of 256 tokens of a 49k vocabulary; in batches of ~1k tokens they stay ~200 MB and the
+    perplexity runs ~15% faster on one CPU thread. Each window's NLL does not depend on the batch (float rounding)."""
+    if lm.device.type != "cpu":
+        return batch_size
+    return max(1, min(batch_size, CPU_NLL_TOKENS // max(seq_len, 1)))
 
 
 def implicit_bias_separation(bias: dict[str, torch.Tensor], eps: float = metrics.GU_EPS) -> tuple[dict, int]:
