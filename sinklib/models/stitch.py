@@ -156,11 +156,24 @@ def batch(tokenizer, n_image_tokens: int, captions: list[str]) -> tuple[torch.Te
 
 @torch.no_grad()
 def vision_features(model, pixels: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-    """The frozen tower's features as LLaVA selects them: hidden_states[-2] without CLS. (B, 3, S, S) -> (B, P, 384)."""
+    """The frozen tower's features as LLaVA selects them: hidden_states[-2] without CLS. (B, 3, S, S) -> (B, P, 384).
+
+    hidden_states[k] is the output of the tower's first k layers, so a DINOv2 tower runs only those k (the last
+    layer's output was never read): the same features, bit for bit, a twelfth of the encoding sooner."""
+    tower = model.model.vision_tower
+    layers = getattr(getattr(tower, "encoder", None), "layer", None)  # DINOv2's blocks; other towers run whole
+    k = model.config.vision_feature_layer
     out = []
-    for start in range(0, len(pixels), batch_size):
-        hs = model.model.vision_tower(pixels[start:start + batch_size], output_hidden_states=True).hidden_states
-        out.append(hs[model.config.vision_feature_layer][:, 1:])
+    if layers is not None:
+        k %= len(layers) + 1  # -2 of 12 layers + the embeddings: 11
+        tower.encoder.layer = layers[:k]
+    try:
+        for start in range(0, len(pixels), batch_size):
+            hs = tower(pixels[start:start + batch_size], output_hidden_states=True).hidden_states
+            out.append(hs[k][:, 1:])
+    finally:
+        if layers is not None:
+            tower.encoder.layer = layers
     return torch.cat(out)
 
 

@@ -6,6 +6,7 @@ seilk/VisAttnSink ``src/logic/logic.py``). Sinks are found with :func:`sinklib.a
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -22,10 +23,13 @@ from sinklib.architectures.mllm.visual_sinks import (
     MllmProfile,
     caption_inputs,
     caption_nll,
+    logits_kwargs,
+    mean_nll,
     phi,
-    profile_mllm,
+    profile_forward,
     random_like,
     sink_union,
+    token_nll,
     visual_sink_claims,
 )
 from sinklib.core.claims import Claim, over_draws
@@ -37,7 +41,8 @@ class KeyMask(Intervention):
     """Hide chosen keys from every query at or after ``from_query``: their additive mask entries become -inf, so
     the other keys share the attention (Kang et al.'s masking of visual sink tokens, and its random control).
 
-    keys: (B, T) bool, the key positions to hide in each row.
+    keys: (B, T) bool, the key positions to hide in each row. Positions are absolute: in a forward that runs only
+    the last T_q tokens on a KV cache of the first N - T_q (:func:`edited_nll`), query row r is position N - T_q + r.
     """
 
     def __init__(self, model: nn.Module, keys: torch.Tensor, from_query: int, layers: Sequence[int] | None = None):
@@ -48,12 +53,13 @@ class KeyMask(Intervention):
         self._use_attention_function()
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
-        if self.adapter.index_of(module) in self.layers and query.shape[2] > self.from_query:
+        cached = key.shape[-2] - query.shape[-2]  # positions before the first query (0 without a KV cache)
+        if self.adapter.index_of(module) in self.layers and cached + query.shape[2] > self.from_query:
             mask = self._mask(module, query, key, attention_mask).clone()  # (B|1, 1, T, N)
             mask = mask.expand(self.keys.shape[0], 1, *mask.shape[2:]).clone()
             hide = self.keys[:, None, None, :mask.shape[-1]].to(mask.device)  # (B, 1, 1, N)
             rows = torch.zeros(mask.shape[2], dtype=torch.bool, device=mask.device)
-            rows[self.from_query:] = True
+            rows[max(self.from_query - cached, 0):] = True
             mask[hide & rows[None, None, :, None]] = torch.finfo(mask.dtype).min
             attention_mask = mask
             self.calls += 1
@@ -112,14 +118,21 @@ class VisualAttentionRedistribution(Intervention):
     :func:`image_centric_rows`, and :func:`var_bias` added to the mask handed to the model's own attention.
 
     image: (T,) bool, the image tokens' positions (``MllmProfile.image``); text queries start after the last.
+    prefix_sinks: (L, B, S) bool, for a forward that runs only the tokens from S on, on a KV cache of the first S
+    (:func:`edited_nll`; S <= the first text query, so no edit reaches them): the sinks among those S tokens, whose
+    hidden states that forward never sees (:attr:`ProfiledForward.token_phi` >= tau of the forward that filled the
+    cache). Layer 0's input is not captured, so then ``first_layer`` >= 1.
     """
 
     def __init__(self, model: nn.Module, dims: Sequence[int], image: torch.Tensor, tau: float = KANG_TAU,
                  p: float = KANG_P, rho: float = KANG_RHO, summ: float = KANG_SUMM,
-                 first_layer: int = KANG_FIRST_LAYER):
+                 first_layer: int = KANG_FIRST_LAYER, prefix_sinks: torch.Tensor | None = None):
         n = len(adapter_layers(model))
         super().__init__(model, range(first_layer, n - 1))
+        if prefix_sinks is not None and first_layer < 1:
+            raise ValueError("prefix_sinks come from block outputs: VAR on a KV cache needs first_layer >= 1")
         self.dims, self.tau, self.p, self.rho, self.summ = list(dims), tau, p, rho, summ
+        self.prefix_sinks = prefix_sinks
         self.image = image.bool()
         self.text_from = int(self.image.nonzero().max()) + 1
         self._sinks: dict[int, torch.Tensor] = {}
@@ -132,19 +145,23 @@ class VisualAttentionRedistribution(Intervention):
         self._use_attention_function()
 
     def _find_sinks(self, layer: int, args, kwargs) -> None:
-        h = args[0] if args else kwargs["hidden_states"]  # (B, T, d)
-        self._sinks[layer] = phi(h, self.dims) >= self.tau  # (B, T)
+        h = args[0] if args else kwargs["hidden_states"]  # (B, T, d); on a KV cache (B, T - S, d)
+        sinks = phi(h, self.dims) >= self.tau
+        if self.prefix_sinks is not None:  # the cached tokens' sinks come first
+            sinks = torch.cat([self.prefix_sinks[layer].to(sinks.device), sinks], dim=1)
+        self._sinks[layer] = sinks  # (B, T)
 
     def _attention(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.adapter.index_of(module)
         stop = self.text_from
-        if layer in self.layers and query.shape[2] > stop:
+        cached = key.shape[-2] - query.shape[-2]  # positions before the first query (0 without a KV cache)
+        if layer in self.layers and cached + query.shape[2] > stop:
             attention_mask = self._mask(module, query, key, attention_mask)
             _, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, H, T, N)
             n = weights.shape[-1]
             sinks = self._sinks[layer][:, :n]
             image = self.image[None, :n].to(sinks.device).expand_as(sinks)
-            rows = image_centric_rows(weights, sinks & image, image, stop, self.rho, self.summ)
+            rows = image_centric_rows(weights, sinks & image, image, max(stop - cached, 0), self.rho, self.summ)
             self.rows_edited += int(rows.sum())
             attention_mask = attention_mask + var_bias(weights, sinks, image, rows, self.p).to(attention_mask.dtype)
             self.calls += 1
@@ -180,29 +197,78 @@ class EditComparison:
                 "random": self.means["random hidden"], "random_draws": self.random_draws}
 
 
+# Model types whose language tower takes a KV cache of the tokens before the text with plain 1D positions, so that
+# :func:`edited_nll` may run only the text on it (tested: LLaVA, the stand-in's and LLaVA-1.5's class). Others
+# (Qwen2-VL's M-RoPE keeps position state between calls) run every edit as a whole forward.
+PREFIX_CACHE_TYPES = ("llava",)
+
+
+def uses_prefix_cache(model: nn.Module) -> bool:
+    return getattr(model.config, "model_type", None) in PREFIX_CACHE_TYPES
+
+
+@torch.inference_mode()
+def edited_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, edit, prefix=None) -> torch.Tensor:
+    """:func:`caption_nll` under the intervention ``edit`` -> (B,).
+
+    prefix: ``(cache, S)``, a KV cache (``DynamicCache``) holding the first S positions of ``inputs``: then only the
+    tokens from S on are run, attending to the cached keys and values. Exact for an edit that changes nothing
+    before S (:class:`KeyMask` and VAR edit only text queries after the image, S = the first of them): positions
+    before S see no later one, so their keys and values are those of the unedited forward. The cache is cut back to
+    S afterwards, ready for the next edit.
+    """
+    if prefix is None:
+        return caption_nll(model, inputs, labels, edit)
+    cache, start = prefix
+    ids = inputs["input_ids"]
+    mask = inputs.get("attention_mask", torch.ones_like(ids))
+    keep = min(logits_kwargs(model, labels).get("logits_to_keep", ids.shape[1]), ids.shape[1] - start)
+    with edit:
+        logits = model(input_ids=ids[:, start:], attention_mask=mask, past_key_values=cache, use_cache=True,
+                       logits_to_keep=keep).logits  # (B, keep, V)
+    cache.crop(start - cache.get_seq_length())  # a negative count: drop the positions this forward added
+    return mean_nll(token_nll(logits, labels), labels)
+
+
 def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], batch_size: int, draws: int,
-                  seed: int) -> EditComparison:
-    """Caption NLL as is, with the visual sink tokens (phi >= 20 in any layer from 2 on, :func:`sink_union`) hidden
-    from every text query in every layer (:class:`KeyMask`), with as many random image tokens hidden (``draws``
-    draws; draw r of the batch starting at i is seeded ``seed + 1000 r + i``), and with VAR."""
+                  seed: int, tau: float = KANG_TAU) -> EditComparison:
+    """Caption NLL as is, with the visual sink tokens (phi >= tau = 20 in any layer from 2 on, :func:`sink_union`)
+    hidden from every text query in every layer (:class:`KeyMask`), with as many random image tokens hidden
+    (``draws`` draws; draw r of the batch starting at i is seeded ``seed + 1000 r + i``), and with VAR.
+
+    Per batch one forward profiles the batch and, for a model that takes it (:func:`uses_prefix_cache`), keeps the
+    keys and values of the tokens before the first text query: the edits change only text queries, so each
+    condition, "as is" included, runs just the text on that cache (:func:`edited_nll`), VAR with the cached
+    tokens' sinks from the same forward -- the numbers of whole forwards, to float rounding.
+    """
     nll: dict[str, list[torch.Tensor]] = {"as is": [], "sinks hidden": [], "VAR": []}
     random_runs: list[list[torch.Tensor]] = [[] for _ in range(draws)]
     n_sinks, first = [], None
+    cached = uses_prefix_cache(lm.model)
     for i in range(0, len(pictures), batch_size):
         x, y = caption_inputs(lm, pictures[i:i + batch_size], captions[i:i + batch_size])
-        p = profile_mllm(lm.model, x, dims=dims)
+        run = profile_forward(lm.model, x, dims=dims, use_cache=cached, **logits_kwargs(lm.model))
+        p = run.profile
         first = p if first is None else first
-        union = sink_union(p)
+        union = sink_union(p, tau)
         n_sinks.append(union.sum(-1).float())
         keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
         keys[:, p.image] = union
-        nll["as is"].append(caption_nll(lm.model, x, y))
-        nll["sinks hidden"].append(caption_nll(lm.model, x, y, KeyMask(lm.model, keys, p.span[1])))
+        text = p.span[1]  # the first text query: nothing before it is edited
+        prefix, prefix_sinks = None, None
+        if cached:
+            prefix = (run.output.past_key_values, text)
+            prefix[0].crop(text - prefix[0].get_seq_length())
+            prefix_sinks = run.token_phi[:, :, :text] >= tau  # (L, B, S)
+        del run
+        nll["as is"].append(edited_nll(lm.model, x, y, contextlib.nullcontext(), prefix))
+        nll["sinks hidden"].append(edited_nll(lm.model, x, y, KeyMask(lm.model, keys, text), prefix))
         for r in range(draws):
             rand = torch.zeros_like(keys)
             rand[:, p.image] = random_like(union, seed=seed + 1000 * r + i)
-            random_runs[r].append(caption_nll(lm.model, x, y, KeyMask(lm.model, rand, p.span[1])))
-        nll["VAR"].append(caption_nll(lm.model, x, y, VisualAttentionRedistribution(lm.model, dims, p.image)))
+            random_runs[r].append(edited_nll(lm.model, x, y, KeyMask(lm.model, rand, text), prefix))
+        var = VisualAttentionRedistribution(lm.model, dims, p.image, tau=tau, prefix_sinks=prefix_sinks)
+        nll["VAR"].append(edited_nll(lm.model, x, y, var, prefix))
     mean = {k: torch.cat(v).mean().item() for k, v in nll.items()}
     random_means = [torch.cat(v).mean().item() for v in random_runs]
     means = {"as is": mean["as is"], "sinks hidden": mean["sinks hidden"],

@@ -20,6 +20,7 @@ in :mod:`sinklib.architectures.mllm.visual_attention`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,6 +107,17 @@ class MllmProfile:
         return out
 
 
+@dataclass
+class ProfiledForward:
+    """One forward of :func:`profile_forward`: its profile, the model's own output (logits, and the KV cache when
+    asked for), and token_phi: (L, B, T) phi of every token's input hidden state at layer l (NaN for l = 0, whose
+    input is the embedding and is not captured) -- what VAR finds its sinks in."""
+
+    profile: MllmProfile
+    output: object
+    token_phi: torch.Tensor
+
+
 @torch.inference_mode()
 def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = None,
                  text_from: int | None = None) -> MllmProfile:
@@ -114,11 +126,19 @@ def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = No
     ``text_from``: the first query position counted as text (default: the first token after the image).
     ``dims``: the sink dimensions (default: :func:`sink_dimensions` of this batch's first token).
     """
+    return profile_forward(model, inputs, dims, text_from, **logits_kwargs(model)).profile  # logits unread
+
+
+@torch.inference_mode()
+def profile_forward(model: nn.Module, inputs: dict, dims: Sequence[int] | None = None, text_from: int | None = None,
+                    **forward) -> ProfiledForward:
+    """:func:`profile_mllm`, keeping what the same forward gives besides: the model's output for
+    ``model(**inputs, **forward)`` (e.g. ``logits_to_keep``, ``use_cache=True``) and every token's phi."""
     where = shared_positions(adapter_for(model).image_positions(inputs["input_ids"]))
     start, stop = image_span(where)
     text_from = stop if text_from is None else text_from
     with Capture(model, attentions=True, hidden_states=True) as cap:
-        model(**inputs)
+        output = model(**inputs, **forward)
     att = cap.stack("attentions").float()  # (L, B, H, T, T)
     hid = cap.stack("hidden_states").float()  # (L, B, T, d)
     rows = att[:, :, :, text_from:]  # (L, B, H, Tq, T): text queries
@@ -128,10 +148,12 @@ def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = No
     first = hid[:, :, 0].mean(1)  # (L, d)
     dims = list(dims) if dims is not None else sink_dimensions(first)
     layer_input = torch.cat([torch.full_like(hid[:1], float("nan")), hid[:-1]])  # input of block l = output of l-1
-    ph = phi(layer_input[:, :, where], dims)  # (L, B, P)
+    token_phi = phi(layer_input, dims)  # (L, B, T)
+    ph = token_phi[:, :, where].clone()  # (L, B, P)
     ph[:KANG_FIRST_LAYER] = float("nan")
     received = rows[..., where].mean(dim=(2, 3))  # (L, B, P)
-    return MllmProfile((start, stop), where, text_from, shares, ph, received, first, dims)
+    profile = MllmProfile((start, stop), where, text_from, shares, ph, received, first, dims)
+    return ProfiledForward(profile, output, token_phi)
 
 
 # ------------------------------------------------------------------------------------------------------- claims
@@ -258,31 +280,112 @@ def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch
     return out, labels
 
 
+def logits_kwargs(model: nn.Module, labels: torch.Tensor | None = None) -> dict:
+    """``logits_to_keep`` for a forward whose logits only :func:`token_nll` reads: the output head and the
+    log-softmax then run from the position before the first caption token on, not on the image and the prompt
+    (whose logits are never read); without labels, the last position only (a forward run for what it captures).
+    Empty where the model's forward has no such argument."""
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return {}
+    if labels is None:
+        return {"logits_to_keep": 1}
+    cols = (labels != -100).any(0).nonzero().flatten()
+    return {"logits_to_keep": labels.shape[1] - int(cols[0]) + 1 if len(cols) else 1}
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of each caption token (0 where labels are -100), from the logits of the last K
+    positions: position t predicts token t + 1. logits: (B, K, V); labels: (B, T), K <= T -> (B, K - 1)."""
+    skipped = labels.shape[1] - logits.shape[1] + 1  # labels before this column have no logits here
+    if (labels[:, :skipped] != -100).any():
+        raise ValueError("caption tokens before the first position whose logits were kept")
+    target = labels[:, skipped:].to(logits.device)  # (B, K - 1)
+    keep = target != -100
+    logp = torch.log_softmax(logits[:, :-1][keep].float(), -1)  # (N, V): only the scored positions
+    nll = torch.zeros(keep.shape, dtype=logp.dtype, device=logp.device)
+    nll[keep] = -logp.gather(-1, target[keep][:, None])[:, 0]
+    return nll
+
+
+def mean_nll(nll: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-example mean of :func:`token_nll`'s (B, K - 1) over the caption tokens -> (B,), on the CPU."""
+    count = (labels != -100).sum(-1).clamp_min(1).to(nll.device)
+    return (nll.sum(-1) / count).cpu()
+
+
 @torch.inference_mode()
 def caption_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, extra=None) -> torch.Tensor:
     """Per-example mean negative log-likelihood of the caption tokens, optionally under an intervention ``extra``
     (a context manager entered around the forward). -> (B,)."""
+    kwargs = logits_kwargs(model, labels)
     if extra is not None:
         with extra:
-            logits = model(**inputs).logits
+            logits = model(**inputs, **kwargs).logits
     else:
-        logits = model(**inputs).logits
-    target = labels[:, 1:].to(logits.device)
-    logp = torch.log_softmax(logits[:, :-1].float(), -1)
-    keep = target != -100
-    nll = -logp.gather(-1, target.clamp_min(0)[..., None])[..., 0] * keep
-    return (nll.sum(-1) / keep.sum(-1).clamp_min(1)).cpu()
+        logits = model(**inputs, **kwargs).logits
+    return mean_nll(token_nll(logits, labels), labels)
+
+
+def _last_caption_token(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) labels -> (B,) the column of each row's last caption token (-1 in a row without one)."""
+    cols = torch.arange(labels.shape[1]).expand_as(labels)
+    return torch.where(labels != -100, cols, -1).amax(-1)
+
+
+def _differ_only_in_last_token(built: list[tuple[dict, torch.Tensor]]) -> bool:
+    """True when every (inputs, labels) of ``built`` equals the first except in each row's last caption token."""
+    (x, y), last = built[0], _last_caption_token(built[0][1])
+    if (last < 0).any():
+        return False
+    rows = torch.arange(len(last))
+    for xc, yc in built[1:]:
+        if set(xc) != set(x) or not torch.equal(_last_caption_token(yc), last):
+            return False
+        if not all(torch.equal(xc[k], x[k]) for k in x if k != "input_ids"):
+            return False
+        for a, b in ((xc["input_ids"].cpu(), x["input_ids"].cpu()), (yc, y)):
+            a, b = a.clone(), b.clone()
+            a[rows, last] = b[rows, last] = 0
+            if not torch.equal(a, b):
+                return False
+    return True
+
+
+@torch.inference_mode()
+def choice_nll(lm, pictures: list, choices: list[str]) -> torch.Tensor:
+    """Mean caption NLL of each picture under each caption of ``choices`` -> (C, B), as C :func:`caption_nll`.
+
+    When the choices' inputs differ only in the last caption token (the ten digit captions " a handwritten digit
+    0" ... " 9"), every token before it is the same in all C forwards, and a position never sees a later one: one
+    forward gives all C -- the shared tokens' NLL once, and each choice's last token from the log-probabilities at
+    the position before it. Else one forward per choice."""
+    built = [caption_inputs(lm, pictures, [c] * len(pictures)) for c in choices]
+    if len(built) == 1 or not _differ_only_in_last_token(built):
+        return torch.stack([caption_nll(lm.model, x, y) for x, y in built])
+    x, y = built[0]
+    last = _last_caption_token(y)
+    logits = lm.model(**x, **logits_kwargs(lm.model, y)).logits  # (B, K, V)
+    shared = token_nll(logits, y)  # (B, K - 1); each row's last caption token: choice 0's
+    col = (last - (y.shape[1] - logits.shape[1] + 1)).to(logits.device)  # that token's column in token_nll's frame
+    rows = torch.arange(len(last), device=logits.device)
+    logp = torch.log_softmax(logits[rows, col].float(), -1)  # (B, V): at the position before each last token
+    out = []
+    for _, yc in built:
+        nll = shared.clone()
+        nll[rows, col] = -logp[rows, yc[torch.arange(len(last)), last].to(logp.device)]
+        out.append(mean_nll(nll, yc))
+    return torch.stack(out)
 
 
 def digit_accuracy(lm, digits: list, labels, batch_size: int) -> float:
     """Held-out check of a captioning model: the fraction of digits whose lowest-NLL caption among the ten
-    ``stitch.digit_caption(0..9)`` is the right one (chance 0.1)."""
+    ``stitch.digit_caption(0..9)`` is the right one (chance 0.1); one forward per batch scores all ten
+    (:func:`choice_nll`)."""
     from sinklib.models.stitch import digit_caption
 
-    scores = torch.stack([torch.cat([
-        caption_nll(lm.model, *caption_inputs(lm, digits[i:i + batch_size],
-                                              [digit_caption(d)] * len(digits[i:i + batch_size])))
-        for i in range(0, len(digits), batch_size)]) for d in range(10)])  # (10, N)
+    choices = [digit_caption(d) for d in range(10)]
+    scores = torch.cat([choice_nll(lm, digits[i:i + batch_size], choices)
+                        for i in range(0, len(digits), batch_size)], dim=1)  # (10, N)
     return float((scores.argmin(0).numpy() == np.asarray(labels)).mean())
 
 
