@@ -23,10 +23,24 @@ def token_nll(lm: LoadedModel, input_ids: torch.Tensor, batch_size: int = 8, int
     for start in tqdm(range(0, len(input_ids), batch_size), disable=not progress, leave=False, desc="nll"):
         batch = input_ids[start:start + batch_size].to(lm.device)
         with intervention if intervention is not None else contextlib.nullcontext():
-            logits = lm.model(batch, use_cache=False).logits.float()  # (B, T, V)
-        nll = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten(), reduction="none")
-        out.append(nll.view(batch.shape[0], -1).cpu())
+            logits = lm.model(batch, use_cache=False).logits  # (B, T, V)
+        out.append(shifted_nll(logits, batch).cpu())
     return torch.cat(out)
+
+
+def shifted_nll(logits: torch.Tensor, ids: torch.Tensor, rows: int = 1024) -> torch.Tensor:
+    """nll[n, t] = -log softmax(logits[n, t])[ids[n, t+1]]: (B, T, V) logits and (B, T) ids -> (B, T-1).
+
+    Row by row the same numbers as one ``F.cross_entropy`` over ``logits[:, :-1]``, computed ``rows`` positions at a
+    time on the contiguous (B T, V) view (the last position's target is ignored): no (B, T-1, V) copy and no
+    full-size log-softmax, which for a 50k vocabulary cost as much as the LM head itself on a CPU.
+    """
+    B, T, V = logits.shape
+    flat = logits.reshape(B * T, V)  # a view
+    target = F.pad(ids[:, 1:], (0, 1), value=-100).reshape(-1)  # (B T,); -100: the last position predicts nothing
+    nll = torch.cat([F.cross_entropy(flat[s:s + rows].float(), target[s:s + rows], reduction="none")
+                     for s in range(0, B * T, rows)])
+    return nll.view(B, T)[:, :-1]
 
 
 def ppl(nll: torch.Tensor) -> float:
