@@ -102,14 +102,8 @@ class SinkWindowLayer(DynamicLayer):
             cos, sin = self.rope(torch.tensor([self.evicted], device=keys.device))  # (1, hd)
             moved = rotate(keys[..., :sinks, :].float(), cos, sin).to(keys.dtype)
             out_keys = torch.cat([moved, keys[..., sinks:, :]], dim=-2)
-        out_values, n = values, keys.shape[-2]
-        if n > self.capacity:  # evict the oldest window tokens, never the sinks
-            drop = n - self.capacity
-            self.evicted += drop
-            keys = torch.cat([keys[..., :self.n_sink, :], keys[..., self.n_sink + drop:, :]], dim=-2)
-            values = torch.cat([values[..., :self.n_sink, :], values[..., self.n_sink + drop:, :]], dim=-2)
-        self.keys, self.values = keys, values
-        return out_keys, out_values
+        self._keep(keys, values)
+        return out_keys, values
 
     def _update_in_steps(self, key_states, value_states):
         """One update of q new tokens that gives every query what ``ceil(q / step)`` consecutive updates of ``step``
@@ -133,14 +127,17 @@ class SinkWindowLayer(DynamicLayer):
             out_values = torch.cat([copies.flatten(2, 3), values], dim=-2)
         else:
             out_keys, out_values = keys, values
-        n = keys.shape[-2]
-        if n > self.capacity:  # the eviction of the last step: the sinks and the most recent tokens stay
-            drop = n - self.capacity
+        self._keep(keys, values)  # what the last step leaves
+        return out_keys, out_values
+
+    def _keep(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store (B, H_kv, n, hd) keys / values, evicting the oldest window tokens (never the sinks) past capacity."""
+        drop = keys.shape[-2] - self.capacity
+        if drop > 0:
             self.evicted += drop
             keys = torch.cat([keys[..., :self.n_sink, :], keys[..., self.n_sink + drop:, :]], dim=-2)
             values = torch.cat([values[..., :self.n_sink, :], values[..., self.n_sink + drop:, :]], dim=-2)
         self.keys, self.values = keys, values
-        return out_keys, out_values
 
     def stepped_mask(self, q: int, device: torch.device | None = None) -> torch.Tensor:
         """Which keys each of the next ``q`` queries may see when they are fed in one update emulating steps of
