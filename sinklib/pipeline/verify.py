@@ -81,7 +81,7 @@ def snapshot(figures_dir: str | Path) -> dict:
     claims = {}
     for row in scorecard.collect(figures_dir):
         claims[f"{row.notebook}/{row.id} [{row.model}]"] = {  # one record per claim and model (the Recorder's rule)
-            "verdict": row.verdict, "values": flatten(row.measured), "draws": [d for d in row.draws],
+            "verdict": row.verdict, "values": flatten(row.measured), "draws": list(row.draws),
             "kind": row.kind, "model": row.model, "profile": row.profile, "rel_tol": tolerance(row.kind),
         }
     return {"schema": SCHEMA, "environment": environment(), "claims": claims}
