@@ -38,7 +38,7 @@
 #
 # **Prerequisites.** `00_tour`, `10_llm`; top-k expert routing.
 #
-# **Time.** about 1 min on the CPU profile; 30-45 min to work through.
+# **Time.** about 1.5 min on the CPU profile; 30-45 min to work through.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
@@ -83,7 +83,7 @@ print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on
 # > often than other positions are?
 
 # %%
-route = moe_sinks.routing(lm, ids, batch_size=run.batch_size)
+route = moe_sinks.routing(lm, ids, batch_size=run.batch_size, first_token=True)  # + alpha_0 and |h_0| as is, for 3
 with plotting.style():
     fig = moe_plots.routing(route.same_set_first, route.same_set_rest, route.load_first,
                             title=f"Routing of the first token, {title}")
@@ -156,7 +156,8 @@ takeaways.show(moe_takeaways.super_experts(se_claim, route.output_max, title))
 
 # %%
 chosen = [(layer, e) for layer, e, _ in supers]
-runs = moe_sinks.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size)
+runs = moe_sinks.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size,
+                                 as_is=route.first_state)  # the model as is was measured while routing
 summary = {name: r.summary() for name, r in runs.items()}
 with plotting.style():
     fig = moe_plots.pruning({k: r.alpha_first for k, r in runs.items()}, {k: r.max_abs_first for k, r in runs.items()},

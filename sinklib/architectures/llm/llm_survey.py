@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from sinklib.architectures.llm import placement
-from sinklib.core import analysis
+from sinklib.core import analysis, metrics
+from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
@@ -64,18 +65,26 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
     first four links on ``placement_seqs`` windows (``paper``: the ``structural_origin`` reference). ``draw_seqs``
     > 0: two more draws (seeds seed+1, seed+2) of ``draw_seqs`` random-token sequences and ``draw_windows`` Bible
-    windows each (:func:`extra_draws`)."""
-    profiles = {kind: analysis.profile_sinks(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), input_name=kind,
-                                             batch_size=batch_size, progress=progress) for kind in INPUT_KINDS}
-    natural = profiles["natural"]
+    windows each (:func:`extra_draws`).
+
+    The ``placement_seqs`` windows are the first natural sequences (the same sampler and seed), so their mass per
+    key, their raw sink rate and their alpha_0 with a BOS are read off the natural profile's own forwards
+    (:func:`profile_with_mass`) instead of running them again; of random and repeated tokens only the sink rate is
+    read (:func:`placement.sink_rate`)."""
+    natural_ids = make_inputs(lm, "natural", num_seqs, seq_len, seed)
+    natural, natural_mass = profile_with_mass(lm, natural_ids, batch_size, progress)
+    rates = sink_rates(lm, natural, num_seqs, seq_len, seed, batch_size, progress)
     by_layer = [float(a) for a in natural.alpha_first_by_layer]
     sink_layers = [i for i, a in enumerate(by_layer) if a > GU_EPS] or list(range(lm.n_layers))
     ids = text_windows(lm.tokenizer, placement_seqs, seq_len, seed)
-    mass = placement.key_mass(lm, ids, sink_layers, batch_size)
+    ids_mass = rows_of(ids, natural_ids, natural_mass)  # (N, L, H, T), or None: run them
+    if ids_mass is None:
+        ids_mass = placement.layer_mass(lm, ids, batch_size)
+    mass = placement.over_layers(ids_mass, sink_layers)
     by_kind = placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids))
     position = placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass)
     start = time.perf_counter()
-    draws = {"seeds": [seed], "random": [profiles["random"].sink_rate], "by_kind": [by_kind], "position": [position],
+    draws = {"seeds": [seed], "random": [rates["random"]], "by_kind": [by_kind], "position": [position],
              "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
     if draw_seqs:
         draws = extra_draws(lm, draws, seq_len, draw_seqs, draw_windows or draw_seqs, sink_layers, batch_size)
@@ -83,11 +92,10 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     raw_vs_chat = chat_top = None
     chat = placement.chat_windows(lm, ids)
     if chat is not None:
-        raw_vs_chat = {fmt: analysis.profile_sinks(lm, x, input_name=fmt, batch_size=batch_size,
-                                                   progress=False).sink_rate
-                       for fmt, x in (("raw", ids), ("chat template", chat))}
-        chat_mass = placement.key_mass(lm, chat, sink_layers, batch_size)  # where the sink went, if it moved
-        chat_top = placement.secondary_sinks(chat_mass, chat, lm.tokenizer, first=0, top=4)
+        chat_mass = placement.layer_mass(lm, chat, batch_size)  # one forward: the sink rate and where the sink went
+        raw_vs_chat = {"raw": metrics.sink_rate(ids_mass[..., 0]), "chat template": metrics.sink_rate(chat_mass[..., 0])}
+        chat_top = placement.secondary_sinks(placement.over_layers(chat_mass, sink_layers), chat, lm.tokenizer,
+                                             first=0, top=4)
     sweep = analysis.first_token_mass_by_length(lm, list(context_lengths), seed, progress=progress,
                                                 n_windows=context_windows)
     low, high = sweep.range_over_windows(sink_layers)
@@ -96,11 +104,11 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
                                   seq_len, placement_seqs, seed, batch_size)
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
-        sink_rate={kind: p.sink_rate for kind, p in profiles.items()}, alpha_by_layer=by_layer,
+        sink_rate=rates, alpha_by_layer=by_layer,
         massive=massive, by_kind=by_kind, secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
         position=position, sink_layers=sink_layers,
         bos_stripped=intervention_effects.sink_follows_bos(
-            intervention_effects.without_bos(lm, placement_seqs, seq_len, seed, batch_size), sink_layers)
+            bos_stripped(lm, ids_mass[..., 0], placement_seqs, seq_len, seed, batch_size), sink_layers)
         if lm.adds_bos else None,
         raw_vs_chat=raw_vs_chat, chat_top=chat_top,
         context={"lengths": sweep.lengths, "alpha_first": sweep.mean_over(sink_layers), "low": low, "high": high,
@@ -109,17 +117,60 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     )
 
 
+def profile_with_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int, progress: bool = False
+                      ) -> tuple[analysis.SinkProfile, torch.Tensor]:
+    """:func:`sinklib.core.analysis.profile_sinks` of natural ``ids`` (N, T) and, from the same forwards, m_j per
+    sequence, layer, head and key (N, L, H, T) -- what :func:`placement.layer_mass` would measure with forwards of
+    its own. An outer :class:`~sinklib.core.attnstats.AttentionStats` around the profile: the switches nest, the
+    profile's statistics reduce the layer's probabilities and hand the output to the outer one, which reduces the
+    same probabilities and computes the output (one more reduction per layer, no more forward)."""
+    with AttentionStats(lm.model) as outer:
+        profile = analysis.profile_sinks(lm, ids, input_name="natural", batch_size=batch_size, progress=progress)
+    return profile, placement.stacked_mass(outer, lm.n_layers)
+
+
+def sink_rates(lm: LoadedModel, natural: analysis.SinkProfile, num_seqs: int, seq_len: int, seed: int,
+               batch_size: int, progress: bool = False) -> dict[str, float]:
+    """Input kind -> Gu et al.'s sink rate (:data:`INPUT_KINDS` in order): natural text from its profile, random and
+    repeated tokens (``num_seqs`` x ``seq_len``, ``seed``) from their attention alone (:func:`placement.sink_rate`)."""
+    return {kind: natural.sink_rate if kind == "natural" else
+            placement.sink_rate(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), batch_size,
+                                progress=f"{lm.name} / {kind}" if progress else None) for kind in INPUT_KINDS}
+
+
+def rows_of(ids: torch.Tensor, measured: torch.Tensor, values: torch.Tensor) -> torch.Tensor | None:
+    """``values`` of ``ids`` (N, T) when they are the first N rows of the ``measured`` inputs (the samplers draw a
+    seed's windows in order, so 16 windows of a seed are the first 16 of 32): ``values[:N]``; else None."""
+    n = len(ids)
+    return values[:n] if n <= len(measured) and torch.equal(ids, measured[:n]) else None
+
+
+def bos_stripped(lm: LoadedModel, alphas_with_bos: torch.Tensor, num_seqs: int, seq_len: int, seed: int,
+                 batch_size: int) -> dict:
+    """:func:`sinklib.interpretation.intervention_effects.without_bos` for a model that adds a BOS, with its "with
+    BOS" windows already measured: ``alphas_with_bos`` (N, L, H), alpha_0 of ``text_windows(..., seed)`` (the
+    natural profile's first windows); one profile of the same windows without the BOS gives the rest. Returns the
+    entries :func:`~sinklib.interpretation.intervention_effects.sink_follows_bos` reads: alpha_0 per layer with and
+    without the BOS, and where the largest activation sits per layer without it."""
+    ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed, add_special_tokens=False)
+    prof = analysis.profile_sinks(lm, ids, input_name="without_bos", batch_size=batch_size, progress=False)
+    return {"with_bos": {"alpha_first_by_layer": alphas_with_bos.mean(dim=(0, 2)).tolist()},
+            "without_bos": {"alpha_first_by_layer": prof.alpha_first_by_layer,
+                            "largest": [{"position": e.position, "dim": e.dim, "value": e.value,
+                                         "token": lm.tokenizer.decode([int(ids[e.seq, e.position])])}
+                                        for e in prof.extremes]}}
+
+
 def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_windows: int, sink_layers: list[int],
                 batch_size: int, n: int = 3) -> dict:
     """``draws`` (the run's own draw first) extended to ``n`` draws: for seeds seed+1, ... , ``num_seqs`` random-token
     sequences (Gu et al.'s sink rate) and ``num_windows`` Bible windows (mass by token kind, position or token, on
-    the run's sink layers). Three forwards per window draw, one per random-token draw."""
+    the run's sink layers). Two batches of forwards per window draw (the windows; the replaced and moved ones
+    stacked), one per random-token draw."""
     out = {k: list(v) for k, v in draws.items() if k != "sizes"}
     sizes = {k: list(v) for k, v in draws.get("sizes", {}).items()}
     for seed in range(draws["seeds"][0] + 1, draws["seeds"][0] + n):
-        rand = make_inputs(lm, "random", num_seqs, seq_len, seed)
-        out["random"].append(analysis.profile_sinks(lm, rand, input_name="random", batch_size=batch_size,
-                                                    progress=False).sink_rate)
+        out["random"].append(placement.sink_rate(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size))
         ids = text_windows(lm.tokenizer, num_windows, seq_len, seed)
         mass = placement.key_mass(lm, ids, sink_layers, batch_size)
         out["by_kind"].append(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)))
@@ -196,16 +247,19 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     weights of the model's configuration (:func:`sinklib.models.random_init.random_weights`) -- with ``num_seqs``
     sequences per input, one draw. Sink layers are the control's own (all layers when none passes eps). Returns
     claim id (ending in ``name``, the trained model's) -> claim, for ``Recorder.add(..., control=...)``."""
-    profiles = {kind: analysis.profile_sinks(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), input_name=kind,
-                                             batch_size=batch_size, progress=False) for kind in INPUT_KINDS}
-    by_layer = [float(a) for a in profiles["natural"].alpha_first_by_layer]
+    natural_ids = make_inputs(lm, "natural", num_seqs, seq_len, seed)
+    natural, natural_mass = profile_with_mass(lm, natural_ids, batch_size)
+    rates = sink_rates(lm, natural, num_seqs, seq_len, seed, batch_size)
+    by_layer = [float(a) for a in natural.alpha_first_by_layer]
     sink_layers = [i for i, a in enumerate(by_layer) if a > GU_EPS] or list(range(lm.n_layers))
     ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed)
-    mass = placement.key_mass(lm, ids, sink_layers, batch_size)
-    massive = analysis.massive_dimensions(profiles["natural"])
+    ids_mass = rows_of(ids, natural_ids, natural_mass)
+    mass = placement.over_layers(placement.layer_mass(lm, ids, batch_size) if ids_mass is None else ids_mass,
+                                 sink_layers)
+    massive = analysis.massive_dimensions(natural)
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seq_len,
                             num_seqs, seed, batch_size)
-    claims = [_named(analysis.llama_family_shape({k: p.sink_rate for k, p in profiles.items()}, gu), name),
+    claims = [_named(analysis.llama_family_shape(rates, gu), name),
               _named(origin_claims.massive_by_sun(massive), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,

@@ -19,7 +19,9 @@ import string
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
+from sinklib.core import metrics
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
@@ -73,16 +75,40 @@ def token_kinds(tokenizer, ids: torch.Tensor) -> list[list[str]]:
     return out
 
 
+def stacked_mass(stats: AttentionStats, n_layers: int) -> torch.Tensor:
+    """m_j of every sequence, layer, head and key that ``stats`` saw: (N, L, H, T), layers 0..n_layers-1."""
+    return torch.stack([stats.key_mass(i) for i in range(n_layers)], dim=1)
+
+
+def over_layers(mass: torch.Tensor, layers: list[int] | None = None) -> torch.Tensor:
+    """(N, L, H, T) m_j -> (N, T): the mean over heads and ``layers`` (default: all)."""
+    return (mass if layers is None else mass[:, layers]).mean(dim=(1, 2))
+
+
 @torch.inference_mode()
-def key_mass(lm: LoadedModel, ids: torch.Tensor, layers: list[int] | None = None, batch_size: int = 16) -> torch.Tensor:
-    """m_j per sequence and key, averaged over heads and ``layers`` (default: all): (N, T)."""
+def layer_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, progress: str | None = None) -> torch.Tensor:
+    """m_j per sequence, layer, head and key: (N, L, H, T), one forward per batch. alpha_0 = ``[..., 0]``, so Gu et
+    al.'s sink rate of the same forwards is ``metrics.sink_rate(mass[..., 0])``. ``progress``: a bar's label (None:
+    no bar)."""
     out = []
-    for batch in batches(ids, batch_size):
+    for batch in tqdm(list(batches(ids, batch_size)), desc=progress, disable=progress is None, leave=False):
         with AttentionStats(lm.model) as st:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
-        chosen = st.layers if layers is None else layers
-        out.append(torch.stack([st.key_mass(i) for i in chosen]).mean(dim=(0, 2)))  # (B, T)
+        out.append(stacked_mass(st, lm.n_layers))
     return torch.cat(out)
+
+
+def key_mass(lm: LoadedModel, ids: torch.Tensor, layers: list[int] | None = None, batch_size: int = 16) -> torch.Tensor:
+    """m_j per sequence and key, averaged over heads and ``layers`` (default: all): (N, T)."""
+    return over_layers(layer_mass(lm, ids, batch_size), layers)
+
+
+def sink_rate(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: float = GU_EPS,
+              progress: str | None = None) -> float:
+    """Gu et al.'s sink rate of ``ids`` (N, T): the share of (sequence, layer, head) with alpha_0 > eps -- the
+    ``sink_rate`` of :func:`sinklib.core.analysis.profile_sinks` (the same statistics), without its hidden-state
+    reductions, for inputs of which nothing else is read."""
+    return metrics.sink_rate(layer_mass(lm, ids, batch_size, progress)[..., 0], eps)
 
 
 def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float]:
@@ -167,16 +193,17 @@ def position_or_token(lm: LoadedModel, ids: torch.Tensor, layers: list[int], shi
     """Replace position 0 by ``other``; then put ``shift`` tokens of other windows in front, so the original first
     token (BOS or first word) sits at position ``shift``. alpha_k = mean over queries t >= k of A[t, k] (= m_k of
     :func:`key_mass`), mean over heads, ``layers`` and windows. ``mass``: :func:`key_mass` of ``ids`` on ``layers``
-    when already measured (saves a forward); two more forwards give the rest."""
+    when already measured (saves a forward); the replaced and the moved windows then run as one stack of 2N
+    windows (each window's attention is its own, so stacking changes nothing but the batching)."""
     other_id = lm.tokenizer(other, add_special_tokens=False).input_ids[-1]
     replaced = ids.clone()
     replaced[:, 0] = other_id
     prefix = ids.roll(1, dims=0)[:, 1:shift + 1]  # other windows' tokens (not their position 0)
     moved = torch.cat([prefix, ids], dim=1)[:, : ids.shape[1]]
-    own = key_mass(lm, ids, layers, batch_size) if mass is None else mass
-    moved_mass = key_mass(lm, moved, layers, batch_size)
-    return PositionOrToken(own=float(own[:, 0].mean()), replaced=float(key_mass(lm, replaced, layers, batch_size)[:, 0]
-                                                                         .mean()),
+    runs = [replaced, moved] if mass is not None else [ids, replaced, moved]
+    masses = key_mass(lm, torch.cat(runs), layers, batch_size).split(len(ids))  # each (N, T)
+    own, replaced_mass, moved_mass = (mass, *masses) if mass is not None else masses
+    return PositionOrToken(own=float(own[:, 0].mean()), replaced=float(replaced_mass[:, 0].mean()),
                            moved_first=float(moved_mass[:, 0].mean()), moved_original=float(moved_mass[:, shift].mean()),
                            shift=shift, other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
 

@@ -5,13 +5,17 @@
   on the first token vs the others, and each expert's largest output (for
   :func:`~sinklib.architectures.moe.super_experts.super_experts`);
 * :class:`PruneExperts` -- zero the weights of chosen (layer, expert) pairs for the duration of a ``with`` block (the
-  router still picks them; their output is 0), restored on exit.
+  router still picks them; their output is 0), restored on exit;
+* :class:`SharedPrefix` -- the blocks before the first pruned layer computed once for every pruned run of
+  :func:`compare_pruning` (they are the same as the model's as is).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -37,6 +41,7 @@ class Routing:
     load_first: torch.Tensor  # (L, E): share of position 0's top-k slots each expert takes
     load_rest: torch.Tensor  # (L, E)
     output_max: torch.Tensor  # (L, E): largest |down_proj output| of each expert over all tokens
+    first_state: dict[str, list[float]] | None = None  # first_token_state of the same forwards (first_token=True)
 
 
 def router_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -51,20 +56,32 @@ def _same_set(choice: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> Routing:
+def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token: bool = False) -> Routing:
     """Route ``ids`` (N, T) and summarise per layer (see :class:`Routing`). Only per-token maxima of the expert
-    outputs are kept (Capture's ``reduce``), so memory stays O(N T k) per layer."""
+    outputs are kept (Capture's ``reduce``), so memory stays O(N T k) per layer. ``first_token``: also
+    :func:`first_token_state` of ``ids`` from the same forwards (the capture leaves the model's output as it is), for
+    :func:`compare_pruning`'s run as is."""
+    from sinklib.core.attnstats import AttentionStats
+
     layers = [p for p in adapter_for(lm.model).layers if p.experts is not None]
     n_experts = layers[0].experts.num_experts
-    keep_max = {"expert_outputs": lambda t, layer: t.abs().amax(dim=-1)}  # (B, T, k, d) -> (B, T, k)
-    logits, choice, peaks = [], [], []
+    kinds = ["router_logits", "expert_choice", "expert_outputs"] + (["hidden_states"] if first_token else [])
+    reduce = {"expert_outputs": lambda t, layer: t.abs().amax(dim=-1),  # (B, T, k, d) -> (B, T, k)
+              "hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B, T, d) -> (B,)
+    logits, choice, peaks, alphas, first_peaks = [], [], [], [], []
     for batch in batches(ids, batch_size):
-        with Capture(lm.model, kinds=["router_logits", "expert_choice", "expert_outputs"], reduce=keep_max) as cap:
+        with Capture(lm.model, kinds=kinds, reduce=reduce) as cap, \
+                (AttentionStats(lm.model, keys=[0]) if first_token else contextlib.nullcontext()) as st:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
         logits.append(cap.stack("router_logits"))  # (L, B, T, E)
         choice.append(cap.stack("expert_choice"))  # (L, B, T, k)
         peaks.append(cap.stack("expert_outputs"))  # (L, B, T, k)
+        if first_token:
+            alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in range(lm.n_layers)]).mean(dim=-1))  # (L, B)
+            first_peaks.append(cap.stack("hidden_states"))  # (L, B)
     logits, choice, peaks = (torch.cat(x, dim=1) for x in (logits, choice, peaks))
+    first_state = {"alpha_first": torch.cat(alphas, 1).mean(1).tolist(),
+                   "max_abs_first": torch.cat(first_peaks, 1).mean(1).tolist()} if first_token else None
     ent = router_entropy(logits)  # (L, N, T)
     mid = ids.shape[1] // 2
 
@@ -78,6 +95,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> Routing:
         load_first=load(choice[:, :, 0]), load_rest=load(choice[:, :, 1:]),
         output_max=torch.stack([expert_output_max(choice[i], peaks[i][..., None], n_experts)
                                 for i in range(len(layers))]).float(),  # float32 whatever the model's dtype
+        first_state=first_state,
     )
 
 
@@ -115,18 +133,113 @@ SU = "Su et al., Unveiling Super Experts in MoE LLMs, arXiv 2507.23279"
 
 
 @torch.inference_mode()
-def first_token_state(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> dict[str, list[float]]:
-    """Per layer: alpha_0 (mean over sequences and heads, O(N) statistics) and the first token's largest |h|."""
+def first_token_state(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8,
+                      layers: Sequence[int] | None = None) -> dict[str, list[float]]:
+    """Per layer: alpha_0 (mean over sequences and heads, O(N) statistics) and the first token's largest |h|.
+    ``layers``: the layers read (default: all), in order -- under :meth:`SharedPrefix.replay` only the later ones
+    run."""
     from sinklib.core.attnstats import AttentionStats
 
+    layers = list(range(lm.n_layers)) if layers is None else list(layers)
     alphas, peaks = [], []
     for batch in batches(ids, batch_size):
         first = {"hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B,)
-        with AttentionStats(lm.model, keys=[0]) as st, Capture(lm.model, hidden_states=True, reduce=first) as cap:
+        with AttentionStats(lm.model, keys=[0]) as st, \
+                Capture(lm.model, hidden_states=True, layers=layers, reduce=first) as cap:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
-        alphas.append(st.alpha([0])[..., 0].mean(dim=-1))  # (L, B)
+        alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in layers]).mean(dim=-1))  # (L, B)
         peaks.append(cap.stack("hidden_states"))  # (L, B)
     return {"alpha_first": torch.cat(alphas, 1).mean(1).tolist(), "max_abs_first": torch.cat(peaks, 1).mean(1).tolist()}
+
+
+class SharedPrefix:
+    """Blocks 0..start-1 computed once for many runs that differ only from block ``start`` on.
+
+    Under :meth:`record` every forward of the model keeps h^(start-1), the residual stream leaving block start-1,
+    keyed by the batch's token ids; under :meth:`replay` blocks 0..start-1 are skipped for a recorded batch and block
+    ``start`` receives the recorded tensor -- exactly what it would have received, as long as nothing in blocks
+    0..start-1 changed in between (:func:`compare_pruning` prunes experts of layers >= start only). The skipped
+    blocks' hooks see their input passed through, so statistics of layers < start must come from the recorded run.
+    """
+
+    def __init__(self, model: nn.Module, start: int):
+        self.model, self.start = model, start
+        self.blocks = [p.block for p in adapter_for(model).layers][:start]
+        self.states: dict[bytes, torch.Tensor] = {}
+        self._key: bytes | None = None
+
+    def _read_ids(self, module, args, kwargs) -> None:  # forward pre-hook on the model: which batch is this?
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._key = None if ids is None else repr(tuple(ids.shape)).encode() + ids.cpu().numpy().tobytes()
+
+    def _keep(self, module, args, output) -> None:  # forward hook on block start-1
+        self.states[self._key] = output
+
+    def _recorded(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if self._key not in self.states:
+            raise KeyError("SharedPrefix.replay: this batch was not run under record()")
+        return self.states[self._key].clone()  # a later block may write into its input: the record stays as it was
+
+    @contextmanager
+    def record(self) -> Iterator[SharedPrefix]:
+        if not self.blocks:
+            yield self
+            return
+        handles = [self.model.register_forward_pre_hook(self._read_ids, with_kwargs=True),
+                   self.blocks[-1].register_forward_hook(self._keep)]
+        try:
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    @torch.inference_mode()
+    def record_prefix(self, lm: LoadedModel, ids: torch.Tensor, batch_size: int) -> None:
+        """Record ``ids`` batch by batch (as :func:`first_token_state` batches them) running blocks 0..start-1 only:
+        the forward stops once block start-1 has handed over its output."""
+        def stop(module, args, output):
+            raise _PrefixDone
+
+        with self.record():
+            handle = self.blocks[-1].register_forward_hook(stop) if self.blocks else None  # after _keep
+            try:
+                for batch in batches(ids, batch_size) if handle is not None else []:
+                    try:
+                        lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
+                    except _PrefixDone:
+                        pass
+            finally:
+                if handle is not None:
+                    handle.remove()
+
+    @contextmanager
+    def replay(self) -> Iterator[SharedPrefix]:
+        if not self.blocks:
+            yield self
+            return
+        handle = self.model.register_forward_pre_hook(self._read_ids, with_kwargs=True)
+        saved = [b.__dict__.get("forward") for b in self.blocks]  # an instance-level forward (accelerate) comes back
+        for b in self.blocks[:-1]:
+            b.forward = _passed_through
+        self.blocks[-1].forward = self._recorded
+        try:
+            yield self
+        finally:
+            handle.remove()
+            for b, forward in zip(self.blocks, saved):
+                if forward is None:
+                    del b.forward
+                else:
+                    b.forward = forward
+
+
+class _PrefixDone(Exception):
+    """Raised after the last shared block under :meth:`SharedPrefix.record_prefix`: the later blocks are not run."""
+
+
+def _passed_through(hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """A skipped block's forward (:meth:`SharedPrefix.replay`): its input, unchanged."""
+    return hidden_states
 
 
 def random_controls(supers: Sequence[tuple[int, int]], n_experts: int, draws: int, seed: int = 0
@@ -159,18 +272,39 @@ class PruneRun:
 
 
 def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: torch.Tensor, held: torch.Tensor,
-                    draws: int, seed: int = 0, batch_size: int = 8) -> dict[str, PruneRun]:
+                    draws: int, seed: int = 0, batch_size: int = 8,
+                    as_is: dict[str, list[float]] | None = None) -> dict[str, PruneRun]:
     """The model as is, with ``supers`` pruned, and with ``draws`` sets of as many random experts of the same layers
-    pruned (:func:`random_controls`): {"as is", "super experts pruned", "random experts [...]", ...} -> run."""
-    def run(prune) -> PruneRun:
-        with PruneExperts(lm.model, prune):
-            state = first_token_state(lm, ids, batch_size)
-            return PruneRun(state["alpha_first"], state["max_abs_first"], perplexity(lm, held))
+    pruned (:func:`random_controls`): {"as is", "super experts pruned", "random experts [...]", ...} -> run.
+    ``as_is``: :func:`first_token_state` of ``ids`` (batches of ``batch_size``) when already measured
+    (:attr:`Routing.first_state`).
 
+    Every pruned expert sits in layer s or later (s: the earliest layer of ``supers``; the random experts share their
+    layers), so blocks 0..s-1 compute the same in every run: the run as is records the residual stream entering
+    block s (:class:`SharedPrefix`), each pruned run starts there, and its alpha_0 and first-token |h| of layers < s
+    are the run as is's."""
     n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
-    runs = {"as is": run([]), "super experts pruned": run(supers)}
+    prunes = {"super experts pruned": list(supers)}
     for pick in random_controls(supers, n_experts, draws, seed) if supers else []:
-        runs[f"random experts {pick}"] = run(pick)
+        prunes[f"random experts {pick}"] = pick
+    start = min((layer for pick in prunes.values() for layer, _ in pick), default=lm.n_layers)
+    shared = SharedPrefix(lm.model, start if supers else 0)  # nothing pruned: nothing to replay
+    if as_is is None:
+        with shared.record():
+            as_is = first_token_state(lm, ids, batch_size)
+    else:
+        shared.record_prefix(lm, ids, batch_size)
+    with shared.record():
+        runs = {"as is": PruneRun(list(as_is["alpha_first"]), list(as_is["max_abs_first"]), perplexity(lm, held))}
+    base = runs["as is"]
+    for name, pick in prunes.items():
+        if not pick:  # nothing pruned: the model as is
+            runs[name] = PruneRun(list(base.alpha_first), list(base.max_abs_first), base.ppl)
+            continue
+        with PruneExperts(lm.model, pick), shared.replay():
+            later = first_token_state(lm, ids, batch_size, layers=range(start, lm.n_layers))
+            runs[name] = PruneRun(base.alpha_first[:start] + later["alpha_first"],
+                                  base.max_abs_first[:start] + later["max_abs_first"], perplexity(lm, held))
     return runs
 
 
