@@ -228,9 +228,9 @@ takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT
 # %% [markdown]
 # ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
 # Sun et al. find a few hidden-state entries that are enormous: $|h_j| > 100$ and about $1000\times$ the median
-# $|h|$ of the same token, on a few fixed dimensions, at the first token and the first delimiter; they argue that
+# $|h|$ of the layer's output (their code takes `torch.median` over the whole $(1, T, d)$ output), on a few fixed dimensions, at the first token and the first delimiter; they argue that
 # they act as a bias. Whether they *cause* the sink is `02_interpretation`'s question; here we only look. Below:
-# per layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that token, labelled with the
+# per layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that layer's output, labelled with the
 # dimension $j$ (found automatically, not given).
 
 # %%
@@ -240,12 +240,12 @@ with plotting.style():
                                     title=f"Largest activation per layer, {title}")
     plotting.save(fig, fig_dir / "fig05_massive-activations",
                   f"Largest |hidden-state entry| per layer of {title} over the natural batch, with the median |h| of "
-                  f"the same token and the dimension that holds it; dashed: Sun et al.'s |h| > 100.")
+                  f"that layer's output (Sun et al.'s) and the dimension that holds it; dashed: Sun et al.'s |h| > 100.")
 peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
 top = ext[peak_layer]
 massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a stated fallback
 print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.dim} at position {top.position}, "
-      f"layer {peak_layer}, {top.ratio:.0f}x the token's median |h|. {massive.describe()}.")
+      f"layer {peak_layer}, {top.ratio:.0f}x the layer's median |h|. {massive.describe()}.")
 
 # %%
 takeaways.show(saw.tour_massive(top.value, top.dim, peak_layer, top.position, top.ratio, massive.strict, lm.label))

@@ -72,16 +72,36 @@ def test_position_variance():
 
 
 def test_massive_criterion_needs_both_thresholds():
-    h = torch.full((1, 3, 2000), 0.1)
-    h[0, 0, 7] = 500.0  # > 100 and 5000x the median (0.1): massive
+    h = torch.full((2, 2, 2000), 0.1)
+    h[0, 0, 7] = 500.0  # > 100 and 5000x its layer's median (0.1): massive
     h[0, 1, 9] = 50.0  # 500x the median but below 100: not massive
-    h[0, 2, :] = 1.0
-    h[0, 2, 11] = 150.0  # > 100 but only 150x the median (1.0): not massive
+    h[1] = 1.0  # another sequence, whose layer median is 1.0
+    h[1, 0, 11] = 150.0  # > 100 but only 150x that median: not massive
     mask = metrics.massive_mask(h)
     assert mask.sum() == 1 and mask[0, 0, 7]
     rep = metrics.find_massive(h)
     assert rep.dims == [7] and rep.positions == [0] and rep.count == 1
-    assert rep.fraction_tokens == pytest.approx(1 / 3)
+    assert rep.fraction_tokens == pytest.approx(1 / 4)
+
+
+def test_massive_median_is_the_layer_output_median_as_sun_et_al_code():
+    """locuslab/massive-activations main_llm.py --exp2 divides by torch.median(feat_abs) of the whole (1, T, d)
+    layer output. A first token whose other entries are large (5.0, the rest of the layer 0.5) holds an entry of
+    2,000: 4,000x the layer's median (massive, theirs) but only 400x its own token's median (not massive)."""
+    h = torch.full((1, 4, 100), 0.5)
+    h[0, 0] = 5.0
+    h[0, 0, 7] = 2000.0
+    feat_abs = h.abs()  # their line, transcribed
+    assert metrics.layer_median(h).item() == torch.median(feat_abs).item() == 0.5
+    assert metrics.massive_mask(h)[0, 0, 7] and metrics.massive_mask(h).sum() == 1
+    assert not metrics.massive_mask(h, median="token").any()  # the per-token extra misses it
+    ext = metrics.largest_activation(h)
+    assert ext.median == 0.5 and ext.token_median == 5.0 and ext.ratio == 4000.0 and ext.is_massive
+    # one median per sequence: a second sequence of larger entries does not move the first one's
+    two = torch.cat([h, torch.full((1, 4, 100), 50.0)])
+    assert metrics.massive_mask(two)[0].equal(metrics.massive_mask(h)[0])
+    with pytest.raises(ValueError, match="median must be"):
+        metrics.massive_mask(h, median="row")
 
 
 def test_largest_activation_and_top_dims():

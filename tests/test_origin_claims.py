@@ -48,7 +48,7 @@ def test_every_claim_says_what_it_follows_how_it_adapts_and_what_the_paper_predi
     assert by_id["origin.variance_discrepancy"].at_init is True  # causal value aggregation: architectural
     assert all(c.at_init is False for c in claims if c.id != "origin.variance_discrepancy")  # learned
     assert "locuslab/massive-activations:lib/hook.py" in by_id["sun2024.massive_activations_are_bias"].follows
-    assert "per-token median" in by_id["sun2024.massive_activations"].adapted
+    assert "(1, T, d)" in by_id["sun2024.massive_activations"].adapted  # the authors' layer median, not per token
 
 
 def test_variance_discrepancy_transcribes_causal_value_aggregation():

@@ -142,13 +142,9 @@ def profile_sinks(
 
 def massive_dims_of(h: torch.Tensor, min_abs: float = metrics.SUN_MIN_ABS,
                     min_ratio: float = metrics.SUN_MIN_RATIO) -> set[int]:
-    """The dimensions of :func:`metrics.find_massive` (Sun et al.'s |h_j| > 100 and > 1000x the token's median |h|),
-    as a set: the median is taken only over the tokens with some |h_j| > ``min_abs`` -- no other token can hold a
-    massive entry -- instead of over all N T tokens. h: (N, T, d)."""
-    candidates = h[h.float().abs().amax(dim=-1) > min_abs]  # (M, d): tokens with an entry above min_abs
-    if not len(candidates):
-        return set()
-    return set(metrics.massive_mask(candidates, min_abs, min_ratio).nonzero()[:, 1].tolist())
+    """The dimensions of :func:`metrics.find_massive` as a set: Sun et al.'s |h_j| > 100 and > 1000x the median |h|
+    of the sequence's layer output (:func:`metrics.layer_median`). h: (N, T, d)."""
+    return set(metrics.massive_mask(h, min_abs, min_ratio).nonzero()[:, -1].tolist())
 
 
 @torch.inference_mode()
@@ -170,7 +166,8 @@ FALLBACK_RATIO = 100.0  # used, and said, when Sun et al.'s 1000x-median ratio i
 
 @dataclass
 class MassiveDims:
-    """Massive dimensions of a model by Sun et al.'s criterion (|h| > 100 and > 1000x the token's median |h|).
+    """Massive dimensions of a model by Sun et al.'s criterion (|h| > 100 and > 1000x the median |h| of the layer's
+    output over the sequence, as their code computes it).
 
     ``dims`` are the dimensions later analyses use: Sun's when the criterion is met anywhere (``strict``), else
     those whose largest entry is > 100 and > ``min_ratio`` (the fallback, 100x) -- and then every caller must say
@@ -184,9 +181,10 @@ class MassiveDims:
 
     def describe(self) -> str:
         if self.strict:
-            return f"Sun et al.'s criterion (|h| > 100 and > 1000x the token's median) is met on dims {self.dims}"
+            return (f"Sun et al.'s criterion (|h| > 100 and > 1000x the layer's median |h|) is met on dims "
+                    f"{self.dims}")
         return (f"Sun et al.'s 1000x-median criterion is NOT met (the largest entry is {self.peak_ratio:.0f}x its "
-                f"token's median); using |h| > 100 and > {self.min_ratio:.0f}x instead: dims {self.dims}")
+                f"layer's median |h|); using |h| > 100 and > {self.min_ratio:.0f}x instead: dims {self.dims}")
 
     def as_dict(self) -> dict:
         return {**self.__dict__, "criterion": self.describe()}

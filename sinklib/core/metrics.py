@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 SUN_MIN_ABS = 100.0  # Sun et al. (arXiv 2402.17762): |h| > 100 ...
-SUN_MIN_RATIO = 1000.0  # ... and about 1000x the median |h| of that token's hidden state
+SUN_MIN_RATIO = 1000.0  # ... and about 1000x the median |h| of the layer's output (the authors' torch.median(feat_abs))
 GU_EPS = 0.3  # Gu et al. (arXiv 2410.10781) default threshold
 
 
@@ -74,13 +74,31 @@ def position_variance(x: torch.Tensor) -> torch.Tensor:
     return x.float().var(dim=0, unbiased=False).flatten(1).mean(dim=1)
 
 
-def massive_mask(h: torch.Tensor, min_abs: float = SUN_MIN_ABS, min_ratio: float = SUN_MIN_RATIO) -> torch.Tensor:
-    """Sun et al.'s criterion, entrywise: |h_j| > min_abs and |h_j| > min_ratio * median_j' |h_j'|.
+def layer_median(h: torch.Tensor) -> torch.Tensor:
+    """The median |h| Sun et al. compare with: over a sequence's whole layer output, as their code does
+    (locuslab/massive-activations ``main_llm.py --exp2``: ``torch.median(feat_abs)`` of the (1, T, d) output; for an
+    even count torch takes the lower of the two middle values). h: (..., T, d) -> (..., 1, 1), one median per
+    sequence."""
+    a = h.float().abs()
+    return a.flatten(-2).median(dim=-1).values[..., None, None]
 
-    h: (..., d) -> bool (..., d); the median is over the d entries of each token's own hidden state.
+
+def massive_mask(h: torch.Tensor, min_abs: float = SUN_MIN_ABS, min_ratio: float = SUN_MIN_RATIO,
+                 median: str = "layer") -> torch.Tensor:
+    """Sun et al.'s criterion, entrywise: |h_{t,j}| > min_abs and |h_{t,j}| > min_ratio * m.
+
+    ``median="layer"`` (theirs): m = median |h| over the sequence's whole (T, d) layer output (:func:`layer_median`);
+    ``median="token"`` (an extra, labelled as ours): m = median_j' |h_{t,j'}| of each token's own d entries, which
+    is larger where the token itself is large -- on SmolLM2 the first token's median is more than ten times the
+    layer's. h: (..., T, d) -> bool (..., T, d).
     """
     a = h.float().abs()
-    med = a.median(dim=-1, keepdim=True).values
+    if median == "layer":
+        med = layer_median(h)
+    elif median == "token":
+        med = a.median(dim=-1, keepdim=True).values
+    else:
+        raise ValueError(f"median must be 'layer' (Sun et al.'s) or 'token', not {median!r}")
     return (a > min_abs) & (a > min_ratio * med)
 
 
@@ -112,9 +130,10 @@ class Extreme:
 
     dim: int
     value: float  # signed value of the entry
-    median: float  # median |h| over the d entries of the same token
+    median: float  # median |h| over the sequence's whole layer output (Sun et al.'s, :func:`layer_median`)
     position: int
     seq: int
+    token_median: float | None = None  # median |h| over the d entries of the same token (an extra)
 
     @property
     def ratio(self) -> float:
@@ -126,16 +145,18 @@ class Extreme:
 
     def as_dict(self) -> dict:
         return {"dim": self.dim, "value": self.value, "median": self.median, "position": self.position,
-                "ratio": self.ratio, "massive": self.is_massive}
+                "ratio": self.ratio, "massive": self.is_massive, "token_median": self.token_median}
 
 
 def largest_activation(h: torch.Tensor) -> Extreme:
-    """The entry with the largest |h| in (N, T, d), with its dimension, position and token median |h|."""
+    """The entry with the largest |h| in (N, T, d), with its dimension, position, its sequence's layer median |h|
+    (Sun et al.'s) and its token's median |h| (an extra)."""
     N, T, d = h.shape
     a = h.float().abs()
     flat = int(a.argmax())
     n, t, j = flat // (T * d), (flat // d) % T, flat % d
-    return Extreme(dim=j, value=float(h[n, t, j]), median=float(a[n, t].median()), position=t, seq=n)
+    return Extreme(dim=j, value=float(h[n, t, j]), median=float(layer_median(h[n])), position=t, seq=n,
+                   token_median=float(a[n, t].median()))
 
 
 def top_dims(h: torch.Tensor, k: int = 3) -> list[tuple[int, float]]:

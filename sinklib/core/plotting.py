@@ -177,7 +177,8 @@ def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mappin
 
 def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Sequence[int], title: str = "",
                      min_abs: float = 100.0, min_ratio: float = 1000.0) -> Figure:
-    """Largest |activation| per layer vs the median |activation| of the same token, labelled with its dimension.
+    """Largest |activation| per layer vs the median |activation| of its layer's output (Sun et al.'s median, over
+    the sequence that holds it), labelled with its dimension.
 
     Dashed lines: Sun et al.'s thresholds (|h| > 100, and ``min_ratio`` x median as a per-layer marker).
     """
@@ -185,7 +186,7 @@ def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Se
     layers = np.arange(len(v))
     fig, ax = plt.subplots(figsize=(8.5, 3.4), layout="constrained")
     ax.semilogy(layers, v, "o-", ms=3, label="largest |h| in the layer")
-    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of that token")
+    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of the layer (that sequence)")
     ax.semilogy(layers, m * min_ratio, ":", lw=1, color="grey", label=f"{min_ratio:g} x median")
     ax.axhline(min_abs, ls="--", lw=1, color="grey", label=f"|h| = {min_abs:g}")
     # one label per run of layers that share the dimension, at the run's largest value; runs of one layer between

@@ -147,7 +147,8 @@ class ResidualOverride(Intervention):
 
     ``dims``: feature dimensions. ``positions``: fixed token positions, or None (default) to locate the massive
     activations in every forward by Sun et al.'s criterion over *all* positions -- |h_j| > ``min_abs`` and
-    |h_j| > ``min_ratio`` x the median |h| of the same token (:func:`sinklib.core.metrics.massive_mask`) -- which finds
+    |h_j| > ``min_ratio`` x the median |h| of the sequence's layer output (:func:`sinklib.core.metrics.massive_mask`,
+    the authors' median) -- which finds
     the first token's and the first delimiter's alike (Sun et al. set both; locuslab/massive-activations
     ``lib/hook.py``). ``values``: a float (e.g. 0.0) or a tensor (len(layers), len(dims)) written at position 0;
     ``other_values``: the same for positions >= 1 (default: ``values``), e.g. the delimiters' own mean, as Sun et

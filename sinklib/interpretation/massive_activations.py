@@ -87,7 +87,8 @@ class MassiveMeanStats(Statistic):
     def update(self, cap: Capture, batch: torch.Tensor, start: int) -> None:
         for layer in self.layers if self.layers is not None else sorted(cap.layers):
             h = cap.get("hidden_states", layer).double()  # (B, T, d)
-            hit = metrics.massive_mask(h[:, 1:], min_ratio=self.min_ratio)[..., self.dims] if self.dims else \
+            # the sites ResidualOverride edits: the criterion on the whole output (its median includes t = 0), then t >= 1
+            hit = metrics.massive_mask(h, min_ratio=self.min_ratio)[:, 1:, self.dims] if self.dims else \
                 torch.zeros(*h[:, 1:].shape[:2], 0, dtype=torch.bool)  # (B, T-1, len(dims))
             step = torch.stack([h[:, 0, self.dims].sum(0), (h[:, 0, self.dims] ** 2).sum(0),
                                 (h[:, 1:, self.dims] * hit).sum(dim=(0, 1)), hit.sum(dim=(0, 1)).double()])

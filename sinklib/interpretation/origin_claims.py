@@ -52,7 +52,7 @@ ADAPTED = {
                                    "random tokens without BOS",
     "origin.super_neuron": "selectivity against the 95th percentile of |a| at t >= 1 (not the maximum: Sun's "
                            "delimiter fires too); thresholds 100x the layer median, 10x elsewhere, > 50% of "
-                           "|W_down|^2 in two dims are ours; massive dims by the per-token-median criterion",
+                           "|W_down|^2 in two dims are ours; massive dims by Sun et al.'s layer-median criterion",
     "origin.dimension_disparity": "the paper reports the DomRatio value; the rule here is the order (sink onset "
                                   "0-2 layers after the massive value appears) and first-token DomRatio > 3x the "
                                   "others' at the sink onset",
@@ -62,9 +62,10 @@ ADAPTED = {
                                      "> 20% of heads above 0.3 and > 5x as many as before are our thresholds",
     "origin.amplification_monotone": "mu is token k's own batch mean (the paper: mean over positions/batch); layers "
                                      "0-1; no drop > 0.005, > 2x rise, control's rise < half are our thresholds",
-    "sun2024.massive_activations": "adapted: per-token median (metrics.massive_mask) where the authors use the "
-                                   "layer's median over (1, T, d)",
-    "sun2024.massive_activations_are_bias": "every site meeting the criterion (per-token median; the stated fallback "
+    "sun2024.massive_activations": "the authors' median (the layer's whole (1, T, d) output, per window); judged "
+                                   "as met when any entry of any layer meets it on the natural windows (the "
+                                   "paper reads the ratio off per-layer plots)",
+    "sun2024.massive_activations_are_bias": "every site meeting the criterion (the layer's median; the stated fallback "
                                             "ratio when 1000x is unmet) in every onset layer, each site's own mean "
                                             "from calibration windows (the authors: one layer, the first token and "
                                             "the largest delimiter, fixed values); held-out Bible, not WikiText; "
@@ -144,10 +145,11 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
 
 
 def massive_by_sun(massive) -> Claim:
-    """Sun et al.'s criterion: a few activations exceed 100 and 1000x the median of their token. ``massive``: an
+    """Sun et al.'s criterion: a few activations exceed 100 and 1000x the median |h| of the layer's output (over the
+    sequence, as their code computes it). ``massive``: an
     :class:`~sinklib.core.analysis.MassiveDims`."""
     return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
-                  statement="a few hidden-state entries exceed |h| > 100 and 1000x their token's median",
+                  statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's output",
                   rule="Sun et al.'s criterion met in some layer", published="|h| > 100 and > 1000x median",
                   measured={"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio},
                   holds=bool(massive.strict), note="" if massive.strict else massive.describe())

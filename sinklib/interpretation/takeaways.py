@@ -135,7 +135,7 @@ def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict:
     first_only = ppl.get("set to mean, position 0 only", float("nan"))
     criterion = ("Sun et al.'s 1000x rule is met" if strict else
                  f"Sun et al.'s 1000x rule is not met, so the sites are those over 100 and {num(min_ratio)}x the "
-                 f"token's median")
+                 f"layer's median |h|")
     mean_word = compare(mean, orig, "raises", "lowers", "leaves", rel_tol=0.05)
     fixed = (" Position 0 holds the same token in every sequence here, so setting it to its mean changes nothing "
              "by construction." if first_fixed else "")

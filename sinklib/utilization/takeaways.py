@@ -70,12 +70,12 @@ def tour_input_shape(measured: Mapping[str, float], claim: Claim | None, model: 
 
 def tour_massive(value: float, dim: int, layer: int, position: int, ratio: float, strict: bool, model: str) -> str:
     """Section 4: the largest activation, where it sits, and whether Sun et al.'s criterion (|h| > 100 and > 1000x
-    the token's median |h|) is met."""
+    the median |h| of the layer's output) is met."""
     absolute = abs(value) > 100
     return paragraph(
         model,
         f"The largest entry is {num(value)} on dimension {dim} at position {position}, layer {layer}, "
-        f"{num(ratio)}x the token's median |h|.",
+        f"{num(ratio)}x the median |h| of the layer's output.",
         f"By the absolute rule (|h| > 100) it is {'massive' if absolute else 'not massive'}; by the relative one "
         f"(> 1000x the median) it is {'massive' if ratio > 1000 else 'not'}.",
         "Sun et al.'s criterion is met on this model." if strict else

@@ -75,14 +75,16 @@ check.dom_ratio(dom_ratio)
 
 # %% [markdown]
 # ## Task 5 · massive activations (Sun et al.)
-# An entry is massive when $|h_j| > 100$ **and** $|h_j| > 1000 \times \mathrm{median}_{j'} |h_{j'}|$, the median
-# over that token's own $d$ entries. Return a boolean tensor shaped like `h`.
+# An entry is massive when $|h_{t,j}| > 100$ **and** $|h_{t,j}| > 1000 \times \mathrm{median}_{t',j'} |h_{t',j'}|$,
+# the median over the sequence's whole layer output: all $T \times d$ entries, as the authors' code takes
+# `torch.median(feat.abs())` of the $(1, T, d)$ output. `h` is $(\ldots, T, d)$ (one median per sequence); return a
+# boolean tensor shaped like `h`.
 
 # %%
 def massive(h: torch.Tensor) -> torch.Tensor:
     # BEGIN SOLUTION
     a = h.float().abs()
-    median = a.median(dim=-1, keepdim=True).values
+    median = a.flatten(-2).median(dim=-1).values[..., None, None]  # one per sequence, over its T x d entries
     return (a > 100) & (a > 1000 * median)
     # END SOLUTION
 

@@ -14,7 +14,7 @@ from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
 
-SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the token's median
+SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
 DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
 LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in")
 
@@ -70,7 +70,7 @@ def sink_by_depth(reports, claims: Sequence[Claim]) -> str:
 def massive(reports, claims: Sequence[Claim]) -> str:
     """Section 2: which models meet Sun et al.'s criterion, and how far the others' peak falls from 1000x."""
     met = [f"{r.label} (dimensions {', '.join(map(str, r.massive.dims))})" for r in reports if r.massive.strict]
-    short = [f"{r.label} peaks at {num(r.massive.peak_ratio)}x its token's median, "
+    short = [f"{r.label} peaks at {num(r.massive.peak_ratio)}x its layer's median |h|, "
              f"{compare(r.massive.peak_ratio, SUN_RATIO, 'above', 'short of', 'at')} {num(SUN_RATIO)}x"
              for r in reports if not r.massive.strict]
     return paragraph(

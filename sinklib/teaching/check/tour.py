@@ -82,21 +82,27 @@ def dom_ratio(fn: Callable, quiet: bool = False) -> Result:
 
 
 def massive(fn: Callable, quiet: bool = False) -> Result:
-    """``fn(h (..., d)) -> bool (..., d)``: Sun et al.'s massive activations, |h_j| > 100 and |h_j| > 1000 x the
-    median of |h| over that token's d entries.
+    """``fn(h (..., T, d)) -> bool (..., T, d)``: Sun et al.'s massive activations, |h_{t,j}| > 100 and
+    |h_{t,j}| > 1000 x the median |h| over the sequence's whole T x d layer output (their code's
+    ``torch.median(feat.abs())``; for an even count torch takes the lower middle value).
 
-    By hand (d = 5, median |h| = 1): 2000 is massive; -2000 too (magnitude); 150 is above 100 but only 150 x the
-    median -- not massive. With median 0.01, 90 is 9000 x the median but not above 100 -- not massive.
+    By hand (T = 1, d = 5, median |h| = 1): 2000 is massive; -2000 too (magnitude); 150 is above 100 but only 150 x
+    the median -- not massive. With median 0.01, 90 is 9000 x the median but not above 100 -- not massive. Two tokens
+    [5, 2000, 5, 5] and [0.5, 0.5, 0.5, 0.5]: the layer's median is 0.5 (the lower middle of eight), so 2000 is
+    4000 x it -- massive, although it is only 400 x its own token's median (5).
     """
     from sinklib.core import metrics
 
-    h1 = torch.tensor([1.0, 2000.0, -1.0, 150.0, 1.0])
-    h2 = torch.tensor([0.01, 90.0, -0.01, 0.01, -2000.0])
+    h1 = torch.tensor([[1.0, 2000.0, -1.0, 150.0, 1.0]])
+    h2 = torch.tensor([[0.01, 90.0, -0.01, 0.01, -2000.0]])
+    h3 = torch.tensor([[5.0, 2000.0, 5.0, 5.0], [0.5, 0.5, 0.5, 0.5]])
     rand = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(4))
     rand[0, 0, 5], rand[1, 3, 7] = 3000.0, -500.0
     return run("massive", [
-        ("hand case [1, 2000, -1, 150, 1]", lambda: same(fn(h1), torch.tensor([0, 1, 0, 0, 0]).bool(), "mask")),
-        ("hand case [0.01, 90, -0.01, 0.01, -2000]", lambda: same(fn(h2), torch.tensor([0, 0, 0, 0, 1]).bool(),
+        ("hand case [1, 2000, -1, 150, 1]", lambda: same(fn(h1), torch.tensor([[0, 1, 0, 0, 0]]).bool(), "mask")),
+        ("hand case [0.01, 90, -0.01, 0.01, -2000]", lambda: same(fn(h2), torch.tensor([[0, 0, 0, 0, 1]]).bool(),
                                                                    "mask")),
+        ("hand case: the layer's median, not the token's", lambda: same(
+            fn(h3), torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0]]).bool(), "mask")),
         ("random (2, 6, 32) with two planted outliers", lambda: same(fn(rand), metrics.massive_mask(rand), "mask")),
     ], quiet)
