@@ -160,8 +160,8 @@ takeaways.show(llm_takeaways.massive(reports, record.claims))
 # %% [markdown]
 # ## 3 · Where the attention goes, by token kind
 # The mass each key receives, $m_j = \sum_t A_{t,j} / \#\{t: t \ge j\}$, averaged over heads and the sink layers
-# and grouped by what the key is: the first position, the first delimiter (".", ",", ";", ":", "!", "?" or a line
-# break), later delimiters, weak-semantic tokens (articles, prepositions, conjunctions, other punctuation) and
+# and grouped by what the key is: the first position, the first delimiter as Sun et al. name it (the first "." or
+# line break), the other delimiters (later ones, and the ",", ";", ":", "!", "?" the project adds), weak-semantic tokens (articles, prepositions, conjunctions, other punctuation) and
 # content words. The last 8 keys are left out: few queries see them, so their $m_j$ is large by construction.
 
 # %%
@@ -182,7 +182,7 @@ takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims))
 
 # %% [markdown]
 # Sun et al. find the second massive activation at the first delimiter of larger models and longer prompts; the
-# rule here reads the attention it draws, in short windows, with the project's own delimiter list (see the claim's
+# rule here reads the attention it draws, in short windows, at their first "." or line break (see the claim's
 # `adapted`). Where later tokens draw more than content words, they are weak-semantic ones -- articles and
 # punctuation -- the pattern Gu et al. and Sun et al. describe for secondary sinks.
 

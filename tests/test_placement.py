@@ -25,6 +25,17 @@ def test_token_kinds_mark_the_first_position_and_the_first_delimiter():
     ]
 
 
+def test_first_delimiter_is_sun_et_al_period_or_newline_not_a_comma():
+    """Sun et al., Sec. 2.2: the first period or newline. A comma before it is a plain delimiter (our extra kind)."""
+    ids = torch.tensor([[0, 2, 8, 4, 3, 1, 5], [0, 7, 8, 4, 5, 3, 8]])
+    assert pl.token_kinds(Words(), ids) == [
+        ["first", "content", "delimiter", "content", "first delimiter", "weak", "delimiter"],
+        ["first", "content", "delimiter", "content", "first delimiter", "delimiter", "delimiter"],
+    ]
+    assert [pl.is_sun_delimiter(w) for w in (".", " .", "\n", ".\n", ",", ";", ":", "!", "?")] == \
+        [True, True, True, True, False, False, False, False, False]
+
+
 def test_mass_by_kind_and_secondary_sinks():
     kinds = [["first", "content", "first delimiter", "content", "weak", "content"]]
     mass = torch.tensor([[0.9, 0.02, 0.2, 0.04, 0.05, 1.0]])  # the last key: seen by one query only

@@ -2,7 +2,7 @@
 
 * :func:`token_kinds` / :func:`mass_by_kind` -- the sink mass each key receives, m_j = sum_t A[t, j] / #queries that
   see j (Gu et al.'s alpha_j for every key j), grouped by what the key is: the first position, a BOS token, a
-  delimiter (".", ",", "\\n", ...), a weak-semantic token (articles, prepositions, conjunctions, other punctuation) or
+  first delimiter (Sun et al.'s first "." or "\\n"), another delimiter (later ones and ``, ; : ! ?``), a weak-semantic token (articles, prepositions, conjunctions, other punctuation) or
   a content word;
 * :func:`secondary_sinks` -- keys beyond position 0 whose mass passes eps, by token;
 * :func:`position_or_token` -- the first token replaced by another, and the original first token moved to a later
@@ -29,7 +29,8 @@ from sinklib.core.metrics import GU_EPS
 from sinklib.interpretation.origin import batches
 
 KINDS = ("first", "first delimiter", "delimiter", "weak", "content")
-DELIMITERS = frozenset({".", ",", ";", ":", "!", "?", "\n"})
+DELIMITERS = frozenset({".", ",", ";", ":", "!", "?", "\n"})  # the "delimiter" kind (ours, wider than Sun's)
+SUN_DELIMITERS = frozenset({".", "\n"})  # Sun et al., Sec. 2.2: "the first period (.) or newline token (\n)"
 WEAK_WORDS = frozenset({
     "the", "a", "an", "of", "to", "in", "and", "or", "but", "for", "on", "at", "by", "with", "from", "as", "is",
     "was", "be", "are", "were", "it", "that", "this", "his", "her", "their", "he", "she", "they", "him", "them",
@@ -43,7 +44,8 @@ DELIMITER_FOLLOWS = ("Sun et al., Sec. 2.2 (massive activations at the starting 
                      "monkey_patch/modify_llama.py:enable_llama_custom_attention)")
 DELIMITER_ADAPTED = ("Sun et al. read the activation magnitude and plot one prompt's attention; here the rule reads the "
                      "attention mass m_j a first delimiter receives, mean over the sink layers, heads and windows, "
-                     "against content words' (> 2x), with our own delimiter list")
+                     "against content words' (> 2x); the first delimiter is Sun's (the first '.' or newline), the "
+                     "other punctuation is the extra 'delimiter' kind")
 POSITION_FOLLOWS = ("Xiao et al., Sec. 3.1, Table 1 (the first four tokens replaced by line breaks keep the perplexity "
                     "of a window cache: the sink is the initial position); Gu et al., Sec. 5; no public code for the "
                     "replacement (mit-han-lab/streaming-llm:streaming_llm/kv_cache.py:StartRecentKVCache keeps the "
@@ -63,14 +65,22 @@ def token_kind(text: str) -> str:
     return "content"
 
 
+def is_sun_delimiter(text: str) -> bool:
+    """A period or a newline token: the delimiters Sun et al. name (Sec. 2.2), not commas, colons or ``!?;``."""
+    return "\n" in text or text.strip(" ") in SUN_DELIMITERS
+
+
 def token_kinds(tokenizer, ids: torch.Tensor) -> list[list[str]]:
     """(N, T) ids -> per position its kind; position 0 is always "first" (a BOS, or the text's first word), and the
-    first delimiter after it "first delimiter" (where Sun et al. find the second massive activation)."""
+    first period or newline after it "first delimiter" (Sun et al.'s, where they find the second massive
+    activation; a comma before it stays a plain "delimiter")."""
     out = []
     for row in ids:
-        kinds = ["first"] + [token_kind(tokenizer.decode([int(i)])) for i in row[1:]]
-        if "delimiter" in kinds:
-            kinds[kinds.index("delimiter")] = "first delimiter"
+        texts = [tokenizer.decode([int(i)]) for i in row[1:]]
+        kinds = ["first"] + [token_kind(t) for t in texts]
+        first = next((i + 1 for i, t in enumerate(texts) if is_sun_delimiter(t)), None)
+        if first is not None:
+            kinds[first] = "first delimiter"
         out.append(kinds)
     return out
 
