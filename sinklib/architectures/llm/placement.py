@@ -1,9 +1,9 @@
 """Where a language model's sink sits, and whether it belongs to a position or to a token.
 
 * :func:`token_kinds` / :func:`mass_by_kind` -- the sink mass each key receives, m_j = sum_t A[t, j] / #queries that
-  see j (Gu et al.'s alpha_j for every key j), grouped by what the key is: the first position, a BOS token, a
-  first delimiter (Sun et al.'s first "." or "\\n"), another delimiter (later ones and ``, ; : ! ?``), a weak-semantic token (articles, prepositions, conjunctions, other punctuation) or
-  a content word;
+  see j (Gu et al.'s alpha_j for every key j), grouped by what the key is: the first position, a BOS token, the
+  first delimiter (Sun et al.'s first "." or "\\n"), another delimiter (later ones and ``, ; : ! ?``), a
+  weak-semantic token (articles, prepositions, conjunctions, other punctuation) or a content word;
 * :func:`secondary_sinks` -- keys beyond position 0 whose mass passes eps, by token;
 * :func:`position_or_token` -- the first token replaced by another, and the original first token moved to a later
   position (Xiao et al., arXiv 2309.17453, Section 3.1: the sink is the *initial position*, whatever its token;
