@@ -185,7 +185,8 @@ show(takeaways.variance(variance_claim, early, ratio0, is_max))
 # (channel-sparse: nearly all its norm in one or two dimensions).
 
 # %%
-link2 = chain.super_neuron_link(lm, natural, massive_dims, paper, found=shared.super_neurons)
+link2 = chain.super_neuron_link(lm, natural, massive_dims, paper, found=shared.super_neurons,
+                                massive_onset=chain.massive_onset(shared.disparity))  # the neuron must not come after it
 supers, writers, top = link2.found, link2.writers, link2.top
 display(pd.DataFrame([s.as_dict() for s in supers[:10]]).round(3))  # noqa: F821
 if writers:

@@ -250,7 +250,7 @@ takeaways.show(llm_takeaways.context_and_chat(reports))
 # ## 6 · The structural-origin chain on each family
 # `02_interpretation` follows one model through the chain of arXiv 2605.06611: (1) the first position's head output
 # varies most across inputs; (2) an early MLP *super neuron* fires on the first token only and writes the massive
-# dimension; (3) the first token's DomRatio jumps with it and the sink follows within two layers; (4) in sink heads
+# dimension; (3) the first token's DomRatio jumps with it and the sink follows within two layers of the first attention that reads it; (4) in sink heads
 # every query scores the first token's key positively (lock-in). The same calls (`sinklib.interpretation.chain`) on
 # each family, with the same rules (`origin_claims`); the table reads which links hold where.
 

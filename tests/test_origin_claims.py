@@ -78,6 +78,22 @@ def test_dimension_disparity_transcribes_dom_ratio():
     assert float(metrics.dom_ratio(h)) == pytest.approx(4096)
     assert float(metrics.dom_ratio(torch.ones(4096))) == pytest.approx(1)
     assert origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER).holds is True  # sink one layer later
+
+
+def test_chain_order_aligns_outputs_with_the_attention_that_reads_them():
+    """hidden_states[l] is block l's output; block l's attention reads h^(l-1). Llama-2-7B: the super neuron of layer
+    1 writes the massive value into h^1 and the sink appears in layer 2's attention, the first to read it. A sink in
+    the same layer as the onset formed before the value it is said to follow."""
+    good = origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER)
+    assert good.holds is True and good.measured["first_reading_layer"] == 2
+    early = origin_claims.disparity_then_sink([3], 3, 50.0, 263.0, PAPER)  # gap 0: accepted before
+    assert early.holds is False and "before the massive value" in early.note
+    assert origin_claims.disparity_then_sink([3], 6, 50.0, 263.0, PAPER).holds is True  # reader 4, two layers on
+    assert origin_claims.disparity_then_sink([3], 7, 50.0, 263.0, PAPER).holds is False
+    # link 2: the neuron's layer at or before the layer whose output first holds the value
+    assert origin_claims.super_neuron(_neuron(), [2533], PAPER, massive_onset=1).holds is True
+    late = origin_claims.super_neuron(_neuron(), [2533], PAPER, massive_onset=0)  # the value is there before it
+    assert late.holds is False and "cannot have written it first" in late.note
     assert origin_claims.disparity_then_sink([1], 6, 50.0, 263.0, PAPER).holds is False  # too late
     assert origin_claims.disparity_then_sink([], None, 0.0, 4.0, PAPER).holds is False  # random weights: none
 
@@ -199,8 +215,11 @@ def test_takeaways_follow_the_numbers():
                               231.0, 11, 27.0)
     dis2 = takeaways.disparity(origin_claims.disparity_then_sink([0], 0, 9.0, 300.0, PAPER), [0], 0, 300.0, 263.0,
                                400.0, 5, 20.0)
-    assert "2 layers later" in dis and "lower than the paper's" in dis
-    assert "same layer" in dis2 and "higher than the paper's" in dis2
+    assert "1 layer after the first attention that reads it (layer 2)" in dis and "lower than the paper's" in dis
+    assert "before layer 1" in dis2 and "did not form from it" in dis2 and "higher than the paper's" in dis2
+    dis3 = takeaways.disparity(origin_claims.disparity_then_sink([1], 2, 9.0, 60.0, PAPER), [1], 2, 60.0, 263.0,
+                               231.0, 11, 27.0)
+    assert "in the first attention that reads it, layer 2" in dis3
 
 
 def test_takeaways_super_neuron_self_only_bias_controls_scorecard():

@@ -45,14 +45,24 @@ class SuperNeuronLink:
 
 
 def super_neuron_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], paper: dict,
-                      batch_size: int = 16, found: list[origin.SuperNeuron] | None = None) -> SuperNeuronLink:
+                      batch_size: int = 16, found: list[origin.SuperNeuron] | None = None,
+                      massive_onset: int | None = None) -> SuperNeuronLink:
     """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension. ``found``:
-    :func:`~sinklib.interpretation.origin.find_super_neurons` on ``natural`` when already measured (:func:`natural_pass`)."""
+    :func:`~sinklib.interpretation.origin.find_super_neurons` on ``natural`` when already measured (:func:`natural_pass`).
+    ``massive_onset``: the first layer whose output holds the massive value (:func:`massive_onset`), which the
+    neuron's layer must not come after; None: the order is not judged."""
     if found is None:
         found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
     writers = [s for s in found if set(s.write_dims) & set(massive_dims)] or found
     top = min(writers, key=lambda s: (s.layer, -s.first_abs)) if writers else None
-    return SuperNeuronLink(found, writers, top, origin_claims.super_neuron(top, massive_dims, paper))
+    return SuperNeuronLink(found, writers, top, origin_claims.super_neuron(top, massive_dims, paper, massive_onset))
+
+
+def massive_onset(measured: tuple[dict[str, torch.Tensor], torch.Tensor]) -> int | None:
+    """The first layer l whose output h^l holds (or doubles) the first token's massive value, from
+    :func:`~sinklib.interpretation.origin.disparity_and_first_values`' result; None when there is none."""
+    onset = massive_activations.onset_layers(measured[1])
+    return onset[0] if onset else None
 
 
 @dataclass

@@ -41,7 +41,8 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
     massive = analysis.massive_dimensions(prof)
     sink_onset = analysis.first_layer_above(prof.alpha_first_by_layer, 0.3)
     shared = chain.natural_pass(control, natural, massive.dims, k, massive.min_ratio, bs)  # one pass, as the notebook
-    neuron = chain.super_neuron_link(control, natural, massive.dims, paper, bs, found=shared.super_neurons)
+    neuron = chain.super_neuron_link(control, natural, massive.dims, paper, bs, found=shared.super_neurons,
+                                     massive_onset=chain.massive_onset(shared.disparity))
     disparity = chain.disparity_link(control, natural, massive.dims, neuron.top, sink_onset, paper, bs,
                                      measured=shared.disparity)
     self_only = intervention_effects.self_only_effect(control, natural, k, bs, before=shared.before_k)

@@ -54,8 +54,8 @@ ADAPTED = {
                            "delimiter fires too); thresholds 100x the layer median, 10x elsewhere, > 50% of "
                            "|W_down|^2 in two dims are ours; massive dims by Sun et al.'s layer-median criterion",
     "origin.dimension_disparity": "the paper reports the DomRatio value; the rule here is the order (sink onset "
-                                  "0-2 layers after the massive value appears) and first-token DomRatio > 3x the "
-                                  "others' at the sink onset",
+                                  "0-2 layers after the first attention that reads the massive value) and "
+                                  "first-token DomRatio > 3x the others' at the sink onset",
     "origin.lock_in": "relative cut between head groups (sink heads alpha > 0.3 vs the rest): > 90% positive scores "
                       "in sink heads and |cos| above the others'",
     "origin.self_only_creates_sink": "sink score of the later queries t > k only (the edit forces A_kk = 1); "
@@ -103,45 +103,65 @@ def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -
                   holds=bool(t0_is_max[0] and ratio_t0[0] > 2))
 
 
-def super_neuron(neuron, massive_dims: Sequence[int], paper: dict) -> Claim:
+def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset: int | None = None) -> Claim:
     """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension. Rule: the
-    earliest writer (``neuron``: an :class:`~sinklib.interpretation.origin.SuperNeuron` or None) is > 10x more active on the first
-    token than elsewhere and puts > 50% of its W_down column's squared norm into dimensions that include a massive
-    one."""
+    earliest writer (``neuron``: an :class:`~sinklib.interpretation.origin.SuperNeuron` or None) is > 10x more
+    active on the first token than elsewhere, puts > 50% of its W_down column's squared norm into dimensions that
+    include a massive one, and sits at or before ``massive_onset`` -- the first layer l whose output h^l holds the
+    massive value (block l's MLP writes into h^l, so a neuron of a later layer cannot be what put it there). Without
+    an onset the order is not judged (``massive_onset=None``)."""
     ref = paper["super_neuron"]
     if neuron is None:
         return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
                       published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion")
-    holds = neuron.selectivity > 10 and neuron.write_share > 0.5 and bool(set(neuron.write_dims) & set(massive_dims))
+    in_order = massive_onset is None or neuron.layer <= massive_onset
+    holds = (neuron.selectivity > 10 and neuron.write_share > 0.5 and bool(set(neuron.write_dims) & set(massive_dims))
+             and in_order)
     same_layer = "the paper's" if neuron.layer == ref["layer"] else f"not the paper's ({ref['layer']})"
+    order = ("" if massive_onset is None else
+             f"; the massive value first appears after layer {massive_onset}" + (
+                 "" if in_order else ", before this neuron's layer: it cannot have written it first"))
     return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
                   published=ref, measured={"layer": neuron.layer, "neuron": neuron.neuron,
                                            "write_dims": list(neuron.write_dims), "selectivity": neuron.selectivity,
-                                           "write_share": neuron.write_share},
+                                           "write_share": neuron.write_share, "massive_onset": massive_onset},
                   holds=bool(holds), note=f"layer {neuron.layer}: {same_layer}; neuron and dimension ids are "
-                                          f"model-specific")
+                                          f"model-specific{order}")
 
 
 _SUPER = "an early MLP neuron fires on the first token only and writes the massive dimension"
-_SUPER_RULE = "first-token |a| > 10x its 95th percentile elsewhere, > 50% of |W_down| squared in a massive dimension"
+_SUPER_RULE = ("first-token |a| > 10x its 95th percentile elsewhere, > 50% of |W_down| squared in a massive "
+               "dimension, and its layer at or before the one whose output first holds the massive value")
 
 
 def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_at_sink_onset: float,
                         dom_after_super: float, paper: dict) -> Claim:
     """Link 3: the first token's state turns nearly one-hot (DomRatio jumps) where the massive value appears, and
-    the sink switches on within two layers. Rule: 0 <= sink onset - first massive onset <= 2, and the first token's
-    DomRatio at the sink onset > 3x the other tokens'. ``dom_ratio_at_sink_onset``: that ratio."""
+    the sink switches on within two layers of the first attention that can read it.
+
+    Indices are what the tensors are: ``onset`` lists layers l whose *output* h^l (``hidden_states[l]``, the
+    residual after block l) first holds or doubles the massive value; ``sink_onset`` is the first layer whose
+    *attention* gives alpha_0 > 0.3, and block l's attention reads h^(l-1). So the first attention that sees the
+    massive value is block ``onset[0] + 1``, and a sink at ``onset[0]`` or earlier formed before its supposed cause.
+    Rule: 0 <= sink_onset - (onset[0] + 1) <= 2, and the first token's DomRatio at the sink onset > 3x the other
+    tokens'. ``dom_ratio_at_sink_onset``: that ratio."""
     ref = paper["dom_ratio_first_after_rmsnorm"]["value"]
-    holds = bool(onset) and sink_onset is not None and 0 <= sink_onset - onset[0] <= 2 and dom_ratio_at_sink_onset > 3
+    reader = onset[0] + 1 if onset else None  # the first block whose attention reads the massive state
+    holds = (reader is not None and sink_onset is not None and 0 <= sink_onset - reader <= 2
+             and dom_ratio_at_sink_onset > 3)
+    order = ("" if reader is None or sink_onset is None else
+             f"sink onset {sink_onset} vs first reading attention {reader}"
+             + (" (the sink forms before the massive value it is said to follow)" if sink_onset < reader else ""))
     return _claim("origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
                   statement="the first token's DomRatio jumps with the massive activation and the sink follows",
-                  rule="sink onset within 0-2 layers after the massive value appears; first-token DomRatio > 3x "
-                       "the others' there",
+                  rule="sink onset 0-2 layers after the first attention that reads the massive value (block "
+                       "onset + 1: hidden_states[l] is block l's output); first-token DomRatio > 3x the others' there",
                   published={"dom_ratio_after_rmsnorm": ref},
-                  measured={"massive_onsets": list(onset), "sink_onset": sink_onset,
+                  measured={"massive_onsets": list(onset), "first_reading_layer": reader, "sink_onset": sink_onset,
                             "dom_ratio_after_super_neuron": dom_after_super},
-                  holds=bool(holds), note="number: " + (number_matches(ref, dom_after_super)[1]
-                                                        if math.isfinite(dom_after_super) else "not measurable (NaN)"))
+                  holds=bool(holds), note=(f"{order}; " if order else "") + "number: " + (
+                      number_matches(ref, dom_after_super)[1] if math.isfinite(dom_after_super)
+                      else "not measurable (NaN)"))
 
 
 def massive_by_sun(massive) -> Claim:

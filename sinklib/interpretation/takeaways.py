@@ -56,14 +56,18 @@ def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_af
               paper_value: float, dom_peak: float, peak_layer: int, dom_rest_at_peak: float) -> str:
     """Section 3: where the massive value appears, where the sink switches on, and the DomRatio against the paper."""
     if onset and sink_onset is not None:
-        lag = sink_onset - onset[0]
+        reader = onset[0] + 1  # block l's attention reads h^(l-1): the first attention that can see the value
+        lag = sink_onset - reader
         if lag > 0:
-            order = f"the sink switches on {lag} layer{'s' if lag != 1 else ''} later, at layer {sink_onset}"
+            order = (f"the sink switches on {lag} layer{'s' if lag != 1 else ''} after the first attention that "
+                     f"reads it (layer {reader}), at layer {sink_onset}")
         elif lag == 0:
-            order = f"the sink switches on at the same layer, {sink_onset}"
+            order = f"the sink switches on in the first attention that reads it, layer {sink_onset}"
         else:
-            order = f"the sink is already on at layer {sink_onset}, {-lag} layer{'s' if lag != -1 else ''} before it"
-        first = f"The first token's massive value appears at layer {onset[0]} (it appears or jumps at {list(onset)}); {order}."
+            order = (f"the sink is already on at layer {sink_onset}, before layer {reader}, the first attention that "
+                     f"can read the value -- so it did not form from it")
+        first = (f"The first token's massive value appears in the output of layer {onset[0]} (it appears or jumps at "
+                 f"{list(onset)}); {order}.")
     else:
         first = (f"The massive value appears at {list(onset) or 'no layer'}; the sink onset is "
                  f"{'layer ' + str(sink_onset) if sink_onset is not None else 'never reached (alpha stays below eps)'}.")

@@ -191,8 +191,11 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
         return None, None
     random_ids = make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)  # position 0 must vary too
     variance = chain.variance_link(lm, random_ids)
-    neuron = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size)
-    disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size)
+    measured = origin.disparity_and_first_values(lm, natural, massive_dims, batch_size=batch_size)
+    neuron = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size,
+                                     massive_onset=chain.massive_onset(measured))
+    disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size,
+                                     measured=measured)
     lock = chain.lock_link(lm, natural)
     numbers = {"variance_ratio_t0": variance.ratio_t0[0],
                "super_neuron": None if neuron.top is None else
