@@ -306,21 +306,23 @@ sink_name = f"layers with a sink at T={run.seq_len}"
 series = {"all layers": sweep.mean_over(), sink_name: in_sink_layers}
 spread = {"all layers": sweep.range_over_windows(), sink_name: sweep.range_over_windows(sink_layers)}
 with plotting.style():
-    fig = plotting.mass_vs_context(sweep.lengths, series, [sweep.uniform_baseline(n) for n in sweep.lengths],
+    fig = plotting.mass_vs_context(sweep.lengths, series, [sweep.uniform_over(n) for n in sweep.lengths],
                                    title=f"First-token attention vs context length, {title}", spread=spread)
     plotting.save(fig, fig_dir / "fig07_mass-vs-context",
                   f"Mean alpha of the first token (over heads; all layers, and the layers that sink at T = "
                   f"{run.seq_len}) of {title} on {run.context_windows} natural-text passage(s) of {sweep.lengths[-1]} "
                   f"tokens, each length N read off the passage's first N queries {sweep.lengths} (band: lowest to "
                   f"highest passage), computed with O(N)-memory attention statistics; "
-                  f"dashed: uniform causal attention; log-log axes.")
+                  f"dashed: uniform causal attention; log-log axes."
+                  + (f" Sliding-window layers {sweep.sliding_layers}: alpha_0 over the queries that see the first "
+                     f"token (the first min(N, W))." if sweep.sliding_layers else ""))
 print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.2f} of the attention at N = "
       f"{sweep.lengths[-1]} (vs {in_sink_layers[0]:.2f} at N = {sweep.lengths[0]}); uniform attention would give it "
-      f"{sweep.uniform_baseline(sweep.lengths[-1]):.4f}."
+      f"{sweep.uniform_over(sweep.lengths[-1], sink_layers):.4f}."
       + (f" Skipped (beyond the model's limit): {sweep.skipped}." if sweep.skipped else ""))
 
 # %%
-takeaways.show(saw.tour_context(sweep.lengths, in_sink_layers, sweep.uniform_baseline(sweep.lengths[-1]),
+takeaways.show(saw.tour_context(sweep.lengths, in_sink_layers, sweep.uniform_over(sweep.lengths[-1], sink_layers),
                                 run.context_windows, lm.label))
 
 # %% [markdown]

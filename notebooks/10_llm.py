@@ -220,7 +220,10 @@ takeaways.show(llm_takeaways.position_or_token(reports, record.claims))
 # %% [markdown]
 # ## 5 · Longer contexts and the chat template
 # (a) $\alpha_0$ in the sink layers at growing context lengths, with the O(N)-memory statistics (no $N \times N$
-# matrix is kept; one forward of the longest passage gives every shorter length, as in `00_tour`). (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
+# matrix is kept; one forward of the longest passage gives every shorter length, as in `00_tour`). In a
+# sliding-window layer (Gemma-3: five of every six, W = 512) the queries past the window cannot see the first token,
+# so there $\alpha_0$ averages over the first $\min(N, W)$ queries only -- Gu et al.'s $T - k$ generalised to windows;
+# counting the others would make $\alpha_0$ fall with $N$ by construction. (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
 # raw and wrapped as a user message in the model's chat template (whose first token is then a template token).
 
 # %%

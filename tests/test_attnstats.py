@@ -284,8 +284,29 @@ def test_every_length_equals_its_own_forward(tiny, model_kind):
         for i, n in enumerate(sweep.lengths):
             with torch.no_grad(), Capture(lm.model, attentions=True) as cap:
                 lm.model(ids[None, :n])
-            ref = metrics.alpha(cap.stack("attentions")[:, 0], 0)  # (L, H)
+            attn = cap.stack("attentions")[:, 0]  # (L, H, n, n)
+            ref = torch.stack([metrics.alpha(attn[j], 0, window=win) for j, win in enumerate(sweep.windows)])
             torch.testing.assert_close(sweep.by_window[i, w], ref, atol=1e-5, rtol=0)
+
+
+def test_sliding_layers_average_over_the_queries_that_see_the_first_key(tiny):
+    """Gemma-3's sliding layers: only the first W queries see key 0. alpha_0 there is the mean over those (Gu's
+    T - k generalised); averaging over all n queries would make it fall with n by construction."""
+    from sinklib.core import analysis
+
+    lm = _gemma3_lm(tiny)
+    assert analysis.layer_windows(lm) == [5, None]
+    sweep = analysis.first_token_mass_by_length(lm, [5, 24], seed=1, progress=False, n_windows=1)
+    assert sweep.windows == [5, None] and sweep.sliding_layers == [0]
+    # the sliding layer's value at 24 is read off the same 5 queries as at 5: identical
+    torch.testing.assert_close(sweep.by_window[1, 0, 0], sweep.by_window[0, 0, 0])
+    attn = torch.zeros(1, 8, 8)
+    attn[0, :, 0] = 1.0  # every query that sees key 0 gives it everything
+    assert metrics.alpha(attn, 0, window=3).item() == 1.0 and metrics.alpha(attn, 0).item() == 1.0
+    attn[0, 3:, 0] = 0.0  # a window of 3: queries 3.. cannot see key 0
+    assert metrics.alpha(attn, 0, window=3).item() == 1.0 and metrics.alpha(attn, 0).item() == 3 / 8
+    assert sweep.uniform_over(24) == pytest.approx(
+        (analysis.ContextSweep.uniform_baseline(5) + analysis.ContextSweep.uniform_baseline(24)) / 2)
 
 
 def _gemma3_lm(template):

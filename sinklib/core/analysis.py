@@ -209,13 +209,33 @@ def first_layer_above(values, threshold: float) -> int | None:
     return None
 
 
+def layer_windows(lm: LoadedModel) -> list[int | None]:
+    """Per layer, the sliding window W of a sliding-attention layer (query t sees keys t-W+1..t), None for a layer
+    that sees every earlier key -- from the text config's ``layer_types`` and ``sliding_window`` (Gemma-3: five
+    sliding layers of 512 for each global one), or every layer when a window is set without layer types."""
+    cfg = lm.model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if not window:
+        return [None] * lm.n_layers
+    if types is None:
+        return [window if getattr(cfg, "use_sliding_window", True) else None] * lm.n_layers
+    return [window if t == "sliding_attention" else None for t in types][:lm.n_layers]
+
+
 @dataclass
 class ContextSweep:
-    """First-token attention mass at several context lengths (``n_windows`` natural windows per length)."""
+    """First-token attention mass at several context lengths (``n_windows`` natural windows per length).
+
+    In a sliding-window layer of W keys, alpha_0 at length n averages over the min(n, W) queries that see key 0
+    (Gu et al.'s T - k generalised to windows, :func:`metrics.alpha` with ``window``): the queries past the window
+    cannot attend to it, and counting them would make alpha_0 fall with n by construction."""
 
     lengths: list[int]
     skipped: list[int]  # requested lengths beyond the model's max_position_embeddings
     by_window: torch.Tensor  # (len(lengths), n_windows, L, H)
+    windows: list[int | None] = field(default_factory=list)  # per layer: its sliding window, None for global ones
 
     @property
     def alpha_first(self) -> torch.Tensor:
@@ -238,6 +258,18 @@ class ContextSweep:
         """alpha_0 if every query spread its attention uniformly over what it sees: (1/N) sum_t 1/(t+1)."""
         return float(sum(1.0 / (t + 1) for t in range(n)) / n)
 
+    def uniform_over(self, n: int, layers: list[int] | None = None) -> float:
+        """The even-spread alpha_0 at length n, averaged over ``layers`` (None: all) as this sweep normalises them:
+        a sliding layer of W keys counts its first min(n, W) queries, whose t + 1 <= W keys are all visible."""
+        windows = self.windows or [None] * self.by_window.shape[2]
+        chosen = range(len(windows)) if layers is None else layers
+        values = [self.uniform_baseline(min(n, windows[i] or n)) for i in chosen]
+        return sum(values) / len(values)
+
+    @property
+    def sliding_layers(self) -> list[int]:
+        return [i for i, w in enumerate(self.windows) if w]
+
 
 @torch.inference_mode()
 def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 0, source: str = "bible",
@@ -249,7 +281,8 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     model the first n queries of that forward are exactly a forward of the window's first n tokens, so alpha_0 at
     length n is Gu et al.'s (1/n) sum_{t<n} A[t, 0] over those queries: every length costs one forward of the longest,
     and the lengths of one window share their text (a curve shows the same passage growing). Lengths beyond the
-    model's ``max_position_embeddings`` are skipped (and listed), not an error.
+    model's ``max_position_embeddings`` are skipped (and listed), not an error. In a sliding-window layer of W keys
+    only the first min(n, W) queries see key 0, and alpha_0 averages over those (:class:`ContextSweep`).
     """
     from sinklib.core.data import text_windows
     from sinklib.core.memory import max_length
@@ -257,17 +290,20 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     limit = max_length(lm) or max(lengths)
     used, skipped = sorted(n for n in lengths if n <= limit), [n for n in lengths if n > limit]
     if not used:
-        return ContextSweep([], skipped, torch.empty(0, n_windows, lm.n_layers, lm.n_heads))
+        return ContextSweep([], skipped, torch.empty(0, n_windows, lm.n_layers, lm.n_heads), layer_windows(lm))
     longest = used[-1]
     check_fits(lm, 1, longest)
     windows = text_windows(lm.tokenizer, n_windows, longest, seed, source)  # (n_windows, longest)
+    sliding = layer_windows(lm)
     per_window = []
     for ids in tqdm(windows, desc=f"{n_windows} window(s) of {longest} tokens", disable=not progress, leave=False):
         with AttentionStats(lm.model, keys=[0]) as stats:  # one flash pass per layer: output + key 0
             lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
         p0 = torch.stack([stats.probs_of_keys(i)[0, :, :, 0] for i in stats.layers])  # (L, H, longest): A[t, 0]
-        per_window.append(torch.stack([p0[..., :n].mean(dim=-1) for n in used]))  # (len(used), L, H)
-    return ContextSweep(used, skipped, torch.stack(per_window, dim=1))  # (len(used), n_windows, L, H)
+        # length n: the first n queries; in a sliding layer of W keys only the first min(n, W) of them see key 0
+        per_window.append(torch.stack([torch.stack([p0[i, :, :min(n, w or n)].mean(dim=-1) for i, w in
+                                                    enumerate(sliding[:len(p0)])]) for n in used]))  # (len(used), L, H)
+    return ContextSweep(used, skipped, torch.stack(per_window, dim=1), sliding)  # (len(used), n_windows, L, H)
 
 
 def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3) -> Claim:

@@ -16,17 +16,21 @@ SUN_MIN_RATIO = 1000.0  # ... and about 1000x the median |h| of the layer's outp
 GU_EPS = 0.3  # Gu et al. (arXiv 2410.10781) default threshold
 
 
-def alpha(attn: torch.Tensor, key: int = 0, later_only: bool = False) -> torch.Tensor:
+def alpha(attn: torch.Tensor, key: int = 0, later_only: bool = False, window: int | None = None) -> torch.Tensor:
     """Per-head importance of key k (Gu et al.): alpha_k = 1/(T-k) * sum_{t >= k} A[t, k].
 
     ``later_only=True``: 1/(T-k-1) * sum_{t > k} A[t, k], the attention key k gets from *later* queries only. Use it
     when an intervention fixes row k itself (the self-only mask sets A[k, k] = 1, which would add 1/(T-k) to every
-    head by construction). attn: (..., T, T) -> (...), e.g. (B, H, T, T) -> (B, H).
+    head by construction). ``window``: a sliding-window layer of W keys (query t sees keys t-W+1..t), where only the
+    queries k <= t < k + W see key k: Gu's T - k generalised, alpha_k = 1/min(T-k, W) * sum_{k <= t < k+W} A[t, k]
+    (without it, the queries that cannot see k would pull alpha_k down as T grows, by construction).
+    attn: (..., T, T) -> (...), e.g. (B, H, T, T) -> (B, H).
     """
     T = attn.shape[-1]
     if not 0 <= key < T - (1 if later_only else 0):
         raise ValueError(f"key {key} outside 0..{T - 1 - (1 if later_only else 0)}")
-    return attn[..., key + (1 if later_only else 0):, key].float().mean(dim=-1)
+    stop = T if window is None else min(T, key + window)
+    return attn[..., key + (1 if later_only else 0):stop, key].float().mean(dim=-1)
 
 
 def row_normalised(attn: torch.Tensor) -> torch.Tensor:

@@ -112,7 +112,9 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
         if lm.adds_bos else None,
         raw_vs_chat=raw_vs_chat, chat_top=chat_top,
         context={"lengths": sweep.lengths, "alpha_first": sweep.mean_over(sink_layers), "low": low, "high": high,
-                 "skipped": sweep.skipped},
+                 "skipped": sweep.skipped, "uniform": [sweep.uniform_over(n, sink_layers) for n in sweep.lengths],
+                 "sliding_layers": sweep.sliding_layers,
+                 "window": next((w for w in sweep.windows if w), None)},
         chain=links, chain_numbers=numbers, draws=draws, seconds=seconds,
     )
 

@@ -138,9 +138,13 @@ def context_and_chat(reports) -> str:
         if not lengths:
             continue
         a0, a1, n0, n1 = alpha[0], alpha[-1], lengths[0], lengths[-1]
+        even = r.context.get("uniform") or [uniform_share(n) for n in lengths]
+        sliding = r.context.get("sliding_layers") or []
+        window = (f"; its {len(sliding)} sliding-window layers (W = {num(r.context['window'])}) count only the "
+                  f"queries that see the first token" if sliding else "")
         ctx.append(f"{r.label} {compare(a1, a0, 'rises', 'falls', 'stays')} from {num(a0)} at {num(n0)} tokens to "
-                   f"{num(a1)} at {num(n1)} ({num(a0 / uniform_share(n0), 2)}x -> {num(a1 / uniform_share(n1), 2)}x "
-                   f"an even spread)")
+                   f"{num(a1)} at {num(n1)} ({num(a0 / even[0], 2)}x -> {num(a1 / even[-1], 2)}x "
+                   f"an even spread{window})")
     chat = []
     for r in reports:
         if not r.raw_vs_chat:
