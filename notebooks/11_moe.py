@@ -118,8 +118,8 @@ takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, 
 # scaled by $k = 6$, so its $a$ is 6x its contribution at weight 1/6.)
 
 # %%
-supers = super_experts(route.output_max)
-n_total = route.output_max.numel()
+supers = super_experts(route.output_max, shared=route.shared_max)  # rows: the model's layers; -1: a shared expert
+n_total = moe_sinks.candidate_count(route)
 with plotting.style():
     fig = moe_plots.expert_maxima(route.output_max, supers,
                                   title=f"Largest expert output per layer, {title} (circled: super experts)")
@@ -131,16 +131,17 @@ for layer, e, a in supers:
 control = random_weights(lm, seed=run.seed)
 control_ids = ids[:run.control_seqs]
 control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
-control_supers = super_experts(control_route.output_max)
+control_supers = super_experts(control_route.output_max, shared=control_route.shared_max)
 se_claim = record.add(moe_sinks.super_experts_over_draws(lm, route.output_max, len(ids), run.seed, run.draw_seqs,
-                                                         run.seq_len, run.batch_size, note),
-                      control=moe_sinks.super_experts_claim(control_route.output_max, note=note))
+                                                         run.seq_len, run.batch_size, note, shared=route.shared_max),
+                      control=moe_sinks.super_experts_claim(control_route.output_max, note=note,
+                                                            shared=control_route.shared_max))
 print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {len(control_supers)} on random weights; "
       f"effect size {se_claim.measured['effect size']:,.1f} here, {se_claim.control_measured['effect size']:,.2f} on "
       f"random weights")
 
 # %%
-takeaways.show(moe_takeaways.super_experts(se_claim, route.output_max, title))
+takeaways.show(moe_takeaways.super_experts(se_claim, n_total, title))
 
 # %% [markdown]
 # On the stand-in, the expert split put the neurons that write SmolLM2's massive activation into one expert, in a

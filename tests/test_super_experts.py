@@ -1,6 +1,7 @@
 """Su et al.'s super experts against a direct transcription of the authors' rule on hand-built tables."""
 
 import numpy as np
+import pytest
 import torch
 
 from sinklib.architectures.moe.moe_sinks import super_experts_claim
@@ -32,6 +33,58 @@ def test_super_experts_follow_the_authors_code():
     assert [(layer, e) for layer, e, _ in got] == [(1, 3), (2, 7)]
     small = torch.rand(4, 4, generator=gen)  # max < 10: the floor-division condition is only a > 0
     assert [(a, b) for a, b, _ in super_experts(small)] == [(a, b) for a, b, _ in authors_rule(small.tolist())]
+
+
+def authors_rule_with_names(modules, total_layers, include_layers=0.75, quantile=99.5, times=10):
+    """The authors' rule over their hooked module names ("model.layers.{l}.mlp.experts.{e}.down_proj",
+    "model.layers.{l}.mlp.shared_experts.down_proj" -> expert "-1"), layer_index read from the name."""
+    kept = round(total_layers * include_layers)
+    rows = []
+    for name, v in modules.items():
+        parts = name.split(".")
+        layer = int(parts[2])
+        expert = -1 if "shared_experts" in name else int(parts[-2])
+        if layer < kept:
+            rows.append((layer, expert, v))
+    values = [v for _, _, v in rows]
+    percentile = np.percentile(values, quantile)
+    return sorted([r for r in rows if r[2] > percentile and r[2] > np.max(values) // times], key=lambda h: -h[2])
+
+
+def test_super_experts_index_the_models_layers_and_count_shared_experts():
+    """DeepSeek-V2-Lite: a dense first layer, then MoE layers with routed and shared experts. Rows are the model's
+    layer index (as the authors' layer_index and PruneExperts), and a shared expert is a candidate as expert -1."""
+    gen = torch.Generator().manual_seed(1)
+    L, E = 8, 6
+    table = torch.rand(L, E, generator=gen) * 5
+    table[0] = float("nan")  # dense layer 0: no routed experts
+    shared = torch.rand(L, generator=gen) * 5
+    shared[0] = float("nan")
+    table[2, 4] = 800.0  # a routed super expert of the model's layer 2 (the second MoE layer)
+    shared[3] = 3000.0  # a shared expert carrying an extreme output
+    modules = {f"model.layers.{layer}.mlp.experts.{e}.down_proj": float(table[layer, e])
+               for layer in range(1, L) for e in range(E)}
+    modules |= {f"model.layers.{layer}.mlp.shared_experts.down_proj": float(shared[layer]) for layer in range(1, L)}
+    want = authors_rule_with_names(modules, L, quantile=95.0)
+    got = super_experts(table, shared=shared, quantile=95.0)
+    assert [(a, b) for a, b, _ in got] == [(a, b) for a, b, _ in want] == [(3, -1), (2, 4)]
+    size = effect_size(table, got)
+    assert np.isfinite(size) and size > 100  # NaN rows are not "other routed experts"
+
+
+def test_prune_experts_takes_the_models_layer_and_the_shared_expert():
+    from sinklib.architectures.moe.moe_sinks import PruneExperts
+    from sinklib.core.adapters import adapter_for
+    from sinklib.models import tiny
+
+    model, _ = tiny.qwen2_moe()
+    parts = adapter_for(model).layers
+    shared = parts[1].shared_expert.down_proj.weight
+    routed = parts[1].experts.down_proj
+    before_shared, before_routed = shared.clone(), routed[2].clone()
+    with PruneExperts(model, [(1, -1), (1, 2)]):
+        assert shared.abs().sum() == 0 and routed[2].abs().sum() == 0 and routed[1].abs().sum() > 0
+    assert torch.equal(shared, before_shared) and torch.equal(routed[2], before_routed)
 
 
 def test_expert_output_max_reads_capture_records():
@@ -77,3 +130,32 @@ def test_effect_size_ignores_experts_never_routed_and_the_late_layers():
     table[3, 2] = 1e6  # a late layer (beyond the first 75%): outside the kept layers
     assert effect_size(table, [(0, 0, 50.0)]) == 50.0
     assert effect_size(table, []) == 0.0
+
+
+def test_routing_rows_are_the_models_layers_with_a_dense_first_layer():
+    """A Qwen2-MoE whose first layer is dense (mlp_only_layers=[0], as DeepSeek-V2-Lite's): output_max row 0 is NaN,
+    row 1 is the MoE layer, and shared_max holds the shared expert's largest |output|, measured directly."""
+    import dataclasses
+
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    from sinklib.architectures.moe.moe_sinks import routing
+    from sinklib.core.adapters import adapter_for
+    from sinklib.models import tiny
+
+    lm, inputs = tiny.loaded("qwen2_moe")
+    torch.manual_seed(0)
+    config = Qwen2MoeConfig(**{**lm.model.config.to_dict(), "mlp_only_layers": [0]})
+    model = Qwen2MoeForCausalLM(config).eval()
+    lm = dataclasses.replace(lm, model=model)
+    route = routing(lm, inputs["input_ids"], batch_size=1)
+    assert route.output_max.shape == (2, config.num_experts)
+    assert torch.isnan(route.output_max[0]).all() and torch.isfinite(route.output_max[1]).all()
+    seen = {}
+    part = adapter_for(model).layers[1]
+    h = part.shared_expert.register_forward_hook(lambda m, a, out: seen.__setitem__("y", out))
+    with torch.no_grad():
+        model(inputs["input_ids"])
+    h.remove()
+    assert torch.isnan(route.shared_max[0]) and route.shared_max[1].item() == pytest.approx(
+        float(seen["y"].abs().max()), rel=1e-6)

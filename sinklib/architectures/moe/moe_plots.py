@@ -33,8 +33,8 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first:
 def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, float]], title: str = "") -> Figure:
     """Largest |down_proj output| per (layer, expert), log colour; super experts circled."""
     fig, ax = plt.subplots(figsize=(10, 3.6), layout="constrained")
-    vals = output_max.T.numpy().clip(min=1e-3)
-    im = ax.imshow(vals, aspect="auto", cmap="magma", norm=LogNorm(vmin=vals.min(), vmax=vals.max()))
+    vals = output_max.T.numpy().clip(min=1e-3)  # NaN columns (dense layers) stay blank
+    im = ax.imshow(vals, aspect="auto", cmap="magma", norm=LogNorm(vmin=np.nanmin(vals), vmax=np.nanmax(vals)))
     for layer, e, _ in supers:
         ax.scatter([layer], [e], s=160, facecolors="none", edgecolors="#00C8FF", linewidths=2)
     ax.set(xlabel="layer", ylabel="expert", title=title or "Largest expert output per layer (circled: super experts)")

@@ -32,7 +32,10 @@ from sinklib.interpretation.origin import batches
 
 @dataclass
 class Routing:
-    """Per MoE layer (lists of length L); position 0 = the first token, "rest" = positions >= 1."""
+    """Per MoE layer (lists and the load tables: one entry per layer with routed experts); position 0 = the first
+    token, "rest" = positions >= 1. ``output_max`` and ``shared_max`` are indexed by the model's own layer index (as
+    :class:`PruneExperts` and the authors' ``layer_index``): NaN on a layer without routed / shared experts (e.g.
+    DeepSeek-V2-Lite's dense first layer)."""
 
     entropy_first: list[float]  # mean router entropy (nats) on position 0
     entropy_rest: list[float]
@@ -40,8 +43,9 @@ class Routing:
     same_set_rest: list[float]  # the same for a later position (the middle one), as a baseline
     load_first: torch.Tensor  # (L, E): share of position 0's top-k slots each expert takes
     load_rest: torch.Tensor  # (L, E)
-    output_max: torch.Tensor  # (L, E): largest |down_proj output| of each expert over all tokens
+    output_max: torch.Tensor  # (L_model, E): largest |down_proj output| of each expert over all tokens (NaN: no MoE)
     first_state: dict[str, list[float]] | None = None  # first_token_state of the same forwards (first_token=True)
+    shared_max: torch.Tensor | None = None  # (L_model,): the shared expert's largest |output| (None: no shared one)
 
 
 def router_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -63,22 +67,41 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
     :func:`compare_pruning`'s run as is."""
     from sinklib.core.attnstats import AttentionStats
 
-    layers = [p for p in adapter_for(lm.model).layers if p.experts is not None]
+    parts = adapter_for(lm.model).layers
+    layers = [p for p in parts if p.experts is not None]
     n_experts = layers[0].experts.num_experts
+    shared_peaks: dict[int, float] = {}  # layer -> largest |shared-expert output| (Su et al. list it as expert -1)
+
+    def shared_hook(index: int):
+        def hook(module, args, output):
+            y = output[0] if isinstance(output, tuple) else output
+            shared_peaks[index] = max(shared_peaks.get(index, 0.0), float(y.detach().abs().amax()))
+        return hook
+
+    handles = [p.shared_expert.register_forward_hook(shared_hook(p.index)) for p in layers
+               if p.shared_expert is not None]
     kinds = ["router_logits", "expert_choice", "expert_outputs"] + (["hidden_states"] if first_token else [])
     reduce = {"expert_outputs": lambda t, layer: t.abs().amax(dim=-1),  # (B, T, k, d) -> (B, T, k)
               "hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B, T, d) -> (B,)
     logits, choice, peaks, alphas, first_peaks = [], [], [], [], []
-    for batch in batches(ids, batch_size):
-        with Capture(lm.model, kinds=kinds, reduce=reduce) as cap, \
-                (AttentionStats(lm.model, keys=[0]) if first_token else contextlib.nullcontext()) as st:
-            lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
-        logits.append(cap.stack("router_logits"))  # (L, B, T, E)
-        choice.append(cap.stack("expert_choice"))  # (L, B, T, k)
-        peaks.append(cap.stack("expert_outputs"))  # (L, B, T, k)
-        if first_token:
-            alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in range(lm.n_layers)]).mean(dim=-1))  # (L, B)
-            first_peaks.append(cap.stack("hidden_states"))  # (L, B)
+
+    def moe_stack(cap: Capture, kind: str) -> torch.Tensor:  # (L_moe, B, ...): the layers with routed experts
+        return torch.stack([cap.get(kind, p.index) for p in layers])
+
+    try:
+        for batch in batches(ids, batch_size):
+            with Capture(lm.model, kinds=kinds, reduce=reduce) as cap, \
+                    (AttentionStats(lm.model, keys=[0]) if first_token else contextlib.nullcontext()) as st:
+                lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
+            logits.append(moe_stack(cap, "router_logits"))  # (L_moe, B, T, E)
+            choice.append(moe_stack(cap, "expert_choice"))  # (L_moe, B, T, k)
+            peaks.append(moe_stack(cap, "expert_outputs"))  # (L_moe, B, T, k)
+            if first_token:
+                alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in range(lm.n_layers)]).mean(dim=-1))
+                first_peaks.append(cap.stack("hidden_states"))  # (L, B)
+    finally:
+        for h in handles:
+            h.remove()
     logits, choice, peaks = (torch.cat(x, dim=1) for x in (logits, choice, peaks))
     first_state = {"alpha_first": torch.cat(alphas, 1).mean(1).tolist(),
                    "max_abs_first": torch.cat(first_peaks, 1).mean(1).tolist()} if first_token else None
@@ -89,18 +112,27 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
         flat = c.flatten(1)
         return torch.stack([torch.bincount(row, minlength=n_experts) for row in flat]).float() / flat.shape[1]
 
+    output_max = torch.full((len(parts), n_experts), float("nan"))  # rows: the model's layers
+    for i, p in enumerate(layers):
+        output_max[p.index] = expert_output_max(choice[i], peaks[i][..., None], n_experts).float()
+    shared_max = None
+    if shared_peaks:
+        shared_max = torch.full((len(parts),), float("nan"))
+        for index, value in shared_peaks.items():
+            shared_max[index] = value
     return Routing(
         entropy_first=ent[:, :, 0].mean(1).tolist(), entropy_rest=ent[:, :, 1:].mean((1, 2)).tolist(),
         same_set_first=[_same_set(c[:, 0]) for c in choice], same_set_rest=[_same_set(c[:, mid]) for c in choice],
         load_first=load(choice[:, :, 0]), load_rest=load(choice[:, :, 1:]),
-        output_max=torch.stack([expert_output_max(choice[i], peaks[i][..., None], n_experts)
-                                for i in range(len(layers))]).float(),  # float32 whatever the model's dtype
-        first_state=first_state,
+        output_max=output_max,  # float32 whatever the model's dtype
+        first_state=first_state, shared_max=shared_max,
     )
 
 
 class PruneExperts:
     """Context manager: zero the fused weights of ``experts`` = [(layer, expert), ...] and restore them on exit.
+    ``layer`` is the model's own layer index (a dense layer counts); expert -1 is the layer's shared expert (Su et
+    al.'s notation), whose down projection is zeroed.
 
     The router is left as it is (it may still choose a pruned expert, whose output is then 0), as when an expert's
     weights are removed from a checkpoint.
@@ -109,12 +141,22 @@ class PruneExperts:
     def __init__(self, model: nn.Module, experts: Sequence[tuple[int, int]]):
         self.layers = adapter_for(model).layers
         self.experts = [(int(layer), int(e)) for layer, e in experts]
-        self._saved: list[tuple[nn.Parameter, int, torch.Tensor]] = []
+        self._saved: list[tuple[nn.Parameter, int | slice, torch.Tensor]] = []
 
     def __enter__(self) -> PruneExperts:
         with torch.no_grad():
             for layer, e in self.experts:
-                fused = self.layers[layer].experts
+                part = self.layers[layer]
+                if e == -1:
+                    if part.shared_expert is None:
+                        raise ValueError(f"PruneExperts: layer {layer} has no shared expert (expert -1)")
+                    weight = part.shared_expert.down_proj.weight
+                    self._saved.append((weight, slice(None), weight.clone()))
+                    weight.zero_()
+                    continue
+                fused = part.experts
+                if fused is None:
+                    raise ValueError(f"PruneExperts: layer {layer} has no routed experts (a dense layer)")
                 for name in ("gate_up_proj", "up_proj", "down_proj"):
                     param = getattr(fused, name, None)
                     if isinstance(param, nn.Parameter):
@@ -314,15 +356,16 @@ SE_CODE = "ZunhaiSu/Super-Experts-Profilling:eval_utils.py"
 
 
 def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, effect: float = EFFECT,
-                        note: str = "") -> Claim:
+                        note: str = "", shared: torch.Tensor | None = None) -> Claim:
     """Su et al.: a few super experts carry "rare but extreme activation outliers in the output of the down_proj"
     (Sec. 3; Mixtral-8x7B: 1 of 256, < 0.5% of the experts in every model studied).
 
     Rule: S = the authors' super experts (:func:`super_experts`: first 75% of layers, a > P99.5 and a > max // 10);
     holds iff 1 <= |S| <= 1% of all experts **and** min_{s in S} a_s >= ``effect`` x the median a of the other
-    routed experts (:func:`effect_size`). output_max: (L, E) largest |down_proj output| per layer and expert."""
-    supers = super_experts(output_max, include_layers)
-    total = output_max.numel()
+    routed experts (:func:`effect_size`). output_max: (L, E) largest |down_proj output| per layer (the model's
+    index; NaN rows: no routed experts) and expert; ``shared``: (L,) the shared experts' (candidates as expert -1)."""
+    supers = super_experts(output_max, include_layers, shared=shared)
+    total = int(torch.isfinite(output_max).sum()) + (0 if shared is None else int(torch.isfinite(shared).sum()))
     share = len(supers) / total
     size = effect_size(output_max, supers, include_layers)
     return Claim(id="su2025.few_super_experts", source=f"{SU}, Section 3 (authors' code: _identify_super_experts)",
@@ -344,8 +387,15 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                  at_init=False)
 
 
+def candidate_count(route: Routing) -> int:
+    """How many experts the super-expert rule chooses from: every routed expert of a MoE layer, plus shared ones."""
+    shared = 0 if route.shared_max is None else int(torch.isfinite(route.shared_max).sum())
+    return int(torch.isfinite(route.output_max).sum()) + shared
+
+
 def super_experts_over_draws(lm: LoadedModel, first: torch.Tensor, n_first: int, seed: int, n_windows: int,
-                             seq_len: int, batch_size: int = 8, note: str = "") -> Claim:
+                             seq_len: int, batch_size: int = 8, note: str = "",
+                             shared: torch.Tensor | None = None) -> Claim:
     """:func:`super_experts_claim` judged over 3 draws (:func:`sinklib.core.claims.over_draws`): ``first`` -- the
     run's own (L, E) expert maxima over ``n_first`` windows (seed ``seed``) -- and two more draws of ``n_windows`` held-out windows (seeds
     seed + 1, seed + 2). On the upcycled stand-in its construction is a draw too: each extra draw routes through the
@@ -359,11 +409,12 @@ def super_experts_over_draws(lm: LoadedModel, first: torch.Tensor, n_first: int,
         return load_model(upcycle.STANDIN_RECIPE["base"], device="cpu", dtype="float32")
 
     rebuilt = lm.spec.source == "upcycled"
-    draws = [super_experts_claim(first, note=note)]
+    draws = [super_experts_claim(first, note=note, shared=shared)]
     for draw_seed in (seed + 1, seed + 2):
         ids = text_windows(lm.tokenizer, n_windows, seq_len, draw_seed, split="heldout")
         other = upcycle.load_standin(draw_seed, lm, dense) if rebuilt else lm
-        draws.append(super_experts_claim(routing(other, ids, batch_size=batch_size).output_max, note=note))
+        route = routing(other, ids, batch_size=batch_size)
+        draws.append(super_experts_claim(route.output_max, note=note, shared=route.shared_max))
         del other
     what = "stand-ins upcycled with seeds" if rebuilt else "draws of held-out windows (seeds"
     return over_draws(draws, f"3 {what} {seed}-{seed + 2}{'' if rebuilt else ')'}, each routing its own held-out "

@@ -29,14 +29,28 @@ def expert_output_max(choice: torch.Tensor, outputs: torch.Tensor, n_experts: in
     return out.scatter_reduce(0, choice.flatten().long().cpu(), peak.cpu(), reduce="amax")
 
 
+SHARED = -1  # the authors' expert index for a layer's shared expert (eval_utils.py: "shared_experts" -> "-1")
+
+
 def super_experts(output_max: torch.Tensor, include_layers: float = 0.75, quantile: float = 99.5,
-                  times: int = 10) -> list[tuple[int, int, float]]:
-    """(layer, expert, a) of every super expert, largest a first. output_max: (L, E) from :func:`expert_output_max`."""
+                  times: int = 10, shared: torch.Tensor | None = None) -> list[tuple[int, int, float]]:
+    """(layer, expert, a) of every super expert, largest a first.
+
+    output_max: (L, E) from :func:`expert_output_max`, one row per layer of the *model* (the authors'
+    ``layer_index`` from the module name, which counts dense layers), NaN where a layer has no routed experts;
+    ``shared``: (L,) the largest |output| of each layer's shared expert (NaN: none), a candidate with expert index
+    -1 as in the authors' code. Kept: layers l < round(L x include_layers) of the model's L."""
     kept = round(output_max.shape[0] * include_layers)
     a = output_max[:kept].double()
-    threshold = torch.quantile(a.flatten(), quantile / 100)  # numpy.percentile's linear interpolation
-    floor = math.floor(float(a.max()) / times)  # the authors' ``np.max(values) // times``
+    s = None if shared is None else shared[:kept].double()
+    values = torch.cat([a[torch.isfinite(a)], s[torch.isfinite(s)] if s is not None else a.new_empty(0)])
+    if values.numel() == 0:
+        return []
+    threshold = torch.quantile(values, quantile / 100)  # numpy.percentile's linear interpolation
+    floor = math.floor(float(values.max()) / times)  # the authors' ``np.max(values) // times``
     hits = [(int(layer), int(e), float(a[layer, e])) for layer, e in ((a > threshold) & (a > floor)).nonzero()]
+    if s is not None:
+        hits += [(int(layer), SHARED, float(s[layer])) for layer in ((s > threshold) & (s > floor)).nonzero()[:, 0]]
     return sorted(hits, key=lambda h: -h[2])
 
 
@@ -54,9 +68,10 @@ def effect_size(output_max: torch.Tensor, supers: list[tuple[int, int, float]], 
         return 0.0
     kept = round(output_max.shape[0] * include_layers)
     a = output_max[:kept].double()
-    other = torch.ones_like(a, dtype=torch.bool)
+    other = torch.isfinite(a)  # NaN rows: layers without routed experts
     for layer, e, _ in supers:
-        other[layer, e] = False
+        if e != SHARED:
+            other[layer, e] = False
     rest = a[other & (a > 0)]
     if rest.numel() == 0:
         return 0.0

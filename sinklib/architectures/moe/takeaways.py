@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import torch
-
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 
@@ -49,13 +47,13 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_fir
     return paragraph(title, fixed, middle, entropy)
 
 
-def super_experts(claim: Claim, output_max: torch.Tensor, title: str) -> str:
-    """Section 2: how many super experts the authors' rule finds, their a, how far they stand out (effect size
-    against the cut), and the claim's verdict."""
+def super_experts(claim: Claim, total: int, title: str) -> str:
+    """Section 2: how many super experts the authors' rule finds among ``total`` candidate experts, their a, how far
+    they stand out (effect size against the cut), and the claim's verdict."""
     m = claim.measured
-    found, total = m["super_experts"], output_max.numel()
+    found = m["super_experts"]
     if found:
-        where = "; ".join(f"expert {e} of layer {layer} (a = {num(a)})"
+        where = "; ".join(f"{'the shared expert' if e == -1 else f'expert {e}'} of layer {layer} (a = {num(a)})"
                           for (layer, e), a in zip(found, m["a of the super experts"]))
         first = f"The authors' rule finds {len(found)} super expert{'s' if len(found) > 1 else ''} of {num(total)}: {where}."
         size = (f"{'The smallest of them' if len(found) > 1 else 'It'} is {num(m['effect size'])} x the median a of the other routed experts, "
