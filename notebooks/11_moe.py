@@ -128,6 +128,11 @@ with plotting.style():
                   f"circled: the super experts by Su et al.'s rule ({len(supers)} of {n_total}).")
 for layer, e, a in supers:
     print(f"super expert: layer {layer}, expert {e}, a = {a:,.0f}")
+# the authors' hook keeps output[0].abs().max() per expert call -- on transformers' 2-D expert calls the earliest
+# routed token's row (super_experts.first_routed_max); the same rule on that a:
+as_hooked = super_experts(route.first_routed_max, shared=route.shared_max)
+print(f"with a as the authors' hook records it: {[(layer, e) for layer, e, _ in as_hooked]} "
+      f"({'the same' if [s[:2] for s in as_hooked] == [s[:2] for s in supers] else 'a different'} set)")
 control = random_weights(lm, seed=run.seed)
 control_ids = ids[:run.control_seqs]
 control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
@@ -205,7 +210,8 @@ takeaways.show(moe_takeaways.pruning(summary, prune_claim, title))
 display(record.table())  # noqa: F821
 nb.headline |= {"model": lm.name, "label": lm.label, "same_set_first": route.same_set_first,
                 "same_set_rest": route.same_set_rest, "entropy_first": route.entropy_first,
-                "super_experts": supers, "pruning": summary, "holds_all": record.all_hold}
+                "super_experts": supers, "super_experts_as_hooked": as_hooked, "pruning": summary,
+                "holds_all": record.all_hold}
 nb.close()
 
 # %% [markdown]

@@ -159,3 +159,24 @@ def test_routing_rows_are_the_models_layers_with_a_dense_first_layer():
     h.remove()
     assert torch.isnan(route.shared_max[0]) and route.shared_max[1].item() == pytest.approx(
         float(seen["y"].abs().max()), rel=1e-6)
+
+
+def test_first_routed_max_is_the_authors_hook_on_two_d_expert_calls():
+    """Their hook keeps output[0].abs().max() per expert call; a routed expert called on (n_routed, d) rows in
+    position order gives output[0] = the earliest routed token. Transcribed per sequence, then max over calls."""
+    from sinklib.architectures.moe.super_experts import first_routed_max
+
+    gen = torch.Generator().manual_seed(3)
+    B, T, k, E, d = 3, 7, 2, 5, 4
+    choice = torch.stack([torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)]) for _ in range(B)])
+    y = torch.randn(B, T, k, d, generator=gen)
+    want = torch.zeros(E)
+    for b in range(B):  # one expert call per sequence: its rows are the tokens routed to it, in position order
+        for e in range(E):
+            rows = [y[b, t, j] for t in range(T) for j in range(k) if choice[b, t, j] == e]
+            if rows:
+                output = torch.stack(rows)  # (n_routed, d), what the hook sees
+                want[e] = max(want[e], output[0].abs().max())
+    got = first_routed_max(choice, y.abs().amax(-1), E)
+    torch.testing.assert_close(got, want)
+    assert (got <= expert_output_max(choice, y, E)).all()  # ours reads every routed token

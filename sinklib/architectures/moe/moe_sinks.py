@@ -21,7 +21,13 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from sinklib.architectures.moe.super_experts import EFFECT, effect_size, expert_output_max, super_experts
+from sinklib.architectures.moe.super_experts import (
+    EFFECT,
+    effect_size,
+    expert_output_max,
+    first_routed_max,
+    super_experts,
+)
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim, over_draws
@@ -46,6 +52,7 @@ class Routing:
     output_max: torch.Tensor  # (L_model, E): largest |down_proj output| of each expert over all tokens (NaN: no MoE)
     first_state: dict[str, list[float]] | None = None  # first_token_state of the same forwards (first_token=True)
     shared_max: torch.Tensor | None = None  # (L_model,): the shared expert's largest |output| (None: no shared one)
+    first_routed_max: torch.Tensor | None = None  # (L_model, E): a as the authors' hook records it (first_routed_max)
 
 
 def router_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -113,8 +120,10 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
         return torch.stack([torch.bincount(row, minlength=n_experts) for row in flat]).float() / flat.shape[1]
 
     output_max = torch.full((len(parts), n_experts), float("nan"))  # rows: the model's layers
+    as_hooked = torch.full((len(parts), n_experts), float("nan"))
     for i, p in enumerate(layers):
         output_max[p.index] = expert_output_max(choice[i], peaks[i][..., None], n_experts).float()
+        as_hooked[p.index] = first_routed_max(choice[i], peaks[i], n_experts).float()
     shared_max = None
     if shared_peaks:
         shared_max = torch.full((len(parts),), float("nan"))
@@ -125,7 +134,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
         same_set_first=[_same_set(c[:, 0]) for c in choice], same_set_rest=[_same_set(c[:, mid]) for c in choice],
         load_first=load(choice[:, :, 0]), load_rest=load(choice[:, :, 1:]),
         output_max=output_max,  # float32 whatever the model's dtype
-        first_state=first_state, shared_max=shared_max,
+        first_state=first_state, shared_max=shared_max, first_routed_max=as_hooked,
     )
 
 

@@ -3,7 +3,9 @@ the few experts whose down-projection output carries the extreme values that bec
 
 * :func:`expert_output_max` -- a = max |down_proj output| per (layer, expert) over calibration tokens, from
   :class:`~sinklib.core.capture.Capture`'s ``expert_outputs`` and ``expert_choice``;
-* :func:`super_experts` -- the authors' rule, as their code applies it (ZunhaiSu/Super-Experts-Profilling,
+* :func:`first_routed_max` -- a as the authors' down_proj hook records it when an expert is called on 2-D inputs
+  (``output[0].abs().max()``: the earliest routed token's row), reported beside ours;
+* :func:`super_experts` -- the authors' selection rule, as their code applies it (ZunhaiSu/Super-Experts-Profilling,
   ``eval_utils.py``: ``_super_experts_analysis`` keeps layers l < round(L x include_layers), default 0.75;
   ``_identify_super_experts``: a > the 99.5th percentile of every kept a, and a > max(a) // 10 -- Python's floor
   division, so with max(a) < 10 the second condition is a > 0);
@@ -27,6 +29,27 @@ def expert_output_max(choice: torch.Tensor, outputs: torch.Tensor, n_experts: in
     peak = outputs.abs().amax(dim=-1).flatten()  # (B T k,)
     out = torch.zeros(n_experts, dtype=peak.dtype)
     return out.scatter_reduce(0, choice.flatten().long().cpu(), peak.cpu(), reduce="amax")
+
+
+def first_routed_max(choice: torch.Tensor, peaks: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """One layer, a as the authors' hook records it when experts are called on 2-D inputs: the hook keeps
+    ``output[0].abs().max()`` per expert call, and transformers' MoE loops call a routed expert once per sequence on
+    the (n_routed, d) rows of the tokens routed to it in position order -- so ``output[0]`` is the *earliest routed
+    token's* output row; the analysis then takes the max over calls (sequences). Ours (:func:`expert_output_max`) is
+    the max over every routed token. The two agree for an expert whose largest output comes at the first token it
+    sees in each sequence (a super expert firing on position 0); otherwise theirs is smaller. For a 3-D call
+    (a dense MLP or shared expert on (1, T, d)) ``output[0]`` is the whole sequence, as ours.
+
+    choice: (B, T, k) expert indices; peaks: (B, T, k) max |y| over channels per routed slot -> (E,), 0 when unused.
+    """
+    out = torch.zeros(n_experts, dtype=peaks.dtype)
+    for b in range(choice.shape[0]):
+        for e in range(n_experts):
+            where = (choice[b] == e).nonzero()  # (n, 2): (t, slot), ascending t
+            if len(where):
+                t, slot = where[0].tolist()
+                out[e] = max(out[e], peaks[b, t, slot])
+    return out
 
 
 SHARED = -1  # the authors' expert index for a layer's shared expert (eval_utils.py: "shared_experts" -> "-1")
