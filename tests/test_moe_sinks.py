@@ -100,3 +100,20 @@ def test_compare_pruning_runs_the_model_as_is_pruned_and_random():
     assert runs["as is"].ppl != runs["super experts pruned"].ppl and len(runs["as is"].alpha_first) == 2
     s = runs["as is"].summary()
     assert s["alpha"] == sum(runs["as is"].alpha_first) / 2 and s["max_abs_first"] == max(runs["as is"].max_abs_first)
+
+
+def test_standin_verdicts_keep_numbers_and_say_why_they_cannot_be_judged():
+    """The upcycled stand-in's experts are slices of a dense MLP: pruning one is a dense super-neuron ablation.
+    Its two Su et al. claims keep their numbers but are recorded as "cannot be judged here", with the reason."""
+    table = torch.ones(30, 8)
+    table[11, 5] = 1e5
+    claim = moe_sinks.super_experts_claim(table)
+    assert claim.holds is True
+    judged = moe_sinks.standin_verdict(claim)
+    assert judged.holds is None and judged.measured == claim.measured
+    assert "not judgeable on the stand-in" in judged.note and "the rule on these numbers holds" in judged.note
+    base, pruned = {"alpha": 0.5, "ppl": 40.0, "max_abs_first": 2e4}, {"alpha": 0.1, "ppl": 90.0, "max_abs_first": 7e2}
+    prune = moe_sinks.standin_verdict(moe_sinks.pruning_claim(base, pruned, [base]))
+    assert prune.holds is None and "dense super-neuron ablation" in prune.note
+    assert {"su2025.few_super_experts", "su2025.pruning_super_experts_breaks_the_sink"} <= set(
+        moe_sinks.STANDIN_CANNOT_TEST)

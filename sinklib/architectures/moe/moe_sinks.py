@@ -363,6 +363,33 @@ STAND_IN_NOTE = ("stand-in: its experts are slices of SmolLM2-135M's dense MLP a
                  "not a trained MoE")
 SE_CODE = "ZunhaiSu/Super-Experts-Profilling:eval_utils.py"
 
+# What the upcycled stand-in cannot test, claim by claim: its experts are column slices of one dense MLP and its
+# router a regression fitted afterwards, so these are measured and shown but judged "cannot be judged here".
+STANDIN_CANNOT_TEST = {
+    "su2025.few_super_experts": "the stand-in's experts are slices of SmolLM2's dense MLP: the neurons that write "
+                                "its massive activation land in some expert by construction, so finding a super "
+                                "expert says how the split was made, not that training makes few super experts",
+    "su2025.pruning_super_experts_breaks_the_sink": "pruning a stand-in expert zeroes an eighth of a dense MLP's "
+                                                    "neurons, including the super neuron that writes the massive "
+                                                    "dimension: a dense super-neuron ablation (02_interpretation's "
+                                                    "question), not Su et al.'s expert pruning",
+    "routing.first_token_fixed_route": "the router was fitted to the dense activations after the split, not trained "
+                                       "with the experts: whether the first token takes a fixed route in training is "
+                                       "not in it",
+    "routing.load_balance": "no load-balancing loss ever acted on the stand-in's router",
+    "su2025.super_experts_form_in_training": "the stand-in was never trained as a MoE",
+}
+
+
+def standin_verdict(claim: Claim) -> Claim:
+    """``claim`` as measured on the upcycled stand-in: the numbers kept, the verdict "cannot be judged here"
+    (``holds=None``) with the reason from :data:`STANDIN_CANNOT_TEST` and what the rule gave."""
+    reason = STANDIN_CANNOT_TEST[claim.id]
+    ruled = {True: "holds", False: "fails", None: "cannot decide"}[claim.holds]
+    return replace(claim, holds=None,
+                   note=f"not judgeable on the stand-in: {reason} (the rule on these numbers {ruled})"
+                        + (f"; {claim.note}" if claim.note else ""))
+
 
 def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, effect: float = EFFECT,
                         note: str = "", shared: torch.Tensor | None = None) -> Claim:
