@@ -92,8 +92,9 @@ def test_chain_orders_the_onsets():
     same = tk.chain([_report("a", chain_numbers=_report("a").chain_numbers | {"massive_onset": [0],
                                                                                  "sink_onset": 0})],
                     [replace(c, holds=False) for c in links])
-    assert "variance discrepancy on A" in after and "sink at layer 3 (after)" in after
-    assert "(the same layer)" in same and "variance discrepancy on none of the models" in same
+    assert "variance discrepancy on A" in after and "sink at layer 3 (after it)" in after
+    assert "first read by layer 1's attention, sink at layer 0 (before it)" in same
+    assert "variance discrepancy on none of the models" in same
     assert "No gated MLP" in tk.chain([_report("a", chain_numbers=None)], [])
 
 

@@ -244,3 +244,16 @@ def test_takeaways_super_neuron_self_only_bias_controls_scorecard():
     assert "Contradicting" in takeaways.controls(noisy, "m (random weights)")
     assert "No rule for an effect that training makes holds" in takeaways.controls(quiet, "m (random weights)")
     assert "holds for 1 of 2" in takeaways.scorecard([noisy["origin.lock_in"], quiet["origin.lock_in"]])
+
+
+def test_dom_ratio_is_compared_without_its_width():
+    """DomRatio <= d, so 263 at d = 4096 (0.064 of the L1 mass in one entry) and 170 at d = 640 (0.27) are not the
+    same number: the note compares DomRatio / d."""
+    assert origin_claims.dom_share(4096.0, 4096) == 1.0  # one-hot
+    raw = origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER)
+    assert "yes: 263 vs 263" in raw.note  # no width given: the raw number, as before
+    narrow = origin_claims.disparity_then_sink([1], 2, 50.0, 170.0, PAPER, width=640)
+    assert "width-free" in narrow.note and "no: 0.266 vs 0.0642" in narrow.note
+    assert narrow.measured["dom_share_after_super_neuron"] == pytest.approx(170 / 640)
+    same_share = origin_claims.disparity_then_sink([1], 2, 50.0, 263 * 640 / 4096, PAPER, width=640)
+    assert "yes" in same_share.note.split("width-free): ")[1][:4]

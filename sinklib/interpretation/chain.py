@@ -88,7 +88,7 @@ def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[in
     s_layer = top.layer if top is not None else 1
     dom_after = float(chain["dom_normed_first"][s_layer])
     at_sink = float(chain["dom_first"][sink_onset] / chain["dom_rest"][sink_onset]) if sink_onset is not None else 0.0
-    claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper)
+    claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper, width=lm.hidden_size)
     return DisparityLink(chain, first_vals, onset, s_layer, dom_after, claim)
 
 

@@ -134,8 +134,15 @@ _SUPER_RULE = ("first-token |a| > 10x its 95th percentile elsewhere, > 50% of |W
                "dimension, and its layer at or before the one whose output first holds the massive value")
 
 
+def dom_share(dom_ratio: float, width: int) -> float:
+    """DomRatio without its width: max|h| / mean|h| is at most d (a one-hot vector), so DomRatio / d = max|h| /
+    sum|h|, the largest entry's share of the L1 mass, in (0, 1]. Llama-2-7B's 263 at d = 4096 is 0.064; the same
+    raw number at d = 576 would be 0.46."""
+    return dom_ratio / width
+
+
 def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_at_sink_onset: float,
-                        dom_after_super: float, paper: dict) -> Claim:
+                        dom_after_super: float, paper: dict, width: int | None = None) -> Claim:
     """Link 3: the first token's state turns nearly one-hot (DomRatio jumps) where the massive value appears, and
     the sink switches on within two layers of the first attention that can read it.
 
@@ -144,8 +151,13 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
     *attention* gives alpha_0 > 0.3, and block l's attention reads h^(l-1). So the first attention that sees the
     massive value is block ``onset[0] + 1``, and a sink at ``onset[0]`` or earlier formed before its supposed cause.
     Rule: 0 <= sink_onset - (onset[0] + 1) <= 2, and the first token's DomRatio at the sink onset > 3x the other
-    tokens'. ``dom_ratio_at_sink_onset``: that ratio."""
-    ref = paper["dom_ratio_first_after_rmsnorm"]["value"]
+    tokens'. ``dom_ratio_at_sink_onset``: that ratio.
+
+    The number is compared without its width (:func:`dom_share`, DomRatio / d against the paper's 263 / 4096) when
+    ``width`` (the model's d) is given: DomRatio is bounded by d, so raw values of models of other widths are on
+    other scales."""
+    entry = paper["dom_ratio_first_after_rmsnorm"]
+    ref = entry["value"]
     reader = onset[0] + 1 if onset else None  # the first block whose attention reads the massive state
     holds = (reader is not None and sink_onset is not None and 0 <= sink_onset - reader <= 2
              and dom_ratio_at_sink_onset > 3)
@@ -158,10 +170,21 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                        "onset + 1: hidden_states[l] is block l's output); first-token DomRatio > 3x the others' there",
                   published={"dom_ratio_after_rmsnorm": ref},
                   measured={"massive_onsets": list(onset), "first_reading_layer": reader, "sink_onset": sink_onset,
-                            "dom_ratio_after_super_neuron": dom_after_super},
-                  holds=bool(holds), note=(f"{order}; " if order else "") + "number: " + (
-                      number_matches(ref, dom_after_super)[1] if math.isfinite(dom_after_super)
-                      else "not measurable (NaN)"))
+                            "dom_ratio_after_super_neuron": dom_after_super,
+                            **({"dom_share_after_super_neuron": dom_share(dom_after_super, width)} if width else {})},
+                  holds=bool(holds), note=(f"{order}; " if order else "") + _dom_number(dom_after_super, ref,
+                                                                                       entry, width))
+
+
+def _dom_number(measured: float, ref: float, entry: dict, width: int | None) -> str:
+    """The DomRatio against the paper's: as a share of the L1 mass (DomRatio / d) when the width is known."""
+    if not math.isfinite(measured):
+        return "number: not measurable (NaN)"
+    if width and entry.get("hidden_size"):
+        ok, text = number_matches(dom_share(ref, entry["hidden_size"]), dom_share(measured, width))
+        return (f"number (DomRatio / d, width-free): {text}; raw {measured:.3g} of at most {width} vs {ref:.3g} of "
+                f"{entry['hidden_size']}")
+    return "number: " + number_matches(ref, measured)[1]
 
 
 def massive_by_sun(massive) -> Claim:

@@ -76,8 +76,18 @@ def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_af
                      f"The residual's DomRatio of the first token peaks at {num(dom_peak)} (layer {peak_layer}; the "
                      f"others: {num(dom_rest_at_peak)}). The first normalised input after the super neuron has "
                      f"DomRatio {num(dom_after_super)}, {compare(dom_after_super, paper_value)} the paper's "
-                     f"{num(paper_value)} for Llama-2-7B ({num(ratio)}x).",
+                     f"{num(paper_value)} for Llama-2-7B ({num(ratio)}x)" + _width_free(claim, paper_value) + ".",
                      f"{claim_line(claim)}.")
+
+
+def _width_free(claim: Claim, paper_value: float, paper_width: int = 4096) -> str:
+    """DomRatio is at most d: the comparison that does not depend on the width (DomRatio / d), when measured."""
+    share = (claim.measured or {}).get("dom_share_after_super_neuron")
+    if share is None:
+        return ""
+    paper = paper_value / paper_width
+    return (f"; but DomRatio is at most the width d, so the comparable number is DomRatio / d, the largest entry's "
+            f"share of |h|'s sum: {num(share, 2)} here against {num(paper, 2)} ({num(share / paper, 2)}x)")
 
 
 def lock_in(claim: Claim, n_sink_heads: int, n_heads: int, positive: tuple[float, float],

@@ -203,7 +203,7 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
                "super_neuron": None if neuron.top is None else
                {"layer": neuron.top.layer, "neuron": neuron.top.neuron, "write_dims": neuron.top.write_dims},
                "massive_onset": disparity.onset, "sink_onset": sink_onset,
-               "dom_after_super": disparity.dom_after_super,
+               "dom_after_super": disparity.dom_after_super, "width": lm.hidden_size,
                "positive_sink_vs_other": lock.sink_vs_other["positive_fraction"]}
     return [variance.claim, neuron.claim, disparity.claim, lock.claim], numbers
 

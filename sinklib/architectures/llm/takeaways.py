@@ -170,12 +170,14 @@ def chain(reports, claims: Sequence[Claim]) -> str:
         sn = n["super_neuron"]
         neuron = f"super neuron {sn['neuron']} of layer {sn['layer']}" if sn else "no super neuron"
         onset = n["massive_onset"][0] if n["massive_onset"] else None
+        reader = None if onset is None else onset + 1  # block l's attention reads h^(l-1)
         order = ("no massive onset" if onset is None or n["sink_onset"] is None else
-                 f"massive value at layer {onset}, sink at layer {n['sink_onset']} "
-                 f"({compare(n['sink_onset'], onset, 'after', 'before', 'the same layer')})")
+                 f"massive value in layer {onset}'s output, first read by layer {reader}'s attention, sink at layer "
+                 f"{n['sink_onset']} ({compare(n['sink_onset'], reader, 'after it', 'before it', 'there')})")
         pos = n["positive_sink_vs_other"]
         rows.append(f"{r.label}: layer-0 variance ratio {num(n['variance_ratio_t0'], 2)}x; {neuron}; {order}; "
-                    f"DomRatio after the super neuron {num(n['dom_after_super'])}; positive first-key scores "
+                    f"DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
+                    f"{num(n.get('width', float('nan')))}); positive first-key scores "
                     f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others")
     skipped = [r.label for r in reports if not r.chain_numbers]
     return paragraph("the structural-origin chain",
