@@ -197,8 +197,8 @@ def test_origin_claims_hold_and_fail():
     assert oc.disparity_then_sink([1, 2], 7, 8.0, 60.0, paper).holds is False  # sink 6 layers after the onset
     assert oc.massive_by_sun(SimpleNamespace(dims=[507], strict=False, peak_ratio=525.0,
                                              describe=lambda: "not met")).holds is False
-    assert oc.lock_in((0.9999, 0.75), (0.51, 0.24), 207).holds is True
-    assert oc.lock_in((0.80, 0.75), (0.51, 0.24), 207).holds is False
+    assert oc.lock_in((0.9999, 0.75), (0.51, 0.24), 207, (0.9, 0.8, 1.0)).holds is True
+    assert oc.lock_in((0.80, 0.75), (0.51, 0.24), 207, (0.9, 0.8, 1.0)).holds is False
     assert oc.self_only_sink(0.0, 0.39, 10).holds is True and oc.self_only_sink(0.1, 0.3, 10).holds is False
     amp = oc.amplification([1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010])
     assert amp.holds is False and "below eps" in amp.note  # rises, then drops: not monotone

@@ -31,7 +31,7 @@ def _all_claims():
     return [origin_claims.variance_discrepancy([18.0], [True]), origin_claims.super_neuron(_neuron(), [2533], PAPER),
             origin_claims.super_neuron(None, [2533], PAPER),
             origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), origin_claims.massive_by_sun(massive),
-            origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10), origin_claims.self_only_sink(0.0, 0.4, 10),
+            origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0)), origin_claims.self_only_sink(0.0, 0.4, 10),
             origin_claims.amplification([1, 2], [0.01, 0.1], [0.01, 0.01]),
             origin_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
                                        {"perplexity_wikitext": SUN_PPL}),
@@ -107,8 +107,31 @@ def test_lock_in_transcribes_positive_scores_against_a_fixed_key():
     random = torch.randn(500, 16, generator=gen)
     pos = (float((aligned @ k0 > 0).float().mean()), float((random @ k0 > 0).float().mean()))
     assert pos[0] > 0.99 and 0.4 < pos[1] < 0.6
-    assert origin_claims.lock_in(pos, (0.9, 0.1), 4).holds is True
-    assert origin_claims.lock_in(pos, (0.9, 0.1), 0).holds is False  # no sink head (random weights)
+    assert origin_claims.lock_in(pos, (0.9, 0.1), 4, (0.9, 0.8, 1.0)).holds is True
+    assert origin_claims.lock_in(pos, (0.9, 0.1), 0, (0.9, 0.8, 1.0)).holds is False  # no sink head (random weights)
+
+
+def test_lock_in_needs_a_separation_that_can_fail():
+    """Gemma-3's 0.26 vs 0.23 passed "mean above the others'"; the rule now asks the heads to separate: AUC >= 0.75
+    with a bootstrap low end above chance. Overlapping heads fail, cleanly separated ones hold."""
+    from sinklib.interpretation import massive_activations as ma
+
+    gen = torch.Generator().manual_seed(0)
+    alpha = torch.zeros(4, 8)
+    alpha[:, :3] = 0.6  # 12 sink heads, 20 others
+    overlap = torch.rand(4, 8, generator=gen) * 0.2 + 0.15
+    overlap[:, :3] += 0.01  # means a little above the others', but the heads are mixed
+    auc, lo, hi = ma.separation_interval(overlap, alpha)
+    assert lo < auc < hi and (auc < 0.75 or lo <= 0.5)
+    assert origin_claims.lock_in((0.97, 0.99), (0.28, 0.25), 12, (auc, lo, hi)).holds is False
+    clean = torch.rand(4, 8, generator=gen) * 0.1
+    clean[:, :3] += 0.5
+    sep = ma.separation_interval(clean, alpha)
+    assert sep[0] == 1.0 and sep[1] > 0.5
+    assert origin_claims.lock_in((0.97, 0.99), (0.55, 0.05), 12, sep).holds is True
+    # the same seed gives the same interval; a reversed order gives AUC 1 - AUC
+    assert ma.separation_interval(clean, alpha) == sep and ma.separation_interval(-clean, alpha)[0] == 0.0
+    assert origin_claims.lock_in((0.97, 0.99), (0.55, 0.05), 12).holds is False  # not measured: cannot hold
 
 
 def test_self_only_sink_transcribes_the_mask_edit():
@@ -190,7 +213,7 @@ def test_takeaways_follow_the_numbers():
     assert a.startswith("**What we saw") and "holds" in a and "layers [0, 1]" in a
     assert "does not hold" in b and "No early layer" in b
 
-    lk = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10)
+    lk = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0))
     assert "more than" in takeaways.lock_in(lk, 10, 20, (1.0, 0.75), (0.5, 0.2))
     assert "fewer than" in takeaways.lock_in(lk, 10, 20, (0.7, 0.75), (0.1, 0.2))
     assert "no sink head" in takeaways.lock_in(origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0), 0, 20,
@@ -239,7 +262,7 @@ def test_takeaways_super_neuron_self_only_bias_controls_scorecard():
     ib = origin_claims.implicit_bias({"value_norm_ratio": 0.9, "sink_term_spread": 0.9}, 5)
     assert "smaller than" in takeaways.implicit_bias(ib, 5, med, {"value_norm_ratio": 0.9, "sink_term_spread": 0.9})
     assert "larger than" in takeaways.implicit_bias(ib, 5, med2, {"value_norm_ratio": 0.2, "sink_term_spread": 0.9})
-    noisy = {"origin.lock_in": origin_claims.lock_in((1.0, 0.5), (0.5, 0.1), 3)}  # a learned rule holding on noise
+    noisy = {"origin.lock_in": origin_claims.lock_in((1.0, 0.5), (0.5, 0.1), 3, (0.9, 0.8, 1.0))}  # a learned rule holding on noise
     quiet = {"origin.lock_in": origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0)}
     assert "Contradicting" in takeaways.controls(noisy, "m (random weights)")
     assert "No rule for an effect that training makes holds" in takeaways.controls(quiet, "m (random weights)")

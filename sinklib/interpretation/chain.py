@@ -110,7 +110,8 @@ def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16,
     stats = massive_activations.sink_vs_other({k: lock[k] for k in ("key_query_cos", "positive_fraction")},
                                               lock["alpha_first"])
     n = int((lock["alpha_first"] > 0.3).sum())
-    return LockLink(lock, stats, n, origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"], n))
+    sep = massive_activations.separation_interval(lock["key_query_cos"], lock["alpha_first"])
+    return LockLink(lock, stats, n, origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"], n, sep))
 
 
 def variance_over_draws(lm: LoadedModel, first: VarianceLink, num_seqs: int, seq_len: int, seed: int,

@@ -200,6 +200,29 @@ def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.G
     return float(below.mean())
 
 
+def separation_interval(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS,
+                        draws: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """(AUC, low, high): P(a sink head's value > an other head's value) over (L, H) heads -- :func:`separation` of
+    ``-values`` -- with a percentile bootstrap interval at ``level``, sink heads and other heads resampled
+    independently (``draws`` times, seeded). NaNs when a group is empty."""
+    sink = alpha > eps
+    a, b = values[sink].float().flatten(), values[~sink].float().flatten()
+    if a.numel() == 0 or b.numel() == 0:
+        return float("nan"), float("nan"), float("nan")
+
+    def auc(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # x: (..., n), y: (..., m) -> (...)
+        return ((x[..., :, None] > y[..., None, :]).float() + 0.5 * (x[..., :, None] == y[..., None, :]).float()
+                ).mean(dim=(-2, -1))
+
+    gen = torch.Generator().manual_seed(seed)
+    boot = torch.cat([auc(a[torch.randint(len(a), (n, len(a)), generator=gen)],
+                          b[torch.randint(len(b), (n, len(b)), generator=gen)])
+                      for n in [min(100, draws - i) for i in range(0, draws, 100)]])
+    tail = (1 - level) / 2
+    lo, hi = torch.quantile(boot, torch.tensor([tail, 1 - tail], dtype=boot.dtype)).tolist()
+    return float(auc(a, b)), lo, hi
+
+
 def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: float = metrics.GU_EPS,
                   stat: str = "mean") -> dict[str, tuple[float, float]]:
     """Summarise per-head statistics (L, H) over sink heads (alpha > eps) and the other heads.

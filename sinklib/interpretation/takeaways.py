@@ -101,8 +101,17 @@ def lock_in(claim: Claim, n_sink_heads: int, n_heads: int, positive: tuple[float
                      f"are positive, {compare(positive[0], positive[1], 'more than', 'fewer than', 'as many as')} "
                      f"in the other heads ({pct(positive[1], 3)}). The queries' top direction is "
                      f"{compare(cos[0], cos[1], 'closer to', 'farther from', 'as close to')} k_0 in sink heads "
-                     f"(|cos| {num(cos[0], 2)} vs {num(cos[1], 2)}).",
+                     f"(|cos| {num(cos[0], 2)} vs {num(cos[1], 2)})" + _lock_separation(claim) + ".",
                      f"{claim_line(claim)}.")
+
+
+def _lock_separation(claim: Claim) -> str:
+    m = claim.measured or {}
+    if "cos_auc" not in m or m["cos_auc"] != m["cos_auc"]:  # not measured, or NaN
+        return ""
+    lo, hi = m["cos_auc_interval"]
+    return (f"; a random sink head's |cos| is above a random other head's with probability {num(m['cos_auc'], 2)} "
+            f"(95% bootstrap interval {num(lo, 2)}-{num(hi, 2)}; the rule asks >= 0.75 with the low end above 0.5)")
 
 
 def self_only(claim: Claim, k: int, rate_before: float, rate_after: float, mean_before: float, mean_after: float,
