@@ -224,7 +224,10 @@ takeaways.show(llm_takeaways.position_or_token(reports, record.claims))
 # sliding-window layer (Gemma-3: five of every six, W = 512) the queries past the window cannot see the first token,
 # so there $\alpha_0$ averages over the first $\min(N, W)$ queries only -- Gu et al.'s $T - k$ generalised to windows;
 # counting the others would make $\alpha_0$ fall with $N$ by construction. (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
-# raw and wrapped as a user message in the model's chat template (whose first token is then a template token).
+# raw and wrapped as a user message in the model's chat template (whose first token is then a template token). The
+# content is token-for-token the same in both (the template's default system prompt comes on top, not instead of
+# part of the text), and both rates read $\alpha_0$ from the queries of the same content tokens (the second to the
+# last): the difference is the format's, not the text's.
 
 # %%
 with plotting.style():
@@ -232,7 +235,8 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig04_context-and-chat",
                   f"(a) alpha_0 in the sink layers against context length ({run.context_windows} natural passage(s), "
                   f"each length read off the passage's first N queries; band: range over passages). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
-                  f"windows and on the same text in the chat template, for models that have one. Models: {labels}.")
+                  f"windows and on the same content tokens in the chat template (alpha_0 over the content tokens' "
+                  f"queries in both), for models that have one. Models: {labels}.")
 for r in reports:
     chat = ", ".join(f"{k} {v:.0%}" for k, v in r.raw_vs_chat.items()) if r.raw_vs_chat else "no chat template"
     print(f"{r.label}: alpha_0 {[round(a, 3) for a in r.context['alpha_first']]} at {r.context['lengths']}; {chat}")

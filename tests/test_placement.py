@@ -210,3 +210,51 @@ def test_shape_over_random_token_draws():
     c = llm_survey.shape_over_draws(report, gu)
     assert c.holds is None and c.spread["values"] == [0.6, 0.2, 0.4]
     assert c.draws_of == "3 seeds of random tokens (seeds 0, 1, 2 with 32, 8, 8 sequences)"
+
+
+class ChatWords(Words):
+    """A stand-in tokenizer with a chat template: a system prompt, then the user message between markers."""
+
+    chat_template = "yes"
+    PIECES = {"<sys>": 11, "<user>": 12, "</user>": 13}
+
+    def apply_chat_template(self, messages, tokenize=False):
+        return f"<sys><user>{messages[0]['content']}</user>"
+
+    def __call__(self, text, add_special_tokens=False):
+        from types import SimpleNamespace
+
+        ids, rest = [], text
+        while rest:
+            piece = next(p for p in self.PIECES if rest.startswith(p))
+            ids.append(self.PIECES[piece])
+            rest = rest[len(piece):]
+        return SimpleNamespace(input_ids=ids)
+
+
+def test_chat_windows_keep_the_same_content_tokens():
+    """The template's default system prompt must not eat the text: the chat windows carry every content token of
+    the raw window, unchanged, after the template's prefix (issue 28: 24 of SmolLM2's 64 positions went to it)."""
+    from types import SimpleNamespace
+
+    ids = torch.tensor([[0, 1, 2, 3, 4], [0, 6, 7, 8, 9]])
+    for adds_bos, start in ((True, 1), (False, 0)):
+        w = pl.chat_windows(SimpleNamespace(tokenizer=ChatWords(), adds_bos=adds_bos), ids)
+        assert (w.raw_start, w.chat_start, w.n_content) == (start, 2, 5 - start)
+        assert w.chat[:, :2].tolist() == [[11, 12]] * 2 and w.chat[:, -1].tolist() == [13, 13]
+        assert torch.equal(w.chat[:, w.chat_start:w.chat_start + w.n_content], ids[:, start:])
+    assert pl.chat_windows(SimpleNamespace(tokenizer=Words(), adds_bos=False), ids) is None  # no template
+
+
+def test_first_key_rate_reads_alpha_over_the_chosen_queries(tiny):
+    from sinklib.core.capture import Capture
+    from sinklib.core.data import make_inputs
+
+    ids = make_inputs(tiny, "natural", 3, 12, 0)
+    rate, alpha = pl.first_key_rate(tiny, ids, slice(4, 10), batch_size=2)
+    with torch.no_grad(), Capture(tiny.model, attentions=True) as cap:
+        tiny.model(ids)
+    attn = cap.stack("attentions")  # (L, N, H, T, T)
+    want = attn[..., 4:10, 0].mean(-1).permute(1, 0, 2)  # (N, L, H)
+    torch.testing.assert_close(alpha, want, atol=1e-5, rtol=0)
+    assert rate == float((want > 0.3).float().mean())

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from sinklib.architectures.llm import placement
-from sinklib.core import analysis, metrics
+from sinklib.core import analysis
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
@@ -92,9 +92,15 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     raw_vs_chat = chat_top = None
     chat = placement.chat_windows(lm, ids)
     if chat is not None:
-        chat_mass = placement.layer_mass(lm, chat, batch_size)  # one forward: the sink rate and where the sink went
-        raw_vs_chat = {"raw": metrics.sink_rate(ids_mass[..., 0]), "chat template": metrics.sink_rate(chat_mass[..., 0])}
-        chat_top = placement.secondary_sinks(placement.over_layers(chat_mass, sink_layers), chat, lm.tokenizer,
+        # the same content tokens, raw and in the template; alpha_0 over the queries of content tokens 2..C in both
+        c = chat.n_content
+        raw_rate, _ = placement.first_key_rate(lm, chat.raw, slice(chat.raw_start + 1, chat.raw_start + c),
+                                               batch_size)
+        chat_rate, _ = placement.first_key_rate(lm, chat.chat, slice(chat.chat_start + 1, chat.chat_start + c),
+                                                batch_size)
+        raw_vs_chat = {"raw": raw_rate, "chat template": chat_rate}
+        chat_mass = placement.layer_mass(lm, chat.chat, batch_size)  # where the attention went in the template
+        chat_top = placement.secondary_sinks(placement.over_layers(chat_mass, sink_layers), chat.chat, lm.tokenizer,
                                              first=0, top=4)
     sweep = analysis.first_token_mass_by_length(lm, list(context_lengths), seed, progress=progress,
                                                 n_windows=context_windows)

@@ -237,15 +237,55 @@ def position_over_draws(results: list[PositionOrToken], model: str, draws_of: st
     return over_draws([position_claim(r, model) for r in results], draws_of, key=lambda c: c.measured["own"])
 
 
-def chat_windows(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor | None:
-    """The windows as one user message each in the model's chat template, cut to the same length; None when the
-    tokenizer has no template."""
+_MARK = "\x00sinklib-content\x00"
+
+
+@dataclass
+class ChatWindows:
+    """The same content tokens raw and as one user message in the chat template.
+
+    ``raw``: (N, T) the windows as given; ``chat``: (N, P + C + S) template prefix (its default system prompt
+    included), the *same* content token ids, template suffix; ``content``: where the C content tokens sit in each,
+    as (raw start, chat start, C). Comparing the two on the content tokens' queries compares the format, not a text
+    cut to another length (cut to T, SmolLM2's template left 40 of 64 positions to the text)."""
+
+    raw: torch.Tensor
+    chat: torch.Tensor
+    raw_start: int
+    chat_start: int
+    n_content: int
+
+
+def chat_windows(lm: LoadedModel, ids: torch.Tensor) -> ChatWindows | None:
+    """The windows' content tokens (after a BOS the tokenizer adds) wrapped, unchanged, in the model's chat
+    template for one user message; None when the tokenizer has no template. The template's text around the message
+    is tokenised once (around a marker) and the content ids are spliced in, so the content is token-for-token the
+    raw windows'."""
     tok = lm.tokenizer
     if not getattr(tok, "chat_template", None):
         return None
-    rows = []
-    for row in ids:
-        text = tok.decode(row, skip_special_tokens=True)
-        out = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=True)
-        rows.append(list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)[: ids.shape[1]])
-    return torch.tensor(rows, dtype=torch.long)
+    text = tok.apply_chat_template([{"role": "user", "content": _MARK}], tokenize=False)
+    if text.count(_MARK) != 1:
+        return None
+    before, after = text.split(_MARK)
+    prefix = tok(before, add_special_tokens=False).input_ids
+    suffix = tok(after, add_special_tokens=False).input_ids
+    start = 1 if lm.adds_bos else 0
+    content = ids[:, start:]
+    chat = torch.cat([torch.tensor(prefix, dtype=torch.long).expand(len(ids), -1), content,
+                      torch.tensor(suffix, dtype=torch.long).expand(len(ids), -1)], dim=1)
+    return ChatWindows(ids, chat, start, len(prefix), content.shape[1])
+
+
+def first_key_rate(lm: LoadedModel, ids: torch.Tensor, queries: slice, batch_size: int = 16,
+                   eps: float = GU_EPS) -> tuple[float, torch.Tensor]:
+    """Gu et al.'s sink rate with alpha_0 taken over chosen queries: alpha = mean_{t in queries} A[t, 0] per
+    (sequence, layer, head), and the share of them above ``eps``. Returns (rate, alpha (N, L, H))."""
+    out = []
+    for batch in batches(ids, batch_size):
+        with AttentionStats(lm.model, keys=[0]) as st:
+            lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
+        out.append(torch.stack([st.probs_of_keys(i)[:, :, queries, 0].mean(dim=-1) for i in range(lm.n_layers)],
+                               dim=1))  # (B, L, H)
+    alpha = torch.cat(out)
+    return float((alpha > eps).float().mean()), alpha
