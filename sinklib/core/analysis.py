@@ -306,11 +306,41 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     return ContextSweep(used, skipped, torch.stack(per_window, dim=1), sliding)  # (len(used), n_windows, L, H)
 
 
-def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3) -> Claim:
+ABSOLUTE_POSITION_EMBEDDINGS = ("wpe", "embed_positions", "position_embeddings")  # GPT-2 / OPT / BERT-style
+
+
+def absolute_positions(lm: LoadedModel) -> bool:
+    """Whether the model adds learned absolute position embeddings to its input (GPT-2's ``wpe``, OPT's
+    ``embed_positions``): then position 0 can be told apart even when every token is the same, which is why Gu et
+    al.'s GPT2-XL keeps a sink on a repeated token and the Llama/Mistral families (rotary positions only) do not."""
+    return any(isinstance(m, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in ABSOLUTE_POSITION_EMBEDDINGS
+               for name, m in lm.model.named_modules())
+
+
+def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3,
+                       absolute: bool = False) -> Claim:
     """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
     on one token repeated at every position. Rule: sink rate > 0.3 on natural and random input and < 0.05 on the
     repeated token. ``measured``: {"natural", "random", "repeated"} -> sink rate; ``reference``: the
-    ``gu2024_sink_rates`` file."""
+    ``gu2024_sink_rates`` file.
+
+    The paper states this shape for the Llama/Mistral families, whose positions are rotary only; a model with
+    learned absolute position embeddings (``absolute``, :func:`absolute_positions`; Gu et al.'s GPT2-XL keeps
+    62.28% on a repeated token) is outside it: its rates are recorded beside GPT2-XL's and the verdict is "cannot
+    be judged here". Rotary decoders of other families (Qwen2, Gemma-3) are judged by it, as said in ``adapted``."""
+    if absolute:
+        gpt2 = reference["models"].get("GPT2-XL", {})
+        return Claim(
+            id="gu2024.llama_family_input_shape",
+            statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
+            source=reference["source"], rule="not applied: the model has learned absolute position embeddings",
+            published={"GPT2-XL": gpt2}, measured=dict(measured), holds=None,
+            note=f"outside the Llama/Mistral families the paper states this for (learned absolute positions); "
+                 f"its own repeated-token rate {measured['repeated']:.1%} against GPT2-XL's "
+                 f"{gpt2.get('repeated', float('nan')):.2%}",
+            follows="Table 1, Sec. 3 (GPT2-XL: 62.28% on a repeated token; LLaMA2/3, Mistral: 0%)",
+            adapted="judged only for models with rotary positions and no absolute position embedding",
+            at_init=False)
     holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
     return Claim(
         id="gu2024.llama_family_input_shape",
@@ -322,5 +352,7 @@ def llama_family_shape(measured: dict[str, float], reference: dict, eps: float =
         follows="Table 1, Sec. 3 (alpha_k = sum_{t>=k} A[t, k] / (T - k + 1) for the first token k = 1; Sink^eps = "
                 "share of heads with alpha_1 > eps; eps 0.3, T 64); sail-sg/Attention-Sink:eval_sink_open_source.py:compute_attention_sink",
         adapted="the paper reports rates per model; the cut-offs (> 30% on natural and random input, < 5% on a "
-                "repeated token) are this project's reading of the Llama-family rows of Table 1",
+                "repeated token) are this project's reading of the Llama-family rows of Table 1; applied to every "
+                "decoder with rotary positions and no absolute position embedding (Qwen2, Gemma-3 too), not to "
+                "GPT-2-style models",
         at_init=False)  # Gu et al., Sec. 4: the sink emerges during pre-training once the model is optimised

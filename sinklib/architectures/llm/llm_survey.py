@@ -48,6 +48,7 @@ class LlmReport:
     chain_numbers: dict | None  # what each link measured, for the table
     draws: dict = field(default_factory=dict)  # seeds, random-token sink rate, by_kind and position per draw
     seconds: dict = field(default_factory=dict)  # what the draws cost
+    absolute_positions: bool = False  # learned absolute position embeddings (GPT-2-style): outside Gu's Llama shape
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -122,6 +123,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
                  "sliding_layers": sweep.sliding_layers,
                  "window": next((w for w in sweep.windows if w), None)},
         chain=links, chain_numbers=numbers, draws=draws, seconds=seconds,
+        absolute_positions=analysis.absolute_positions(lm),
     )
 
 
@@ -229,7 +231,8 @@ def shape_over_draws(report: LlmReport, gu: dict) -> Claim:
     """Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape`) judged on each seed of
     random tokens, natural and repeated input as measured once (windows and one repeated token)."""
     rates = report.draws.get("random") or [report.sink_rate["random"]]
-    claims = [analysis.llama_family_shape({**report.sink_rate, "random": r}, gu) for r in rates]
+    claims = [analysis.llama_family_shape({**report.sink_rate, "random": r}, gu, absolute=report.absolute_positions)
+              for r in rates]
     return over_draws(claims, draws_of(report, "random tokens"), key=lambda c: c.measured["random"])
 
 
@@ -270,7 +273,7 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     massive = analysis.massive_dimensions(natural)
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seq_len,
                             num_seqs, seed, batch_size)
-    claims = [_named(analysis.llama_family_shape(rates, gu), name),
+    claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
               _named(origin_claims.massive_by_sun(massive), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,
