@@ -18,8 +18,9 @@
 #
 # Language models pour a large share of their attention onto a few tokens that carry little meaning -- most often
 # the very first token. This is the **attention sink**. This notebook measures it on a real pretrained model, the
-# offline default **SmolLM2-135M-Instruct** (a Llama-architecture model; any Hugging Face id works with `model=` on
-# a GPU), and puts the numbers next to the published ones.
+# offline default **SmolLM2-135M-Instruct** (a Llama-architecture model; offline it ships as a 4-bit GGUF checkpoint,
+# dequantised to float32 here, so its weights carry 4-bit rounding; any Hugging Face id works with `model=` on a
+# GPU), and puts the numbers next to the published ones.
 #
 # **Papers.** Xiao et al., *Efficient Streaming Language Models with Attention Sinks* (StreamingLLM), arXiv
 # 2309.17453 -- named the sink. Gu et al., *When Attention Sink Emerges in Language Models: An Empirical View*,

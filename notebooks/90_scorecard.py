@@ -20,7 +20,8 @@
 # and measured values, the model and profile, the rule that decided it, and the verdict -- holds, does not hold, or
 # cannot be judged here (with the reason). This notebook gathers every `claims.json` that `make figures` wrote into
 # one table and two figures. Nothing is filtered: a claim that failed stays in, with its numbers. The column "on"
-# says what a claim was measured on: a **pretrained** model, a **stand-in** built here (the upcycled MoE, the
+# says what a claim was measured on: a **pretrained** model (offline, the language models are 4-bit GGUF checkpoints
+# dequantised to float32; DINOv2-S comes from an ONNX graph), a **stand-in** built here (the upcycled MoE, the
 # LLaVA-style model), or small models **trained here** (03); "needs GPU" marks claims only the GPU profile's models
 # can judge (e.g. high-norm tokens, which small ViTs do not have). The same table is `python -m sinklib scorecard`.
 

