@@ -170,7 +170,8 @@ with plotting.style():
                                                       f"Bible windows of {run.seq_len} tokens)")
     plotting.save(fig, fig_dir / "fig02_mass-by-kind",
                   f"Mean attention each key receives per query that sees it (m_j), sink layers, mean over heads and "
-                  f"{run.placement_seqs} windows, by token kind, for {labels}; log scale.")
+                  f"{run.placement_seqs} windows, by token kind, divided by a content word's, for {labels}; linear "
+                  f"axis cut above the largest ratio after the first position, whose value is written on its bar.")
 for r in reports:
     print(f"{r.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.by_kind.items()))
     print("   most attended tokens after position 0:",
@@ -234,7 +235,9 @@ with plotting.style():
     fig = placement_plots.context_and_chat(reports, title="Context length and the chat template")
     plotting.save(fig, fig_dir / "fig04_context-and-chat",
                   f"(a) alpha_0 in the sink layers against context length ({run.context_windows} natural passage(s), "
-                  f"each length read off the passage's first N queries; band: range over passages). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
+                  f"each length read off the passage's first N queries" + (
+                      "; band: range over passages" if run.context_windows > 1 else "") + "; dotted: uniform attention "
+                  f"in the same layers). (b) sink rate (eps 0.3) on {run.placement_seqs} raw "
                   f"windows and on the same content tokens in the chat template (alpha_0 over the content tokens' "
                   f"queries in both), for models that have one. Models: {labels}.")
 for r in reports:

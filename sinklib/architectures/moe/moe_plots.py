@@ -24,17 +24,26 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first:
     ax.legend(loc="lower right", fontsize=8)
     im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0)
     bx.set(xlabel="layer", ylabel="expert", title="(b) share of the first token's top-k slots per expert")
-    fig.colorbar(im, ax=bx, shrink=0.85)
+    fig.colorbar(im, ax=bx, shrink=0.85, label="share of the first token's top-k slots (0-1)")
     if title:
         fig.suptitle(title)
     return fig
 
 
-def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, float]], title: str = "") -> Figure:
-    """Largest |down_proj output| per (layer, expert), log colour; super experts circled."""
+def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, float]], title: str = "",
+                  include_layers: float = 0.75) -> Figure:
+    """Largest |down_proj output| per (layer, expert), log colour; super experts circled; the layers Su et al.'s
+    rule leaves out (l >= round(L x include_layers)) hatched and labelled, so a bright expert there is seen to be
+    outside the rule, not missed by it."""
     fig, ax = plt.subplots(figsize=(10, 3.6), layout="constrained")
     vals = output_max.T.numpy().clip(min=1e-3)  # NaN columns (dense layers) stay blank
     im = ax.imshow(vals, aspect="auto", cmap="magma", norm=LogNorm(vmin=np.nanmin(vals), vmax=np.nanmax(vals)))
+    kept = round(output_max.shape[0] * include_layers)
+    if kept < output_max.shape[0]:
+        ax.add_patch(plt.Rectangle((kept - 0.5, -0.5), output_max.shape[0] - kept, output_max.shape[1], fill=False,
+                                   hatch="//", edgecolor="white", lw=0))
+        ax.text(kept - 0.4, -0.6, f"layers >= {kept}: outside the rule (first {include_layers:.0%} of layers)",
+                fontsize=7, va="bottom", ha="left")
     for layer, e, _ in supers:
         ax.scatter([layer], [e], s=160, facecolors="none", edgecolors="#00C8FF", linewidths=2)
     ax.set(xlabel="layer", ylabel="expert", title=title or "Largest expert output per layer (circled: super experts)")

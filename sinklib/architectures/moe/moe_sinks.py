@@ -138,6 +138,11 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
     )
 
 
+def expert_name(layer: int, expert: int) -> str:
+    """An expert in words, for legends: "expert 5 of layer 11", "the shared expert of layer 3"."""
+    return f"the shared expert of layer {layer}" if expert == -1 else f"expert {expert} of layer {layer}"
+
+
 class PruneExperts:
     """Context manager: zero the fused weights of ``experts`` = [(layer, expert), ...] and restore them on exit.
     ``layer`` is the model's own layer index (a dense layer counts); expert -1 is the layer's shared expert (Su et
@@ -337,7 +342,7 @@ def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: tor
     n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
     prunes = {"super experts pruned": list(supers)}
     for pick in random_controls(supers, n_experts, draws, seed) if supers else []:
-        prunes[f"random experts {pick}"] = pick
+        prunes["random experts: " + ", ".join(expert_name(layer, e) for layer, e in pick)] = pick
     start = min((layer for pick in prunes.values() for layer, _ in pick), default=lm.n_layers)
     shared = SharedPrefix(lm.model, start if supers else 0)  # nothing pruned: nothing to replay
     if as_is is None:
