@@ -275,3 +275,13 @@ def test_gu_shape_is_judged_on_rotary_families_only():
     gpt2, _ = tiny.loaded("gpt2")
     llama, _ = tiny.loaded("llama")
     assert analysis.absolute_positions(gpt2) is True and analysis.absolute_positions(llama) is False
+
+
+def test_sink_rate_by_eps_is_gu_rate_at_each_threshold():
+    from sinklib.architectures.llm.llm_survey import sink_rate_by_eps
+    from sinklib.core import metrics
+
+    alphas = torch.tensor([[[0.1, 0.5], [0.31, 0.9]], [[0.0, 0.25], [0.6, 0.29]]])  # (N=2, L=2, H=2)
+    curve = sink_rate_by_eps(alphas, (0.2, 0.3, 0.5))
+    assert curve == {"eps": [0.2, 0.3, 0.5], "rate": [6 / 8, 4 / 8, 2 / 8]}
+    assert curve["rate"][1] == metrics.sink_rate(alphas, 0.3)

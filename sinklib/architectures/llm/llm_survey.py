@@ -49,6 +49,16 @@ class LlmReport:
     draws: dict = field(default_factory=dict)  # seeds, random-token sink rate, by_kind and position per draw
     seconds: dict = field(default_factory=dict)  # what the draws cost
     absolute_positions: bool = False  # learned absolute position embeddings (GPT-2-style): outside Gu's Llama shape
+    eps_curve: dict[str, list[float]] = field(default_factory=dict)  # natural text: {"eps": [...], "rate": [...]}
+
+
+EPS_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05 .. 0.95: Gu et al.'s sink rate against eps
+
+
+def sink_rate_by_eps(alphas: torch.Tensor, grid: tuple[float, ...] = EPS_GRID) -> dict[str, list[float]]:
+    """Gu et al.'s sink rate at each threshold of ``grid``: the share of (sequence, layer, head) with alpha_0 > eps.
+    alphas: (N, L, H) alpha_0 per sequence, layer and head (``SinkProfile.alphas``)."""
+    return {"eps": list(grid), "rate": [float((alphas > e).float().mean()) for e in grid]}
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -123,7 +133,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
                  "sliding_layers": sweep.sliding_layers,
                  "window": next((w for w in sweep.windows if w), None)},
         chain=links, chain_numbers=numbers, draws=draws, seconds=seconds,
-        absolute_positions=analysis.absolute_positions(lm),
+        absolute_positions=analysis.absolute_positions(lm), eps_curve=sink_rate_by_eps(natural.alphas),
     )
 
 

@@ -16,9 +16,12 @@ def _colors(reports: Sequence) -> dict[str, str]:
 
 
 def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figure:
-    """alpha_0 per layer (natural text) against relative depth l / (L - 1), with each model's sink rate per input."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.6, 1]},
-                                 layout="constrained")
+    """alpha_0 per layer (natural text) against relative depth l / (L - 1), with each model's sink rate per input
+    and, where measured, the sink rate on natural text against the threshold eps."""
+    curves = [r for r in reports if getattr(r, "eps_curve", None)]
+    fig, axes = plt.subplots(1, 3 if curves else 2, figsize=(15 if curves else 11, 3.8),
+                             gridspec_kw={"width_ratios": [1.6, 1, 1] if curves else [1.6, 1]}, layout="constrained")
+    ax, bx = axes[0], axes[1]
     colors = _colors(reports)
     for r in reports:
         depth = np.linspace(0, 1, r.n_layers)
@@ -41,6 +44,13 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
                 bx.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=colors[r.name])
     bx.set_xticks(range(len(kinds)), kinds)
     bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) sink rate by input (Gu et al. Table 1)")
+    if curves:
+        cx = axes[2]
+        for r in curves:
+            cx.plot(r.eps_curve["eps"], r.eps_curve["rate"], color=colors[r.name])
+        cx.axvline(eps, color="grey", ls="--", lw=1)
+        cx.set(xlabel="threshold eps", ylabel="sink rate, natural text", xlim=(0, 1), ylim=(0, 1),
+               title="(c) sink rate against eps (dashed: 0.3)")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
     if title:
         fig.suptitle(title)
