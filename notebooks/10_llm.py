@@ -52,6 +52,7 @@ out_dir = "../figures/10_llm"
 # %%
 import gc
 import time
+from dataclasses import replace
 
 import pandas as pd
 
@@ -67,6 +68,7 @@ nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=No
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
 names = [model] if model else list(run.models)
 gu, origin_paper = load_reference("gu2024_sink_rates"), load_reference("structural_origin")
+streaming_paper = load_reference("streamingllm")
 print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tokens per input kind")
 
 # %% [markdown]
@@ -95,6 +97,10 @@ for name in names:
                                 placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
                                 context_windows=run.context_windows, paper=origin_paper, seed=run.seed,
                                 draw_seqs=run.draw_seqs, draw_windows=run.draw_windows)
+    if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
+        report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,
+                                                                run.stream_chunk, streaming_paper, run.seed)
+        record.add(replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), show=False, model=report.label)
     start = time.perf_counter()
     control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
     del lm
@@ -195,6 +201,11 @@ takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims))
 # token once it sits at position 8. Position: the first two stay high and the moved token loses it. Token: the
 # reverse -- which is what a model trained with a BOS token at position 0 may learn. For a model that adds a BOS, the
 # same windows are also run with the BOS stripped (the first word at position 0).
+#
+# Beside it, Xiao et al.'s own protocol: held-out text streamed through 01's cache of 4 sinks + recent tokens, as it
+# is, with its first four tokens replaced by line breaks (a BOS among them), and with no sink at all -- perplexity
+# after the cache fills. Their test asks whether *any* first tokens work as sinks for streaming, ours which token the
+# attention follows inside one window: the two can disagree on a BOS model, and both are shown.
 
 # %%
 with plotting.style():
@@ -204,6 +215,11 @@ with plotting.style():
                   f"given, with position 0 replaced by a line break, with 8 tokens of another window in front, and at "
                   f"the original first token after it moved to position 8, for {labels}.")
 record.show("xiao2023.sink_is_the_position")
+streamed = {r.label: r.xiao for r in reports if r.xiao}
+if streamed:
+    display(pd.DataFrame(streamed).T.round(2).rename_axis(  # noqa: F821 (display: Jupyter's)
+        f"perplexity, cache {run.stream_budget}, {run.stream_tokens} tokens"))
+    record.show("xiao2023.sink_is_positional")
 for r in reports:
     if r.bos_stripped:
         b = r.bos_stripped

@@ -285,3 +285,15 @@ def test_sink_rate_by_eps_is_gu_rate_at_each_threshold():
     curve = sink_rate_by_eps(alphas, (0.2, 0.3, 0.5))
     assert curve == {"eps": [0.2, 0.3, 0.5], "rate": [6 / 8, 4 / 8, 2 / 8]}
     assert curve["rate"][1] == metrics.sink_rate(alphas, 0.3)
+
+
+def test_xiao_position_test_replaces_the_first_four_tokens(tiny):
+    """StreamingLLM Table 1: the same text streamed with its own first 4 tokens as sinks and with them replaced by
+    line breaks; perplexities after the cache fills, and the claim by streaming.sink_is_positional."""
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.results import load_reference
+
+    measured, claim = llm_survey.xiao_position_test(tiny, 48, 16, 8, load_reference("streamingllm"), progress=False)
+    assert set(measured) == {"window only", "own first 4", "4 newlines"}
+    assert all(v > 1 for v in measured.values()) and measured["4 newlines"] != measured["own first 4"]
+    assert claim.id == "xiao2023.sink_is_positional" and "replaced by line breaks" in claim.adapted

@@ -85,6 +85,9 @@ class LlmSizes:  # 10_llm
     draw_seqs: int = 0  # random-token sequences in each of the two extra draws (seeds seed+1, seed+2)
     draw_windows: int = 0  # Bible windows in each extra draw (delimiter, position or token); 0: draw_seqs
     control_seqs: int = 0  # sequences per input on the random-weight control
+    stream_tokens: int = 0  # Xiao et al.'s position test: held-out tokens streamed per model (0: not run)
+    stream_budget: int = 0  # its KV cache: 4 sinks + (budget - 4) recent tokens
+    stream_chunk: int = 16  # tokens per step (1: token by token, as the paper)
 
 
 @dataclass(frozen=True)
@@ -209,13 +212,13 @@ SIZES: dict[str, dict[str, object]] = {
     "10_llm": {
         "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
                           context_lengths=(64, 128), context_windows=1, draw_seqs=2, draw_windows=2,
-                          control_seqs=2),
+                          control_seqs=2, stream_tokens=96, stream_budget=32, stream_chunk=8),
         "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=32, seq_len=64, batch_size=16, placement_seqs=16,
                         context_lengths=(256, 1024, 2048), context_windows=1, draw_seqs=8, draw_windows=4,
-                        control_seqs=2),
+                        control_seqs=2, stream_tokens=1024, stream_budget=128, stream_chunk=16),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
                         context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100,
-                        draw_windows=100, control_seqs=16),
+                        draw_windows=100, control_seqs=16, stream_tokens=4096, stream_budget=1024, stream_chunk=1),
     },
     "11_moe": {
         "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
