@@ -57,7 +57,7 @@ import pandas as pd
 from sinklib.architectures.moe import moe_plots, moe_sinks
 from sinklib.architectures.moe import takeaways as moe_takeaways
 from sinklib.architectures.moe.super_experts import super_experts
-from sinklib.core import plotting, takeaways
+from sinklib.core import analysis, plotting, takeaways
 from sinklib.core.data import text_windows
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
@@ -134,6 +134,13 @@ for layer, e, a in supers:
 # the authors' hook keeps output[0].abs().max() per expert call -- on transformers' 2-D expert calls the earliest
 # routed token's row (super_experts.first_routed_max); the same rule on that a:
 as_hooked = super_experts(route.first_routed_max, shared=route.shared_max)
+# Su et al.: a super expert's extreme output sits in the channel of the residual's massive activation
+massive = analysis.massive_dimensions(analysis.profile_sinks(lm, ids[:run.batch_size], batch_size=run.batch_size,
+                                                              progress=False))
+channels = moe_sinks.expert_channels(lm, ids, [(layer, e) for layer, e, _ in supers], run.batch_size)
+for (layer, e), (channel, value) in channels.items():
+    print(f"{moe_sinks.expert_name(layer, e)}: largest output {value:,.0f} in channel {channel} -- "
+          f"{'a' if channel in massive.dims else 'not a'} massive dimension of the residual {massive.dims}")
 print(f"with a as the authors' hook records it: {[(layer, e) for layer, e, _ in as_hooked]} "
       f"({'the same' if [s[:2] for s in as_hooked] == [s[:2] for s in supers] else 'a different'} set)")
 control = random_weights(lm, seed=run.seed)
@@ -181,6 +188,14 @@ with plotting.style():
                   f"in the legend.")
 for name, s in summary.items():
     print(f"{name}: alpha_0 {s['alpha']:.3f}, first token max |h| {s['max_abs_first']:,.0f}, perplexity {s['ppl']:.1f}")
+if chosen:  # Su et al. (Sec. 4): the attention sink decays by about 90% or more in every layer
+    drop = moe_sinks.sink_drop_by_layer(runs["as is"].alpha_first, runs["super experts pruned"].alpha_first)
+    first_super = min(layer for layer, _ in chosen)
+    after = [d for layer, d in enumerate(drop) if layer > first_super and d == d]  # d == d: not NaN
+    print("sink drop per layer after pruning the super experts (1 - alpha_pruned / alpha_as_is):",
+          [round(d, 2) for d in drop])
+    print(f"layers after the super expert: median drop {sorted(after)[len(after) // 2]:.0%} "
+          f"(Su et al.: about 90% or more)" if after else "no layer after the super expert")
 prune_claim = None
 if chosen:
     control_chosen = [(layer, e) for layer, e, _ in control_supers]
@@ -219,6 +234,8 @@ if standin:
 # %%
 display(record.table())  # noqa: F821
 nb.headline |= {"model": lm.name, "label": lm.label, "same_set_first": route.same_set_first,
+                "super_expert_channels": {f"{k[0]},{k[1]}": v for k, v in channels.items()},
+                "massive_dims": massive.dims,
                 "same_set_rest": route.same_set_rest, "entropy_first": route.entropy_first,
                 "super_experts": supers, "super_experts_as_hooked": as_hooked, "pruning": summary,
                 "holds_all": record.all_hold}

@@ -117,3 +117,21 @@ def test_standin_verdicts_keep_numbers_and_say_why_they_cannot_be_judged():
     assert prune.holds is None and "dense super-neuron ablation" in prune.note
     assert {"su2025.few_super_experts", "su2025.pruning_super_experts_breaks_the_sink"} <= set(
         moe_sinks.STANDIN_CANNOT_TEST)
+
+
+def test_expert_channels_and_sink_drop():
+    """The channel of an expert's largest output, read from Capture's expert outputs, equals a direct argmax over
+    the outputs the expert produced; the per-layer sink drop is 1 - pruned / as is."""
+    from sinklib.core.capture import Capture
+
+    lm, inputs = tiny.loaded("mixtral")
+    ids = inputs["input_ids"]
+    got = moe_sinks.expert_channels(lm, ids, [(0, 1), (1, 3)], batch_size=1)
+    with torch.no_grad(), Capture(lm.model, kinds=["expert_choice", "expert_outputs"]) as cap:
+        lm.model(ids)
+    for (layer, e), (channel, value) in got.items():
+        y = cap.get("expert_outputs", layer)[cap.get("expert_choice", layer) == e]  # (n, d)
+        flat = int(y.abs().argmax())
+        assert channel == flat % y.shape[-1] and value == pytest.approx(float(y.abs().max()))
+    drop = moe_sinks.sink_drop_by_layer([0.5, 0.8, 0.0], [0.05, 0.8, 0.0])
+    assert drop[0] == pytest.approx(0.9) and drop[1] == 0.0 and drop[2] != drop[2]

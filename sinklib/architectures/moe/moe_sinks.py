@@ -327,6 +327,40 @@ class PruneRun:
                 "max_abs_first": max(self.max_abs_first)}
 
 
+def sink_drop_by_layer(as_is: Sequence[float], pruned: Sequence[float]) -> list[float]:
+    """Per layer, the fraction of alpha_0 that pruning removed: 1 - alpha_pruned / alpha_as_is (NaN where alpha_0
+    as is is 0) -- beside Su et al.'s "attention sink decay" of about 90% or more in every layer (Sec. 4)."""
+    return [1 - p / a if a > 0 else float("nan") for a, p in zip(as_is, pruned)]
+
+
+@torch.inference_mode()
+def expert_channels(lm: LoadedModel, ids: torch.Tensor, experts: Sequence[tuple[int, int]],
+                    batch_size: int = 8) -> dict[tuple[int, int], tuple[int, float]]:
+    """For each routed (layer, expert): the output channel holding its largest |down_proj output| over ``ids`` and
+    that value, from the same captures as :func:`routing` (``expert_outputs`` with ``expert_choice``). Su et al.:
+    a super expert's extreme output sits in the channel of the residual's massive activation."""
+    layers = sorted({layer for layer, e in experts if e != -1})
+    best: dict[tuple[int, int], tuple[int, float]] = {}
+    reduce = {"expert_outputs": lambda t, layer: torch.stack([t.abs().amax(dim=-1).float(),
+                                                              t.abs().argmax(dim=-1).float()], dim=-1)}
+    # (B, T, k, d) -> (B, T, k, 2): max |y| and its channel (float32 holds channel ids exactly)
+    for batch in batches(ids, batch_size):
+        with Capture(lm.model, kinds=["expert_choice", "expert_outputs"], layers=layers, reduce=reduce) as cap:
+            lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
+            for layer, e in experts:
+                if e == -1:
+                    continue
+                choice, peak = cap.get("expert_choice", layer), cap.get("expert_outputs", layer).float()
+                mask = choice == e  # (B, T, k)
+                if not mask.any():
+                    continue
+                values, channels = peak[..., 0][mask], peak[..., 1][mask]
+                i = int(values.argmax())
+                if (layer, e) not in best or float(values[i]) > best[(layer, e)][1]:
+                    best[(layer, e)] = (int(channels[i]), float(values[i]))
+    return best
+
+
 def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: torch.Tensor, held: torch.Tensor,
                     draws: int, seed: int = 0, batch_size: int = 8,
                     as_is: dict[str, list[float]] | None = None) -> dict[str, PruneRun]:
