@@ -22,7 +22,7 @@ from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.interpretation import chain, intervention_effects, origin, origin_claims
+from sinklib.interpretation import chain, intervention_effects, massive_activations, origin, origin_claims
 
 
 @dataclass
@@ -119,7 +119,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     low, high = sweep.range_over_windows(sink_layers)
     massive = analysis.massive_dimensions(natural)
     links, numbers = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper,
-                                  seq_len, placement_seqs, seed, batch_size)
+                                  seq_len, placement_seqs, seed, batch_size, massive.min_ratio)
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
         sink_rate=rates, alpha_by_layer=by_layer,
@@ -202,8 +202,21 @@ def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_w
     return out | {"sizes": sizes}
 
 
+def massive_sites(lm: LoadedModel, means, tokenizer) -> dict:
+    """Where the massive activations sit and whether their values stay fixed across inputs, from a
+    :class:`~sinklib.interpretation.massive_activations.MassiveMeans`: the first token's relative spread sd / |mean|
+    per (layer, dim) (Sun et al.: nearly constant), how many later sites met the criterion and which tokens held them
+    (Sun et al.: the first "." or newline)."""
+    if means is None:
+        return {"first_token_relative_sd": None, "later_sites": 0, "later_tokens": {}}
+    rel = (means.first_sd / means.first.abs().clamp_min(1e-12))
+    top = sorted(means.other_tokens.items(), key=lambda kv: -kv[1])[:5]
+    return {"first_token_relative_sd": float(rel.max()), "later_sites": int(means.other_count.sum()),
+            "later_tokens": {tokenizer.decode([t]): n for t, n in top}}
+
+
 def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None,
-                 paper: dict, seq_len: int, num_seqs: int, seed: int, batch_size: int):
+                 paper: dict, seq_len: int, num_seqs: int, seed: int, batch_size: int, min_ratio: float = 1000.0):
     """Links 1-4 of the structural-origin chain (:mod:`sinklib.interpretation.chain`) on one model: (claims,
     numbers), or (None, None) when the model has no gated MLP (the chain's super neuron lives in one)."""
     try:
@@ -218,13 +231,19 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size,
                                      measured=measured)
     lock = chain.lock_link(lm, natural)
-    numbers = {"variance_ratio_t0": variance.ratio_t0[0],
+    # Sun et al.'s zero-vs-mean test on this family: the massive sites of the onset layers set to their mean (from
+    # the windows) or to zero, perplexity on held-out windows of the same size
+    heldout = text_windows(lm.tokenizer, len(natural), natural.shape[1], seed, split="heldout")
+    bias = massive_activations.bias_test(lm, natural, heldout, disparity.onset, massive_dims, min_ratio, batch_size)
+    numbers_bias = {"ppl": bias.ppl, **massive_sites(lm, bias.means, lm.tokenizer)}
+    numbers = {"variance_ratio_t0": variance.ratio_t0[0], "massive_bias": numbers_bias,
                "super_neuron": None if neuron.top is None else
                {"layer": neuron.top.layer, "neuron": neuron.top.neuron, "write_dims": neuron.top.write_dims},
                "massive_onset": disparity.onset, "sink_onset": sink_onset,
                "dom_after_super": disparity.dom_after_super, "width": lm.hidden_size,
                "positive_sink_vs_other": lock.sink_vs_other["positive_fraction"]}
-    return [variance.claim, neuron.claim, disparity.claim, lock.claim], numbers
+    return [variance.claim, neuron.claim, disparity.claim, lock.claim,
+            origin_claims.massive_bias(bias.ppl, paper)], numbers
 
 
 XIAO_SINKS = 4  # StreamingLLM keeps, and Table 1 replaces, the first four tokens
@@ -317,7 +336,7 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
                                  sink_layers)
     massive = analysis.massive_dimensions(natural)
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seq_len,
-                            num_seqs, seed, batch_size)
+                            num_seqs, seed, batch_size, massive.min_ratio)
     claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
               _named(origin_claims.massive_by_sun(massive), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),

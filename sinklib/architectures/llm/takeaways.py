@@ -16,7 +16,8 @@ from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pc
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
 DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
-LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in")
+LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in",
+         "sun2024.massive_activations_are_bias")
 
 
 def _claim(claims: Sequence[Claim], claim_id: str, report) -> Claim | None:
@@ -175,10 +176,21 @@ def chain(reports, claims: Sequence[Claim]) -> str:
                  f"massive value in layer {onset}'s output, first read by layer {reader}'s attention, sink at layer "
                  f"{n['sink_onset']} ({compare(n['sink_onset'], reader, 'after it', 'before it', 'there')})")
         pos = n["positive_sink_vs_other"]
+        bias = n.get("massive_bias")
+        sun = ""
+        if bias:
+            p = bias["ppl"]
+            sun = (f"; perplexity {num(p['original'], 3)} as is, {num(p['set to mean'], 3)} with the massive sites set "
+                   f"to their mean, {num(p['set to zero'], 3)} set to zero")
+            if bias.get("first_token_relative_sd") is not None:
+                sun += (f" (the first token's massive values vary by at most {pct(bias['first_token_relative_sd'], 2)}"
+                        f" of their mean across windows; {num(bias['later_sites'])} later sites"
+                        + (f", mostly {', '.join(map(repr, list(bias['later_tokens'])[:3]))}"
+                           if bias["later_tokens"] else "") + ")")
         rows.append(f"{r.label}: layer-0 variance ratio {num(n['variance_ratio_t0'], 2)}x; {neuron}; {order}; "
                     f"DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
                     f"{num(n.get('width', float('nan')))}); positive first-key scores "
-                    f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others")
+                    f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others{sun}")
     skipped = [r.label for r in reports if not r.chain_numbers]
     return paragraph("the structural-origin chain",
                      f"By its rule each link holds: {'; '.join(holds)}." if gated else "",
