@@ -54,7 +54,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from sinklib.architectures.moe import moe_plots, moe_sinks
+from sinklib.architectures.moe import moe_plots, moe_sinks, trained_router
 from sinklib.architectures.moe import takeaways as moe_takeaways
 from sinklib.architectures.moe.super_experts import super_experts
 from sinklib.core import analysis, plotting, takeaways
@@ -219,6 +219,27 @@ takeaways.show(moe_takeaways.pruning(summary, prune_claim, title))
 # it: Su et al.'s mechanism -- the super expert writes the massive activation, and the sink needs it. A sink in the
 # layers *before* the super expert rests on massive values written earlier (by the dense model's early neurons on
 # the stand-in) and survives.
+
+# %% [markdown]
+# ## 4 · A router trained, not fitted
+# Whether the first token takes a fixed route is a question about what a router *learns*; the stand-in's was fitted
+# after the fact. So a small Mixtral-class model is **trained here** from scratch with 03's harness (the same tiny
+# decoder, data and budget as 03's runs; its FFN is 4 experts of half the dense width, top-2, with Mixtral's
+# load-balancing loss), one run per seed, and measured on held-out sequences: does a sink form, and does position 0
+# take one expert set in every sequence while a middle token does not? Reported as measured, sink or none.
+
+# %%
+if run.router_train is not None:
+    routers = trained_router.measure_seeds(run.router_train, list(range(run.seed, run.seed + run.router_seeds)))
+    table = pd.DataFrame([{"seed": r.seed, "val loss": r.val_loss, "sink rate": r.sink_rate,
+                           "alpha_0 by layer": [round(a, 3) for a in r.alpha_by_layer],
+                           "first token: most common expert set": [round(s, 2) for s in r.same_set_first],
+                           "middle token: most common expert set": [round(s, 2) for s in r.same_set_middle],
+                           "first / other tokens' max |h|": round(r.max_abs_first / r.max_abs_rest, 2)}
+                          for r in routers])
+    display(table)  # noqa: F821 (display: Jupyter's)
+    takeaways.show(moe_takeaways.trained_router(routers, trained_router.LABEL))
+    nb.headline["trained_router"] = table.to_dict(orient="records")
 
 # %% [markdown]
 # ## What the stand-in cannot test

@@ -1,7 +1,10 @@
 """A small Llama-style decoder (RoPE, RMSNorm, SwiGLU) whose attention function is a pluggable variant.
 
 Written to be read: one file, shape comments, nothing hidden. Used by the mitigation notebook to train each
-:mod:`sinklib.mitigation.variants` variant from scratch on the same data, seeds and budget.
+:mod:`sinklib.mitigation.variants` variant from scratch on the same data, seeds and budget. With ``n_experts > 0``
+the feed-forward is a Mixtral-style mixture of experts (a router choosing ``top_k`` of ``n_experts`` SwiGLU experts,
+softmax over the chosen logits, Switch-style load-balancing loss) trained end to end: ``11_moe``'s router that is
+trained, not fitted.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ class TinyConfig:
     attention: str = "softmax"
     rope_theta: float = 10000.0  # 0 = no positional encoding at all (NoPE)
     options: tuple[tuple[str, float], ...] = ()  # keyword arguments of the attention variant, e.g. (("gain_init", 0.1),)
+    n_experts: int = 0  # > 0: a mixture-of-experts FFN of n_experts SwiGLU experts of width d_ff
+    top_k: int = 2  # experts per token
+    balance: float = 0.01  # weight of the load-balancing loss (Switch / Mixtral: E * sum_e f_e P_e)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -50,6 +56,35 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+class MoE(nn.Module):
+    """Mixtral's sparse FFN, written densely for small sizes: every expert runs on every token and each token keeps
+    its ``top_k`` by router logit, weighted by the softmax over those k logits -- the same output as sparse dispatch.
+    ``choice`` (B, T, k) and ``balance_loss`` are kept from the last forward."""
+
+    def __init__(self, d: int, d_ff: int, n_experts: int, top_k: int):
+        super().__init__()
+        self.top_k = top_k
+        self.router = nn.Linear(d, n_experts, bias=False)
+        self.experts_gate_up = nn.Parameter(torch.randn(n_experts, d, 2 * d_ff) * 0.02)  # (E, d, 2 f)
+        self.experts_down = nn.Parameter(torch.randn(n_experts, d_ff, d) * 0.02)  # (E, f, d)
+        self.choice: torch.Tensor | None = None
+        self.balance_loss = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.router(x)  # (B, T, E)
+        top, choice = logits.topk(self.top_k, dim=-1)  # (B, T, k)
+        weights = top.softmax(dim=-1)  # (B, T, k)
+        gate, up = torch.einsum("btd,edf->btef", x, self.experts_gate_up).chunk(2, dim=-1)  # (B, T, E, f) each
+        y = torch.einsum("btef,efd->bted", F.silu(gate) * up, self.experts_down)  # (B, T, E, d)
+        chosen = y.gather(2, choice[..., None].expand(*choice.shape, y.shape[-1]))  # (B, T, k, d)
+        # Switch Transformer's auxiliary loss: E * sum_e (share of tokens routed to e) * (mean router probability of e)
+        E = logits.shape[-1]
+        routed = F.one_hot(choice, E).float().sum(2).mean(dim=(0, 1)) / self.top_k  # (E,)
+        self.balance_loss = E * (routed * logits.softmax(-1).mean(dim=(0, 1))).sum()
+        self.choice = choice.detach()
+        return (weights[..., None] * chosen).sum(2)  # (B, T, d)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: TinyConfig):
         super().__init__()
@@ -61,8 +96,11 @@ class Block(nn.Module):
         kwargs = {"max_len": cfg.max_len} if VARIANTS[cfg.attention] is Sigmoid else {}
         kwargs.update(dict(cfg.options))
         self.attn = VARIANTS[cfg.attention](cfg.d_model, cfg.n_heads, hd, **kwargs)
-        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        if cfg.n_experts:
+            self.moe = MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.top_k)
+        else:
+            self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
+            self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, h: torch.Tensor):
         B, T, _ = h.shape
@@ -72,6 +110,8 @@ class Block(nn.Module):
             q, k = rope(q, self.cfg.rope_theta), rope(k, self.cfg.rope_theta)
         o, A = self.attn(q, k, v, x)  # (B, H, T, hd), (B, H, T, T)
         h = h + self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+        if self.cfg.n_experts:
+            return h + self.moe(self.norm2(h)), A
         gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
         return h + self.down(F.silu(gate) * up), A
 
@@ -105,3 +145,9 @@ class TinyLM(nn.Module):
                 hs.append(h.detach())
         logits = self.head(self.norm(h))
         return (logits, torch.stack(atts), torch.stack(hs)) if record else logits
+
+    def balance_loss(self) -> torch.Tensor:
+        """The load-balancing loss of the last forward, weighted by ``cfg.balance`` (0 without experts)."""
+        if not self.cfg.n_experts:
+            return torch.zeros(())
+        return self.cfg.balance * sum(b.moe.balance_loss for b in self.blocks)

@@ -54,6 +54,9 @@ class TrainConfig:
         fields = asdict(self)
         if not self.model.options:  # no variant options: the key runs had before the field existed
             del fields["model"]["options"]
+        if not self.model.n_experts:  # a dense FFN: the key runs had before the MoE fields existed
+            for name in ("n_experts", "top_k", "balance"):
+                del fields["model"][name]
         blob = json.dumps({"v": TRAINING_VERSION, **fields}, sort_keys=True)
         return f"{self.model.attention}-s{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
@@ -220,6 +223,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     parameters toward zero, i.e. toward the baseline.
     """
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding)}
+    matrices |= {id(p) for name, p in model.named_parameters() if name.rsplit(".", 1)[-1].startswith("experts_")}
     decay = [p for p in model.parameters() if p.requires_grad and id(p) in matrices]
     keep = [p for p in model.parameters() if p.requires_grad and id(p) not in matrices]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
@@ -283,6 +287,8 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
         batch = (batches[step].long() if shared else make_batch(cfg, "train", cfg.batch_size, gen)).to(device)
         logits = model(batch)
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
+        if cfg.model.n_experts:  # the router learns with the model, load-balanced as Mixtral's
+            loss = loss + model.balance_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -101,6 +101,8 @@ class MoeSizes:  # 11_moe
     random_draws: int  # random-expert controls per pruning
     control_seqs: int  # windows routed / pruned on the random-weight control (forwards only)
     draw_seqs: int  # windows of each extra draw (seeds seed + 1, seed + 2) for the super-expert claim
+    router_train: TrainConfig | None = None  # a MoE trained here with 03's harness (trained_router); None: not run
+    router_seeds: int = 3
 
 
 @dataclass(frozen=True)
@@ -222,11 +224,12 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "11_moe": {
         "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
-                          random_draws=1, control_seqs=2, draw_seqs=2),
+                          random_draws=1, control_seqs=2, draw_seqs=2, router_train=replace(_TRAIN_SMOKE, steps=20),
+                          router_seeds=2),
         "cpu": MoeSizes(models=("smollm2-moe",), num_seqs=32, seq_len=64, batch_size=8, eval_seqs=8, eval_seq_len=256,
-                        random_draws=3, control_seqs=4, draw_seqs=4),
+                        random_draws=3, control_seqs=4, draw_seqs=4, router_train=_TRAIN_CPU, router_seeds=3),
         "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
-                        random_draws=5, control_seqs=16, draw_seqs=32),
+                        random_draws=5, control_seqs=16, draw_seqs=32, router_train=_TRAIN_CPU, router_seeds=3),
     },
     "13_vit": {
         "smoke": VitSizes(models=("dinov2-s",), image_size=112, photos=("astronaut", "coffee"), batch_size=4,

@@ -86,3 +86,19 @@ def pruning(summary: Mapping[str, Mapping[str, float]], claim: Claim | None, tit
     else:
         random = "No random-expert draw was run."
     return paragraph(title, alpha, random, f"{claim_line(claim)}.")
+
+
+def trained_router(routers: Sequence, label: str) -> str:
+    """Section 4: what a router trained with the model does with the first token, and whether a sink formed, per
+    seed (:class:`~sinklib.architectures.moe.trained_router.TrainedRouter`)."""
+    sink = [r for r in routers if r.sink_rate > 0.3]
+    fixed = [r for r in routers if min(r.same_set_first) > 0.9 and max(r.same_set_middle) < 0.5]
+    rows = "; ".join(f"seed {r.seed}: sink rate {pct(r.sink_rate, 2)}, first token on its most common expert set in "
+                     f"{pct(min(r.same_set_first), 2)}-{pct(max(r.same_set_first), 2)} of sequences by layer, a middle "
+                     f"token in {pct(min(r.same_set_middle), 2)}-{pct(max(r.same_set_middle), 2)}" for r in routers)
+    return paragraph(
+        label,
+        f"{rows}.",
+        f"A sink (sink rate above 30%) formed in {num(len(sink))} of {num(len(routers))} seeds; the first token took "
+        f"a fixed route (the same expert set in over 90% of sequences in every layer, a middle token under 50%) in "
+        f"{num(len(fixed))} of {num(len(routers))}.")
