@@ -96,7 +96,7 @@ def test_compare_pruning_runs_the_model_as_is_pruned_and_random():
     ids = inputs["input_ids"]
     runs = moe_sinks.compare_pruning(lm, [(1, 2)], ids, ids, draws=2, seed=0, batch_size=2)
     assert list(runs)[:2] == ["as is", "super experts pruned"] and len(runs) == 4
-    assert all(name.startswith("random experts [(1, ") for name in list(runs)[2:])
+    assert all(name.startswith("random experts: expert ") and name.endswith(" of layer 1") for name in list(runs)[2:])
     assert runs["as is"].ppl != runs["super experts pruned"].ppl and len(runs["as is"].alpha_first) == 2
     s = runs["as is"].summary()
     assert s["alpha"] == sum(runs["as is"].alpha_first) / 2 and s["max_abs_first"] == max(runs["as is"].max_abs_first)

@@ -54,13 +54,13 @@ class TrainedRouter:
     max_abs_rest: float  # the other tokens' (mean over sequences of the max over t >= 1)
 
 
-@torch.no_grad()
 def measure(cfg: TrainConfig, n_seqs: int = 32, progress: bool = False) -> TrainedRouter:
     """Train (or read from the cache) ``cfg`` and measure it on ``n_seqs`` held-out sequences."""
     result = training.train(cfg, progress=progress)
     model = training.load_trained(cfg)
     batch = training.make_batch(cfg, "heldout", n_seqs, torch.Generator().manual_seed(4321))  # (N, T)
-    logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
+    with torch.no_grad():
+        logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
     alphas = metrics.alpha(A, 0).permute(1, 0, 2)  # (N, L, H)
     middle = batch.shape[1] // 2
     choices = [block.moe.choice for block in model.blocks]  # L x (N, T, k)
