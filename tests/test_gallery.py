@@ -88,15 +88,16 @@ def test_gallery_shows_header_scorecard_claims_figures_tables_and_nested_values(
 
 def test_gallery_header_names_every_model_and_how_its_weights_were_made(tmp_path):
     root, nbdir = _figures(tmp_path)
-    rec = Recorder("10_llm", "SmolLM2-135M-Instruct", "smoke")
+    rec = Recorder("10_llm", "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)", "smoke")
     rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False)
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M")
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M (random weights, seed 0)")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M (4-bit GGUF, dequantised)")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False,
+            model="Gemma-3-270M (4-bit GGUF, dequantised) (random weights, seed 0)")
     rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="TinyLM trained here (2 x 2 heads)")
     rec.write(root / "10_llm")
     write_json(root / "10_llm" / "headline.json", {"notebook": "10_llm", "profile": "smoke", "label": "three LLMs"})
     header = gallery.build_gallery(root, notebook_dir=nbdir).read_text().split("</header>")[0]
-    assert "Gemma-3-270M <span class='meta'>(Q4_K_M GGUF dequantised)</span>" in header
+    assert "Gemma-3-270M (4-bit GGUF, dequantised) <span class='meta'>(Q4_K_M GGUF dequantised)</span>" in header
     assert "SmolLM2-135M-Instruct" in header and "Tiny model" in header and "random weights" not in header
     assert "4-bit GGUF" in header and "TinyLM trained here" in header
 

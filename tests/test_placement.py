@@ -167,7 +167,7 @@ def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     assert set(report.sink_rate) == {"natural", "random", "repeated"} and len(report.alpha_by_layer) == 2
     claims = llm_survey.report_claims(report, load_reference("gu2024_sink_rates"))
     gated = family == "byte_llama"  # the chain needs a gated MLP: GPT-2, OPT and GPT-NeoX skip it, saying so
-    assert (report.chain is not None) == gated and len(claims) == (8 if gated else 4)
+    assert (report.chain is not None) == gated and len(claims) == (9 if gated else 4)  # 5 chain claims: 4 links + Sun's bias test
     assert all(c.id.endswith(f".tiny-{family}") for c in claims)
     assert report.as_dict()["position"]["shift"] == 8
 
