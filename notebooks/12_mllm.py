@@ -65,7 +65,7 @@ import torch
 from sinklib.architectures.mllm import takeaways, visual_attention, visual_sink_plots, visual_sinks
 from sinklib.core import plotting
 from sinklib.models import stitch
-from sinklib.models.load import load_model, require_family
+from sinklib.models.load import load_model, require_family, stitch_config
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
@@ -74,10 +74,12 @@ run, fig_dir, record = nb.run, nb.fig_dir, nb.record
 lm = load_model(model or run.models[0], device=run.device, dtype=run.dtype)
 require_family(lm, "mllm", "12_mllm")
 standin = lm.spec.source == "stitched"
-if standin and run.seed != stitch.StitchConfig().seed:  # the registry's stand-in is the default seed's
-    lm = stitch.load_standin(run.seed, lm)
+# the configuration the registry's stand-in was built with (the smoke profile's trains 4 steps), at the run's seed
+base = stitch_config(lm.name) if standin else stitch.StitchConfig()
+if standin and run.seed != base.seed:  # the registry's stand-in is its configuration's default seed
+    lm = stitch.load_standin(run.seed, lm, base)
 record.model, title = lm.label, lm.label
-config = stitch.StitchConfig(seed=run.seed)
+config = replace(base, seed=run.seed)
 digits, labels = stitch.heldout_digits(config, run.heldout_digits)
 captions = [stitch.digit_caption(y) for y in labels]
 print(lm)
@@ -195,8 +197,8 @@ runs, per_seed = [visual_attention.edit_claims(prof, edits, standin)], {run.seed
 seeds = list(range(run.seed, run.seed + (run.standin_seeds if standin else 1)))
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins: the same cells, fewer digits and random draws
-    other = stitch.load_standin(s, lm)
-    d, y = stitch.heldout_digits(stitch.StitchConfig(seed=s), run.draw_digits)
+    other = stitch.load_standin(s, lm, base)
+    d, y = stitch.heldout_digits(replace(base, seed=s), run.draw_digits)
     e = visual_attention.compare_edits(other, d, [stitch.digit_caption(v) for v in y], prof.dims, run.batch_size,
                                        run.draw_random_draws, run.seed)
     runs.append(visual_attention.edit_claims(e.profile, e, standin))

@@ -97,3 +97,26 @@ def test_load_standin_takes_the_seeds_folder_and_says_so(tmp_path, monkeypatch):
     for (name, a), b in zip(other.model.state_dict().items(), reference.state_dict().values()):
         assert torch.equal(a, b), name
     assert stitch.load_standin(0, lm).label == lm.label  # the default seed keeps the registry's label
+
+
+def test_load_standin_keeps_the_like_models_configuration(monkeypatch):
+    """A draw of the smoke stand-in must be the smoke recipe at another seed (4 steps), not the full 90-step one:
+    before, 12_mllm's smoke run built the CPU profile's stand-in (~450 s) into the same-seed test's empty cache."""
+    from dataclasses import replace
+
+    from sinklib.models.load import stitch_config
+
+    seen = []
+
+    def fake_path(config):
+        seen.append(config)
+        raise RuntimeError("stop")  # nothing to load: only the configuration is checked
+
+    monkeypatch.setattr(stitch, "standin_path", fake_path)
+    smoke = stitch_config("llava-standin-smoke")
+    with pytest.raises(RuntimeError, match="stop"):
+        stitch.load_standin(1, object(), smoke)
+    assert seen == [replace(smoke, seed=1)] and seen[0].steps == 4
+    with pytest.raises(RuntimeError, match="stop"):
+        stitch.load_standin(2, object())
+    assert seen[-1] == stitch.StitchConfig(seed=2)

@@ -264,19 +264,21 @@ def trained_seed(folder: Path) -> int:
     return int(training_log(Path(folder))["config"]["seed"])
 
 
-def load_standin(seed: int, like):
+def load_standin(seed: int, like, base: StitchConfig | None = None):
     """The stand-in whose projector was trained with ``seed`` (:func:`standin_path` of ``StitchConfig(seed=seed)``,
     built on first use), as a :class:`sinklib.core.loaded.LoadedModel` on ``like``'s device and dtype.
 
     ``like``: the stand-in as :func:`sinklib.models.load.load_model` returns it (``"llava-standin"``); every stand-in
     shares its towers, tokenizer and shape facts, only the projector differs, so those are taken from it. The label
     names the seed when it is not the default configuration's, so a figure never mixes two stand-ins up.
+    ``base``: the configuration ``like`` was built with (e.g. the smoke profile's 4 steps), of which only the seed
+    changes; None: the default configuration.
     """
     from dataclasses import replace
 
     from transformers import AutoModelForImageTextToText
 
-    config = StitchConfig(seed=seed)
+    config = replace(base or StitchConfig(), seed=seed)
     model = AutoModelForImageTextToText.from_pretrained(standin_path(config), dtype=like.dtype)
-    label = like.spec.label if seed == StitchConfig().seed else f"{LABEL[:-1]}, projector seed {seed})"
+    label = like.spec.label if seed == (base or StitchConfig()).seed else f"{LABEL[:-1]}, projector seed {seed})"
     return replace(like, model=model.to(like.device).eval(), spec=replace(like.spec, label=label))

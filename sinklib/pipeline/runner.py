@@ -204,11 +204,11 @@ def default_jobs(profile: str) -> int:
     return 2 if profile != "gpu" and (os.cpu_count() or 1) >= 2 else 1
 
 
-# Seconds each notebook took on the 2-core machine from empty caches (CPU profile, two at a time), for the order of
-# a first run, when figures/ holds no times yet: longest first, so the trainings (03's 33 tiny LMs, 12's three
-# projectors) start at once instead of last.
-FIRST_RUN_S = {"03_mitigation": 1500, "12_mllm": 1100, "01_utilization": 450, "10_llm": 450, "02_interpretation": 300,
-               "11_moe": 250, "00_tour": 200, "13_vit": 50}
+# Seconds each notebook took on the 2-core machine from empty caches (CPU profile, two at a time; a fresh clone of
+# f1ac873, issue 27), for the order of a first run, when figures/ holds no times yet: longest first, so the
+# trainings (03's 36 tiny LMs, 12's three projectors) start at once instead of last.
+FIRST_RUN_S = {"03_mitigation": 1836, "12_mllm": 1507, "01_utilization": 442, "10_llm": 426, "11_moe": 329,
+               "02_interpretation": 259, "00_tour": 222, "13_vit": 62}
 
 
 def _schedule(books: list[Path], figures_dir: Path, profile: str) -> tuple[list[Path], list[Path]]:
