@@ -38,9 +38,11 @@ def test_the_sliders_call_update(data):
     ex = Explorer(data, layer=0, head=0)
     box = ex.widget()
     layer, head = box.sliders
-    first = ex.arrays()["alpha"].copy()
+    first, shown = ex.arrays()["alpha"].copy(), bytes(box.picture.value)
+    assert shown[:8] == b"\x89PNG\r\n\x1a\n"  # the widget carries the figure itself
     layer.value = 1
     assert ex.layer == 1 and not (ex.arrays()["alpha"] == first).all()
+    assert bytes(box.picture.value) != shown  # ... and redraws it when a slider moves
     head.value = data.n_heads - 1
     assert ex.head == data.n_heads - 1
 
@@ -90,4 +92,7 @@ def test_explorer_renders_in_jupyterlab(tmp_path):
     nbformat.write(nb, path)
     report = browser.lab_screenshot(path, ROOT / "build" / "explorer-lab-smoke.png")
     assert report.ok, report
+    # The notebook's own kernel starts by itself: a "Select Kernel" dialog answered before the kernel list loaded
+    # left a fresh clone's cells unrun (CI, stop 34).
+    assert not report.dialogs, report.dialogs
     assert report.screenshot.stat().st_size > 10_000

@@ -278,7 +278,8 @@ def load_standin(seed: int, like, base: StitchConfig | None = None):
 
     from transformers import AutoModelForImageTextToText
 
-    config = replace(base or StitchConfig(), seed=seed)
+    base = base or StitchConfig()
+    config = replace(base, seed=seed)
     model = AutoModelForImageTextToText.from_pretrained(standin_path(config), dtype=like.dtype)
-    label = like.spec.label if seed == (base or StitchConfig()).seed else f"{LABEL[:-1]}, projector seed {seed})"
+    label = like.spec.label if seed == base.seed else f"{LABEL[:-1]}, projector seed {seed})"
     return replace(like, model=model.to(like.device).eval(), spec=replace(like.spec, label=label))

@@ -103,6 +103,9 @@ def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_m
     return report
 
 
+MODEL_NOT_FOUND = "Error displaying widget: model not found"
+
+
 @dataclass
 class LabReport:
     """What a JupyterLab session showed after running a notebook: widget sliders, images in outputs, errors."""
@@ -123,7 +126,9 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     """Start JupyterLab on ``notebook``'s folder (no browser, a fixed token, this interpreter's kernel), open the
     notebook in headless Chromium, run every cell, wait for a widget slider and a figure, save a screenshot.
 
-    Used to show the attention explorer as a student sees it; a notebook error or a missing widget is reported.
+    Used to show the attention explorer as a student sees it; a notebook error or a missing widget is reported. The
+    notebook's kernel starts without the "Select Kernel" dialog, and the cells run once the page has loaded its
+    extensions (the widget manager among them).
     """
     import json
     import shutil
@@ -144,6 +149,11 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # Start the notebook's own kernel (python3) without the "Select Kernel" dialog: on a fresh clone the dialog was
+    # answered before the kernel list had loaded and the cells never ran (CI, stop 34).
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text(json.dumps({"autoStartDefaultKernel": True}))
     env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
@@ -167,11 +177,12 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=timeout_s * 1000)
-            for _ in range(3):  # a kernel still connecting drops the request: ask again until a cell has started
-                for dialog in page.locator(".jp-Dialog").all():  # e.g. "Select Kernel": say which, then accept it
-                    report.dialogs.append(dialog.inner_text()[:200])
-                    dialog.locator(".jp-mod-accept").first.click()
-                    page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)
+            # ... and until the page has loaded every extension: a Run All sent before the widget manager is there
+            # shows "Error displaying widget: model not found" (jupyterlab/jupyterlab#6849; seen on a loaded machine)
+            page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+            asking_until = time.time() + timeout_s
+            while time.time() < asking_until:  # a kernel still connecting drops the request: ask until a cell starts
+                _accept_dialogs(page, report, timeout_s)
                 page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
                 page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
                 try:
@@ -183,15 +194,16 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             deadline = time.time() + timeout_s
             while time.time() < deadline:
                 report.sliders = page.locator(".widget-slider, .jupyter-widget-slider, .widget-hslider").count()
-                report.images = page.locator(".jp-OutputArea-output img").count()
+                report.images = page.locator(".jp-OutputArea-output .widget-image, .jp-OutputArea-output img").count()
                 errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
-                                      ":text('Error')").count()
+                                      ":text('Error')").count() + page.locator(f":text('{MODEL_NOT_FOUND}')").count()
                 if report.sliders and report.images or errors:
                     break
                 time.sleep(1.0)
             report.errors += [t[:300] for t in page.locator(".jp-RenderedText[data-mime-type="
                                                              "'application/vnd.jupyter.stderr']").all_inner_texts()
                               if "Error" in t]
+            report.errors += [MODEL_NOT_FOUND] * page.locator(f":text('{MODEL_NOT_FOUND}')").count()
             time.sleep(1.0)
             out = Path(screenshot)
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -206,3 +218,17 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             server.kill()
         shutil.rmtree(settings, ignore_errors=True)
     return report
+
+
+def _accept_dialogs(page, report: LabReport, timeout_s: float) -> None:
+    """Answer any open dialog (e.g. "Select Kernel") with the Python kernel where it offers a choice."""
+    for dialog in page.locator(".jp-Dialog").all():
+        report.dialogs.append(dialog.inner_text()[:200])
+        choice = dialog.locator("select")
+        if choice.count():
+            labels = [o.inner_text() for o in choice.first.locator("option").all()]
+            python = next((t for t in labels if t.startswith("Python")), None)
+            if python is not None:
+                choice.first.select_option(label=python)
+        dialog.locator(".jp-mod-accept").first.click()
+        page.wait_for_selector(".jp-Dialog", state="detached", timeout=timeout_s * 1000)

@@ -201,25 +201,25 @@ class Explorer:
         return buf.getvalue()
 
     def widget(self):
-        """Sliders for layer and head above an output area showing the figure; moving one calls :meth:`update`."""
+        """Sliders for layer and head above an image widget showing the figure; moving one calls :meth:`update`.
+
+        The figure travels as the image widget's state (PNG bytes), not as output captured into an ``Output``
+        widget, so it shows whatever matplotlib backend the kernel runs and cannot land outside the widget."""
         import ipywidgets as w
-        from IPython.display import Image, display
 
         layer = w.IntSlider(self.layer, 0, self.data.n_layers - 1, description="layer", continuous_update=False)
         head = w.IntSlider(self.head, 0, self.data.n_heads - 1, description="head", continuous_update=False)
-        out = w.Output()
+        picture = w.Image(value=self.png(), format="png", layout=w.Layout(max_width="100%"))
 
         def redraw(_=None):
             self.update(layer.value, head.value)
-            with out:  # a PNG, so the figure shows whatever matplotlib backend the kernel runs
-                out.clear_output(wait=True)
-                display(Image(self.png()))
+            picture.value = self.png()
 
         layer.observe(redraw, names="value")
         head.observe(redraw, names="value")
-        redraw()
-        box = w.VBox([w.HBox([layer, head]), out])
+        box = w.VBox([w.HBox([layer, head]), picture])
         box.sliders = (layer, head)
+        box.picture = picture
         return box
 
 
