@@ -118,3 +118,32 @@ def test_recompute_equals_one_window_at_a_time(tiny, ids):
             logits = tiny.model(ids[None, max(0, t + 1 - window):t + 1], use_cache=False).logits[0, -1]
             ref.append(F.cross_entropy(logits[None].float(), ids[t + 1:t + 2]))
     torch.testing.assert_close(got, torch.stack(ref), atol=1e-5, rtol=1e-5)
+
+
+def test_sink_cache_gives_each_layer_its_own_rope_where_the_model_has_one_per_attention_type(ids):
+    """Gemma-3 rotates sliding layers with base 10k and global layers with 1M (``rotary_emb(x, pos, layer_type)``):
+    the cache re-rotates each layer's evicted keys with that layer's RoPE, and streaming a tiny Gemma-3 through it
+    before any eviction equals the dense cache (10_llm's Xiao test stopped on Gemma-3 without it)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from sinklib.utilization.sink_cache import rope_from_model
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=64,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128)
+    model = Gemma3ForCausalLM(config).eval()
+    rotary, pos = model.model.rotary_emb, torch.arange(5, 9)
+    cache = SinkWindowCache.for_model(model, n_sink=2, window=62)
+    for layer, kind in zip(cache.layers, config.layer_types):
+        cos, sin = layer.rope(pos)
+        ref_cos, ref_sin = rotary(torch.zeros(1), pos[None], kind)
+        torch.testing.assert_close(cos, ref_cos[0].float())
+        torch.testing.assert_close(sin, ref_sin[0].float())
+    assert not torch.allclose(cache.layers[0].rope(pos)[0], cache.layers[1].rope(pos)[0])  # two bases
+    with pytest.raises(ValueError, match="layer_type"):
+        rope_from_model(model)
+    got = step_nll(model, ids[:40], cache, 4)
+    torch.testing.assert_close(got, step_nll(model, ids[:40], DynamicCache(config=config), 4), atol=1e-5, rtol=1e-5)
+    evicting = SinkWindowCache.for_model(model, n_sink=2, window=10)
+    assert torch.isfinite(step_nll(model, ids[:40], evicting, 4)).all() and evicting.evicted > 0

@@ -145,3 +145,15 @@ def test_shared_batches_train_exactly_like_batches_drawn_step_by_step(monkeypatc
     drawn = training.train(cfg, use_cache=False, progress=False)
     assert [c["val_loss"] for c in shared["checkpoints"]] == [c["val_loss"] for c in drawn["checkpoints"]]
     assert [c["train_loss"] for c in shared["checkpoints"]] == [c["train_loss"] for c in drawn["checkpoints"]]
+
+
+def test_trains_where_the_caller_turned_autograd_off(tmp_path, monkeypatch):
+    """A notebook measures with autograd off (``notebook.start(grad=False)``); a run it trains (11_moe's router)
+    must still learn: training turns autograd on for itself and leaves the caller's setting as it was."""
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+    cfg = training.TrainConfig(model=SMALL, steps=6, batch_size=4, seq_len=32, warmup=2, eval_every=3, eval_seqs=4,
+                               data="bigram_backcopy")
+    with torch.no_grad():
+        run = training.train(cfg, progress=False)
+        assert not torch.is_grad_enabled()
+    assert run["checkpoints"][-1]["step"] == 6

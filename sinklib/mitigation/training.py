@@ -253,6 +253,7 @@ def check_config(cfg: TrainConfig) -> None:
         raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")
 
 
+@torch.enable_grad()  # also where the caller measures with autograd off (a notebook's default)
 def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, device: str = "cpu") -> dict:
     """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}.
 

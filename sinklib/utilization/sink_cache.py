@@ -26,7 +26,7 @@ it would have seen, and a 4-D mask shows each query the window the cache would t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -42,18 +42,41 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_from_model(model: torch.nn.Module) -> RopeFn:
-    """cos/sin for given positions from the model's own rotary embedding (Llama/Mistral/Qwen-style models)."""
+def rope_from_model(model: torch.nn.Module, layer_type: str | None = None) -> RopeFn:
+    """cos/sin for given positions from the model's own rotary embedding (Llama/Mistral/Qwen-style models).
+
+    Models with one RoPE per attention type (Gemma-3: base 10k for "sliding_attention", 1M for "full_attention";
+    the rotary module lists them in ``layer_types``) need ``layer_type``; a model with a single type takes it.
+    """
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rotary is None:
         raise TypeError(f"{type(model).__name__} has no single `model.rotary_emb`; the sink cache needs RoPE.")
+    types = getattr(rotary, "layer_types", None)  # only the per-type rotary modules carry it
+    if types is not None:
+        if layer_type is None and len(types) == 1:
+            layer_type = types[0]
+        if layer_type not in types:
+            raise ValueError(f"{type(model).__name__} has one RoPE per attention type {list(types)}: pass "
+                             f"layer_type= one of them (got {layer_type!r})")
+    extra = () if types is None else (layer_type,)
 
     def rope(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         probe = torch.zeros(1, device=positions.device, dtype=torch.float32)
-        cos, sin = rotary(probe, positions[None])  # (1, n, head_dim)
+        cos, sin = rotary(probe, positions[None], *extra)  # (1, n, head_dim)
         return cos[0].float(), sin[0].float()
 
     return rope
+
+
+def ropes_by_layer(model: torch.nn.Module) -> list[RopeFn]:
+    """One :func:`rope_from_model` per decoder layer: the layer's own RoPE where the model has one per attention
+    type (``config.layer_types``), else the model's single RoPE for every layer."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if getattr(rotary, "layer_types", None) is None:
+        return [rope_from_model(model)] * cfg.num_hidden_layers
+    by_type = {t: rope_from_model(model, t) for t in set(cfg.layer_types)}
+    return [by_type[t] for t in cfg.layer_types]
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -199,14 +222,17 @@ class SinkWindowCache(Cache):
     ``n_sink=0`` gives the window-only cache.
     """
 
-    def __init__(self, n_sink: int, window: int, rope: RopeFn, num_layers: int):
-        super().__init__(layers=[SinkWindowLayer(n_sink, window, rope) for _ in range(num_layers)])
+    def __init__(self, n_sink: int, window: int, rope: RopeFn | Sequence[RopeFn], num_layers: int):
+        ropes = list(rope) if isinstance(rope, Sequence) else [rope] * num_layers  # one per layer
+        if len(ropes) != num_layers:
+            raise ValueError(f"{len(ropes)} RoPE functions for {num_layers} layers")
+        super().__init__(layers=[SinkWindowLayer(n_sink, window, r) for r in ropes])
         self.n_sink, self.window = n_sink, window
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, n_sink: int, window: int) -> SinkWindowCache:
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        return cls(n_sink, window, rope_from_model(model), cfg.num_hidden_layers)
+        ropes = ropes_by_layer(model)
+        return cls(n_sink, window, ropes, len(ropes))
 
     @property
     def evicted(self) -> int:
