@@ -280,3 +280,18 @@ def test_dom_ratio_is_compared_without_its_width():
     assert narrow.measured["dom_share_after_super_neuron"] == pytest.approx(170 / 640)
     same_share = origin_claims.disparity_then_sink([1], 2, 50.0, 263 * 640 / 4096, PAPER, width=640)
     assert "yes" in same_share.note.split("width-free): ")[1][:4]
+
+
+def test_the_chain_starts_at_the_earliest_strong_writer_not_a_weak_earlier_one():
+    """SmolLM2 under Sun's layer median has two massive dims (247, 507): a layer-0 neuron puts 20% of its W_down
+    column into 247, the layer-1 neuron 83 puts 73% into 507. The earliest writer that meets the share is the
+    super neuron; the weak one is chosen only when no writer is strong (and then the claim fails on its share)."""
+    from sinklib.interpretation import chain
+
+    weak, strong = _neuron((247, 330), share=0.2, layer=0), _neuron((507, 330), share=0.73, layer=1)
+    later = _neuron((507, 12), share=0.9, layer=3)
+    assert chain.earliest_writer([weak, later, strong]) is strong
+    assert chain.earliest_writer([weak]) is weak
+    assert origin_claims.super_neuron(chain.earliest_writer([weak]), [247, 507], PAPER).holds is False
+    assert origin_claims.super_neuron(chain.earliest_writer([weak, strong]), [247, 507], PAPER, 1).holds is True
+    assert chain.earliest_writer([]) is None

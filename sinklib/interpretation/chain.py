@@ -54,8 +54,19 @@ def super_neuron_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list
     if found is None:
         found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
     writers = [s for s in found if set(s.write_dims) & set(massive_dims)] or found
-    top = min(writers, key=lambda s: (s.layer, -s.first_abs)) if writers else None
+    top = earliest_writer(writers)
     return SuperNeuronLink(found, writers, top, origin_claims.super_neuron(top, massive_dims, paper, massive_onset))
+
+
+def earliest_writer(writers: list[origin.SuperNeuron],
+                    min_share: float = origin_claims.SUPER_WRITE_SHARE) -> origin.SuperNeuron | None:
+    """Where the chain starts: the earliest neuron (then the most active) among the massive dimensions' writers that
+    puts > ``min_share`` of its W_down column's squared norm there -- a weak earlier writer (SmolLM2's layer-0 neuron
+    585: 20% into dimension 247) does not hide the super neuron after it (layer 1, neuron 83: 73% into 507). When
+    none writes that much, the earliest writer, whose claim then fails on its share."""
+    strong = [s for s in writers if s.write_share > min_share]
+    pool = strong or writers
+    return min(pool, key=lambda s: (s.layer, -s.first_abs)) if pool else None
 
 
 def massive_onset(measured: tuple[dict[str, torch.Tensor], torch.Tensor]) -> int | None:

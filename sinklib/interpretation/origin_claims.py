@@ -115,7 +115,8 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
         return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
                       published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion")
     in_order = massive_onset is None or neuron.layer <= massive_onset
-    holds = (neuron.selectivity > 10 and neuron.write_share > 0.5 and bool(set(neuron.write_dims) & set(massive_dims))
+    holds = (neuron.selectivity > 10 and neuron.write_share > SUPER_WRITE_SHARE
+             and bool(set(neuron.write_dims) & set(massive_dims))
              and in_order)
     same_layer = "the paper's" if neuron.layer == ref["layer"] else f"not the paper's ({ref['layer']})"
     order = ("" if massive_onset is None else
@@ -129,6 +130,7 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
                                           f"model-specific{order}")
 
 
+SUPER_WRITE_SHARE = 0.5  # a super neuron puts more than half its W_down column's squared norm into its top dims
 _SUPER = "an early MLP neuron fires on the first token only and writes the massive dimension"
 _SUPER_RULE = ("first-token |a| > 10x its 95th percentile elsewhere, > 50% of |W_down| squared in a massive "
                "dimension, and its layer at or before the one whose output first holds the massive value")
