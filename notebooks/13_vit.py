@@ -200,17 +200,22 @@ takeaways.show(vit_takeaways.high_norm(max_ratio, vit_sinks.OUTLIER_FACTOR, prob
 
 # %% [markdown]
 # ## 5 · Test-time registers
-# Jiang et al.'s recipe: (1) find the **register neurons** -- the MLP neurons (post-activation) with the largest mean
-# |activation| at the outlier positions, over all layers; (2) append an extra token (the mean of the image's patch
-# tokens) and, in those neurons, write the maximum activation over all tokens into the extra token and zero it
-# everywhere else. With outliers, they move onto the extra token and the attention maps clean up. Where a model has
-# no outliers, the highest-norm patch of each photo at the second-to-last layer stands in for them: the recipe runs,
-# and the figure shows how little it changes when there is nothing to move. The recipe runs again on the random
-# weights as the control.
+# Jiang et al.'s recipe, as their code runs it: (1) find the **register neurons** -- the outlier tokens are those whose
+# norm after the detection layer passes an absolute cut; every MLP neuron (post-activation) is scored by its mean
+# |activation| there, times a sparsity mask (at least half the tokens below 0.5), averaged over the images with
+# outliers; the best `top_k` from layers up to `highest_layer` are kept (their per-model configs; for a model they
+# did not configure, the adaptation is printed below); (2) append an all-zeros token and, at each listed layer, write
+# one signed maximum over all tokens and the layer's listed neurons into the extra token and zero those neurons on
+# every token but CLS. With outliers, they move onto the extra token and the attention maps clean up. Where a model
+# has no token above the cut, the highest-norm patch of each photo at the detection layer stands in: the recipe
+# runs, and the figure shows how little it changes when there is nothing to move. The recipe runs again on the
+# random weights as the control.
 
 # %%
-positions, stand_in = registers.outlier_positions(prof, L - 2)
-found = registers.register_neurons(lm, pixels, positions, top=run.register_neurons, batch_size=run.batch_size)
+jiang = registers.config_for(lm.name, prof)
+positions, stand_in = registers.positions_for(prof, jiang)
+found = registers.register_neurons(lm, pixels, positions, batch_size=run.batch_size, config=jiang)
+print(f"register neurons chosen by {jiang.source}")
 after = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size,
                               extra=registers.TestTimeRegisters(lm.model, registers.neurons_by_layer(found)))
 register_norm = after.norms[-1, :, -1].mean().item()
@@ -228,14 +233,16 @@ print(f"register neurons (layer, neuron, score): {[(a, b, round(c, 2)) for a, b,
 print(f"largest / median patch norm with the register: {[round(x, 2) for x in after.max_norm_ratio()]}")
 print(f"the register token's last-layer norm {register_norm:.1f} vs median patch {after.patch_norms()[-1].median():.1f}; "
       f"L1 change of the CLS map per layer: {[round(x, 3) for x in change.tolist()]}")
-control_positions, control_stand_in = registers.outlier_positions(control_prof, L - 2)
-control_found = registers.register_neurons(control, control_pixels, control_positions, top=run.register_neurons,
-                                           batch_size=run.batch_size)
+control_jiang = registers.adapted_config(control_prof)
+control_positions, control_stand_in = registers.positions_for(control_prof, control_jiang)
+control_found = registers.register_neurons(control, control_pixels, control_positions, batch_size=run.batch_size,
+                                           config=control_jiang)
 control_after = vit_sinks.profile_vit(control, control_pixels, batch_size=run.batch_size,
                                       extra=registers.TestTimeRegisters(control.model,
                                                                         registers.neurons_by_layer(control_found)))
-register_control = registers.test_time_register_claim(control_prof, control_after, control_stand_in)
-register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in), control=register_control,
+register_control = registers.test_time_register_claim(control_prof, control_after, control_stand_in,
+                                                      control_jiang)
+register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in, jiang), control=register_control,
                             control_note="control run: it cannot be judged on random weights either (no outliers "
                                          "there)" if register_control.holds is None else "")
 del control, control_prof, control_after

@@ -71,7 +71,11 @@ def test_vit_recipe_runs_on_tiny_models(name, dtype):
     assert all(f.shape == (B, lm.hidden_size) for f in feats.values())
 
 
-def test_test_time_register_moves_the_neurons_max_onto_the_extra_token():
+def test_test_time_register_follows_the_authors_recipe_inside_the_model():
+    """Against a transcription of nickjiang2378/test-time-registers (shared/hook_fn.py: activate_on_registers with
+    normal_values="zero", shared/utils.py: sign_max, vision_transformer.py: torch.zeros register): the extra token
+    enters as zeros; at the listed layer one signed maximum over all tokens and listed neurons (per image) is written
+    into the register's listed neurons; patches get 0 there; CLS and other neurons keep their values."""
     lm, inputs = tiny.loaded("dinov2")
     layer, neurons = 1, [3, 7]
     seen = {}
@@ -86,10 +90,53 @@ def test_test_time_register_moves_the_neurons_max_onto_the_extra_token():
         plain = lm.model(**inputs).last_hidden_state
     a, r = seen["edited"], seen["raw"]  # (B, T + 1, d_ff) after / before the edit, same forward
     assert out.shape[1] == plain.shape[1] + 1
-    assert torch.all(a[:, :-1, neurons] == 0)
-    assert torch.equal(a[:, -1, neurons], r[:, :, neurons].amax(dim=1))
+    ref = r.clone()
+    for b in range(len(ref)):  # the authors' hook, which edits output[0]: one image at a time
+        block = ref[b, :, neurons]
+        hi, lo = torch.max(block), torch.min(block)
+        value = hi if abs(hi) > abs(lo) else lo
+        ref[b, -1:, neurons] = value
+        ref[b, 1:-1, neurons] = 0
+    torch.testing.assert_close(a, ref, rtol=0, atol=0)
+    assert torch.equal(a[:, 0, neurons], r[:, 0, neurons])  # CLS untouched
     other = [i for i in range(a.shape[-1]) if i not in neurons]
     assert torch.equal(a[..., other], r[..., other])
+
+
+def test_the_test_time_register_enters_as_zeros():
+    lm, inputs = tiny.loaded("dinov2")
+    seen = {}
+    first = lm.model.encoder.layer[0]
+    with torch.no_grad(), registers.TestTimeRegisters(lm.model, {1: [0]}, n_registers=2):
+        hook = first.register_forward_pre_hook(lambda m, a: seen.__setitem__("h", a[0].clone()))
+        lm.model(**inputs)
+        hook.remove()
+    assert torch.equal(seen["h"][:, -2:], torch.zeros_like(seen["h"][:, -2:]))
+
+
+def test_register_neurons_follow_the_authors_selection():
+    """find_register_neurons + the notebook's filter_layers / top_k, transcribed: outliers are the tokens (CLS too)
+    above the absolute norm cut at detect_outliers_layer; the score is mean |a| there times the per-image sparsity
+    mask (>= half the tokens below 0.5); images without outliers are skipped; layers above highest_layer drop."""
+    # (B=2, T=4, F=3), image 1 has no outlier: its activations must not count
+    acts = torch.tensor([[[0.0, 2.0, 0.0], [4.0, 2.0, 0.0], [2.0, 2.0, 3.0], [0.0, 2.0, 0.0]],
+                         [[9.0, 9.0, 9.0], [9.0, 9.0, 9.0], [9.0, 9.0, 9.0], [9.0, 9.0, 9.0]]])
+    where = torch.tensor([[False, True, True, False], [False, False, False, False]])
+    plain = registers.register_scores(acts, where)
+    torch.testing.assert_close(plain, torch.tensor([3.0, 2.0, 1.5]))
+    cfg = registers.JiangConfig(-2, 150.0, 0, 1, "test")
+    # neuron 1 is 2.0 on every token: not sparse (0 of 4 below 0.5) -> 0; neurons 0 and 2 have 2 of 4 below 0.5
+    torch.testing.assert_close(registers.register_scores(acts, where, cfg), torch.tensor([3.0, 0.0, 1.5]))
+    assert registers.sparse_neurons(acts[:1]).tolist() == [[True, False, True]]
+
+    class Prof:  # the two fields jiang_outlier_positions reads
+        n_prefix, grid = 1, (1, 3)
+        norms = torch.tensor([[[1.0, 1, 1, 1]], [[200.0, 100, 151, 149]], [[0.0, 0, 0, 0]]])  # (L=3, B=1, T=4)
+
+    assert registers.jiang_outlier_positions(Prof, cfg).tolist() == [[True, False, True, False]]  # CLS counts
+    assert registers.JIANG_CONFIGS["facebook/dinov2-large"] == registers.JiangConfig(
+        -2, 150.0, 17, 50, "nickjiang2378/test-time-registers:configs/dinov2_large.yaml")
+    assert registers.sign_max(torch.tensor([[1.0, -3.0], [2.0, 0.5]])).tolist() == [-3.0, 2.0]  # per image
 
 
 def test_register_neurons_needs_outlier_positions():
@@ -111,15 +158,28 @@ def test_linear_probe_separates_separable_features():
 def test_outlier_positions_fall_back_to_the_highest_norm_patch():
     from types import SimpleNamespace
 
-    norms = torch.ones(1, 2, 1 + 4)  # (L, B, T): CLS + 4 patches
-    norms[0, 0, 3] = 10.0  # image 0: patch 2 is an outlier (> 3 x median)
-    norms[0, 1, 2] = 1.5  # image 1: no outlier
-    prof = SimpleNamespace(patch_norms=lambda: norms[..., 1:], n_tokens=5, n_prefix=1)
-    positions, stand_in = registers.outlier_positions(prof, 0)
+    norms = torch.ones(2, 2, 1 + 4)  # (L, B, T): CLS + 4 patches; detection at layer -2 = 0
+    norms[0, 0, 3] = 10.0  # image 0: patch 2 is above the cut
+    norms[0, 1, 2] = 1.5  # image 1: nothing above it
+    prof = SimpleNamespace(norms=norms, patch_norms=lambda: norms[..., 1:], n_prefix=1, grid=(2, 2))
+    cfg = registers.JiangConfig(-2, 5.0, 1, 2, "test")
+    positions, stand_in = registers.positions_for(prof, cfg)
     assert not stand_in and positions.tolist() == [[False, False, False, True, False], [False] * 5]
     norms[0, 0, 3] = 1.2
-    positions, stand_in = registers.outlier_positions(prof, 0)
+    positions, stand_in = registers.positions_for(prof, cfg)
     assert stand_in and positions.tolist() == [[False, False, False, True, False], [False, False, True, False, False]]
+
+
+def test_register_neurons_keep_the_configs_layers_and_top_k():
+    lm, inputs = tiny.loaded("dinov2")
+    pixels = inputs["pixel_values"]
+    positions = torch.zeros(len(pixels), 17, dtype=torch.bool)
+    positions[:, 5] = True
+    cfg = registers.JiangConfig(-2, 0.0, 0, 4, "test", apply_sparsity_filter=False)
+    found = registers.register_neurons(lm, pixels, positions, config=cfg)
+    assert len(found) == 4 and {layer for layer, _, _ in found} == {0}
+    wider = registers.register_neurons(lm, pixels, positions, config=registers.JiangConfig(-2, 0.0, 1, 40, "t"))
+    assert len(wider) == 40 and {layer for layer, _, _ in wider} <= {0, 1}
 
 
 def test_register_scores_average_per_image_means_and_register_neurons_weight_batches_by_images():

@@ -48,10 +48,11 @@ check.register_scores(register_scores)
 
 # %% [markdown]
 # ## Task 3 · move the activation onto a register
-# Append an extra token to the image; in every register neuron, give the extra token (the last `n_registers`
-# tokens) the neuron's largest activation over all tokens and every other token 0. The outlier then has nowhere to
-# form but on the extra token, which the model treats as a register. `acts` (B, T, F); leave the other neurons and
-# the tensor you are given unchanged.
+# Append an extra token to the image (it starts at zeros); per image, take the one activation of largest magnitude,
+# with its sign, over all tokens and all the layer's register neurons (Jiang et al.'s `sign_max`: one value for the
+# layer, not one per neuron); give the extra tokens (the last `n_registers`) that value in every register neuron and
+# every other token but CLS (token 0) 0 there. The outlier then has nowhere to form but on the extra token, which the
+# model treats as a register. `acts` (B, T, F); leave CLS, the other neurons and the tensor you are given unchanged.
 
 # %%
 def move_to_registers(acts: torch.Tensor, neurons: list[int], n_registers: int) -> torch.Tensor:

@@ -113,7 +113,6 @@ class VitSizes:  # 13_vit
     batch_size: int
     probe_digits: int  # scikit-learn digits for the linear probe
     probe_size: int  # px the 8 x 8 digits are upscaled to
-    register_neurons: int  # top (layer, neuron) pairs moved onto the test-time register
     control_image_size: int  # px of the photos on the random-weight control (forwards only)
 
 
@@ -233,12 +232,12 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "13_vit": {
         "smoke": VitSizes(models=("dinov2-s",), image_size=112, photos=("astronaut", "coffee"), batch_size=4,
-                          probe_digits=60, probe_size=56, register_neurons=3,
+                          probe_digits=60, probe_size=56,
                           control_image_size=56),
         "cpu": VitSizes(models=("dinov2-s",), image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=600,
-                        probe_size=112, register_neurons=5, control_image_size=98),
+                        probe_size=112, control_image_size=98),
         "gpu": VitSizes(models=VIT_MODELS, image_size=224, photos=_ALL_PHOTOS, batch_size=9, probe_digits=1797,
-                        probe_size=224, register_neurons=10, control_image_size=224),
+                        probe_size=224, control_image_size=224),
     },
     "12_mllm": {
         "smoke": MllmSizes(models=("llava-standin-smoke",), heldout_digits=8, zero_shot_digits=4, batch_size=8,

@@ -66,17 +66,20 @@ def register_scores(fn: Callable, quiet: bool = False) -> Result:
 
 
 def move_to_registers(fn: Callable, quiet: bool = False) -> Result:
-    """``fn(acts (B, T, F), neurons, n_registers) -> (B, T, F)``: the test-time register edit of one MLP. The last
-    ``n_registers`` tokens are the registers. In each neuron of ``neurons`` every register gets the neuron's largest
-    activation over all tokens of the image and every other token 0; the other neurons stay as they were; the
-    tensor passed in is not changed.
+    """``fn(acts (B, T, F), neurons, n_registers) -> (B, T, F)``: the test-time register edit of one MLP, as Jiang et
+    al.'s code does it. The last ``n_registers`` tokens are the registers. Per image, v = the activation of largest
+    magnitude, with its sign, over all tokens and all listed neurons (their ``sign_max``: one value per image and
+    layer); every register gets v in each listed neuron, every other token except CLS (token 0) gets 0 there; CLS
+    and the other neurons stay as they were; the tensor passed in is not changed.
 
-    By hand (one register, neurons [0]): tokens [[1, 5], [7, 2], [0, 0]] -> neuron 0's max is 7 ->
-    [[0, 5], [0, 2], [7, 0]].
+    By hand (one register, neurons [0]): tokens [[1, 5], [7, 2], [0, 0]] -> v = 7 -> [[1, 5], [0, 2], [7, 0]] (CLS
+    keeps its 1). Two neurons [0, 1], tokens [[0.5, -2, 1], [3, -9, 0], [0, 0, 0]]: v = -9 (|-9| > 3) ->
+    [[0.5, -2, 1], [0, 0, 0], [-9, -9, 0]].
     """
     from sinklib.architectures.vit.registers import move_to_registers as reference
 
     hand = torch.tensor([[[1.0, 5.0], [7.0, 2.0], [0.0, 0.0]]])
+    signed = torch.tensor([[[0.5, -2.0, 1.0], [3.0, -9.0, 0.0], [0.0, 0.0, 0.0]]])
     rand = torch.randn(3, 9, 16, generator=torch.Generator().manual_seed(20))
 
     def untouched():
@@ -86,10 +89,12 @@ def move_to_registers(fn: Callable, quiet: bool = False) -> Result:
             raise Wrong("the activations passed in were changed: edit a copy (acts.clone())")
 
     return run("move_to_registers", [
-        ("hand case, one register, neurons [0]", lambda: same(fn(hand, [0], 1),
-                                                              torch.tensor([[[0.0, 5.0], [0.0, 2.0], [7.0, 0.0]]]),
-                                                              "activations")),
-        ("random (3, 9, 16), neurons [2, 5, 11], one register (each image its own max)",
+        ("hand case, one register, neurons [0]: CLS keeps its activation", lambda: same(
+            fn(hand, [0], 1), torch.tensor([[[1.0, 5.0], [0.0, 2.0], [7.0, 0.0]]]), "activations")),
+        ("hand case, neurons [0, 1]: one signed maximum for both (-9), not one per neuron", lambda: same(
+            fn(signed, [0, 1], 1), torch.tensor([[[0.5, -2.0, 1.0], [0.0, 0.0, 0.0], [-9.0, -9.0, 0.0]]]),
+            "activations")),
+        ("random (3, 9, 16), neurons [2, 5, 11], one register (each image its own value)",
          lambda: same(fn(rand, [2, 5, 11], 1), reference(rand, [2, 5, 11], 1), "activations")),
         ("random (3, 9, 16), neurons [2, 5], two registers", lambda: same(fn(rand, [2, 5], 2),
                                                                           reference(rand, [2, 5], 2), "activations")),
