@@ -264,15 +264,20 @@ takeaways.show(vit_takeaways.registers(found, max(prof.max_norm_ratio()), max(af
 # small model; the GPU profile runs DINOv2-L/g with and without trained registers, CLIP ViT-L/14 and DeiT-III-L.
 
 # %%
-summaries = {lm.label: vit_sinks.summary(prof)}
+summaries, profiles = {lm.label: vit_sinks.summary(prof)}, {lm.name: prof}
 for name in models[1:]:
     other = load_model(name, device=run.device, dtype=run.dtype)
     require_family(other, "vit", "13_vit")
     other_prof = vit_sinks.profile_vit(other, pixels, batch_size=run.batch_size)
     summaries[other.label] = vit_sinks.summary(other_prof)
+    profiles[name] = other_prof
     for c in vit_sinks.high_norm_claims(other_prof, other.n_layers >= 24):
         record.add(c, model=other.label)
     del other
+pairs = {name: (profiles[name], profiles[twin]) for name, twin in vit_sinks.REGISTER_TWINS.items()
+         if name in profiles and twin in profiles}
+if pairs:  # the GPU profile's DINOv2-L / -g with and without registers
+    record.add(vit_sinks.registers_remove_outliers_claim(pairs), model=", ".join(pairs))
 with plotting.style():
     fig = vit_plots.models_compared(summaries, vit_sinks.OUTLIER_FACTOR, title="High-norm tokens across models")
     plotting.save(fig, fig_dir / "fig06_models",

@@ -121,3 +121,22 @@ def test_high_norm_takeaway_explains_a_control_that_holds():
     probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}]
     text = tk.high_norm([1.9], 3.0, probes, sim, [explained], "m")
     assert "on random weights it holds" in text and "absence is what random weights share" in text
+
+
+def test_a_model_trained_with_registers_is_expected_to_have_no_outlier_patches():
+    """Darcet et al., Sec. 3 / Fig. 7: DINOv2 with registers has no high-norm patch -- a faithful run on it is a
+    success, not a failure to reproduce; and the paired claim "registers remove the outliers" over with / without."""
+    clean = torch.ones(3, 10, 4 + 5)  # CLS + 4 registers + 4 patches, nothing above the cut
+    with_reg = _profile(clean, n_prefix=5)
+    claim = vit_sinks.outliers_only_claim(with_reg, large_model=True)
+    assert claim.holds is True and "registers" in claim.note
+    dirty = clean.clone()
+    dirty[-1, :4, 5] = 10.0  # outliers on 4 of 40 patches
+    assert vit_sinks.outliers_only_claim(_profile(dirty, n_prefix=5), large_model=True).holds is False
+    many = torch.ones(3, 10, 5)
+    many[-1, 0, 1] = 10.0  # without registers: 2.5% late outliers
+    pair = vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(many), with_reg)})
+    assert pair.holds is True and pair.measured["dinov2-l"]["without registers"] > 0.005
+    assert vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(many), _profile(dirty, 5))}).holds is False
+    nothing = vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(_norms(1.0)), with_reg)})
+    assert nothing.holds is None and "no model" in nothing.note

@@ -221,28 +221,74 @@ RELATIVE_CUT = (f"outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch
                 f"cut (norm > {DARCET_CUT_VIT_G:g} for DINOv2 ViT-g)")
 
 
+REGISTER_TWINS = {"facebook/dinov2-large": "facebook/dinov2-with-registers-large",  # without -> with registers
+                  "facebook/dinov2-giant": "facebook/dinov2-with-registers-giant"}
+LARGE_FRACTION = (0.005, 0.10)  # a large model without registers: 0.5-10% outliers late (ViT-g: ~2.4%)
+
+
+def late_outlier_fraction(profile: VitProfile) -> float:
+    """The fraction of patch tokens past the outlier cut, mean over the last third of the layers and the images."""
+    frac = outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2))  # (L,)
+    return frac[-max(1, len(frac) // 3):].mean().item()
+
+
 def outliers_only_claim(profile: VitProfile, large_model: bool) -> Claim:
     """``darcet2023.outliers_only_in_large_models`` (Sec. 2.1, Fig. 3-4): small models have no high-norm tokens,
-    large long-trained ones ~2.4% (ViT-g). Rule: on a small model (``large_model`` False) it holds when no layer's
-    patch tokens pass :func:`outlier_mask`; on a large one when the last third of the layers has 0.5-10% outliers."""
+    large long-trained ones ~2.4% (ViT-g), and a model trained with registers none on its patches (Sec. 3, Fig. 7:
+    the registers take them). Each model gets its expectation: a small model holds when no layer's patch tokens
+    pass :func:`outlier_mask`; a large one without registers when the last third of the layers has 0.5-10%
+    outliers; one with registers (``profile.n_prefix > 1``) when that third has under 0.5%."""
     frac = outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2))  # (L,)
-    late = frac[-max(1, len(frac) // 3):].mean().item()
-    if large_model:
-        holds, rule = 0.005 <= late <= 0.10, "0.5-10% of patch tokens in the last third of layers are outliers"
+    late = late_outlier_fraction(profile)
+    registers = profile.n_prefix > 1
+    low, high = LARGE_FRACTION
+    if large_model and registers:
+        holds, rule = late < low, f"trained with registers: under {low:.1%} of patch tokens in the last third are outliers"
+        note = "large model trained with registers (Darcet et al. predict no outlier patches)"
+    elif large_model:
+        holds, rule = low <= late <= high, f"{low:.1%}-{high:.0%} of patch tokens in the last third of layers are outliers"
+        note = "large model"
     else:
         holds, rule = not bool((frac > 0).any()), "a small model: no patch token in any layer is an outlier"
+        note = "small model (the paper finds none at this size)"
     return Claim(
         id="darcet2023.outliers_only_in_large_models", source=f"{DARCET}, Fig. 3-4",
         statement="high-norm outlier tokens appear in large, long-trained ViTs (~2.4% of tokens in DINOv2 ViT-g), "
-                  "not in small ones",
+                  "not in small ones, and not on the patches of a model trained with registers",
         rule=f"{rule}; outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch norm",
-        published={"fraction ViT-g": DARCET_FRACTION, "cut ViT-g": DARCET_CUT_VIT_G, "small models": "none"},
+        published={"fraction ViT-g": DARCET_FRACTION, "cut ViT-g": DARCET_CUT_VIT_G, "small models": "none",
+                   "with registers": "none"},
         measured={"outlier fraction, last third": late, "max / median patch norm": max(profile.max_norm_ratio()),
                   "layers with outliers": int((frac > 0).sum())},
-        holds=holds, note="large model" if large_model else "small model (the paper finds none at this size)",
-        follows=f"Sec. 2.1, Fig. 3 (bimodal norm histogram, cut 150) and Fig. 4c (only large models); {DARCET_CODE}",
+        holds=holds, note=note,
+        follows=f"Sec. 2.1, Fig. 3 (bimodal norm histogram, cut 150), Fig. 4c (only large models) and Fig. 7 "
+                f"(registers remove them); {DARCET_CODE}",
         adapted=f"{RELATIVE_CUT}; 'large' = 24 layers or more; a large model holds with 0.5-10% outliers in the "
-                f"last third of the layers (the paper: ~2.4% of DINOv2 ViT-g's tokens)",
+                f"last third of the layers (the paper: ~2.4% of DINOv2 ViT-g's tokens), with registers under 0.5%",
+        at_init=False)
+
+
+def registers_remove_outliers_claim(pairs: dict[str, tuple[VitProfile, VitProfile]]) -> Claim:
+    """``darcet2023.registers_remove_outliers`` (Sec. 3, Fig. 7): the same model trained with registers has no
+    high-norm patch tokens where the one without has them. ``pairs``: {name: (without, with registers)}. Rule: every
+    pair whose model without registers has >= 0.5% late outliers (:func:`late_outlier_fraction`) has under 0.5% with
+    them; None when no pair has outliers to remove (then nothing was tested)."""
+    low = LARGE_FRACTION[0]
+    measured = {name: {"without registers": late_outlier_fraction(a), "with registers": late_outlier_fraction(b)}
+                for name, (a, b) in pairs.items()}
+    tested = {n: m for n, m in measured.items() if m["without registers"] >= low}
+    holds = all(m["with registers"] < low for m in tested.values()) if tested else None
+    return Claim(
+        id="darcet2023.registers_remove_outliers", source=f"{DARCET}, Fig. 7",
+        statement="training with registers removes the high-norm outlier tokens from the patches",
+        rule=f"every pair whose model without registers has >= {low:.1%} outlier patches in the last third of the "
+             f"layers has under {low:.1%} with registers; outlier = norm > {OUTLIER_FACTOR:g} x the median patch norm",
+        published="outliers disappear with registers (Fig. 7: DeiT-III, OpenCLIP, DINOv2)",
+        measured=measured, holds=holds,
+        note="" if tested else "no model without registers had outliers to remove",
+        needs_gpu=not tested,
+        follows=f"Sec. 3, Fig. 7 (norm distributions with and without registers); {DARCET_CODE}",
+        adapted=f"{RELATIVE_CUT}; pairs of the published checkpoints with and without registers (DINOv2-L / -g)",
         at_init=False)
 
 
