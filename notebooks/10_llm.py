@@ -100,7 +100,9 @@ for name in names:
     if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
         report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,
                                                                 run.stream_chunk, streaming_paper, run.seed)
-        record.add(replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), show=False, model=report.label)
+        record.add(replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), show=False, model=report.label,
+                   control_note="no random-weight control here (three more streams per model): 01_utilization runs "
+                                "this rule on SmolLM2's random weights")
     start = time.perf_counter()
     control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
     del lm
@@ -112,7 +114,10 @@ for name in names:
     added_seconds[report.name] = {"draws": round(report.seconds["draws"], 1),
                                   "control": round(time.perf_counter() - start, 1)}
     for claim in llm_survey.report_claims(report, gu):
-        record.add(claim, show=False, model=report.label, control=controls.get(claim.id))
+        record.add(claim, show=False, model=report.label, control=controls.get(claim.id),
+                   control_note="" if claim.id in controls else
+                   "no random-weight control here: 02_interpretation runs this rule's control on SmolLM2's "
+                   "configuration")
     reports.append(report)
 labels = ", ".join(r.label for r in reports)
 print("seconds added by the draws and the random-weight control:", added_seconds)

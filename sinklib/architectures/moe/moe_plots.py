@@ -42,8 +42,9 @@ def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, flo
     if kept < output_max.shape[0]:
         ax.add_patch(plt.Rectangle((kept - 0.5, -0.5), output_max.shape[0] - kept, output_max.shape[1], fill=False,
                                    hatch="//", edgecolor="white", lw=0))
-        ax.text(kept - 0.4, -0.6, f"layers >= {kept}: outside the rule (first {include_layers:.0%} of layers)",
-                fontsize=7, va="bottom", ha="left")
+        ax.text(kept - 0.3, output_max.shape[1] - 0.7,  # inside the hatched band, clear of the title
+                f"layers >= {kept}:\noutside the rule\n(first {include_layers:.0%})", fontsize=7, va="bottom",
+                ha="left", color="white", bbox={"facecolor": "black", "alpha": 0.6, "lw": 0, "pad": 1.5})
     for layer, e, _ in supers:
         ax.scatter([layer], [e], s=160, facecolors="none", edgecolors="#00C8FF", linewidths=2)
     ax.set(xlabel="layer", ylabel="expert", title=title or "Largest expert output per layer (circled: super experts)")
