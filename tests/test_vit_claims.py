@@ -28,38 +28,77 @@ def _norms(outlier: float) -> torch.Tensor:
 def test_outliers_only_in_large_models_transcribes_darcet():
     """Darcet et al., Fig. 3-4: a small model has no high-norm patch; a large one has a few (here: 1 of 8 patches in
     the last third = 12.5%, above the 10% band; 1 of 40 with more images would hold)."""
-    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), large_model=False)
+    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), expect="none")
     assert small.holds is True and small.at_init is False and "no public code" in small.follows
     assert "instead of the paper's absolute cut" in small.adapted  # the adaptation is recorded
-    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), large_model=False).holds is False  # 10 > 3 x 1
-    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), large_model=True).holds is False  # 12.5% > 10%
+    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), expect="none").holds is False  # 10 > 3 x 1
+    assert vit_sinks.outliers_only_claim(_profile(_norms(10.0)), expect="outliers").holds is False  # 12.5% > 10%
     many = torch.ones(3, 10, 5)
     many[-1, 0, 1] = 10.0  # 1 of 40 last-layer patches: 2.5%, Darcet's ~2.4%
-    assert vit_sinks.outliers_only_claim(_profile(many), large_model=True).holds is True
+    assert vit_sinks.outliers_only_claim(_profile(many), expect="outliers").holds is True
+    assert small.measured["first layer with outliers"] is None
+    assert vit_sinks.outliers_only_claim(_profile(many), "outliers").measured["first layer with outliers"] == 2
+    assert "can test" in small.statement  # worded as the half a small model tests
+
+
+def test_each_model_gets_darcets_expectation():
+    """Not 'large = 24 layers': registers -> none on the patches; the models Darcet / Jiang et al. find outliers in
+    (12-layer CLIP ViT-B/16 included) -> outliers; a small DINOv2 -> none."""
+    assert vit_sinks.expectation("facebook/dinov2-with-registers-large", 24, 5) == "registers"
+    assert vit_sinks.expectation("openai/clip-vit-base-patch16", 12, 1) == "outliers"
+    assert vit_sinks.expectation("facebook/dinov2-large", 24, 1) == "outliers"
+    assert vit_sinks.expectation("dinov2-s", 12, 1) == "none"
+
+
+def test_calibration_sets_the_relative_cut_beside_jiangs_absolute_one():
+    norms = torch.ones(3, 2, 5) * 10
+    norms[1, 0, 1] = 200.0  # layer -2: one patch of 8 over 150 and over 3 x the median 10
+    cal = registers.calibration(_profile(norms), registers.JIANG_CONFIGS["facebook/dinov2-large"])
+    assert cal["absolute cut / median patch norm"] == 15.0 and cal["fraction over the absolute cut"] == 1 / 8
+    assert cal["fraction over 3 x the median"] == 1 / 8 and cal["layer"] == -2
+    claim = vit_sinks.outliers_only_claim(_profile(norms), "outliers", cal)
+    assert claim.measured["calibration"]["absolute cut"] == 150.0
+
+
+def _sim(selected: float, normal: float, outliers: bool) -> dict:
+    return {"selected": selected, "normal": normal, "all": normal, "k": 1, "label": "x", "outliers": outliers}
 
 
 def test_outlier_claims_are_judged_only_with_outliers():
-    sim = {"top": 0.9, "all": 0.5, "k": 1}
     probe = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
-    none = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, sim, probe)
+    none = vit_sinks.high_norm_claims(_profile(_norms(1.0)), "none", _sim(0.9, 0.5, False), probe)
     assert [c.holds for c in none] == [True, None, None]
-    some = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, sim, probe)
+    some = vit_sinks.high_norm_claims(_profile(_norms(10.0)), "outliers", _sim(0.9, 0.5, True), probe,
+                                      outlier_share=1.0)
     assert [c.holds for c in some[1:]] == [True, True]  # Fig. 5a and Table 1 transcribed
     assert all(c.follows and c.adapted and c.at_init is False for c in some)
-    worse = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, {"top": 0.2, "all": 0.5, "k": 1},
-                                       probe | {"highest-norm patch": 0.35})
+    worse = vit_sinks.high_norm_claims(_profile(_norms(10.0)), "outliers", _sim(0.2, 0.5, True),
+                                       probe | {"highest-norm patch": 0.35}, outlier_share=1.0)
     assert [c.holds for c in worse[1:]] == [False, False]
+
+
+def test_the_probe_is_judged_only_where_the_probe_images_highest_norm_patch_is_an_outlier():
+    """Darcet et al.'s Table 1 probes outlier tokens: outliers on other images (the photos) do not make the digits'
+    highest-norm patch one; the share is measured on the probe images themselves."""
+    probe = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
+    [*_, few] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), "outliers", None, probe, outlier_share=0.2)
+    assert few.holds is None and "20%" in few.note
+    [*_, most] = vit_sinks.high_norm_claims(_profile(_norms(1.0)), "none", None, probe, outlier_share=0.8)
+    assert most.holds is True
+    assert most.measured["probe images whose highest-norm patch is an outlier"] == 0.8
 
 
 def test_global_information_is_judged_over_the_probe_splits():
     good = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
     bad = good | {"highest-norm patch": 0.35}
-    [*_, held] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, None, [good, good, good])
+    [*_, held] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), "outliers", None, [good, good, good],
+                                            outlier_share=1.0)
     assert held.holds is True and held.draws == (True, True, True) and held.spread["min"] == 0.85 - 0.3
-    [*_, mixed] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), True, None, [good, bad, good])
+    [*_, mixed] = vit_sinks.high_norm_claims(_profile(_norms(10.0)), "outliers", None, [good, bad, good],
+                                             outlier_share=1.0)
     assert mixed.holds is None and "unsettled: 2 of 3" in mixed.note
-    [*_, unjudged] = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, None, [good, bad, good], "3 splits")
-    assert unjudged.holds is None and unjudged.draws == (None, None, None) and unjudged.note.startswith("no outliers")
+    [*_, unjudged] = vit_sinks.high_norm_claims(_profile(_norms(1.0)), "none", None, [good, bad, good], "3 splits")
+    assert unjudged.holds is None and unjudged.draws == (None, None, None) and "ordinary patch" in unjudged.note
 
 
 def test_probe_over_splits_uses_one_split_per_seed():
@@ -94,7 +133,7 @@ def test_where_attention_goes_takeaway():
 def test_high_norm_takeaway():
     sim = {"top": 0.5, "all": 0.6, "k": 1}
     probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}] * 3
-    claims = vit_sinks.high_norm_claims(_profile(_norms(1.0)), False, sim, probes)
+    claims = vit_sinks.high_norm_claims(_profile(_norms(1.0)), "none", _sim(0.5, 0.6, False), probes)
     text = tk.high_norm([1.9, 1.5], 3.0, probes, sim, claims, "m")
     assert "no patch token passes the 3x cut" in text and "over 3 train / test splits" in text
     assert "better than the median-norm one and worse than CLS" in text and "less like their 4 neighbours" in text
@@ -115,7 +154,7 @@ def test_registers_takeaway():
 def test_high_norm_takeaway_explains_a_control_that_holds():
     from sinklib.core.claims import with_control
 
-    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), large_model=False)
+    small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), expect="none")
     explained = with_control(small, small, "absence is what random weights share")
     sim = {"top": 0.5, "all": 0.6, "k": 1}
     probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}]
@@ -128,11 +167,11 @@ def test_a_model_trained_with_registers_is_expected_to_have_no_outlier_patches()
     success, not a failure to reproduce; and the paired claim "registers remove the outliers" over with / without."""
     clean = torch.ones(3, 10, 4 + 5)  # CLS + 4 registers + 4 patches, nothing above the cut
     with_reg = _profile(clean, n_prefix=5)
-    claim = vit_sinks.outliers_only_claim(with_reg, large_model=True)
+    claim = vit_sinks.outliers_only_claim(with_reg, expect="registers")
     assert claim.holds is True and "registers" in claim.note
     dirty = clean.clone()
     dirty[-1, :4, 5] = 10.0  # outliers on 4 of 40 patches
-    assert vit_sinks.outliers_only_claim(_profile(dirty, n_prefix=5), large_model=True).holds is False
+    assert vit_sinks.outliers_only_claim(_profile(dirty, n_prefix=5), expect="registers").holds is False
     many = torch.ones(3, 10, 5)
     many[-1, 0, 1] = 10.0  # without registers: 2.5% late outliers
     pair = vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(many), with_reg)})

@@ -20,20 +20,102 @@ def test_outlier_mask_is_relative_to_the_image_median():
     assert vit_sinks.outlier_mask(norms).tolist() == [[False] * 4 + [True], [False] * 3 + [True, False]]
 
 
-def test_neighbour_similarity_hand_built():
-    flat = torch.ones(1, 3, 4, 4)  # every patch identical -> similarity 1
-    assert torch.allclose(vit_sinks.neighbour_similarity(flat, 2), torch.ones(1, 4))
-    checker = torch.ones(1, 3, 4, 4)
-    checker[..., :2, :2] = -1
-    checker[..., 2:, 2:] = -1  # patches alternate sign -> every neighbour has cosine -1
-    assert torch.allclose(vit_sinks.neighbour_similarity(checker, 2), -torch.ones(1, 4))
+def test_grid_similarity_hand_built():
+    flat = torch.ones(1, 2, 2, 3)  # every cell identical -> similarity 1
+    assert torch.allclose(vit_sinks.grid_similarity(flat), torch.ones(1, 4))
+    checker = torch.ones(1, 2, 2, 3)
+    checker[0, 0, 0] = checker[0, 1, 1] = -1  # cells alternate sign -> every neighbour has cosine -1
+    assert torch.allclose(vit_sinks.grid_similarity(checker), -torch.ones(1, 4))
+    assert vit_sinks.patch_grid(torch.zeros(2, 6, 5), (2, 3)).shape == (2, 2, 3, 5)  # (B, P, d)
+    assert vit_sinks.patch_grid(torch.zeros(2, 5, 2, 3), (2, 3)).shape == (2, 2, 3, 5)  # conv output (B, d, gh, gw)
 
 
-def test_top_patch_similarity_picks_the_most_attended():
-    received = torch.tensor([[0.1, 0.7, 0.2, 0.0]])
-    similarity = torch.tensor([[0.0, 1.0, 0.5, 0.5]])
-    out = vit_sinks.top_patch_similarity(received, similarity, top_fraction=0.25)
-    assert out == {"top": 1.0, "all": 0.5, "k": 1}
+def _profile_with_similarity(outlier: bool) -> vit_sinks.VitProfile:
+    L, B, P = 2, 1, 4
+    norms = torch.ones(L, B, 1 + P)
+    norms[0, 0, 1] = 50.0  # an early high-norm patch: not what Darcet et al. select (output norm)
+    if outlier:
+        norms[-1, 0, 3] = 10.0  # the last layer's outlier sits on patch 2
+    else:
+        norms[-1, 0, 3] = 2.0  # the highest-norm patch, below the 3x cut
+    return vit_sinks.VitProfile("h", 1, (2, 2), torch.zeros(L, B, 2, 2), torch.full((L, B, 1 + P), 0.2),
+                                torch.zeros(L), norms, embed_similarity=torch.tensor([[0.1, 0.2, 0.9, 0.3]]))
+
+
+def test_high_norm_similarity_takes_the_output_norm_outliers_in_embedding_space():
+    """Darcet et al., Fig. 5a: tokens chosen by their norm at the output, compared in the patch embeddings -- not the
+    most-attended patches at the layer where attention peaks, and not pixels."""
+    out = vit_sinks.high_norm_similarity(_profile_with_similarity(True))
+    assert out["outliers"] and out["k"] == 1 and out["selected"] == pytest.approx(0.9)
+    assert out["normal"] == pytest.approx(0.2) and out["space"] == "patch embeddings"
+    stand_in = vit_sinks.high_norm_similarity(_profile_with_similarity(False))
+    assert not stand_in["outliers"] and stand_in["selected"] == pytest.approx(0.9) and "no outliers" in stand_in["label"]
+    claim = vit_sinks.redundant_patches_claim(out)
+    assert claim.holds is True and "patch embedding" in claim.follows
+    assert vit_sinks.redundant_patches_claim(stand_in).holds is None
+
+
+def test_profile_measures_similarity_on_the_patch_embeddings():
+    lm, inputs = tiny.loaded("dinov2")
+    pixels = _pixels(lm, inputs)
+    prof = vit_sinks.profile_vit(lm, pixels, batch_size=1)
+    with torch.inference_mode():
+        embedded = lm.model.embeddings.patch_embeddings(pixels)  # (B, P, d), before CLS and position embeddings
+    assert torch.allclose(prof.embed_similarity, vit_sinks.grid_similarity(embedded.reshape(len(pixels), 4, 4, -1)),
+                          atol=1e-5)
+
+
+def test_layer_statistics_follow_suns_whole_output_median():
+    h = torch.ones(1, 1, 3, 4)
+    h[0, 0, 2, 1] = -500.0  # token 2, dimension 1
+    h[0, 0, 0, 3] = 7.0
+    top, median, site = vit_sinks.layer_statistics(h)
+    assert top[0, 0].tolist() == [500.0, 7.0, 1.0] and median[0, 0] == 1.0 and site[0, 0].tolist() == [2, 1]
+
+
+def test_vit_massive_activations_claim():
+    L, B, T = 2, 5, 3
+    prof = vit_sinks.VitProfile("h", 1, (1, 2), torch.zeros(L, B, 1, 2), torch.full((L, B, T), 1 / 3),
+                                torch.zeros(L), torch.ones(L, B, T),
+                                top_abs=torch.tensor([500.0, 1.0, 1.0]).repeat(L, B, 1),
+                                median_abs=torch.full((L, B), 0.1), top_site=torch.tensor([1, 7]).repeat(L, B, 1))
+    sun = "openai/clip-vit-large-patch14"
+    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is True  # 500 > 100, 5000 x the median
+    assert vit_sinks.vit_massive_activations_claim(prof, "dinov2-s").holds is None  # not reported by Sun et al.
+    prof.top_site[:, :3, 1] = torch.tensor([1, 2, 3])  # the peak layer's largest entry wanders over dimensions
+    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is False
+    prof.median_abs[:] = 1.0  # 500 x the median: not massive
+    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is False
+
+
+def test_fixed_register_mean_follows_suns_fix_reg_mean():
+    """locuslab/massive-activations lib/eval_utils.py: fix_reg_mean -- at every block's input, registers 1..4 are set
+    to a per-layer mean; CLS and patches are untouched. Checked on a tiny DINOv2 with registers."""
+    from sinklib.architectures.vit import register_means
+    from sinklib.core.adapters import adapter_for
+
+    lm, inputs = tiny.loaded("dinov2_registers")
+    pixels = _pixels(lm, inputs)
+    r = register_means.n_registers(lm.model)
+    means = register_means.register_input_means(lm, pixels, batch_size=1)
+    assert means.shape == (lm.n_layers, r, lm.hidden_size)
+    seen = {}
+    parts = adapter_for(lm.model).layers
+    with register_means.FixedRegisterMean(lm.model, means) as fix:  # observe after the edit's own pre-hooks
+        handles = [p.block.register_forward_pre_hook(lambda m, a, k, i=i: seen.__setitem__(i, a[0].clone()),
+                                                     with_kwargs=True) for i, p in enumerate(parts)]
+        vit_sinks.vit_forward(lm, pixels)
+        for h in handles:
+            h.remove()
+    assert fix.calls == lm.n_layers
+    for i in range(lm.n_layers):
+        assert torch.allclose(seen[i][:, 1:1 + r], means[i].expand(len(pixels), -1, -1))
+    claim = register_means.fixed_bias_claim({"as is": 0.9, "fixed register mean": 0.89}, "m")
+    assert claim.holds is True and "fix_reg_mean" in claim.follows
+    assert register_means.fixed_bias_claim({"as is": 0.9, "fixed register mean": 0.8}).holds is False
+    assert register_means.fixed_bias_claim(None).holds is None
+    with pytest.raises(ValueError, match="no register tokens"):
+        register_means.register_input_means(tiny.loaded("dinov2")[0], pixels)
 
 
 def _pixels(lm, inputs):
@@ -63,12 +145,12 @@ def test_vit_recipe_runs_on_tiny_models(name, dtype):
         after = vit_sinks.profile_vit(lm, pixels, batch_size=B)
     assert ttr.calls > 0 and after.n_tokens == prof.n_tokens + 2
     assert hooks_left(lm.model) == baseline
-    claims = vit_sinks.high_norm_claims(prof, large_model=False) + [
+    claims = vit_sinks.high_norm_claims(prof, "none", vit_sinks.high_norm_similarity(prof)) + [
         registers.test_time_register_claim(prof, after, stand_in=True)]
     assert all(c.rule for c in claims) and claims[-1].holds is None
     assert set(vit_sinks.summary(prof)) >= {"max_norm_ratio", "outlier_fraction"}
-    feats = vit_sinks.token_features(lm, pixels)
-    assert all(f.shape == (B, lm.hidden_size) for f in feats.values())
+    feats, is_outlier = vit_sinks.token_features(lm, pixels)
+    assert all(f.shape == (B, lm.hidden_size) for f in feats.values()) and is_outlier.shape == (B,)
 
 
 def test_test_time_register_follows_the_authors_recipe_inside_the_model():

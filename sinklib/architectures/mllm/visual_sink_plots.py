@@ -8,22 +8,24 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from sinklib.core.images import display
+from sinklib.core.plotting import OUTLINE_COLOR
 
 
 def standin_training(losses: Sequence[float], accuracy: float, chance: float, n: int, title: str = "") -> Figure:
-    """(a) caption loss per projector step; (b) held-out digit accuracy from caption likelihood vs chance."""
+    """Did the projector learn? (a) caption loss per projector step; (b) held-out digit accuracy from caption
+    likelihood vs chance."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained", width_ratios=(2, 1))
     ax.plot(np.arange(len(losses)), losses, color="#0072B2")
     ax.set(xlabel="projector step", ylabel="caption cross-entropy (nats)", title="(a) training the projector",
            ylim=(0, None))
-    bx.bar(["stand-in", "chance"], [accuracy, chance], color=["#0072B2", "grey"])
-    for i, v in enumerate((accuracy, chance)):
-        bx.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
-    bx.set(ylim=(0, 1.1), ylabel="accuracy", title=f"(b) {n} held-out digits: best of 10 captions")
-    if title:
-        fig.suptitle(title, fontsize=10)
+    bars = bx.bar(["stand-in", "chance"], [accuracy, chance], color=["#0072B2", "grey"])
+    bx.bar_label(bars, labels=[f"{v:.2f}" for v in (accuracy, chance)], padding=3, fontsize=8)
+    bx.set(ylim=(0, 1.2), yticks=np.linspace(0, 1, 6), ylabel="accuracy",
+           title=f"(b) {n} held-out digits: best of 10 captions")
+    fig.suptitle(f"Did the projector learn? {title}".strip(), fontsize=10)
     return fig
 
 
@@ -41,55 +43,100 @@ def attention_shares(shares: torch.Tensor, n_before: int, n_image: int, title: s
     return fig
 
 
-def visual_sinks(phi: torch.Tensor, tau: float, ratio: Sequence[float | None], pixels: torch.Tensor,
-                 example_phi: torch.Tensor, example_layer: int, title: str = "") -> Figure:
-    """(a) the largest phi of any image token per layer against tau, and the fraction of image tokens at or
-    above it; (b) attention a sink receives over a non-sink image token, per layer; (c) one image with its tokens'
-    phi at ``example_layer``. phi: (L, B, P) (NaN where not measured)."""
-    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(14, 3.8), layout="constrained", width_ratios=(1.3, 1.3, 1))
-    layers = np.arange(phi.shape[0])
-    peak = [float(torch.nan_to_num(p, nan=0).max()) if not torch.isnan(p).all() else np.nan for p in phi]
-    frac = [float((p >= tau).float().mean()) if not torch.isnan(p).all() else np.nan for p in phi]
+def _measured(phi: torch.Tensor) -> list[int]:
+    """Layers of phi (L, B, P) with at least one value measured."""
+    return [i for i in range(phi.shape[0]) if not torch.isnan(phi[i]).all()]
+
+
+def _below() -> dict:
+    """Legend keywords: under the axes (below the x label), so it never covers data."""
+    return dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncols=1)
+
+
+def visual_sinks(phi: torch.Tensor, taus: Mapping[str, float], verdict_tau: float, ratio: Sequence[float | None],
+                 pixels: torch.Tensor, example_phi: torch.Tensor, example_layer: int, title: str = "") -> Figure:
+    """(a) the largest phi of an image token per layer against each tau (dashed); (b) the fraction of image tokens
+    with phi >= tau per layer, one line per tau; (c) attention a visual sink token (phi >= ``verdict_tau``)
+    receives over a non-sink image token, per layer; (d) one image and (e) its tokens' phi at ``example_layer``,
+    cells >= ``verdict_tau`` outlined. phi: (L, B, P), all-NaN for layers not measured (skipped); taus: label ->
+    threshold; ratio: (L,), None where not measured; pixels: (3, S, S); example_phi: (P,), P = g * g."""
+    fig, axd = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c"], [".", "d", "d", "e", "e", "."]],
+                                  figsize=(14, 7.6), layout="constrained", height_ratios=(1, 1.1))
+    ax, bx, cx, dx, ex = (axd[k] for k in "abcde")
+    layers = _measured(phi)
+    peak = [float(torch.nan_to_num(phi[i], nan=-np.inf).max()) for i in layers]
+    colours = ["#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
     ax.plot(layers, peak, marker="o", color="black", label="largest phi of an image token")
-    ax.axhline(tau, color="#D55E00", ls="--", label=f"tau = {tau:g}")
-    ax.set(xlabel="layer", ylabel="phi", title="(a) image tokens' sink-dimension ratio",
-           ylim=(0, max(tau, np.nanmax(peak)) * 1.15))
-    ax2 = ax.twinx()
-    ax2.bar(layers, frac, alpha=0.3, color="#0072B2")
-    ax2.set(ylabel="fraction of image tokens >= tau", ylim=(0, 1))
-    ax.legend(fontsize=8, loc="center left")
-    vals = [np.nan if r is None else r for r in ratio]
-    bx.bar(layers, vals, color="#0072B2")
-    bx.axhline(1, color="grey", ls=":")
-    bx.set(xlabel="layer", ylabel="sink / non-sink", title="(b) attention a visual sink token receives")
-    image = display(pixels)
+    for (label, tau), colour in zip(taus.items(), colours):
+        verdict = " (verdict)" if tau == verdict_tau else ""
+        ax.axhline(tau, color=colour, ls="--", lw=1.5 if verdict else 1, label=label + verdict)
+    top = max([*taus.values(), *peak], default=1.0)
+    ax.set(xlabel="layer", ylabel="phi", title="(a) image tokens' largest phi", ylim=(0, top * 1.1))
+    ax.legend(**_below())
+    for (label, tau), colour in zip(taus.items(), colours):
+        frac = [float((phi[i][~torch.isnan(phi[i])] >= tau).float().mean()) for i in layers]
+        verdict = " (verdict)" if tau == verdict_tau else ""
+        bx.plot(layers, frac, marker="o", ms=4, color=colour, label=label + verdict, clip_on=False)
+    bx.set(xlabel="layer", ylabel="fraction of image tokens", ylim=(0, 1),
+           title="(b) image tokens with phi >= tau")
+    bx.legend(**_below())
+    shown = [(i, r) for i, r in enumerate(ratio) if r is not None and np.isfinite(r)]
+    cx.bar([i for i, _ in shown], [r for _, r in shown], color="#0072B2", label="sink / non-sink image token")
+    cx.axhline(1, color="black", ls=":", label="1 = as much as a non-sink image token")
+    cx.set(xlabel="layer", ylabel="attention received, sink / non-sink", ylim=(0, None),
+           title=f"(c) attention to a visual sink (phi >= {verdict_tau:g})")
+    for axis in (ax, bx, cx):
+        axis.set_xlim(-0.5, phi.shape[0] - 0.5)
+    cx.legend(**_below())
+    dx.imshow(display(pixels))
+    dx.set_title("(d) the image", fontsize=9)
     g = int(round(example_phi.numel() ** 0.5))
-    heat = torch.nn.functional.interpolate(example_phi.reshape(1, 1, g, g).float(), size=image.shape[:2],
-                                           mode="nearest")[0, 0].numpy()
-    cx.imshow(image)
-    im = cx.imshow(heat, cmap="magma", alpha=0.5)
-    cx.set_xticks([])
-    cx.set_yticks([])
-    cx.set_title(f"(c) phi per image token, layer {example_layer}", fontsize=9)
-    fig.colorbar(im, ax=cx, shrink=0.8)
+    grid = example_phi.detach().cpu().reshape(g, g).float().numpy()
+    im = ex.imshow(np.ma.masked_invalid(grid), cmap="magma", interpolation="nearest")
+    rows, cols = np.nonzero(np.nan_to_num(grid, nan=-np.inf) >= verdict_tau)
+    for r, c in zip(rows, cols):
+        ex.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec=OUTLINE_COLOR, lw=1.5))
+    passed = f"outlined: phi >= {verdict_tau:g}" if len(rows) else f"none >= tau = {verdict_tau:g}"
+    ex.set_title(f"(e) phi per image token, layer {example_layer}\n({passed})", fontsize=9)
+    fig.colorbar(im, ax=ex, shrink=0.85, label="phi")
+    for axis in (dx, ex):
+        axis.set_xticks([])
+        axis.set_yticks([])
+        axis.grid(False)
+        axis.spines[:].set_visible(False)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
 
 
-def masking_and_var(nll: Mapping[str, float], random_runs: Sequence[float], title: str = "") -> Figure:
-    """Mean caption NLL as is, with the visual sinks hidden, with as many random image tokens hidden (each random
-    draw a dot), and with VAR."""
+def masking_and_var(nll: Mapping[str, float], random_runs: Sequence[float], title: str = "",
+                    ylabel: str = "caption NLL (nats / token)") -> Figure:
+    """Mean NLL per condition (bars: as is, sinks hidden, random hidden, VAR, ...), each random draw a dot beside
+    the "random hidden" bar. The y axis starts at 0 unless all values lie within 10% of the largest: then it is
+    zoomed to the data and the title says so."""
     fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
     names = list(nll)
     colours = {"as is": "black", "sinks hidden": "#D55E00", "random hidden": "grey", "VAR": "#009E73"}
-    ax.bar(names, [nll[n] for n in names], color=[colours.get(n, "#0072B2") for n in names], alpha=0.8)
-    if "random hidden" in names and random_runs:
+    ax.bar(names, [nll[n] for n in names], width=0.6, color=[colours.get(n, "#0072B2") for n in names], alpha=0.8)
+    tops = {n: nll[n] for n in names}
+    runs = [float(v) for v in random_runs]
+    if "random hidden" in names and runs:
         i = names.index("random hidden")
-        ax.scatter([i] * len(random_runs), random_runs, color="black", s=12, zorder=3, label="each random draw")
-        ax.legend(fontsize=8, loc="lower right")
+        jitter = np.random.default_rng(0).uniform(-0.05, 0.05, len(runs))
+        ax.scatter(i + 0.4 + jitter, runs, color="black", s=12, zorder=3, label="each random draw")
+        tops["random hidden"] = max(tops["random hidden"], *runs)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     for i, n in enumerate(names):
-        ax.text(i, nll[n], f"{nll[n]:.3f}", ha="center", va="bottom", fontsize=8)
-    top = max(max(nll.values()), max(random_runs, default=0))
-    ax.set(ylabel="caption NLL (nats / token)", ylim=(0, top * 1.15), title=title or "Masking and VAR")
+        ax.annotate(f"{nll[n]:.3f}", (i, tops[n]), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8)
+    values = [*nll.values(), *runs]
+    hi, lo = max(values, default=0.0), min(values, default=0.0)
+    heading = title or "Masking and VAR"
+    if hi > 0 and lo > 0 and hi - lo < 0.1 * hi:
+        span = max(hi - lo, 1e-3 * hi)
+        ax.set_ylim(lo - 0.4 * span, hi + 0.4 * span)
+        heading += "\n(y axis does not start at 0)"
+    else:
+        ax.set_ylim(0, hi * 1.15 if hi > 0 else 1.0)
+    ax.set(ylabel=ylabel, title=heading)
     return fig

@@ -87,6 +87,20 @@ def adapted_config(profile, family: str = "dinov2") -> JiangConfig:
     return JiangConfig(detect, threshold, highest, top_k, how)
 
 
+def calibration(profile, config: JiangConfig) -> dict:
+    """This project's relative outlier cut set beside Jiang et al.'s absolute one, at their detection layer: the
+    absolute cut as a multiple of the median patch norm (median over images), and the fraction of patch tokens past
+    each cut. Where the two fractions agree on a model they configured, the relative cut finds their outliers.
+    profile: a :class:`~sinklib.architectures.vit.vit_sinks.VitProfile` of the unedited model."""
+    pn = profile.patch_norms()[config.detect_outliers_layer]  # (B, P)
+    median = pn.median(dim=-1, keepdim=True).values  # (B, 1)
+    cut = config.register_norm_threshold
+    return {"config": config.source, "layer": config.detect_outliers_layer, "absolute cut": cut,
+            "absolute cut / median patch norm": float((cut / median).median()),
+            "fraction over the absolute cut": float((pn > cut).float().mean()),
+            f"fraction over {OUTLIER_FACTOR:g} x the median": float((pn > OUTLIER_FACTOR * median).float().mean())}
+
+
 def config_for(name: str, profile) -> JiangConfig:
     """The authors' config for registry ``name`` where they shipped one, else :func:`adapted_config`."""
     if name in JIANG_CONFIGS:

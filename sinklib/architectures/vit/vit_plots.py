@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -12,24 +13,27 @@ from matplotlib.figure import Figure
 from sinklib.core.images import display
 
 
-def _overlay(ax, image: np.ndarray, heat: torch.Tensor, title: str = "") -> None:
-    """Image with a heat map (normalised to its own max) upsampled over it."""
+def _overlay(ax, image: np.ndarray, heat: torch.Tensor, title: str = ""):
+    """Image with a heat map (normalised to its own max) upsampled over it; returns the heat map's image."""
     size = image.shape[0]
     h = torch.nn.functional.interpolate(heat[None, None].float(), size=(size, size), mode="nearest")[0, 0].numpy()
     ax.imshow(image)
-    ax.imshow(h / max(h.max(), 1e-12), cmap="inferno", alpha=0.6, vmin=0, vmax=1)
+    im = ax.imshow(h / max(h.max(), 1e-12), cmap="inferno", alpha=0.6, vmin=0, vmax=1)
     ax.set_xticks([])
     ax.set_yticks([])
     if title:
         ax.set_title(title, fontsize=8)
+    return im
 
 
 def cls_maps(pixels: torch.Tensor, maps: torch.Tensor, names: Sequence[str], layers: Sequence[int],
              title: str = "") -> Figure:
     """Rows: images; columns: the photo, then the CLS query's attention over the patches at each chosen layer
-    (each map scaled to its own maximum). maps: (L, B, gh, gw)."""
+    (each map scaled to its own maximum; one shared colour bar). pixels: (B, 3, S, S); maps: (L, B, gh, gw)."""
     rows, cols = len(names), len(layers) + 1
-    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 1.75 * rows), layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 1.75 * rows + 0.6), layout="constrained",
+                             squeeze=False)
+    im = None
     for r, name in enumerate(names):
         image = display(pixels[r])
         axes[r, 0].imshow(image)
@@ -37,7 +41,10 @@ def cls_maps(pixels: torch.Tensor, maps: torch.Tensor, names: Sequence[str], lay
         axes[r, 0].set_yticks([])
         axes[r, 0].set_ylabel(name, fontsize=8)
         for c, layer in enumerate(layers, start=1):
-            _overlay(axes[r, c], image, maps[layer, r], f"layer {layer}" if r == 0 else "")
+            im = _overlay(axes[r, c], image, maps[layer, r], f"layer {layer}" if r == 0 else "")
+    if im is not None:
+        fig.colorbar(im, ax=axes, location="bottom", shrink=0.6, aspect=30,
+                     label="attention relative to the map's maximum")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -96,24 +103,29 @@ def token_norms(patch_norms: torch.Tensor, layers: Sequence[int], max_ratio: Seq
     return fig
 
 
-def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: Mapping[str, float],
+def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: Mapping[str, float | int | str],
                          title: str = "") -> Figure:
-    """(a) linear-probe accuracy of the digit label from CLS / the highest-norm patch / the median-norm patch;
-    (b) neighbour similarity of the most-attended patches vs all patches."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    """(a) linear-probe accuracy of the digit label per token (e.g. CLS / highest-norm / median-norm patch) vs
+    chance; (b) mean cosine similarity to the 4 neighbours of the selected tokens vs all patches. similarity:
+    {"selected", "all": float, "k": count, "label": what the selected tokens are, "space" (optional): what is
+    compared, default "patch embeddings"}."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     names = list(probe)
-    ax.bar(names, [probe[n] for n in names], color=["#0072B2", "#D55E00", "grey"][:len(names)])
+    bars = ax.bar([textwrap.fill(n, 16) for n in names], [probe[n] for n in names],
+                  color=["#0072B2", "#D55E00", "grey"][:len(names)])
+    ax.bar_label(bars, labels=[f"{probe[n]:.2f}" for n in names], padding=2, fontsize=8)
     ax.axhline(chance, color="black", ls=":")
-    ax.text(len(names) - 0.5, chance, f"chance {chance:.2f}", ha="right", va="bottom", fontsize=8)
-    for i, n in enumerate(names):
-        ax.text(i, probe[n], f"{probe[n]:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.text(1.01, chance, f"chance\n{chance:.2f}", transform=ax.get_yaxis_transform(), ha="left", va="center",
+            fontsize=8)
     ax.set(ylim=(0, 1.1), ylabel="held-out accuracy", title="(a) linear probe of the digit label")
-    labels = [f"top {similarity['k']} most-attended", "all patches"]
-    bx.bar(labels, [similarity["top"], similarity["all"]], color=["#D55E00", "grey"])
-    for i, v in enumerate((similarity["top"], similarity["all"])):
-        bx.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
-    bx.set(ylim=(0, 1.1), ylabel="cosine similarity to 4 neighbours (pixels)",
-           title="(b) are the most-attended patches redundant?")
+    values = [float(similarity["selected"]), float(similarity["all"])]
+    labels = [textwrap.fill(str(similarity["label"]), 22), "all patches"]
+    bars = bx.bar(labels, values, color=["#D55E00", "grey"])
+    bx.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=2, fontsize=8)
+    bx.axhline(0, color="black", lw=0.8)
+    space = similarity.get("space", "patch embeddings")
+    bx.set(ylim=(min(0.0, min(values) - 0.15), 1.1), ylabel=textwrap.fill(f"cosine similarity to 4 neighbours ({space})", 34),
+           title="(b) are the high-norm patches redundant?")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -121,26 +133,29 @@ def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: 
 
 def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: torch.Tensor, names: Sequence[str],
                            layer: int, title: str = "") -> Figure:
-    """Rows: images; columns: photo, CLS attention map without and with the test-time register at ``layer``, and
-    their difference (red: more attention with the register; its scale under each map). before / after:
-    (L, B, gh, gw)."""
-    fig, axes = plt.subplots(len(names), 4, figsize=(7.2, 1.8 * len(names)), layout="constrained", squeeze=False)
-    for r, name in enumerate(names):
+    """One panel per image: the change of the CLS query's attention map at ``layer`` with the test-time register
+    (after - before; red: more attention with it) over a faint grey copy of the photo, all on one symmetric scale
+    set by the largest value of the "as is" maps, so a change is read against the attention itself.
+    pixels: (B, 3, S, S); before / after: (L, B, gh, gw)."""
+    n = len(names)
+    fig, axes = plt.subplots(1, n, figsize=(min(12.0, 2.4 * n + 0.4), 3.3), layout="constrained", squeeze=False)
+    lim = max(float(before[layer, :n].max()), 1e-12)
+    im = None
+    for r, (ax, name) in enumerate(zip(axes[0], names)):
         image = display(pixels[r])
-        axes[r, 0].imshow(image)
-        axes[r, 0].set_ylabel(name, fontsize=8)
-        axes[r, 0].set_xticks([])
-        axes[r, 0].set_yticks([])
-        _overlay(axes[r, 1], image, before[layer, r], "as is" if r == 0 else "")
-        _overlay(axes[r, 2], image, after[layer, r], "test-time register" if r == 0 else "")
-        diff = (after[layer, r] - before[layer, r]).numpy()
-        lim = max(abs(diff).max(), 1e-12)
-        axes[r, 3].imshow(diff, cmap="coolwarm", vmin=-lim, vmax=lim)
-        axes[r, 3].set_xticks([])
-        axes[r, 3].set_yticks([])
-        axes[r, 3].set_xlabel(f"max |diff| {lim:.3f} (map max {before[layer, r].max():.3f})", fontsize=7)
-        if r == 0:
-            axes[r, 3].set_title("after - before", fontsize=8)
+        size = image.shape[0]
+        ax.imshow(0.55 + 0.45 * image.mean(-1), cmap="gray", vmin=0, vmax=1)  # the photo, faint
+        diff = (after[layer, r] - before[layer, r]).float()
+        up = torch.nn.functional.interpolate(diff[None, None], size=(size, size), mode="nearest")[0, 0].numpy()
+        im = ax.imshow(up, cmap="coolwarm", vmin=-lim, vmax=lim, alpha=0.75)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.grid(False)
+        ax.spines[:].set_visible(False)
+        ax.set_title(f"{name}\nmax |change| = {float(diff.abs().max()):.3f}", fontsize=8)
+    label = "change of CLS attention (after - before), scale = largest 'as is' value"
+    fig.colorbar(im, ax=axes, location="bottom", shrink=0.8, aspect=30,
+                 label=label if n >= 3 else textwrap.fill(label, 40))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

@@ -1,0 +1,154 @@
+"""The figures of 12_mllm and 13_vit, built from small synthetic inputs: readable (no layout problems) and drawing
+what they claim (outlined cells, one shared colour scale, one row, a colour bar)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from sinklib.architectures.mllm import visual_sink_plots
+from sinklib.architectures.vit import vit_plots
+from sinklib.core import plotting
+from sinklib.core.figure_layout import layout_problems
+
+
+@pytest.fixture
+def drawn():
+    """Builds figures in sinklib's style; checks each is a clean Figure; closes them all afterwards."""
+    figs = []
+
+    def build(fn, *args, **kwargs) -> Figure:
+        with plotting.style():
+            fig = fn(*args, **kwargs)
+            figs.append(fig)
+            assert isinstance(fig, Figure)
+            assert layout_problems(fig) == []
+        return fig
+
+    yield build
+    for fig in figs:
+        plt.close(fig)
+
+
+def _pixels(n: int | None = None, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand((3, 84, 84) if n is None else (n, 3, 84, 84), generator=g)
+
+
+def test_standin_training_states_the_check(drawn):
+    fig = drawn(visual_sink_plots.standin_training, torch.linspace(3, 1, 50).tolist(), 0.82, 0.1, 200,
+                title="SmolLM2 stand-in")
+    assert fig.get_suptitle().startswith("Did the projector learn?")
+    fig = drawn(visual_sink_plots.standin_training, [2.0, 1.5, 1.0], 1.0, 0.1, 20)
+    assert fig.get_suptitle() == "Did the projector learn?"
+
+
+def test_attention_shares(drawn):
+    shares = torch.softmax(torch.rand(12, 3), -1)
+    drawn(visual_sink_plots.attention_shares, shares, 5, 36, title="where text looks")
+
+
+def _visual_sinks(drawn, example_phi: torch.Tensor, verdict_tau: float = 7.5):
+    torch.manual_seed(0)
+    phi = torch.rand(10, 4, 36) * 25
+    phi[:2] = float("nan")
+    taus = {"tau = 20 (paper)": 20.0, "width-matched tau = 7.5": 7.5}
+    ratio = [None, None, 1.4, 2.0, None, 3.1, 0.8, 1.2, 5.0, 2.2]
+    return drawn(visual_sink_plots.visual_sinks, phi, taus, verdict_tau, ratio, _pixels(), example_phi, 6,
+                 title="Visual sink tokens, sink dims [12, 301], SmolLM2 stand-in")
+
+
+def test_visual_sinks_outlines_the_sinks_and_has_no_twin_axis(drawn):
+    example = torch.rand(36) * 5
+    example[[3, 10, 20, 35]] = torch.tensor([8.0, 12.0, 7.5, 30.0])
+    fig = _visual_sinks(drawn, example)
+    panels = {ax.get_title().split(" ")[0]: ax for ax in fig.axes if ax.get_title()}
+    assert set(panels) == {"(a)", "(b)", "(c)", "(d)", "(e)"}
+    assert len(fig.axes) == 5 + 1  # five panels and the colour bar of (e): no twin axis
+    positions = {tuple(round(v, 4) for v in ax.get_position().bounds) for ax in fig.axes}
+    assert len(positions) == len(fig.axes)
+    outlined = [p for p in panels["(e)"].patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert len(outlined) == int((example >= 7.5).sum()) == 4
+    assert "(verdict)" in " ".join(t.get_text() for t in panels["(a)"].get_legend().get_texts())
+    assert panels["(b)"].get_ylim() == (0, 1)
+    legend_c = " ".join(t.get_text() for t in panels["(c)"].get_legend().get_texts())
+    assert "1 = as much as a non-sink image token" in legend_c
+
+
+def test_visual_sinks_says_when_no_cell_passes(drawn):
+    fig = _visual_sinks(drawn, torch.rand(36), verdict_tau=20.0)
+    (ex,) = [ax for ax in fig.axes if ax.get_title().startswith("(e)")]
+    assert "none >= tau" in ex.get_title()
+    assert not [p for p in ex.patches if isinstance(p, Rectangle)]
+
+
+@pytest.mark.parametrize("nll, zoomed", [
+    ({"as is": 2.10, "sinks hidden": 2.25, "random hidden": 2.12, "VAR": 2.09}, True),
+    ({"as is": 0.9, "sinks hidden": 2.4, "random hidden": 1.1, "VAR": 0.85}, False),
+])
+def test_masking_and_var(drawn, nll, zoomed):
+    runs = [nll["random hidden"] + d for d in (-0.02, 0.0, 0.03, 0.05, -0.01)]
+    fig = drawn(visual_sink_plots.masking_and_var, nll, runs, title="Hiding visual sinks vs random, and VAR",
+                ylabel="NLL of the digit token (nats)")
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "NLL of the digit token (nats)"
+    assert ("does not start at 0" in ax.get_title()) == zoomed
+    assert (ax.get_ylim()[0] == 0) != zoomed
+
+
+def test_cls_maps_has_one_shared_colour_bar(drawn):
+    maps = torch.rand(8, 3, 6, 6)
+    fig = drawn(vit_plots.cls_maps, _pixels(3), maps, ["cat", "dog", "digit 7"], [0, 3, 7], title="CLS maps")
+    bars = [ax for ax in fig.axes if "relative to the map's maximum" in ax.get_xlabel() + ax.get_ylabel()]
+    assert len(bars) == 1
+    assert len(fig.axes) == 3 * 4 + 1
+
+
+def test_registers_before_after_one_row_one_scale(drawn):
+    torch.manual_seed(0)
+    before = torch.softmax(torch.rand(6, 4, 6, 6).flatten(-2) * 4, -1).reshape(6, 4, 6, 6)
+    after = before + 0.01 * torch.randn_like(before)
+    names = ["cat", "dog", "digit 7", "digit 1"]
+    fig = drawn(vit_plots.registers_before_after, _pixels(4), before, after, names, 5, title="Test-time register")
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 4
+    assert len({round(ax.get_position().y0, 6) for ax in panels}) == 1
+    lim = float(before[5].max())
+    for ax in panels:
+        lo, hi = ax.images[-1].get_clim()
+        assert math.isclose(hi, lim, rel_tol=1e-6) and math.isclose(lo, -lim, rel_tol=1e-6)
+    assert fig.get_figwidth() <= 12
+    for ax, name in zip(panels, names):
+        assert ax.get_title().startswith(name) and "max |change| = " in ax.get_title()
+    labels = [ax.get_xlabel() + ax.get_ylabel() for ax in fig.axes if not ax.images]
+    assert any("change of CLS attention" in " ".join(label.split()) for label in labels)
+    drawn(vit_plots.registers_before_after, _pixels(1), before[:, :1], after[:, :1], ["cat"], 5)
+
+
+def test_probe_and_redundancy(drawn):
+    probe = {"CLS": 0.91, "highest-norm patch": 0.42, "median-norm patch": 0.35}
+    similarity = {"selected": 0.71, "all": 0.55, "k": 12, "label": "12 highest-norm patches (last layer)"}
+    fig = drawn(vit_plots.probe_and_redundancy, probe, 0.1, similarity, title="High-norm tokens")
+    bx = fig.axes[1]
+    assert bx.get_title() == "(b) are the high-norm patches redundant?"
+    assert "(patch embeddings)" in " ".join(bx.get_ylabel().split())
+    fig = drawn(vit_plots.probe_and_redundancy, probe, 0.1, {**similarity, "space": "pixels", "selected": -0.1})
+    assert "(pixels)" in " ".join(fig.axes[1].get_ylabel().split())
+
+
+def test_where_attention_goes_token_norms_models_compared(drawn):
+    torch.manual_seed(0)
+    drawn(vit_plots.where_attention_goes, torch.rand(12).tolist(), (torch.rand(12) * 40).tolist(),
+          (torch.rand(12) * 3).tolist(), 37, title="Where attention goes")
+    norms = torch.rand(12, 8, 36) + 1
+    norms[8:, :, 5] = 30
+    drawn(vit_plots.token_norms, norms, [0, 6, 11], (torch.rand(12) * 20).tolist(), 10.0, title="Token norms")
+    summaries = {f"model {i}": {"max_norm_ratio": (torch.rand(n) * 30).tolist(), "n_prefix": 1 + i,
+                                "outlier_fraction": (torch.rand(n) * 0.02).tolist()}
+                 for i, n in enumerate((12, 24, 6))}
+    drawn(vit_plots.models_compared, summaries, 10.0, title="High-norm tokens across models")
