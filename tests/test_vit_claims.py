@@ -131,15 +131,19 @@ def test_where_attention_goes_takeaway():
 
 
 def test_high_norm_takeaway():
-    sim = {"top": 0.5, "all": 0.6, "k": 1}
+    sim = _sim(0.5, 0.6, False) | {"all": 0.6, "label": "2 highest-norm patches"}
     probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}] * 3
     claims = vit_sinks.high_norm_claims(_profile(_norms(1.0)), "none", _sim(0.5, 0.6, False), probes)
     text = tk.high_norm([1.9, 1.5], 3.0, probes, sim, claims, "m")
     assert "no patch token passes the 3x cut" in text and "over 3 train / test splits" in text
     assert "better than the median-norm one and worse than CLS" in text and "less like their 4 neighbours" in text
+    assert "The 2 highest-norm patches are less like" in text
+    cal = {"absolute cut": 150.0, "layer": -2, "absolute cut / median patch norm": 15.0,
+           "fraction over the absolute cut": 0.0, "fraction over 3 x the median": 0.0}
     other = tk.high_norm([5.0, 1.5], 3.0, [{"CLS": 0.5, "highest-norm patch": 0.4, "median-norm patch": 0.6}],
-                         {"top": 0.7, "all": 0.6, "k": 1}, claims, "m")
-    assert "pass the 3x cut in 1 of 2 layers" in other and "worse than the median-norm one" in other
+                         _sim(0.7, 0.6, True) | {"all": 0.6, "label": "outliers"}, claims, "m", 0.25, 0, cal)
+    assert "pass the 3x cut in 1 of 2 layers, first in layer 0" in other and "worse than the median-norm one" in other
+    assert "outlier in 25% of them" in other and "is 15 x this model's median patch norm" in other
     assert "more like their 4 neighbours" in other
 
 
@@ -149,6 +153,15 @@ def test_registers_takeaway():
     assert "below the 3x outlier cut" in text
     moved = tk.registers([(9, 1, 1.0)], 5.0, 1.2, 6.0, [0.1], 3.0, False, None, "m")
     assert "at the outliers" in moved and "above the 3x outlier cut" in moved and "falls from 5x" in moved
+    split = tk.registers([(9, 1, 1.0)], 5.0, 1.2, 6.0, [0.1], 3.0, False, None, "m",
+                         {"chosen": [0.4], "other patches": [0.6], "extra": [0.0]},
+                         {"chosen": [0.05], "other patches": [0.5], "extra": [0.45]})
+    assert "outlier patches 0.400 of its attention without the register and 0.0500 with it, and the register 0.450" in split
+
+
+def test_cls_maps_takeaway():
+    text = tk.cls_maps([0.1, 0.5, 0.2], [0, 1], 10, "m")
+    assert "0.100-0.500" in text and "most in layer 1" in text
 
 
 def test_high_norm_takeaway_explains_a_control_that_holds():
@@ -156,9 +169,8 @@ def test_high_norm_takeaway_explains_a_control_that_holds():
 
     small = vit_sinks.outliers_only_claim(_profile(_norms(1.0)), expect="none")
     explained = with_control(small, small, "absence is what random weights share")
-    sim = {"top": 0.5, "all": 0.6, "k": 1}
     probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}]
-    text = tk.high_norm([1.9], 3.0, probes, sim, [explained], "m")
+    text = tk.high_norm([1.9], 3.0, probes, _sim(0.5, 0.6, False), [explained], "m")
     assert "on random weights it holds" in text and "absence is what random weights share" in text
 
 

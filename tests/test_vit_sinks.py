@@ -280,3 +280,19 @@ def test_register_scores_average_per_image_means_and_register_neurons_weight_bat
     whole = registers.register_neurons(lm, pixels, positions, top=4, batch_size=5)
     assert [(a, b) for a, b, _ in batched] == [(a, b) for a, b, _ in whole]
     torch.testing.assert_close(torch.tensor([s for *_, s in batched]), torch.tensor([s for *_, s in whole]))
+
+
+def test_cls_attention_split_before_and_after_a_register():
+    """Jiang et al.'s before / after: the CLS query's attention to the outlier patches, the other patches and the
+    appended register. CLS + 2 x 2 patches + 1 register; patch 1 is the outlier."""
+    row = torch.tensor([[[0.1, 0.0, 0.5, 0.1, 0.1, 0.2]]])  # (L=1, B=1, T=6)
+    prof = vit_sinks.VitProfile("h", 1, (2, 2), torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 6), torch.zeros(1),
+                                torch.ones(1, 1, 6), cls_row=row)
+    split = vit_sinks.cls_attention_split(prof, torch.tensor([[False, True, False, False]]))
+    assert split["extra"] == [pytest.approx(0.2)] and split["chosen"] == [pytest.approx(0.5)]
+    assert split["other patches"] == [pytest.approx(0.2)]
+    from sinklib.architectures.vit import vit_plots
+    from sinklib.core.figure_layout import layout_problems
+
+    fig = vit_plots.cls_split(split, split, stand_in=False, title="t")
+    assert layout_problems(fig) == []

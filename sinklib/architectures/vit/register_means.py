@@ -45,8 +45,8 @@ def register_input_means(lm: LoadedModel, pixels: torch.Tensor, batch_size: int 
     for start in range(0, len(pixels), batch_size):
         seen: dict[int, torch.Tensor] = {}
         handles = [p.block.register_forward_pre_hook(
-            lambda m, args, kwargs, i=i: seen.__setitem__(i, (args[0] if args else kwargs["hidden_states"])
-                                                          [:, 1:1 + r].float().sum(0).cpu()), with_kwargs=True)
+            lambda m, args, kwargs, i=i, seen=seen: seen.__setitem__(
+                i, (args[0] if args else kwargs["hidden_states"])[:, 1:1 + r].float().sum(0).cpu()), with_kwargs=True)
             for i, p in enumerate(parts)]
         try:
             vit_forward(lm, pixels[start:start + batch_size])

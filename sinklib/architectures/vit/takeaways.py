@@ -33,15 +33,35 @@ def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[floa
     return paragraph(title, cls, top, ent)
 
 
+def cls_maps(peak_share: Sequence[float], layers: Sequence[int], n_patches: int, title: str) -> str:
+    """Section 1 (fig01): how concentrated the CLS query's map is at the layers shown -- the most-attended patch's
+    share of the CLS query's patch attention (mean over photos) against the uniform 1/P."""
+    shown = [peak_share[i] for i in layers]
+    most = max(layers, key=lambda i: peak_share[i])
+    return paragraph(title, f"At the layers shown, the CLS query's most-attended patch takes {span(shown)} of its "
+                            f"attention to the patches ({span([x * n_patches for x in shown], 2)} x the uniform 1/P), "
+                            f"most in layer {most}; each map is scaled to its own maximum, so a uniform-looking map "
+                            f"and a peaked one can share a colour.")
+
+
 def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mapping[str, float]],
-              similarity: Mapping[str, float], claims: Sequence[Claim], title: str) -> str:
-    """Section 4: the largest / median patch norm against the outlier cut, the probe accuracies (over the splits),
-    the most-attended patches' neighbour similarity against all patches, and the claims' verdicts."""
+              similarity: Mapping[str, float], claims: Sequence[Claim], title: str, outlier_share: float = 0.0,
+              first_layer: int | None = None, calibration: Mapping | None = None) -> str:
+    """Section 4: the largest / median patch norm against the outlier cut (where outliers first appear, and the cut
+    beside Jiang et al.'s absolute one), the probe accuracies (over the splits) and how many probe images have an
+    outlier as their highest-norm patch, the selected patches' neighbour similarity in the patch embeddings against
+    all patches, and the claims' verdicts."""
     worst = max(range(len(max_ratio)), key=lambda i: max_ratio[i])
     passing = sum(r > factor for r in max_ratio)
     norms = (f"The largest patch norm is at most {num(max_ratio[worst])} x the image's median (layer {worst}): "
              + (f"no patch token passes the {num(factor)}x cut in any layer." if passing == 0 else
-                f"patch tokens pass the {num(factor)}x cut in {passing} of {len(max_ratio)} layers."))
+                f"patch tokens pass the {num(factor)}x cut in {passing} of {len(max_ratio)} layers, first in layer "
+                f"{first_layer}."))
+    if calibration:
+        norms += (f" Jiang et al.'s absolute cut ({num(calibration['absolute cut'])} at layer {calibration['layer']}) "
+                  f"is {num(calibration['absolute cut / median patch norm'])} x this model's median patch norm there; "
+                  f"{num(100 * calibration['fraction over the absolute cut'])}% of patches pass it and "
+                  f"{num(100 * calibration[f'fraction over {num(factor)} x the median'])}% pass the relative cut.")
     acc = {k: [p[k] for p in probes] for k in probes[0]}
     mean = {k: sum(v) / len(v) for k, v in acc.items()}
     splits = f" over {len(probes)} train / test splits" if len(probes) > 1 else ""
@@ -50,18 +70,20 @@ def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mappin
              f"{splits}: on average the highest-norm patch reads it "
              f"{compare(mean['highest-norm patch'], mean['median-norm patch'], 'better than', 'worse than', 'as well as')}"
              f" the median-norm one and {compare(mean['highest-norm patch'], mean['CLS'], 'better than', 'worse than', 'as well as')}"
-             f" CLS.")
-    redundant = (f"The most-attended patches are "
-                 f"{compare(similarity['top'], similarity['all'], 'more', 'less', 'as')} like their 4 neighbours "
-                 f"{'as' if similarity['top'] == similarity['all'] else 'than'} patches overall "
-                 f"({num(similarity['top'])} against {num(similarity['all'])} mean cosine similarity).")
+             f" CLS; the digits' highest-norm patch is an outlier in {num(100 * outlier_share)}% of them.")
+    redundant = (f"The {similarity['label']} are "
+                 f"{compare(similarity['selected'], similarity['all'], 'more', 'less', 'as')} like their 4 neighbours "
+                 f"in the patch embeddings {'as' if similarity['selected'] == similarity['all'] else 'than'} patches "
+                 f"overall ({num(similarity['selected'])} against {num(similarity['all'])} mean cosine similarity).")
     verdicts = "; ".join(claim_line(c) for c in claims)
     why = " ".join(f"`{c.id}` on random weights: {c.control_note}." for c in claims if c.control_contradicts)
     return paragraph(title, norms, probe, redundant, f"{verdicts}.", why)
 
 
 def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, ratio_after: float, register_ratio: float,
-              change: Sequence[float], factor: float, stand_in: bool, claim: Claim | None, title: str) -> str:
+              change: Sequence[float], factor: float, stand_in: bool, claim: Claim | None, title: str,
+              split_before: Mapping[str, Sequence[float]] | None = None,
+              split_after: Mapping[str, Sequence[float]] | None = None) -> str:
     """Section 5: where the register neurons sit, the largest / median patch norm before and after the test-time
     register, the register's own norm against the cut, the change of the CLS maps, and the claim's verdict."""
     layers = sorted({layer for layer, _, _ in found})
@@ -73,4 +95,9 @@ def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, rati
              f"to {num(ratio_after)}x, and the register token ends at {num(register_ratio)}x the median patch norm, "
              f"{compare(register_ratio, factor, 'above', 'below', 'at')} the {num(factor)}x outlier cut.")
     maps = f"The CLS map's L1 change per layer is {span(change)}."
+    if split_before and split_after:
+        what = "the highest-norm patch" if stand_in else "the outlier patches"
+        maps += (f" In the last layer the CLS query gives {what} {num(split_before['chosen'][-1])} of its attention "
+                 f"without the register and {num(split_after['chosen'][-1])} with it, and the register "
+                 f"{num(split_after['extra'][-1])}.")
     return paragraph(title, first, norms, maps, f"{claim_line(claim)}." if claim else "")

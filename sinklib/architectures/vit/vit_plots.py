@@ -179,3 +179,26 @@ def models_compared(summaries: Mapping[str, Mapping], factor: float, title: str 
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
+
+
+def cls_split(before: Mapping[str, Sequence[float]], after: Mapping[str, Sequence[float]], stand_in: bool,
+              title: str = "") -> Figure:
+    """Jiang et al.'s before / after view of the CLS query, per layer: (a) without the register, its attention to
+    the outlier patches (or their stand-in) and to the other patches; (b) with it, to the register as well.
+    before / after: :func:`sinklib.architectures.vit.vit_sinks.cls_attention_split` (lists over layers)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained", sharey=True)
+    chosen = "highest-norm patch (stand-in)" if stand_in else "outlier patches"
+    styles = {"chosen": (chosen, "#D55E00", "o"), "other patches": ("other patches", "grey", "s"),
+              "extra": ("test-time register", "#0072B2", "^")}
+    for ax, split, name in ((axes[0], before, "(a) as is"), (axes[1], after, "(b) with the test-time register")):
+        layers = np.arange(len(split["chosen"]))
+        for key, (label, colour, marker) in styles.items():
+            if key == "extra" and not any(split[key]):
+                continue
+            ax.plot(layers, split[key], marker=marker, ms=3, color=colour, label=label)
+        ax.set(xlabel="layer", title=name, ylim=(0, 1))
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    axes[0].set_ylabel("share of the CLS query's attention")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
