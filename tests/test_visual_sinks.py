@@ -169,8 +169,9 @@ def test_compare_edits_and_digit_accuracy_run_through_the_processor_path(tiny_hu
     pictures = [np.full((40, 40, 3), v, np.uint8) for v in (0, 90, 180)]
     prof = vs.profile_mllm(lm.model, vs.caption_inputs(lm, pictures[:2], [" a", " b"])[0])
     out = va.compare_edits(lm, pictures, [" one", " two", " three"], prof.dims, batch_size=2, draws=2, seed=0)
-    assert set(out.means) == {"as is", "sinks hidden", "random hidden", "VAR"} and len(out.random_draws) == 2
-    assert out.sinks_per_image.shape == (3,) and out.masking()["random_draws"] == out.random_draws
+    assert set(out.means) == {"image token", "caption"} and len(out.random_draws["caption"]) == 2
+    assert set(out.means["image token"]) == {"as is", "sinks hidden", "random hidden", "VAR"}
+    assert out.sinks_per_image.shape == (3,) and out.masking()["random_draws"] == out.random_draws["image token"]
     assert 0.0 <= vs.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0
 
 
@@ -216,15 +217,23 @@ def _profile(fraction_sinks: float = 0.5, received_sink: float = 4.0) -> vs.Mllm
                           torch.full((L, 3), 1 / 3), ph, received, torch.zeros(L, 8), [3, 5])
 
 
-def _edits(sinks: float, randoms: list[float], var: float, profile=None) -> va.EditComparison:
+def _edits(sinks: float, randoms: list[float], var: float, profile=None, rows=(5, 100)) -> va.EditComparison:
+    """The same numbers for the image-dependent token; the caption's mean moves the other way (it must not decide)."""
     means = {"as is": 1.0, "sinks hidden": 1.0 + sinks, "random hidden": 1.0 + sum(randoms) / len(randoms),
              "VAR": var}
-    return va.EditComparison(means, [1.0 + r for r in randoms], torch.ones(2), profile)
+    caption = {"as is": 1.0, "sinks hidden": 1.0 - sinks, "random hidden": 1.0, "VAR": 2.0 - var}
+    return va.EditComparison({"image token": means, "caption": caption},
+                             {"image token": [1.0 + r for r in randoms], "caption": [1.0] * len(randoms)},
+                             torch.ones(2), profile, rows)
 
 
 def test_claims_record_what_they_follow_and_that_training_makes_them():
     claims = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=True)
     assert [c.holds for c in claims] == [True, True, True]
+    assert "image-dependent token" in claims[1].rule and "image-dependent token" in claims[2].rule
+    assert claims[2].measured["rows edited"] == 5 and claims[2].measured["rows it could edit"] == 100
+    idle = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9, rows=(0, 100)), standin=True)
+    assert idle[2].holds is None and "no image-centric row" in idle[2].note
     for c in claims:
         assert c.follows and c.at_init is False and c.adapted
     assert "seilk/VisAttnSink:src/logic/logic.py:DimProspector.run_logic" in claims[0].follows
@@ -266,3 +275,38 @@ def test_one_run_is_recorded_as_it_is():
     out = va.claims_over_draws([claims], "one model")
     assert [c.holds for c in out] == [c.holds for c in claims] and all(c.draws_of == "one model" for c in out)
     assert out[1].note == claims[1].note  # "no visual sink token", not an "unsettled" count
+
+
+def test_the_image_dependent_token_is_each_rows_last_caption_token():
+    """Kang et al.'s edits scored on the digit of "a handwritten digit 7", not averaged with the tokens every image
+    shares. token_nll's frame starts at the first kept logit."""
+    labels = torch.tensor([[-100, -100, 5, 6, 7], [-100, -100, -100, 8, 9]])
+    nll = torch.tensor([[0.0, 0.1, 0.2, 0.3], [0.0, 0.0, 0.4, 0.5]])  # (B, K - 1) for labels[:, 1:]
+    assert vs.last_token_nll(nll, labels).tolist() == pytest.approx([0.3, 0.5])
+    logits = torch.zeros(2, 5, 10)
+    logits[0, 3, 7] = 5.0  # the position before row 0's last token predicts it well
+    out = vs.scores(logits, labels)
+    assert out["image token"][0] < out["image token"][1] and out["caption"].shape == (2,)
+
+
+def test_width_matched_tau_and_the_verdicts_sensitivity():
+    """phi <= sqrt(d): tau = 20 asks for 400 / 4096 = 9.8% of the squared norm at d = 4096; the same share at
+    d = 576 is tau = 7.5."""
+    assert vs.width_matched_tau(4096) == pytest.approx(20.0) and vs.width_matched_tau(576) == pytest.approx(7.5)
+    prof = _profile()
+    prof.phi[2:, :, 1] = 10.0  # a second token between the two thresholds
+    sens = vs.tau_sensitivity(prof, [20.0, 7.5])
+    assert sens[20.0]["sinks per image"] == 1 and sens[7.5]["sinks per image"] == 2
+    claim = vs.visual_sink_claims(prof, None, None, True, d_model=576)[0]
+    assert claim.measured["width-matched tau"] == pytest.approx(7.5) and set(claim.measured["by tau"]) == {"20", "7.5"}
+
+
+def test_plain_background_marks_patches_without_ink():
+    import numpy as np
+
+    img = np.full((8, 8, 3), 255, np.uint8)
+    img[:4, :4] = 0  # ink in the top-left quarter
+    bg = vs.plain_background([img], grid=2)
+    assert bg.tolist() == [[False, True, True, True]]
+    assert vs.sink_jaccard(torch.tensor([[True, False], [False, False]]),
+                           torch.tensor([[True, True], [False, False]])) == pytest.approx(0.75)

@@ -56,7 +56,8 @@ def shares(layer_shares: Sequence[Sequence[float]], n_before: int, n_image: int,
 
 
 def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[float], first_phi: Sequence[float],
-          ratios: Sequence[float | None], claim: Claim | None, tau: float = 20.0) -> str:
+          ratios: Sequence[float | None], claim: Claim | None, tau: float = 20.0,
+          sensitivity: Mapping[float, Mapping] | None = None) -> str:
     """Section 2: the sink dimensions, the layers where image tokens reach phi >= tau, how much attention those
     tokens receive, and the claim's verdict (over the stand-in seeds, with its random-weight control).
     Per-layer inputs: fractions (NaN before layer 2), max_phi (image tokens), first_phi (the first token), ratios."""
@@ -79,13 +80,20 @@ def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[flo
         text.append(f"No image token reaches phi >= {num(tau)} in any layer from 2 on (largest phi "
                     f"{span([v for _, v in _finite(max_phi)])}; the first token's "
                     f"{span([v for i, v in first_in.items() if i >= 2])}).")
+    others = {t: v for t, v in (sensitivity or {}).items() if t != tau}
+    for t, v in others.items():
+        text.append(f"At the width-matched tau = {num(t)} (the share of the squared norm that tau = {num(tau)} asks "
+                    f"for at d = 4096) up to {pct(v['max fraction'])} of the image tokens in a layer are sinks "
+                    f"({num(v['sinks per image'], 2)} per image) and the existence rule "
+                    f"{'holds' if v['holds'] else 'fails'} there; the verdict uses the paper's tau = {num(tau)}.")
     if claim is not None:
         text.append(f"Claim {claim_line(claim)}.")
     return paragraph("visual sink tokens", *text)
 
 
 def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_image: float, n_image: int,
-          n_digits: int, masking: Claim | None, var: Claim | None, exist: Claim | None = None) -> str:
+          n_digits: int, masking: Claim | None, var: Claim | None, exist: Claim | None = None,
+          scored: str = "caption NLL", var_rows: tuple[int, int] | None = None) -> str:
     """Section 3: the NLL increase with the sinks hidden against each random draw's, VAR's change of the NLL, and
     the claims' verdicts (over the stand-in seeds and the random draws, with their random-weight controls);
     ``exist``: section 2's claim, judged here once every draw is in."""
@@ -99,11 +107,14 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
     else:
         where = "inside the random draws' range"
     moved = compare(means["VAR"], base, "raises", "lowers", "leaves")
-    var_text = (f"VAR {moved} the NLL from {num(base)} to {num(means['VAR'])}" if moved != "leaves"
-                else f"VAR leaves the NLL at {num(base)}")
+    var_text = (f"VAR {moved} the {scored} from {num(base)} to {num(means['VAR'])}" if moved != "leaves"
+                else f"VAR leaves the {scored} at {num(base)}")
+    if var_rows is not None:
+        var_text += (f", redistributing in {var_rows[0]:,} of the {var_rows[1]:,} (head, text query, layer) rows it "
+                     f"could edit ({pct(var_rows[0] / var_rows[1] if var_rows[1] else 0.0)})")
     if sinks_per_image == 0:
         return paragraph(f"{n_digits:,} held-out digits", "No image token is a visual sink here, so there is nothing "
-                         "to hide or redistribute: hiding the sinks and VAR leave the captions' NLL as it is.",
+                         f"to hide or redistribute: hiding the sinks and VAR leave the {scored} as it is.",
                          f"Claim {claim_line(exist)}; " if exist is not None else "",
                          f"claim {claim_line(masking, 'kang2025.masking_sinks_is_harmless')}; "
                          f"claim {claim_line(var, 'kang2025.var_helps')}.")
@@ -111,8 +122,8 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
                      and c.control_note), "")
     return paragraph(
         f"{n_digits:,} held-out digits, {num(sinks_per_image, 2)} visual sinks per image of {n_image:,} image tokens",
-        f"Hiding the visual sinks {compare(d_sink, 0, 'raises', 'lowers', 'leaves')} the caption NLL by "
-        f"{num(abs(d_sink))} nats/token; hiding as many random image tokens changes it by {span(d_rand)} "
+        f"Hiding the visual sinks {compare(d_sink, 0, 'raises', 'lowers', 'leaves')} the {scored} by "
+        f"{num(abs(d_sink))} nats; hiding as many random image tokens changes it by {span(d_rand)} "
         f"(mean {num(sum(d_rand) / len(d_rand))}, {len(d_rand)} draw{'s' if len(d_rand) > 1 else ''}): the sinks' "
         f"effect is {where}.",
         f"{var_text}.",
@@ -140,3 +151,19 @@ def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0) -> str:
                + ": the same language model, a projector trained from another seed, and the image tokens stay just "
                  "under the threshold -- so with nothing to hide, its masking and VAR draws are not judged.")
     return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".", why)
+
+
+def kang_extras(background: Claim, same_across_prompts: float, across_images: float, n_prompts: int) -> str:
+    """Section 3b: where the visual sinks sit (on the digits' background or on the ink) and whether they keep
+    their positions across prompts (the same image under other captions) and across images."""
+    m = background.measured
+    if m["visual sink tokens"]:
+        where = (f"{pct(m['share on background'])} of the {m['visual sink tokens']:,} visual sink tokens sit on the "
+                 f"plain background, against {pct(m['background share of all image tokens'])} of all image tokens.")
+    else:
+        where = "There is no visual sink token to place on the background or the ink."
+    keep = (f"The same images under {n_prompts} other captions keep their sink set with a Jaccard overlap of "
+            f"{num(same_across_prompts)}" + (" (the image comes before the caption and attention is causal, so the "
+                                              "image tokens never see it)" if same_across_prompts == 1 else "")
+            + f"; two different digits share {num(across_images)} of their sink positions on average.")
+    return paragraph("where the sinks sit", where, keep, f"Claim {claim_line(background)}.")

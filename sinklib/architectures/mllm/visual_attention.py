@@ -22,14 +22,12 @@ from sinklib.architectures.mllm.visual_sinks import (
     KANG_TAU,
     MllmProfile,
     caption_inputs,
-    caption_nll,
     logits_kwargs,
-    mean_nll,
     phi,
     profile_forward,
     random_like,
+    scores,
     sink_union,
-    token_nll,
     visual_sink_claims,
 )
 from sinklib.core.claims import Claim, over_draws
@@ -136,7 +134,8 @@ class VisualAttentionRedistribution(Intervention):
         self.image = image.bool()
         self.text_from = int(self.image.nonzero().max()) + 1
         self._sinks: dict[int, torch.Tensor] = {}
-        self.rows_edited = 0
+        self.rows_edited = 0  # (head, text query) rows VAR redistributed, summed over layers
+        self.rows_seen = 0  # the (head, text query) rows it could have: every head x text query x edited layer
 
     def _install(self) -> None:
         for i in self.layers:
@@ -163,6 +162,7 @@ class VisualAttentionRedistribution(Intervention):
             image = self.image[None, :n].to(sinks.device).expand_as(sinks)
             rows = image_centric_rows(weights, sinks & image, image, max(stop - cached, 0), self.rho, self.summ)
             self.rows_edited += int(rows.sum())
+            self.rows_seen += int(rows.shape[0] * rows.shape[1] * max(rows.shape[2] - max(stop - cached, 0), 0))
             attention_mask = attention_mask + var_bias(weights, sinks, image, rows, self.p).to(attention_mask.dtype)
             self.calls += 1
         return self._delegate(module, query, key, value, attention_mask, **kwargs)
@@ -174,27 +174,38 @@ def adapter_layers(model: nn.Module):
     return adapter_for(model).layers
 
 
+SCORES = ("image token", "caption")  # what an edit is scored on; the verdicts use the first
+
+
 @dataclass
 class EditComparison:
-    """Mean caption NLL (nats / token) per condition, each random draw's mean, and the visual sinks per image."""
+    """Mean NLL (nats / token) per condition and score, each random draw's mean, the visual sinks per image, and the
+    rows VAR edited.
 
-    means: dict[str, float]  # "as is", "sinks hidden", "random hidden" (mean over draws), "VAR"
-    random_draws: list[float]
+    means[score]: {"as is", "sinks hidden", "random hidden" (mean over draws), "VAR"} for score "image token" (the
+    digit: the one caption token that depends on the image; Kang et al.'s claims are judged on it) and "caption"
+    (the mean over all caption tokens, kept for comparison); random_draws[score]: each draw's mean."""
+
+    means: dict[str, dict[str, float]]
+    random_draws: dict[str, list[float]]
     sinks_per_image: torch.Tensor  # (N,)
     profile: MllmProfile | None = None  # the first batch's profile (sinks found with the given dims)
+    var_rows: tuple[int, int] = (0, 0)  # (rows VAR edited, rows it could have), summed over batches and layers
 
-    def nll_changes(self) -> dict[str, float]:
+    def nll_changes(self, score: str = SCORES[0]) -> dict[str, float]:
         """NLL changes against "as is": sinks hidden, random tokens hidden (mean of the draws), VAR; and the largest
         image-token phi of the first batch (how close a model without visual sinks comes to the threshold)."""
-        return {"sinks": self.means["sinks hidden"] - self.means["as is"],
-                "random": self.means["random hidden"] - self.means["as is"], "VAR": self.means["VAR"] - self.means["as is"],
+        m = self.means[score]
+        return {"sinks": m["sinks hidden"] - m["as is"], "random": m["random hidden"] - m["as is"],
+                "VAR": m["VAR"] - m["as is"],
                 "max_phi": (float(torch.nan_to_num(self.profile.phi, nan=0).max()) if self.profile is not None
                             else math.nan)}
 
-    def masking(self) -> dict:
+    def masking(self, score: str = SCORES[0]) -> dict:
         """The ``masking`` argument of :func:`sinklib.architectures.mllm.visual_sinks.visual_sink_claims`."""
-        return {"none": self.means["as is"], "sinks": self.means["sinks hidden"],
-                "random": self.means["random hidden"], "random_draws": self.random_draws}
+        m = self.means[score]
+        return {"none": m["as is"], "sinks": m["sinks hidden"], "random": m["random hidden"],
+                "random_draws": self.random_draws[score], "score": score}
 
 
 # Model types whose language tower takes a KV cache of the tokens before the text with plain 1D positions, so that
@@ -208,8 +219,10 @@ def uses_prefix_cache(model: nn.Module) -> bool:
 
 
 @torch.inference_mode()
-def edited_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, edit, prefix=None) -> torch.Tensor:
-    """:func:`caption_nll` under the intervention ``edit`` -> (B,).
+def edited_scores(model: nn.Module, inputs: dict, labels: torch.Tensor, edit,
+                  prefix=None) -> dict[str, torch.Tensor]:
+    """:func:`~sinklib.architectures.mllm.visual_sinks.scores` (caption NLL and the image-dependent token's NLL)
+    under the intervention ``edit`` -> {score: (B,)}.
 
     prefix: ``(cache, S)``, a KV cache (``DynamicCache``) holding the first S positions of ``inputs``: then only the
     tokens from S on are run, attending to the cached keys and values. Exact for an edit that changes nothing
@@ -218,7 +231,9 @@ def edited_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, edit, prefi
     S afterwards, ready for the next edit.
     """
     if prefix is None:
-        return caption_nll(model, inputs, labels, edit)
+        with edit:
+            logits = model(**inputs, **logits_kwargs(model, labels)).logits
+        return scores(logits, labels)
     cache, start = prefix
     ids = inputs["input_ids"]
     mask = inputs.get("attention_mask", torch.ones_like(ids))
@@ -227,7 +242,12 @@ def edited_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, edit, prefi
         logits = model(input_ids=ids[:, start:], attention_mask=mask, past_key_values=cache, use_cache=True,
                        logits_to_keep=keep).logits  # (B, keep, V)
     cache.crop(start - cache.get_seq_length())  # a negative count: drop the positions this forward added
-    return mean_nll(token_nll(logits, labels), labels)
+    return scores(logits, labels)
+
+
+def edited_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, edit, prefix=None) -> torch.Tensor:
+    """The caption NLL of :func:`edited_scores` -> (B,)."""
+    return edited_scores(model, inputs, labels, edit, prefix)["caption"]
 
 
 def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], batch_size: int, draws: int,
@@ -241,9 +261,9 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
     condition, "as is" included, runs just the text on that cache (:func:`edited_nll`), VAR with the cached
     tokens' sinks from the same forward -- the numbers of whole forwards, to float rounding.
     """
-    nll: dict[str, list[torch.Tensor]] = {"as is": [], "sinks hidden": [], "VAR": []}
-    random_runs: list[list[torch.Tensor]] = [[] for _ in range(draws)]
-    n_sinks, first = [], None
+    nll: dict[str, list[dict[str, torch.Tensor]]] = {"as is": [], "sinks hidden": [], "VAR": []}
+    random_runs: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(draws)]
+    n_sinks, first, var_rows = [], None, [0, 0]
     cached = uses_prefix_cache(lm.model)
     for i in range(0, len(pictures), batch_size):
         x, y = caption_inputs(lm, pictures[i:i + batch_size], captions[i:i + batch_size])
@@ -261,25 +281,39 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
             prefix[0].crop(text - prefix[0].get_seq_length())
             prefix_sinks = run.token_phi[:, :, :text] >= tau  # (L, B, S)
         del run
-        nll["as is"].append(edited_nll(lm.model, x, y, contextlib.nullcontext(), prefix))
-        nll["sinks hidden"].append(edited_nll(lm.model, x, y, KeyMask(lm.model, keys, text), prefix))
+        nll["as is"].append(edited_scores(lm.model, x, y, contextlib.nullcontext(), prefix))
+        nll["sinks hidden"].append(edited_scores(lm.model, x, y, KeyMask(lm.model, keys, text), prefix))
         for r in range(draws):
             rand = torch.zeros_like(keys)
             rand[:, p.image] = random_like(union, seed=seed + 1000 * r + i)
-            random_runs[r].append(edited_nll(lm.model, x, y, KeyMask(lm.model, rand, text), prefix))
+            random_runs[r].append(edited_scores(lm.model, x, y, KeyMask(lm.model, rand, text), prefix))
         var = VisualAttentionRedistribution(lm.model, dims, p.image, tau=tau, prefix_sinks=prefix_sinks)
-        nll["VAR"].append(edited_nll(lm.model, x, y, var, prefix))
-    mean = {k: torch.cat(v).mean().item() for k, v in nll.items()}
-    random_means = [torch.cat(v).mean().item() for v in random_runs]
-    means = {"as is": mean["as is"], "sinks hidden": mean["sinks hidden"],
-             "random hidden": sum(random_means) / len(random_means), "VAR": mean["VAR"]}
-    return EditComparison(means, random_means, torch.cat(n_sinks), first)
+        nll["VAR"].append(edited_scores(lm.model, x, y, var, prefix))
+        var_rows[0] += var.rows_edited
+        var_rows[1] += var.rows_seen
+
+    def mean(batches: list[dict[str, torch.Tensor]], score: str) -> float:
+        return torch.cat([b[score] for b in batches]).mean().item()
+
+    means, random_means = {}, {}
+    for score in SCORES:
+        random_means[score] = [mean(v, score) for v in random_runs]
+        means[score] = {"as is": mean(nll["as is"], score), "sinks hidden": mean(nll["sinks hidden"], score),
+                        "random hidden": sum(random_means[score]) / len(random_means[score]),
+                        "VAR": mean(nll["VAR"], score)}
+    return EditComparison(means, random_means, torch.cat(n_sinks), first, tuple(var_rows))
 
 
-def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool) -> list[Claim]:
-    """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits."""
-    return visual_sink_claims(profile, edits.masking(), {"none": edits.means["as is"], "VAR": edits.means["VAR"]},
-                              standin)
+def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool, d_model: int | None = None,
+                score: str = SCORES[0]) -> list[Claim]:
+    """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits, judged on ``score``
+    (the image-dependent token by default); the other score is recorded beside it."""
+    m = edits.means[score]
+    var = {"none": m["as is"], "VAR": m["VAR"], "score": score, "rows edited": edits.var_rows[0],
+           "rows it could edit": edits.var_rows[1],
+           "caption NLL": {"none": edits.means["caption"]["as is"], "VAR": edits.means["caption"]["VAR"]}}
+    masking = edits.masking(score) | {"caption NLL": edits.masking("caption")}
+    return visual_sink_claims(profile, masking, var, standin, d_model)
 
 
 def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
