@@ -3,6 +3,8 @@ section that must give different words)."""
 
 from __future__ import annotations
 
+import torch
+
 from sinklib.architectures.mllm import takeaways as tk
 from sinklib.core.claims import Claim
 
@@ -49,8 +51,8 @@ def test_edits_follow_the_sign_of_each_effect():
     mild = tk.edits({"as is": 0.366, "sinks hidden": 0.382, "VAR": 0.376}, [0.375, 0.386], 2.1, 36, 64,
                     _claim("kang2025.masking_sinks_is_harmless", None), _claim("kang2025.var_helps", False))
     assert "raises the caption NLL by 0.267" in hurt and "more than any random draw" in hurt
-    assert "VAR lowers the NLL from 0.372 to 0.367" in hurt and "6.8 visual sinks per image" in hurt
-    assert "inside the random draws' range" in mild and "VAR raises the NLL" in mild
+    assert "VAR lowers the caption NLL from 0.372 to 0.367" in hurt and "6.8 visual sinks per image" in hurt
+    assert "inside the random draws' range" in mild and "VAR raises the caption NLL" in mild
     assert "`kang2025.var_helps` holds" in hurt and "`kang2025.var_helps` does not hold" in mild
 
 
@@ -71,10 +73,24 @@ def test_edits_say_why_the_control_could_not_judge_the_edits():
                       control_note="control run: on random weights no image token reaches phi >= 20 (largest 3.9)")
     text = tk.edits({"as is": 0.3, "sinks hidden": 0.4, "VAR": 0.3}, [0.31], 2.0, 36, 8, masking, None)
     assert "control run: on random weights no image token reaches phi >= 20 (largest 3.9)." in text
-    assert "VAR leaves the NLL at 0.300" in text and "`kang2025.var_helps` was not judged" in text
+    assert "VAR leaves the caption NLL at 0.300" in text and "`kang2025.var_helps` was not judged" in text
 
 
 def test_edits_without_sinks_say_there_is_nothing_to_hide():
     text = tk.edits({"as is": 5.48, "sinks hidden": 5.48, "VAR": 5.48}, [5.48], 0.0, 16, 8,
                     _claim("kang2025.masking_sinks_is_harmless", None), _claim("kang2025.var_helps", None))
     assert "No image token is a visual sink here" in text and "raises" not in text
+
+
+def test_kang_extras_reports_each_stand_in_and_only_compares_positions_with_sinks():
+    from sinklib.architectures.mllm import visual_sinks as vs
+
+    with_sinks = vs.background_claim(torch.tensor([[True, True, False, False]]),
+                                     torch.tensor([[True, True, True, False]]), True)
+    without = vs.background_claim(torch.zeros(1, 4, dtype=torch.bool), torch.tensor([[True, True, True, False]]), True)
+    assert with_sinks.holds is True and with_sinks.measured["share on background"] == 1.0  # >= 90% and > 75%
+    text = tk.kang_extras(with_sinks, {0: without, 1: with_sinks}, 1.0, 0.5, 1, True)
+    assert "seed 0: no visual sink token" in text and "seed 1: 100% of 2 sinks on background (all image tokens: 75%)" in text
+    assert "Jaccard overlap of 1 (the image comes before the caption" in text and "share 0.500 of their" in text
+    none = tk.kang_extras(without, {0: without}, 1.0, 1.0, 1, False)
+    assert "no positions to compare" in none and "Jaccard" not in none

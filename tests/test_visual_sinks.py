@@ -310,3 +310,17 @@ def test_plain_background_marks_patches_without_ink():
     assert bg.tolist() == [[False, True, True, True]]
     assert vs.sink_jaccard(torch.tensor([[True, False], [False, False]]),
                            torch.tensor([[True, True], [False, False]])) == pytest.approx(0.75)
+
+
+def test_background_claim_transcribes_kangs_table_6():
+    """> 90% of the visual sink tokens on background (and more than the background's own share)."""
+    bg = torch.tensor([[True, True, True, False]] * 5)
+    on_bg = torch.zeros(5, 4, dtype=torch.bool)
+    on_bg[:, 0] = True
+    assert vs.background_claim(on_bg, bg, True).holds is True
+    on_ink = on_bg.clone()
+    on_ink[:2, 0], on_ink[:2, 3] = False, True  # 2 of 5 sinks on the ink: 60%
+    assert vs.background_claim(on_ink, bg, True).holds is False
+    assert vs.background_claim(torch.zeros(5, 4, dtype=torch.bool), bg, True).holds is None
+    assert vs.background_claim(torch.ones(5, 4, dtype=torch.bool), torch.ones(5, 4, dtype=torch.bool),
+                               True).holds is False  # 100%, but no more than the background's own share

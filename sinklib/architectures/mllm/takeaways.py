@@ -153,17 +153,24 @@ def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0) -> str:
     return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".", why)
 
 
-def kang_extras(background: Claim, same_across_prompts: float, across_images: float, n_prompts: int) -> str:
-    """Section 3b: where the visual sinks sit (on the digits' background or on the ink) and whether they keep
-    their positions across prompts (the same image under other captions) and across images."""
-    m = background.measured
-    if m["visual sink tokens"]:
-        where = (f"{pct(m['share on background'])} of the {m['visual sink tokens']:,} visual sink tokens sit on the "
-                 f"plain background, against {pct(m['background share of all image tokens'])} of all image tokens.")
+def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_prompts: float, across_images: float,
+                n_prompts: int, has_sinks: bool) -> str:
+    """Section 3b: where the visual sinks sit (on the digits' background or on the ink) per stand-in, and whether
+    they keep their positions across prompts (the same images under other captions) and across images (the run's own
+    stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.visual_sinks.background_claim`."""
+    parts = []
+    for seed, c in per_seed.items():
+        m = c.measured
+        parts.append(f"seed {seed}: {pct(m['share on background'])} of {m['visual sink tokens']:,} sinks on background "
+                     f"(all image tokens: {pct(m['background share of all image tokens'])})"
+                     if m["visual sink tokens"] else f"seed {seed}: no visual sink token")
+    where = "Visual sink tokens on the plain background, per stand-in -- " + "; ".join(parts) + "."
+    if has_sinks:
+        keep = (f"The same images under {n_prompts} other caption{'s' if n_prompts > 1 else ''} keep their sink set "
+                f"with a Jaccard overlap of {num(same_across_prompts)}"
+                + (" (the image comes before the caption and attention is causal, so the image tokens never see it)"
+                   if same_across_prompts == 1 else "")
+                + f"; two different digits share {num(across_images)} of their sink positions on average.")
     else:
-        where = "There is no visual sink token to place on the background or the ink."
-    keep = (f"The same images under {n_prompts} other captions keep their sink set with a Jaccard overlap of "
-            f"{num(same_across_prompts)}" + (" (the image comes before the caption and attention is causal, so the "
-                                              "image tokens never see it)" if same_across_prompts == 1 else "")
-            + f"; two different digits share {num(across_images)} of their sink positions on average.")
+        keep = "The run's own stand-in has no visual sink token in this batch, so there are no positions to compare."
     return paragraph("where the sinks sit", where, keep, f"Claim {claim_line(background)}.")

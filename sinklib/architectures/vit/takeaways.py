@@ -58,8 +58,12 @@ def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mappin
                 f"patch tokens pass the {num(factor)}x cut in {passing} of {len(max_ratio)} layers, first in layer "
                 f"{first_layer}."))
     if calibration:
-        norms += (f" Jiang et al.'s absolute cut ({num(calibration['absolute cut'])} at layer {calibration['layer']}) "
-                  f"is {num(calibration['absolute cut / median patch norm'])} x this model's median patch norm there; "
+        theirs = "configs/" in str(calibration.get("config", ""))
+        whose = ("Jiang et al.'s absolute cut" if theirs else
+                 "The absolute cut adapted for this model (Jiang et al. did not configure it; set at the relative cut's "
+                 "median multiple, so the two agree by construction)")
+        norms += (f" {whose} ({num(calibration['absolute cut'])} at layer {calibration['layer']}) is "
+                  f"{num(calibration['absolute cut / median patch norm'])} x this model's median patch norm there; "
                   f"{num(100 * calibration['fraction over the absolute cut'])}% of patches pass it and "
                   f"{num(100 * calibration[f'fraction over {num(factor)} x the median'])}% pass the relative cut.")
     acc = {k: [p[k] for p in probes] for k in probes[0]}
@@ -90,9 +94,11 @@ def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, rati
     where = "at each photo's highest-norm patch (no outliers to find them at)" if stand_in else "at the outliers"
     first = (f"The {len(found)} register neurons, found {where}, sit in layer{'s' if len(layers) > 1 else ''} "
              f"{', '.join(str(x) for x in layers)}.")
-    norms = (f"With the register, the largest patch norm over the median "
-             f"{compare(ratio_after, ratio_before, 'rises', 'falls', 'stays', rel_tol=0.005)} from {num(ratio_before)}x "
-             f"to {num(ratio_after)}x, and the register token ends at {num(register_ratio)}x the median patch norm, "
+    moved = compare(ratio_after, ratio_before, 'rises', 'falls', 'stays', rel_tol=0.005)
+    norms = ("With the register, the largest patch norm over the median "
+             + (f"{moved} from {num(ratio_before)}x to {num(ratio_after)}x" if moved != "stays" else
+                f"stays at {num(ratio_after)}x")
+             + f", and the register token ends at {num(register_ratio)}x the median patch norm, "
              f"{compare(register_ratio, factor, 'above', 'below', 'at')} the {num(factor)}x outlier cut.")
     maps = f"The CLS map's L1 change per layer is {span(change)}."
     if split_before and split_after:
