@@ -312,6 +312,7 @@ with plotting.style():
 sun_claim = record.add(vit_sinks.vit_massive_activations_claim(prof, lm.name))
 print(f"largest / layer median per layer: {[round(x) for x in sun_ratio]}; (token, dim) of the largest in the peak "
       f"layer per photo: {prof.top_site[max(range(L), key=lambda i: sun_ratio[i])].tolist()}")
+takeaways.show(vit_takeaways.massive(sun_claim, title))
 
 # %% [markdown]
 # ## 7 · Models with and without registers (GPU profile)

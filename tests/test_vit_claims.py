@@ -191,3 +191,13 @@ def test_a_model_trained_with_registers_is_expected_to_have_no_outlier_patches()
     assert vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(many), _profile(dirty, 5))}).holds is False
     nothing = vit_sinks.registers_remove_outliers_claim({"dinov2-l": (_profile(_norms(1.0)), with_reg)})
     assert nothing.holds is None and "no model" in nothing.note
+
+
+def test_massive_takeaway():
+    claim = registers.Claim(id="sun2024.vit_massive_activations", source="s", statement="s", rule="r", published="p",
+                            measured={"largest / layer median, peak": 50.0, "peak layer": 3, "largest |h| there": 12.0,
+                                      "dimension of the largest": 7, "images with the largest in that dimension": 0.5,
+                                      "images with the largest on a prefix token": 1.0,
+                                      "layers meeting the criterion": []}, holds=None)
+    text = tk.massive(claim, "m")
+    assert "50 x the layer median in layer 3" in text and "dimension 7 in 50%" in text and "No layer meets" in text

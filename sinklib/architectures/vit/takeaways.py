@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
-from sinklib.core.takeaways import claim_line, compare, num, paragraph, span
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 
 
 def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[float], entropy: Sequence[float],
@@ -107,3 +107,17 @@ def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, rati
                  f"without the register and {num(split_after['chosen'][-1])} with it, and the register "
                  f"{num(split_after['extra'][-1])}.")
     return paragraph(title, first, norms, maps, f"{claim_line(claim)}." if claim else "")
+
+
+def massive(claim: Claim, title: str) -> str:
+    """Section 6: Sun et al.'s layer statistics -- the peak of the largest |h| over the layer median, where it sits
+    (dimension, and whether on a prefix token), the layers that meet 100 / 1000x -- and the claim's verdict."""
+    m = claim.measured
+    meets = m["layers meeting the criterion"]
+    first = (f"The largest activation reaches {num(m['largest / layer median, peak'])} x the layer median in layer "
+             f"{m['peak layer']} (|h| = {num(m['largest |h| there'])}), in dimension {m['dimension of the largest']} in "
+             f"{pct(m['images with the largest in that dimension'])} of the photos and on a prefix token in "
+             f"{pct(m['images with the largest on a prefix token'])}.")
+    second = (f"Sun et al.'s criterion (> 100 and > 1000 x the median) is met in layers {span(meets)}." if meets else
+              "No layer meets Sun et al.'s criterion (> 100 and > 1000 x the median).")
+    return paragraph(title, first, second, f"{claim_line(claim)}.")
