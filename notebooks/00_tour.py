@@ -301,11 +301,12 @@ takeaways.show(saw.tour_dom_ratio(first, rest, lm.label))
 
 # %%
 sweep = analysis.first_token_mass_by_length(lm, list(run.context_lengths), run.seed, n_windows=run.context_windows)
-sink_layers = natural.sink_layers
+sink_layers = natural.sink_layers or None  # a model with no sink layer (random weights): all layers stand in
 in_sink_layers = sweep.mean_over(sink_layers)
 sink_name = f"layers with a sink at T={run.seq_len}"
-series = {"all layers": sweep.mean_over(), sink_name: in_sink_layers}
-spread = {"all layers": sweep.range_over_windows(), sink_name: sweep.range_over_windows(sink_layers)}
+series = {"all layers": sweep.mean_over()} | ({sink_name: in_sink_layers} if sink_layers else {})
+spread = {"all layers": sweep.range_over_windows()} | ({sink_name: sweep.range_over_windows(sink_layers)}
+                                                       if sink_layers else {})
 with plotting.style():
     fig = plotting.mass_vs_context(sweep.lengths, series, [sweep.uniform_over(n) for n in sweep.lengths],
                                    title=f"First-token attention vs context length, {title}", spread=spread)

@@ -19,7 +19,7 @@ def _from_scratch(lm, supers, ids, held, draws, seed, batch_size):
     n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
     runs = {"as is": run([]), "super experts pruned": run(supers)}
     for pick in moe_sinks.random_controls(supers, n_experts, draws, seed) if supers else []:
-        runs[f"random experts {pick}"] = run(pick)
+        runs["random experts: " + ", ".join(moe_sinks.expert_name(layer, e) for layer, e in pick)] = run(pick)
     return runs
 
 

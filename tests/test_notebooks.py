@@ -112,7 +112,8 @@ def test_interpretation_effects_point_the_right_way(executed):
     assert abs(ppl["set to mean, position 0 only"] / ppl["original"] - 1) < 0.1  # the first token: a bias
     assert ppl["set to zero"] > 2 * ppl["original"]
     assert h["bias"]["holds"] == (abs(ppl["set to mean"] / ppl["original"] - 1) < 0.05)  # every site, recorded
-    assert h["bias"]["later_site_tokens"]  # SmolLM2 writes into dim 507 at later " the" tokens too
+    # with Sun's layer median the edited sites are found in every forward; later positions may hold none (issue 28)
+    assert h["bias"]["entries_edited"] > 0 and isinstance(h["bias"]["later_site_tokens"], dict)
     vnr, spread = h["bias"]["value_norm_ratio_sink_vs_other"], h["bias"]["sink_term_spread_sink_vs_other"]
     assert vnr[0] < vnr[1] and spread[0] < spread[1]  # sink heads differ from the others on both measures
     assert h["bias"]["holds_implicit_bias"] == all(a >= 0.75 for a in h["bias"]["separation"].values())

@@ -297,3 +297,24 @@ def test_xiao_position_test_replaces_the_first_four_tokens(tiny):
     assert set(measured) == {"window only", "own first 4", "4 newlines"}
     assert all(v > 1 for v in measured.values()) and measured["4 newlines"] != measured["own first 4"]
     assert claim.id == "xiao2023.sink_is_positional" and "replaced by line breaks" in claim.adapted
+
+
+def test_xiao_position_test_is_not_run_without_rope():
+    """GPT-2 (the GPU list's GPT2-XL) has learned absolute positions: the sink cache cannot re-assign them, so the
+    claim is recorded as not judged with the reason, not a crash that loses the notebook's other models."""
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.results import load_reference
+    from sinklib.models import tiny
+    from sinklib.utilization.sink_cache import has_rope
+
+    lm, _ = tiny.loaded("gpt2")
+    assert not has_rope(lm.model)
+    measured, claim = llm_survey.xiao_position_test(lm, 48, 16, 8, load_reference("streamingllm"), progress=False)
+    assert measured == {} and claim.holds is None and "rotary" in claim.note
+
+
+def test_uniform_over_needs_a_layer():
+    from sinklib.core.analysis import ContextSweep
+
+    with pytest.raises(ValueError, match="at least one layer"):
+        ContextSweep.uniform_over(type("S", (), {"windows": [None], "by_window": torch.zeros(1, 1, 1)})(), 8, [])

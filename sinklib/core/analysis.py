@@ -263,6 +263,8 @@ class ContextSweep:
         a sliding layer of W keys counts its first min(n, W) queries, whose t + 1 <= W keys are all visible."""
         windows = self.windows or [None] * self.by_window.shape[2]
         chosen = range(len(windows)) if layers is None else layers
+        if not chosen:
+            raise ValueError("uniform_over needs at least one layer (None: all layers)")
         values = [self.uniform_baseline(min(n, windows[i] or n)) for i in chosen]
         return sum(values) / len(values)
 

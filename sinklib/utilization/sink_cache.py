@@ -42,6 +42,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def has_rope(model: torch.nn.Module) -> bool:
+    """Whether the model rotates queries and keys by position with a ``rotary_emb`` (what the sink cache re-applies
+    inside the cache); GPT-2's learned absolute positions, for one, are not."""
+    return getattr(getattr(model, "model", model), "rotary_emb", None) is not None
+
+
 def rope_from_model(model: torch.nn.Module, layer_type: str | None = None) -> RopeFn:
     """cos/sin for given positions from the model's own rotary embedding (Llama/Mistral/Qwen-style models).
 

@@ -365,7 +365,8 @@ def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: tor
                     draws: int, seed: int = 0, batch_size: int = 8,
                     as_is: dict[str, list[float]] | None = None) -> dict[str, PruneRun]:
     """The model as is, with ``supers`` pruned, and with ``draws`` sets of as many random experts of the same layers
-    pruned (:func:`random_controls`): {"as is", "super experts pruned", "random experts [...]", ...} -> run.
+    pruned (:func:`random_controls`): {"as is", "super experts pruned", "random experts: expert e of layer l, ...",
+    ...} -> run.
     ``as_is``: :func:`first_token_state` of ``ids`` (batches of ``batch_size``) when already measured
     (:attr:`Routing.first_state`).
 
@@ -529,7 +530,7 @@ def pruning_over_draws(summary: dict[str, dict], note: str = "") -> Claim:
     """:func:`pruning_claim` judged once per random-expert draw (the super-expert prune against that draw) and
     combined with :func:`~sinklib.core.claims.over_draws`: holds only if every draw holds. summary: the
     :meth:`PruneRun.summary` of each run of :func:`compare_pruning` ("as is", "super experts pruned",
-    "random experts [...]", ...). The record's ``measured`` keeps every draw; ``spread`` is each draw's largest
+    "random experts: ...", ...). The record's ``measured`` keeps every draw; ``spread`` is each draw's largest
     relative perplexity change."""
     base, pruned = summary["as is"], summary["super experts pruned"]
     controls = [v for k, v in summary.items() if k.startswith("random")]
