@@ -173,7 +173,8 @@ _ALL_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "china", "flower", "g
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", "smollm2-135m", "cpu", True),  # seconds per notebook, for make test
-    "cpu": Profile("cpu", "smollm2-135m", "auto", True),  # make figures' default: offline, fits a 2-core CPU
+    "cpu": Profile("cpu", "smollm2-135m", "cpu", True, dtype="float32"),  # make figures' default: offline, 2-core CPU;
+    # the CPU on any machine (a GPU would change the numbers behind the README: bfloat16, other kernels)
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False),  # paper scale on a hub model
     # the gpu profile's code path (hub ids from a hub cache, several model classes per notebook, bfloat16) on tiny
     # random models, on CPU, for the test: sinklib.models.tiny_hub.write_hub_cache fills the cache

@@ -102,12 +102,14 @@ def sink_dimensions(first: torch.Tensor, k: int = 2, from_layer: int = KANG_FIRS
 def shared_positions(where: torch.Tensor) -> torch.Tensor:
     """(B, T) bool image positions (from the model's adapter, :meth:`sinklib.core.adapters.Adapter.image_positions`)
     -> (T,): every row must have its image tokens at the same places (one block for LLaVA and Qwen2-VL, one block per
-    tile with separators between them for SmolVLM / Idefics3)."""
+    tile with separators between them for SmolVLM / Idefics3). Returned on the CPU, where
+    :class:`~sinklib.core.capture.Capture` keeps what it captures: the input ids, and so the mask built from them,
+    sit on the model's device, and a CUDA mask cannot index CPU captures."""
     if not where.any():
         raise ValueError("no image token in the input ids")
     if not torch.equal(where, where[:1].expand_as(where)):
         raise ValueError("image tokens must sit at the same positions in every row (batch images of one size)")
-    return where[0]
+    return where[0].cpu()
 
 
 def image_span(where: torch.Tensor) -> tuple[int, int]:

@@ -1,0 +1,225 @@
+"""A fake CUDA device for rehearsing the GPU path on a machine without one.
+
+Inside :func:`fake_cuda` a tensor moved to ``"cuda"`` (``.to("cuda")``, ``.cuda()``, a module's ``.to``, a factory
+with ``device="cuda"``) becomes a :class:`FakeCudaTensor`: its data stays on the CPU, but its ``.device`` says
+``cuda:N`` and every operation checks devices as CUDA would -- it raises where real CUDA raises:
+
+* an operation mixing a CUDA tensor with a CPU tensor that is not a 0-dim scalar, or tensors on two CUDA devices;
+* a CPU tensor indexed with a CUDA index (``cpu[cuda_mask]``, ``cpu[cuda_mask] = ...``);
+* ``.numpy()`` on a CUDA tensor.
+
+``torch.cuda.is_available`` / ``device_count`` / ``mem_get_info`` / ``synchronize`` / ``empty_cache`` answer as a
+machine with ``devices`` GPUs would while it is on. So a notebook that runs under it with ``device="cuda"`` has put
+every tensor where it belongs; one that leaves a capture on the CPU and indexes it with a mask built from CUDA
+input ids fails here as it would on the GPU. The papermill kernels install it when ``SINKLIB_FAKE_CUDA`` is set
+(:func:`install_from_environment`, called by :func:`sinklib.pipeline.notebook.start`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+ENV = "SINKLIB_FAKE_CUDA"  # "1" or "2": fake CUDA devices in the notebook kernels
+FAKE_MEMORY = 80 * 2 ** 30  # what mem_get_info reports per fake device (an 80 GB GPU)
+_TENSOR_FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand, torch.randn,
+                     torch.randint, torch.tensor, torch.as_tensor, torch.linspace, torch.eye, torch.randperm,
+                     torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+                     torch.randn_like}
+
+
+# functions that may see tensors on two devices on real CUDA too (copies, metadata, module conversion)
+_MIXING_ALLOWED = {"copy_", "set_", "__set__", "__get__", "_has_compatible_shallow_copy_type", "is_same_size",
+                   "swap_tensors", "_is_view", "data_ptr", "untyped_storage", "__len__", "size", "dim", "numel",
+                   "__repr__", "__format__", "_make_subclass", "is_floating_point", "is_complex", "element_size"}
+
+
+class FakeCudaError(RuntimeError):
+    """What real CUDA would have raised."""
+
+
+def _index_of(device) -> int | None:
+    """The CUDA index of a device argument (``"cuda"``, ``"cuda:1"``, ``torch.device``, an int), None for others."""
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return (d.index or 0) if d.type == "cuda" else None
+
+
+class FakeCudaTensor(torch.Tensor):
+    """A CPU tensor that says it lives on ``cuda:<index>`` (see the module docstring)."""
+
+    _fake_index: int
+
+    @staticmethod
+    def wrap(t: torch.Tensor, index: int) -> FakeCudaTensor:
+        """The same data and autograd history as ``t``, on fake device ``index``."""
+        out = t.as_subclass(FakeCudaTensor)
+        out._fake_index = index
+        return out
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", self._fake_index)
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        with torch._C.DisableTorchFunctionSubclass():
+            return f"FakeCuda(cuda:{self._fake_index}, {torch.Tensor.__repr__(self)})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _plain(t):
+    if isinstance(t, FakeCudaTensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return t.as_subclass(torch.Tensor)
+    return t
+
+
+def _devices(args, kwargs) -> tuple[set[int], list[torch.Tensor]]:
+    """The fake CUDA indices among the tensors, and the CPU tensors that are not 0-dim scalars."""
+    flat, _ = tree_flatten((args, kwargs))
+    cuda, cpu = set(), []
+    for t in flat:
+        if isinstance(t, FakeCudaTensor):
+            cuda.add(t._fake_index)
+        elif isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0:
+            cpu.append(t)
+    return cuda, cpu
+
+
+def _is_device(a) -> bool:
+    return isinstance(a, str | torch.device) or (isinstance(a, int) and not isinstance(a, bool))
+
+
+def _target(func, args, kwargs):
+    """For ``.to`` / ``.cuda`` / ``.cpu`` and factories: (moves?, the CUDA index or None for CPU)."""
+    if func is torch.Tensor.cuda:
+        dev = args[1] if len(args) > 1 else kwargs.get("device")
+        return True, 0 if dev is None else _index_of(dev)
+    if func is torch.Tensor.cpu:
+        return True, None
+    if func is torch.Tensor.to:
+        dev = kwargs.get("device")
+        for a in args[1:]:
+            if _is_device(a):
+                dev = a
+            elif isinstance(a, torch.Tensor):
+                dev = a.device
+        if dev is None:
+            return False, None
+        return True, _index_of(dev)
+    if func in _TENSOR_FACTORIES and "device" in kwargs:
+        return True, _index_of(kwargs["device"])
+    return False, None
+
+
+def _rewrap(out, index: int):
+    return tree_map(lambda t: FakeCudaTensor.wrap(t, index) if isinstance(t, torch.Tensor)
+                    and not isinstance(t, FakeCudaTensor) and t.device.type == "cpu" else t, out)
+
+
+def _dispatch(func, args, kwargs):
+    moves, index = _target(func, args, kwargs)
+    if moves:
+        if func in _TENSOR_FACTORIES:
+            kwargs = {**kwargs, "device": "cpu"}
+        elif func is torch.Tensor.to:
+            args = tuple(("cpu" if _is_device(a) else _plain(a).cpu() if isinstance(a, torch.Tensor) else a)
+                         if i > 0 else a for i, a in enumerate(args))
+            kwargs = {k: ("cpu" if k == "device" else v) for k, v in kwargs.items()}
+        elif func is torch.Tensor.cuda:
+            func, args, kwargs = torch.Tensor.cpu, args[:1], {}
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*tree_map(_plain, args), **kwargs)
+        if index is None:
+            return tree_map(_plain, out)
+        return tree_map(lambda t: FakeCudaTensor.wrap(_plain(t), index) if isinstance(t, torch.Tensor) else t, out)
+    name = getattr(func, "__name__", "")
+    if func is torch.Tensor.numpy:
+        if isinstance(args[0], FakeCudaTensor):
+            raise FakeCudaError(f"can't convert cuda:{args[0]._fake_index} device type tensor to numpy. Use "
+                                f"Tensor.cpu() to copy the tensor to host memory first.")
+    cuda, cpu = _devices(args, kwargs)
+    if name in ("__getitem__", "__setitem__", "index_put_", "index_put", "index_select", "masked_select"):
+        base = args[0]
+        if not isinstance(base, FakeCudaTensor) and cuda:  # a CPU tensor indexed by (or written through) CUDA
+            raise FakeCudaError("indices should be either on cpu or on the same device as the indexed tensor (cpu)")
+        cpu = []  # a CUDA tensor takes CPU indices (and values)
+    if len(cuda) > 1:
+        raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                            f"cuda:{min(cuda)} and cuda:{max(cuda)}!")
+    if cuda and cpu and name not in _MIXING_ALLOWED:
+        raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                            f"cuda:{next(iter(cuda))} and cpu! ({name or func})")
+    with torch._C.DisableTorchFunctionSubclass():
+        out = func(*args, **kwargs)
+    if not cuda or func is torch.Tensor.__repr__:
+        return out
+    return _rewrap(out, next(iter(cuda)))
+
+
+class _FakeCudaMode(TorchFunctionMode):
+    """Catches what happens to plain (CPU) tensors: moves to CUDA and factories with ``device="cuda"``."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        moves, index = _target(func, args, kwargs)
+        if moves and index is not None:
+            return _dispatch(func, args, kwargs)
+        if any(issubclass(t, FakeCudaTensor) for t in types):
+            return _dispatch(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def fake_cuda(devices: int = 1) -> Iterator[None]:
+    """Pretend this machine has ``devices`` CUDA GPUs (see the module docstring); undone on exit, even on error."""
+    if devices < 1:
+        raise ValueError("devices must be >= 1")
+    patches = {"is_available": lambda: True, "device_count": lambda: devices,
+               "mem_get_info": lambda device=None: (FAKE_MEMORY, FAKE_MEMORY), "synchronize": lambda device=None: None,
+               "empty_cache": lambda: None, "current_device": lambda: 0,
+               "get_device_name": lambda device=None: "fake CUDA (sinklib.pipeline.fake_cuda)",
+               "memory_reserved": lambda device=None: 0, "memory_allocated": lambda device=None: 0,
+               "is_bf16_supported": lambda *a, **k: True, "manual_seed_all": lambda seed: None,
+               "manual_seed": lambda seed: None}
+    saved = {k: getattr(torch.cuda, k) for k in patches}
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)  # module.to keeps the subclass
+    for k, v in patches.items():
+        setattr(torch.cuda, k, v)
+    try:
+        with _FakeCudaMode():
+            yield
+    finally:
+        for k, v in saved.items():
+            setattr(torch.cuda, k, v)
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+
+
+_installed: contextlib.ExitStack | None = None
+
+
+def install_from_environment() -> int:
+    """In a notebook kernel: when ``SINKLIB_FAKE_CUDA`` is set to a number of devices, enter :func:`fake_cuda` for
+    the rest of the kernel's life. Returns the number of fake devices (0: not installed)."""
+    global _installed
+    n = int(os.environ.get(ENV, "0") or 0)
+    if n and _installed is None:
+        _installed = contextlib.ExitStack()
+        _installed.enter_context(fake_cuda(n))
+    return n

@@ -1,0 +1,79 @@
+"""The fake CUDA device (sinklib.pipeline.fake_cuda): it raises where real CUDA raises, and with it the GPU path's
+first-run failures show on a CPU machine (issue: the GPU path, proven before a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sinklib.pipeline.fake_cuda import FakeCudaError, FakeCudaTensor, fake_cuda
+
+
+def test_tensors_and_modules_move_and_say_cuda():
+    with fake_cuda():
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+        x = torch.randn(3, 4).to("cuda")
+        assert isinstance(x, FakeCudaTensor) and x.device == torch.device("cuda", 0) and x.is_cuda
+        lin = torch.nn.Linear(4, 2).cuda()
+        assert lin.weight.device.type == "cuda" and isinstance(lin.weight, torch.nn.Parameter)
+        y = lin(x)
+        assert y.device.type == "cuda" and (y * 2 + 1).device.type == "cuda"
+        assert torch.zeros(5, device="cuda").device.type == "cuda"
+        assert (x * torch.tensor(2.0)).device.type == "cuda"  # a 0-dim CPU scalar mixes, as on CUDA
+        assert x[torch.tensor([0, 2])].device.type == "cuda"  # a CUDA tensor takes CPU indices
+        back = x.cpu()
+        assert type(back) is torch.Tensor and back.numpy().shape == (3, 4)
+        lin(x).sum().backward()
+        assert lin.weight.grad.device.type == "cuda"  # gradients stay on the device
+    assert not torch.cuda.is_available()  # undone on exit
+
+
+def test_it_raises_where_cuda_raises():
+    with fake_cuda():
+        x = torch.randn(3, 4).cuda()
+        lin = torch.nn.Linear(4, 2).cuda()
+        with pytest.raises(FakeCudaError, match="same device"):
+            lin(torch.randn(3, 4))  # CPU input into a CUDA model
+        with pytest.raises(FakeCudaError, match="same device"):
+            x + torch.randn(3, 4)
+        mask = torch.tensor([True, False, True]).cuda()
+        cpu = torch.randn(3)
+        with pytest.raises(FakeCudaError, match="indices should be"):
+            cpu[mask]  # a CPU capture indexed by a mask built from CUDA input ids
+        with pytest.raises(FakeCudaError, match="indices should be"):
+            cpu[mask] = 0.0
+        with pytest.raises(FakeCudaError, match="numpy"):
+            x.numpy()
+
+
+def test_two_devices_do_not_mix():
+    with fake_cuda(devices=2):
+        a, b = torch.ones(2).to("cuda:0"), torch.ones(2).to("cuda:1")
+        assert b.device == torch.device("cuda", 1) and torch.cuda.device_count() == 2
+        with pytest.raises(FakeCudaError, match="cuda:0 and cuda:1"):
+            a + b
+        assert (a + b.to("cuda:0")).device.index == 0
+
+
+def test_mllm_profile_runs_on_cuda():
+    """Issue item 1: the image mask was built from input ids on the GPU and indexed the CPU captures."""
+    from sinklib.architectures.mllm import visual_sinks as vs
+    from sinklib.models import tiny
+
+    with fake_cuda():
+        lm, inputs = tiny.loaded("llava")
+        lm.model.to("cuda")
+        prof = vs.profile_mllm(lm.model, {k: v.to("cuda") for k, v in inputs.items()})
+        assert prof.image.device.type == "cpu" and prof.phi.shape[-1] == int(prof.image.sum())
+
+
+def test_the_cpu_profile_stays_on_the_cpu_in_float32_where_a_gpu_exists():
+    """Issue item 1: 'auto' took the GPU (and bfloat16) on any machine that has one, not the numbers of the README."""
+    from sinklib.models.load import load_model
+    from sinklib.pipeline import profiles
+
+    with fake_cuda():
+        run = profiles.resolve("cpu", notebook="10_llm", out_dir="/tmp/sinklib-fake-cuda-test")
+        lm = load_model("dinov2-s", device=run.device, dtype=run.dtype)
+        assert lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32
+        assert not isinstance(next(lm.model.parameters()), FakeCudaTensor)
