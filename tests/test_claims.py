@@ -50,7 +50,8 @@ def test_notebook_start_and_close_write_headline_and_claims(tmp_path, capsys):
     nb = notebook.start("03_mitigation", "smoke", "", "", 0, str(tmp_path / "out"), families=None, label="toy",
                         grad=True)  # autograd is process-wide: leave it on for the other tests
     assert nb.lm is None and nb.run.train_seeds == 2 and nb.headline == {"notebook": "03_mitigation",
-                                                                         "profile": "smoke"}
+                                                                         "profile": "smoke", "device": "cpu",
+                                                                         "fake_cuda_devices": 0}
     with pytest.raises(AttributeError, match="03_mitigation has no size 'num_seqs'"):
         getattr(nb.run, "num_seqs")  # noqa: B009 -- the attribute access is the test
     nb.record.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False)

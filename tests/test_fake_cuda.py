@@ -77,3 +77,17 @@ def test_the_cpu_profile_stays_on_the_cpu_in_float32_where_a_gpu_exists():
         lm = load_model("dinov2-s", device=run.device, dtype=run.dtype)
         assert lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32
         assert not isinstance(next(lm.model.parameters()), FakeCudaTensor)
+
+
+def test_models_deep_copy_and_cuda_only_kernels_run():
+    """copy.deepcopy of a model on the device (02's interventions copy it), and kernels CUDA has but the CPU lacks
+    (transformers' MoE blocks count tokens per expert with histc on integers there)."""
+    import copy
+
+    with fake_cuda():
+        lin = torch.nn.Linear(3, 2).cuda()
+        twin = copy.deepcopy(lin)
+        assert twin.weight.device.type == "cuda" and isinstance(twin.weight, torch.nn.Parameter)
+        assert torch.equal(twin.weight.cpu(), lin.weight.cpu()) and twin.weight is not lin.weight
+        counts = torch.histc(torch.tensor([0, 1, 1, 3]).int().cuda(), bins=4, min=0, max=3)
+        assert counts.device.type == "cuda" and counts.tolist() == [1, 2, 0, 1]

@@ -1,7 +1,9 @@
 """The GPU profile's first run, rehearsed: every notebook end to end through the gpu profile's code path (hub ids
 resolved from a hub cache, several model classes per notebook, bfloat16 where the notebook does not fix float32) on
 tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
-without registers, a timm ViT -- on CPU (profile ``tiny-gpu``)."""
+without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`sinklib.pipeline.fake_cuda`,
+installed in every kernel through ``SINKLIB_FAKE_CUDA``): a tensor left on the wrong device fails here as it would on
+a GPU (profile ``tiny-gpu``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
-from sinklib.pipeline import runner
+from sinklib.pipeline import fake_cuda, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
@@ -24,11 +26,12 @@ def tiny_gpu_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
         mp.setenv("HF_HUB_CACHE", str(root / "hub"))
         mp.setenv("HF_HUB_OFFLINE", "1")
-        out = {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device="", seed=0,
+        mp.setenv(fake_cuda.ENV, "1")  # one fake CUDA device in every kernel
+        out = {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device="cuda", seed=0,
                                             figures_dir=root / "figures", build_dir=root / "build"),
                         root / "figures" / p.stem, root / "build" / "notebooks" / p.name) for p in NOTEBOOKS}
         moe = runner.discover(only=["11"])[0]  # MODEL= on the gpu profile: another MoE class (Mixtral)
-        out["11_moe:mixtral"] = (runner.run_notebook(moe, profile="tiny-gpu", model="sinklib-tiny/mixtral", device="",
+        out["11_moe:mixtral"] = (runner.run_notebook(moe, profile="tiny-gpu", model="sinklib-tiny/mixtral", device="cuda",
                                                      seed=0, figures_dir=root / "mixtral", build_dir=root / "mixtral"),
                                  root / "mixtral" / moe.stem, root / "mixtral" / "notebooks" / moe.name)
         return out
@@ -42,7 +45,8 @@ LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral"
 def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
     res, folder, executed = tiny_gpu_run[stem]
     assert res.ok, res.message
-    assert json.loads((folder / "headline.json").read_text())["profile"] == "tiny-gpu"
+    headline = json.loads((folder / "headline.json").read_text())
+    assert headline["profile"] == "tiny-gpu" and headline["device"] == "cuda" and headline["fake_cuda_devices"] == 1
     assert list(folder.glob("*.png"))
     text = executed.read_text()
     models = LOADED.get(stem, ())  # every model class of the list was loaded and measured

@@ -73,6 +73,17 @@ class FakeCudaTensor(torch.Tensor):
     def is_cuda(self) -> bool:  # type: ignore[override]
         return True
 
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch._C.DisableTorchFunctionSubclass():
+            data = self.as_subclass(torch.Tensor).detach().clone()
+        out = FakeCudaTensor.wrap(data, self._fake_index).requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):  # a Parameter's data (torch's custom-tensor Parameter path)
+            out._is_param = True
+        memo[id(self)] = out
+        return out
+
     def __repr__(self, *, tensor_contents=None) -> str:
         with torch._C.DisableTorchFunctionSubclass():
             return f"FakeCuda(cuda:{self._fake_index}, {torch.Tensor.__repr__(self)})"
@@ -154,6 +165,10 @@ def _dispatch(func, args, kwargs):
             raise FakeCudaError(f"can't convert cuda:{args[0]._fake_index} device type tensor to numpy. Use "
                                 f"Tensor.cpu() to copy the tensor to host memory first.")
     cuda, cpu = _devices(args, kwargs)
+    if func is torch.histc and cuda and not args[0].is_floating_point():  # CUDA's histc takes integers, the CPU's not
+        with torch._C.DisableTorchFunctionSubclass():
+            out = torch.histc(_plain(args[0]).float(), *args[1:], **kwargs).to(args[0].dtype)
+        return FakeCudaTensor.wrap(out, next(iter(cuda)))
     if name in ("__getitem__", "__setitem__", "index_put_", "index_put", "index_select", "masked_select"):
         base = args[0]
         if not isinstance(base, FakeCudaTensor) and cuda:  # a CPU tensor indexed by (or written through) CUDA
@@ -196,7 +211,9 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
                "get_device_name": lambda device=None: "fake CUDA (sinklib.pipeline.fake_cuda)",
                "memory_reserved": lambda device=None: 0, "memory_allocated": lambda device=None: 0,
                "is_bf16_supported": lambda *a, **k: True, "manual_seed_all": lambda seed: None,
-               "manual_seed": lambda seed: None}
+               "manual_seed": lambda seed: None, "get_device_capability": lambda device=None: (9, 0),
+               "get_device_properties": lambda device=None: _Properties(),
+               "max_memory_allocated": lambda device=None: 0, "reset_peak_memory_stats": lambda device=None: None}
     saved = {k: getattr(torch.cuda, k) for k in patches}
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)  # module.to keeps the subclass
@@ -209,6 +226,12 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
         for k, v in saved.items():
             setattr(torch.cuda, k, v)
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+
+
+class _Properties:
+    """What ``torch.cuda.get_device_properties`` answers for a fake device (an H100's capability, 80 GB)."""
+
+    name, major, minor, total_memory, multi_processor_count = "fake CUDA", 9, 0, FAKE_MEMORY, 132
 
 
 _installed: contextlib.ExitStack | None = None

@@ -12,6 +12,7 @@ the claims :class:`~sinklib.core.claims.Recorder` and the headline dictionary.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from sinklib.core.claims import Recorder
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import write_json
 from sinklib.models.load import load_model, require_family
-from sinklib.pipeline import profiles
+from sinklib.pipeline import fake_cuda, profiles
 
 
 @dataclass
@@ -65,6 +66,7 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
     own; then ``label`` names what its claims were measured on). ``dtype``: e.g. "float32" for Gu et al.'s protocol
     on any device. ``grad``: keep autograd on (off by default: the notebooks only measure).
     """
+    fake_cuda.install_from_environment()  # SINKLIB_FAKE_CUDA: the test's rehearsal of the GPU path
     run = profiles.resolve(profile, model, device, seed, out_dir, notebook=name)
     torch.set_grad_enabled(grad)
     lm = None
@@ -73,7 +75,8 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
         require_family(lm, families, name)
         label = lm.label
     record = Recorder(name, label or name, run.profile.name)
-    headline = {"notebook": name, "profile": run.profile.name}
+    headline = {"notebook": name, "profile": run.profile.name, "device": run.device,
+                "fake_cuda_devices": int(os.environ.get(fake_cuda.ENV, "0") or 0)}
     if lm is not None:
         headline |= {"model": lm.name, "label": lm.label}
     return Notebook(name, run, lm, record, headline)
