@@ -67,3 +67,23 @@ def test_cli_dry_run_prints_every_notebook_and_exits_1_when_refused(capsys):
     assert "meta-llama/Llama-2-7b-hf: download ~13.5 GB" in out
     assert main(["figures", "--profile", "gpu", "--dry-run", "--gpu-gb", "16", "--notebooks", "01"]) == 1
     assert "REFUSED" in capsys.readouterr().out
+
+
+def test_model_goes_only_to_the_notebooks_of_its_family(capsys):
+    """Issue item 2: MODEL=meta-llama/Llama-2-7b-hf (the README's headline) is for the LLM notebooks; the MoE, MLLM
+    and ViT notebooks keep their lists (they loaded the 7B LLM, then stopped at their family check) and the plan
+    says so."""
+    from sinklib.pipeline import routing
+
+    books = [b.stem for b in runner.discover()]
+    chosen, line = routing.route("meta-llama/Llama-2-7b-hf", books, explicit=False)
+    assert {nb for nb, m in chosen.items() if m} == {"00_tour", "01_utilization", "02_interpretation", "10_llm"}
+    assert "11_moe, 12_mllm, 13_vit" in line.replace("03_mitigation, ", "").replace(", 90_scorecard", "")
+    assert routing.model_family("facebook/dinov2-giant") == "vit" and routing.model_family("dinov2-s") == "vit"
+    plans = {p.notebook: p for p in plan.plan_run("gpu", model="meta-llama/Llama-2-7b-hf", gpu_gb=80)}
+    assert "meta-llama/Llama-2-7b-hf" not in plans["13_vit"].downloads and plans["13_vit"].downloads
+    assert "meta-llama/Llama-2-7b-hf" in plans["10_llm"].downloads
+    with pytest.raises(InputError, match="none of the chosen notebooks"):
+        routing.route("meta-llama/Llama-2-7b-hf", ["13_vit"], explicit=True)
+    assert main(["figures", "--profile", "gpu", "--dry-run", "--model", "meta-llama/Llama-2-7b-hf"]) == 0
+    assert "MODEL=meta-llama/Llama-2-7b-hf (llm) runs in 00_tour, 01_utilization" in capsys.readouterr().out

@@ -60,9 +60,16 @@ def _cmd_figures(args) -> int:
     from sinklib.pipeline.runner import run_all
 
     if args.dry_run:  # the plan only: nothing is downloaded or run
+        from sinklib.core.errors import InputError
         from sinklib.pipeline.plan import format_plans, plan_run
+        from sinklib.pipeline.routing import route
 
         plans = plan_run(args.profile, args.model, args.gpu_gb, args.notebooks)
+        try:
+            print(route(args.model, [p.notebook for p in plans], args.notebooks is not None)[1] or "", end="\n"
+                  if args.model else "")
+        except InputError:
+            pass  # the plans list the reason
         print(format_plans(plans, args.profile))
         return 0 if all(p.fits for p in plans) else 1
 

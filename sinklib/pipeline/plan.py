@@ -263,8 +263,20 @@ def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}.")
     if gpu_gb <= 0:
         raise InputError(f"GPU_GB must be a positive number of GB, got {gpu_gb!r}.")
+    from sinklib.pipeline.routing import route
+
     capacity = gpu_gb if profiles.PROFILES[profile].device == "cuda" else psutil.virtual_memory().total / GB
-    return [plan_notebook(book.stem, profile, model, capacity) for book in discover(only=notebooks)]
+    books = [book.stem for book in discover(only=notebooks)]
+    try:
+        models, _ = route(model, books, explicit=notebooks is not None)  # MODEL= only where its family fits
+        unknown = ""
+    except InputError as err:  # a model whose family nobody knows: every notebook is planned with it, and refused
+        models, unknown = {b: model for b in books}, str(err)
+    plans = [plan_notebook(book, profile, models[book], capacity) for book in books]
+    for p in plans:
+        if unknown and models[p.notebook] and unknown not in p.problems:
+            p.problems.append(unknown)
+    return plans
 
 
 def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:

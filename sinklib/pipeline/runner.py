@@ -241,6 +241,11 @@ def run_all(
     if profile not in PROFILES:  # refused here, before any kernel starts
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     books = discover(notebook_dir, only)
+    from sinklib.pipeline.routing import route
+
+    models, line = route(model, [b.stem for b in books], explicit=only is not None)
+    if line:
+        print(line, flush=True)
     jobs = max(1, min(jobs or default_jobs(profile), len(books)))
     side_by_side, after = _schedule(books, figures_dir, profile)
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -256,9 +261,10 @@ def run_all(
         done = [b for b in books if b.stem in results]
         eta = progress([b for b in books if b not in done], figures_dir, profile, time.perf_counter() - started,
                        jobs)
-        print(f"[{next(count)}/{len(books)}] {book.stem} (profile={profile}{', model=' + model if model else ''}"
+        mine = models[book.stem]
+        print(f"[{next(count)}/{len(books)}] {book.stem} (profile={profile}{', model=' + mine if mine else ''}"
               f"{', device=' + device if device else ''}) {eta}", flush=True)
-        res = run_notebook(book, profile=profile, model=model, device=device, seed=seed, figures_dir=figures_dir,
+        res = run_notebook(book, profile=profile, model=mine, device=device, seed=seed, figures_dir=figures_dir,
                            build_dir=build_dir, progress_bar=jobs == 1)
         status = "ok" if res.ok else f"FAILED: {res.message} (previous figures kept; see {build_dir}/notebooks)"
         print(f"      {book.stem}: {status} in {res.seconds:.1f} s", flush=True)
