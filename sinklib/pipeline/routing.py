@@ -77,7 +77,7 @@ def route(model: str, notebooks: list[str], explicit: bool) -> tuple[dict[str, s
         raise InputError(f"MODEL={model} is a {family} model, and none of the chosen notebooks "
                          f"({', '.join(notebooks)}) takes one; the {family} notebooks: "
                          f"{', '.join(nb for nb, f in NOTEBOOK_FAMILIES.items() if family in f)}.")
-    others = [nb for nb in notebooks if not chosen[nb]]
+    others = [nb for nb in notebooks if not chosen[nb] and NOTEBOOK_FAMILIES.get(nb, ("llm",))]  # not 03 / 90
     line = (f"MODEL={model} ({family}) runs in {', '.join(takers) or 'no notebook'}"
             + (f"; {', '.join(others)} run their profile's own models" if others else ""))
     return chosen, line
