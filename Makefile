@@ -84,8 +84,8 @@ test: setup browser  ## unit tests, capture tests, the real-model test and a smo
 smoke: setup  ## only the notebook smoke runs
 	$(PY) -m pytest -m notebook
 
-lab: setup  ## open JupyterLab on the notebooks
-	$(VENV)/bin/jupyter lab notebooks
+lab: setup  ## open JupyterLab on the notebooks (each notebook's profile decides whether the hub may be used)
+	env -u HF_HUB_OFFLINE $(VENV)/bin/jupyter lab notebooks
 
 lint: setup  ## ruff, and a check that every .ipynb matches its .py twin
 	$(VENV)/bin/ruff check sinklib tests benchmarks notebooks/*.py notebooks/exercises/*.py notebooks/exercises/solutions/*.py

@@ -91,3 +91,28 @@ def test_models_deep_copy_and_cuda_only_kernels_run():
         assert torch.equal(twin.weight.cpu(), lin.weight.cpu()) and twin.weight is not lin.weight
         counts = torch.histc(torch.tensor([0, 1, 1, 3]).int().cuda(), bins=4, min=0, max=3)
         assert counts.device.type == "cuda" and counts.tolist() == [1, 2, 0, 1]
+
+
+def test_one_kernel_can_run_an_offline_profile_then_the_gpu_one(monkeypatch, tmp_path):
+    """Issue item 8: make lab exported HF_HUB_OFFLINE=1 to every kernel, and an offline profile's switch stayed on
+    for a gpu run in the same kernel. huggingface_hub reads the switch once at import, so both are set."""
+    import subprocess
+
+    from huggingface_hub import constants
+
+    from sinklib.pipeline import profiles
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv(profiles.OFFLINE_MARK, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    profiles.resolve("cpu", out_dir=str(tmp_path / "a"))
+    assert constants.HF_HUB_OFFLINE and profiles.os.environ["HF_HUB_OFFLINE"] == "1"
+    profiles.resolve("gpu", out_dir=str(tmp_path / "b"))
+    assert not constants.HF_HUB_OFFLINE and "HF_HUB_OFFLINE" not in profiles.os.environ
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the user's own choice stays
+    profiles.resolve("gpu", out_dir=str(tmp_path / "c"))
+    assert profiles.os.environ["HF_HUB_OFFLINE"] == "1"
+    from sinklib.core.paths import ROOT
+
+    lab = subprocess.run(["make", "-n", "lab"], capture_output=True, text=True, cwd=ROOT).stdout
+    assert "env -u HF_HUB_OFFLINE" in lab

@@ -307,19 +307,38 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+OFFLINE_MARK = "SINKLIB_SET_HF_HUB_OFFLINE"  # set when sinklib (not the user) turned the hub off in this process
+
+
+def hub_offline(offline: bool) -> None:
+    """Switch the Hugging Face hub off (an offline profile) or back on (the gpu profile) for this process and the
+    processes it starts: ``HF_HUB_OFFLINE`` and huggingface_hub's own switch, which it reads once at import. Back on
+    only where sinklib turned it off: a user's own ``HF_HUB_OFFLINE=1`` stays (so one JupyterLab kernel can run the
+    cpu profile, then the gpu one)."""
+    from huggingface_hub import constants
+
+    if offline:
+        if os.environ.get("HF_HUB_OFFLINE") is None:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ[OFFLINE_MARK] = "1"
+        constants.HF_HUB_OFFLINE = os.environ["HF_HUB_OFFLINE"].upper() in ("1", "ON", "YES", "TRUE")
+    elif os.environ.pop(OFFLINE_MARK, None):
+        os.environ.pop("HF_HUB_OFFLINE", None)
+        constants.HF_HUB_OFFLINE = False
+
+
 def resolve(
     profile: str = "cpu", model: str | None = None, device: str | None = None, seed: int = 0,
     out_dir: str | Path | None = None, notebook: str = "notebook",
 ) -> Run:
     """Turn a notebook's parameters cell into a :class:`Run`; empty model/device take the profile's defaults.
 
-    Also seeds everything, creates ``out_dir`` and, for offline profiles, sets ``HF_HUB_OFFLINE=1``.
+    Also seeds everything, creates ``out_dir`` and switches the hub off for offline profiles (:func:`hub_offline`).
     """
     if profile not in PROFILES:
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     prof = PROFILES[profile]
-    if prof.offline:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    hub_offline(prof.offline)
     out = Path(out_dir) if out_dir else Path("figures") / notebook
     out.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
