@@ -91,7 +91,7 @@ print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tok
 # %%
 reports, added_seconds = [], {}
 for name in names:
-    lm = load_model(name, device=run.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
+    lm = nb.placed(load_model(name, device=run.device, dtype="float32"))  # Gu et al.'s protocol: float32 attention
     require_family(lm, ("llm", "moe"), "10_llm")
     report = llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                                 placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,

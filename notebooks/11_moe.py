@@ -65,7 +65,7 @@ from sinklib.pipeline import notebook
 
 nb = notebook.start("11_moe", profile, model, device, seed, out_dir, families=None, label="MoE")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
-lm = load_model(model or run.models[0], device=run.device, dtype=run.dtype)
+lm = nb.placed(load_model(model or run.models[0], device=run.device, dtype=run.dtype))
 require_family(lm, "moe", "11_moe")
 record.model, title = lm.label, f"{lm.label}"
 ids = text_windows(lm.tokenizer, run.num_seqs, run.seq_len, run.seed, split="heldout")

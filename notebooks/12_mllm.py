@@ -72,7 +72,7 @@ from sinklib.pipeline import notebook
 
 nb = notebook.start("12_mllm", profile, model, device, seed, out_dir, families=None, label="MLLM")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
-lm = load_model(model or run.models[0], device=run.device, dtype=run.dtype)
+lm = nb.placed(load_model(model or run.models[0], device=run.device, dtype=run.dtype))
 require_family(lm, "mllm", "12_mllm")
 standin = lm.spec.source == "stitched"
 # the configuration the registry's stand-in was built with (the smoke profile's trains 4 steps), at the run's seed

@@ -62,7 +62,7 @@ from sinklib.pipeline import notebook
 nb = notebook.start("13_vit", profile, model, device, seed, out_dir, families=None, label="ViT")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
 models = (model,) if model else run.models
-lm = load_model(models[0], device=run.device, dtype=run.dtype)
+lm = nb.placed(load_model(models[0], device=run.device, dtype=run.dtype))
 require_family(lm, "vit", "13_vit")
 record.model, title = lm.label, lm.label
 shots = images.photos(list(run.photos))
@@ -328,7 +328,7 @@ probe_pixels = images.to_pixels(digits, size=run.probe_size)
 train = np.random.default_rng(run.seed).permutation(len(labels))
 train, test = train[:int(0.6 * len(labels))], train[int(0.6 * len(labels)):]
 for name in models[1:]:
-    other = load_model(name, device=run.device, dtype=run.dtype)
+    other = nb.placed(load_model(name, device=run.device, dtype=run.dtype))
     require_family(other, "vit", "13_vit")
     other_prof = vit_sinks.profile_vit(other, pixels, batch_size=run.batch_size)
     summaries[other.label] = vit_sinks.summary(other_prof)

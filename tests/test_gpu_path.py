@@ -3,7 +3,9 @@ resolved from a hub cache, several model classes per notebook, bfloat16 where th
 tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
 without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`sinklib.pipeline.fake_cuda`,
 installed in every kernel through ``SINKLIB_FAKE_CUDA``): a tensor left on the wrong device fails here as it would on
-a GPU (profile ``tiny-gpu``)."""
+a GPU (profile ``tiny-gpu``). Twice: on one device, and on two with every transformers model split over both
+(accelerate's ``device_map="balanced"``, so blocks, captures and interventions sit on different devices) and the
+notebooks given ``device="cuda:1"`` (what ``make figures JOBS=2`` hands the second notebook on a two-GPU machine)."""
 
 from __future__ import annotations
 
@@ -20,16 +22,36 @@ NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
 
 
 @pytest.fixture(scope="module")
-def tiny_gpu_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny_gpu")
-    tiny_hub.write_hub_cache(root / "hub")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny_hub")
+    tiny_hub.write_hub_cache(root)
+    return root
+
+
+def _run_all(root, device: str, **env: str):
     with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
-        mp.setenv("HF_HUB_CACHE", str(root / "hub"))
+        for k, v in env.items():
+            mp.setenv(k, v)
+        return {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device=device, seed=0,
+                                             figures_dir=root / "figures", build_dir=root / "build"),
+                         root / "figures" / p.stem, root / "build" / "notebooks" / p.name) for p in NOTEBOOKS}
+
+
+@pytest.fixture(scope="module")
+def two_device_run(tmp_path_factory, hub):
+    root = tmp_path_factory.mktemp("two_devices")
+    return _run_all(root, "cuda:1", HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "2"},
+                    SINKLIB_DEVICE_MAP="balanced")
+
+
+@pytest.fixture(scope="module")
+def tiny_gpu_run(tmp_path_factory, hub):
+    root = tmp_path_factory.mktemp("tiny_gpu")
+    with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
+        mp.setenv("HF_HUB_CACHE", str(hub))
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv(fake_cuda.ENV, "1")  # one fake CUDA device in every kernel
-        out = {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device="cuda", seed=0,
-                                            figures_dir=root / "figures", build_dir=root / "build"),
-                        root / "figures" / p.stem, root / "build" / "notebooks" / p.name) for p in NOTEBOOKS}
+        out = _run_all(root, "cuda")
         moe = runner.discover(only=["11"])[0]  # MODEL= on the gpu profile: another MoE class (Mixtral)
         out["11_moe:mixtral"] = (runner.run_notebook(moe, profile="tiny-gpu", model="sinklib-tiny/mixtral", device="cuda",
                                                      seed=0, figures_dir=root / "mixtral", build_dir=root / "mixtral"),
@@ -55,3 +77,32 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
         assert len(json.loads((folder / "headline.json").read_text())["models"]) == len(tiny_hub.VITS)
     if (folder / "claims.json").exists():
         assert all(c.profile == "tiny-gpu" for c in claims.load(folder / "claims.json"))
+
+
+SPLIT = {"10_llm": {"sinklib-tiny/llama"}, "11_moe": {"sinklib-tiny/olmoe"}, "12_mllm": {"sinklib-tiny/llava"},
+         "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}}  # others: the profile's model
+
+
+@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS])
+def test_notebook_runs_with_its_model_split_over_two_devices(two_device_run, stem):
+    res, folder, _ = two_device_run[stem]
+    assert res.ok, res.message
+    headline = json.loads((folder / "headline.json").read_text())
+    assert headline["device"] == "cuda:1" and headline["fake_cuda_devices"] == 2
+    if stem == "03_mitigation":  # trains its own models on the device it is given
+        return
+    devices = headline["devices"]
+    split = SPLIT.get(stem, {"sinklib-tiny/llama"})
+    assert all(devices[m] == ["cuda:0", "cuda:1"] for m in split), devices
+
+
+def test_jobs_give_each_notebook_its_own_gpu():
+    with fake_cuda.fake_cuda(2):
+        assert runner.gpu_slots("gpu", "", 2) == ["cuda:0", "cuda:1"]
+        assert runner.gpu_slots("gpu", "", 4) == ["cuda:0", "cuda:1"]  # no more notebooks at once than GPUs
+        assert runner.gpu_slots("gpu", "cuda:0", 2) == []  # a device named by the user is kept
+        assert runner.gpu_slots("gpu", "", 1) == []
+        assert runner.gpu_slots("cpu", "", 2) == []  # the cpu profile stays on the CPU
+    with fake_cuda.fake_cuda(1):
+        assert runner.gpu_slots("gpu", "", 2) == []
+    assert runner.gpu_slots("gpu", "", 2) == []  # no CUDA at all

@@ -75,6 +75,17 @@ def selected_expert_outputs(experts: nn.Module, hidden: torch.Tensor, index: tor
     return out
 
 
+def float32_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None):
+    """The eager attention's inputs in float32, so P = softmax(q k^T * scaling + mask) is formed in float32 whatever
+    the model's dtype: in bfloat16 (8 bits of mantissa) a logit of 20-40 is rounded by up to 0.125, which moves its
+    probability by several percent. A float32 model is unchanged (``.float()`` returns the same tensors).
+    """
+    floats = [t.float() for t in (query, key, value)]
+    if mask is not None and mask.is_floating_point():
+        mask = mask.float()  # bfloat16's most negative value stays a masked logit in float32
+    return (*floats, mask)
+
+
 class Capture(Patch):
     """Context manager that records per-layer tensors during the forwards run inside it.
 
@@ -85,6 +96,8 @@ class Capture(Patch):
     Kinds: see :data:`KINDS`; pass them as keyword flags (``attentions=True``) or as ``kinds=[...]``.
     ``reduce`` maps a kind to ``fn(tensor, layer) -> tensor`` applied before storing (e.g. keep only the first key's
     column), so long runs need not hold every full tensor. Tensors are detached and moved to ``store_device``.
+    Attention probabilities are computed in float32 (:func:`float32_inputs`) and handed back to the model in its
+    own dtype; queries, keys and values are stored as the model computed them.
     In a multimodal model the layers are the language tower's; ``adapter`` overrides the model's own.
     """
 
@@ -136,11 +149,13 @@ class Capture(Patch):
         layer = self.adapter.index_of(module)
         if layer is None:  # another tower (e.g. the vision encoder of an MLLM): run it as before
             return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
-        out, weights = eager_for(module)(module, query, key, value, attention_mask, **kwargs)
-        for kind, tensor in (("attentions", weights), ("queries", query), ("keys", key), ("values", value)):
+        for kind, tensor in (("queries", query), ("keys", key), ("values", value)):
             if kind in self.wanted:
                 self._store(kind, layer, tensor)
-        return out, weights
+        out, weights = eager_for(module)(module, *float32_inputs(query, key, value, attention_mask), **kwargs)
+        if "attentions" in self.wanted:
+            self._store("attentions", layer, weights)
+        return out.to(query.dtype), weights
 
     def _experts_fn(self, module, hidden, top_k_index, top_k_weights):
         layer = self.adapter.index_of(module)

@@ -59,8 +59,13 @@ def forward_bytes(lm: LoadedModel, batch: int, seq_len: int, **kwargs) -> int:
 
 
 def available_bytes(device: torch.device) -> int:
+    """Bytes a new allocation can get: on CUDA the driver's free memory plus the blocks PyTorch's caching allocator
+    holds but no tensor uses (``memory_reserved - memory_allocated``: after one model of a notebook is dropped its
+    blocks stay reserved, invisible to ``mem_get_info``, yet free for the next); elsewhere the host's available RAM."""
+    device = torch.device(device)
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0] + max(0, cached))
     return int(psutil.virtual_memory().available)
 
 

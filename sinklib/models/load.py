@@ -47,10 +47,13 @@ def require_family(lm: LoadedModel, allowed: str | tuple[str, ...], where: str) 
 
 
 # ----------------------------------------------------------------------------------------------------- builders
-def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, attn_implementation: str | None):
+def _load_pretrained(path_or_id: str | Path, family: str, dtype: torch.dtype, attn_implementation: str | None,
+                     device_map: str | None = None):
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {"dtype": dtype}
+    if device_map:  # weights go from the file to the device(s) directly, never all on the host
+        kwargs["device_map"] = device_map
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     cls = AutoModelForCausalLM if family in ("llm", "moe") else AutoModel
@@ -125,6 +128,37 @@ def _check_hub_available(model_id: str) -> None:
         )
 
 
+DEVICE_MAP_ENV = "SINKLIB_DEVICE_MAP"  # "auto" / "balanced": spread every CUDA model over the visible GPUs
+
+
+def device_map_for(dev: torch.device, device_map: str | None = None) -> str | None:
+    """Where ``from_pretrained`` puts the weights: ``None`` on CPU (loaded, then moved as before); on CUDA the device
+    itself (weights stream from the file to the GPU, not through host RAM), or accelerate's ``"auto"`` /
+    ``"balanced"`` to place the blocks over all visible GPUs -- asked for by ``device_map`` or the
+    ``SINKLIB_DEVICE_MAP`` variable, and chosen by itself for a plain ``"cuda"`` when several GPUs are visible
+    (``"auto"`` fills cuda:0 first, so a model that fits one GPU stays on it).
+    """
+    if dev.type != "cuda":
+        return None
+    chosen = device_map or os.environ.get(DEVICE_MAP_ENV) or None
+    if chosen:
+        if chosen not in ("auto", "balanced", "balanced_low_0", "sequential") and not chosen.startswith("cuda"):
+            raise ValueError(f"device_map={chosen!r}: use 'auto', 'balanced', 'balanced_low_0', 'sequential' or a "
+                             "CUDA device such as 'cuda:0'.")
+        return chosen
+    if dev.index is None and torch.cuda.device_count() > 1:
+        return "auto"
+    return str(torch.device("cuda", dev.index or 0))
+
+
+def input_device(model: torch.nn.Module, fallback: torch.device) -> torch.device:
+    """Where a model's inputs go: the device of its input embeddings (the first block of a split model)."""
+    try:
+        return next(model.get_input_embeddings().parameters()).device
+    except (AttributeError, NotImplementedError, StopIteration, TypeError):
+        return fallback
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     """float32 on CPU (Gu et al.'s protocol), bfloat16 on GPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -136,41 +170,48 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     attn_implementation: str | None = "sdpa",
     seed: int = 0,
+    device_map: str | None = None,
 ) -> LoadedModel:
     """Load a registered model (or a hub id) in eval mode, with its tokenizer and shape facts.
 
     ``attn_implementation`` is the backend for ordinary forwards; :mod:`sinklib.core.capture` switches to an
     attention-probability-recording function for the duration of a ``with`` block regardless of this choice.
-    ``seed`` only matters for the randomly initialised test models.
+    ``seed`` only matters for the randomly initialised test models. On CUDA, transformers models load straight onto
+    the GPU(s) (:func:`device_map_for`: one GPU, or accelerate's ``device_map="auto"`` over several); the
+    :class:`~sinklib.core.loaded.LoadedModel`'s ``device`` is then where inputs go (the input embeddings' device).
     """
     spec = resolve_spec(name)
     dev = resolve_device(device)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     dtype = dtype or default_dtype(dev)
+    placement = device_map_for(dev, device_map)
 
     if spec.source == "config":
         model, tokenizer = CONFIG_BUILDERS[name](seed, attn_implementation)
         model = model.to(dtype)
     elif spec.source == "gguf":
-        model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation)
+        model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation, placement)
     elif spec.source == "upcycled":
         from sinklib.models.upcycle import STANDIN_RECIPE, build_standin
 
         def build(out: Path) -> None:  # the dense base is loaded here, so upcycle never imports this module
             build_standin(out, load_model(STANDIN_RECIPE["base"], device="cpu", dtype=torch.float32))
 
-        model, tokenizer = _load_pretrained(build_once(name, build), spec.family, dtype, attn_implementation)
+        model, tokenizer = _load_pretrained(build_once(name, build), spec.family, dtype, attn_implementation,
+                                            placement)
     elif spec.source == "stitched":
         from sinklib.models.stitch import standin_path
 
-        model, tokenizer = _load_pretrained(standin_path(stitch_config(name)), "mllm", dtype, attn_implementation)
+        model, tokenizer = _load_pretrained(standin_path(stitch_config(name)), "mllm", dtype, attn_implementation,
+                                            placement)
     elif spec.source == "onnx":
         from sinklib.models.onnx_vit import build_dinov2_small, timm_dinov2_small
 
+        timm_copy = name.endswith("-timm")
         model, tokenizer = _load_pretrained(build_once("dinov2-s", build_dinov2_small), "vit", dtype,
-                                            attn_implementation)
-        if name.endswith("-timm"):
+                                            attn_implementation, None if timm_copy else placement)
+        if timm_copy:
             model = timm_dinov2_small(model.float()).to(dtype)
     elif name.startswith("timm/"):  # a timm model on the hub, e.g. timm/deit3_large_patch16_224.fb_in22k_ft_in1k
         import timm
@@ -193,9 +234,12 @@ def load_model(
                 f"could not load hub id {name!r} ({str(err).splitlines()[0]}); check the id and network access."
             ) from None
         spec = ModelSpec(name, infer_family(config), "hub", spec.label, "hub id", offline=False)
-        model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation)
+        model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation, placement)
 
-    model = model.to(dev).eval()
+    if getattr(model, "hf_device_map", None) is None and not _placed(model, placement):
+        model = model.to(dev)
+    model = model.eval()
+    dev = input_device(model, dev)
     if not hasattr(model, "config"):  # timm: no transformers config
         from types import SimpleNamespace
 
@@ -216,6 +260,14 @@ def load_model(
         hidden_size=cfg.hidden_size, head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads,
         vocab_size=getattr(cfg, "vocab_size", None), adds_bos=adds_bos,
     )
+
+
+def _placed(model: torch.nn.Module, placement: str | None) -> bool:
+    """True when ``from_pretrained`` already put every parameter on the device ``placement`` names."""
+    if not placement or not placement.startswith("cuda"):
+        return False
+    want = torch.device(placement)
+    return all(p.device == want for p in model.parameters())
 
 
 STITCH_OVERRIDES = {"llava-standin": {}, "llava-standin-smoke": {"steps": 4}}  # registry name -> StitchConfig fields

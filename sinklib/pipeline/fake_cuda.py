@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 ENV = "SINKLIB_FAKE_CUDA"  # "1" or "2": fake CUDA devices in the notebook kernels
+_SYNC_LOAD = "HF_DEACTIVATE_ASYNC_LOAD"  # transformers: load weights in the calling thread
 FAKE_MEMORY = 80 * 2 ** 30  # what mem_get_info reports per fake device (an 80 GB GPU)
 _TENSOR_FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand, torch.randn,
                      torch.randint, torch.tensor, torch.as_tensor, torch.linspace, torch.eye, torch.randperm,
@@ -215,6 +216,10 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
                "get_device_properties": lambda device=None: _Properties(),
                "max_memory_allocated": lambda device=None: 0, "reset_peak_memory_stats": lambda device=None: None}
     saved = {k: getattr(torch.cuda, k) for k in patches}
+    # a torch-function mode holds in its own thread only: transformers' loader copies weights to the device in a
+    # thread pool unless told not to, which would reach for the real driver
+    saved_env = os.environ.get(_SYNC_LOAD)
+    os.environ[_SYNC_LOAD] = "1"
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)  # module.to keeps the subclass
     for k, v in patches.items():
@@ -226,6 +231,10 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
         for k, v in saved.items():
             setattr(torch.cuda, k, v)
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
+        if saved_env is None:
+            os.environ.pop(_SYNC_LOAD, None)
+        else:
+            os.environ[_SYNC_LOAD] = saved_env
 
 
 class _Properties:

@@ -46,6 +46,12 @@ class Notebook:
         """How figure titles name the model: "SmolLM2-135M-Instruct (smollm2-135m)"."""
         return f"{self.lm.label} ({self.lm.name})" if self.lm is not None else self.record.model
 
+    def placed(self, lm: LoadedModel) -> LoadedModel:
+        """Note in the headline which devices ``lm``'s weights sit on (``devices``: model name -> devices; two or
+        more for a model split over GPUs) and return it, for the notebooks that load their own models."""
+        self.headline.setdefault("devices", {})[lm.name] = model_devices(lm.model)
+        return lm
+
     def close(self) -> dict:
         """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``; return the headline."""
         self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
@@ -55,6 +61,11 @@ class Notebook:
         print(f"{self.name}: {len(self.record.claims)} claims ({held} hold), {self.headline['seconds']:.0f} s; "
               f"figures and JSON in {self.fig_dir}")
         return self.headline
+
+
+def model_devices(model: torch.nn.Module) -> list[str]:
+    """The devices a model's parameters sit on, in order (``["cuda:0", "cuda:1"]`` for a model split over two)."""
+    return sorted({str(p.device) for p in model.parameters()})
 
 
 def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: str, *,
@@ -77,6 +88,6 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
     record = Recorder(name, label or name, run.profile.name)
     headline = {"notebook": name, "profile": run.profile.name, "device": run.device,
                 "fake_cuda_devices": int(os.environ.get(fake_cuda.ENV, "0") or 0)}
-    if lm is not None:
-        headline |= {"model": lm.name, "label": lm.label}
+    if lm is not None:  # devices: more than one when the model was split over GPUs (device_map)
+        headline |= {"model": lm.name, "label": lm.label, "devices": {lm.name: model_devices(lm.model)}}
     return Notebook(name, run, lm, record, headline)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import shutil
 import sys
@@ -204,6 +205,22 @@ def default_jobs(profile: str) -> int:
     return 2 if profile != "gpu" and (os.cpu_count() or 1) >= 2 else 1
 
 
+def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
+    """One CUDA device per notebook running at once: ``["cuda:0", ..., "cuda:{n-1}"]`` when the run is on CUDA with
+    no index given (``device`` or the profile's), ``jobs`` > 1 and ``n = min(jobs, visible GPUs)`` > 1; else ``[]``
+    (every notebook gets ``device`` as given, and a model larger than one GPU spreads over all of them,
+    :func:`sinklib.models.load.device_map_for`)."""
+    import torch
+
+    from sinklib.pipeline.profiles import PROFILES
+
+    wanted = (device or PROFILES[profile].device or "").lower()
+    if wanted not in ("cuda", "auto") or jobs < 2 or not torch.cuda.is_available():
+        return []
+    n = min(jobs, torch.cuda.device_count())
+    return [f"cuda:{i}" for i in range(n)] if n > 1 else []
+
+
 # Seconds each notebook took on the 2-core machine from empty caches (CPU profile, two at a time; a fresh clone of
 # f1ac873, issue 27), for the order of a first run, when figures/ holds no times yet: longest first, so the
 # trainings (03's 36 tiny LMs, 12's three projectors) start at once instead of last.
@@ -247,6 +264,13 @@ def run_all(
     if line:
         print(line, flush=True)
     jobs = max(1, min(jobs or default_jobs(profile), len(books)))
+    slots = gpu_slots(profile, device, jobs)  # JOBS=N on N GPUs: each notebook its own
+    if slots:
+        jobs = len(slots)
+        print(f"{jobs} GPUs: each notebook runs on its own ({', '.join(slots)})", flush=True)
+    free = queue.SimpleQueue()
+    for slot in slots:
+        free.put(slot)
     side_by_side, after = _schedule(books, figures_dir, profile)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
@@ -262,10 +286,15 @@ def run_all(
         eta = progress([b for b in books if b not in done], figures_dir, profile, time.perf_counter() - started,
                        jobs)
         mine = models[book.stem]
+        where = free.get() if slots else device
         print(f"[{next(count)}/{len(books)}] {book.stem} (profile={profile}{', model=' + mine if mine else ''}"
-              f"{', device=' + device if device else ''}) {eta}", flush=True)
-        res = run_notebook(book, profile=profile, model=mine, device=device, seed=seed, figures_dir=figures_dir,
-                           build_dir=build_dir, progress_bar=jobs == 1)
+              f"{', device=' + where if where else ''}) {eta}", flush=True)
+        try:
+            res = run_notebook(book, profile=profile, model=mine, device=where, seed=seed, figures_dir=figures_dir,
+                               build_dir=build_dir, progress_bar=jobs == 1)
+        finally:
+            if slots:
+                free.put(where)
         status = "ok" if res.ok else f"FAILED: {res.message} (previous figures kept; see {build_dir}/notebooks)"
         print(f"      {book.stem}: {status} in {res.seconds:.1f} s", flush=True)
         results[book.stem] = res

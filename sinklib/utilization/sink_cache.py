@@ -69,7 +69,8 @@ def rope_from_model(model: torch.nn.Module, layer_type: str | None = None) -> Ro
     def rope(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         probe = torch.zeros(1, device=positions.device, dtype=torch.float32)
         cos, sin = rotary(probe, positions[None], *extra)  # (1, n, head_dim)
-        return cos[0].float(), sin[0].float()
+        # a model split over GPUs keeps its rotary module on one of them: hand the angles to the caller's device
+        return cos[0].float().to(positions.device), sin[0].float().to(positions.device)
 
     return rope
 

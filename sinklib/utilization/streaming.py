@@ -101,14 +101,16 @@ def recompute_nll(lm: LoadedModel, ids: torch.Tensor, window: int, positions: Se
     if short:  # one forward of the longest prefix, logits kept at the short positions only
         keep = torch.tensor([pos[i] for i in short])
         prefix = ids[None, :int(keep.max()) + 1].to(lm.device)
-        logits = lm.model(prefix, use_cache=False, logits_to_keep=keep.to(lm.device)).logits[0].float()  # (S, V)
-        out[short] = F.cross_entropy(logits, ids[keep + 1].to(lm.device), reduction="none").cpu()
+        # every position's logits, then the kept ones: a tensor logits_to_keep would be moved to the input device by
+        # accelerate, where a model split over GPUs does not have its last hidden states (CPU indices fit any GPU)
+        logits = lm.model(prefix, use_cache=False).logits[0, keep].float()  # (S, V)
+        out[short] = F.cross_entropy(logits, ids[keep + 1].to(logits.device), reduction="none").cpu()
     full = [i for i, t in enumerate(pos) if t + 1 >= window]
     for s in tqdm(range(0, len(full), batch_size), desc="recompute", disable=not progress, leave=False):
         group = full[s:s + batch_size]
         batch = torch.stack([ids[pos[i] + 1 - window:pos[i] + 1] for i in group]).to(lm.device)
         logits = lm.model(batch, use_cache=False, logits_to_keep=1).logits[:, -1].float()
-        targets = torch.stack([ids[pos[i] + 1] for i in group]).to(lm.device)
+        targets = torch.stack([ids[pos[i] + 1] for i in group]).to(logits.device)
         out[group] = F.cross_entropy(logits, targets, reduction="none").cpu()
     return out
 
@@ -151,18 +153,33 @@ class DecodeCost:
 @torch.inference_mode()
 def decode_cost(lm: LoadedModel, prompt: torch.Tensor, n_tokens: int, make_cache: Callable[[], object] | None = None,
                 desc: str = "decode", progress: bool = True) -> DecodeCost:
-    """Greedy decoding token by token after a prompt; time and KV-cache size per generated token."""
+    """Greedy decoding token by token after a prompt; time and KV-cache size per generated token (on CUDA each step
+    is timed after ``torch.cuda.synchronize``, so the time is the kernels', not their launch)."""
     cache = DynamicCache() if make_cache is None else make_cache()
     logits = lm.model(prompt.reshape(1, -1).to(lm.device), past_key_values=cache, use_cache=True).logits
     token = logits[:, -1:].argmax(-1)
     secs, sizes = [], []
+    sync = device_synchronizer(lm.device)
+    sync()
     for _ in tqdm(range(n_tokens), desc=desc, disable=not progress, leave=False):
         start = time.perf_counter()
         logits = lm.model(token, past_key_values=cache, use_cache=True).logits
         token = logits[:, -1:].argmax(-1)
+        sync()  # CUDA returns before the kernels finish: time the work, not its launch
         secs.append(time.perf_counter() - start)
         sizes.append(cache_bytes(cache))
     return DecodeCost(torch.tensor(secs), torch.tensor(sizes, dtype=torch.float64))
+
+
+def device_synchronizer(device: torch.device) -> Callable[[], None]:
+    """A function that waits for queued work: on CUDA ``torch.cuda.synchronize`` on every visible GPU (a model split
+    over several runs on all of them), elsewhere nothing."""
+    if torch.device(device).type == "cuda":
+        def sync() -> None:
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(index)
+        return sync
+    return lambda: None
 
 
 @torch.inference_mode()
