@@ -276,6 +276,7 @@ register_control = registers.test_time_register_claim(control_prof, control_afte
 register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in, jiang), control=register_control,
                             control_note="control run: it cannot be judged on random weights either (no outliers "
                                          "there)" if register_control.holds is None else "")
+sun_control = vit_sinks.vit_massive_activations_claim(control_prof, lm.name)  # section 6's control
 del control, control_prof, control_after
 gc.collect()
 
@@ -309,7 +310,10 @@ with plotting.style():
                   f"{title}, {len(names)} photos: per layer, the largest |activation| of the block output and the "
                   f"median |activation| of the whole output (Sun et al.'s layer statistics, mean over photos), labelled "
                   f"with the dimension of the largest (most common over photos); dashed: |h| = 100.")
-sun_claim = record.add(vit_sinks.vit_massive_activations_claim(prof, lm.name))
+sun_claim = record.add(vit_sinks.vit_massive_activations_claim(prof, lm.name), control=sun_control,
+                       control_note="" if sun_control.holds is not None else
+                       "control run on random weights (numbers kept); not judged there either, as Sun et al. report "
+                       "no result for this model")
 print(f"largest / layer median per layer: {[round(x) for x in sun_ratio]}; (token, dim) of the largest in the peak "
       f"layer per photo: {prof.top_site[max(range(L), key=lambda i: sun_ratio[i])].tolist()}")
 takeaways.show(vit_takeaways.massive(sun_claim, title))
@@ -323,6 +327,8 @@ takeaways.show(vit_takeaways.massive(sun_claim, title))
 
 # %%
 summaries, profiles = {lm.label: vit_sinks.summary(prof)}, {lm.name: prof}
+OTHER_CONTROL = (f"control not repeated per model: the random-weight control of section 3 ({lm.label}'s "
+                 f"configuration) stands for the family")
 fixed_bias = []
 probe_pixels = images.to_pixels(digits, size=run.probe_size)
 train = np.random.default_rng(run.seed).permutation(len(labels))
@@ -337,8 +343,9 @@ for name in models[1:]:
     for c in vit_sinks.high_norm_claims(other_prof, vit_sinks.expectation(name, other.n_layers, other_prof.n_prefix),
                                         vit_sinks.high_norm_similarity(other_prof),
                                         calibration=registers.calibration(other_prof, other_jiang)):
-        record.add(c, model=other.label)
-    record.add(vit_sinks.vit_massive_activations_claim(other_prof, name), model=other.label)
+        record.add(c, model=other.label, control_note=OTHER_CONTROL)
+    record.add(vit_sinks.vit_massive_activations_claim(other_prof, name), model=other.label,
+               control_note=OTHER_CONTROL)
     if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
         means = register_means.register_input_means(other, probe_pixels[train], run.batch_size)
         as_is = register_means.head_features(other, probe_pixels, run.batch_size)
@@ -346,15 +353,19 @@ for name in models[1:]:
                                              extra=register_means.FixedRegisterMean(other.model, means))
         acc = register_means.probe_transfer(as_is[train], labels[train],
                                             {"as is": as_is[test], "fixed register mean": fixed}, labels[test])
-        fixed_bias.append(record.add(register_means.fixed_bias_claim(acc, other.label), model=other.label))
+        fixed_bias.append(record.add(register_means.fixed_bias_claim(acc, other.label), model=other.label,
+                                     control_note=OTHER_CONTROL))
     del other
     gc.collect()
 if not fixed_bias:
-    record.add(register_means.fixed_bias_claim(None))
+    record.add(register_means.fixed_bias_claim(None), control_note="no control: no model with registers in this "
+               "profile, so nothing to control")
 pairs = {name: (profiles[name], profiles[twin]) for name, twin in vit_sinks.REGISTER_TWINS.items()
          if name in profiles and twin in profiles}
 if pairs:  # the GPU profile's DINOv2-L / -g with and without registers
-    record.add(vit_sinks.registers_remove_outliers_claim(pairs), model=", ".join(pairs))
+    record.add(vit_sinks.registers_remove_outliers_claim(pairs), model=", ".join(pairs),
+               control_note="no control: the claim compares two trained models of one configuration, with and "
+               "without registers; random weights of either have no outliers to remove")
 if len(summaries) > 1:  # one model: the comparison would repeat fig03
     with plotting.style():
         fig = vit_plots.models_compared(summaries, vit_sinks.OUTLIER_FACTOR, title="High-norm tokens across models")
