@@ -13,6 +13,7 @@ SEED   ?= 0
 NOTEBOOKS ?=
 DRYRUN ?=
 GPU_GB ?= 80
+HOST_GB ?= 128
 
 # Offline profiles never touch a model hub; the gpu profile may.
 ifneq ($(PROFILE),gpu)
@@ -67,10 +68,10 @@ browser:  ## Debian's chromium for the gallery's browser test (apt as root; with
 	      || echo "chromium could not be installed: the gallery's browser test will be skipped"; \
 	  else echo "no chromium and no root apt-get: the gallery's browser test will be skipped"; fi; }
 
-figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01", JOBS=2, DRYRUN=1 GPU_GB=80: plan only) and build figures/index.html
+figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOOKS="00 01", JOBS=2, DRYRUN=1 GPU_GB=80 HOST_GB=128: plan only) and build figures/index.html
 	$(PY) -m sinklib figures --profile $(PROFILE) --seed $(SEED) \
 		$(if $(MODEL),--model $(MODEL)) $(if $(DEVICE),--device $(DEVICE)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
-		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB)) $(if $(JOBS),--jobs $(JOBS))
+		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB) --host-gb $(HOST_GB)) $(if $(JOBS),--jobs $(JOBS))
 
 verify: setup  ## compare figures/ (a CPU-profile run) with data/reference/: every verdict that differs, every value beyond its tolerance
 	$(PY) -m sinklib verify

@@ -116,3 +116,15 @@ def test_one_kernel_can_run_an_offline_profile_then_the_gpu_one(monkeypatch, tmp
 
     lab = subprocess.run(["make", "-n", "lab"], capture_output=True, text=True, cwd=ROOT).stdout
     assert "env -u HF_HUB_OFFLINE" in lab
+
+
+def test_an_optimizer_steps_and_a_model_moves_between_fake_devices():
+    """AdamW's graph-capture check asks torch.accelerator for the current stream; Module.to compares tensor types
+    across devices -- neither may reach for the real driver or count as mixing devices."""
+    with fake_cuda(2):
+        net = torch.nn.Linear(3, 2).to("cuda:0")
+        net.to("cuda:1")
+        assert net.weight.device == torch.device("cuda:1")
+        opt = torch.optim.AdamW(net.parameters(), lr=0.1, foreach=False)
+        net(torch.ones(1, 3, device="cuda:1")).sum().backward()
+        opt.step()

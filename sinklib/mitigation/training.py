@@ -49,9 +49,14 @@ class TrainConfig:
     seed: int = 0
     bos: bool = True
     data: str = "bible"  # "bible" (real text, bytes), "bigram_backcopy" (synthetic) or "file:<path>" (text file)
+    precision: str = "float32"  # "float32", or "bf16": bfloat16 autocast for the forward (weights and AdamW in float32)
+    micro_batch: int = 0  # > 0: the batch in parts of this size, gradients accumulated (same update, less memory)
 
     def key(self) -> str:
         fields = asdict(self)
+        if self.precision == "float32":  # the key runs had before the field existed
+            del fields["precision"]
+        del fields["micro_batch"]  # the same update however the batch is split
         if not self.model.options:  # no variant options: the key runs had before the field existed
             del fields["model"]["options"]
         if not self.model.n_experts:  # a dense FFN: the key runs had before the MoE fields existed
@@ -253,6 +258,49 @@ def check_config(cfg: TrainConfig) -> None:
         raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")
 
 
+PRECISIONS = ("float32", "bf16")
+
+
+def autocast(cfg: TrainConfig, device: str | torch.device) -> torch.autocast:
+    """The forward's precision: float32 throughout, or ``"bf16"``: matmuls in bfloat16 under ``torch.autocast``
+    (softmax, norms and the loss stay float32, as autocast lists them; weights, gradients and AdamW stay float32)."""
+    if cfg.precision not in PRECISIONS:
+        raise InputError(f"unknown training precision {cfg.precision!r}; use one of {', '.join(PRECISIONS)}.")
+    kind = torch.device(device).type
+    return torch.autocast(kind if kind in ("cuda", "cpu") else "cpu", dtype=torch.bfloat16,
+                          enabled=cfg.precision == "bf16")
+
+
+def training_step_bytes(cfg: TrainConfig, batch: int | None = None) -> dict[str, int]:
+    """Bytes one training step of ``cfg`` holds at its peak, counted on the meta device (nothing is allocated).
+
+    ``state``: parameters, gradients and AdamW's two moments, 16 bytes per float32 parameter. ``saved``: every
+    tensor autograd keeps for backward (``torch.autograd.graph.saved_tensors_hooks`` during one forward and the
+    loss), counted once per storage and without the parameters; this is what differs between attention variants
+    (softpick keeps several (B, H, T, T) tensors, softmax one). ``logits_grad``: the (B, T, V) float32 gradient of
+    the logits, alive at the start of backward. Peak ~= state + saved + logits_grad (transient buffers aside)."""
+
+    B, T = batch or cfg.batch_size, cfg.seq_len
+    with torch.device("meta"):
+        model = TinyLM(cfg.model)
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    n_params = sum(p.numel() for p in model.parameters())
+    saved: dict[int, tuple[torch.Tensor, int]] = {}  # storage -> (a tensor keeping it alive, bytes)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        store = t.untyped_storage()
+        if store._cdata not in params:
+            saved.setdefault(store._cdata, (t, store.nbytes()))
+        return t
+
+    ids = torch.zeros(B, T, dtype=torch.long, device="meta")
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast(cfg, "cpu"):
+        logits = model(ids)  # (B, T, V)
+        F.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
+    return {"parameters": n_params, "state": 16 * n_params, "saved": sum(n for _, n in saved.values()),
+            "logits_grad": 4 * logits.numel()}
+
+
 @torch.enable_grad()  # also where the caller measures with autograd off (a notebook's default)
 def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, device: str = "cpu") -> dict:
     """Train one run (or read it from the cache); returns {"config", "key", "checkpoints": [...], "seconds"}.
@@ -286,12 +334,16 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = (batches[step].long() if shared else make_batch(cfg, "train", cfg.batch_size, gen)).to(device)
-        logits = model(batch)
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
-        if cfg.model.n_experts:  # the router learns with the model, load-balanced as Mixtral's
-            loss = loss + model.balance_loss()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = torch.zeros((), device=device)
+        for part in batch.split(cfg.micro_batch or len(batch)):  # (b, T) parts; one part unless micro_batch
+            with autocast(cfg, device):
+                logits = model(part)  # (b, T, V)
+            part_loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), part[:, 1:].flatten())
+            if cfg.model.n_experts:  # the router learns with the model, load-balanced as Mixtral's
+                part_loss = part_loss + model.balance_loss()
+            (part_loss * (len(part) / len(batch))).backward()
+            loss = loss + part_loss.detach() * (len(part) / len(batch))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))

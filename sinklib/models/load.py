@@ -230,9 +230,9 @@ def load_model(
         try:
             config = AutoConfig.from_pretrained(name)
         except OSError as err:
-            raise UnknownModelError(
-                f"could not load hub id {name!r} ({str(err).splitlines()[0]}); check the id and network access."
-            ) from None
+            from sinklib.models.hub_access import hub_error_line
+
+            raise UnknownModelError(hub_error_line(name, err) + ".") from None
         spec = ModelSpec(name, infer_family(config), "hub", spec.label, "hub id", offline=False)
         model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation, placement)
 

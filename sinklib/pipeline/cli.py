@@ -64,7 +64,7 @@ def _cmd_figures(args) -> int:
         from sinklib.pipeline.plan import format_plans, plan_run
         from sinklib.pipeline.routing import route
 
-        plans = plan_run(args.profile, args.model, args.gpu_gb, args.notebooks)
+        plans = plan_run(args.profile, args.model, args.gpu_gb, args.notebooks, args.host_gb)
         try:
             print(route(args.model, [p.notebook for p in plans], args.notebooks is not None)[1] or "", end="\n"
                   if args.model else "")
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print each notebook's models, download sizes, dtype, batch sizes and memory per step; exit 1 "
                         "if a step does not fit (nothing is downloaded or run)")
     f.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory the gpu profile's plan is checked against")
+    f.add_argument("--host-gb", type=float, default=128.0, help="host RAM beside the GPU the plan is checked against")
     f.add_argument("--jobs", type=int, default=None,
                    help="notebooks run at once, each kernel with cores/jobs threads (default: 2 on CPU profiles with "
                         ">= 2 cores, 1 on the gpu profile); 90_scorecard runs after the others")

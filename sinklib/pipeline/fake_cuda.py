@@ -161,6 +161,9 @@ def _dispatch(func, args, kwargs):
             return tree_map(_plain, out)
         return tree_map(lambda t: FakeCudaTensor.wrap(_plain(t), index) if isinstance(t, torch.Tensor) else t, out)
     name = getattr(func, "__name__", "")
+    if func is torch._has_compatible_shallow_copy_type:  # compares tensor types only, on any devices (Module.to)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*tree_map(_plain, args), **kwargs)
     if func is torch.Tensor.numpy:
         if isinstance(args[0], FakeCudaTensor):
             raise FakeCudaError(f"can't convert cuda:{args[0]._fake_index} device type tensor to numpy. Use "
@@ -201,6 +204,16 @@ class _FakeCudaMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _Stream:
+    """The current stream of a fake device: never capturing a CUDA graph, nothing to wait for."""
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        return None
+
+
 @contextlib.contextmanager
 def fake_cuda(devices: int = 1) -> Iterator[None]:
     """Pretend this machine has ``devices`` CUDA GPUs (see the module docstring); undone on exit, even on error."""
@@ -216,6 +229,11 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
                "get_device_properties": lambda device=None: _Properties(),
                "max_memory_allocated": lambda device=None: 0, "reset_peak_memory_stats": lambda device=None: None}
     saved = {k: getattr(torch.cuda, k) for k in patches}
+    # optimizers ask the accelerator whether a CUDA graph is being captured (torch.optim's health check)
+    accel = {"current_stream": lambda device=None: _Stream(), "current_device_index": lambda: 0}
+    saved_accel = {k: getattr(torch.accelerator, k) for k in accel}
+    for k, v in accel.items():
+        setattr(torch.accelerator, k, v)
     # a torch-function mode holds in its own thread only: transformers' loader copies weights to the device in a
     # thread pool unless told not to, which would reach for the real driver
     saved_env = os.environ.get(_SYNC_LOAD)
@@ -230,6 +248,8 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(torch.cuda, k, v)
+        for k, v in saved_accel.items():
+            setattr(torch.accelerator, k, v)
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         if saved_env is None:
             os.environ.pop(_SYNC_LOAD, None)

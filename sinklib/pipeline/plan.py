@@ -11,20 +11,35 @@ the notebook uses. A step's estimate is the weights in the notebook's dtype plus
 :func:`sinklib.core.memory.activation_bytes` (training: weights, gradients and AdamW's two moments in float32, plus
 Korthikanti et al.'s per-layer activations ``B T (34 d + 5 H T)`` bytes at 16 bits, doubled for float32).
 
+Training (03) is counted per attention variant on the meta device (:func:`sinklib.mitigation.training.
+training_step_bytes`: the tensors autograd saves for backward, softpick's several (B, H, T, T) tensors included),
+at the micro-batch the profile trains with. Streaming (01) counts its dense reference cache over the whole stream.
+
 Rule: a step fits when its estimate at its batch size is at most 90% of the device; when only a smaller batch
 fits, the plan says which (the notebooks' :func:`~sinklib.core.memory.fit_batch` halves the batch the same way);
-a notebook whose step does not fit even at batch 1 is refused, before anything runs.
+a notebook whose step does not fit even at batch 1 is refused, before anything runs. Attention maps a step keeps
+are copied to the host: their float32 bytes for one forward are the step's host RAM, checked against ``host_gb``.
+
+Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of
+:data:`MARGIN` covers the rest) and timed by :func:`call_seconds` -- the larger of FLOPs over the GPU's peak times
+:data:`MFU` and bytes moved over its memory bandwidth times :data:`BW_EFF`, plus eager PyTorch's per-layer launch
+overhead -- on :data:`GPU` (an H100 SXM 80 GB). These are stated assumptions, not measurements: the plan's
+GPU-hours say what a run will cost to the nearest factor of two or so.
+
+Access: every hub id is checked (:func:`sinklib.models.hub_access.access_problem`): online by asking the hub,
+offline from the table's ``gated`` mark, with the licence link and the login to use.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from sinklib.core.errors import InputError
 from sinklib.core.memory import activation_bytes
 from sinklib.core.paths import ROOT
+from sinklib.models.hub_access import access_problem
 from sinklib.pipeline import profiles
 
 GB = 1e9
@@ -32,6 +47,25 @@ HEADROOM = 0.9  # usable share of the device: the CUDA context, the allocator's 
 TEXT_TOKENS = 40  # a caption prompt's text tokens beside an MLLM's image tokens
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GU_PROTOCOL = ("00_tour", "10_llm")  # float32 attention on every device (Gu et al.'s protocol)
+HOST_GB = 128.0  # host RAM assumed beside the GPU (make figures HOST_GB=...)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU the time estimate assumes (dense peaks from NVIDIA's H100 SXM datasheet)."""
+
+    name: str = "H100 SXM 80 GB"
+    bf16_tflops: float = 989.0
+    fp32_tflops: float = 67.0  # plain float32 (no TF32): what float32 notebooks get
+    hbm_tb_s: float = 3.35
+    pcie_gb_s: float = 25.0  # device -> host copies of kept attention maps
+
+
+GPU = Gpu()
+MFU = 0.35  # share of peak FLOPs eager PyTorch reaches on large batched matmuls
+BW_EFF = 0.6  # share of memory bandwidth reached by memory-bound steps (decoding, softmax over maps)
+LAYER_OVERHEAD_S = 3e-4  # eager PyTorch's kernel launches and Python per layer per forward (x3 per training step)
+MARGIN = 1.25  # the notebook's other forwards (figures, controls, smaller steps), beyond its dominant steps
 
 
 @dataclass(frozen=True)
@@ -51,6 +85,8 @@ class Shape:
     registers: int = 0
     image_tokens: int = 0  # MLLMs: tokens one image becomes
     offline: bool = False
+    gated: bool = False  # a licence to accept on the hub page before the files can be read
+    active_b: float | None = None  # MoE: parameters one token passes through (None: params_b)
 
 
 @dataclass(frozen=True)
@@ -66,6 +102,10 @@ class Step:
     logits: bool = False
     kv_tokens: int = 0  # a KV cache of this many tokens (decoding)
     train: bool = False
+    calls: int = 1  # forwards of this shape (training: optimizer steps of every run)
+    call_tokens: tuple[int, ...] = ()  # when the forwards differ in length: each one's tokens (calls ignored)
+    growing: bool = False  # the KV cache grows from 0 to kv_tokens over the calls (time at the mean)
+    variant: str = ""  # training: the attention variant
 
 
 @dataclass
@@ -75,6 +115,8 @@ class StepEstimate:
     fits_batch: int  # the largest batch <= step.batch that fits (0: not even one)
     tokens: int = 0  # the sequence length for this model (image tokens, clipped contexts resolved)
     note: str = ""
+    seconds: float = 0.0  # estimated GPU time of all the step's calls (see call_seconds)
+    host_bytes: float = 0.0  # host RAM the step's kept attention maps need for one forward (float32)
 
 
 @dataclass
@@ -85,10 +127,16 @@ class NotebookPlan:
     downloads: dict[str, float] = field(default_factory=dict)  # hub id -> GB (offline models: 0)
     estimates: list[StepEstimate] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why it is refused
+    access: dict[str, str] = field(default_factory=dict)  # hub id -> what to do before it can be read
+    cut: str = ""  # what the profile cut from the papers' protocol to fit the time budget
 
     @property
     def fits(self) -> bool:
         return not self.problems
+
+    @property
+    def gpu_hours(self) -> float:
+        return MARGIN * sum(e.seconds for e in self.estimates) / 3600
 
 
 @cache
@@ -134,41 +182,76 @@ def _models(run: profiles.Run, model: str, first_only: bool = False) -> tuple[st
     return models[:1] if first_only else models
 
 
+def _n(items: int, batch: int) -> int:
+    return max(1, -(-items // max(1, batch)))
+
+
 def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[Step]:
-    """The steps of ``notebook`` that dominate its memory, with the run's sizes (see the module docstring)."""
+    """The steps of ``notebook`` that dominate its memory and time, with the run's sizes and how many forwards
+    each makes (see the module docstring): counted from the profile's sizes as the notebook spends them."""
     r, steps = run, []
     if notebook == "00_tour":
         m = model or r.profile.model
-        steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True),
-                  Step("long context (O(N) statistics)", m, 1, max(r.context_lengths))]
+        steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
+                       calls=_n(4 * (r.num_seqs + r.control_seqs), r.batch_size)),
+                  Step("long context (O(N) statistics)", m, 1, max(r.context_lengths),
+                       call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
     elif notebook == "01_utilization":
         m = model or r.profile.model
-        steps += [Step("held-out perplexity", m, r.batch_size, r.eval_seq_len, logits=True),
-                  Step("ACT head choice (O(N) statistics)", m, r.batch_size, r.eval_seq_len),
-                  Step("streaming, sink + window cache", m, 1, r.stream_chunk, kv_tokens=r.cache_budget),
-                  Step("dense decoding (full KV cache)", m, 1, 1, kv_tokens=r.decode_tokens)]
+        per_stream = _n(r.stream_tokens, r.stream_chunk)
+        quant = _n(min(r.stream_tokens, 1024), r.stream_chunk)
+        steps += [Step("held-out perplexity", m, r.batch_size, r.eval_seq_len, logits=True,
+                       calls=_n(r.eval_seqs, r.batch_size) * 3),
+                  Step("ACT head choice (O(N) statistics)", m, r.batch_size, r.eval_seq_len,
+                       calls=_n(r.probe_seqs, r.batch_size)),
+                  Step("streaming, 6 sink/window caches", m, 1, r.stream_chunk, kv_tokens=r.cache_budget,
+                       calls=6 * per_stream),
+                  Step("streaming, dense reference cache", m, 1, r.stream_chunk, kv_tokens=r.stream_tokens,
+                       calls=per_stream, growing=True),
+                  Step("KV quantisation, 6 streams", m, 1, r.stream_chunk, kv_tokens=min(r.stream_tokens, 1024),
+                       calls=7 * quant, growing=True),
+                  Step("recompute baseline (window forwards)", m, 1, r.cache_budget, calls=r.recompute_points),
+                  Step("dense decoding (full KV cache)", m, 1, 1, kv_tokens=r.decode_tokens, calls=2 * r.decode_tokens,
+                       growing=True)]
     elif notebook == "02_interpretation":
         m = model or r.profile.model
-        steps += [Step("probe (statistics + hidden states)", m, r.batch_size, r.seq_len, hidden_states=True),
-                  Step("perplexity under interventions", m, r.batch_size, r.eval_seq_len, logits=True)]
+        steps += [Step("probe (statistics + hidden states)", m, r.batch_size, r.seq_len, hidden_states=True,
+                       calls=_n(r.probe_seqs, r.batch_size) * (4 + r.draws)),
+                  Step("perplexity under interventions", m, r.batch_size, r.eval_seq_len, logits=True,
+                       calls=_n(r.eval_seqs, r.batch_size) * (len(r.lambdas) + 4))]
     elif notebook == "03_mitigation":
-        steps.append(Step(f"training, {r.train_seeds} seeds x 9 variants", "tinylm", r.train.batch_size,
-                          r.train.seq_len, train=True))
+        from sinklib.mitigation.comparison import parse_variants
+
+        for v in parse_variants(""):
+            steps.append(Step(f"training {v}, {r.train_seeds} seeds", "tinylm", r.train.batch_size, r.train.seq_len,
+                              train=True, calls=r.train_seeds * r.train.steps, variant=v))
     elif notebook == "10_llm":
         for m in _models(r, model):
-            steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True),
-                      Step("long context (O(N) statistics)", m, 1, max(r.context_lengths))]
+            steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
+                           calls=_n(4 * (r.num_seqs + r.control_seqs) + 3 * r.placement_seqs
+                                    + 2 * (r.draw_seqs + (r.draw_windows or r.draw_seqs)), r.batch_size)),
+                      Step("long context (O(N) statistics)", m, 1, max(r.context_lengths),
+                           call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
+            if r.stream_tokens:
+                steps.append(Step("Xiao et al.'s position test (3 streams)", m, 1, r.stream_chunk,
+                                  kv_tokens=r.stream_budget, calls=3 * _n(r.stream_tokens, r.stream_chunk)))
     elif notebook == "11_moe":
         for m in _models(r, model, first_only=True):
-            steps += [Step("routing + statistics + hidden states", m, r.batch_size, r.seq_len, hidden_states=True),
-                      Step("perplexity with experts pruned", m, r.batch_size, r.eval_seq_len, logits=True)]
+            steps += [Step("routing + statistics + hidden states", m, r.batch_size, r.seq_len, hidden_states=True,
+                           calls=_n(r.num_seqs + 2 * r.draw_seqs + r.control_seqs, r.batch_size) * 2),
+                      Step("perplexity with experts pruned", m, r.batch_size, r.eval_seq_len, logits=True,
+                           calls=_n(r.eval_seqs, r.batch_size) * (r.random_draws + 4))]
     elif notebook == "12_mllm":
         for m in _models(r, model, first_only=True):
-            steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True))
+            steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True,
+                              calls=_n(r.heldout_digits * (3 + r.random_draws)
+                                       + 2 * r.draw_digits * (3 + r.draw_random_draws), r.batch_size)))
     elif notebook == "13_vit":
         for m in _models(r, model):
-            steps += [Step("photos (attention maps)", m, r.batch_size, -r.image_size, maps=True),
-                      Step("probe features", m, r.batch_size, -r.probe_size, hidden_states=True)]
+            steps += [Step("photos (attention maps)", m, r.batch_size, -r.image_size, maps=True,
+                           calls=_n(len(r.photos), r.batch_size) * 6),
+                      Step("probe features", m, r.batch_size, -r.probe_size, hidden_states=True,
+                           calls=_n(r.probe_digits, r.batch_size) * 3)]
     return steps
 
 
@@ -192,25 +275,39 @@ def _tokens(step: Step, shape: Shape) -> tuple[int, str]:
     return step.tokens, ""
 
 
-def _training_bytes(run: profiles.Run, batch: int) -> tuple[float, float]:
-    """(parameters, bytes) of one training step of 03's TinyLM, counted on the meta device (nothing allocated)."""
-    import torch
+def _training_config(run: profiles.Run, variant: str):
+    from sinklib.mitigation.comparison import variant_config
 
-    from sinklib.mitigation.tinylm import TinyLM
+    return variant_config(run.train, variant, run.seed)
 
-    cfg = run.train.model
-    with torch.device("meta"):
-        params = sum(p.numel() for p in TinyLM(cfg).parameters())
-    T, d, H, L = run.train.seq_len, cfg.d_model, cfg.n_heads, cfg.n_layers
-    acts = 2 * L * batch * T * (34 * d + 5 * H * T)  # Korthikanti et al. at 16 bits, doubled for float32
-    return params, 16 * params + acts
+
+_COUNTED: dict[tuple[str, int], dict[str, int]] = {}  # one meta-device count per (config, micro-batch) per process
+
+
+def _counted(key: str, micro: int, count) -> dict[str, int]:
+    if (key, micro) not in _COUNTED:
+        _COUNTED[key, micro] = count()
+    return _COUNTED[key, micro]
+
+
+def _training_bytes(run: profiles.Run, variant: str, batch: int) -> tuple[float, float, int]:
+    """(parameters, bytes, micro-batch) of one training step of 03's TinyLM with ``variant``'s attention, counted
+    on the meta device at the profile's micro-batch (:func:`sinklib.mitigation.training.training_step_bytes`)."""
+    from sinklib.mitigation.training import training_step_bytes
+
+    cfg = _training_config(run, variant)
+    micro = min(batch, cfg.micro_batch or batch)
+    counted = _counted(repr(cfg), micro, lambda: training_step_bytes(cfg, micro))
+    return counted["parameters"], counted["state"] + counted["saved"] + counted["logits_grad"], micro
 
 
 def estimate(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> tuple[float, str]:
     """Bytes one step needs at ``batch``, and a note."""
     if step.train:
-        params, need = _training_bytes(run, batch)
-        return need, f"{params / 1e6:.1f}M parameters, float32 + AdamW"
+        params, need, micro = _training_bytes(run, step.variant, batch)
+        split = f", micro-batches of {micro}" if micro < batch else ""
+        return need, (f"{params / 1e6:.1f}M parameters, AdamW, {run.train.precision}{split}; saved tensors counted on "
+                      f"the meta device")
     tokens, note = _tokens(step, shape)
     weights = shape.params_b * 1e9 * DTYPE_BYTES[dtype]
     acts = activation_bytes(hidden=shape.hidden, d_ff=shape.d_ff, heads=shape.heads, layers=shape.layers,
@@ -224,10 +321,65 @@ def estimate(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, bat
     return weights + acts + kv, note
 
 
-def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float) -> NotebookPlan:
+def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, kv: int) -> float:
+    """Estimated seconds of one forward on :data:`GPU`: max(FLOPs / (peak x MFU), bytes / (bandwidth x BW_EFF))
+    + the maps' copy to the host + layers x LAYER_OVERHEAD_S.
+
+    FLOPs = 2 P_active B T + 4 L B T (T + kv) d (the matmuls, then QK^T and AV over the keys); bytes = the
+    weights + the KV cache read (2 L kv H_kv d_head) + the (B, H, T, T + kv) probabilities written and read once
+    per layer when the step keeps maps (eager attention)."""
+    size = DTYPE_BYTES[dtype]
+    active = (shape.active_b or shape.params_b) * 1e9
+    keys = tokens + kv
+    flops = 2 * active * batch * tokens + 4 * shape.layers * batch * tokens * keys * shape.hidden
+    peak = (GPU.fp32_tflops if dtype == "float32" else GPU.bf16_tflops) * 1e12
+    head = shape.hidden // shape.heads
+    moved = shape.params_b * 1e9 * size + 2 * shape.layers * kv * shape.kv_heads * head * batch * size
+    maps = shape.layers * shape.heads * batch * tokens * keys * 4 if step.maps else 0
+    seconds = max(flops / (peak * MFU), (moved + 2 * maps) / (GPU.hbm_tb_s * 1e12 * BW_EFF))
+    return seconds + maps / (GPU.pcie_gb_s * 1e9) + shape.layers * LAYER_OVERHEAD_S
+
+
+def train_step_seconds(run: profiles.Run, variant: str, batch: int) -> float:
+    """Estimated seconds of one optimizer step of 03's TinyLM: max(6 P B T + 12 L B T^2 d FLOPs over the peak of
+    the training precision x MFU, 3 x the saved bytes over bandwidth x BW_EFF) + 3 x layers x LAYER_OVERHEAD_S per
+    micro-batch."""
+    cfg = _training_config(run, variant)
+    params, _, micro = _training_bytes(run, variant, batch)
+    from sinklib.mitigation.training import training_step_bytes
+
+    saved = _counted(repr(cfg), micro, lambda: training_step_bytes(cfg, micro))["saved"] * (batch / micro)
+    T, L, d = cfg.seq_len, cfg.model.n_layers, cfg.model.d_model
+    flops = 6 * params * batch * T + 12 * L * batch * T * T * d
+    peak = (GPU.bf16_tflops if cfg.precision == "bf16" else GPU.fp32_tflops) * 1e12
+    parts = -(-batch // micro)
+    return max(flops / (peak * MFU), 3 * saved / (GPU.hbm_tb_s * 1e12 * BW_EFF)) + 3 * L * LAYER_OVERHEAD_S * parts
+
+
+def step_seconds(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> float:
+    """All of a step's calls (:func:`call_seconds`, :func:`train_step_seconds`)."""
+    if step.train:
+        return step.calls * train_step_seconds(run, step.variant, batch)
+    lengths = step.call_tokens or (step.tokens,) * step.calls
+    kv = step.kv_tokens // 2 if step.growing else step.kv_tokens
+    total = 0.0
+    for n in lengths:
+        tokens = _tokens(replace(step, tokens=n), shape)[0]
+        total += call_seconds(step, shape, dtype, batch, tokens, kv)
+    return total
+
+
+def _hub_off() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float, host_gb: float = HOST_GB,
+                  check_access: bool = True) -> NotebookPlan:
     run = profiles.resolve(profile, model, None, 0, ROOT / "build" / "plan", notebook=notebook)
     dtype = _dtype(notebook, run)
-    plan = NotebookPlan(notebook, dtype, capacity_gb)
+    plan = NotebookPlan(notebook, dtype, capacity_gb, cut=profiles.CUTS.get((profile, notebook), ""))
     limit = HEADROOM * capacity_gb * GB
     for step in notebook_steps(notebook, run, model):
         shape = None
@@ -238,21 +390,31 @@ def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float) -
                 if str(err) not in plan.problems:  # once per model, not per step
                     plan.problems.append(str(err))
                 continue
-            plan.downloads[step.model] = 0.0 if shape.offline else shape.download_gb
+            if step.model not in plan.downloads:
+                plan.downloads[step.model] = 0.0 if shape.offline else shape.download_gb
+                problem = "" if shape.offline or not check_access else access_problem(
+                    step.model, run.profile.offline or _hub_off(), shape.gated)
+                if problem:
+                    plan.access[step.model] = problem
         need, note = estimate(step, shape, dtype, run, step.batch)
         batch = step.batch
         while batch > 0 and estimate(step, shape, dtype, run, batch)[0] > limit:
             batch //= 2
         tokens = run.train.seq_len if step.train else _tokens(step, shape)[0]
-        plan.estimates.append(StepEstimate(step, need, batch, tokens, note))
+        seconds = step_seconds(step, shape, dtype, run, max(batch, 1)) * (step.batch / max(batch, 1))
+        host = shape.layers * shape.heads * max(batch, 1) * tokens * (tokens + step.kv_tokens) * 4 if step.maps else 0
+        plan.estimates.append(StepEstimate(step, need, batch, tokens, note, seconds, host))
         if batch == 0:
             plan.problems.append(f"{step.model}: {step.what} needs {estimate(step, shape, dtype, run, 1)[0] / GB:.1f} "
                                  f"GB even at batch 1, over {HEADROOM:.0%} of {capacity_gb:g} GB")
+        if host > HEADROOM * host_gb * GB:
+            plan.problems.append(f"{step.model}: {step.what} keeps {host / GB:.0f} GB of attention maps on the host "
+                                 f"per forward, over {HEADROOM:.0%} of {host_gb:g} GB of host RAM (HOST_GB=)")
     return plan
 
 
 def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
-             notebooks: list[str] | None = None) -> list[NotebookPlan]:
+             notebooks: list[str] | None = None, host_gb: float = HOST_GB) -> list[NotebookPlan]:
     """A :class:`NotebookPlan` for every notebook ``make figures`` would run (``notebooks``: the same filter). The
     device is a GPU of ``gpu_gb`` GB for the gpu profile, else this machine's memory."""
     import psutil
@@ -272,7 +434,7 @@ def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
         unknown = ""
     except InputError as err:  # a model whose family nobody knows: every notebook is planned with it, and refused
         models, unknown = {b: model for b in books}, str(err)
-    plans = [plan_notebook(book, profile, models[book], capacity) for book in books]
+    plans = [plan_notebook(book, profile, models[book], capacity, host_gb) for book in books]
     for p in plans:
         if unknown and models[p.notebook] and unknown not in p.problems:
             p.problems.append(unknown)
@@ -280,23 +442,42 @@ def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
 
 
 def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:
-    lines = []
+    on_gpu = profiles.PROFILES[profile].device == "cuda" if profile in profiles.PROFILES else True
+    lines, told = [], set()
     for p in plans:
         dtype = p.dtype if p.estimates else "-"
+        hours = f"  ~{p.gpu_hours:.2f} GPU-hours" if on_gpu and p.estimates else ""
         lines.append(f"{p.notebook}  dtype {dtype}  device {p.capacity_gb:.0f} GB (a step fits under "
-                     f"{HEADROOM * p.capacity_gb:.0f} GB)")
+                     f"{HEADROOM * p.capacity_gb:.0f} GB){hours}")
         for model, gb in p.downloads.items():
             lines.append(f"  model {model}: " + ("offline, nothing to download" if gb == 0 else f"download ~{gb:.1f} GB"))
+        for model, what in p.access.items():
+            lines.append(f"  ACCESS {what}" if model not in told else f"  ACCESS {model}: as above")
+            told.add(model)
         if not p.estimates and not p.problems:
             lines.append("  no model: reads the other notebooks' results")
         for e in p.estimates:
             batch = f"{e.step.batch}" if e.fits_batch == e.step.batch else f"{e.step.batch} -> {e.fits_batch}"
             verdict = "fits" if e.fits_batch == e.step.batch else ("lower batch" if e.fits_batch else "DOES NOT FIT")
+            time = f"{e.seconds / 60:6.1f} min " if on_gpu else ""
+            host = f"; host {e.host_bytes / GB:.1f} GB of maps per forward" if e.host_bytes >= 0.1 * GB else ""
             lines.append(f"  {e.step.what[:38]:<38} {e.step.model[:34]:<34} batch {batch:<8} tokens {e.tokens:<6} "
-                         f"{e.bytes / GB:7.1f} GB  {verdict}{'  (' + e.note + ')' if e.note else ''}")
+                         f"{e.bytes / GB:7.1f} GB {time} {verdict}"
+                         + (f"  ({'; '.join(x for x in (e.note, host.removeprefix('; ')) if x)})"
+                            if e.note or host else ""))
+        if p.cut and on_gpu:
+            lines.append(f"  cut to fit the budget: {p.cut}")
         lines += [f"  REFUSED: {msg}" for msg in p.problems]
     total = sum({m: gb for p in plans for m, gb in p.downloads.items()}.values())
     refused = [p.notebook for p in plans if not p.fits]
     lines.append(f"{len(plans)} notebooks planned for profile {profile}; downloads ~{total:.0f} GB in all; "
                  + (f"REFUSED: {', '.join(refused)}" if refused else "every step fits"))
+    if on_gpu:
+        hours = sum(p.gpu_hours for p in plans)
+        lines.append(f"estimated {hours:.1f} GPU-hours in all on one {GPU.name} (assumed: MFU {MFU:.0%}, "
+                     f"{BW_EFF:.0%} of memory bandwidth, {LAYER_OVERHEAD_S * 1e3:.1f} ms per layer per forward, x"
+                     f"{MARGIN:g} for the steps not listed; an estimate, not a measurement)")
+    gated = sorted({m for p in plans for m in p.access})
+    if gated:
+        lines.append(f"before the run: {len(gated)} hub id(s) need access -- {', '.join(gated)} (lines marked ACCESS)")
     return "\n".join(lines)
