@@ -1,0 +1,71 @@
+"""Work kept as it goes: a notebook over several models writes each model's results as soon as that model is done,
+so a failure on model 4 (a gated id, memory, a network error) keeps models 1-3, and a rerun skips them.
+
+>>> done = KeptWork.for_model(run, "meta-llama/Llama-2-7b-hf")
+>>> if done.exists():
+...     report, claims = done.load()
+... else:
+...     report, claims = measure(...)
+...     done.save((report, claims))
+
+Where: ``<cache>/kept/<notebook>/<model>-<key>.pt`` (``SINKLIB_CACHE``; ``make clean-cache`` empties it). The key
+hashes everything the result depends on -- notebook, model, profile, seed, device, the notebook's sizes, the fake
+CUDA and device-map settings, and the source of ``sinklib`` and of the notebook -- so any change of code or sizes
+measures again instead of reading a stale result. Written atomically (a temporary file, then a rename): a run
+killed while saving leaves no half-written result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from sinklib.core.paths import ROOT, cache_dir
+from sinklib.pipeline import profiles
+
+KEY_ENV = ("SINKLIB_FAKE_CUDA", "SINKLIB_DEVICE_MAP")  # settings that change where (and so how) a model ran
+
+
+@cache
+def source_digest(notebook: str) -> str:
+    """sha256 over the source of ``sinklib`` and of ``notebooks/<notebook>.py`` (when present)."""
+    digest = hashlib.sha256()
+    files = sorted((ROOT / "sinklib").rglob("*.py")) + [ROOT / "notebooks" / f"{notebook}.py"]
+    for path in files:
+        if path.exists():
+            digest.update(path.relative_to(ROOT).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class KeptWork:
+    """One model's results in one notebook run, on disk."""
+
+    path: Path
+
+    @classmethod
+    def for_model(cls, run: profiles.Run, model: str) -> KeptWork:
+        parts = [run.notebook, model, run.profile.name, str(run.seed), run.device, repr(run.sizes),
+                 *(f"{k}={os.environ.get(k, '')}" for k in KEY_ENV), source_digest(run.notebook)]
+        key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        safe = model.replace("/", "--")
+        return cls(cache_dir() / "kept" / run.notebook / f"{safe}-{key}.pt")
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def load(self):
+        """The saved result (sinklib's own pickle, written by :meth:`save` on this machine)."""
+        return torch.load(self.path, weights_only=False)
+
+    def save(self, result) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(result, tmp)
+        tmp.replace(self.path)
