@@ -144,3 +144,25 @@ def test_bf16_autocast_trains_on_cpu_and_counts_on_meta():
     out = training.train(cfg, use_cache=False, progress=False)
     assert torch.isfinite(torch.tensor(out["checkpoints"][-1]["val_loss"]))
     assert training.training_step_bytes(cfg)["saved"] > 0
+
+
+def test_the_readme_slurm_array_uses_the_cli_as_it_is():
+    """The job array in the README runs through `python -m sinklib figures`: every option it passes exists, and a
+    per-model task keys its kept results as the whole list's run does (so the finishing run reads them)."""
+    import re
+    import shlex
+
+    from sinklib.core.paths import ROOT
+    from sinklib.pipeline import kept
+    from sinklib.pipeline.cli import build_parser
+
+    text = (ROOT / "README.md").read_text()
+    calls = re.findall(r"^python -m sinklib (figures .*?)(?:\s+#.*)?$", text.replace("\\\n", " "), flags=re.M)
+    assert len(calls) >= 2
+    for call in calls:
+        argv = shlex.split(call.replace('${ID:+--model "$ID"}', "--model x/y").replace("$SLURM_ARRAY_TASK_ID", "0"))
+        build_parser().parse_args(argv)  # SystemExit on an unknown option
+    alone = profiles.resolve("gpu", "meta-llama/Llama-2-7b-hf", "cuda", 0, None, notebook="10_llm")
+    listed = profiles.resolve("gpu", None, "cuda", 0, None, notebook="10_llm")
+    assert kept.KeptWork.for_model(alone, "meta-llama/Llama-2-7b-hf") == kept.KeptWork.for_model(
+        listed, "meta-llama/Llama-2-7b-hf")
