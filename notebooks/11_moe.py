@@ -89,12 +89,12 @@ print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on
 route = moe_sinks.routing(lm, ids, batch_size=run.batch_size, first_token=True)  # + alpha_0 and |h_0| as is, for 3
 with plotting.style():
     fig = moe_plots.routing(route.same_set_first, route.same_set_rest, route.load_first,
-                            title=f"Routing of the first token, {title}")
+                            title=f"Routing of the first token, {title}", layers=route.moe_layers)
     plotting.save(fig, fig_dir / "fig01_routing",
                   f"{title}: (a) per layer, the share of {len(ids)} held-out windows whose first token gets the most "
                   f"common set of top-k experts, and the same for the middle token; (b) the share of the first "
                   f"token's top-k slots each expert takes.")
-always = [i for i, s in enumerate(route.same_set_first) if s == 1.0]
+always = [layer for layer, s in zip(route.moe_layers, route.same_set_first) if s == 1.0]  # the model's layer index
 print(f"layers where every window sends the first token to the same experts: {always}")
 n_experts = route.load_first.shape[1]
 print(f"router entropy (nats), mean over layers: first token {sum(route.entropy_first) / len(route.entropy_first):.3f}, "
@@ -102,7 +102,7 @@ print(f"router entropy (nats), mean over layers: first token {sum(route.entropy_
 
 # %%
 takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, route.entropy_first, route.entropy_rest,
-                                     n_experts, title))
+                                     n_experts, title, layers=route.moe_layers))
 
 # %% [markdown]
 # Where every window sends the first token to the same experts, the first token's route is as fixed as its hidden
@@ -254,7 +254,8 @@ if standin:
 
 # %%
 display(record.table())  # noqa: F821
-nb.headline |= {"model": lm.name, "label": lm.label, "same_set_first": route.same_set_first,
+nb.headline |= {"model": lm.name, "label": lm.label, "moe_layers": route.moe_layers,
+                "same_set_first": route.same_set_first,
                 "super_expert_channels": {f"{k[0]},{k[1]}": v for k, v in channels.items()},
                 "massive_dims": massive.dims,
                 "same_set_rest": route.same_set_rest, "entropy_first": route.entropy_first,

@@ -62,7 +62,13 @@ from dataclasses import replace
 
 import torch
 
-from sinklib.architectures.mllm import takeaways, visual_attention, visual_sink_plots, visual_sinks
+from sinklib.architectures.mllm import (
+    image_layout,
+    takeaways,
+    visual_attention,
+    visual_sink_plots,
+    visual_sinks,
+)
 from sinklib.core import plotting
 from sinklib.core.claims import over_draws
 from sinklib.models import stitch
@@ -112,12 +118,20 @@ else:
 # ## 1 · Where do the text queries look?
 # For the caption and prompt tokens after the image, per language-model layer: the share of attention on the
 # tokens before the image (the first token among them), on the image tokens, and on the text.
+#
+# How many image tokens a digit becomes depends on the model: the stand-in's DINOv2 a 6 x 6 patch grid, LLaVA-1.5's
+# CLIP 24 x 24; SmolVLM (Idefics3) cuts the enlarged picture into 4 x 4 crops of 9 x 9 tokens plus a global view of
+# the whole picture (1,377 tokens, with tile tags between the crops); Qwen2-VL sizes it by pixel count, and is asked
+# for LLaVA-1.5's 576 tokens (its default would make an 8 x 8 digit 2 x 2 tokens). `image_layout` records where the
+# tokens lie on the picture, tile by tile, for the maps below.
 
 # %%
 inputs, caption_labels = visual_sinks.caption_inputs(lm, digits[:run.batch_size], captions[:run.batch_size])
 prof = visual_sinks.profile_mllm(lm.model, inputs)
 start, stop = prof.span
 n_image = int(prof.image.sum())
+layout = image_layout.image_layout(lm, inputs, digits[0].shape[:2])  # where the image tokens lie on the digit
+print(f"{layout.describe()}; the image spans positions {start}..{stop - 1} of {inputs['input_ids'].shape[1]}")
 with plotting.style():
     fig = visual_sink_plots.attention_shares(prof.shares, start, n_image,
                                              title=f"Where text queries put their attention, {title}")
@@ -155,9 +169,9 @@ sensitivity = visual_sinks.tau_sensitivity(prof, [visual_sinks.KANG_TAU, tau_d])
 example_layer = max(range(visual_sinks.KANG_FIRST_LAYER, len(prof.phi)),
                     key=lambda i: torch.nan_to_num(prof.phi[i, 0], nan=0).max().item())
 with plotting.style():
-    fig = visual_sink_plots.visual_sinks(prof.phi, taus, visual_sinks.KANG_TAU, ratio, inputs["pixel_values"][0].cpu(),
+    fig = visual_sink_plots.visual_sinks(prof.phi, taus, visual_sinks.KANG_TAU, ratio, digits[0],
                                          prof.phi[example_layer, 0], example_layer,
-                                         title=f"Visual sink tokens, sink dims {prof.dims}, {title}")
+                                         title=f"Visual sink tokens, sink dims {prof.dims}, {title}", layout=layout)
     plotting.save(fig, fig_dir / "fig03_visual_sinks",
                   f"{title}: (a) the largest phi = max over the sink dimensions {prof.dims} of |x_d| / RMS(x) among "
                   f"image tokens per layer against the paper's tau = 20 and the width-matched tau = {tau_d:.3g} "
@@ -221,9 +235,8 @@ for score in visual_attention.SCORES:
 
 runs = [visual_attention.edit_claims(prof, edits, standin, d_model)]
 per_seed = {run.seed: edits.nll_changes()}
-grid = round(prof.phi.shape[-1] ** 0.5)
 background_runs = {run.seed: visual_sinks.background_claim(  # Kang et al.'s Table 6, per stand-in (section 3b)
-    visual_sinks.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], grid), standin)}
+    visual_sinks.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin)}
 seeds = list(range(run.seed, run.seed + (run.standin_seeds if standin else 1)))
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins: the same cells, fewer digits and random draws
@@ -234,7 +247,7 @@ for s in seeds[1:]:  # the other stand-ins: the same cells, fewer digits and ran
     runs.append(visual_attention.edit_claims(e.profile, e, standin, d_model))
     per_seed[s] = e.nll_changes()
     background_runs[s] = visual_sinks.background_claim(visual_sinks.sink_union(e.profile),
-                                                       visual_sinks.plain_background(d[:run.batch_size], grid), standin)
+                                                       visual_sinks.plain_background(d[:run.batch_size], layout), standin)
     del other
     gc.collect()
 draw_seconds = time.perf_counter() - t0
@@ -265,8 +278,7 @@ if visual_sinks.sink_union(control_prof).any():  # sinks to hide and redistribut
 else:  # nothing to hide: the edit claims cannot be judged on the control
     control_claims = visual_sinks.visual_sink_claims(control_prof, None, None, standin, d_model)
 control_background = visual_sinks.background_claim(
-    visual_sinks.sink_union(control_prof), visual_sinks.plain_background(cd, round(control_prof.phi.shape[-1] ** 0.5)),
-    standin)
+    visual_sinks.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin)
 control_claims = {c.id: c for c in control_claims}
 del control
 gc.collect()

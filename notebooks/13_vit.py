@@ -67,7 +67,7 @@ require_family(lm, "vit", "13_vit")
 record.model, title = lm.label, lm.label
 shots = images.photos(list(run.photos))
 names = [p.name for p in shots]
-pixels = images.to_pixels([p.image for p in shots], size=run.image_size)
+pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=lm.pixel_norm)  # the model's own mean, std
 prof = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size)
 L, T = len(prof.entropy), prof.n_tokens
 print(lm, f"\n{len(shots)} photos at {run.image_size} px: {prof.grid[0]} x {prof.grid[1]} patches + "
@@ -83,7 +83,7 @@ show = list(range(min(4, len(names))))
 map_layers = sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2, L - 1})
 with plotting.style():
     fig = vit_plots.cls_maps(pixels[show], prof.cls_map[:, show], [names[i] for i in show], map_layers,
-                             title=f"CLS attention over the patches, {title}")
+                             title=f"CLS attention over the patches, {title}", norm=lm.pixel_norm)
     plotting.save(fig, fig_dir / "fig01_cls_maps",
                   f"{title}: the CLS query's attention over the {prof.grid[0]} x {prof.grid[1]} patches (mean over "
                   f"heads, each map scaled to its maximum) for {len(show)} photos at layers {map_layers}.")
@@ -167,7 +167,8 @@ print("calibration against Jiang et al.'s absolute cut:", {k: round(v, 4) if isi
 
 # %%
 digits, labels = images.digits(n=run.probe_digits, seed=run.seed)
-features, digit_outlier = vit_sinks.token_features(lm, images.to_pixels(digits, size=run.probe_size), batch_size=32)
+features, digit_outlier = vit_sinks.token_features(lm, images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm),
+                                                      batch_size=32)
 outlier_share = digit_outlier.float().mean().item()
 probes = vit_sinks.probe_over_splits(features, labels, [run.seed, run.seed + 1, run.seed + 2])
 probe = probes[0]
@@ -182,7 +183,7 @@ with plotting.style():
                   f"similarity of a patch's embedding (the patch-embedding layer's output) to its 4 neighbours, for "
                   f"{similarity['label']} and for all patches.")
 control = random_weights(lm, seed=run.seed)
-control_pixels = images.to_pixels([p.image for p in shots], size=run.control_image_size)
+control_pixels = images.to_pixels([p.image for p in shots], size=run.control_image_size, norm=lm.pixel_norm)
 control_prof = vit_sinks.profile_vit(control, control_pixels, batch_size=run.batch_size)
 control_similarity = vit_sinks.high_norm_similarity(control_prof)
 controls = {c.id: c for c in vit_sinks.high_norm_claims(control_prof, expect, control_similarity)}
@@ -241,7 +242,7 @@ register_norm = after.norms[-1, :, -1].mean().item()
 with plotting.style():
     fig = vit_plots.registers_before_after(pixels[show], prof.cls_map[:, show], after.cls_map[:, show],
                                            [names[i] for i in show], L - 1,
-                                           title=f"Test-time register, {title}")
+                                           title=f"Test-time register, {title}", norm=lm.pixel_norm)
     plotting.save(fig, fig_dir / "fig05_test_time_register",
                   f"{title}: the change of the CLS query's attention over the patches in the last layer when one "
                   f"test-time register is added (Jiang et al.; {len(found)} register neurons "
@@ -330,7 +331,7 @@ summaries, profiles = {lm.label: vit_sinks.summary(prof)}, {lm.name: prof}
 OTHER_CONTROL = (f"control not repeated per model: the random-weight control of section 3 ({lm.label}'s "
                  f"configuration) stands for the family")
 fixed_bias = []
-probe_pixels = images.to_pixels(digits, size=run.probe_size)
+probe_pixels = images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm)
 train = np.random.default_rng(run.seed).permutation(len(labels))
 train, test = train[:int(0.6 * len(labels))], train[int(0.6 * len(labels)):]
 for name in models[1:]:
@@ -342,16 +343,20 @@ for name in models[1:]:
         other = nb.placed(load_model(name, device=run.device, dtype=run.dtype))
         require_family(other, "vit", "13_vit")
         label = other.label
-        other_prof = vit_sinks.profile_vit(other, pixels, batch_size=run.batch_size)
+        other_pixels, other_probe = pixels, probe_pixels
+        if other.pixel_norm != lm.pixel_norm:  # e.g. CLIP: its own mean and std, not ImageNet's
+            other_pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=other.pixel_norm)
+            other_probe = images.to_pixels(digits, size=run.probe_size, norm=other.pixel_norm)
+        other_prof = vit_sinks.profile_vit(other, other_pixels, batch_size=run.batch_size)
         other_jiang = registers.config_for(name, other_prof)
         model_claims = vit_sinks.high_norm_claims(
             other_prof, vit_sinks.expectation(name, other.n_layers, other_prof.n_prefix),
             vit_sinks.high_norm_similarity(other_prof), calibration=registers.calibration(other_prof, other_jiang))
         model_claims.append(vit_sinks.vit_massive_activations_claim(other_prof, name))
         if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
-            means = register_means.register_input_means(other, probe_pixels[train], run.batch_size)
-            as_is = register_means.head_features(other, probe_pixels, run.batch_size)
-            fixed = register_means.head_features(other, probe_pixels[test], run.batch_size,
+            means = register_means.register_input_means(other, other_probe[train], run.batch_size)
+            as_is = register_means.head_features(other, other_probe, run.batch_size)
+            fixed = register_means.head_features(other, other_probe[test], run.batch_size,
                                                  extra=register_means.FixedRegisterMean(other.model, means))
             acc = register_means.probe_transfer(as_is[train], labels[train],
                                                 {"as is": as_is[test], "fixed register mean": fixed}, labels[test])

@@ -128,3 +128,26 @@ def test_an_optimizer_steps_and_a_model_moves_between_fake_devices():
         opt = torch.optim.AdamW(net.parameters(), lr=0.1, foreach=False)
         net(torch.ones(1, 3, device="cuda:1")).sum().backward()
         opt.step()
+
+
+def test_weights_trained_on_a_gpu_are_cached_as_plain_cpu_tensors(tmp_path, monkeypatch):
+    """03 trains on the GPU and reads the weights back later (``torch.load(weights_only=True)``): the cache holds CPU
+    tensors, not the device's (under the fake device a tensor subclass, which weights_only refuses)."""
+    from sinklib.mitigation import training
+    from sinklib.mitigation.tinylm import TinyConfig
+
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+    cfg = training.TrainConfig(model=TinyConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_len=16), steps=2,
+                               batch_size=4, seq_len=16, eval_every=2, eval_seqs=4, data="bigram_backcopy",
+                               precision="bf16", micro_batch=2)
+    with fake_cuda(1):
+        training.train(cfg, progress=False, device="cuda")
+    net = training.load_trained(cfg)
+    assert all(type(p) is torch.nn.Parameter and p.device.type == "cpu" for p in net.parameters())
+
+
+def test_shapes_of_fake_cuda_tensors_stay_torch_sizes():
+    """transformers' Idefics3 calls ``x.shape[1:].numel()``: a shape must stay a ``torch.Size``, not a tuple."""
+    with fake_cuda(1):
+        x = torch.zeros(2, 3, 4, device="cuda")
+        assert type(x.shape) is torch.Size and x.shape[1:].numel() == 12 and type(x.size()) is torch.Size

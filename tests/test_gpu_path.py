@@ -28,35 +28,48 @@ def hub(tmp_path_factory):
     return root
 
 
-def _run_all(root, device: str, **env: str):
+EXTRA = {  # MODEL= runs of other classes of the gpu profile's lists: (notebook, model) -> key in the results
+    "11_moe:mixtral": ("11", "sinklib-tiny/mixtral"),
+}
+SPLIT_EXTRA = {  # on two devices: the families whose attention or inputs differ most (MLA, tiled and merged images)
+    "11_moe:deepseek-v2": ("11", "sinklib-tiny/deepseek-v2"),
+    "12_mllm:idefics3": ("12", "sinklib-tiny/idefics3"),
+    "12_mllm:qwen2-vl": ("12", "sinklib-tiny/qwen2-vl"),
+}
+
+
+def _run_all(root, device: str, extra: dict[str, tuple[str, str]], **env: str):
+    """Every notebook (and each ``extra`` (notebook, MODEL=) run) on the tiny-gpu profile, two kernels at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(p.stem, p, "") for p in NOTEBOOKS]
+    jobs += [(key, runner.discover(only=[nb])[0], model) for key, (nb, model) in extra.items()]
+
+    def one(job):
+        key, book, model = job
+        out = root / key.replace(":", "-")
+        res = runner.run_notebook(book, profile="tiny-gpu", model=model, device=device, seed=0,
+                                  figures_dir=out / "figures", build_dir=out / "build", progress_bar=False)
+        return key, (res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name)
+
     with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
-        for k, v in env.items():
+        for k, v in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **env}.items():
             mp.setenv(k, v)
-        return {p.stem: (runner.run_notebook(p, profile="tiny-gpu", model="", device=device, seed=0,
-                                             figures_dir=root / "figures", build_dir=root / "build"),
-                         root / "figures" / p.stem, root / "build" / "notebooks" / p.name) for p in NOTEBOOKS}
+        with ThreadPoolExecutor(2) as pool:
+            return dict(pool.map(one, jobs))
 
 
 @pytest.fixture(scope="module")
 def two_device_run(tmp_path_factory, hub):
     root = tmp_path_factory.mktemp("two_devices")
-    return _run_all(root, "cuda:1", HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "2"},
-                    SINKLIB_DEVICE_MAP="balanced")
+    return _run_all(root, "cuda:1", SPLIT_EXTRA, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
+                    **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
 
 
 @pytest.fixture(scope="module")
 def tiny_gpu_run(tmp_path_factory, hub):
-    root = tmp_path_factory.mktemp("tiny_gpu")
-    with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
-        mp.setenv("HF_HUB_CACHE", str(hub))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv(fake_cuda.ENV, "1")  # one fake CUDA device in every kernel
-        out = _run_all(root, "cuda")
-        moe = runner.discover(only=["11"])[0]  # MODEL= on the gpu profile: another MoE class (Mixtral)
-        out["11_moe:mixtral"] = (runner.run_notebook(moe, profile="tiny-gpu", model="sinklib-tiny/mixtral", device="cuda",
-                                                     seed=0, figures_dir=root / "mixtral", build_dir=root / "mixtral"),
-                                 root / "mixtral" / moe.stem, root / "mixtral" / "notebooks" / moe.name)
-        return out
+    root = tmp_path_factory.mktemp("tiny_gpu")  # one fake CUDA device in every kernel
+    return _run_all(root, "cuda", EXTRA, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "1"})
 
 
 LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),
@@ -80,10 +93,11 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
 
 
 SPLIT = {"10_llm": {"sinklib-tiny/llama"}, "11_moe": {"sinklib-tiny/olmoe"}, "12_mllm": {"sinklib-tiny/llava"},
-         "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}}  # others: the profile's model
+         "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}} | {
+    key: {model} for key, (_, model) in SPLIT_EXTRA.items()}  # others: the profile's model
 
 
-@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS] + list(SPLIT_EXTRA))
 def test_notebook_runs_with_its_model_split_over_two_devices(two_device_run, stem):
     res, folder, _ = two_device_run[stem]
     assert res.ok, res.message

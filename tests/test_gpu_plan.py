@@ -86,9 +86,15 @@ def test_a_decode_step_is_timed_by_its_bytes_by_hand():
     assert seconds == pytest.approx(expect)
 
 
-def test_host_ram_of_kept_maps_refuses_a_smolvlm_batch_that_would_not_fit():
-    (p,) = plan.plan_run("gpu", model="HuggingFaceTB/SmolVLM-Instruct", gpu_gb=141, notebooks=["12"], host_gb=48)
-    assert any("attention maps on the host" in msg for msg in p.problems)  # 24 x 32 x 8 x 1417^2 x 4 B: 49 GB
+def test_host_ram_counts_maps_copied_whole_and_not_those_reduced_on_the_device():
+    """00 and 10 copy every layer's (B, H, T, T) maps to the host; 12_mllm reduces them on the device to the text
+    rows it reads (SmolVLM: 24 x 32 x 8 x 1417^2 x 4 B = 49 GB per batch would have gone to the host)."""
+    (tour,) = plan.plan_run("gpu", model="meta-llama/Llama-2-7b-hf", gpu_gb=80, notebooks=["00"], host_gb=0.1)
+    maps = next(e for e in tour.estimates if e.step.maps)
+    assert maps.host_bytes == 32 * 32 * 10 * 64 * 64 * 4  # layers x heads x batch x T x T x float32
+    assert any("attention maps on the host" in msg for msg in tour.problems)
+    (vlm,) = plan.plan_run("gpu", model="HuggingFaceTB/SmolVLM-Instruct", gpu_gb=141, notebooks=["12"], host_gb=48)
+    assert vlm.fits and all(e.host_bytes == 0 for e in vlm.estimates)
 
 
 def _gated_error() -> Exception:

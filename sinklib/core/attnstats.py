@@ -126,9 +126,10 @@ class AttentionStats:
 
         Per block of C queries: logits l = q k^T * scaling (one GEMM per KV head, the G query heads of a group
         stacked), p = softmax_j(l) (times 1 - p_sink for a learned sink logit), and the column sums sum_t p_tj --
-        the probabilities are never stored beyond the block. With ``value`` (B, Hkv, N, hd) the block's output
-        o = p v is computed too and the layer's output returned as the backends return it: (B, T, H, hd) in the
-        query's dtype (rows that see no key give 0).
+        the probabilities are never stored beyond the block. With ``value`` (B, Hkv, N, hd_v) the block's output
+        o = p v is computed too and the layer's output returned as the backends return it: (B, T, H, hd_v) in the
+        query's dtype (rows that see no key give 0). hd_v may differ from the query / key width hd (multi-head
+        latent attention, DeepSeek-V2: hd = qk_nope + qk_rope = 192, hd_v = 128).
         """
         B, H, T, hd = query.shape  # T queries
         N, Hkv = key.shape[2], key.shape[1]
@@ -155,8 +156,9 @@ class AttentionStats:
         ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
         tracked = [j for j in self.keys if j < N] if self.keys is not None else []
         probs = torch.zeros(B, Hkv, G, T, len(tracked), device=query.device) if tracked else None
-        out = torch.empty(B, Hkv, G, T, hd, device=query.device) if value is not None else None
-        v = value.float() if value is not None else None  # (B, Hkv, N, hd), shared by the G heads of a group
+        hd_v = value.shape[-1] if value is not None else hd
+        out = torch.empty(B, Hkv, G, T, hd_v, device=query.device) if value is not None else None
+        v = value.float() if value is not None else None  # (B, Hkv, N, hd_v), shared by the G heads of a group
         sink = torch.empty(B, Hkv, G, T, device=query.device) if sinks is not None else None
         step = self._chunk_size(B, H, N)
         for start in range(0, T, step):
@@ -185,9 +187,9 @@ class AttentionStats:
             if probs is not None:  # tracked keys beyond k_hi are causally invisible to this block: 0
                 seen = [i for i, j in enumerate(tracked) if j < k_hi]
                 probs[:, :, :, start:stop, seen] = e[..., [tracked[i] for i in seen]]
-            if out is not None:  # o = p v: one GEMM per KV head, (B, Hkv, G * C, hd)
+            if out is not None:  # o = p v: one GEMM per KV head, (B, Hkv, G * C, hd_v)
                 out[:, :, :, start:stop] = torch.matmul(e.view(B, Hkv, G * C, k_hi), v[..., :k_hi, :]).view(
-                    B, Hkv, G, C, hd)
+                    B, Hkv, G, C, hd_v)
             if ent is not None:  # H_t = -sum_j p_tj log p_tj (- p_sink log p_sink)
                 h = torch.special.entr(e).sum(-1)
                 ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
@@ -203,7 +205,7 @@ class AttentionStats:
                                                    torch.zeros(B, H, T, 0), len(self.keys)).cpu())
         if out is None:
             return None
-        return out.view(B, H, T, hd).transpose(1, 2).contiguous().to(query.dtype)  # (B, T, H, hd)
+        return out.view(B, H, T, hd_v).transpose(1, 2).contiguous().to(query.dtype)  # (B, T, H, hd_v)
 
     @torch.no_grad()
     def _reduce_keys(self, layer: int, module, query, key, value, attention_mask, kwargs) -> torch.Tensor:

@@ -92,8 +92,10 @@ class Capture(Patch):
     >>> with Capture(lm.model, attentions=True, hidden_states=True) as cap:
     ...     lm.model(input_ids)
     >>> cap.stack("attentions").shape   # (L, B, H, T, T)
+    >>> cap.stack("router_logits").shape, cap.layers_of("router_logits")   # (L_moe, B, T, E), its layers
 
-    Kinds: see :data:`KINDS`; pass them as keyword flags (``attentions=True``) or as ``kinds=[...]``.
+    Kinds: see :data:`KINDS`; pass them as keyword flags (``attentions=True``) or as ``kinds=[...]``. The MoE kinds
+    exist only in blocks with routed experts (:meth:`layers_of`; a dense first layer, as DeepSeek-V2's, has none).
     ``reduce`` maps a kind to ``fn(tensor, layer) -> tensor`` applied before storing (e.g. keep only the first key's
     column), so long runs need not hold every full tensor. Tensors are detached and moved to ``store_device``.
     Attention probabilities are computed in float32 (:func:`float32_inputs`) and handed back to the model in its
@@ -193,7 +195,7 @@ class Capture(Patch):
                 x = a[0] if a else next(iter(kw.values()))
                 self._moe_shape[i] = tuple(x.shape[:2])
             self._hook(p.mlp, "MoE block", p, on_moe, pre=True, kwargs=True)
-        if p.router is not None and self.wanted & _ROUTER:
+        if p.experts is not None and self.wanted & _ROUTER:  # every block with routed experts has a router
             self._hook(p.router, "router", p, lambda m, a, out: self._record_router(i, m, out))
         if self.adapter.backend == "timm":
             self._timm_hooks(p)
@@ -249,9 +251,27 @@ class Capture(Patch):
             raise KeyError(f"nothing recorded for {kind!r} at layer {layer}")
         return torch.cat(chunks, dim=0)
 
+    def layers_of(self, kind: str) -> list[int]:
+        """The captured layers that have ``kind``, in order: the model's layer index of each row of :meth:`stack`.
+
+        Every captured layer, except for the mixture-of-experts kinds (router logits, choice, weights, expert
+        outputs), which only blocks with routed experts have: DeepSeek-V2's first ``first_k_dense_replace`` blocks
+        are dense MLPs, so there row r of ``stack("router_logits")`` is layer r + 1.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"Capture: unknown kind {kind!r}; use {', '.join(KINDS)}")
+        moe = kind in _ROUTER or kind == "expert_outputs"
+        return [p.index for p in self.parts if p.index in self.layers and (p.experts is not None or not moe)]
+
     def stack(self, kind: str) -> torch.Tensor:
-        """``(L_captured, B, ...)``: :meth:`get` for every captured layer, stacked in layer order."""
-        return torch.stack([self.get(kind, i) for i in sorted(self.layers)])
+        """``(L_kind, B, ...)``: :meth:`get` for each layer of :meth:`layers_of` (``kind``), stacked in layer order --
+        every captured layer, or for a MoE kind the captured layers with routed experts (row r is layer
+        ``layers_of(kind)[r]``). A KeyError when none of them has ``kind``, or one of them recorded nothing."""
+        layers = self.layers_of(kind)
+        if not layers:
+            raise KeyError(f"nothing to stack for {kind!r}: none of the captured layers {sorted(self.layers)} has it "
+                           "(a MoE kind needs a block with routed experts)")
+        return torch.stack([self.get(kind, i) for i in layers])
 
     def clear(self) -> None:
         self.records.clear()

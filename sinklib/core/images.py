@@ -61,9 +61,15 @@ def photos(names: list[str] | None = None) -> list[Photo]:
     return out
 
 
-def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224) -> torch.Tensor:
-    """ImageNet-normalised (B, 3, size, size) float32: centre square crop, bilinear resize (antialiased), then
-    (x / 255 - mean) / std with the ImageNet mean and std."""
+Norm = tuple[tuple[float, float, float], tuple[float, float, float]]  # (mean, std) per RGB channel
+IMAGENET: Norm = (tuple(IMAGENET_MEAN), tuple(IMAGENET_STD))
+
+
+def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224, norm: Norm | None = None) -> torch.Tensor:
+    """Normalised (B, 3, size, size) float32: centre square crop, bilinear resize (antialiased), then
+    (x / 255 - mean) / std with the model's own mean and std (``norm``, e.g. ``lm.pixel_norm``: CLIP's differ
+    from ImageNet's), ImageNet's by default."""
+    mean, std = norm or IMAGENET
     if isinstance(images, np.ndarray) and images.ndim == 3:
         images = [images]
     batch = []
@@ -76,16 +82,14 @@ def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224) -> torch.T
                                             align_corners=False)[0]
         batch.append(x)
     pixels = torch.stack(batch)  # (B, 3, size, size) in [0, 1]
-    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    return (pixels - mean) / std
+    return (pixels - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
 
 
-def display(pixels: torch.Tensor) -> np.ndarray:
-    """Undo :func:`to_pixels`' normalisation: (3, S, S) -> (S, S, 3) floats in [0, 1] for ``imshow``."""
-    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-    return (pixels * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
+def display(pixels: torch.Tensor, norm: Norm | None = None) -> np.ndarray:
+    """Undo :func:`to_pixels`' normalisation (the same ``norm``): (3, S, S) -> (S, S, 3) floats in [0, 1]."""
+    mean, std = norm or IMAGENET
+    x = pixels.float().cpu() * torch.tensor(std).view(3, 1, 1) + torch.tensor(mean).view(3, 1, 1)
+    return x.clamp(0, 1).permute(1, 2, 0).numpy()
 
 
 def digits(n: int | None = None, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:

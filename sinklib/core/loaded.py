@@ -57,6 +57,7 @@ class LoadedModel:
     head_dim: int
     vocab_size: int | None
     adds_bos: bool = False
+    pixel_norm: tuple | None = None  # ViTs: the (mean, std) per RGB channel its images were normalised with in training
 
     @property
     def family(self) -> str:

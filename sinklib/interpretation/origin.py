@@ -24,9 +24,12 @@ from sinklib.core.loaded import LoadedModel
 
 
 def require_gated_mlp(lm: LoadedModel, where: str) -> None:
-    """The chain is stated for SwiGLU FFNs (gate, up, down projections): raise a one-line error otherwise."""
-    mlp = find_layers(lm.model)[0].mlp
-    if mlp is None or not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+    """The chain is stated for SwiGLU FFNs (gate, up, down projections) in every block: raise a one-line error
+    otherwise (DeepSeek-V2's dense first block is one, its later MoE blocks are not)."""
+    other = [p.mlp for p in find_layers(lm.model)
+             if p.mlp is None or not all(hasattr(p.mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))]
+    if other:
+        mlp = other[0]
         raise WrongFamilyError(
             f"{where} needs a Llama/Mistral/Qwen-style model with a gated MLP (gate_proj, up_proj, down_proj); "
             f"{lm.name!r} has {type(mlp).__name__}. Use smollm2-135m or a Llama-family hub id."

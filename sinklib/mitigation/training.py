@@ -353,7 +353,7 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
     result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints, "seconds": trained}
     if use_cache:
         weights_path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), weights_path.with_suffix(".pt.tmp"))
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights_path.with_suffix(".pt.tmp"))
         weights_path.with_suffix(".pt.tmp").replace(weights_path)
         write_json(json_path, result)
     return result

@@ -259,7 +259,29 @@ def load_model(
         n_kv_heads=getattr(cfg, "num_key_value_heads", None) or n_heads,
         hidden_size=cfg.hidden_size, head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads,
         vocab_size=getattr(cfg, "vocab_size", None), adds_bos=adds_bos,
+        pixel_norm=pixel_norm(name, model) if spec.family == "vit" else None,
     )
+
+
+def pixel_norm(name: str, model: torch.nn.Module) -> tuple:
+    """(mean, std) per RGB channel a ViT was trained with: timm's ``pretrained_cfg``, else the ``image_mean`` /
+    ``image_std`` of the hub repository's image processor (CLIP: (0.481, 0.458, 0.408) / (0.269, 0.261, 0.276)),
+    else ImageNet's (the offline DINOv2-S, trained on ImageNet statistics)."""
+    from sinklib.core.images import IMAGENET
+
+    cfg = getattr(model, "pretrained_cfg", None)
+    if cfg and cfg.get("mean") and cfg.get("std"):
+        return tuple(cfg["mean"]), tuple(cfg["std"])
+    if name in REGISTRY and REGISTRY[name].offline:
+        return IMAGENET
+    from transformers import AutoImageProcessor
+
+    try:
+        proc = AutoImageProcessor.from_pretrained(name)
+    except (OSError, ValueError) as err:
+        raise UnknownModelError(f"{name!r}: no image processor to read its pixel mean and std from "
+                                f"({str(err).splitlines()[0]}); add a preprocessor_config.json to the model.") from None
+    return tuple(proc.image_mean), tuple(proc.image_std)
 
 
 def _placed(model: torch.nn.Module, placement: str | None) -> bool:

@@ -140,6 +140,8 @@ def _target(func, args, kwargs):
 
 
 def _rewrap(out, index: int):
+    if isinstance(out, torch.Size):  # metadata (.shape, .size()): tree_map would make it a plain tuple
+        return out
     return tree_map(lambda t: FakeCudaTensor.wrap(t, index) if isinstance(t, torch.Tensor)
                     and not isinstance(t, FakeCudaTensor) and t.device.type == "cpu" else t, out)
 

@@ -17,8 +17,9 @@ at the micro-batch the profile trains with. Streaming (01) counts its dense refe
 
 Rule: a step fits when its estimate at its batch size is at most 90% of the device; when only a smaller batch
 fits, the plan says which (the notebooks' :func:`~sinklib.core.memory.fit_batch` halves the batch the same way);
-a notebook whose step does not fit even at batch 1 is refused, before anything runs. Attention maps a step keeps
-are copied to the host: their float32 bytes for one forward are the step's host RAM, checked against ``host_gb``.
+a notebook whose step does not fit even at batch 1 is refused, before anything runs. Attention maps a step copies
+whole to the host (``host_maps``; 12_mllm reduces them on the device first) are its host RAM: their float32 bytes
+for one forward, checked against ``host_gb``.
 
 Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of
 :data:`MARGIN` covers the rest) and timed by :func:`call_seconds` -- the larger of FLOPs over the GPU's peak times
@@ -97,7 +98,8 @@ class Step:
     model: str
     batch: int
     tokens: int
-    maps: bool = False  # attention probabilities of every layer kept (eager capture)
+    maps: bool = False  # attention probabilities of every layer formed (eager capture)
+    host_maps: bool = True  # ... and copied whole to the host (False: reduced on the device first)
     hidden_states: bool = False
     logits: bool = False
     kv_tokens: int = 0  # a KV cache of this many tokens (decoding)
@@ -243,7 +245,7 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
                            calls=_n(r.eval_seqs, r.batch_size) * (r.random_draws + 4))]
     elif notebook == "12_mllm":
         for m in _models(r, model, first_only=True):
-            steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True,
+            steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True, host_maps=False,
                               calls=_n(r.heldout_digits * (3 + r.random_draws)
                                        + 2 * r.draw_digits * (3 + r.draw_random_draws), r.batch_size)))
     elif notebook == "13_vit":
@@ -337,7 +339,8 @@ def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, 
     moved = shape.params_b * 1e9 * size + 2 * shape.layers * kv * shape.kv_heads * head * batch * size
     maps = shape.layers * shape.heads * batch * tokens * keys * 4 if step.maps else 0
     seconds = max(flops / (peak * MFU), (moved + 2 * maps) / (GPU.hbm_tb_s * 1e12 * BW_EFF))
-    return seconds + maps / (GPU.pcie_gb_s * 1e9) + shape.layers * LAYER_OVERHEAD_S
+    copied = maps if step.host_maps else 0  # maps reduced on the device stay there
+    return seconds + copied / (GPU.pcie_gb_s * 1e9) + shape.layers * LAYER_OVERHEAD_S
 
 
 def train_step_seconds(run: profiles.Run, variant: str, batch: int) -> float:
@@ -402,7 +405,8 @@ def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float, h
             batch //= 2
         tokens = run.train.seq_len if step.train else _tokens(step, shape)[0]
         seconds = step_seconds(step, shape, dtype, run, max(batch, 1)) * (step.batch / max(batch, 1))
-        host = shape.layers * shape.heads * max(batch, 1) * tokens * (tokens + step.kv_tokens) * 4 if step.maps else 0
+        host = (shape.layers * shape.heads * max(batch, 1) * tokens * (tokens + step.kv_tokens) * 4
+                if step.maps and step.host_maps else 0)
         plan.estimates.append(StepEstimate(step, need, batch, tokens, note, seconds, host))
         if batch == 0:
             plan.problems.append(f"{step.model}: {step.what} needs {estimate(step, shape, dtype, run, 1)[0] / GB:.1f} "

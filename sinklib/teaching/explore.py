@@ -2,7 +2,7 @@
 
 >>> import sinklib
 >>> sinklib.explore(lm, "In the beginning God created the heavens and the earth.")   # a text model
->>> sinklib.explore(vit, images.to_pixels([photo.image]))                             # a ViT: patch grids
+>>> sinklib.explore(vit, images.to_pixels([photo.image], norm=vit.pixel_norm))                          # a ViT: patch grids
 
 Three panels for the chosen layer l and head h:
 (a) the attention map A^{l,h} (query rows, key columns, log colour), tokens along both axes -- for a ViT the CLS
@@ -74,7 +74,7 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
         from sinklib.architectures.vit.vit_sinks import grid_of, vit_forward
         from sinklib.core import images
 
-        pixels = inputs if isinstance(inputs, torch.Tensor) else images.to_pixels([inputs])
+        pixels = inputs if isinstance(inputs, torch.Tensor) else images.to_pixels([inputs], norm=lm.pixel_norm)
         if pixels.ndim != 4 or pixels.shape[0] != 1:
             raise ValueError(f"explore takes one image, pixels shaped (1, 3, H, W); got {tuple(pixels.shape)}")
         with Capture(lm.model, attentions=True, hidden_states=True) as cap:
@@ -85,7 +85,7 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
         first = A.shape[-1] - rows * cols
         labels = ["CLS", *[f"reg{i}" for i in range(first - 1)],
                   *[f"({r},{c})" for r in range(rows) for c in range(cols)]]
-        return ExplorerData(labels, A, h.float().norm(dim=-1), (rows, cols), first, images.display(pixels[0].cpu()))
+        return ExplorerData(labels, A, h.float().norm(dim=-1), (rows, cols), first, images.display(pixels[0].cpu(), lm.pixel_norm))
     if isinstance(inputs, str):
         ids = lm.tokenizer(inputs, return_tensors="pt").input_ids[0]
     else:

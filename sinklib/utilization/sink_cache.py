@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from sinklib.core.errors import InputError
 from sinklib.core.switch import Patch
 
 RopeFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # positions (n,) -> cos, sin (n, head_dim)
@@ -46,6 +47,21 @@ def has_rope(model: torch.nn.Module) -> bool:
     """Whether the model rotates queries and keys by position with a ``rotary_emb`` (what the sink cache re-applies
     inside the cache); GPT-2's learned absolute positions, for one, are not."""
     return getattr(getattr(model, "model", model), "rotary_emb", None) is not None
+
+
+def why_no_sink_cache(model: torch.nn.Module) -> str:
+    """Why the sink cache cannot run on ``model`` ("" when it can): it re-rotates cached keys to positions inside the
+    cache, so it needs rotary positions applied to full keys. GPT-2's learned absolute positions cannot be
+    re-assigned; multi-head latent attention (DeepSeek-V2: ``kv_lora_rank``) caches a compressed latent and the
+    rotary part of the key separately, with complex rotary factors."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(cfg, "kv_lora_rank", None):
+        return (f"{type(model).__name__} uses multi-head latent attention (its cache holds a compressed latent, not "
+                f"the rotated keys the sink cache re-rotates)")
+    if not has_rope(model):
+        return (f"{type(model).__name__} has no rotary position embedding (learned absolute positions cannot be "
+                f"re-assigned inside the cache)")
+    return ""
 
 
 def rope_from_model(model: torch.nn.Module, layer_type: str | None = None) -> RopeFn:
@@ -238,6 +254,10 @@ class SinkWindowCache(Cache):
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, n_sink: int, window: int) -> SinkWindowCache:
+        why = why_no_sink_cache(model)
+        if why:
+            raise InputError(f"StreamingLLM's sink cache cannot run here: {why}; use a model with RoPE on full keys "
+                             f"(Llama, Mistral, Qwen, Gemma, OLMoE, Mixtral).")
         ropes = ropes_by_layer(model)
         return cls(n_sink, window, ropes, len(ropes))
 

@@ -86,13 +86,15 @@ with torch.no_grad(), Capture(lm.model, kinds=["router_logits", "expert_choice",
                               reduce=keep_max) as cap:
     lm.model(ids, use_cache=False, logits_to_keep=1)
 logits, choice, peaks = (cap.stack(k) for k in ("router_logits", "expert_choice", "expert_outputs"))
+layers = cap.layers_of("router_logits")  # the layer of each row: those with routed experts (all 30 on the stand-in)
 n_experts = logits.shape[-1]
 H = router_entropy(logits.float())  # (L, B, T)
 print(f"router entropy (log E = {torch.log(torch.tensor(float(n_experts))):.2f}), mean over layers: "
       f"first token {H[:, :, 0].mean():.3f}, others {H[:, :, 1:].mean():.3f}")
 a = torch.stack([expert_output_max(choice[i], peaks[i].float(), n_experts) for i in range(len(choice))])  # (L, E)
 found = super_experts(a, 0.75, 99.5, 10)
-print(f"super experts (layer, expert): {found}; their largest output {[round(float(a[le]), 1) for le in found]} "
+print(f"super experts (layer, expert): {[(layers[row], e) for row, e in found]}; their largest output "
+      f"{[round(float(a[le]), 1) for le in found]} "
       f"vs the median expert's {a.median():.2f}")
 
 # %% [markdown]

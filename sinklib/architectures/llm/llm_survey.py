@@ -257,14 +257,13 @@ def xiao_position_test(lm: LoadedModel, n_tokens: int, budget: int, chunk: int, 
     perplexity of the tokens predicted after the cache is full. Returns ({"window only", "own first 4",
     "4 newlines"} -> perplexity, the claim by :func:`sinklib.utilization.streaming.sink_is_positional`)."""
     from sinklib.utilization import streaming
-    from sinklib.utilization.sink_cache import SinkWindowCache, has_rope
+    from sinklib.utilization.sink_cache import SinkWindowCache, why_no_sink_cache
 
-    if not has_rope(lm.model):  # StreamingLLM assigns positions inside the cache by re-rotating the keys
+    why = why_no_sink_cache(lm.model)  # StreamingLLM assigns positions inside the cache by re-rotating the keys
+    if why:
         nan = float("nan")
         claim = streaming.sink_is_positional(nan, nan, paper, nan)
-        return {}, replace(claim, holds=None, measured={}, note=f"not run: {type(lm.model).__name__} has no rotary "
-                           f"position embedding, and the sink cache assigns positions inside the cache by re-rotating "
-                           f"keys (learned absolute positions cannot be re-assigned)")
+        return {}, replace(claim, holds=None, measured={}, note=f"not run: {why}")
     stream = text_windows(lm.tokenizer, 1, n_tokens, seed, split="heldout")[0]  # (T,)
     newline = lm.tokenizer("\n", add_special_tokens=False).input_ids[-1]
     replaced = stream.clone()

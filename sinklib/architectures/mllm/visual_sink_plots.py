@@ -10,6 +10,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from sinklib.architectures.mllm.image_layout import ImageLayout
 from sinklib.core.images import display
 from sinklib.core.plotting import OUTLINE_COLOR
 
@@ -43,6 +44,13 @@ def attention_shares(shares: torch.Tensor, n_before: int, n_image: int, title: s
     return fig
 
 
+def _shown(picture: np.ndarray | torch.Tensor) -> np.ndarray:
+    """An image for ``imshow``: normalised (3, S, S) pixels un-normalised (:func:`display`), an RGB array as is."""
+    if isinstance(picture, torch.Tensor) and picture.dim() == 3 and picture.shape[0] == 3:
+        return display(picture)
+    return np.asarray(picture.cpu() if isinstance(picture, torch.Tensor) else picture)
+
+
 def _measured(phi: torch.Tensor) -> list[int]:
     """Layers of phi (L, B, P) with at least one value measured."""
     return [i for i in range(phi.shape[0]) if not torch.isnan(phi[i]).all()]
@@ -54,12 +62,16 @@ def _below() -> dict:
 
 
 def visual_sinks(phi: torch.Tensor, taus: Mapping[str, float], verdict_tau: float, ratio: Sequence[float | None],
-                 pixels: torch.Tensor, example_phi: torch.Tensor, example_layer: int, title: str = "") -> Figure:
+                 picture: np.ndarray | torch.Tensor, example_phi: torch.Tensor, example_layer: int, title: str = "",
+                 layout: ImageLayout | None = None) -> Figure:
     """(a) the largest phi of an image token per layer against each tau (dashed); (b) the fraction of image tokens
     with phi >= tau per layer, one line per tau; (c) attention a visual sink token (phi >= ``verdict_tau``)
-    receives over a non-sink image token, per layer; (d) one image and (e) its tokens' phi at ``example_layer``,
-    cells >= ``verdict_tau`` outlined. phi: (L, B, P), all-NaN for layers not measured (skipped); taus: label ->
-    threshold; ratio: (L,), None where not measured; pixels: (3, S, S); example_phi: (P,), P = g * g."""
+    receives over a non-sink image token, per layer; (d) one image and (e) its tokens' phi at ``example_layer`` on
+    the picture (:meth:`ImageLayout.picture`: tiles in place, a global view to the right), cells >= ``verdict_tau``
+    outlined. phi: (L, B, P), all-NaN for layers not measured (skipped); taus: label -> threshold; ratio: (L,), None
+    where not measured; picture: the image as handed to the model, RGB (H, W, 3) (uint8, or floats in [0, 1]), or
+    normalised (3, S, S) pixels (:func:`sinklib.core.images.display`); example_phi: (P,); layout: where the P tokens
+    lie (default: one square tile, P = g^2)."""
     fig, axd = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c"], [".", "d", "d", "e", "e", "."]],
                                   figsize=(14, 7.6), layout="constrained", height_ratios=(1, 1.1))
     ax, bx, cx, dx, ex = (axd[k] for k in "abcde")
@@ -88,16 +100,19 @@ def visual_sinks(phi: torch.Tensor, taus: Mapping[str, float], verdict_tau: floa
     for axis in (ax, bx, cx):
         axis.set_xlim(-0.5, phi.shape[0] - 0.5)
     cx.legend(**_below())
-    dx.imshow(display(pixels))
+    dx.imshow(_shown(picture))
     dx.set_title("(d) the image", fontsize=9)
-    g = int(round(example_phi.numel() ** 0.5))
-    grid = example_phi.detach().cpu().reshape(g, g).float().numpy()
+    layout = layout or ImageLayout.square(example_phi.numel())
+    grid = layout.picture(example_phi)
     im = ex.imshow(np.ma.masked_invalid(grid), cmap="magma", interpolation="nearest")
     rows, cols = np.nonzero(np.nan_to_num(grid, nan=-np.inf) >= verdict_tau)
     for r, c in zip(rows, cols):
         ex.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec=OUTLINE_COLOR, lw=1.5))
     passed = f"outlined: phi >= {verdict_tau:g}" if len(rows) else f"none >= tau = {verdict_tau:g}"
-    ex.set_title(f"(e) phi per image token, layer {example_layer}\n({passed})", fontsize=9)
+    tiles = [f"{layout.crops[0]} x {layout.crops[1]} crops"] if layout.crops != (1, 1) else []
+    tiles += ["global view (right)"] if layout.overview else []
+    tiles = " + ".join(tiles) + "\n" if tiles else ""
+    ex.set_title(f"(e) phi per image token, layer {example_layer}\n{tiles}({passed})", fontsize=9)
     fig.colorbar(im, ax=ex, shrink=0.85, label="phi")
     for axis in (dx, ex):
         axis.set_xticks([])

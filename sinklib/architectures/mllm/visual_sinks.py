@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sinklib.architectures.mllm.image_layout import ImageLayout, image_size_kwargs
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
@@ -62,19 +63,30 @@ def tau_sensitivity(profile: MllmProfile, taus: Sequence[float]) -> dict[float, 
     return out
 
 
-def plain_background(pictures: list, grid: int, tol: float = 0.05) -> torch.Tensor:
-    """(B, grid * grid) bool: image tokens whose patch is plain background -- the mean distance of its pixels from the
+def plain_background(pictures: list, grid: int | ImageLayout, tol: float = 0.05) -> torch.Tensor:
+    """(B, P) bool: image tokens whose patch is plain background -- the mean distance of its pixels from the
     image's border colour (the median of the outermost pixels) is below ``tol`` of the full range. For the digits
-    (dark ink on white) that is a patch without ink. pictures: RGB uint8 arrays (H, W, 3), square."""
+    (dark ink on white) that is a patch without ink. pictures: RGB uint8 arrays (H, W, 3); grid: the tokens'
+    :class:`~sinklib.architectures.mllm.image_layout.ImageLayout` (an int g: one g x g tile). Each grid of the
+    layout (the crops' R x C, the global view's) is taken to cover the whole picture."""
+    layout = ImageLayout.square(grid * grid) if isinstance(grid, int) else grid
     out = []
     for picture in pictures:
         x = torch.from_numpy(np.asarray(picture, dtype=np.float32) / 255).permute(2, 0, 1)[None]  # (1, 3, H, W)
         border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], dim=-1).median(-1).values
         distance = (x - border[..., None, None]).abs().mean(1, keepdim=True)  # (1, 1, H, W)
-        size = grid * max(1, -(-x.shape[-1] // grid))
-        up = torch.nn.functional.interpolate(distance, size=(size, size), mode="nearest")
-        out.append((torch.nn.functional.avg_pool2d(up, size // grid) < tol).flatten())
+        over = _cell_means(distance, layout.overview) < tol if layout.overview else None
+        out.append(layout.join(_cell_means(distance, layout.grid) < tol, over))
     return torch.stack(out)
+
+
+def _cell_means(x: torch.Tensor, cells: tuple[int, int]) -> torch.Tensor:
+    """Mean of (1, 1, H, W) over an R x C grid of cells -> (R, C): nearest-neighbour upsampled to (R ceil(H / R),
+    C ceil(W / C)) px, then averaged in blocks of ceil(H / R) x ceil(W / C)."""
+    (h, w), (r, c) = x.shape[-2:], cells
+    kernel = (max(1, -(-h // r)), max(1, -(-w // c)))
+    up = torch.nn.functional.interpolate(x, size=(r * kernel[0], c * kernel[1]), mode="nearest")
+    return torch.nn.functional.avg_pool2d(up, kernel)[0, 0]
 
 
 def sink_jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -175,29 +187,63 @@ def profile_mllm(model: nn.Module, inputs: dict, dims: Sequence[int] | None = No
     return profile_forward(model, inputs, dims, text_from, **logits_kwargs(model)).profile  # logits unread
 
 
+def text_rows_reduce(image: torch.Tensor, start: int, text_from: int):
+    """A :class:`~sinklib.core.capture.Capture` ``reduce`` for attentions that keeps of each layer's (B, H, T, T)
+    probabilities only what :class:`MllmProfile` reads, reduced where they were computed (the model's device, in
+    float32): per text query t >= ``text_from`` the attention on the tokens before the image, sum_{j < start} A_tj,
+    and on the image, sum_{j in image} A_tj (each (B, H, Tq)), and per image token j the mean over heads and text
+    queries, mean_{h, t} A_tj (B, P); packed into one (B, 2 H Tq + P) tensor (:func:`unpack_text_rows`). What the
+    host keeps per layer: B (2 H Tq + P) floats instead of B H T^2 (SmolVLM-Instruct, 24 layers x 32 heads x
+    1,417^2 per image: 6 GB in float32). image: (T,) bool."""
+    def reduce(weights: torch.Tensor, layer: int) -> torch.Tensor:
+        rows = weights[:, :, text_from:].float()  # (B, H, Tq, T)
+        on_image = rows[..., image.to(rows.device)]  # (B, H, Tq, P)
+        return torch.cat([rows[..., :start].sum(-1).flatten(1), on_image.sum(-1).flatten(1),
+                          on_image.mean(dim=(1, 2))], 1)
+    return reduce
+
+
+def unpack_text_rows(packed: torch.Tensor, n_image: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`text_rows_reduce`'s (L, B, 2 H Tq + P), stacked over layers, -> the attention on the tokens before the
+    image (L, B, H * Tq), on the image (L, B, H * Tq) and received per image token (L, B, P)."""
+    rows = (packed.shape[-1] - n_image) // 2
+    return packed[..., :rows], packed[..., rows:2 * rows], packed[..., 2 * rows:]
+
+
+def input_phi(cap: Capture, dims: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """From a capture of block outputs (hidden_states, in the model's dtype): the first token's block outputs,
+    mean over the batch (L, d) in float32, the sink dimensions (``dims``, else :func:`sink_dimensions` of them), and
+    every token's phi of its layer input, (L, B, T) -- NaN at layer 0 (the embeddings are not captured), at l >= 1
+    phi of block l - 1's output. One layer in float32 at a time: never the whole (L, B, T, d) stack."""
+    layers = sorted(cap.layers)
+    first = torch.stack([cap.get("hidden_states", i)[:, 0].float() for i in layers]).mean(1)  # (L, d)
+    dims = list(dims) if dims is not None else sink_dimensions(first)
+    h0 = cap.get("hidden_states", layers[0])
+    out = [torch.full(h0.shape[:2], float("nan"))]  # layer 0's input: not captured
+    out += [phi(cap.get("hidden_states", i), dims) for i in layers[:-1]]  # (B, T) each: the input of layer i + 1
+    return first, torch.stack(out), dims
+
+
 @torch.inference_mode()
 def profile_forward(model: nn.Module, inputs: dict, dims: Sequence[int] | None = None, text_from: int | None = None,
                     **forward) -> ProfiledForward:
     """:func:`profile_mllm`, keeping what the same forward gives besides: the model's output for
-    ``model(**inputs, **forward)`` (e.g. ``logits_to_keep``, ``use_cache=True``) and every token's phi."""
+    ``model(**inputs, **forward)`` (e.g. ``logits_to_keep``, ``use_cache=True``) and every token's phi.
+
+    Attention is reduced on the device as each layer computes it (:func:`text_rows_reduce`): the full maps are never
+    kept. Hidden states stay in the model's dtype on the host (L B T d values), phi is computed from them a layer at
+    a time in float32 (:func:`input_phi`)."""
     where = shared_positions(adapter_for(model).image_positions(inputs["input_ids"]))
     start, stop = image_span(where)
     text_from = stop if text_from is None else text_from
-    with Capture(model, attentions=True, hidden_states=True) as cap:
+    with Capture(model, attentions=True, hidden_states=True,
+                 reduce={"attentions": text_rows_reduce(where, start, text_from)}) as cap:
         output = model(**inputs, **forward)
-    att = cap.stack("attentions").float()  # (L, B, H, T, T)
-    hid = cap.stack("hidden_states").float()  # (L, B, T, d)
-    rows = att[:, :, :, text_from:]  # (L, B, H, Tq, T): text queries
-    before = rows[..., :start].sum(-1)
-    image = rows[..., where].sum(-1)
-    shares = torch.stack([before, image, 1 - before - image], -1).mean(dim=(1, 2, 3))  # (L, 3)
-    first = hid[:, :, 0].mean(1)  # (L, d)
-    dims = list(dims) if dims is not None else sink_dimensions(first)
-    layer_input = torch.cat([torch.full_like(hid[:1], float("nan")), hid[:-1]])  # input of block l = output of l-1
-    token_phi = phi(layer_input, dims)  # (L, B, T)
+    before, image, received = unpack_text_rows(cap.stack("attentions"), int(where.sum()))  # (L, B, H Tq), .., (L, B, P)
+    shares = torch.stack([before, image, 1 - before - image], -1).mean(dim=(1, 2))  # (L, 3)
+    first, token_phi, dims = input_phi(cap, dims)  # (L, d), (L, B, T)
     ph = token_phi[:, :, where].clone()  # (L, B, P)
     ph[:KANG_FIRST_LAYER] = float("nan")
-    received = rows[..., where].mean(dim=(2, 3))  # (L, B, P)
     profile = MllmProfile((start, stop), where, text_from, shares, ph, received, first, dims)
     return ProfiledForward(profile, output, token_phi)
 
@@ -313,7 +359,9 @@ def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch
 
     The stand-in (:mod:`sinklib.models.stitch`): ``Image:<image>*n\\nCaption:<caption>``, pixels at its 84 px. A hub
     MLLM (GPU profile): its processor's chat template with one image and "Describe the image." as the user turn,
-    the caption appended as the answer. pictures: RGB uint8 arrays.
+    the caption appended as the answer; a processor that sizes pictures by pixel count (Qwen2-VL) is asked for at
+    least LLaVA-1.5's 576 image tokens (:func:`~sinklib.architectures.mllm.image_layout.image_size_kwargs`: an 8 x 8
+    digit is not 2 x 2 tokens). pictures: RGB uint8 arrays, all of one size.
     """
     from sinklib.core import images
     from sinklib.models import stitch
@@ -332,7 +380,7 @@ def caption_inputs(lm, pictures: list, captions: list[str]) -> tuple[dict, torch
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
     processor.tokenizer.padding_side = "right"
     batch = processor(images=[Image.fromarray(p) for p in pictures], text=[prompt + c for c in captions],
-                      return_tensors="pt", padding=True)
+                      return_tensors="pt", padding=True, **image_size_kwargs(processor.image_processor))
     labels = torch.full_like(batch["input_ids"], -100)
     for i, c in enumerate(captions):
         n = len(processor.tokenizer(c, add_special_tokens=False).input_ids)

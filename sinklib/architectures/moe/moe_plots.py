@@ -9,20 +9,25 @@ import numpy as np
 import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first: torch.Tensor,
-            title: str = "") -> Figure:
+            title: str = "", layers: Sequence[int] | None = None) -> Figure:
     """(a) fraction of inputs whose position-0 token gets the most common expert set, vs a middle token; (b) the
-    share of position 0's top-k slots each expert takes, per layer."""
+    share of position 0's top-k slots each expert takes, per layer. One entry per MoE layer; ``layers``: their
+    indices in the model (default 0, 1, ...; DeepSeek-V2's dense first layer has no entry)."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    layers = np.arange(len(same_first))
+    layers = np.arange(len(same_first)) if layers is None else np.asarray(layers)
     ax.plot(layers, same_first, marker="o", label="first token")
     ax.plot(layers, same_rest, marker="s", color="grey", label="middle token")
     ax.set(xlabel="layer", ylabel="inputs with the most common expert set", ylim=(0, 1.05),
            title="(a) does the first token always get the same experts?")
     ax.legend(loc="lower right", fontsize=8)
-    im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0)  # column i: layer layers[i]
+    bx.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bx.xaxis.set_major_formatter(FuncFormatter(lambda x, _: str(layers[int(x)]) if 0 <= x < len(layers) else ""))
     bx.set(xlabel="layer", ylabel="expert", title="(b) share of the first token's top-k slots per expert")
     fig.colorbar(im, ax=bx, shrink=0.85, label="share of the first token's top-k slots (0-1)")
     if title:

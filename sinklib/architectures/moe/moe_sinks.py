@@ -38,10 +38,10 @@ from sinklib.interpretation.origin import batches
 
 @dataclass
 class Routing:
-    """Per MoE layer (lists and the load tables: one entry per layer with routed experts); position 0 = the first
-    token, "rest" = positions >= 1. ``output_max`` and ``shared_max`` are indexed by the model's own layer index (as
-    :class:`PruneExperts` and the authors' ``layer_index``): NaN on a layer without routed / shared experts (e.g.
-    DeepSeek-V2-Lite's dense first layer)."""
+    """Per MoE layer (lists and the load tables: one entry per layer with routed experts, entry i being the model's
+    layer ``moe_layers[i]``); position 0 = the first token, "rest" = positions >= 1. ``output_max`` and
+    ``shared_max`` are indexed by the model's own layer index (as :class:`PruneExperts` and the authors'
+    ``layer_index``): NaN on a layer without routed / shared experts (e.g. DeepSeek-V2-Lite's dense first layer)."""
 
     entropy_first: list[float]  # mean router entropy (nats) on position 0
     entropy_rest: list[float]
@@ -50,6 +50,7 @@ class Routing:
     load_first: torch.Tensor  # (L, E): share of position 0's top-k slots each expert takes
     load_rest: torch.Tensor  # (L, E)
     output_max: torch.Tensor  # (L_model, E): largest |down_proj output| of each expert over all tokens (NaN: no MoE)
+    moe_layers: list[int]  # the model's layer index of each per-MoE-layer entry (DeepSeek-V2-Lite: 1..26)
     first_state: dict[str, list[float]] | None = None  # first_token_state of the same forwards (first_token=True)
     shared_max: torch.Tensor | None = None  # (L_model,): the shared expert's largest |output| (None: no shared one)
     first_routed_max: torch.Tensor | None = None  # (L_model, E): a as the authors' hook records it (first_routed_max)
@@ -91,18 +92,15 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
     reduce = {"expert_outputs": lambda t, layer: t.abs().amax(dim=-1),  # (B, T, k, d) -> (B, T, k)
               "hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B, T, d) -> (B,)
     logits, choice, peaks, alphas, first_peaks = [], [], [], [], []
-
-    def moe_stack(cap: Capture, kind: str) -> torch.Tensor:  # (L_moe, B, ...): the layers with routed experts
-        return torch.stack([cap.get(kind, p.index) for p in layers])
-
     try:
         for batch in batches(ids, batch_size):
             with Capture(lm.model, kinds=kinds, reduce=reduce) as cap, \
                     (AttentionStats(lm.model, keys=[0]) if first_token else contextlib.nullcontext()) as st:
                 lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
-            logits.append(moe_stack(cap, "router_logits"))  # (L_moe, B, T, E)
-            choice.append(moe_stack(cap, "expert_choice"))  # (L_moe, B, T, k)
-            peaks.append(moe_stack(cap, "expert_outputs"))  # (L_moe, B, T, k)
+            # rows: cap.layers_of(kind), the layers with routed experts (= ``layers``), in order
+            logits.append(cap.stack("router_logits"))  # (L_moe, B, T, E)
+            choice.append(cap.stack("expert_choice"))  # (L_moe, B, T, k)
+            peaks.append(cap.stack("expert_outputs"))  # (L_moe, B, T, k)
             if first_token:
                 alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in range(lm.n_layers)]).mean(dim=-1))
                 first_peaks.append(cap.stack("hidden_states"))  # (L, B)
@@ -134,6 +132,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
         same_set_first=[_same_set(c[:, 0]) for c in choice], same_set_rest=[_same_set(c[:, mid]) for c in choice],
         load_first=load(choice[:, :, 0]), load_rest=load(choice[:, :, 1:]),
         output_max=output_max,  # float32 whatever the model's dtype
+        moe_layers=[p.index for p in layers],
         first_state=first_state, shared_max=shared_max, first_routed_max=as_hooked,
     )
 

@@ -23,16 +23,20 @@ def _layers(layers: Sequence[int]) -> str:
 
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_first: Sequence[float],
-            entropy_rest: Sequence[float], n_experts: int, title: str) -> str:
+            entropy_rest: Sequence[float], n_experts: int, title: str, layers: Sequence[int] | None = None) -> str:
     """Section 1: in how many layers every window sends the first token to the same experts (share = 1), the middle
-    token's most-common-set share over layers, and the router entropy against ln E."""
-    always = [i for i, s in enumerate(same_first) if s == 1.0]
+    token's most-common-set share over layers, and the router entropy against ln E. One entry per MoE layer;
+    ``layers``: their indices in the model, as the layers are named (default 0, 1, ...)."""
+    every = list(range(len(same_first)))
+    layers = every if layers is None else list(layers)
+    kind = "layers" if layers == every else "layers with routed experts"  # e.g. DeepSeek-V2's dense layer 0: none
+    always = [layer for layer, s in zip(layers, same_first) if s == 1.0]
     first, rest = sum(same_first) / len(same_first), sum(same_rest) / len(same_rest)
     if always:
-        fixed = (f"In {len(always)} of the {len(same_first)} layers ({_layers(always)}) every window sends the "
+        fixed = (f"In {len(always)} of the {len(same_first)} {kind} ({_layers(always)}) every window sends the "
                  f"first token to the same set of experts.")
     else:
-        fixed = f"In none of the {len(same_first)} layers does every window send the first token to the same experts."
+        fixed = f"In none of the {len(same_first)} {kind} does every window send the first token to the same experts."
     middle = (f"A token in the middle of the window gets its most common set in {pct(min(same_rest), 2)}-"
               f"{pct(max(same_rest), 2)} of the windows, depending on the layer; averaged over layers the first "
               f"token gets its most common set {compare(first, rest, 'more often than', 'less often than', 'as often as')}"

@@ -27,15 +27,16 @@ def _overlay(ax, image: np.ndarray, heat: torch.Tensor, title: str = ""):
 
 
 def cls_maps(pixels: torch.Tensor, maps: torch.Tensor, names: Sequence[str], layers: Sequence[int],
-             title: str = "") -> Figure:
+             title: str = "", norm: tuple | None = None) -> Figure:
     """Rows: images; columns: the photo, then the CLS query's attention over the patches at each chosen layer
-    (each map scaled to its own maximum; one shared colour bar). pixels: (B, 3, S, S); maps: (L, B, gh, gw)."""
+    (each map scaled to its own maximum; one shared colour bar). pixels: (B, 3, S, S), normalised with ``norm``
+    (:func:`sinklib.core.images.to_pixels`); maps: (L, B, gh, gw)."""
     rows, cols = len(names), len(layers) + 1
     fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 1.75 * rows + 0.6), layout="constrained",
                              squeeze=False)
     im = None
     for r, name in enumerate(names):
-        image = display(pixels[r])
+        image = display(pixels[r], norm)
         axes[r, 0].imshow(image)
         axes[r, 0].set_xticks([])
         axes[r, 0].set_yticks([])
@@ -132,7 +133,7 @@ def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: 
 
 
 def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: torch.Tensor, names: Sequence[str],
-                           layer: int, title: str = "") -> Figure:
+                           layer: int, title: str = "", norm: tuple | None = None) -> Figure:
     """One panel per image: the change of the CLS query's attention map at ``layer`` with the test-time register
     (after - before; red: more attention with it) over a faint grey copy of the photo, all on one symmetric scale
     set by the largest value of the "as is" maps, so a change is read against the attention itself.
@@ -142,7 +143,7 @@ def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: to
     lim = max(float(before[layer, :n].max()), 1e-12)
     im = None
     for r, (ax, name) in enumerate(zip(axes[0], names)):
-        image = display(pixels[r])
+        image = display(pixels[r], norm)
         size = image.shape[0]
         ax.imshow(0.55 + 0.45 * image.mean(-1), cmap="gray", vmin=0, vmax=1)  # the photo, faint
         diff = (after[layer, r] - before[layer, r]).float()
