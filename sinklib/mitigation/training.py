@@ -278,7 +278,10 @@ def training_step_bytes(cfg: TrainConfig, batch: int | None = None) -> dict[str,
     tensor autograd keeps for backward (``torch.autograd.graph.saved_tensors_hooks`` during one forward and the
     loss), counted once per storage and without the parameters; this is what differs between attention variants
     (softpick keeps several (B, H, T, T) tensors, softmax one). ``logits_grad``: the (B, T, V) float32 gradient of
-    the logits, alive at the start of backward. Peak ~= state + saved + logits_grad (transient buffers aside)."""
+    the logits, alive at the start of backward. Peak ~= state + saved + logits_grad (transient buffers aside).
+    The forward is counted in float32 whatever ``cfg.precision`` (autocast does not act on meta tensors): under
+    bf16 autocast the saved matmul inputs halve while softmax outputs stay float32 and gain a bfloat16 copy for the
+    next matmul, so for ``"bf16"`` the count is an estimate, not a bound."""
 
     B, T = batch or cfg.batch_size, cfg.seq_len
     with torch.device("meta"):
