@@ -93,7 +93,8 @@ reports, added_seconds = [], {}
 for name in names:
     done = kept.KeptWork.for_model(run, name)  # each model's results are kept as soon as it is measured
     if done.exists():
-        report, model_claims, added_seconds[name] = done.load()
+        report, model_claims, added_seconds[name], devices = done.load()
+        nb.headline.setdefault("devices", {})[name] = devices  # where it ran
         print(f"{name}: measured by an earlier run with this code and these sizes; read from {done.path}")
     else:
         lm = nb.placed(load_model(name, device=run.device, dtype="float32"))  # Gu et al.'s protocol: float32
@@ -123,7 +124,7 @@ for name in names:
             model_claims.append((claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls
                                          else "no random-weight control here: 02_interpretation runs this rule's "
                                               "control on SmolLM2's configuration"}))
-        done.save((report, model_claims, added_seconds[name]))
+        done.save((report, model_claims, added_seconds[name], nb.headline["devices"][name]))
     for claim, how in model_claims:
         record.add(claim, show=False, model=report.label, **how)
     reports.append(report)

@@ -337,7 +337,8 @@ train, test = train[:int(0.6 * len(labels))], train[int(0.6 * len(labels)):]
 for name in models[1:]:
     done = kept.KeptWork.for_model(run, name)  # each model's results are kept as soon as it is measured
     if done.exists():
-        label, other_prof, model_claims = done.load()
+        label, other_prof, model_claims, devices = done.load()
+        nb.headline.setdefault("devices", {})[name] = devices  # where it ran
         print(f"{name}: measured by an earlier run with this code and these sizes; read from {done.path}")
     else:
         other = nb.placed(load_model(name, device=run.device, dtype=run.dtype))
@@ -363,7 +364,7 @@ for name in models[1:]:
             model_claims.append(register_means.fixed_bias_claim(acc, other.label))
         del other
         gc.collect()
-        done.save((label, other_prof, model_claims))
+        done.save((label, other_prof, model_claims, nb.headline["devices"][name]))
     summaries[label] = vit_sinks.summary(other_prof)
     profiles[name] = other_prof
     for c in model_claims:

@@ -3,6 +3,7 @@ model is done; a failure on a later model keeps the earlier ones, and a rerun sk
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -56,3 +57,5 @@ def test_a_failure_on_a_later_model_keeps_the_earlier_ones_and_a_rerun_skips_the
     assert "sinklib-tiny/llama: measured by an earlier run" in text
     assert "sinklib-tiny/gpt2: measured by an earlier run" not in text
     assert len(list((tmp_path / "cache" / "kept" / "10_llm").glob("*.pt"))) == 2
+    headline = json.loads((tmp_path / "second" / "figures" / "10_llm" / "headline.json").read_text())
+    assert set(headline["devices"]) == set(tiny_hub.LLMS)  # where each ran, read back with its results
