@@ -117,6 +117,14 @@ def test_access_is_asked_of_the_hub_online(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "auth_check", lambda name, **_: None)
     assert hub_access.access_problem("meta-llama/Llama-2-7b-hf", offline=False) == ""
     assert "not checked offline" in hub_access.access_problem("meta-llama/Llama-2-7b-hf", offline=True, gated=True)
+
+    def no_network(name, **_):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "auth_check", no_network)  # no answer is not "access needed"
+    assert hub_access.access_problem("facebook/dinov2-large", offline=False) == ""
+    assert "the hub did not answer" in hub_access.access_problem("meta-llama/Llama-2-7b-hf", offline=False,
+                                                                 gated=True)
     assert hub_access.access_problem("facebook/dinov2-large", offline=True) == ""
 
 

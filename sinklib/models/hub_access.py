@@ -54,5 +54,20 @@ def access_problem(name: str, offline: bool, gated: bool = False) -> str:
     try:
         auth_check(name)
     except Exception as err:  # noqa: BLE001 -- every failure becomes the one line that says what to do
+        if unreachable(err):  # no answer from the hub: what the table knows, said as such
+            return gated_hint(name) + " (the hub did not answer: not checked; ignore if already done)" if gated else ""
         return hub_error_line(name, err)
     return ""
+
+
+def unreachable(err: BaseException) -> bool:
+    """Whether ``err`` says the hub could not be reached (no network, DNS, timeout, offline mode) rather than
+    answering that the repository is gated, missing or private."""
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    errors = list(_chain(err))
+    if any(isinstance(e, GatedRepoError | RepositoryNotFoundError) for e in errors):
+        return False
+    if any(isinstance(e, HfHubHTTPError) and getattr(e, "response", None) is not None for e in errors):
+        return False  # the hub answered (401, 403, 5xx ...)
+    return True
