@@ -62,7 +62,7 @@ from sinklib.core import plotting, takeaways
 from sinklib.core.results import load_reference
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
-from sinklib.pipeline import kept, notebook
+from sinklib.pipeline import notebook
 
 nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=None, label="several models")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
@@ -89,42 +89,40 @@ print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tok
 # > BOS first, sink on the BOS token or on position 0? Pass `model=` to add another model.
 
 # %%
+def measure_model(name: str):
+    """One model's report, its claims as (claim, Recorder.add's keywords) and the seconds its draws and control took."""
+    lm = nb.placed(load_model(name, device=run.device, dtype="float32"))  # Gu et al.'s protocol: float32 attention
+    require_family(lm, ("llm", "moe"), "10_llm")
+    report = llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
+                                placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
+                                context_windows=run.context_windows, paper=origin_paper, seed=run.seed,
+                                draw_seqs=run.draw_seqs, draw_windows=run.draw_windows)
+    model_claims = []
+    if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
+        report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,
+                                                                run.stream_chunk, streaming_paper, run.seed)
+        model_claims.append((replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), {
+            "control_note": "no random-weight control here (three more streams per model): 01_utilization runs "
+                            "this rule on SmolLM2's random weights"}))
+    start = time.perf_counter()
+    control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
+    del lm
+    gc.collect()
+    controls = llm_survey.control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
+                                         batch_size=run.batch_size, paper=origin_paper, gu=gu, seed=run.seed)
+    del control
+    gc.collect()
+    seconds = {"draws": round(report.seconds["draws"], 1), "control": round(time.perf_counter() - start, 1)}
+    for claim in llm_survey.report_claims(report, gu):
+        model_claims.append((claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls
+                                     else "no random-weight control here: 02_interpretation runs this rule's "
+                                          "control on SmolLM2's configuration"}))
+    return report, model_claims, seconds
+
+
 reports, added_seconds = [], {}
-for name in names:
-    done = kept.KeptWork.for_model(run, name)  # each model's results are kept as soon as it is measured
-    if done.exists():
-        report, model_claims, added_seconds[name], devices = done.load()
-        nb.headline.setdefault("devices", {})[name] = devices  # where it ran
-        print(f"{name}: measured by an earlier run with this code and these sizes; read from {done.path}")
-    else:
-        lm = nb.placed(load_model(name, device=run.device, dtype="float32"))  # Gu et al.'s protocol: float32
-        require_family(lm, ("llm", "moe"), "10_llm")
-        report = llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
-                                    placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
-                                    context_windows=run.context_windows, paper=origin_paper, seed=run.seed,
-                                    draw_seqs=run.draw_seqs, draw_windows=run.draw_windows)
-        model_claims = []  # (claim, Recorder.add's keywords)
-        if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
-            report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,
-                                                                    run.stream_chunk, streaming_paper, run.seed)
-            model_claims.append((replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), {
-                "control_note": "no random-weight control here (three more streams per model): 01_utilization runs "
-                                "this rule on SmolLM2's random weights"}))
-        start = time.perf_counter()
-        control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
-        del lm
-        gc.collect()
-        controls = llm_survey.control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
-                                             batch_size=run.batch_size, paper=origin_paper, gu=gu, seed=run.seed)
-        del control
-        gc.collect()
-        added_seconds[name] = {"draws": round(report.seconds["draws"], 1),
-                               "control": round(time.perf_counter() - start, 1)}
-        for claim in llm_survey.report_claims(report, gu):
-            model_claims.append((claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls
-                                         else "no random-weight control here: 02_interpretation runs this rule's "
-                                              "control on SmolLM2's configuration"}))
-        done.save((report, model_claims, added_seconds[name], nb.headline["devices"][name]))
+for name in names:  # each model's results are kept as soon as it is measured; a rerun reads them
+    report, model_claims, added_seconds[name] = nb.per_model(name, lambda name=name: measure_model(name))
     for claim, how in model_claims:
         record.add(claim, show=False, model=report.label, **how)
     reports.append(report)

@@ -57,7 +57,7 @@ from sinklib.architectures.vit import takeaways as vit_takeaways
 from sinklib.core import images, plotting, takeaways
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
-from sinklib.pipeline import kept, notebook
+from sinklib.pipeline import notebook
 
 nb = notebook.start("13_vit", profile, model, device, seed, out_dir, families=None, label="ViT")
 run, fig_dir, record = nb.run, nb.fig_dir, nb.record
@@ -334,37 +334,36 @@ fixed_bias = []
 probe_pixels = images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm)
 train = np.random.default_rng(run.seed).permutation(len(labels))
 train, test = train[:int(0.6 * len(labels))], train[int(0.6 * len(labels)):]
-for name in models[1:]:
-    done = kept.KeptWork.for_model(run, name)  # each model's results are kept as soon as it is measured
-    if done.exists():
-        label, other_prof, model_claims, devices = done.load()
-        nb.headline.setdefault("devices", {})[name] = devices  # where it ran
-        print(f"{name}: measured by an earlier run with this code and these sizes; read from {done.path}")
-    else:
-        other = nb.placed(load_model(name, device=run.device, dtype=run.dtype))
-        require_family(other, "vit", "13_vit")
-        label = other.label
-        other_pixels, other_probe = pixels, probe_pixels
-        if other.pixel_norm != lm.pixel_norm:  # e.g. CLIP: its own mean and std, not ImageNet's
-            other_pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=other.pixel_norm)
-            other_probe = images.to_pixels(digits, size=run.probe_size, norm=other.pixel_norm)
-        other_prof = vit_sinks.profile_vit(other, other_pixels, batch_size=run.batch_size)
-        other_jiang = registers.config_for(name, other_prof)
-        model_claims = vit_sinks.high_norm_claims(
-            other_prof, vit_sinks.expectation(name, other.n_layers, other_prof.n_prefix),
-            vit_sinks.high_norm_similarity(other_prof), calibration=registers.calibration(other_prof, other_jiang))
-        model_claims.append(vit_sinks.vit_massive_activations_claim(other_prof, name))
-        if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
-            means = register_means.register_input_means(other, other_probe[train], run.batch_size)
-            as_is = register_means.head_features(other, other_probe, run.batch_size)
-            fixed = register_means.head_features(other, other_probe[test], run.batch_size,
-                                                 extra=register_means.FixedRegisterMean(other.model, means))
-            acc = register_means.probe_transfer(as_is[train], labels[train],
-                                                {"as is": as_is[test], "fixed register mean": fixed}, labels[test])
-            model_claims.append(register_means.fixed_bias_claim(acc, other.label))
-        del other
-        gc.collect()
-        done.save((label, other_prof, model_claims, nb.headline["devices"][name]))
+
+
+def measure_model(name: str):
+    """Another ViT of the list: its label, its profile on the photos and its claims."""
+    other = nb.placed(load_model(name, device=run.device, dtype=run.dtype))
+    require_family(other, "vit", "13_vit")
+    other_pixels, other_probe = pixels, probe_pixels
+    if other.pixel_norm != lm.pixel_norm:  # e.g. CLIP: its own mean and std, not ImageNet's
+        other_pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=other.pixel_norm)
+        other_probe = images.to_pixels(digits, size=run.probe_size, norm=other.pixel_norm)
+    other_prof = vit_sinks.profile_vit(other, other_pixels, batch_size=run.batch_size)
+    other_jiang = registers.config_for(name, other_prof)
+    model_claims = vit_sinks.high_norm_claims(
+        other_prof, vit_sinks.expectation(name, other.n_layers, other_prof.n_prefix),
+        vit_sinks.high_norm_similarity(other_prof), calibration=registers.calibration(other_prof, other_jiang))
+    model_claims.append(vit_sinks.vit_massive_activations_claim(other_prof, name))
+    if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
+        means = register_means.register_input_means(other, other_probe[train], run.batch_size)
+        as_is = register_means.head_features(other, other_probe, run.batch_size)
+        fixed = register_means.head_features(other, other_probe[test], run.batch_size,
+                                             extra=register_means.FixedRegisterMean(other.model, means))
+        acc = register_means.probe_transfer(as_is[train], labels[train],
+                                            {"as is": as_is[test], "fixed register mean": fixed}, labels[test])
+        model_claims.append(register_means.fixed_bias_claim(acc, other.label))
+    return other.label, other_prof, model_claims
+
+
+for name in models[1:]:  # each model's results are kept as soon as it is measured; a rerun reads them
+    label, other_prof, model_claims = nb.per_model(name, lambda name=name: measure_model(name))
+    gc.collect()
     summaries[label] = vit_sinks.summary(other_prof)
     profiles[name] = other_prof
     for c in model_claims:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -24,6 +26,9 @@ from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import write_json
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import fake_cuda, profiles
+from sinklib.pipeline.kept import KeptWork
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -51,6 +56,20 @@ class Notebook:
         more for a model split over GPUs) and return it, for the notebooks that load their own models."""
         self.headline.setdefault("devices", {})[lm.name] = model_devices(lm.model)
         return lm
+
+    def per_model(self, name: str, measure: Callable[[], T]) -> T:
+        """``measure()`` for model ``name``, kept as soon as it returns (:class:`~sinklib.pipeline.kept.KeptWork`):
+        a rerun with the same code and sizes reads it back instead, with the devices the model ran on, so a failure
+        on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`."""
+        done = KeptWork.for_model(self.run, name)
+        if done.exists():
+            result, devices = done.load()
+            self.headline.setdefault("devices", {})[name] = devices  # where it ran
+            print(f"{name}: measured by an earlier run with this code and these sizes; read from {done.path}")
+            return result
+        result = measure()
+        done.save((result, self.headline["devices"][name]))
+        return result
 
     def close(self) -> dict:
         """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``; return the headline."""
