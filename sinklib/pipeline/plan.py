@@ -283,32 +283,29 @@ def _training_config(run: profiles.Run, variant: str):
     return variant_config(run.train, variant, run.seed)
 
 
-_COUNTED: dict[tuple[str, int], dict[str, int]] = {}  # one meta-device count per (config, micro-batch) per process
-
-
-def _counted(key: str, micro: int, count) -> dict[str, int]:
-    if (key, micro) not in _COUNTED:
-        _COUNTED[key, micro] = count()
-    return _COUNTED[key, micro]
-
-
-def _training_bytes(run: profiles.Run, variant: str, batch: int) -> tuple[float, float, int]:
-    """(parameters, bytes, micro-batch) of one training step of 03's TinyLM with ``variant``'s attention, counted
-    on the meta device at the profile's micro-batch (:func:`sinklib.mitigation.training.training_step_bytes`)."""
+@cache
+def _step_bytes(cfg, micro: int) -> dict[str, int]:
+    """:func:`sinklib.mitigation.training.training_step_bytes` of ``cfg`` at ``micro`` (one meta-device count)."""
     from sinklib.mitigation.training import training_step_bytes
 
+    return training_step_bytes(cfg, micro)
+
+
+def _training_bytes(run: profiles.Run, variant: str, batch: int) -> tuple[dict[str, int], float, int]:
+    """(the count, bytes, micro-batch) of one training step of 03's TinyLM with ``variant``'s attention, counted on
+    the meta device at the profile's micro-batch (:func:`sinklib.mitigation.training.training_step_bytes`)."""
     cfg = _training_config(run, variant)
     micro = min(batch, cfg.micro_batch or batch)
-    counted = _counted(repr(cfg), micro, lambda: training_step_bytes(cfg, micro))
-    return counted["parameters"], counted["state"] + counted["saved"] + counted["logits_grad"], micro
+    counted = _step_bytes(cfg, micro)
+    return counted, counted["state"] + counted["saved"] + counted["logits_grad"], micro
 
 
 def estimate(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> tuple[float, str]:
     """Bytes one step needs at ``batch``, and a note."""
     if step.train:
-        params, need, micro = _training_bytes(run, step.variant, batch)
+        counted, need, micro = _training_bytes(run, step.variant, batch)
         split = f", micro-batches of {micro}" if micro < batch else ""
-        return need, (f"{params / 1e6:.1f}M parameters, AdamW, {run.train.precision}{split}; saved tensors counted on "
+        return need, (f"{counted['parameters'] / 1e6:.1f}M parameters, AdamW, {run.train.precision}{split}; saved tensors counted on "
                       f"the meta device")
     tokens, note = _tokens(step, shape)
     weights = shape.params_b * 1e9 * DTYPE_BYTES[dtype]
@@ -348,10 +345,8 @@ def train_step_seconds(run: profiles.Run, variant: str, batch: int) -> float:
     the training precision x MFU, 3 x the saved bytes over bandwidth x BW_EFF) + 3 x layers x LAYER_OVERHEAD_S per
     micro-batch."""
     cfg = _training_config(run, variant)
-    params, _, micro = _training_bytes(run, variant, batch)
-    from sinklib.mitigation.training import training_step_bytes
-
-    saved = _counted(repr(cfg), micro, lambda: training_step_bytes(cfg, micro))["saved"] * (batch / micro)
+    counted, _, micro = _training_bytes(run, variant, batch)
+    params, saved = counted["parameters"], counted["saved"] * (batch / micro)
     T, L, d = cfg.seq_len, cfg.model.n_layers, cfg.model.d_model
     flops = 6 * params * batch * T + 12 * L * batch * T * T * d
     peak = (GPU.bf16_tflops if cfg.precision == "bf16" else GPU.fp32_tflops) * 1e12
