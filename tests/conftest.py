@@ -37,3 +37,20 @@ def tiny_gemma3():
         return Gemma3ForCausalLM(config).eval()
 
     return build
+
+
+@pytest.fixture(scope="session")
+def two_kernels():
+    """``run({key: call}, **env)``: each call (a papermill run) two at a time, one thread per kernel, as make figures
+    runs them; ``env`` is set for the kernels, which inherit the environment. Returns {key: what the call returned}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(calls: dict, **env: str) -> dict:
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **env}.items():
+                mp.setenv(k, v)
+            with ThreadPoolExecutor(2) as pool:
+                futures = {key: pool.submit(call) for key, call in calls.items()}
+                return {key: f.result() for key, f in futures.items()}
+
+    return run

@@ -10,6 +10,7 @@ notebooks given ``device="cuda:1"`` (what ``make figures JOBS=2`` hands the seco
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
@@ -38,38 +39,32 @@ SPLIT_EXTRA = {  # on two devices: the families whose attention or inputs differ
 }
 
 
-def _run_all(root, device: str, extra: dict[str, tuple[str, str]], **env: str):
-    """Every notebook (and each ``extra`` (notebook, MODEL=) run) on the tiny-gpu profile, two kernels at a time."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _runs(root, device: str, extra: dict[str, tuple[str, str]]) -> dict:
+    """Every notebook (and each ``extra`` (notebook, MODEL=) run) on the tiny-gpu profile, as calls for
+    ``two_kernels``: key -> (result, figures folder, executed notebook)."""
     jobs = [(p.stem, p, "") for p in NOTEBOOKS]
     jobs += [(key, runner.discover(only=[nb])[0], model) for key, (nb, model) in extra.items()]
 
-    def one(job):
-        key, book, model = job
+    def call(key, book, model):
         out = root / key.replace(":", "-")
         res = runner.run_notebook(book, profile="tiny-gpu", model=model, device=device, seed=0,
                                   figures_dir=out / "figures", build_dir=out / "build", progress_bar=False)
-        return key, (res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name)
+        return res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name
 
-    with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
-        for k, v in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **env}.items():
-            mp.setenv(k, v)
-        with ThreadPoolExecutor(2) as pool:
-            return dict(pool.map(one, jobs))
+    return {key: partial(call, key, book, model) for key, book, model in jobs}
 
 
 @pytest.fixture(scope="module")
-def two_device_run(tmp_path_factory, hub):
+def two_device_run(tmp_path_factory, hub, two_kernels):
     root = tmp_path_factory.mktemp("two_devices")
-    return _run_all(root, "cuda:1", SPLIT_EXTRA, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
-                    **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
+    return two_kernels(_runs(root, "cuda:1", SPLIT_EXTRA), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
+                       **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
 
 
 @pytest.fixture(scope="module")
-def tiny_gpu_run(tmp_path_factory, hub):
+def tiny_gpu_run(tmp_path_factory, hub, two_kernels):
     root = tmp_path_factory.mktemp("tiny_gpu")  # one fake CUDA device in every kernel
-    return _run_all(root, "cuda", EXTRA, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "1"})
+    return two_kernels(_runs(root, "cuda", EXTRA), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "1"})
 
 
 LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),

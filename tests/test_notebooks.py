@@ -1,6 +1,7 @@
 """Smoke runs: every notebook executed by papermill with the smoke profile, then its headline JSON checked."""
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,27 +15,19 @@ WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigatio
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
+def executed(tmp_path_factory, two_kernels):
     """Run every notebook once (smoke profile); map stem -> (result, figures folder)."""
     root = tmp_path_factory.mktemp("smoke")
-    results = two_at_a_time([p for p in NOTEBOOKS if p.stem != "90_scorecard"], root / "figures", root / "build")
-    results |= two_at_a_time([p for p in NOTEBOOKS if p.stem == "90_scorecard"], root / "figures", root / "build")
+    results = two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem != "90_scorecard"], root))
+    results |= two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem == "90_scorecard"], root))
     return {stem: (res, root / "figures" / stem) for stem, res in results.items()}
 
 
-def two_at_a_time(paths, figures_dir, build_dir) -> dict:
-    """Smoke runs of ``paths``, two kernels at a time with one thread each (as make figures runs them)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(path):
-        return path.stem, runner.run_notebook(path, profile="smoke", model="", device="", seed=0,
-                                              figures_dir=figures_dir, build_dir=build_dir, progress_bar=False)
-
-    with pytest.MonkeyPatch.context() as mp:  # the kernels inherit the environment
-        mp.setenv("OMP_NUM_THREADS", "1")
-        mp.setenv("MKL_NUM_THREADS", "1")
-        with ThreadPoolExecutor(2) as pool:
-            return dict(pool.map(one, paths))
+def smoke_runs(paths, root) -> dict:
+    """Smoke runs of ``paths`` into ``root``, as calls for the ``two_kernels`` fixture."""
+    return {p.stem: partial(runner.run_notebook, p, profile="smoke", model="", device="", seed=0,
+                            figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
+            for p in paths}
 
 
 @pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS])
@@ -237,7 +230,7 @@ def test_gallery_of_every_notebook_in_headless_chromium(executed):
 BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
 
 
-def test_same_seed_gives_identical_claims(executed, tmp_path, monkeypatch):
+def test_same_seed_gives_identical_claims(executed, tmp_path, monkeypatch, two_kernels):
     """Every notebook run a second time with the same seed writes the same claims.json, number for number (runtimes
     are in headline.json, never in a claim) -- and the second run rebuilds what the first may have read from the
     cache: its cache holds only the base conversions (their fresh-conversion equality is
@@ -251,8 +244,7 @@ def test_same_seed_gives_identical_claims(executed, tmp_path, monkeypatch):
         if converted_path(name).exists():
             (cache / "converted" / name).symlink_to(converted_path(name), target_is_directory=True)
     monkeypatch.setenv("SINKLIB_CACHE", str(cache))  # the kernels inherit the environment
-    rerun = two_at_a_time([p for p in NOTEBOOKS if p.stem in WRITES_CLAIMS], tmp_path / "figures",
-                          tmp_path / "build")
+    rerun = two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem in WRITES_CLAIMS], tmp_path))
     for path in NOTEBOOKS:
         if path.stem not in WRITES_CLAIMS:
             continue
