@@ -3,9 +3,9 @@ resolved from a hub cache, several model classes per notebook, bfloat16 where th
 tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
 without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`sinklib.pipeline.fake_cuda`,
 installed in every kernel through ``SINKLIB_FAKE_CUDA``): a tensor left on the wrong device fails here as it would on
-a GPU (profile ``tiny-gpu``). Twice: on one device, and on two with every transformers model split over both
-(accelerate's ``device_map="balanced"``, so blocks, captures and interventions sit on different devices) and the
-notebooks given ``device="cuda:1"`` (what ``make figures JOBS=2`` hands the second notebook on a two-GPU machine)."""
+a GPU (profile ``tiny-gpu``). Each notebook once, on one device or on two with every transformers model split over
+both (accelerate's ``device_map="balanced"``, so blocks, captures and interventions sit on different devices) and the
+notebook given ``device="cuda:1"`` (:data:`ONE_DEVICE`, :data:`TWO_DEVICES`)."""
 
 from __future__ import annotations
 
@@ -29,21 +29,30 @@ def hub(tmp_path_factory):
     return root
 
 
-EXTRA = {  # MODEL= runs of other classes of the gpu profile's lists: (notebook, model) -> key in the results
+# One sweep, each run on one of two fake machines (two sweeps of every notebook cost make test ~2 minutes more):
+# one GPU, device="cuda" (weights moved with .to; 03 trains there), or two GPUs with every transformers model split
+# over both by accelerate's device_map="balanced" and the notebook given device="cuda:1" (what make figures JOBS=2
+# hands the second notebook on a two-GPU machine). Each model class of the gpu profile's lists runs on one of them:
+# the MoE families whose attention differs most (MLA) and the tiled and merged image inputs on two.
+ONE_DEVICE = {  # key -> (notebook, MODEL=; "" for the profile's list)
+    "02_interpretation": ("02", ""), "03_mitigation": ("03", ""), "11_moe": ("11", ""),
     "11_moe:mixtral": ("11", "sinklib-tiny/mixtral"),
 }
-SPLIT_EXTRA = {  # on two devices: the families whose attention or inputs differ most (MLA, tiled and merged images)
-    "11_moe:deepseek-v2": ("11", "sinklib-tiny/deepseek-v2"),
-    "12_mllm:idefics3": ("12", "sinklib-tiny/idefics3"),
-    "12_mllm:qwen2-vl": ("12", "sinklib-tiny/qwen2-vl"),
+TWO_DEVICES = {
+    "00_tour": ("00", ""), "01_utilization": ("01", ""), "10_llm": ("10", ""), "12_mllm": ("12", ""),
+    "13_vit": ("13", ""), "11_moe:deepseek-v2": ("11", "sinklib-tiny/deepseek-v2"),
+    "12_mllm:idefics3": ("12", "sinklib-tiny/idefics3"), "12_mllm:qwen2-vl": ("12", "sinklib-tiny/qwen2-vl"),
 }
 
 
-def _runs(root, device: str, extra: dict[str, tuple[str, str]]) -> dict:
-    """Every notebook (and each ``extra`` (notebook, MODEL=) run) on the tiny-gpu profile, as calls for
-    ``two_kernels``: key -> (result, figures folder, executed notebook)."""
-    jobs = [(p.stem, p, "") for p in NOTEBOOKS]
-    jobs += [(key, runner.discover(only=[nb])[0], model) for key, (nb, model) in extra.items()]
+def test_every_notebook_is_rehearsed():
+    assert {k.split(":")[0] for k in ONE_DEVICE | TWO_DEVICES} == {p.stem for p in NOTEBOOKS}
+    assert not set(ONE_DEVICE) & set(TWO_DEVICES)
+
+
+def _runs(root, device: str, jobs: dict[str, tuple[str, str]]) -> dict:
+    """Each (notebook, MODEL=) of ``jobs`` on the tiny-gpu profile, as calls for ``two_kernels``:
+    key -> (result, figures folder, executed notebook)."""
 
     def call(key, book, model):
         out = root / key.replace(":", "-")
@@ -51,58 +60,46 @@ def _runs(root, device: str, extra: dict[str, tuple[str, str]]) -> dict:
                                   figures_dir=out / "figures", build_dir=out / "build", progress_bar=False)
         return res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name
 
-    return {key: partial(call, key, book, model) for key, book, model in jobs}
-
-
-@pytest.fixture(scope="module")
-def two_device_run(tmp_path_factory, hub, two_kernels):
-    root = tmp_path_factory.mktemp("two_devices")
-    return two_kernels(_runs(root, "cuda:1", SPLIT_EXTRA), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
-                       **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
+    return {key: partial(call, key, runner.discover(only=[nb])[0], model) for key, (nb, model) in jobs.items()}
 
 
 @pytest.fixture(scope="module")
 def tiny_gpu_run(tmp_path_factory, hub, two_kernels):
-    root = tmp_path_factory.mktemp("tiny_gpu")  # one fake CUDA device in every kernel
-    return two_kernels(_runs(root, "cuda", EXTRA), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", **{fake_cuda.ENV: "1"})
+    """key -> (result, folder, executed notebook) of every run, with the number of fake devices it had."""
+    root = tmp_path_factory.mktemp("tiny_gpu")
+    one = two_kernels(_runs(root, "cuda", ONE_DEVICE), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
+                      **{fake_cuda.ENV: "1"})
+    two = two_kernels(_runs(root, "cuda:1", TWO_DEVICES), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
+                      **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
+    return {k: (*v, 1) for k, v in one.items()} | {k: (*v, 2) for k, v in two.items()}
 
 
 LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),
           "12_mllm": tiny_hub.MLLMS[:1], "13_vit": tiny_hub.VITS[:1]}  # 11 and 12 run their list's first model
+SPLIT = {"10_llm": {"sinklib-tiny/llama"}, "12_mllm": {"sinklib-tiny/llava"},
+         "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}} | {
+    key: {model} for key, (_, model) in TWO_DEVICES.items() if model}  # others: the profile's model
 
 
-@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS] + ["11_moe:mixtral"])
+@pytest.mark.parametrize("stem", list(ONE_DEVICE | TWO_DEVICES))
 def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
-    res, folder, executed = tiny_gpu_run[stem]
+    res, folder, executed, n_devices = tiny_gpu_run[stem]
     assert res.ok, res.message
     headline = json.loads((folder / "headline.json").read_text())
-    assert headline["profile"] == "tiny-gpu" and headline["device"] == "cuda" and headline["fake_cuda_devices"] == 1
+    assert headline["profile"] == "tiny-gpu" and headline["fake_cuda_devices"] == n_devices
+    assert headline["device"] == ("cuda" if n_devices == 1 else "cuda:1")
     assert list(folder.glob("*.png"))
     text = executed.read_text()
     models = LOADED.get(stem, ())  # every model class of the list was loaded and measured
     assert all(m in text for m in models), [m for m in models if m not in text]
     if stem == "13_vit":  # section 6 measured every ViT of the list (by label: "dinov2-registers", "timm/...")
-        assert len(json.loads((folder / "headline.json").read_text())["models"]) == len(tiny_hub.VITS)
+        assert len(headline["models"]) == len(tiny_hub.VITS)
     if (folder / "claims.json").exists():
         assert all(c.profile == "tiny-gpu" for c in claims.load(folder / "claims.json"))
-
-
-SPLIT = {"10_llm": {"sinklib-tiny/llama"}, "11_moe": {"sinklib-tiny/olmoe"}, "12_mllm": {"sinklib-tiny/llava"},
-         "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}} | {
-    key: {model} for key, (_, model) in SPLIT_EXTRA.items()}  # others: the profile's model
-
-
-@pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS] + list(SPLIT_EXTRA))
-def test_notebook_runs_with_its_model_split_over_two_devices(two_device_run, stem):
-    res, folder, _ = two_device_run[stem]
-    assert res.ok, res.message
-    headline = json.loads((folder / "headline.json").read_text())
-    assert headline["device"] == "cuda:1" and headline["fake_cuda_devices"] == 2
-    if stem == "03_mitigation":  # trains its own models on the device it is given
-        return
-    devices = headline["devices"]
-    split = SPLIT.get(stem, {"sinklib-tiny/llama"})
-    assert all(devices[m] == ["cuda:0", "cuda:1"] for m in split), devices
+    if n_devices == 2 and stem != "03_mitigation":  # the weights sit on both devices
+        devices = headline["devices"]
+        split = SPLIT.get(stem, {"sinklib-tiny/llama"})
+        assert all(devices[m] == ["cuda:0", "cuda:1"] for m in split), devices
 
 
 def test_jobs_give_each_notebook_its_own_gpu():

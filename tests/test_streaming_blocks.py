@@ -147,3 +147,44 @@ def test_sink_cache_gives_each_layer_its_own_rope_where_the_model_has_one_per_at
     torch.testing.assert_close(got, step_nll(model, ids[:40], DynamicCache(config=config), 4), atol=1e-5, rtol=1e-5)
     evicting = SinkWindowCache.for_model(model, n_sink=2, window=10)
     assert torch.isfinite(step_nll(model, ids[:40], evicting, 4)).all() and evicting.evicted > 0
+
+
+@pytest.mark.parametrize("n_sink,window,chunk,block", [(2, 10, 4, 16), (4, 28, 8, 512), (0, 12, 4, 12)])
+def test_sink_cache_blocks_equal_steps_on_sliding_window_layers(tiny, ids, n_sink, window, chunk, block):
+    """Gemma-3's sliding layers (window 48 here) with a sink cache whose capacity + chunk fits the window: the block
+    path (10_llm's Xiao test on Gemma-3) equals the step loop, eviction included."""
+    from dataclasses import replace
+
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=48,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128,
+                              attn_implementation="eager")
+    lm = replace(tiny, model=Gemma3ForCausalLM(config).eval())
+
+    def make():
+        return SinkWindowCache.for_model(lm.model, n_sink=n_sink, window=window)
+
+    assert streaming._blockwise_ok(lm, make(), len(ids), chunk)
+    ref_cache, cache = make(), make()
+    ref = step_nll(lm.model, ids, ref_cache, chunk)
+    got = streaming.stream_nll(lm, ids, cache, chunk, progress=False, block=block)
+    assert ref_cache.evicted > 0
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    same_state(cache, ref_cache)
+
+
+def test_a_sliding_window_narrower_than_the_cache_keeps_the_step_loop(tiny, ids):
+    from dataclasses import replace
+
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=16,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128)
+    lm = replace(tiny, model=Gemma3ForCausalLM(config).eval())
+    assert not streaming._blockwise_ok(lm, SinkWindowCache.for_model(lm.model, n_sink=4, window=12), 64, 4)
+    assert streaming._blockwise_ok(lm, SinkWindowCache.for_model(lm.model, n_sink=4, window=9), 64, 4)
+    assert not streaming._blockwise_ok(lm, DynamicCache(config=config), 64, 4)  # the dense cache: the window bites

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from sinklib.core import metrics
+from sinklib.core import metrics, precision
 from sinklib.core.data import corpus_units
 from sinklib.core.errors import InputError
 from sinklib.core.paths import cache_dir
@@ -258,17 +258,10 @@ def check_config(cfg: TrainConfig) -> None:
         raise InputError(f"steps ({cfg.steps}) and eval_every ({cfg.eval_every}) must be positive")
 
 
-PRECISIONS = ("float32", "bf16")
-
-
 def autocast(cfg: TrainConfig, device: str | torch.device) -> torch.autocast:
-    """The forward's precision: float32 throughout, or ``"bf16"``: matmuls in bfloat16 under ``torch.autocast``
-    (softmax, norms and the loss stay float32, as autocast lists them; weights, gradients and AdamW stay float32)."""
-    if cfg.precision not in PRECISIONS:
-        raise InputError(f"unknown training precision {cfg.precision!r}; use one of {', '.join(PRECISIONS)}.")
-    kind = torch.device(device).type
-    return torch.autocast(kind if kind in ("cuda", "cpu") else "cpu", dtype=torch.bfloat16,
-                          enabled=cfg.precision == "bf16")
+    """The forward's precision (:func:`sinklib.core.precision.autocast` of ``cfg.precision``): float32 throughout,
+    or ``"bf16"``: matmuls in bfloat16 (softmax, norms, the loss, weights, gradients and AdamW stay float32)."""
+    return precision.autocast(cfg.precision, device)
 
 
 def training_step_bytes(cfg: TrainConfig, batch: int | None = None) -> dict[str, int]:

@@ -148,7 +148,9 @@ _TRAIN_SMOKE = TrainConfig(model=TinyConfig(d_model=32, n_layers=2, n_heads=2, d
                            data="bigram_backcopy")
 _TRAIN_CPU = TrainConfig(model=TinyConfig(d_model=64, n_layers=2, n_heads=2, d_ff=172, max_len=64, rope_theta=0.0),
                          steps=600, batch_size=64, seq_len=64, lr=3e-3, warmup=40, weight_decay=0.1, eval_every=50,
-                         eval_seqs=32, data="bigram_backcopy")
+                         eval_seqs=32, data="bigram_backcopy", precision="bf16")
+# bfloat16 autocast as the GPU profile (weights and AdamW float32; measurements read the float32 weights outside it):
+# a step costs about half of float32's on a CPU with AVX512-BF16, the largest part of the cold-cache budget (issue 27).
 # GPU: the structural-origin paper's scale by parameter (Llama-2-style, 12 x 768, RoPE, T = 1024; ~85M parameters
 # with a byte vocabulary). Point ``data`` at an OpenWebText-like dump with data="file:<path>". Sized to the 6
 # GPU-hour budget (CUTS below): 5,000 steps of 16 x 1024 tokens in bfloat16 autocast, in micro-batches of 8 so that

@@ -39,7 +39,7 @@ def stream_nll(lm: LoadedModel, ids: torch.Tensor, cache=None, chunk: int = 1, d
     """
     cache = DynamicCache() if cache is None else cache
     ids = ids.reshape(-1).to(lm.device)
-    if _blockwise_ok(lm, cache, len(ids)):
+    if _blockwise_ok(lm, cache, len(ids), chunk):
         return _stream_nll_blocks(lm, ids, cache, chunk, max(chunk, block // chunk * chunk), desc, progress)
     out = []
     for start in tqdm(range(0, len(ids) - 1, chunk), desc=desc, disable=not progress, leave=False):
@@ -50,18 +50,24 @@ def stream_nll(lm: LoadedModel, ids: torch.Tensor, cache=None, chunk: int = 1, d
     return torch.cat(out)
 
 
-def _blockwise_ok(lm: LoadedModel, cache, n_tokens: int) -> bool:
+def _blockwise_ok(lm: LoadedModel, cache, n_tokens: int, chunk: int = 1) -> bool:
     """May :func:`stream_nll` feed many steps in one forward? For a fresh or used dense ``DynamicCache`` (plain
-    layers) or a :class:`SinkWindowCache`, on a model whose attention is sdpa or eager
-    without a sliding window, when every position stays within ``max_position_embeddings`` (no RoPE rescaling
-    can then depend on how many tokens one forward holds)."""
+    layers) or a :class:`SinkWindowCache`, on a model whose attention is sdpa or eager, when every position stays
+    within ``max_position_embeddings`` (no RoPE rescaling can then depend on how many tokens one forward holds).
+
+    A model with sliding-window layers (Gemma-3) only with a sink cache whose ``capacity + chunk`` keys fit the
+    window: the step loop's sliding mask then never hides a key the cache holds, so the stepped mask alone (which
+    the block forward hands every layer) is what each query saw."""
     cfg = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
     limit = getattr(cfg, "max_position_embeddings", None)
     kinds = {DynamicCache: DynamicLayer, SinkWindowCache: SinkWindowLayer}
     layer_type = kinds.get(type(cache))
+    window = getattr(cfg, "sliding_window", None)
+    if window and not (isinstance(cache, SinkWindowCache)
+                       and all(layer.capacity + chunk <= window for layer in cache.layers)):
+        return False
     return (layer_type is not None and all(type(layer) is layer_type for layer in cache.layers)
             and limit is not None and cache.get_seq_length() + n_tokens <= limit
-            and not getattr(cfg, "sliding_window", None)
             and str(getattr(lm.model.config, "_attn_implementation", "")) in ("sdpa", "eager"))
 
 
