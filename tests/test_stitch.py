@@ -100,7 +100,7 @@ def test_load_standin_takes_the_seeds_folder_and_says_so(tmp_path, monkeypatch):
 
 
 def test_load_standin_keeps_the_like_models_configuration(monkeypatch):
-    """A draw of the smoke stand-in must be the smoke recipe at another seed (4 steps), not the full 90-step one:
+    """A draw of the smoke stand-in must be the smoke recipe at another seed (4 steps), not the full 60-step one:
     before, 12_mllm's smoke run built the CPU profile's stand-in (~450 s) into the same-seed test's empty cache."""
     from dataclasses import replace
 

@@ -10,7 +10,7 @@ backward on 2 CPU cores); a new ``<image>`` token marks where they go.
 
 Training (LLaVA's stage 1, feature alignment): both towers frozen, the projector trained to maximise the caption's
 likelihood given the image, on scikit-learn's digits ("a handwritten digit 7") and the bundled photos with the
-captions in ``data/photo_captions.json`` (random crops and flips), AdamW, 90 steps, the language model's forward and
+captions in ``data/photo_captions.json`` (random crops and flips), AdamW, 60 steps, the language model's forward and
 backward in bfloat16 autocast (as LLaVA trains; the projector's weights stay float32). The vision features
 are computed once (the tower is frozen), so a step costs one language-model forward and backward.
 
@@ -44,7 +44,7 @@ class StitchConfig:
     image_size: int = 84  # 6 x 6 = 36 image tokens
     digits: int = 1200  # training digits (the rest of the 1,797 are held out)
     photo_crops: int = 24  # random crops + flips per photo
-    steps: int = 90
+    steps: int = 60  # 90 before recipe 3 (issue 27: the cold-cache budget)
     batch_size: int = 16
     lr: float = 3e-3
     seed: int = 0

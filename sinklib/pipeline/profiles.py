@@ -133,6 +133,7 @@ class MitigationSizes:  # 03_mitigation
     train: TrainConfig  # the setting every attention variant is trained in
     train_seeds: int  # seeds per variant (seed, seed + 1, ...)
     text_check: TrainConfig | None  # the same model on real text, for the head-wise RMSNorm convergence check
+    text_seeds: int = 0  # seeds of the text check (0: train_seeds)
 
 
 # Mitigation training (03_mitigation). CPU: the smallest setting found in which the softmax baseline reliably grows
@@ -201,8 +202,8 @@ SIZES: dict[str, dict[str, object]] = {
         "smoke": UtilizationSizes(batch_size=8, probe_seqs=8, eval_seqs=4, eval_seq_len=64, stream_tokens=160,
                                   cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24,
                                   control_tokens=64, control_budget=16),
-        "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=32, eval_seq_len=256, stream_tokens=3072,
-                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=512,
+        "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=16, eval_seq_len=256, stream_tokens=3072,
+                                cache_budget=256, stream_chunk=16, recompute_points=96, decode_tokens=256,
                                 control_tokens=256, control_budget=64),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=16384,
                                 cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192,
@@ -211,7 +212,7 @@ SIZES: dict[str, dict[str, object]] = {
     "02_interpretation": {
         "smoke": InterpretationSizes(batch_size=8, probe_seqs=8, seq_len=32, eval_seqs=4, eval_seq_len=64,
                                      lambdas=(1.0, 8.0, 64.0), control_seqs=4),
-        "cpu": InterpretationSizes(batch_size=20, probe_seqs=32, seq_len=64, eval_seqs=32, eval_seq_len=256,
+        "cpu": InterpretationSizes(batch_size=20, probe_seqs=32, seq_len=64, eval_seqs=16, eval_seq_len=256,
                                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0), control_seqs=8),
         "gpu": InterpretationSizes(batch_size=10, probe_seqs=64, seq_len=64, eval_seqs=64, eval_seq_len=1024,
                                    lambdas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0), control_seqs=16),
@@ -255,7 +256,8 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),
-        "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=3, text_check=replace(_TRAIN_CPU, data="bible")),
+        "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=3, text_check=replace(_TRAIN_CPU, data="bible"),
+                               text_seeds=2),
         "gpu": MitigationSizes(train=_TRAIN_GPU, train_seeds=3, text_check=None),
     },
 }
