@@ -46,7 +46,7 @@
 # **Prerequisites.** `00_tour`, `10_llm`; how LLaVA feeds image patches to a language model.
 #
 # **Time.** about 2 min on the CPU profile once the stand-ins are cached (the first run trains each stand-in's
-# projector, about 7 min apiece on one core); 30-45 min to work through.
+# projector, about 3 min apiece on one core); 30-45 min to work through.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)

@@ -203,7 +203,7 @@ SIZES: dict[str, dict[str, object]] = {
                                   cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24,
                                   control_tokens=64, control_budget=16),
         "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=16, eval_seq_len=256, stream_tokens=3072,
-                                cache_budget=256, stream_chunk=16, recompute_points=96, decode_tokens=256,
+                                cache_budget=256, stream_chunk=16, recompute_points=192, decode_tokens=256,
                                 control_tokens=256, control_budget=64),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=16384,
                                 cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192,
