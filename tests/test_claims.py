@@ -80,6 +80,17 @@ def test_streaming_claims():
     assert streaming.bounded_cache({"dense": 5.0, "4 sinks + window": 11.2}, "4 sinks + window").holds is False
 
 
+def test_sinks_are_compared_with_recomputation_on_its_own_tokens():
+    """Recomputation runs at a sample of positions: the rule compares the sinks there when the sample is given."""
+    post = {"window only": 68.4, "4 sinks + window": 34.5, "recompute": 26.6}
+    assert streaming.sinks_rescue_streaming(post, "4 sinks + window", XIAO).holds is False  # 34.5 > 1.25 x 26.6
+    paired = {**post, "4 sinks + window" + streaming.PAIRED: 27.9}  # the same tokens: within 1.25x
+    claim = streaming.sinks_rescue_streaming(paired, "4 sinks + window", XIAO)
+    assert claim.holds is True and claim.measured["4 sinks + window" + streaming.PAIRED] == 27.9
+    far = {**post, "recompute": 40.0, "4 sinks + window" + streaming.PAIRED: 52.0}  # over all tokens within, not paired
+    assert streaming.sinks_rescue_streaming(far, "4 sinks + window", XIAO).holds is False
+
+
 def test_gu_sink_rate_as_the_authors_compute_it_feeds_the_shape_rule():
     """sail-sg/Attention-Sink eval_sink_open_source.py compute_attention_sink, transcribed: importance of key j =
     sum_t A[t, j] / (T - j), rate = mean over (samples, layers, heads) of importance > eps, read at the first key."""

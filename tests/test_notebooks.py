@@ -138,7 +138,7 @@ def test_utilization_json_shape_claims(executed):
     assert res.ok, res.message
     h = json.loads((folder / "headline.json").read_text())
     post = h["streaming_ppl_after_budget"]
-    assert set(post) == {"dense", "window only", "4 sinks + window", "recompute"}
+    assert set(post) == {"dense", "window only", "4 sinks + window", "recompute", "4 sinks + window at the recompute positions"}
     assert post["window only"] > 1.5 * post["4 sinks + window"]  # evicting the first tokens hurts, sinks rescue
     sweep = h["sink_sweep"]
     assert list(sweep) == ["0", "1", "2", "4", "8"] and sweep["0"] > sweep["1"]
