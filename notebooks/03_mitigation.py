@@ -356,8 +356,9 @@ takeaways.show(what_we_saw.verdicts(record.claims))
 # %% [markdown]
 # ## 6 · Check on real text: the World English Bible
 # The same model and budget on Bible bytes (BOS + a random window; on the CPU the first two of the seeds above):
-# softmax against head-wise RMSNorm, twice -- with the gain $g$ initialised at 1 (as any RMSNorm) and at 0.1. The second run asks whether a gap comes from the
-# method or from its start: unit-RMS head outputs times $W_O$ (std 0.02) put entries of about
+# softmax against head-wise RMSNorm, twice -- with the gain $g$ initialised at 1 (as any RMSNorm) and at 0.1. The
+# second run asks whether a gap comes from the method or from its start: unit-RMS head outputs times $W_O$ (std 0.02)
+# put entries of about
 # $0.02\sqrt{d}$ into a residual stream whose embeddings start at 0.02. Does a sink grow, and does the head-wise norm
 # converge faster on natural data at this scale?
 

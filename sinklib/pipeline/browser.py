@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -136,7 +137,6 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     import subprocess
     import sys
     import tempfile
-    import time
     import urllib.request
 
     from playwright.sync_api import sync_playwright
@@ -181,32 +181,10 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             # ... and until the page has loaded every extension: a Run All sent before the widget manager is there
             # shows "Error displaying widget: model not found" (jupyterlab/jupyterlab#6849; seen on a loaded machine)
             page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
-            def run_all_and_wait() -> None:
-                asking_until = time.time() + timeout_s
-                while time.time() < asking_until:  # a kernel still connecting drops the request: ask until a cell starts
-                    _accept_dialogs(page, report, timeout_s)
-                    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
-                    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-                    try:
-                        page.wait_for_function("[...document.querySelectorAll('.jp-InputPrompt')].some("
-                                               "p => /\\[(\\*|\\d+)\\]/.test(p.textContent))", timeout=20_000)
-                        break
-                    except Exception:  # playwright's TimeoutError: try the menu again
-                        continue
-                deadline = time.time() + timeout_s
-                while time.time() < deadline:
-                    report.sliders = page.locator(".widget-slider, .jupyter-widget-slider, .widget-hslider").count()
-                    report.images = page.locator(".jp-OutputArea-output .widget-image, .jp-OutputArea-output img").count()
-                    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
-                                          ":text('Error')").count() + page.locator(f":text('{MODEL_NOT_FOUND}')").count()
-                    if report.sliders and report.images or errors:
-                        break
-                    time.sleep(1.0)
-
-            run_all_and_wait()
+            _run_all_and_wait(page, report, timeout_s)
             if page.locator(f":text('{MODEL_NOT_FOUND}')").count():  # the first launch of a fresh install can still
                 report.reruns += 1  # lose that race (a fresh clone in CI, 2 cores): run the cells once more, as a
-                run_all_and_wait()  # person would; the widget must then render (a second failure stays a failure)
+                _run_all_and_wait(page, report, timeout_s)  # person would; a second failure stays a failure
             report.errors += [t[:300] for t in page.locator(".jp-RenderedText[data-mime-type="
                                                              "'application/vnd.jupyter.stderr']").all_inner_texts()
                               if "Error" in t]
@@ -225,6 +203,31 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             server.kill()
         shutil.rmtree(settings, ignore_errors=True)
     return report
+
+
+def _run_all_and_wait(page, report: LabReport, timeout_s: float) -> None:
+    """Run All Cells from the Run menu (asked again until a cell starts: a kernel still connecting drops the request),
+    then wait until the widget's sliders and images show or an error does; the counts go into ``report``."""
+    asking_until = time.time() + timeout_s
+    while time.time() < asking_until:  # a kernel still connecting drops the request: ask until a cell starts
+        _accept_dialogs(page, report, timeout_s)
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_function("[...document.querySelectorAll('.jp-InputPrompt')].some("
+                                   "p => /\\[(\\*|\\d+)\\]/.test(p.textContent))", timeout=20_000)
+            break
+        except Exception:  # playwright's TimeoutError: try the menu again
+            continue
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        report.sliders = page.locator(".widget-slider, .jupyter-widget-slider, .widget-hslider").count()
+        report.images = page.locator(".jp-OutputArea-output .widget-image, .jp-OutputArea-output img").count()
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
+                              ":text('Error')").count() + page.locator(f":text('{MODEL_NOT_FOUND}')").count()
+        if report.sliders and report.images or errors:
+            break
+        time.sleep(1.0)
 
 
 def _accept_dialogs(page, report: LabReport, timeout_s: float) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.utilization.streaming import PAIRED
 
 
 # ------------------------------------------------------------------------------------------------------ 00_tour
@@ -119,15 +120,14 @@ def streaming_ppl(post: Mapping[str, float], sinks_key: str, claim: Claim | None
     """Section 1: perplexity after the cache fills per method ("dense", "window only", ``sinks_key``, "recompute"),
     the claim's verdict, and the size of the collapse against the paper's (``paper_ratio``: window only / sinks)."""
     window, sinks, dense, recompute = post["window only"], post[sinks_key], post["dense"], post["recompute"]
-    paired_key = next((k for k in post if k.startswith(sinks_key) and k != sinks_key), None)
-    paired = post[paired_key] if paired_key else sinks
+    paired = post.get(sinks_key + PAIRED)  # the sinks on recomputation's own tokens, where it ran at a sample
     ratio = window / sinks
     return paragraph(
         f"{model}, one held-out stream of {num(n_tokens)} tokens, cache {num(budget)}, {step}",
         f"Once the cache is full, the window-only cache reaches {num(window)} against {num(dense)} for the dense one "
         f"({num(window / dense, 2)}x); keeping the sinks gives {num(sinks)}"
-        + (f" ({num(paired)} on the tokens where every window is recomputed from scratch), " if paired_key else ", ")
-        + f"{compare(paired, recompute, 'above', 'below', 'the same as', rel_tol=0.005)} recomputing every window "
+        + (f" ({num(paired)} on the tokens where every window is recomputed from scratch), " if paired else ", ")
+        + f"{compare(paired or sinks, recompute, 'above', 'below', 'the same as', rel_tol=0.005)} recomputing every window "
         f"from scratch ({num(recompute)}).",
         f"{claim_line(claim)}.",
         f"The collapse is {num(ratio)}x here against {num(paper_ratio)}x in the paper (Llama-2-13B, a 1,024-token "
