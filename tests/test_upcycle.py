@@ -41,7 +41,8 @@ def test_all_experts_at_equal_weight_equal_the_dense_model(tiny):
 def test_stand_in_seeds_have_their_own_cache_folders_and_the_recipe_seed_is_the_registry_one():
     from sinklib.models import upcycle
 
-    assert upcycle.standin_name(upcycle.STANDIN_RECIPE["seed"]) == "smollm2-moe"
-    assert upcycle.standin_name(1) == "smollm2-moe-s1" != upcycle.standin_name(2)
+    v = upcycle.STANDIN_VERSION
+    assert upcycle.standin_name(upcycle.STANDIN_RECIPE["seed"]) == f"smollm2-moe-v{v}"
+    assert upcycle.standin_name(1) == f"smollm2-moe-v{v}-s1" != upcycle.standin_name(2)
     like = object()
     assert upcycle.load_standin(upcycle.STANDIN_RECIPE["seed"], like, dense=None) is like  # nothing rebuilt

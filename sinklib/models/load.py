@@ -193,12 +193,13 @@ def load_model(
     elif spec.source == "gguf":
         model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation, placement)
     elif spec.source == "upcycled":
-        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin
+        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin, standin_name
 
         def build(out: Path) -> None:  # the dense base is loaded here, so upcycle never imports this module
             build_standin(out, load_model(STANDIN_RECIPE["base"], device="cpu", dtype=torch.float32))
 
-        model, tokenizer = _load_pretrained(build_once(name, build), spec.family, dtype, attn_implementation,
+        folder = standin_name(STANDIN_RECIPE["seed"])  # versioned: older code's stand-in is never read as this one's
+        model, tokenizer = _load_pretrained(build_once(folder, build), spec.family, dtype, attn_implementation,
                                             placement)
     elif spec.source == "stitched":
         from sinklib.models.stitch import standin_path
@@ -302,13 +303,20 @@ def stitch_config(name: str):
     return StitchConfig(**STITCH_OVERRIDES[name])
 
 
+def _upcycled_folder() -> str:
+    from sinklib.models.upcycle import STANDIN_RECIPE, standin_name
+
+    return standin_name(STANDIN_RECIPE["seed"])
+
+
 def list_models() -> list[dict]:
     """Rows for ``python -m sinklib models``: name, family, source, offline flag, installed flag, description."""
     rows = []
     for spec in REGISTRY.values():
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
         folder = ("dinov2-s" if spec.source == "onnx" else
-                  "llava-standin-" + stitch_config(spec.name).key() if spec.source == "stitched" else spec.name)
+                  "llava-standin-" + stitch_config(spec.name).key() if spec.source == "stitched" else
+                  _upcycled_folder() if spec.source == "upcycled" else spec.name)
         cached = spec.source not in ("gguf", "upcycled", "onnx", "stitched") or converted_path(folder).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,

@@ -123,6 +123,10 @@ STANDIN_LABEL = "SmolLM2-MoE (upcycled stand-in, not a trained MoE)"
 # weights stay near 1/k.
 STANDIN_RECIPE = {"base": "smollm2-135m", "n_experts": 8, "top_k": 6, "router_scale": 0.05, "calib_windows": 16,
                   "calib_len": 256, "seed": 0}
+# The build's version, part of the cache folder's name: bump it whenever a code change can move the stand-in's weights,
+# so a cache built by older code is never read as this code's stand-in. 2: :func:`neuron_groups` computes its
+# products on a row-major copy (c6c4793), which can resolve a near-tie between two experts differently.
+STANDIN_VERSION = 2
 
 
 def build_standin(target: Path, dense: LoadedModel, seed: int | None = None) -> None:
@@ -141,13 +145,15 @@ def build_standin(target: Path, dense: LoadedModel, seed: int | None = None) -> 
 
 
 def standin_name(seed: int) -> str:
-    """The cache folder of the stand-in built with ``seed``: the registry's ``smollm2-moe`` for the recipe's seed."""
-    return STANDIN if seed == STANDIN_RECIPE["seed"] else f"{STANDIN}-s{seed}"
+    """The cache folder of the stand-in built with ``seed`` by this :data:`STANDIN_VERSION`: ``smollm2-moe-v2`` (the
+    registry's ``smollm2-moe``) for the recipe's seed, ``smollm2-moe-v2-s<seed>`` for another."""
+    base = f"{STANDIN}-v{STANDIN_VERSION}"
+    return base if seed == STANDIN_RECIPE["seed"] else f"{base}-s{seed}"
 
 
 def load_standin(seed: int, like: LoadedModel, dense) -> LoadedModel:
     """The stand-in upcycled with ``seed`` (its own calibration windows and neuron grouping; built once into
-    ``<cache>/converted/smollm2-moe-s<seed>``), on ``like``'s device and dtype, labelled with its seed.
+    ``<cache>/converted/smollm2-moe-v2-s<seed>``), on ``like``'s device and dtype, labelled with its seed.
 
     ``like``: the registry stand-in as :func:`sinklib.models.load.load_model` returns it (its tokenizer and shape
     facts are shared). ``dense``: a function returning the dense base (``STANDIN_RECIPE["base"]`` on the CPU in
