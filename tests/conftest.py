@@ -39,15 +39,89 @@ def tiny_gemma3():
     return build
 
 
+KERNEL_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one thread per kernel, as make figures runs them
+
+
+class Jobs:
+    """The session's long runs -- every notebook run and the exercise solutions, each in its own child process --
+    in one pool of two workers with a thread each, started before the first test and longest first.
+
+    A test module declares its runs in ``plan_jobs(tmp_path_factory) -> {key: (estimated seconds, call)}``; its
+    fixtures then wait for :meth:`result`. One pool instead of one per sweep: no worker idles at the end of a sweep
+    while the next waits, and the unit tests run beside the runs instead of before them."""
+
+    def __init__(self) -> None:
+        self._futures: dict = {}
+        self._pool = None
+        self.seconds: dict[str, float] = {}
+
+    def start(self, planned: dict) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not planned:
+            return
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="sinklib-job")
+        for key, (_, call) in sorted(planned.items(), key=lambda kv: -kv[1][0]):
+            self._futures[key] = self._pool.submit(self._timed, key, call)
+
+    def _timed(self, key: str, call):
+        import time
+
+        start = time.perf_counter()
+        try:
+            return call()
+        finally:
+            self.seconds[key] = time.perf_counter() - start
+
+    def planned(self) -> list[str]:
+        return list(self._futures)
+
+    def result(self, key: str):
+        if key not in self._futures:
+            raise KeyError(f"job {key!r} was not planned: its module's plan_jobs did not return it")
+        return self._futures[key].result()
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+
+_JOBS = pytest.StashKey[Jobs]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jobs(request, tmp_path_factory):
+    """The session's :class:`Jobs`, started with the plans of every selected test module that has ``plan_jobs``."""
+    planned = {}
+    for module in {item.module for item in request.session.items if getattr(item, "module", None)}:
+        if hasattr(module, "plan_jobs"):
+            planned |= module.plan_jobs(tmp_path_factory)
+    pool = request.config.stash[_JOBS] = Jobs()
+    pool.start(planned)
+    if planned:  # two kernels already use both cores: the tests beside them take one thread
+        torch.set_num_threads(1)
+    yield pool
+    pool.shutdown()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    pool = config.stash.get(_JOBS, None)
+    if pool and pool.seconds:
+        terminalreporter.section("sinklib jobs (seconds, two at a time)")
+        for key, sec in sorted(pool.seconds.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{sec:8.1f}  {key}")
+
+
 @pytest.fixture(scope="session")
 def two_kernels():
+
     """``run({key: call}, **env)``: each call (a papermill run) two at a time, one thread per kernel, as make figures
     runs them; ``env`` is set for the kernels, which inherit the environment. Returns {key: what the call returned}."""
     from concurrent.futures import ThreadPoolExecutor
 
     def run(calls: dict, **env: str) -> dict:
         with pytest.MonkeyPatch.context() as mp:
-            for k, v in {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **env}.items():
+            for k, v in {**KERNEL_ENV, **env}.items():
                 mp.setenv(k, v)
             with ThreadPoolExecutor(2) as pool:
                 futures = {key: pool.submit(call) for key, call in calls.items()}

@@ -1,8 +1,12 @@
 """The teaching track: every check passes on its solution, fails on the stub and on a deliberately wrong answer, and
 the exercise notebooks are the solutions with the answers taken out."""
 
+import json
+import os
 import re
-import runpy
+import subprocess
+import sys
+from functools import partial
 
 import jupytext
 import pytest
@@ -39,23 +43,45 @@ def test_one_exercise_per_notebook_in_sync_with_its_solution():
         assert 3 <= tasks <= 6, f"{exercise.name}: {tasks} tasks"
 
 
+# Estimated seconds of each solution run (one thread; the first load of a model converts it): the session's pool
+# splits them over two children, longest first.
+SOLUTION_SECONDS = {"00_tour": 20, "01_utilization": 50, "02_interpretation": 40, "03_mitigation": 30, "10_llm": 40,
+                    "11_moe": 40, "12_mllm": 40, "13_vit": 20}
+
+
+def plan_jobs(tmp_path_factory) -> dict:
+    """The solutions in two child processes (:func:`sinklib.teaching.exercises.check_solutions`), beside the notebook
+    runs: key -> (estimated seconds, call returning {check name: (passed, message)})."""
+    halves: list[list] = [[], []]
+    for solution in sorted(SOLUTIONS, key=lambda p: -SOLUTION_SECONDS.get(p.stem, 30)):
+        min(halves, key=lambda h: sum(SOLUTION_SECONDS.get(p.stem, 30) for p in h)).append(solution)
+    return {f"exercises:{i}": (sum(SOLUTION_SECONDS.get(p.stem, 30) for p in half), partial(_check, half))
+            for i, half in enumerate(halves) if half}
+
+
+def _check(solutions) -> dict:
+    from conftest import KERNEL_ENV
+
+    child = subprocess.run([sys.executable, "-m", "sinklib.teaching.exercises", *map(str, solutions)],
+                           env={**os.environ, **KERNEL_ENV}, capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
-def solved():
-    """Every solution notebook run as a script (its try-it cells on real models included): {check name: the
-    solution it is called with}, read off the notebook's ``check.<name>(<solution>)`` lines."""
+def solved(jobs):
+    """Every solution notebook run as a script (its try-it cells on real models included) and every
+    ``check.<name>(<solution>)`` line of it called on the solution it names: {check name: (passed, message)}."""
     found = {}
-    for solution in SOLUTIONS:
-        names = runpy.run_path(str(solution))
-        for name, arg in re.findall(r"^check\.(\w+)\((\w+)\)", solution.read_text(), flags=re.M):
-            found[name] = names[arg]
+    for key in sorted(k for k in jobs.planned() if k.startswith("exercises:")):
+        found |= jobs.result(key)
     return found
 
 
 def test_every_check_is_used_and_passes_on_its_solution(solved):
     assert set(solved) == set(check.ALL), f"checks without an exercise: {set(check.ALL) - set(solved)}"
-    for name, fn in solved.items():
-        result = check.ALL[name](fn, quiet=True)
-        assert result, f"{name}: {result.message}"
+    failed = {name: message for name, (passed, message) in solved.items() if not passed}
+    assert not failed, failed
 
 
 def _stub(*args, **kwargs):

@@ -13,6 +13,7 @@ import json
 from functools import partial
 
 import pytest
+from conftest import KERNEL_ENV
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
@@ -20,13 +21,6 @@ from sinklib.pipeline import fake_cuda, runner
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny_hub")
-    tiny_hub.write_hub_cache(root)
-    return root
 
 
 # One sweep, each run on one of two fake machines (two sweeps of every notebook cost make test ~2 minutes more):
@@ -50,28 +44,39 @@ def test_every_notebook_is_rehearsed():
     assert not set(ONE_DEVICE) & set(TWO_DEVICES)
 
 
-def _runs(root, device: str, jobs: dict[str, tuple[str, str]]) -> dict:
-    """Each (notebook, MODEL=) of ``jobs`` on the tiny-gpu profile, as calls for ``two_kernels``:
-    key -> (result, figures folder, executed notebook)."""
+# Estimated seconds per run (one thread, beside another run): the session's pool starts the longest first.
+RUN_SECONDS = {"03_mitigation": 60, "10_llm": 70, "12_mllm": 60, "12_mllm:idefics3": 50, "12_mllm:qwen2-vl": 50}
 
-    def call(key, book, model):
-        out = root / key.replace(":", "-")
-        res = runner.run_notebook(book, profile="tiny-gpu", model=model, device=device, seed=0,
-                                  figures_dir=out / "figures", build_dir=out / "build", progress_bar=False)
-        return res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name
 
-    return {key: partial(call, key, runner.discover(only=[nb])[0], model) for key, (nb, model) in jobs.items()}
+def plan_jobs(tmp_path_factory) -> dict:
+    """Every (notebook, MODEL=) of :data:`ONE_DEVICE` and :data:`TWO_DEVICES` on the tiny-gpu profile, with the
+    tiny models' hub cache written first: key -> (estimated seconds, call returning (result, figures folder, executed
+    notebook, number of fake devices))."""
+    root = tmp_path_factory.getbasetemp() / "tiny_gpu"
+    hub = root / "hub"
+    hub.mkdir(parents=True, exist_ok=True)
+    tiny_hub.write_hub_cache(hub)
+    base = {**KERNEL_ENV, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    one = {**base, fake_cuda.ENV: "1"}
+    two = {**base, fake_cuda.ENV: "2", "SINKLIB_DEVICE_MAP": "balanced"}
+    return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 40), partial(_run, root, key, nb, model, "cuda", one, 1))
+             for key, (nb, model) in ONE_DEVICE.items()}
+            | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 40), partial(_run, root, key, nb, model, "cuda:1", two, 2))
+               for key, (nb, model) in TWO_DEVICES.items()})
+
+
+def _run(root, key: str, nb: str, model: str, device: str, env: dict, n_devices: int):
+    book = runner.discover(only=[nb])[0]
+    out = root / key.replace(":", "-")
+    res = runner.run_isolated(book, env=env, profile="tiny-gpu", model=model, device=device, seed=0,
+                              figures_dir=out / "figures", build_dir=out / "build", progress_bar=False)
+    return res, out / "figures" / book.stem, out / "build" / "notebooks" / book.name, n_devices
 
 
 @pytest.fixture(scope="module")
-def tiny_gpu_run(tmp_path_factory, hub, two_kernels):
-    """key -> (result, folder, executed notebook) of every run, with the number of fake devices it had."""
-    root = tmp_path_factory.mktemp("tiny_gpu")
-    one = two_kernels(_runs(root, "cuda", ONE_DEVICE), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
-                      **{fake_cuda.ENV: "1"})
-    two = two_kernels(_runs(root, "cuda:1", TWO_DEVICES), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1",
-                      **{fake_cuda.ENV: "2"}, SINKLIB_DEVICE_MAP="balanced")
-    return {k: (*v, 1) for k, v in one.items()} | {k: (*v, 2) for k, v in two.items()}
+def tiny_gpu_run(jobs):
+    """key -> (result, folder, executed notebook, number of fake devices) of every run."""
+    return {key: jobs.result(f"tiny-gpu:{key}") for key in ONE_DEVICE | TWO_DEVICES}
 
 
 LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),

@@ -96,3 +96,24 @@ def test_qwen_gguf_is_its_six_parts_in_order(monkeypatch, tmp_path):
     (tmp_path / "p4" / "data" / "part04.bin").unlink()
     with pytest.raises(OfflinePackageMissingError, match="part04.bin is missing"):
         conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)
+
+
+def test_one_gguf_parse_shares_a_reader_per_file_and_puts_the_class_back(monkeypatch, tmp_path):
+    import gguf
+
+    from sinklib.models.conversion import one_gguf_parse
+
+    opened = []
+
+    class Counting:  # stands in for gguf.GGUFReader: counts the parses
+        def __init__(self, path, mode="r"):
+            opened.append((path, mode))
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counting)
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    with one_gguf_parse():
+        assert gguf.GGUFReader(a) is gguf.GGUFReader(str(a)) is not gguf.GGUFReader(b)
+    assert len(opened) == 2 and gguf.GGUFReader is Counting
+    with pytest.raises(RuntimeError), one_gguf_parse():
+        raise RuntimeError("a failed conversion")
+    assert gguf.GGUFReader is Counting and type(gguf.GGUFReader(a)) is Counting and len(opened) == 3

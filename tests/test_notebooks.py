@@ -18,20 +18,65 @@ WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigatio
 BUILDS = {"03_mitigation", "11_moe", "12_mllm"}
 
 
+# Estimated seconds of each smoke run and same-seed rebuild (one thread, beside another run): the pool starts the
+# longest first. Measured by make test's "sinklib jobs" summary; only the order depends on them.
+SMOKE_SECONDS = {"00_tour": 60, "01_utilization": 80, "02_interpretation": 70, "03_mitigation": 150, "10_llm": 90,
+                 "11_moe": 100, "12_mllm": 120, "13_vit": 30}
+BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
+
+
+def plan_jobs(tmp_path_factory) -> dict:
+    """Every notebook's smoke run but the scorecard's (it reads the others': :func:`executed` runs it after them),
+    and the second build of :data:`BUILDS` from a cache that holds only the base conversions."""
+    root, again = _folder(tmp_path_factory, "smoke"), _folder(tmp_path_factory, "same_seed")
+    planned = {f"smoke:{p.stem}": (SMOKE_SECONDS.get(p.stem, 60), partial(_smoke, p, root, {}))
+               for p in NOTEBOOKS if p.stem != "90_scorecard"}
+    for p in NOTEBOOKS:
+        if p.stem in BUILDS:
+            planned[f"rebuild:{p.stem}"] = (SMOKE_SECONDS[p.stem], partial(_rebuild, p, again))
+    return planned
+
+
+def _folder(tmp_path_factory, name: str):
+    """The session's ``name`` folder (the same path for the plan and the fixtures that read its runs)."""
+    folder = tmp_path_factory.getbasetemp() / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _smoke(path, root, env: dict):
+    from conftest import KERNEL_ENV
+
+    return runner.run_isolated(path, env={**KERNEL_ENV, **env}, profile="smoke", model="", device="", seed=0,
+                               figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
+
+
+def _rebuild(path, root):
+    """The smoke run of ``path`` again, into ``root/cache``: the base conversions linked in (those already made; a
+    missing one is converted there), nothing else -- so the run builds its trained and stitched models anew."""
+    from sinklib.models.conversion import converted_path
+
+    cache = root / "cache"
+    (cache / "converted").mkdir(parents=True, exist_ok=True)
+    for name in BASE_CONVERSIONS:
+        link = cache / "converted" / name
+        if converted_path(name).exists() and not link.is_symlink():
+            try:
+                link.symlink_to(converted_path(name), target_is_directory=True)
+            except FileExistsError:  # the other rebuild linked it, or converted it there
+                pass
+    return _smoke(path, root, {"SINKLIB_CACHE": str(cache)})
+
+
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory, two_kernels):
-    """Run every notebook once (smoke profile); map stem -> (result, figures folder)."""
-    root = tmp_path_factory.mktemp("smoke")
-    results = two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem != "90_scorecard"], root))
-    results |= two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem == "90_scorecard"], root))
+def executed(jobs, tmp_path_factory):
+    """Every notebook's smoke run (smoke profile); map stem -> (result, figures folder)."""
+    results = {p.stem: jobs.result(f"smoke:{p.stem}") for p in NOTEBOOKS if p.stem != "90_scorecard"}
+    root = _folder(tmp_path_factory, "smoke")
+    for p in NOTEBOOKS:
+        if p.stem == "90_scorecard":
+            results[p.stem] = _smoke(p, root, {})
     return {stem: (res, root / "figures" / stem) for stem, res in results.items()}
-
-
-def smoke_runs(paths, root) -> dict:
-    """Smoke runs of ``paths`` into ``root``, as calls for the ``two_kernels`` fixture."""
-    return {p.stem: partial(runner.run_notebook, p, profile="smoke", model="", device="", seed=0,
-                            figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
-            for p in paths}
 
 
 @pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS])
@@ -231,29 +276,19 @@ def test_gallery_of_every_notebook_in_headless_chromium(executed):
         assert nb_report.ok and nb_report.images >= len(list(folder.glob("*.png"))), (stem, nb_report)
 
 
-BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
-
-
-def test_same_seed_gives_identical_claims(executed, tmp_path, monkeypatch, two_kernels):
+def test_same_seed_gives_identical_claims(executed, jobs, tmp_path_factory):
     """Every notebook that builds something, run a second time with the same seed, writes the same claims.json,
     number for number (runtimes are in headline.json, never in a claim) -- and the second run rebuilds what the first
     may have read from the cache: its cache holds only the base conversions (their fresh-conversion equality is
     tests/test_conversion_cache.py's), so the upcycled MoE, the LLaVA-style stand-in and every training run are
     built again, in a process whose random state differs from the first build's (:data:`BUILDS`)."""
-    from sinklib.models.conversion import converted_path
-
-    cache = tmp_path / "cache"
-    (cache / "converted").mkdir(parents=True)
-    for name in BASE_CONVERSIONS:
-        if converted_path(name).exists():
-            (cache / "converted" / name).symlink_to(converted_path(name), target_is_directory=True)
-    monkeypatch.setenv("SINKLIB_CACHE", str(cache))  # the kernels inherit the environment
-    rerun = two_kernels(smoke_runs([p for p in NOTEBOOKS if p.stem in BUILDS], tmp_path))
+    root = _folder(tmp_path_factory, "same_seed")
+    cache = root / "cache"
     for stem in sorted(BUILDS):
-        again = rerun[stem]
+        again = jobs.result(f"rebuild:{stem}")
         assert again.ok, again.message
         first = json.loads((executed[stem][1] / "claims.json").read_text())
-        second = json.loads((tmp_path / "figures" / stem / "claims.json").read_text())
+        second = json.loads((root / "figures" / stem / "claims.json").read_text())
         assert first == second, stem
     built = sorted(p.name for p in (cache / "converted").iterdir() if not p.is_symlink())
     assert any(b.startswith("llava-standin-") for b in built) and any(b.startswith("smollm2-moe-v") for b in built), built

@@ -13,9 +13,10 @@ import os
 import queue
 import re
 import shutil
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sinklib.core.errors import InputError
@@ -144,6 +145,32 @@ def run_notebook(
     render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
     return NotebookResult(path.stem, True, seconds)
+
+
+def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> NotebookResult:
+    """:func:`run_notebook` (same keywords) in a child process whose environment is this one's plus ``env``.
+
+    Runs that need different environments -- another cache, a fake CUDA device, a hub cache -- can then share one
+    pool of threads: each kernel inherits its own child's environment, and no thread changes ``os.environ`` under
+    another. A child that dies before it reports gives a failed result with its last line of stderr."""
+    args = {"path": str(path), **{k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}}
+    start = time.perf_counter()
+    child = subprocess.run([sys.executable, "-m", "sinklib.pipeline.runner", json.dumps(args)],
+                           env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    lines = child.stdout.strip().splitlines()
+    if child.returncode or not lines:
+        err = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return NotebookResult(path.stem, False, time.perf_counter() - start, f"child exited {child.returncode}: {err}")
+    return NotebookResult(**json.loads(lines[-1]))
+
+
+def _run_from_json(payload: str) -> None:
+    """``python -m sinklib.pipeline.runner '<json>'``: the child of :func:`run_isolated`; prints the result as JSON."""
+    args = json.loads(payload)
+    path = Path(args.pop("path"))
+    for key in ("figures_dir", "build_dir"):
+        args[key] = Path(args[key])
+    print(json.dumps(asdict(run_notebook(path, **args))))
 
 
 # The CPU profile's time budget per notebook once caches are warm (issue 15: all notebooks <= 12 minutes on the
@@ -310,3 +337,7 @@ def run_all(
     print(summary_table(ordered, profile, wall=wall, jobs=jobs))
     print(f"gallery: {gallery}")
     return 0 if all(r.ok for r in ordered) else 1
+
+
+if __name__ == "__main__":
+    _run_from_json(sys.argv[1])

@@ -46,6 +46,25 @@ def solution_files(solution_dir: Path = SOLUTION_DIR) -> list[Path]:
     return sorted(solution_dir.glob("[0-9][0-9]_*.py"))
 
 
+def check_solutions(solutions: list[Path]) -> dict[str, tuple[bool, str]]:
+    """Run each solution file as a script (its try-it cells on real models included) and call every
+    ``check.<name>(<solution>)`` its source contains on the solution it names: {check name: (passed, message)}.
+
+    ``python -m sinklib.teaching.exercises SOLUTION...`` prints this as JSON (the tests run it in a child process,
+    beside the notebook runs)."""
+    import runpy
+
+    from sinklib.teaching import check
+
+    results = {}
+    for solution in solutions:
+        names = runpy.run_path(str(solution))
+        for name, arg in re.findall(r"^check\.(\w+)\((\w+)\)", Path(solution).read_text(), flags=re.M):
+            result = check.ALL[name](names[arg], quiet=True)
+            results[name] = (bool(result), result.message)
+    return results
+
+
 def write_exercises(solution_dir: Path = SOLUTION_DIR, exercise_dir: Path = EXERCISE_DIR,
                     notebooks: bool = True) -> list[Path]:
     """Write every exercise (``.py``, and its ``.ipynb`` twin and the solution's when ``notebooks``); return paths."""
@@ -64,3 +83,10 @@ def write_exercises(solution_dir: Path = SOLUTION_DIR, exercise_dir: Path = EXER
                     cell["id"] = hashlib.sha1(f"{i}:{cell.source}".encode()).hexdigest()[:8]
                 jupytext.write(nb, source.with_suffix(".ipynb"))
     return written
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(check_solutions([Path(p) for p in sys.argv[1:]])))
