@@ -89,6 +89,12 @@ class Jobs:
 _JOBS = pytest.StashKey[Jobs]()
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The modules that read the pool's runs go last (in their order), so every other test runs beside the pool
+    instead of waiting behind a test that waits for a run."""
+    items[:] = sorted(items, key=lambda item: hasattr(getattr(item, "module", None), "plan_jobs"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def jobs(request, tmp_path_factory):
     """The session's :class:`Jobs`, started with the plans of every selected test module that has ``plan_jobs``."""

@@ -45,7 +45,8 @@ def test_every_notebook_is_rehearsed():
 
 
 # Estimated seconds per run (one thread, beside another run): the session's pool starts the longest first.
-RUN_SECONDS = {"03_mitigation": 60, "10_llm": 70, "12_mllm": 60, "12_mllm:idefics3": 50, "12_mllm:qwen2-vl": 50}
+RUN_SECONDS = {"13_vit": 48, "12_mllm:qwen2-vl": 42, "11_moe:deepseek-v2": 37, "00_tour": 37, "12_mllm": 36,
+               "10_llm": 36, "12_mllm:idefics3": 36, "02_interpretation": 35, "01_utilization": 34}
 
 
 def plan_jobs(tmp_path_factory) -> dict:
@@ -59,9 +60,9 @@ def plan_jobs(tmp_path_factory) -> dict:
     base = {**KERNEL_ENV, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
     one = {**base, fake_cuda.ENV: "1"}
     two = {**base, fake_cuda.ENV: "2", "SINKLIB_DEVICE_MAP": "balanced"}
-    return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 40), partial(_run, root, key, nb, model, "cuda", one, 1))
+    return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda", one, 1))
              for key, (nb, model) in ONE_DEVICE.items()}
-            | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 40), partial(_run, root, key, nb, model, "cuda:1", two, 2))
+            | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda:1", two, 2))
                for key, (nb, model) in TWO_DEVICES.items()})
 
 

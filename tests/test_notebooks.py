@@ -20,8 +20,9 @@ BUILDS = {"03_mitigation", "11_moe", "12_mllm"}
 
 # Estimated seconds of each smoke run and same-seed rebuild (one thread, beside another run): the pool starts the
 # longest first. Measured by make test's "sinklib jobs" summary; only the order depends on them.
-SMOKE_SECONDS = {"00_tour": 60, "01_utilization": 80, "02_interpretation": 70, "03_mitigation": 150, "10_llm": 90,
-                 "11_moe": 100, "12_mllm": 120, "13_vit": 30}
+SMOKE_SECONDS = {"00_tour": 51, "01_utilization": 63, "02_interpretation": 57, "03_mitigation": 45, "10_llm": 150,
+                 "11_moe": 150, "12_mllm": 43, "13_vit": 47}
+REBUILD_SECONDS = {"03_mitigation": 50, "11_moe": 200, "12_mllm": 90}
 BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
 
 
@@ -33,7 +34,7 @@ def plan_jobs(tmp_path_factory) -> dict:
                for p in NOTEBOOKS if p.stem != "90_scorecard"}
     for p in NOTEBOOKS:
         if p.stem in BUILDS:
-            planned[f"rebuild:{p.stem}"] = (SMOKE_SECONDS[p.stem], partial(_rebuild, p, again))
+            planned[f"rebuild:{p.stem}"] = (REBUILD_SECONDS.get(p.stem, 60), partial(_rebuild, p, again))
     return planned
 
 
