@@ -61,7 +61,7 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     import json as _json
     from pathlib import Path as _Path
 
-    from sinklib.pipeline.runner import progress
+    from sinklib.pipeline.runner import FIRST_RUN_S, progress
 
     (tmp_path / "00_a").mkdir()
     (tmp_path / "00_a" / "headline.json").write_text(_json.dumps({"profile": "cpu", "seconds": 120}))
@@ -69,6 +69,11 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     (tmp_path / "01_b" / "headline.json").write_text(_json.dumps({"profile": "smoke", "seconds": 5}))
     line = progress([_Path("00_a.ipynb"), _Path("01_b.ipynb")], tmp_path, "cpu", elapsed=90)
     assert line == "-- elapsed 1.5 min, ~2.0 min to go (+1 never timed here)"
+    # a notebook never run here counts with its first-run time on the 2-core machine (CPU profile only)
+    line = progress([_Path("00_a.ipynb"), _Path("03_mitigation.ipynb")], tmp_path, "cpu", elapsed=0, jobs=2)
+    assert line == f"-- elapsed 0.0 min, ~{(120 + FIRST_RUN_S['03_mitigation']) / 2 / 60:.1f} min to go (1 from a first run on 2 cores)"
+    line = progress([_Path("03_mitigation.ipynb")], tmp_path, "smoke", elapsed=0)
+    assert line == "-- elapsed 0.0 min, ~0.0 min to go (+1 never timed here)"
 
 
 def test_summary_prints_time_against_the_cpu_budget():
