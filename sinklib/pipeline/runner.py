@@ -254,11 +254,12 @@ def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
     return [f"cuda:{i}" for i in range(n)] if n > 1 else []
 
 
-# Seconds each notebook takes on the 2-core machine from empty caches (CPU profile, two at a time; issue 27, after
-# training moved to bfloat16 autocast), for the order of a first run, when figures/ holds no times yet: longest
-# first, so the trainings (03's 33 tiny LMs, 12's three projectors) and 10's conversions start at once, not last.
-FIRST_RUN_S = {"03_mitigation": 1125, "10_llm": 660, "12_mllm": 630, "01_utilization": 315, "11_moe": 310,
-               "00_tour": 222, "02_interpretation": 200, "13_vit": 60}
+# Seconds each notebook takes on the 2-core machine from empty caches (CPU profile, two at a time; measured in a fresh
+# clone's make figures, issue 27), for the order of a first run, when figures/ holds no times yet, and for its progress
+# estimate: longest first, so the trainings (03's 33 tiny LMs, 12's three projectors) and 10's conversions start at
+# once, not last.
+FIRST_RUN_S = {"03_mitigation": 1303, "12_mllm": 716, "10_llm": 699, "11_moe": 454, "01_utilization": 427,
+               "00_tour": 248, "02_interpretation": 194, "13_vit": 62}
 
 
 def _schedule(books: list[Path], figures_dir: Path, profile: str) -> tuple[list[Path], list[Path]]:
