@@ -40,7 +40,8 @@
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`.
 #
-# **Time.** about 5 min on the CPU profile; 45-60 min to work through.
+# **Time.** about 12 min on the CPU profile (seconds when rerun unchanged: each model's results are kept); 45-60
+# min to work through.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
