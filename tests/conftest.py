@@ -90,16 +90,24 @@ _JOBS = pytest.StashKey[Jobs]()
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The modules that read the pool's runs go last (in their order), so every other test runs beside the pool
+    """The tests that read the pool's runs go last (in their order), so every other test runs beside the pool
     instead of waiting behind a test that waits for a run."""
-    items[:] = sorted(items, key=lambda item: hasattr(getattr(item, "module", None), "plan_jobs"))
+    items[:] = sorted(items, key=lambda item: "jobs" in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session")
+def jobs(_jobs_started):
+    """The session's :class:`Jobs` (started by :func:`_jobs_started`)."""
+    return _jobs_started
 
 
 @pytest.fixture(scope="session", autouse=True)
-def jobs(request, tmp_path_factory):
-    """The session's :class:`Jobs`, started with the plans of every selected test module that has ``plan_jobs``."""
+def _jobs_started(request, tmp_path_factory):
+    """Start the runs of every module with ``plan_jobs`` that has a selected test reading them (through the ``jobs``
+    fixture): selecting one cheap test of such a module starts nothing."""
     planned = {}
-    for module in {item.module for item in request.session.items if getattr(item, "module", None)}:
+    modules = {item.module for item in request.session.items if "jobs" in getattr(item, "fixturenames", ())}
+    for module in modules:
         if hasattr(module, "plan_jobs"):
             planned |= module.plan_jobs(tmp_path_factory)
     pool = request.config.stash[_JOBS] = Jobs()
@@ -116,21 +124,3 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("sinklib jobs (seconds, two at a time)")
         for key, sec in sorted(pool.seconds.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"{sec:8.1f}  {key}")
-
-
-@pytest.fixture(scope="session")
-def two_kernels():
-
-    """``run({key: call}, **env)``: each call (a papermill run) two at a time, one thread per kernel, as make figures
-    runs them; ``env`` is set for the kernels, which inherit the environment. Returns {key: what the call returned}."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def run(calls: dict, **env: str) -> dict:
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in {**KERNEL_ENV, **env}.items():
-                mp.setenv(k, v)
-            with ThreadPoolExecutor(2) as pool:
-                futures = {key: pool.submit(call) for key, call in calls.items()}
-                return {key: f.result() for key, f in futures.items()}
-
-    return run
