@@ -140,7 +140,7 @@ post = {name: ppl(v[after]) for name, v in nll.items()}
 late = [i for i, p in enumerate(positions) if p >= budget]
 post["recompute"] = ppl(recompute[late])
 # the sinks on recomputation's own tokens: the claim compares the two there (a sample of positions is noisy)
-post[f"{n_sink} sinks + window{streaming.PAIRED}"] = ppl(nll[f"{n_sink} sinks + window"][[positions[i] for i in late]])
+post |= streaming.paired(f"{n_sink} sinks + window", nll[f"{n_sink} sinks + window"], [positions[i] for i in late])
 with plotting.style():
     window = max(budget // 2, 16)  # perplexity per window of this many tokens: a change is not diluted
     curves = {k: streaming.windowed_ppl(v, window) for k, v in nll.items()}

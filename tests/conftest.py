@@ -39,9 +39,6 @@ def tiny_gemma3():
     return build
 
 
-KERNEL_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one thread per kernel, as make figures runs them
-
-
 class Jobs:
     """The session's long runs -- every notebook run and the exercise solutions, each in its own child process --
     in one pool of two workers with a thread each, started before the first test and longest first.

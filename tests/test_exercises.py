@@ -56,10 +56,10 @@ def plan_jobs(tmp_path_factory) -> dict:
 
 
 def _check(solutions) -> dict:
-    from conftest import KERNEL_ENV
+    from sinklib.pipeline.runner import thread_env
 
     child = subprocess.run([sys.executable, "-m", "sinklib.teaching.exercises", *map(str, solutions)],
-                           env={**os.environ, **KERNEL_ENV}, capture_output=True, text=True)
+                           env={**os.environ, **thread_env(1)}, capture_output=True, text=True)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 

@@ -13,7 +13,6 @@ import json
 from functools import partial
 
 import pytest
-from conftest import KERNEL_ENV
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
@@ -57,7 +56,7 @@ def plan_jobs(tmp_path_factory) -> dict:
     hub = root / "hub"
     hub.mkdir(parents=True, exist_ok=True)
     tiny_hub.write_hub_cache(hub)
-    base = {**KERNEL_ENV, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    base = {**runner.thread_env(1), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
     one = {**base, fake_cuda.ENV: "1"}
     two = {**base, fake_cuda.ENV: "2", "SINKLIB_DEVICE_MAP": "balanced"}
     return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda", one, 1))

@@ -46,9 +46,7 @@ def _folder(tmp_path_factory, name: str):
 
 
 def _smoke(path, root, env: dict):
-    from conftest import KERNEL_ENV
-
-    return runner.run_isolated(path, env={**KERNEL_ENV, **env}, profile="smoke", model="", device="", seed=0,
+    return runner.run_isolated(path, env={**runner.thread_env(1), **env}, profile="smoke", model="", device="", seed=0,
                                figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
 
 

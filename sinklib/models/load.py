@@ -193,14 +193,13 @@ def load_model(
     elif spec.source == "gguf":
         model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation, placement)
     elif spec.source == "upcycled":
-        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin, standin_name
+        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin
 
         def build(out: Path) -> None:  # the dense base is loaded here, so upcycle never imports this module
             build_standin(out, load_model(STANDIN_RECIPE["base"], device="cpu", dtype=torch.float32))
 
-        folder = standin_name(STANDIN_RECIPE["seed"])  # versioned: older code's stand-in is never read as this one's
-        model, tokenizer = _load_pretrained(build_once(folder, build), spec.family, dtype, attn_implementation,
-                                            placement)
+        model, tokenizer = _load_pretrained(build_once(_upcycled_folder(), build), spec.family, dtype,
+                                            attn_implementation, placement)
     elif spec.source == "stitched":
         from sinklib.models.stitch import standin_path
 
@@ -304,6 +303,7 @@ def stitch_config(name: str):
 
 
 def _upcycled_folder() -> str:
+    """The registry stand-in's cache folder: versioned, so a stand-in built by older code is never read as this one."""
     from sinklib.models.upcycle import STANDIN_RECIPE, standin_name
 
     return standin_name(STANDIN_RECIPE["seed"])

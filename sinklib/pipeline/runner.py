@@ -147,6 +147,11 @@ def run_notebook(
     return NotebookResult(path.stem, True, seconds)
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment that gives a kernel ``threads`` OpenMP/MKL threads (make figures: cores // notebooks at once)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
 def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> NotebookResult:
     """:func:`run_notebook` (same keywords) in a child process whose environment is this one's plus ``env``.
 
@@ -312,7 +317,7 @@ def run_all(
     started = time.perf_counter()
     env = {"MPLBACKEND": INLINE_BACKEND, "SINKLIB_HEADLESS": "1"}  # once for every kernel, before the threads start
     if jobs > 1:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+        env |= thread_env(threads)
     count = iter(range(1, len(books) + 1))
 
     def one(book: Path) -> NotebookResult:

@@ -211,6 +211,13 @@ _COLLAPSE = 1.5  # window only must be this many times the sinks' perplexity for
 PAIRED = " at the recompute positions"  # post[sinks_key + PAIRED]: the sinks' perplexity on recomputation's tokens
 
 
+def paired(sinks_key: str, nll: torch.Tensor, positions: Sequence[int]) -> dict[str, float]:
+    """``{sinks_key + PAIRED: ppl}``: the sinks' perplexity on the tokens where recomputation ran, for
+    :func:`sinks_rescue_streaming` to compare the two on the same tokens. ``nll``: (T - 1,) the sinks' per-token NLL
+    over the stream; ``positions``: the indices into it that recomputation predicted."""
+    return {sinks_key + PAIRED: ppl(nll[list(positions)])}
+
+
 def sinks_rescue_streaming(post: dict[str, float], sinks_key: str, paper: dict) -> Claim:
     """StreamingLLM (Table 1): evicting the first tokens breaks a windowed cache; keeping a few sinks restores it.
 
@@ -317,7 +324,7 @@ def random_weight_controls(control: LoadedModel, ids: torch.Tensor, budget: int,
     nl = stream_nll(control, torch.cat([torch.full((4,), newline), ids]), sinks(4), chunk, progress=False)[4:]
     positions = torch.linspace(budget, len(ids) - 2, n_recompute).round().long().unique().tolist()
     post["recompute"] = ppl(recompute_nll(control, ids, budget, positions, progress=False))
-    post["4 sinks + window" + PAIRED] = ppl(nlls["4 sinks + window"][positions])
+    post |= paired("4 sinks + window", nlls["4 sinks + window"], positions)
     mib = {k: cache_bytes(caches[k]) / 2**20 for k in ("dense", "4 sinks + window")}
     cfg = control.model.config.get_text_config()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
