@@ -40,7 +40,7 @@
 # %% [markdown]
 # **What you will learn.** what an attention sink looks like in a real model; Gu et al.'s alpha_k and sink rate,
 # computed from the attention tensor; why the input (natural, random, one repeated token) matters; Sun et al.'s
-# massive activations and DomRatio; whether the sink survives at 8k tokens.
+# massive activations and DomRatio; whether the sink survives at 4k tokens.
 #
 # **Prerequisites.** softmax attention with a causal mask; PyTorch tensors. No earlier notebook.
 #
@@ -291,7 +291,7 @@ takeaways.show(saw.tour_dom_ratio(first, rest, lm.label))
 # curve follows one passage as it grows. The statistics come from torch's flash-attention kernel, which returns the
 # layer's output and each query's log-sum-exp $\mathrm{lse}_t$, plus one column: $A_{t,0} = \exp(q_t \cdot k_0 /
 # \sqrt{d} - \mathrm{lse}_t)$ (`sinklib.core.attnstats`). Memory grows like $N$, not $N^2$ -- `output_attentions`
-# would need about 72 GiB for SmolLM2 at 8k tokens. Dashed: what the first token would get under uniform causal
+# would need about 18 GiB for SmolLM2 at 4k tokens (72 GiB at 8k). Dashed: what the first token would get under uniform causal
 # attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes are logarithmic, so that this baseline
 # is visible; bands: the range over the passages.
 

@@ -1,5 +1,6 @@
 """`make figures` semantics: a failing notebook keeps its old figures and does not stop the others."""
 
+import itertools
 import json
 
 import nbformat
@@ -116,10 +117,28 @@ def test_two_at_a_time_with_a_thread_each_and_the_reader_last(tmp_path, capsys):
     assert "2 at a time" in out and "wall clock" in out
 
 
-def test_a_first_run_starts_the_longest_notebooks_first(tmp_path):
-    """With no times in figures/ (a fresh clone), the trainings start first (FIRST_RUN_S), 90_scorecard last."""
-    from sinklib.pipeline.runner import FIRST_RUN_S, _schedule, discover
+def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_soonest(tmp_path):
+    """With no times in figures/ (a fresh clone), the order comes from FIRST_RUN_S: 03's trainings start first, the
+    two workers end no later than longest-first would (every order tried), 90_scorecard last."""
+    from sinklib.pipeline.runner import FIRST_RUN_S, _schedule, discover, makespan
 
-    first, last = _schedule(discover(), tmp_path / "figures", "cpu")
-    assert [b.stem for b in first] == sorted(FIRST_RUN_S, key=lambda stem: -FIRST_RUN_S[stem])
-    assert first[0].stem == "03_mitigation" and [b.stem for b in last] == ["90_scorecard"]
+    first, last = _schedule(discover(), tmp_path / "figures", "cpu", jobs=2)
+    seconds = [FIRST_RUN_S[b.stem] for b in first]
+    assert sorted(b.stem for b in first) == sorted(FIRST_RUN_S) and [b.stem for b in last] == ["90_scorecard"]
+    assert first[0].stem == "03_mitigation"
+    assert makespan(seconds, 2) <= makespan(sorted(seconds, reverse=True), 2)
+    assert makespan(seconds, 2) == min(makespan(p, 2) for p in itertools.permutations(seconds))
+
+
+def test_makespan_and_best_order_by_hand():
+    """List scheduling on 2 workers, worked by hand: [3, 3, 2, 2, 2] longest first ends at 7 (3 | 3, then 2 + 2 on
+    the two, the last 2 on either); [2, 3, 2, 3, 2] puts {3, 3} on one worker and {2, 2, 2} on the other: 6."""
+    from sinklib.pipeline.runner import best_order, makespan
+
+    assert makespan([3, 3, 2, 2, 2], 2) == 7 and makespan([2, 3, 2, 3, 2], 2) == 6
+    assert makespan([5, 1, 1], 1) == 7 and makespan([4, 1, 1, 1, 1], 2) == 4
+    seconds = [3, 3, 2, 2, 2]
+    order = best_order(seconds, 2)
+    assert sorted(order) == [0, 1, 2, 3, 4] and makespan([seconds[i] for i in order], 2) == 6
+    assert best_order(seconds, 1) == [0, 1, 2, 3, 4]  # one worker: any order ends at the sum; longest first kept
+    assert best_order(list(range(10)), 2) == list(range(9, -1, -1))  # beyond 8 items: longest first
