@@ -290,5 +290,5 @@ def test_same_seed_gives_identical_claims(executed, jobs, tmp_path_factory):
         second = json.loads((root / "figures" / stem / "claims.json").read_text())
         assert first == second, stem
     built = sorted(p.name for p in (cache / "converted").iterdir() if not p.is_symlink())
-    assert any(b.startswith("llava-standin-") for b in built) and any(b.startswith("smollm2-moe-v") for b in built), built
+    assert any(b.startswith("llava-standin-") for b in built) and any(b.startswith("smollm2-moe-smoke-v") for b in built), built
     assert any((cache / "training").glob("*.json"))

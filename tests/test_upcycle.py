@@ -44,5 +44,19 @@ def test_stand_in_seeds_have_their_own_cache_folders_and_the_recipe_seed_is_the_
     v = upcycle.STANDIN_VERSION
     assert upcycle.standin_name(upcycle.STANDIN_RECIPE["seed"]) == f"smollm2-moe-v{v}"
     assert upcycle.standin_name(1) == f"smollm2-moe-v{v}-s1" != upcycle.standin_name(2)
+    assert upcycle.standin_name(0, upcycle.SMOKE_STANDIN) == f"smollm2-moe-smoke-v{v}"
+    assert upcycle.standin_name(2, upcycle.SMOKE_STANDIN) == f"smollm2-moe-smoke-v{v}-s2"
     like = object()
     assert upcycle.load_standin(upcycle.STANDIN_RECIPE["seed"], like, dense=None) is like  # nothing rebuilt
+
+
+def test_the_smoke_stand_in_is_the_recipe_on_less_text_labelled_as_such():
+    """The smoke-size stand-in differs from the registry one in its calibration text only, and says so."""
+    from sinklib.models import upcycle
+    from sinklib.models.registry import REGISTRY
+
+    full, smoke = upcycle.RECIPES[upcycle.STANDIN], upcycle.RECIPES[upcycle.SMOKE_STANDIN]
+    assert {k for k in full if full[k] != smoke[k]} == {"calib_windows", "calib_len"}
+    assert smoke["calib_windows"] * smoke["calib_len"] < full["calib_windows"] * full["calib_len"]
+    for name in upcycle.RECIPES:
+        assert REGISTRY[name].source == "upcycled" and "stand-in" in upcycle.LABELS[name] == REGISTRY[name].label

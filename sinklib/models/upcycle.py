@@ -97,7 +97,7 @@ def upcycle(dense: nn.Module, ids: torch.Tensor, n_experts: int = 8, top_k: int 
     if cfg.tie_word_embeddings:
         moe.tie_weights()
     with Capture(dense, kinds=["mlp_inputs", "mlp_activations"]) as cap:
-        dense(ids, use_cache=False)
+        getattr(dense, "model", dense)(ids, use_cache=False)  # the blocks only: the output head's logits are unused
     for part, block in zip(adapter_for(dense).layers, moe.model.layers):
         mlp = part.mlp
         x = cap.get("mlp_inputs", part.index).flatten(0, 1).float()  # (N, d)
@@ -123,32 +123,41 @@ STANDIN_LABEL = "SmolLM2-MoE (upcycled stand-in, not a trained MoE)"
 # weights stay near 1/k.
 STANDIN_RECIPE = {"base": "smollm2-135m", "n_experts": 8, "top_k": 6, "router_scale": 0.05, "calib_windows": 16,
                   "calib_len": 256, "seed": 0}
+# The smoke profile's and the tests' stand-in: the same recipe on 4 windows of 64 calibration tokens instead of 16 of
+# 256 (~10 s to build instead of ~1 min; its experts and router are fitted on 1/16 of the text, so its numbers are
+# its own). The same-seed test rebuilds it, with its two draw seeds, into an empty cache.
+SMOKE_STANDIN = "smollm2-moe-smoke"
+RECIPES = {STANDIN: STANDIN_RECIPE, SMOKE_STANDIN: {**STANDIN_RECIPE, "calib_windows": 4, "calib_len": 64}}
+LABELS = {STANDIN: STANDIN_LABEL,
+          SMOKE_STANDIN: "SmolLM2-MoE, smoke size (upcycled stand-in on 256 calibration tokens, not a trained MoE)"}
 # The build's version, part of the cache folder's name: bump it whenever a code change can move the stand-in's weights,
 # so a cache built by older code is never read as this code's stand-in. 2: :func:`neuron_groups` computes its
 # products on a row-major copy (c6c4793), which can resolve a near-tie between two experts differently.
 STANDIN_VERSION = 2
 
 
-def build_standin(target: Path, dense: LoadedModel, seed: int | None = None) -> None:
-    """Upcycle ``dense`` (the offline SmolLM2, ``STANDIN_RECIPE["base"]`` loaded on the CPU in float32, handed in by
-    :func:`sinklib.models.load.load_model`) with :data:`STANDIN_RECIPE` (Bible *train* split; ``seed``: another seed
-    for the calibration windows and the neuron grouping) and save model + tokenizer."""
+def build_standin(target: Path, dense: LoadedModel, seed: int | None = None, name: str = STANDIN) -> None:
+    """Upcycle ``dense`` (the offline SmolLM2, the recipe's ``base`` loaded on the CPU in float32, handed in by
+    :func:`sinklib.models.load.load_model`) with the recipe of ``name`` (:data:`RECIPES`; Bible *train* split;
+    ``seed``: another seed for the calibration windows and the neuron grouping) and save model + tokenizer."""
     from sinklib.core.data import text_windows
 
-    r = STANDIN_RECIPE if seed is None else {**STANDIN_RECIPE, "seed": seed}
+    recipe = RECIPES[name]
+    r = recipe if seed is None else {**recipe, "seed": seed}
     calib = text_windows(dense.tokenizer, r["calib_windows"], r["calib_len"], r["seed"], split="train")
-    print(f"[sinklib] upcycling {r['base']} into {STANDIN} ({r['n_experts']} experts, top-{r['top_k']}; once)")
+    print(f"[sinklib] upcycling {r['base']} into {name} ({r['n_experts']} experts, top-{r['top_k']}; once)")
     moe = upcycle(dense.model, calib, r["n_experts"], r["top_k"], r["router_scale"], r["seed"])
-    moe.config.sinklib_standin = {"label": STANDIN_LABEL, **r}
+    moe.config.sinklib_standin = {"label": LABELS[name], **r} | ({"name": name} if name != STANDIN else {})
     moe.save_pretrained(target)
     dense.tokenizer.save_pretrained(target)
 
 
-def standin_name(seed: int) -> str:
-    """The cache folder of the stand-in built with ``seed`` by this :data:`STANDIN_VERSION`: ``smollm2-moe-v2`` (the
-    registry's ``smollm2-moe``) for the recipe's seed, ``smollm2-moe-v2-s<seed>`` for another."""
-    base = f"{STANDIN}-v{STANDIN_VERSION}"
-    return base if seed == STANDIN_RECIPE["seed"] else f"{base}-s{seed}"
+def standin_name(seed: int, name: str = STANDIN) -> str:
+    """The cache folder of the stand-in ``name`` built with ``seed`` by this :data:`STANDIN_VERSION`:
+    ``smollm2-moe-v2`` (the registry's ``smollm2-moe``) for the recipe's seed, ``smollm2-moe-v2-s<seed>`` for
+    another; ``smollm2-moe-smoke-v2``, ``smollm2-moe-smoke-v2-s<seed>`` for the smoke-size one."""
+    base = f"{name}-v{STANDIN_VERSION}"
+    return base if seed == RECIPES[name]["seed"] else f"{base}-s{seed}"
 
 
 def load_standin(seed: int, like: LoadedModel, dense) -> LoadedModel:
@@ -166,7 +175,8 @@ def load_standin(seed: int, like: LoadedModel, dense) -> LoadedModel:
 
     if seed == STANDIN_RECIPE["seed"]:
         return like
-    path = build_once(standin_name(seed), lambda out: build_standin(out, dense(), seed=seed))
+    name = like.model.config.sinklib_standin.get("name", STANDIN)  # the recipe ``like`` was built with
+    path = build_once(standin_name(seed, name), lambda out: build_standin(out, dense(), seed=seed, name=name))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=like.dtype).to(like.device).eval()
-    label = f"{STANDIN_LABEL[:-1]}, upcycling seed {seed})"
+    label = f"{LABELS[name][:-1]}, upcycling seed {seed})"
     return replace(like, model=model, spec=replace(like.spec, label=label))

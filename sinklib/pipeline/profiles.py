@@ -232,7 +232,7 @@ SIZES: dict[str, dict[str, object]] = {
                         draw_windows=100, control_seqs=16, stream_tokens=4096, stream_budget=1024, stream_chunk=1),
     },
     "11_moe": {
-        "smoke": MoeSizes(models=("smollm2-moe",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
+        "smoke": MoeSizes(models=("smollm2-moe-smoke",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
                           random_draws=1, control_seqs=2, draw_seqs=2, router_train=replace(_TRAIN_SMOKE, steps=20),
                           router_seeds=2),
         # the trained router (a table, no verdict) on 2 seeds: issue 27's cold-cache budget
