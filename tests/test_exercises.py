@@ -57,9 +57,10 @@ def plan_jobs(tmp_path_factory) -> dict:
 
 def _check(solutions) -> dict:
     from sinklib.pipeline.runner import thread_env
+    from sinklib.teaching.exercises import SMOKE_ENV
 
     child = subprocess.run([sys.executable, "-m", "sinklib.teaching.exercises", *map(str, solutions)],
-                           env={**os.environ, **thread_env(1)}, capture_output=True, text=True)
+                           env={**os.environ, **thread_env(1), SMOKE_ENV: "1"}, capture_output=True, text=True)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
@@ -162,3 +163,18 @@ def test_each_check_fails_a_stub_and_a_wrong_answer(name):
     wrong = check.ALL[name](WRONG[name], quiet=True)
     assert not wrong, f"{name} passed a wrong answer"
     assert wrong.message and "NotImplementedError" not in wrong.message
+
+
+def test_try_it_cells_load_the_built_stand_in_and_the_tests_its_smoke_twin(monkeypatch):
+    """A student's try-it cell loads the stand-in make figures built; make test (SINKLIB_EXERCISES_SMOKE=1) its
+    smoke-size twin; a model with no twin is itself either way."""
+    from sinklib.models.registry import REGISTRY
+    from sinklib.teaching.exercises import SMOKE_ENV, SMOKE_TWINS, try_it_model
+
+    monkeypatch.delenv(SMOKE_ENV, raising=False)
+    assert try_it_model("llava-standin") == "llava-standin" and try_it_model("smollm2-135m") == "smollm2-135m"
+    monkeypatch.setenv(SMOKE_ENV, "1")
+    assert try_it_model("llava-standin") == "llava-standin-smoke" and try_it_model("smollm2-moe") == "smollm2-moe-smoke"
+    assert try_it_model("smollm2-135m") == "smollm2-135m"
+    for full, twin in SMOKE_TWINS.items():
+        assert REGISTRY[twin].source == REGISTRY[full].source and "smoke size" in REGISTRY[twin].label

@@ -21,8 +21,8 @@ BUILDS = {"03_mitigation", "11_moe", "12_mllm"}
 # Estimated seconds of each smoke run and same-seed rebuild (one thread, beside another run): the pool starts the
 # longest first. Measured by make test's "sinklib jobs" summary; only the order depends on them.
 SMOKE_SECONDS = {"00_tour": 51, "01_utilization": 63, "02_interpretation": 57, "03_mitigation": 45, "10_llm": 150,
-                 "11_moe": 150, "12_mllm": 43, "13_vit": 47}
-REBUILD_SECONDS = {"03_mitigation": 50, "11_moe": 200, "12_mllm": 90}
+                 "11_moe": 70, "12_mllm": 43, "13_vit": 47}
+REBUILD_SECONDS = {"03_mitigation": 50, "11_moe": 70, "12_mllm": 90}
 BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
 
 

@@ -9,6 +9,7 @@ twins through jupytext. ``python -m sinklib exercises`` runs it; a test checks t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -20,6 +21,17 @@ _BLOCK = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\n.*?^[ \t]*# END SOLUT
 STUB = "raise NotImplementedError  # your code here"
 HEADER = ("# > Generated from `solutions/{name}` by `python -m sinklib exercises`: edit the solution file, then "
           "regenerate.\n")
+
+
+SMOKE_ENV = "SINKLIB_EXERCISES_SMOKE"
+SMOKE_TWINS = {"llava-standin": "llava-standin-smoke", "smollm2-moe": "smollm2-moe-smoke"}  # registry name -> twin
+
+
+def try_it_model(name: str) -> str:
+    """The registry model a solution's try-it cells load: ``name`` -- the stand-in ``make figures`` built -- or, when
+    ``SINKLIB_EXERCISES_SMOKE=1``, its smoke-size twin (:data:`SMOKE_TWINS`, the same code on a stand-in built in
+    seconds): how ``make test`` runs every try-it cell without building the full stand-ins for them alone."""
+    return SMOKE_TWINS.get(name, name) if os.environ.get(SMOKE_ENV) == "1" else name
 
 
 def strip_solutions(text: str) -> str:

@@ -77,8 +77,9 @@ check.super_experts(super_experts)
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.core.data import text_windows  # noqa: E402
 from sinklib.models.load import load_model  # noqa: E402
+from sinklib.teaching.exercises import try_it_model  # noqa: E402
 
-lm = load_model("smollm2-moe", device="cpu")
+lm = load_model(try_it_model("smollm2-moe"), device="cpu")  # make test: its smoke-size twin
 print(lm)
 ids = text_windows(lm.tokenizer, 16, 64, 0, split="heldout")
 keep_max = {"expert_outputs": lambda y, layer: y.abs().amax(dim=-1, keepdim=True)}  # (B, T, k, d) -> (B, T, k, 1)

@@ -88,8 +88,9 @@ from sinklib.core.adapters import adapter_for  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.models import stitch  # noqa: E402
 from sinklib.models.load import load_model  # noqa: E402
+from sinklib.teaching.exercises import try_it_model  # noqa: E402
 
-lm = load_model("llava-standin", device="cpu")
+lm = load_model(try_it_model("llava-standin"), device="cpu")  # make test: its smoke-size twin
 print(lm)
 digits, labels = stitch.heldout_digits(stitch.StitchConfig(), 8)
 inputs, _ = visual_sinks.caption_inputs(lm, digits, [stitch.digit_caption(y) for y in labels])
