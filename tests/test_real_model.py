@@ -58,12 +58,13 @@ def test_profile_cli_json_contract(capsys):
 
 @torch.no_grad()
 def test_the_moe_stand_in_is_a_labelled_mixtral_with_a_working_router():
-    """Built once from the offline SmolLM2 (~1 min), then cached: a real MixtralForCausalLM, labelled a stand-in."""
+    """Built once from the offline SmolLM2, then cached: a real MixtralForCausalLM, labelled a stand-in. The smoke-size
+    build (~10 s; the registry's full one runs the same code on 16x the calibration text, ~1 min)."""
     from sinklib.core.adapters import adapter_for
     from sinklib.core.capture import Capture
     from sinklib.models.load import load_model
 
-    lm = load_model("smollm2-moe", device="cpu")
+    lm = load_model("smollm2-moe-smoke", device="cpu")
     assert lm.family == "moe" and "stand-in" in lm.label and "stand-in" in lm.model.config.sinklib_standin["label"]
     assert type(lm.model).__name__ == "MixtralForCausalLM" and len(adapter_for(lm.model).layers) == 30
     ids = lm.tokenizer("In the beginning God created the heavens and the earth.", return_tensors="pt").input_ids
