@@ -67,13 +67,13 @@ def test_mllm_profile_runs_on_cuda():
         assert prof.image.device.type == "cpu" and prof.phi.shape[-1] == int(prof.image.sum())
 
 
-def test_the_cpu_profile_stays_on_the_cpu_in_float32_where_a_gpu_exists():
+def test_the_cpu_profile_stays_on_the_cpu_in_float32_where_a_gpu_exists(tmp_path):
     """Issue item 1: 'auto' took the GPU (and bfloat16) on any machine that has one, not the numbers of the README."""
     from sinklib.models.load import load_model
     from sinklib.pipeline import profiles
 
     with fake_cuda():
-        run = profiles.resolve("cpu", notebook="10_llm", out_dir="/tmp/sinklib-fake-cuda-test")
+        run = profiles.resolve("cpu", notebook="10_llm", out_dir=tmp_path)
         lm = load_model("dinov2-s", device=run.device, dtype=run.dtype)
         assert lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32
         assert not isinstance(next(lm.model.parameters()), FakeCudaTensor)

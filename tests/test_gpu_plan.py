@@ -160,7 +160,7 @@ def test_bf16_autocast_trains_on_cpu_and_counts_on_meta():
     assert training.training_step_bytes(cfg)["saved"] > 0
 
 
-def test_the_readme_slurm_array_uses_the_cli_as_it_is():
+def test_the_readme_slurm_array_uses_the_cli_as_it_is(tmp_path):
     """The job array in the README runs through `python -m sinklib figures`: every option it passes exists, and a
     per-model task keys its kept results as the whole list's run does (so the finishing run reads them)."""
     import re
@@ -176,7 +176,7 @@ def test_the_readme_slurm_array_uses_the_cli_as_it_is():
     for call in calls:
         argv = shlex.split(call.replace('${ID:+--model "$ID"}', "--model x/y").replace("$SLURM_ARRAY_TASK_ID", "0"))
         build_parser().parse_args(argv)  # SystemExit on an unknown option
-    alone = profiles.resolve("gpu", "meta-llama/Llama-2-7b-hf", "cuda", 0, None, notebook="10_llm")
-    listed = profiles.resolve("gpu", None, "cuda", 0, None, notebook="10_llm")
+    alone = profiles.resolve("gpu", "meta-llama/Llama-2-7b-hf", "cuda", 0, tmp_path / "a", notebook="10_llm")
+    listed = profiles.resolve("gpu", None, "cuda", 0, tmp_path / "b", notebook="10_llm")
     assert kept.KeptWork.for_model(alone, "meta-llama/Llama-2-7b-hf") == kept.KeptWork.for_model(
         listed, "meta-llama/Llama-2-7b-hf")

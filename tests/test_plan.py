@@ -31,9 +31,9 @@ def test_a_small_gpu_refuses_with_the_step_and_the_numbers():
     assert olmoe.fits and all(e.fits_batch == e.step.batch for e in olmoe.estimates)  # the 7B MoE fits in 24 GB
 
 
-def test_estimate_is_weights_plus_activations_plus_kv_cache_by_hand():
+def test_estimate_is_weights_plus_activations_plus_kv_cache_by_hand(tmp_path):
     shape = plan.Shape(params_b=1.0, layers=2, heads=4, kv_heads=2, hidden=64, d_ff=256, vocab=100, max_positions=512)
-    run = profiles.resolve("gpu", None, None, 0, None, notebook="01_utilization")
+    run = profiles.resolve("gpu", None, None, 0, tmp_path, notebook="01_utilization")
     step = plan.Step("decode", "x", batch=3, tokens=10, logits=True, kv_tokens=1000)
     need, note = plan.estimate(step, shape, "bfloat16", run, batch=3)
     weights = 1e9 * 2
