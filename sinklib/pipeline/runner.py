@@ -263,11 +263,10 @@ def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
 
 
 # Seconds each notebook takes on the 2-core machine from empty caches (CPU profile, two at a time; measured in a fresh
-# clone's make figures, issue 27), for the order of a first run, when figures/ holds no times yet, and for its progress
-# estimate: longest first, so the trainings (03's 33 tiny LMs, 12's three projectors) and 10's conversions start at
-# once, not last.
-FIRST_RUN_S = {"03_mitigation": 950, "10_llm": 699, "12_mllm": 486, "11_moe": 410, "01_utilization": 350,
-               "02_interpretation": 194, "00_tour": 170, "13_vit": 62}
+# clone's make figures at 5c2e695, issue 27), for the order of a first run, when figures/ holds no times yet
+# (:func:`best_order`: 03's 24 trainings and 10's conversions start at once, not last), and for its progress estimate.
+FIRST_RUN_S = {"03_mitigation": 1028, "10_llm": 806, "12_mllm": 476, "11_moe": 339, "01_utilization": 311,
+               "02_interpretation": 197, "00_tour": 161, "13_vit": 62}
 
 
 def makespan(seconds: Sequence[float], jobs: int) -> float:
