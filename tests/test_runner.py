@@ -87,6 +87,24 @@ def test_summary_prints_time_against_the_cpu_budget():
     assert "budget" not in summary_table([NotebookResult("00_tour", True, 500.0)], profile="gpu").splitlines()[2]
 
 
+def test_a_run_from_empty_caches_is_judged_against_the_cold_budget(tmp_path):
+    """The same 1,500 s wall clock is over the warm budget (720 s) and within the 30-minute one from empty caches;
+    the cache counts as empty while it holds no file (folders alone do not count)."""
+    from sinklib.pipeline.runner import COLD_BUDGET_S, CPU_BUDGET_S, NotebookResult, caches_empty, summary_table
+
+    results = [NotebookResult(name, True, 100.0) for name in CPU_BUDGET_S]
+    warm = summary_table(results, "cpu", wall=1500.0, jobs=2).splitlines()[-1]
+    cold = summary_table(results, "cpu", wall=1500.0, jobs=2, cold=True).splitlines()[-1]
+    assert warm.endswith(f"budget {sum(CPU_BUDGET_S.values())} s with warm caches: over (2.1x)")
+    assert cold.endswith(f"budget {COLD_BUDGET_S:,} s from empty caches, setup not counted here: kept")
+    assert "over (1.1x)" in summary_table(results, "cpu", wall=1.1 * COLD_BUDGET_S, jobs=2, cold=True)
+    assert caches_empty(tmp_path / "absent")
+    (tmp_path / "cache" / "converted").mkdir(parents=True)
+    assert caches_empty(tmp_path / "cache")
+    (tmp_path / "cache" / "converted" / "model.safetensors").write_bytes(b"x")
+    assert not caches_empty(tmp_path / "cache")
+
+
 def test_two_at_a_time_with_a_thread_each_and_the_reader_last(tmp_path, capsys):
     """jobs=2: the two independent notebooks overlap in time, each kernel gets cores // 2 torch threads, and a
     notebook that reads the others' results (it takes ``figures_dir``) starts only after both have published."""

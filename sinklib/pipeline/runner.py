@@ -185,12 +185,21 @@ def _run_from_json(payload: str) -> None:
 # 2-core machine, <= 30 from empty caches); the summary prints each notebook's time against it.
 CPU_BUDGET_S = {"00_tour": 90, "01_utilization": 150, "02_interpretation": 90, "03_mitigation": 60, "10_llm": 120,
                 "11_moe": 60, "12_mllm": 90, "13_vit": 45, "90_scorecard": 15}
+# ... and every notebook together from empty caches (issue 27: make figures, its setup included, <= 30 minutes).
+COLD_BUDGET_S = 30 * 60
+
+
+def caches_empty(cache: Path) -> bool:
+    """Whether ``cache`` (``SINKLIB_CACHE``) holds no file yet: the run converts, builds and trains everything, so the
+    summary judges it against :data:`COLD_BUDGET_S`, not the warm budget."""
+    return not Path(cache).is_dir() or not any(p.is_file() for p in Path(cache).rglob("*"))
 
 
 def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: float | None = None,
-                  jobs: int = 1) -> str:
+                  jobs: int = 1, cold: bool = False) -> str:
     """Notebook, status, seconds and -- on the CPU profile -- the budget and whether it was kept; with ``wall`` the
-    run's wall-clock time (notebooks ran ``jobs`` at a time) against the whole budget."""
+    run's wall-clock time (notebooks ran ``jobs`` at a time) against the whole budget: the warm one (the notebooks'
+    :data:`CPU_BUDGET_S` summed), or with ``cold`` (the run started from empty caches) :data:`COLD_BUDGET_S`."""
     budgets = CPU_BUDGET_S if profile == "cpu" and jobs == 1 else {}  # two at a time: judge the wall clock
     lines = [f"{'notebook':<22}{'status':<8}{'seconds':>9}{'budget':>8}  note", "-" * 70]
     for r in results:
@@ -201,11 +210,13 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
     total = sum(r.seconds for r in results)
     failed = sum(not r.ok for r in results)
     lines.append("-" * 70)
-    in_budget = sum(CPU_BUDGET_S.get(r.name, 0) for r in results) if profile == "cpu" else 0
+    warm_budget = sum(CPU_BUDGET_S.get(r.name, 0) for r in results)
+    in_budget = (COLD_BUDGET_S if cold else warm_budget) if profile == "cpu" else 0
     lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s of notebook time"
                  + (f" ({jobs} at a time)" if jobs > 1 else ""))
     if wall is not None:
-        verdict = (f" -- budget {in_budget} s with warm caches: " + ("kept" if wall <= in_budget else
+        caches = "from empty caches, setup not counted here" if cold else "with warm caches"
+        verdict = (f" -- budget {in_budget:,} s {caches}: " + ("kept" if wall <= in_budget else
                                                                       f"over ({wall / in_budget:.1f}x)")
                    if in_budget else "")
         lines.append(f"wall clock {wall:.1f} s ({wall / 60:.1f} min){verdict}")
@@ -347,6 +358,9 @@ def run_all(
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
     results: dict[str, NotebookResult] = {}
+    from sinklib.core.paths import cache_dir
+
+    cold = caches_empty(cache_dir())  # read before the first notebook writes there
     started = time.perf_counter()
     env = {"MPLBACKEND": INLINE_BACKEND, "SINKLIB_HEADLESS": "1"}  # once for every kernel, before the threads start
     if jobs > 1:
@@ -379,7 +393,7 @@ def run_all(
     wall = time.perf_counter() - started
     ordered = [results[b.stem] for b in books]
     gallery = build_gallery(figures_dir)
-    print(summary_table(ordered, profile, wall=wall, jobs=jobs))
+    print(summary_table(ordered, profile, wall=wall, jobs=jobs, cold=cold))
     print(f"gallery: {gallery}")
     return 0 if all(r.ok for r in ordered) else 1
 
