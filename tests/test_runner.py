@@ -90,7 +90,13 @@ def test_summary_prints_time_against_the_cpu_budget():
 def test_a_run_from_empty_caches_is_judged_against_the_cold_budget(tmp_path):
     """The same 1,500 s wall clock is over the warm budget (720 s) and within the 30-minute one from empty caches;
     the cache counts as empty while it holds no file (folders alone do not count)."""
-    from sinklib.pipeline.runner import COLD_BUDGET_S, CPU_BUDGET_S, NotebookResult, caches_empty, summary_table
+    from sinklib.pipeline.runner import (
+        COLD_BUDGET_S,
+        CPU_BUDGET_S,
+        NotebookResult,
+        caches_empty,
+        summary_table,
+    )
 
     results = [NotebookResult(name, True, 100.0) for name in CPU_BUDGET_S]
     warm = summary_table(results, "cpu", wall=1500.0, jobs=2).splitlines()[-1]
