@@ -44,7 +44,7 @@
 #
 # **Prerequisites.** softmax attention with a causal mask; PyTorch tensors. No earlier notebook.
 #
-# **Time.** about 4 min on the CPU profile; 60-90 min to work through (exercises: `exercises/00_tour`).
+# **Time.** about 2.5 min on the CPU profile; 60-90 min to work through (exercises: `exercises/00_tour`).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)

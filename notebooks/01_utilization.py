@@ -45,7 +45,7 @@
 #
 # **Prerequisites.** `00_tour` (alpha, the sink rate); what a KV cache stores; perplexity.
 #
-# **Time.** about 7 min on the CPU profile; 60-90 min to work through (exercises: `exercises/01_utilization`).
+# **Time.** about 5 min on the CPU profile; 60-90 min to work through (exercises: `exercises/01_utilization`).
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)

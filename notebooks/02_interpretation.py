@@ -52,7 +52,7 @@
 #
 # **Prerequisites.** `00_tour`; RMSNorm and a SwiGLU MLP; read `02`'s paper summary first (docs/READING.md).
 #
-# **Time.** about 4 min on the CPU profile (with the random-weight control and the draws); 90-120 min to work
+# **Time.** about 3 min on the CPU profile (with the random-weight control and the draws); 90-120 min to work
 # through (exercises: `exercises/02_interpretation`).
 
 # %% tags=["parameters"]

@@ -63,7 +63,7 @@
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`; a training loop; the softmax variants in docs/GLOSSARY.md.
 #
-# **Time.** under 1 min with warm caches, about 16 min from empty ones on 2 CPU cores (it trains 24 small models in
+# **Time.** under 1 min with warm caches, about 14 min from empty ones on 2 CPU cores (it trains 24 small models in
 # bfloat16 autocast: 9 variants x 2 seeds and 3 Bible-byte runs x 2 seeds; the GPU profile 3 seeds a variant); 60-90
 # min to work through (exercises: `exercises/03_mitigation`).
 

@@ -40,7 +40,7 @@
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`.
 #
-# **Time.** about 12 min on the CPU profile (seconds when rerun unchanged: each model's results are kept); 45-60
+# **Time.** about 10 min on the CPU profile (seconds when rerun unchanged: each model's results are kept); 45-60
 # min to work through.
 
 # %% tags=["parameters"]

@@ -38,7 +38,8 @@
 #
 # **Prerequisites.** `00_tour`, `10_llm`; top-k expert routing.
 #
-# **Time.** about 1.5 min on the CPU profile; 30-45 min to work through.
+# **Time.** about 2 min on the CPU profile (about 5 min the first time: it builds the stand-ins); 30-45 min to
+# work through.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)

@@ -45,7 +45,7 @@
 #
 # **Prerequisites.** `00_tour`, `10_llm`; how LLaVA feeds image patches to a language model.
 #
-# **Time.** about 2 min on the CPU profile once the stand-ins are cached (the first run trains each stand-in's
+# **Time.** about 1.5 min on the CPU profile once the stand-ins are cached (the first run trains each stand-in's
 # projector, about 3 min apiece on one core); 30-45 min to work through.
 
 # %% tags=["parameters"]
