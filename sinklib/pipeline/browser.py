@@ -115,7 +115,7 @@ class LabReport:
     images: int = 0
     errors: list[str] = field(default_factory=list)  # error outputs in the notebook and uncaught page errors
     dialogs: list[str] = field(default_factory=list)  # dialogs that opened while running (accepted)
-    reruns: int = 0  # Run All sent again after "model not found" on a first launch (at most once)
+    reruns: int = 0  # page reloaded and Run All sent again after "model not found" on a first launch (at most once)
     screenshot: Path | None = None
 
     @property
@@ -175,16 +175,17 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda err: report.errors.append(f"page error: {err}"))
             page.goto(f"{base}/lab/tree/{notebook.name}?token={token}", timeout=timeout_s * 1000)
-            page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                                   timeout=timeout_s * 1000)
-            # ... and until the page has loaded every extension: a Run All sent before the widget manager is there
-            # shows "Error displaying widget: model not found" (jupyterlab/jupyterlab#6849; seen on a loaded machine)
-            page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+            _wait_until_loaded(page, timeout_s)
             _run_all_and_wait(page, report, timeout_s)
             if page.locator(f":text('{MODEL_NOT_FOUND}')").count():  # the first launch of a fresh install can still
-                report.reruns += 1  # lose that race (a fresh clone in CI, 2 cores): run the cells once more, as a
-                _run_all_and_wait(page, report, timeout_s)  # person would; a second failure stays a failure
+                # lose that race (a fresh clone in CI, 2 cores; a second Run All on the same page failed again):
+                # reload the page, as a person would, so a new widget manager connects to the kernel, and run the
+                # cells once more; a second failure stays a failure
+                report.reruns += 1
+                page.on("dialog", lambda d: d.accept() if d.type == "beforeunload" else None)  # unsaved changes
+                page.reload(timeout=timeout_s * 1000)
+                _wait_until_loaded(page, timeout_s)
+                _run_all_and_wait(page, report, timeout_s)
             report.errors += [t[:300] for t in page.locator(".jp-RenderedText[data-mime-type="
                                                              "'application/vnd.jupyter.stderr']").all_inner_texts()
                               if "Error" in t]
@@ -205,17 +206,36 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
     return report
 
 
+def _wait_until_loaded(page, timeout_s: float) -> None:
+    """Wait for the notebook, an idle kernel and the end of the page's requests: a Run All sent before the widget
+    manager is there shows "Error displaying widget: model not found" (jupyterlab/jupyterlab#6849)."""
+    page.wait_for_selector(".jp-Notebook", timeout=timeout_s * 1000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=timeout_s * 1000)
+    page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+
+
+# True once a cell runs or has run since ``before`` (the input prompts' texts then): a prompt reads "[*]", or a
+# numbered prompt differs from what it was -- so a second Run All waits for its own run, not the first one's output.
+_RAN_SINCE = """before => {
+    const now = [...document.querySelectorAll('.jp-InputPrompt')].map(p => p.textContent.trim());
+    return now.some((t, i) => /\\[\\*\\]/.test(t) || (/\\[\\d+\\]/.test(t) && t !== before[i]));
+}"""
+_PROMPTS = "() => [...document.querySelectorAll('.jp-InputPrompt')].map(p => p.textContent.trim())"
+_BUSY = "() => [...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[\\*\\]/.test(p.textContent))"
+
+
 def _run_all_and_wait(page, report: LabReport, timeout_s: float) -> None:
     """Run All Cells from the Run menu (asked again until a cell starts: a kernel still connecting drops the request),
-    then wait until the widget's sliders and images show or an error does; the counts go into ``report``."""
+    then wait until the widget's sliders and images show, or the cells have finished with an error; the counts go
+    into ``report``."""
+    before = page.evaluate(_PROMPTS)
     asking_until = time.time() + timeout_s
     while time.time() < asking_until:  # a kernel still connecting drops the request: ask until a cell starts
         _accept_dialogs(page, report, timeout_s)
         page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # the Run menu, as a person would
         page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         try:
-            page.wait_for_function("[...document.querySelectorAll('.jp-InputPrompt')].some("
-                                   "p => /\\[(\\*|\\d+)\\]/.test(p.textContent))", timeout=20_000)
+            page.wait_for_function(_RAN_SINCE, arg=before, timeout=20_000)
             break
         except Exception:  # playwright's TimeoutError: try the menu again
             continue
@@ -225,7 +245,7 @@ def _run_all_and_wait(page, report: LabReport, timeout_s: float) -> None:
         report.images = page.locator(".jp-OutputArea-output .widget-image, .jp-OutputArea-output img").count()
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
                               ":text('Error')").count() + page.locator(f":text('{MODEL_NOT_FOUND}')").count()
-        if report.sliders and report.images or errors:
+        if report.sliders and report.images or errors and not page.evaluate(_BUSY):
             break
         time.sleep(1.0)
 
