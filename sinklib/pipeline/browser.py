@@ -214,14 +214,13 @@ def _wait_until_loaded(page, timeout_s: float) -> None:
     page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
 
 
-# True once a cell runs or has run since ``before`` (the input prompts' texts then): a prompt reads "[*]", or a
-# numbered prompt differs from what it was -- so a second Run All waits for its own run, not the first one's output.
-_RAN_SINCE = """before => {
-    const now = [...document.querySelectorAll('.jp-InputPrompt')].map(p => p.textContent.trim());
-    return now.some((t, i) => /\\[\\*\\]/.test(t) || (/\\[\\d+\\]/.test(t) && t !== before[i]));
-}"""
-_PROMPTS = "() => [...document.querySelectorAll('.jp-InputPrompt')].map(p => p.textContent.trim())"
-_BUSY = "() => [...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[\\*\\]/.test(p.textContent))"
+_PROMPT_TEXTS = "[...document.querySelectorAll('.jp-InputPrompt')].map(p => p.textContent.trim())"  # "[3]:", "[*]:"
+_PROMPTS = f"() => {_PROMPT_TEXTS}"
+_BUSY = f"() => {_PROMPT_TEXTS}.some(t => /\\[\\*\\]/.test(t))"  # a cell is running
+# True once a cell runs or has run since ``before`` (the prompts' texts then): a prompt reads "[*]", or a numbered
+# prompt differs from what it was -- so a second Run All waits for its own run, not the first one's output.
+_RAN_SINCE = (f"before => {_PROMPT_TEXTS}"
+              ".some((t, i) => /\\[\\*\\]/.test(t) || (/\\[\\d+\\]/.test(t) && t !== before[i]))")
 
 
 def _run_all_and_wait(page, report: LabReport, timeout_s: float) -> None:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sinklib.core.errors import InputError
-from sinklib.core.paths import NOTEBOOK_DIR
+from sinklib.core.paths import NOTEBOOK_DIR, cache_dir
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 KERNEL_HASH_SEED = "0"  # PYTHONHASHSEED of every kernel
@@ -358,8 +358,6 @@ def run_all(
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
     results: dict[str, NotebookResult] = {}
-    from sinklib.core.paths import cache_dir
-
     cold = caches_empty(cache_dir())  # read before the first notebook writes there
     started = time.perf_counter()
     env = {"MPLBACKEND": INLINE_BACKEND, "SINKLIB_HEADLESS": "1"}  # once for every kernel, before the threads start
