@@ -182,7 +182,7 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
                 # reload the page, as a person would, so a new widget manager connects to the kernel, and run the
                 # cells once more; a second failure stays a failure
                 report.reruns += 1
-                page.on("dialog", lambda d: d.accept() if d.type == "beforeunload" else None)  # unsaved changes
+                page.on("dialog", _leave_unsaved)
                 page.reload(timeout=timeout_s * 1000)
                 _wait_until_loaded(page, timeout_s)
                 _run_all_and_wait(page, report, timeout_s)
@@ -204,6 +204,15 @@ def lab_screenshot(notebook: str | Path, screenshot: str | Path, timeout_s: floa
             server.kill()
         shutil.rmtree(settings, ignore_errors=True)
     return report
+
+
+def _leave_unsaved(dialog) -> None:
+    """Accept "leave this page?" (the notebook has unsaved outputs) so a reload goes ahead; dismiss any other dialog,
+    as Playwright does with no handler (a handler that answers nothing would freeze the page)."""
+    if dialog.type == "beforeunload":
+        dialog.accept()
+    else:
+        dialog.dismiss()
 
 
 def _wait_until_loaded(page, timeout_s: float) -> None:
