@@ -17,8 +17,8 @@
 # # 90 · The reproduction scorecard
 #
 # Every notebook records each published claim it tests as a record: what the paper claims and where, the published
-# and measured values, the model and profile, the rule that decided it, and the verdict -- holds, does not hold, or
-# cannot be judged here (with the reason). This notebook gathers every `claims.json` that `make figures` wrote into
+# and measured values, the model and profile, the rule that decided it, and the verdict -- holds, does not hold,
+# unsettled, or cannot be judged here (with the reason). This notebook gathers every `claims.json` that `make figures` wrote into
 # one table and two figures. Nothing is filtered: a claim that failed stays in, with its numbers. The column "on"
 # says what a claim was measured on: a **pretrained** model (offline, the language models are 4-bit GGUF checkpoints
 # dequantised to float32; DINOv2-S comes from an ONNX graph), a **stand-in** built here (the upcycled MoE, the
@@ -43,15 +43,20 @@ nb = notebook.start("90_scorecard", profile, model, device, seed, out_dir, famil
 fig_dir = nb.fig_dir
 rows = scorecard.collect(figures_dir)
 summary = scorecard.to_json(rows)
-print(f"{len(rows)} claims from {len({r.notebook for r in rows})} notebooks: {summary['counts']}")
+print(f"{len(summary['claims'])} distinct claims ({len(rows)} records from {len({r.notebook for r in rows})} "
+      f"notebooks; a claim judged on the same model in two notebooks counts once): {summary['counts']}")
 
 # %% [markdown]
 # ## Every claim
 # Besides the verdict, each row says how far to trust it: **draws** -- the verdict of each draw where the evidence
 # depends on a random one (random tokens, sampled windows, a stand-in's training, trained seeds); a claim holds or
-# fails only when every draw agrees, else it is "unsettled". **control** -- the same rule on randomly initialised
+# fails when every draw that can be judged agrees (a draw that cannot be judged is reported beside), else it is
+# **unsettled** -- as is a value that sits within its measured cross-machine spread of the cut that decides it.
+# **control** -- the same rule on randomly initialised
 # weights of the same configuration, beside what the paper predicts there: an effect that training makes (a sink,
-# a massive activation) must fail on random weights, or the rule cannot tell a trained model from noise.
+# a massive activation) must fail on random weights, or the rule cannot tell a trained model from noise -- such a
+# claim is counted as "cannot be judged here", whatever its note. A claim judged on the same model in two notebooks
+# is one row ("also judged in").
 # **follows** -- the paper's definition the rule transcribes, and where the authors' code is.
 
 # %%
@@ -60,8 +65,8 @@ table = pd.DataFrame([{
     "verdict": r.verdict, "notebook": r.notebook, "claim": r.statement, "paper": r.paper, "model": r.model,
     "on": r.kind + (", needs GPU" if r.needs_gpu else ""), "draws": r.draws_text, "random-weight control":
     r.control_text, "follows": r.follows + (f" (adapted: {r.adapted})" if r.adapted else ""),
-    "reason / caveat": r.reason,
-} for r in rows])
+    "reason / caveat": r.reason, "also judged in": ", ".join(r.also_in),
+} for r in scorecard.distinct(rows)])
 table
 
 # %%
@@ -89,16 +94,17 @@ with plotting.style():
                   f"value.")
     fig = scorecard_plots.by_paper(split)
     plotting.save(fig, fig_dir / "fig02_by_paper",
-                  f"{len(rows)} claim records from {len(summary['by_paper'])} papers, one bar per paper and what the "
-                  f"claims were measured on (hatched: stand-in // or trained here ..): how many hold, do not hold or "
-                  f"cannot be judged here. "
+                  f"{len(summary['claims'])} distinct claims from {len(summary['by_paper'])} papers, one bar per "
+                  f"paper and what the claims were measured on (hatched: stand-in // or trained here ..): how many "
+                  f"hold, do not hold, are unsettled or cannot be judged here (each claim and model once). "
                   + (" ".join(f"{e['paper']}: {e['tested']} records of {e['distinct']} distinct claims (the same "
                               f"claims judged on several models)." for e in repeated)))
 pd.DataFrame(summary["by_paper"])
 
 # %%
-nb.headline |= {"counts": summary["counts"], "by_paper": summary["by_paper"], "claims": len(rows),
+nb.headline |= {"counts": summary["counts"], "by_paper": summary["by_paper"], "claims": len(summary["claims"]),
+                "records": len(rows),
                 "stand_in_claims": sum(r.kind == "stand-in" for r in rows),
                 "needs_gpu": [r.id for r in rows if r.needs_gpu], "controls_contradicting": contradicting,
-                "unsettled": [r.id for r in rows if r.draws_text.startswith("unsettled")]}
+                "unsettled": summary["unsettled"]}
 nb.close()

@@ -14,7 +14,8 @@ GU, XIAO = load_reference("gu2024_sink_rates"), load_reference("streamingllm")
 
 def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
     rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
-    c = rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU))
+    c = rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU),
+                control_note="hand-built case")
     assert c.model == "SmolLM2-135M" and c.profile == "cpu" and c.holds is True
     assert capsys.readouterr().out.startswith("Claim gu2024.llama_family_input_shape holds:")
     with pytest.raises(ValueError, match="recorded twice"):
@@ -32,9 +33,11 @@ def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
 def test_table_is_one_row_per_claim_with_the_number_apart(capsys):
     rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
     assert rec.all_hold is False  # nothing recorded, nothing holds
-    rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False)
+    rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
+            control_note="hand-built case")
     assert rec.all_hold is True
-    rec.add(claims.Claim(id="x.open", statement="s", source="p", rule="r", published=2.0, measured=1.0, holds=None))
+    rec.add(claims.Claim(id="x.open", statement="s", source="p", rule="r", published=2.0, measured=1.0, holds=None,
+                         follows="Table 1"))
     table = rec.table({"x.open": "yes: 2 vs 1 (0.50x)"})
     assert list(table["id"]) == ["gu2024.llama_family_input_shape", "x.open"] and rec.all_hold is False
     assert list(table["structure holds"]) == ["holds", "cannot be judged here"]
@@ -54,7 +57,8 @@ def test_notebook_start_and_close_write_headline_and_claims(tmp_path, capsys):
                                                                          "fake_cuda_devices": 0}
     with pytest.raises(AttributeError, match="03_mitigation has no size 'num_seqs'"):
         getattr(nb.run, "num_seqs")  # noqa: B009 -- the attribute access is the test
-    nb.record.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False)
+    nb.record.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
+                  control_note="hand-built case")
     nb.close()
     assert json.loads((tmp_path / "out" / "headline.json").read_text())["seconds"] >= 0
     assert [c.model for c in claims.load(tmp_path / "out" / "claims.json")] == ["toy"]

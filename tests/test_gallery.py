@@ -57,8 +57,8 @@ def _figures(tmp_path):
     write_json(folder / "headline.json", {"notebook": "05_x", "profile": "smoke", "label": "Tiny model",
                                           "seconds": 12.0, "sink_rate": {"natural": 0.5}})
     rec = Recorder("05_x", "Tiny model", "smoke")
-    rec.add(Claim("p.c", "the sink moves", "Xiao et al., arXiv 2309.17453, Fig. 1", "moves > 0.1", 0.3, 0.5, True),
-            show=False)
+    rec.add(Claim("p.c", "the sink moves", "Xiao et al., arXiv 2309.17453, Fig. 1", "moves > 0.1", 0.3, 0.5, True,
+                  follows="Fig. 1"), show=False)
     rec.write(folder)
     (folder / "05_x.html").write_text("<html><body>executed</body></html>")
     return root, nbdir
@@ -89,11 +89,11 @@ def test_gallery_shows_header_scorecard_claims_figures_tables_and_nested_values(
 def test_gallery_header_names_every_model_and_how_its_weights_were_made(tmp_path):
     root, nbdir = _figures(tmp_path)
     rec = Recorder("10_llm", "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)", "smoke")
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False)
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="Gemma-3-270M (4-bit GGUF, dequantised)")
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False,
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True, follows="Table 1"), show=False)
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True, follows="Table 1"), show=False, model="Gemma-3-270M (4-bit GGUF, dequantised)")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True, follows="Table 1"), show=False,
             model="Gemma-3-270M (4-bit GGUF, dequantised) (random weights, seed 0)")
-    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True), show=False, model="TinyLM trained here (2 x 2 heads)")
+    rec.add(Claim("p.c", "s", "src", "r", None, 1.0, True, follows="Table 1"), show=False, model="TinyLM trained here (2 x 2 heads)")
     rec.write(root / "10_llm")
     write_json(root / "10_llm" / "headline.json", {"notebook": "10_llm", "profile": "smoke", "label": "three LLMs"})
     header = gallery.build_gallery(root, notebook_dir=nbdir).read_text().split("</header>")[0]

@@ -211,6 +211,7 @@ def test_mitigation_claims_map_verdicts_to_holds():
     assert verdict("k", "shrinks_rows", True, False, "").removes is False
     assert verdict("x", "removes", False, False, "").removes is None  # the seeds cannot settle the cut
     assert verdict("x", "removes", True, True, "").removes is None  # the strongest head is still rising
+    assert verdict("k", "reduces", True, True, "").removes is False  # a reduction still rising is no removal
     assert verdict("x", "cannot_judge", True, False, "").removes is None
     u = comparison.uniform_alpha(64)
     runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],

@@ -11,9 +11,9 @@ from tests.test_mitigation import fake_run
 U = comparison.uniform_alpha(64)
 
 
-def _claim(cid, holds, control=None, draws=(True, True, True)):
+def _claim(cid, holds, control=None, draws=(True, True, True), unsettled=False):
     return Claim(id=cid, statement="s", source="x", rule="r", published=None, measured=0.1, holds=holds,
-                 control=control, draws=draws, draws_of="3 training seeds (0, 1, 2)")
+                 control=control, draws=draws, draws_of="3 training seeds (0, 1, 2)", unsettled=unsettled)
 
 
 def test_emergence_says_whether_a_head_crossed_and_is_still_rising():
@@ -82,9 +82,13 @@ def test_final_metrics_say_whether_there_are_massive_activations():
 def test_verdicts_group_the_removal_claims():
     claims = [_claim("mitigation.softmax_grows_sink", True, control=False),
               _claim("mitigation.softpick_removes_sink", True),
-              _claim("mitigation.kv_bias_removes_sink", None, draws=(True, False, True))]
+              _claim("mitigation.kv_bias_removes_sink", None, draws=(True, False, True), unsettled=True),
+              _claim("mitigation.sink_logit_removes_sink", None, draws=(None, None))]
     a = tk.verdicts(claims)
-    assert "every seed: softpick." in a and "not judgeable: kv_bias" in a and "fails, as it should" in a
+    assert "every seed: softpick." in a and "fails, as it should" in a
+    # the four verdicts apart: an unsettled claim is not one that cannot be judged
+    assert "a number sits within its margin of a cut): kv_bias." in a
+    assert "is still rising): sink_logit." in a and "kv_bias, sink_logit" not in a
     b = tk.verdicts([replace(claims[0], control=True), replace(claims[1], holds=False)])
     assert "every seed: none." in b and "Does not, in every seed: softpick" in b and "holds -- see" in b
 

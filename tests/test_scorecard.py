@@ -17,6 +17,7 @@ def _write(folder, notebook, model, claims):
 
 
 def _claim(cid, source, holds, published=None, measured=None, **kw):
+    kw.setdefault("follows", "Table 1")
     return Claim(id=cid, statement=f"statement {cid}", source=source, rule="a rule", published=published,
                  measured=measured, holds=holds, **kw)
 
@@ -46,7 +47,7 @@ def test_by_paper_counts_and_numeric_pairs(tmp_path):
     papers = {e["paper"]: e for e in scorecard.by_paper(rows)}
     assert papers["Xiao et al., StreamingLLM (2309.17453)"] == {
         "paper": "Xiao et al., StreamingLLM (2309.17453)", "tested": 2, "holds": 1, "does NOT hold": 1,
-        "cannot be judged here": 0, "distinct": 2}
+        "unsettled": 0, "cannot be judged here": 0, "distinct": 2}
     pairs = scorecard.numeric_pairs(rows)  # "layer" names which one, not how much: left out
     assert [(p["id"], p["key"], p["published"], p["measured"], p["quantity"]) for p in pairs] == [
         ("a.one", "ppl", 5.4, 34.5, "perplexity"), ("a.two", "", 0.5, 0.1, "other")]
@@ -62,7 +63,7 @@ def test_cli_scorecard_json_lists_every_claim(tmp_path, capsys):
     assert main(["scorecard", "--json", "--figures-dir", str(_figures(tmp_path))]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in out["claims"]] == ["a.one", "a.two", "b.one"]
-    assert out["counts"] == {"holds": 1, "does NOT hold": 1, "cannot be judged here": 1}
+    assert out["counts"] == {"holds": 1, "does NOT hold": 1, "unsettled": 0, "cannot be judged here": 1}
     first = out["claims"][0]  # the record behind the verdict travels with it
     assert first["follows"].startswith("Table 2; mit-han-lab/streaming-llm") and first["at_init"] is False
     assert first["control"] is False and first["draws"]["n"] == 3 and first["draws"]["outcomes"] == [True] * 3
@@ -74,12 +75,73 @@ def test_cli_scorecard_json_lists_every_claim(tmp_path, capsys):
 
 def test_table_shows_draws_and_control_and_flags_a_contradiction(tmp_path):
     _write(tmp_path, "02_c", "SmolLM2-135M-Instruct", [
-        _claim("c.noise", "Sun et al., arXiv 2402.17762", True, at_init=False, control=True,
-               draws=(True, False, True), draws_of="3 seeds")])
+        _claim("c.noise", "Sun et al., arXiv 2402.17762", None, at_init=False, control=True,
+               draws=(True, False, True), draws_of="3 seeds", unsettled=True, control_note="kept: see the note")])
     rows = scorecard.collect(tmp_path)
     text = scorecard.format_table(rows)
     assert "unsettled: 2 of 3 draws hold" in text and "holds (paper: fails) -- CONTRADICTS the paper" in text
     assert scorecard.to_json(rows)["controls_contradicting"] == ["c.noise (SmolLM2-135M-Instruct)"]
+    assert rows[0].verdict == "unsettled" and scorecard.to_json(rows)["unsettled"] == ["c.noise (SmolLM2-135M-Instruct)"]
+    assert "4 draws" not in text and "1 distinct claims (1 records" in text
+
+
+def test_a_control_that_contradicts_the_paper_is_not_counted_as_holding(tmp_path):
+    """Issue 42 (4): Darcet et al.'s outliers hold on DINOv2-S *and* on random weights; the control_note explains
+    why the record is kept, but the scorecard must not count it as the paper's one "holds"."""
+    _write(tmp_path, "13_vit", "DINOv2-S/14", [
+        _claim("darcet2023.outliers_only_in_large_models", "Darcet et al., arXiv 2309.16588", True, at_init=False,
+               control=True, control_note="the rule is the paper's; a small ViT's outliers are noise-like")])
+    rows = scorecard.collect(tmp_path)
+    assert rows[0].verdict == "cannot be judged here"
+    assert rows[0].reason.startswith("holds on random weights too: this rule cannot tell training from noise")
+    summary = scorecard.to_json(rows)
+    assert summary["counts"]["holds"] == 0 and summary["counts"]["cannot be judged here"] == 1
+    assert scorecard.by_paper(rows)[0]["holds"] == 0
+
+
+def test_each_record_carries_its_own_paper(tmp_path):
+    """Issue 42 (7): 03's shared source string names Qiu et al. first; a record's ``paper`` wins."""
+    shared = "Qiu et al., arXiv 2505.06708; structural origin, arXiv 2605.06611; Softpick, arXiv 2504.20966"
+    _write(tmp_path, "03_mitigation", "TinyLM trained here", [
+        _claim("mitigation.headwise_rmsnorm_removes_sink", shared, False, paper="2605.06611"),
+        _claim("mitigation.softpick_removes_sink", shared, True, paper="2504.20966"),
+        _claim("mitigation.gated_headwise_removes_sink", shared, True)])
+    papers = [r.paper for r in scorecard.collect(tmp_path)]
+    assert papers == ["Structural origin of sinks (ICML 2026) (2605.06611)", "Softpick (2504.20966)",
+                      "Qiu et al., Gated attention (2505.06708)"]
+    assert {e["paper"] for e in scorecard.by_paper(scorecard.collect(tmp_path))} == set(papers)
+
+
+def test_a_claim_judged_on_the_same_model_in_two_notebooks_counts_once(tmp_path):
+    """Issue 42 (8): 00's sink shape on SmolLM2 is judged again in 10 (with the model in its id)."""
+    smol = "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)"
+    _write(tmp_path, "00_tour", smol, [_claim("gu2024.llama_family_input_shape", "Gu et al., arXiv 2410.10781", True)])
+    _write(tmp_path, "02_interpretation", smol, [_claim("origin.lock_in", "arXiv 2605.06611", True)])
+    rec = Recorder("10_llm", smol, "smoke")
+    rec.add(_claim("gu2024.llama_family_input_shape.smollm2-135m", "Gu et al., arXiv 2410.10781", True), show=False)
+    rec.add(_claim("gu2024.llama_family_input_shape.qwen2.5-coder-0.5b", "Gu et al., arXiv 2410.10781", True),
+            model="Qwen2.5-Coder-0.5B", show=False)
+    rec.add(_claim("origin.lock_in.smollm2-135m", "arXiv 2605.06611", False), show=False)
+    rec.write(tmp_path / "10_llm")
+    rows = scorecard.collect(tmp_path)
+    assert len(rows) == 5
+    kept = scorecard.distinct(rows)
+    assert [(r.notebook, r.id, r.also_in) for r in kept] == [
+        ("00_tour", "gu2024.llama_family_input_shape", ("10_llm",)),
+        ("02_interpretation", "origin.lock_in", ("10_llm (does NOT hold there)",)),
+        ("10_llm", "gu2024.llama_family_input_shape.qwen2.5-coder-0.5b", ())]
+    summary = scorecard.to_json(rows)
+    assert summary["counts"]["holds"] == 3 and summary["records"] == 5 and len(summary["claims"]) == 3
+    assert summary["claims"][0]["also_in"] == ["10_llm"]
+    assert scorecard.base_id("gu2024.llama_family_input_shape.qwen2.5-coder-0.5b") == "gu2024.llama_family_input_shape"
+    assert scorecard.base_id("origin.headwise_rmsnorm_converges_faster.bible_g0=0.1").endswith("bible_g0=0.1")
+
+
+def test_hidden_folders_are_not_notebooks(tmp_path):
+    root = _figures(tmp_path)
+    (root / ".13_vit.old").mkdir()
+    (root / ".13_vit.old" / "claims.json").write_text((root / "00_a" / "claims.json").read_text())
+    assert {r.notebook for r in scorecard.collect(root)} == {"00_a", "11_b"}
 
 
 def test_an_old_schema_claims_file_is_left_out_with_a_warning_not_a_crash(tmp_path, capsys):

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _claim(holds, measured=1.0, **kw):
+    kw.setdefault("follows", "Eq. 1")
     return Claim(id="x.y", statement="s", source="p", rule="r", published=None, measured=measured, holds=holds, **kw)
 
 
@@ -37,7 +38,7 @@ def test_over_draws_holds_only_when_every_draw_agrees():
 
 def test_control_is_recorded_and_a_contradiction_is_flagged(tmp_path, capsys):
     rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
-    learned = _claim(True, at_init=False, follows="Eq. 1")
+    learned = _claim(True, at_init=False)
     c = rec.add(learned, control=_claim(False, 0.1))
     assert c.control is False and c.control_measured == 0.1 and not c.control_contradicts
     assert "Random-weight control: fails (paper at init: fails)" in capsys.readouterr().out
@@ -56,11 +57,11 @@ def test_verdict_words_carry_draws_and_control():
     c = claims.with_control(claims.over_draws([_claim(True), _claim(True), _claim(True)], "3 seeds"), _claim(False))
     assert takeaways.verdict(c) == "holds (3 of 3 draws hold over 3 seeds; on random weights it fails)"
     assert takeaways.verdict(_claim(None, note="no outliers; small model")) == "cannot be judged here (no outliers)"
-    assert claims.draw_summary((None,)) == "not judged in 1 draw"
-    assert claims.draw_summary((None, None, None)) == "not judged in 3 draws"
+    assert claims.draw_summary((None,)) == "no draw can be judged (1 draw)"
+    assert claims.draw_summary((None, None, None)) == "no draw can be judged (3 draws)"
     assert claims.with_control(_claim(True), None, "control not run: too slow").control_note == "control not run: too slow"
     mixed = claims.over_draws([_claim(True), _claim(False), _claim(True)], "3 seeds")
-    assert takeaways.verdict(mixed) == "is unsettled: 2 of 3 draws hold (3 seeds)"
+    assert takeaways.verdict(mixed) == "is unsettled (2 of 3 draws hold (3 seeds))"
     assert takeaways.paragraph("stand-in", "A.", "", "B.") == "**What we saw (stand-in).** A. B."
 
 
@@ -96,3 +97,69 @@ def test_random_weights_keep_the_configuration_and_change_the_weights():
     assert not torch.equal(wa, lm.model.model.layers[0].mlp.down_proj.weight)
     vit = load_model("tiny-vit-random", device="cpu", dtype="float32", seed=3)
     assert same(random_weights(vit, 0), vit)
+
+
+def test_draws_that_cannot_be_judged_are_reported_beside_not_counted_as_disagreement():
+    """Issue 42 (2): a draw that cannot be judged is not a disagreement. 12's masking claim: the stand-in without
+    visual sinks cannot be judged, the one with sinks contradicts the paper -- the claim does not hold."""
+    masking = claims.over_draws([_claim(None, note="no visual sink to hide"), _claim(False, 0.133)], "2 stand-ins")
+    assert masking.holds is False and not masking.unsettled and masking.verdict() == "does NOT hold"
+    assert masking.draws == (None, False)
+    assert masking.note.startswith("0 of 1 judgeable draw hold (1 of 2 cannot be judged) (2 stand-ins)")
+    assert "no visual sink to hide" in masking.note
+    held = claims.over_draws([_claim(True), _claim(None), _claim(True)], "3 seeds")
+    assert held.holds is True and held.verdict() == "holds"
+    split = claims.over_draws([_claim(True), _claim(None), _claim(False)], "3 seeds")
+    assert split.holds is None and split.unsettled and split.verdict() == "unsettled"
+    nothing = claims.over_draws([_claim(None, note="no outliers"), _claim(None)], "2 seeds")
+    assert nothing.holds is None and not nothing.unsettled and nothing.verdict() == "cannot be judged here"
+    # a draw that is itself unsettled (a value within its margin of the cut) makes the claim unsettled
+    near = claims.over_draws([_claim(True), _claim(None, unsettled=True)], "2 seeds")
+    assert near.verdict() == "unsettled"
+
+
+def test_a_value_within_its_margin_of_the_cut_is_unsettled():
+    assert claims.against_cut(0.5, 0.3, 0.05) == (True, False, {"value": 0.5, "cut": 0.3, "spread": 0.05})
+    assert claims.against_cut(0.2, 0.3, 0.05)[:2] == (False, False)
+    assert claims.against_cut(0.2, 0.3, 0.05, above=False)[:2] == (True, False)
+    assert claims.against_cut(0.009, 0.01, 0.005)[:2] == (None, True)  # 03's softpick slope on another machine
+    assert claims.against_cut(float("nan"), 0.3, 0.05)[:2] == (None, False)
+    c = _claim(None, unsettled=True, margin=claims.against_cut(0.009, 0.01, 0.005)[2])
+    assert c.verdict() == "unsettled" and takeaways.verdict(c) == "is unsettled (0.00900 is within 0.00500 of the cut 0.0100)"
+
+
+def test_a_claim_that_cannot_be_judged_is_never_rendered_as_holding():
+    """Issue 42 (3): 11_moe's super-expert claim is recorded as cannot be judged (a stand-in's super expert exists by
+    construction) with three draws that hold: the takeaway states the reason, not "3 of 3 draws hold"."""
+    c = _claim(None, note="a stand-in's super expert exists by construction; see 11", draws=(True, True, True),
+               draws_of="3 stand-ins")
+    text = takeaways.verdict(c)
+    assert text == "cannot be judged here (a stand-in's super expert exists by construction)"
+    assert "draws hold" not in text and "holds" not in text
+    assert takeaways.verdict(_claim(None)) == "cannot be judged here"
+
+
+def test_a_control_that_contradicts_the_paper_is_not_counted_as_holding():
+    """Issue 42 (4): a rule that holds on random weights where the paper says training makes the effect cannot
+    tell training from noise, whatever its control_note."""
+    c = claims.with_control(_claim(True, at_init=False), _claim(True, 0.9), "kept: the paper's own threshold")
+    assert c.holds is True and c.control_contradicts
+    counted = c.without_noise()
+    assert counted.holds is None and counted.verdict() == "cannot be judged here"
+    assert counted.note.startswith("holds on random weights too: this rule cannot tell training from noise")
+    assert "kept: the paper's own threshold" in counted.note
+    fine = claims.with_control(_claim(True, at_init=False), _claim(False, 0.1))
+    assert fine.without_noise() is fine
+
+
+def test_recorder_refuses_a_claim_the_scorecard_could_not_trust():
+    """Issue 42 (6): no ``follows``, or ``at_init`` with neither a control nor a note, is refused at run time."""
+    rec = claims.Recorder("00_tour", "m", "cpu")
+    with pytest.raises(ValueError, match="has no `follows`"):
+        rec.add(_claim(True, follows=""))
+    with pytest.raises(ValueError, match="no random-weight control and no control_note"):
+        rec.add(_claim(True, at_init=False))
+    rec.add(_claim(True, at_init=False), control_note="no control: the paper's model is not offline", show=False)
+    rec.add(_claim(True, at_init=False), control=_claim(False), model="other", show=False)
+    with pytest.raises(ValueError, match="marked unsettled"):
+        rec.add(_claim(True, unsettled=True), model="third")

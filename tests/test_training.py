@@ -1,6 +1,7 @@
 """The training harness: a smoke run per data source, checkpoint metrics, and the configuration cache."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from sinklib.core.errors import InputError
 from sinklib.mitigation import training
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+from sinklib.pipeline.profiles import _TRAIN_SMOKE
 
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32)
 
@@ -157,3 +159,28 @@ def test_trains_where_the_caller_turned_autograd_off(tmp_path, monkeypatch):
         run = training.train(cfg, progress=False)
         assert not torch.is_grad_enabled()
     assert run["checkpoints"][-1]["step"] == 6
+
+
+def test_training_loops_run_on_one_thread_whatever_the_notebook_has(monkeypatch, tmp_path):
+    """Issue 42: a run must not depend on JOBS (two threads a notebook with JOBS=1); the caller's threads come back,
+    also after an error, and a GPU run is left alone."""
+    from sinklib.core import precision
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with precision.training_threads("cpu"):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError, match="boom"), precision.training_threads("cpu"):
+            raise RuntimeError("boom")
+        assert torch.get_num_threads() == 2
+        with precision.training_threads("meta"):
+            assert torch.get_num_threads() == 2
+        seen = []
+        monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
+        monkeypatch.setattr(training, "_train", lambda *a, **k: seen.append(torch.get_num_threads()) or {})
+        training.train(replace(_TRAIN_SMOKE, steps=2), use_cache=False, progress=False)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

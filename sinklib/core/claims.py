@@ -15,18 +15,29 @@ the reason in ``note``). It also carries what makes a verdict trustworthy:
   (:func:`with_control`). A rule whose control holds where ``at_init`` is False cannot tell a trained model from
   noise; ``control_note`` must then say why the record is still kept.
 * ``draws``: each draw's verdict where the evidence depends on a random draw (:func:`over_draws`): the claim holds
-  (or fails) only when every draw agrees, else it is unsettled (``holds = None``).
+  (or fails) when every draw that can be judged agrees; draws that cannot be judged are reported beside, not
+  counted as disagreement.
+* ``margin``: where a verdict rests on a number against a cut, the number, the cut and the spread the number is
+  known to move by across machines and settings (:func:`against_cut`); a value within that spread of its cut is
+  *unsettled*, never a flip between holds and fails.
+
+Four verdicts (:data:`VERDICTS`): **holds**, **does NOT hold**, **unsettled** (``holds`` None and ``unsettled``
+True: the judgeable draws disagree, or a value sits within its margin of the cut) and **cannot be judged here**
+(``holds`` None: nothing on this model can decide it; ``note`` says why).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sinklib.core.results import write_json
 
-SCHEMA = 2
+SCHEMA = 3  # 3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
+
+VERDICTS = ("holds", "does NOT hold", "unsettled", "cannot be judged here")
 
 
 @dataclass(frozen=True)
@@ -52,14 +63,30 @@ class Claim:
     model: str = ""  # stamped by the Recorder
     profile: str = ""
     measured_on: str = ""  # "pretrained", "stand-in", "trained here" or "random weights"; stamped by the Recorder
+    unsettled: bool = False  # with holds None: the judgeable draws disagree, or a value is within its margin of a cut
+    paper: str = ""  # the arXiv id of the paper the claim comes from, where ``source`` names several (else found there)
+    margin: object = None  # {"value", "cut", "spread"} where the verdict is a value against a cut (:func:`against_cut`)
 
     def verdict(self) -> str:
+        """One of :data:`VERDICTS`."""
+        if self.holds is None and self.unsettled:
+            return "unsettled"
         return {True: "holds", False: "does NOT hold", None: "cannot be judged here"}[self.holds]
 
     @property
     def control_contradicts(self) -> bool:
         """The rule holds on random weights although the paper says training makes the effect."""
         return self.at_init is False and self.control is True
+
+    def without_noise(self) -> Claim:
+        """The record the scorecard counts: a claim whose rule also holds on random weights, where the paper says
+        training makes the effect, cannot tell training from noise -- it is not counted as holding, whatever the
+        ``control_note`` (which is kept, with the reason, in ``note``)."""
+        if not (self.control_contradicts and self.holds is True):
+            return self
+        why = "holds on random weights too: this rule cannot tell training from noise"
+        note = why + (f" ({self.control_note})" if self.control_note else "") + (f"; {self.note}" if self.note else "")
+        return replace(self, holds=None, unsettled=False, note=note)
 
     def line(self) -> str:
         """One printable line: verdict, statement, measured vs published, rule, draws and control."""
@@ -81,16 +108,35 @@ def _word(value: bool | None, none: str = "not run") -> str:
 
 
 def draw_summary(draws: Sequence[bool | None]) -> str:
-    """"3 of 3 draws hold", "unsettled: 2 of 3 draws hold"."""
+    """Draws as words, counting only the judgeable ones: "3 of 3 draws hold", "1 of 1 judgeable draw fails (1 of 2
+    cannot be judged)", "unsettled: 2 of 3 draws hold", "no draw can be judged (2 draws)"."""
     held = sum(d is True for d in draws)
     judged = sum(d is not None for d in draws)
     if judged == 0:  # nothing to judge in any draw (e.g. no outliers): not a disagreement
-        return f"not judged in {len(draws)} draw{'s' if len(draws) > 1 else ''}"
-    settled = judged == len(draws) and held in (0, len(draws))
-    text = f"{held} of {len(draws)} draws hold"
-    if judged < len(draws):
-        text += f", {len(draws) - judged} not judged"
-    return text if settled else f"unsettled: {text}"
+        return f"no draw can be judged ({len(draws)} draw{'s' if len(draws) != 1 else ''})"
+    unjudged = len(draws) - judged
+    if unjudged:
+        text = f"{held} of {judged} judgeable draw{'s' if judged > 1 else ''} hold"
+        text += f" ({unjudged} of {len(draws)} cannot be judged)"
+    else:
+        text = f"{held} of {judged} draws hold"
+    return text if held in (0, judged) else f"unsettled: {text}"
+
+
+def against_cut(value: float, cut: float, spread: float, above: bool = True) -> tuple[bool | None, bool, dict]:
+    """A value judged against a cut with its margin: ``(holds, unsettled, margin)``.
+
+    holds = value >= cut (``above``) or value <= cut, **unless** |value - cut| <= ``spread`` -- the amount the
+    value is measured to move across machines and settings (threads, instruction set) -- in which case the verdict
+    is unsettled: ``(None, True, margin)``. ``margin`` = {"value", "cut", "spread"} goes on the claim, so that a
+    reader (and :func:`sinklib.pipeline.verify`) sees how close it came.
+    """
+    margin = {"value": float(value), "cut": float(cut), "spread": float(spread)}
+    if math.isnan(value):
+        return None, False, margin
+    if abs(value - cut) <= spread:
+        return None, True, margin
+    return (value >= cut) if above else (value <= cut), False, margin
 
 
 def _short(value) -> str:
@@ -119,9 +165,11 @@ def _numbers(value) -> list[float]:
 def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
     """One claim judged over several draws of its random input (seeds, random tokens, sampled windows, controls).
 
-    ``claims[0]`` is the run's own seed: its statement, rule and ``measured`` are kept. Verdict:
-    holds = True if every draw holds, False if every draw fails, else None with "unsettled: k of n draws hold" in the
-    note. ``key(claim) -> float`` picks the number whose spread is recorded (default: the measured value itself when
+    ``claims[0]`` is the run's own seed: its statement, rule and ``measured`` are kept. Verdict over the draws that
+    can be judged (a draw that cannot -- no sink to hide, no outlier to count -- is reported beside, not counted as
+    a disagreement): holds = True if every judgeable draw holds, False if every one fails; **unsettled** (None,
+    ``unsettled``) if they disagree, or if a draw is itself unsettled (a value within its margin of the cut); None
+    when no draw can be judged. ``key(claim) -> float`` picks the number whose spread is recorded (default: the measured value itself when
     it is a number); ``spread`` = {"min", "max", "values"}.
     """
     if not claims:
@@ -130,12 +178,15 @@ def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
     if len(ids) != 1:
         raise ValueError(f"over_draws got different claims {sorted(ids)}: one claim, several draws")
     draws = tuple(c.holds for c in claims)
-    if all(d is True for d in draws):
+    judged = [d for d in draws if d is not None]
+    unsettled = any(c.holds is None and c.unsettled for c in claims)
+    if judged and not unsettled and all(judged):
         holds = True
-    elif all(d is False for d in draws):
+    elif judged and not unsettled and not any(judged):
         holds = False
     else:
         holds = None
+        unsettled = unsettled or bool(judged)
     values = [key(c) if key else (_numbers(c.measured)[0] if len(_numbers(c.measured)) == 1 else None)
               for c in claims]
     spread = None
@@ -143,9 +194,15 @@ def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
         spread = {"min": min(values), "max": max(values), "values": list(values)}
     first = claims[0]
     note = first.note
-    if holds is None:
-        note = f"{draw_summary(draws)} ({draws_of})" + (f"; {note}" if note else "")
-    return replace(first, holds=holds, note=note, draws=draws, draws_of=draws_of, spread=spread)
+    if holds is None or len(judged) < len(draws):  # say what was (not) judged; the first unjudgeable draw's reason
+        why = next((c.note for c in claims if c.holds is None and c.note), "")
+        note = f"{draw_summary(draws)} ({draws_of})"
+        if why and why != first.note:
+            note += f"; a draw that cannot be judged: {why}"
+        note += f"; {first.note}" if first.note else ""
+    margin = first.margin
+    return replace(first, holds=holds, unsettled=holds is None and unsettled, note=note, draws=draws,
+                   draws_of=draws_of, spread=spread, margin=margin)
 
 
 def with_control(claim: Claim, control: Claim | None, note: str = "") -> Claim:
@@ -170,6 +227,21 @@ def measured_on(label: str) -> str:
     return "pretrained"
 
 
+def check_schema(claim: Claim) -> None:
+    """Refuse a record a scorecard could not trust: no ``follows`` (what definition the rule transcribes), a paper
+    prediction at random initialisation (``at_init``) with neither a control run nor a ``control_note`` saying why
+    none was, or an "unsettled" flag on a claim that holds or fails."""
+    if not claim.follows.strip():
+        raise ValueError(f"claim {claim.id!r} has no `follows`: name the equation / table / repo:path:function its "
+                         f"rule transcribes")
+    if claim.at_init is not None and claim.control is None and claim.control_measured is None \
+            and not claim.control_note.strip():
+        raise ValueError(f"claim {claim.id!r} states what its paper predicts at initialisation (at_init="
+                         f"{claim.at_init}) but has no random-weight control and no control_note saying why")
+    if claim.unsettled and claim.holds is not None:
+        raise ValueError(f"claim {claim.id!r} is marked unsettled but holds={claim.holds}")
+
+
 class Recorder:
     """Collects a notebook's claims: ``add`` stamps model and profile and prints the verdict; ``write`` saves them."""
 
@@ -184,6 +256,7 @@ class Recorder:
         label = model or self.model
         claim = replace(with_control(claim, control, control_note), model=label, profile=self.profile,
                         measured_on=measured_on(label))
+        check_schema(claim)
         if not claim.draws:  # judged once: the record still says so, and on what
             claim = replace(claim, draws=(claim.holds,), draws_of=claim.draws_of or "one evaluation")
         if any(c.id == claim.id and c.model == claim.model for c in self.claims):  # once per claim and model

@@ -60,15 +60,19 @@ def compare(a: float, b: float, more: str = "higher than", less: str = "lower th
 
 
 def verdict(claim: Claim | None) -> str:
-    """A claim's verdict as prose: "holds", "does not hold", "cannot be judged here (why)", with the draws and the
-    random-weight control when they were run."""
+    """A claim's verdict as prose -- one of the four: "holds", "does not hold", "is unsettled (why)", "cannot be
+    judged here (why)" -- with the draws and the random-weight control when they were run. A verdict that is not
+    "holds" or "does not hold" always states its reason (the record's note), never a draw count alone: a claim that
+    cannot be judged is never rendered as "3 of 3 draws hold"."""
     if claim is None:
         return "was not judged (nothing to judge it on)"
-    text = {True: "holds", False: "does not hold", None: "cannot be judged here"}[claim.holds]
-    if claim.holds is None and len(claim.draws) > 1 and any(d is not None for d in claim.draws):
-        text = f"is {draw_summary(claim.draws)}" + (f" ({claim.draws_of})" if claim.draws_of else "")
-    elif claim.holds is None and claim.note:
-        text += f" ({claim.note.split(';')[0]})"
+    word = claim.verdict()
+    text = {"holds": "holds", "does NOT hold": "does not hold", "unsettled": "is unsettled",
+            "cannot be judged here": "cannot be judged here"}[word]
+    if claim.holds is None:
+        reason = _reason(claim)
+        if reason:
+            text += f" ({reason})"
     extras = []
     if claim.draws and len(claim.draws) > 1 and claim.holds is not None:
         extras.append(draw_summary(claim.draws) + (f" over {claim.draws_of}" if claim.draws_of else ""))
@@ -77,8 +81,23 @@ def verdict(claim: Claim | None) -> str:
     return text + (f" ({'; '.join(extras)})" if extras else "")
 
 
+def _reason(claim: Claim) -> str:
+    """Why a claim is unsettled or cannot be judged: its note's first clause; for an unsettled claim without one, the
+    draws (or the margin) that make it so."""
+    first = claim.note.split(";")[0].strip() if claim.note else ""
+    if claim.unsettled and not first:
+        if claim.draws and len(claim.draws) > 1:
+            first = draw_summary(claim.draws) + (f" ({claim.draws_of})" if claim.draws_of else "")
+        elif isinstance(claim.margin, dict):
+            m = claim.margin
+            first = f"{num(m['value'])} is within {num(m['spread'])} of the cut {num(m['cut'])}"
+    if claim.unsettled and first.startswith("unsettled: "):
+        first = first[len("unsettled: "):]
+    return first
+
+
 def claim_line(claim: Claim | None, name: str | None = None) -> str:
-    """"`id` holds (3 of 3 draws hold; on random weights it fails)"."""
+    """"`id` holds (3 of 3 draws hold over 3 seeds; on random weights it fails)"."""
     if claim is None:
         return f"`{name}` was not judged"
     return f"`{name or claim.id}` {verdict(claim)}"

@@ -137,19 +137,22 @@ def final_metrics(table: pd.DataFrame, uniform: float, agreement: Sequence[str])
 
 
 def verdicts(claims: Sequence[Claim]) -> str:
-    """Section 5: the ``removes_sink`` claims grouped by verdict, with their per-seed outcomes and what the
-    untrained control said."""
+    """Section 5: the ``removes_sink`` claims grouped by their four verdicts (holds / does not / unsettled / cannot be
+    judged here, :meth:`~sinklib.core.claims.Claim.verdict`), and what the untrained control said."""
     removes = [c for c in claims if c.id.endswith("_removes_sink")]
     grows = next((c for c in claims if c.id.endswith("_grows_sink")), None)
-    short = {c.id: c.id.split(".")[1].removesuffix("_removes_sink") for c in removes}
-    by = {h: [short[c.id] for c in removes if c.holds is h] for h in (True, False, None)}
+    by = {v: [c.id.split(".")[1].removesuffix("_removes_sink") for c in removes if c.verdict() == v]
+          for v in ("holds", "does NOT hold", "unsettled", "cannot be judged here")}
     n = len(grows.draws) if grows and grows.draws else 1
     return paragraph(
         f"{n} training seeds",
         f"{claim_line(grows)}.",
-        f"Removes the sink in every seed: {_names(by[True])}.",
-        f"Does not, in every seed: {_names(by[False])}.",
-        f"Unsettled or not judgeable: {_names(by[None])}." if by[None] else "",
+        f"Removes the sink in every seed: {_names(by['holds'])}.",
+        f"Does not, in every seed: {_names(by['does NOT hold'])}.",
+        (f"Unsettled (the seeds disagree, or a number sits within its margin of a cut): {_names(by['unsettled'])}."
+         if by["unsettled"] else ""),
+        (f"Cannot be judged here (e.g. a removal whose strongest head is still rising): "
+         f"{_names(by['cannot be judged here'])}." if by["cannot be judged here"] else ""),
         "On the untrained model (step 0) the softmax rule "
         + ({True: "holds -- see its control note", False: "fails, as it should: the sink is learned",
             None: "was not judged"}[grows.control if grows else None]) + ".",

@@ -308,6 +308,13 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
     json_path, weights_path = run_paths(cfg)
     if use_cache and json_path.exists():
         return json.loads(json_path.read_text())
+    with precision.training_threads(device):  # one thread on a CPU, whatever the notebook has: see precision
+        return _train(cfg, json_path, weights_path, use_cache, progress, device)
+
+
+def _train(cfg: TrainConfig, json_path: Path, weights_path: Path, use_cache: bool, progress: bool,
+           device: str) -> dict:
+    """:func:`train`'s loop (the cache is checked, the threads fixed)."""
     torch.manual_seed(cfg.seed)
     model = TinyLM(cfg.model).to(device)
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))

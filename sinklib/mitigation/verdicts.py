@@ -5,8 +5,11 @@
   parse);
 * :func:`convergence` -- does head-wise RMSNorm converge faster than softmax, measured against the seeds' spread;
 * :func:`sink_claim` / :func:`rmsnorm_convergence` -- the :class:`~sinklib.core.claims.Claim` records: the
-  baseline "grows a sink", every other variant "removes it" (holds on a clean removal; does not on reduces / keeps /
-  strengthens / shrinks the rows; cannot be judged when the seeds cannot settle the cut or the head is still rising);
+  baseline "grows a sink", every other variant "removes it" (:meth:`SinkVerdict.removal`: holds on a clean removal;
+  does not on reduces / keeps / strengthens / shrinks the rows, whatever the head's slope; unsettled when the seeds
+  cannot settle the cut or the head's slope sits within :data:`SLOPE_MARGIN` of :data:`RISING`; cannot be judged when
+  a removal's head is still rising or the baseline grew no sink); each record names its own paper
+  (:func:`claim_source`);
 * :func:`sink_claim_over_seeds` / :func:`convergence_claim_over_seeds` -- the records the notebook keeps: each
   training seed judged on its own (paired with the softmax run of the same seed), then
   :func:`~sinklib.core.claims.over_draws` over the seeds; :func:`at_init` gives the step-0 checkpoints, the same
@@ -22,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from sinklib.core.claims import Claim, over_draws
+from sinklib.core.claims import Claim, against_cut, over_draws
 from sinklib.core.metrics import GU_EPS
 
 
@@ -43,23 +46,57 @@ def grows_sink(table: pd.DataFrame, variant: str, uniform: float) -> bool:
 @dataclass(frozen=True)
 class SinkVerdict:
     """What :func:`sink_verdict` decided, as data. ``outcome``: one of :data:`OUTCOMES`; ``settled``: False when
-    alpha_0 lies within 2 seed sd's of the cut that decides (the line then names both sides); ``delayed``: the
-    strongest head is still rising at the end of training; ``line``: the sentence with every number."""
+    alpha_0 lies within 2 seed sd's of the cut that decides (the line then names both sides); ``delayed``: a possible
+    removal whose strongest head is still rising at the end of training (slope above ``RISING`` by more than
+    ``SLOPE_MARGIN``); ``line``: the sentence with every number; ``sides``: the outcomes the line names ("removes or
+    reduces" -> ("removes", "reduces"); empty: just ``outcome``); ``slope``: the strongest head's :func:`late_slope`,
+    the largest over the runs (None: no runs given); ``near``: where not settled, alpha_0 against that cut with its
+    margin of 2 pooled seed sd's ({"value", "cut", "spread"})."""
 
     variant: str
     outcome: str
     settled: bool
     delayed: bool
     line: str
+    sides: tuple[str, ...] = ()
+    slope: float | None = None
+    near: dict | None = None
+
+    @property
+    def could_remove(self) -> bool:
+        """The verdict is, or may be, a removal: outcome "removes", or "removes" among the sides the seeds leave open
+        ("removes or reduces"). Everything else -- reduces, keeps, strengthens, shrinks the rows, "reduces or keeps"
+        -- is not a removal, whatever happens next."""
+        return self.outcome == "removes" or "removes" in self.sides
+
+    def removal(self) -> tuple[bool | None, bool, dict | None]:
+        """The mitigation papers' claim "removes the first-token sink" as ``(holds, unsettled, margin)``:
+
+        * the baseline grew no sink (``cannot_judge``): (None, False) -- cannot be judged;
+        * not a possible removal (:attr:`could_remove` False): False. A head still rising after a mere reduction
+          moves *away* from removal, so the slope is not consulted;
+        * a removal the seeds cannot settle ("removes or reduces"): unsettled, ``margin`` = :attr:`near`;
+        * a settled removal: the strongest head's slope against ``RISING`` with ``SLOPE_MARGIN``
+          (:func:`~sinklib.core.claims.against_cut`): above by more than the margin -> (None, False), removed or only
+          delayed cannot be told at this budget; within the margin -> unsettled; below by more -> True. Without
+          runs (``slope`` None) ``delayed`` alone decides.
+        """
+        if self.outcome == "cannot_judge":
+            return None, False, None
+        if not self.could_remove:
+            return False, False, None
+        if not self.settled:
+            return None, True, self.near
+        if self.slope is None:
+            return (None if self.delayed else True), False, None
+        rising, unsettled, margin = against_cut(self.slope, RISING, SLOPE_MARGIN)
+        return (True if rising is False else None), unsettled, margin
 
     @property
     def removes(self) -> bool | None:
-        """The mitigation papers' claim "removes the first-token sink": True on a clean, settled, not-delayed
-        removal; None when the baseline grew no sink, the seeds cannot settle the cut, or the head is still rising;
-        else False."""
-        if self.outcome == "cannot_judge" or not self.settled or self.delayed:
-            return None
-        return self.outcome == "removes"
+        """:meth:`removal`'s verdict alone: True on a clean, settled, not-delayed removal; False on anything that is
+        not a possible removal; None when it cannot be judged or is unsettled."""
+        return self.removal()[0]
 
     def __str__(self) -> str:
         return self.line
@@ -80,9 +117,11 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
     no sink in the baseline nothing can be judged. **Seeds first:** when alpha_0 lies within 2 pooled seed sd's of
     the cut that decides (1.5U, 0.5x or 1.5x the baseline's), the verdict names *both* sides ("removes or reduces")
     instead of one -- two variants on either side of a cut by less than their seed spread are not different.
-    **Removed or delayed:** given the variant's ``runs``, a removal or reduction whose strongest head is still
-    rising at the end of training (:func:`late_slope` > ``RISING``) says that the budget cannot tell a removed sink
-    from a delayed one. Where rows sum to < 0.95 (a learned sink, the off-by-one zero logit) the missing mass is
+    **Removed or delayed:** given the variant's ``runs``, a possible removal ("removes", "removes or reduces") whose
+    strongest head is still rising at the end of training (:func:`late_slope` > ``RISING`` + ``SLOPE_MARGIN``) says
+    that the budget cannot tell a removed sink from a delayed one, and one within ``SLOPE_MARGIN`` of ``RISING`` says
+    that the slope cannot settle it; a reduction whose head still rises (> ``RISING``) is moving away from removal,
+    and the line says so. Where rows sum to < 0.95 (a learned sink, the off-by-one zero logit) the missing mass is
     reported; validation loss is compared with the baseline in seed sd's.
     """
     fa = table.loc[variant, ("first-token attention", "mean")]
@@ -108,20 +147,21 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
         outcome = "keeps"
     else:
         outcome = "strengthens"
-    head = _HEADS[outcome]
+    head, sides, near = _HEADS[outcome], (), None
     unsettled = _too_close(table, variant, baseline, fa, base_fa, uniform) if base_grows else ""
     settled = not (unsettled and outcome != "shrinks_rows")
     if not settled:
-        head = _both_sides(head, fa, base_fa, uniform, rate)
+        head, sides, cut = _both_sides(fa, base_fa, uniform, rate)
+        near = {"value": float(fa), "cut": float(cut),
+                "spread": 2 * _pooled_sd(table, variant, baseline, "first-token attention")}
     line = f"{variant}: {head}: {nums}; baseline alpha_0 {base_fa:.3f}" + unsettled
-    delayed = False
-    if runs and base_grows and head.startswith(("removes", "reduces")):  # incl. "removes or reduces", "reduces or keeps"
+    slope, delayed = None, False
+    if runs and base_grows:
         slopes = [late_slope(r) for r in runs]
-        delayed = max(slopes) > RISING
-        if delayed:
-            line += (f"; its strongest head is still rising at the end of training (+{max(slopes):.3f} per 100 steps "
-                     f"over the last quarter, in seed {slopes.index(max(slopes))}): removed or only delayed cannot "
-                     f"be told at this budget")
+        slope = max(slopes)
+        could_remove = outcome == "removes" or "removes" in sides
+        line += _slope_caveat(could_remove, head, slope, slopes.index(slope))
+        delayed = could_remove and slope > RISING + SLOPE_MARGIN
     mass = table.loc[variant, ("attention row mass", "mean")]
     if variant == "sigmoid":
         line += f"; sigmoid rows are not normalised (mean row sum {mass:.2f})"
@@ -130,7 +170,7 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
     d = table.loc[variant, ("val loss", "mean")] - table.loc[baseline, ("val loss", "mean")]
     sd = _pooled_sd(table, variant, baseline, "val loss")
     line += f"; val loss {d:+.3f} vs baseline" + ("" if math.isnan(sd) else f" (seed sd {sd:.3f})")
-    return SinkVerdict(variant, outcome, settled, delayed, line + ".")
+    return SinkVerdict(variant, outcome, settled, delayed, line + ".", sides, slope, near)
 
 
 _HEADS = {"grows": "grows a first-token sink", "no_sink": "does NOT grow a first-token sink in this setting",
@@ -142,6 +182,27 @@ _HEADS = {"grows": "grows a first-token sink", "no_sink": "does NOT grow a first
 
 
 RISING = 0.01  # per 100 steps: a strongest-head share still climbing faster than this has not settled
+# Cross-machine margin of late_slope (per 100 steps): the same seed's bf16 training on a CPU with AMX and on one with
+# AVX512-BF16 moved the slope by ~0.002-0.005 (softpick seed 0: +0.009 on one machine, about +0.01 on the other,
+# flipping the claim between "holds" and "cannot be judged"). A slope within this of RISING is unsettled.
+SLOPE_MARGIN = 0.005
+
+
+def _slope_caveat(could_remove: bool, head: str, slope: float, seed: int) -> str:
+    """What the strongest head's late slope adds to the line: for a possible removal, still rising (> ``RISING`` +
+    ``SLOPE_MARGIN``: removed or delayed cannot be told) or within ``SLOPE_MARGIN`` of ``RISING`` (unsettled); for a
+    reduction still rising (> ``RISING``), that it moves away from removal; else nothing."""
+    where = f"+{slope:.3f} per 100 steps over the last quarter, in seed {seed}"
+    if could_remove and slope > RISING + SLOPE_MARGIN:
+        return (f"; its strongest head is still rising at the end of training ({where}): removed or only delayed "
+                f"cannot be told at this budget")
+    if could_remove and abs(slope - RISING) <= SLOPE_MARGIN:
+        return (f"; its strongest head's slope ({where}) is within {SLOPE_MARGIN} (the cross-machine margin) of "
+                f"{RISING}: whether it is still rising is unsettled")
+    if not could_remove and head.startswith("reduces") and slope > RISING:
+        return (f"; its strongest head is still rising at the end of training ({where}): the reduced sink is growing "
+                f"back, away from removal")
+    return ""
 
 
 def late_slope(run: dict, key: str = "share_by_head", fraction: float = 0.25) -> float:
@@ -158,13 +219,18 @@ def late_slope(run: dict, key: str = "share_by_head", fraction: float = 0.25) ->
     return float(np.polyfit(x, y, 1)[0] * 100)
 
 
-def _both_sides(head: str, fa: float, base_fa: float, uniform: float, rate: float) -> str:
-    """The two verdicts on either side of the cut alpha_0 is closest to (used when the seeds cannot settle it)."""
-    cuts = [(abs(fa - 1.5 * uniform), "removes or reduces the first-token sink (the seeds cannot tell which)")
-            if rate < 0.02 else (math.inf, ""),
-            (abs(fa - 0.5 * base_fa), "reduces or keeps the first-token sink (the seeds cannot tell which)"),
-            (abs(fa - 1.5 * base_fa), "keeps or strengthens the first-token sink (the seeds cannot tell which)")]
-    return min(cuts)[1] or head
+def _both_sides(fa: float, base_fa: float, uniform: float, rate: float) -> tuple[str, tuple[str, str], float]:
+    """The two verdicts on either side of the cut alpha_0 is closest to (used when the seeds cannot settle it):
+    (the words, the two outcomes, the cut)."""
+    which = "(the seeds cannot tell which)"
+    cuts = [(abs(fa - 1.5 * uniform) if rate < 0.02 else math.inf, f"removes or reduces the first-token sink {which}",
+             ("removes", "reduces"), 1.5 * uniform),
+            (abs(fa - 0.5 * base_fa), f"reduces or keeps the first-token sink {which}", ("reduces", "keeps"),
+             0.5 * base_fa),
+            (abs(fa - 1.5 * base_fa), f"keeps or strengthens the first-token sink {which}", ("keeps", "strengthens"),
+             1.5 * base_fa)]
+    _, words, sides, cut = min(cuts, key=lambda c: c[0])
+    return words, sides, cut
 
 
 def _too_close(table: pd.DataFrame, variant: str, baseline: str, fa: float, base_fa: float, uniform: float) -> str:
@@ -261,8 +327,9 @@ ADAPTED = {
                "LMs and 60M LLaMA runs); 'grows' needs sink rate >= 5% and alpha_0 >= 2x uniform (H_T / T) -- the "
                "paper gives no cut for 'has a sink'",
     "removes": "'removes' = sink rate < 2% and alpha_0 <= 1.5x uniform on the weights and on the row-normalised "
-               "shares, the strongest head no longer rising (our cuts; the papers compare first-token attention "
-               "with their softmax baseline at paper scale); judged per training seed, holds only if all agree",
+               "shares, the strongest head no longer rising (our cuts, the slope's with a cross-machine margin; the "
+               "papers compare first-token attention with their softmax baseline at paper scale); judged per "
+               "training seed, holds only if all agree",
     "sigmoid": "our sigmoid has a learnable bias initialised at -log T (Gu et al.'s 0.44% is without a bias)",
     "gated_headwise": "the gate is its own Linear (with bias) on the block's normalised input; theirs is an extra "
                       "slice of q_proj",
@@ -278,30 +345,54 @@ CONVERGENCE_ADAPTED = ("a 2-layer TinyLM on bigram-backcopy / Bible bytes for a 
                        "seed) and by more than 2 pooled seed sd's")
 
 
+REMOVES_RULE = ("sink_verdict says 'removes' (sink rate < 2%, alpha_0 and share <= 1.5x uniform); reduces / keeps / "
+                "strengthens / shrinks the rows do not hold, whatever the strongest head's slope")
+REMOVES_GATES = (f"a possible removal is unsettled when alpha_0 lies within 2 pooled seed sd's of 1.5x uniform or the "
+                 f"strongest head's late slope within {SLOPE_MARGIN} (cross-machine margin) of {RISING} per 100 "
+                 f"steps, and cannot be judged when that head is still rising beyond it")
+SINK_KEYS = {"first_attention": "first-token attention", "sink_rate": "sink rate", "first_share": "first-token share"}
+
+
+def claim_source(reference: Mapping, variant: str) -> tuple[str, str]:
+    """``(paper, source)`` of ``variant``'s claim: the arXiv id of the paper the claim comes from ("" where there is
+    none, e.g. a blog post) and a source that names that paper first -- ``reference["sources"][variant]`` of
+    ``data/reference/mitigations.json``; without such an entry, ("", the file's shared ``source``)."""
+    own = reference.get("sources", {}).get(variant)
+    return (own["paper"], own["source"]) if own else ("", reference["source"])
+
+
+def sink_measured(table: pd.DataFrame, variant: str) -> dict:
+    """The numbers a sink claim records: alpha_0, sink rate and first-token share of ``variant``, the mean over the
+    table's seeds (as the notebook's table shows them), with ``over`` saying so ("mean over 2 seeds")."""
+    seeds = int(table.loc[variant, ("seeds", "")])
+    return {key: float(table.loc[variant, (label, "mean")]) for key, label in SINK_KEYS.items()} | {
+        "over": f"mean over {seeds} seeds" if seeds > 1 else "one seed"}
+
+
 def sink_claim(variant: str, table: pd.DataFrame, uniform: float, runs: Sequence[dict], paper: dict,
                baseline: str = "softmax") -> Claim:
-    """One variant's record: the baseline "grows a sink" (:func:`grows_sink`), every other variant "removes it".
+    """One variant's record: the baseline "grows a sink" (:func:`grows_sink`), every other variant "removes it"
+    (:meth:`SinkVerdict.removal`: holds, does not, unsettled -- with the margin it came within -- or cannot be
+    judged). ``paper`` / ``source``: :func:`claim_source`.
 
     ``at_init``: False for "grows" (Gu et al.: the sink is learned -- an untrained model has none); None for
     "removes" (the papers predict nothing at initialisation, where there is no sink to remove)."""
     verdict = sink_verdict(variant, table, uniform, runs=runs, baseline=baseline)
     published = paper["variants"].get(variant)
-    measured = {"first_attention": table.loc[variant, ("first-token attention", "mean")],
-                "sink_rate": table.loc[variant, ("sink rate", "mean")],
-                "first_share": table.loc[variant, ("first-token share", "mean")]}
+    measured = sink_measured(table, variant)
+    arxiv, source = claim_source(paper, variant)
     if variant == baseline:
-        return Claim(id=f"mitigation.{variant}_grows_sink", source=paper["source"],
+        return Claim(id=f"mitigation.{variant}_grows_sink", source=source, paper=arxiv,
                      statement="softmax attention trained from scratch grows a first-token sink",
                      rule="sink rate >= 5% and alpha_0 >= 2x uniform attention", published=published,
                      measured=measured, holds=grows_sink(table, baseline, uniform), note=verdict.line,
                      follows=FOLLOWS.get(variant, GU_SINK), adapted=ADAPTED["softmax"], at_init=False)
     adapted = ADAPTED["removes"] + (f"; {ADAPTED[variant]}" if variant in ADAPTED else "")
-    return Claim(id=f"mitigation.{variant}_removes_sink", source=paper["source"],
-                 statement=f"{variant} removes the first-token sink",
-                 rule="sink_verdict says 'removes' (sink rate < 2%, alpha_0 and share <= 1.5x uniform), with the "
-                      "cut settled by the seeds and the strongest head no longer rising",
-                 published=published, measured=measured, holds=verdict.removes, note=verdict.line,
-                 follows=FOLLOWS.get(variant, ""), adapted=adapted, at_init=None)
+    holds, unsettled, margin = verdict.removal()
+    return Claim(id=f"mitigation.{variant}_removes_sink", source=source, paper=arxiv,
+                 statement=f"{variant} removes the first-token sink", rule=f"{REMOVES_RULE}; {REMOVES_GATES}",
+                 published=published, measured=measured, holds=holds, unsettled=unsettled, margin=margin,
+                 note=verdict.line, follows=FOLLOWS.get(variant, ""), adapted=adapted, at_init=None)
 
 
 def seed_draws(runs: Mapping[str, Sequence[dict]], seeds: Sequence[int]) -> str:
@@ -343,8 +434,11 @@ def _init_table(init_runs: Mapping[str, Sequence[dict]], baseline: str) -> pd.Da
 def sink_claim_over_seeds(variant: str, runs: Mapping[str, Sequence[dict]], uniform: float, paper: dict,
                           seeds: Sequence[int], baseline: str = "softmax") -> Claim:
     """:func:`sink_claim` judged on each training seed alone (``variant``'s run of seed i against ``baseline``'s
-    run of seed i), then :func:`~sinklib.core.claims.over_draws`: holds only if every seed's verdict holds.
-    The note keeps the pooled (mean +- sd over seeds) verdict line beside the per-seed outcomes."""
+    run of seed i), then :func:`~sinklib.core.claims.over_draws`: holds only if every seed's verdict holds;
+    unsettled when the seeds disagree or one is itself unsettled. The note keeps the pooled (mean +- sd over seeds)
+    verdict line beside the per-seed outcomes. ``measured`` is the mean over the seeds (:func:`sink_measured`, the
+    notebook table's numbers); ``spread`` the per-seed alpha_0 (min, max, values) and, under ``per_seed``, every
+    measured number seed by seed; ``margin`` the first unsettled seed's, else the one that came closest to its cut."""
     from sinklib.mitigation.comparison import final_table
 
     n = min(len(runs[variant]), len(runs[baseline]))
@@ -354,49 +448,81 @@ def sink_claim_over_seeds(variant: str, runs: Mapping[str, Sequence[dict]], unif
         table = final_table(one)
         per_seed.append(sink_claim(variant, table, uniform, one[variant], paper, baseline))
         outcomes.append(sink_verdict(variant, table, uniform, runs=one[variant], baseline=baseline).outcome)
-    pooled = sink_verdict(variant, final_table({k: runs[k][:n] for k in {baseline, variant}}), uniform,
-                          runs=runs[variant][:n], baseline=baseline)
+    pooled_table = final_table({k: runs[k][:n] for k in {baseline, variant}})
+    pooled = sink_verdict(variant, pooled_table, uniform, runs=runs[variant][:n], baseline=baseline)
     seeds_text = ", ".join(f"seed {s}: {o}" for s, o in zip(seeds, outcomes))
-    rule = (f"{per_seed[0].rule.split(', with the cut settled')[0]}, judged on each training seed alone (against "
-            f"the {baseline} run of the same seed){'' if variant == baseline else ' with its strongest head no longer rising'}"
-            f"; holds only if every seed holds")
+    rule = (f"{REMOVES_RULE if variant != baseline else per_seed[0].rule}, judged on each training seed alone "
+            f"(against the {baseline} run of the same seed); "
+            f"{'' if variant == baseline else REMOVES_GATES + '; '}holds only if every seed holds")
     note = f"per seed: {seeds_text}; over seeds: {pooled.line}"
     per_seed = [replace(c, note=note, rule=rule) for c in per_seed]
-    return over_draws(per_seed, seed_draws({variant: runs[variant][:n]}, seeds),
-                      key=lambda c: c.measured["first_attention"])
+    claim = over_draws(per_seed, seed_draws({variant: runs[variant][:n]}, seeds),
+                       key=lambda c: c.measured["first_attention"])
+    spread = (claim.spread or {}) | {"per_seed": {k: [c.measured[k] for c in per_seed] for k in SINK_KEYS}}
+    return replace(claim, measured=sink_measured(pooled_table, variant), spread=spread,
+                   margin=decisive_margin(per_seed))
+
+
+def decisive_margin(claims: Sequence[Claim]) -> dict | None:
+    """The margin a claim judged over draws reports: the first unsettled draw's, else the one whose value came
+    closest to its cut (None when no draw rests on a cut)."""
+    unsettled = [c.margin for c in claims if c.unsettled and c.margin]
+    if unsettled:
+        return unsettled[0]
+    return min((c.margin for c in claims if c.margin), key=lambda m: abs(m["value"] - m["cut"]), default=None)
 
 
 def convergence_claim_over_seeds(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str,
-                                 seeds: Sequence[int]) -> Claim:
+                                 seeds: Sequence[int], margin_sds: float = 2.0) -> Claim:
     """:func:`rmsnorm_convergence` judged seed by seed (candidate seed i against baseline seed i: both measures
     lower = faster), then over the seeds; a verdict the seeds agree on must also clear :func:`convergence`'s
-    2-pooled-sd margin, else it is unsettled ("every seed agrees, but within 2 seed sd's")."""
+    2-pooled-sd margin, else it is unsettled ("every seed agrees, but within 2 seed sd's"; ``margin``: the measure
+    closest to zero in pooled sd's, {"value": diff, "cut": 0, "spread": 2 sd}). ``measured``: the pooled
+    :func:`convergence` numbers (means over the seeds, as :func:`convergence_line` prints them); ``spread``: each
+    seed's final-loss difference."""
     n = min(len(candidate), len(baseline))
     per_seed = [rmsnorm_convergence([candidate[i]], [baseline[i]], paper, setting) for i in range(n)]
     claim = over_draws(per_seed, f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})",
                        key=lambda c: c.measured["final"]["diff"])
-    pooled = convergence(candidate[:n], baseline[:n])
-    holds = claim.holds
-    margin = {"faster": True, "slower": False, "no difference": None}[pooled["verdict"]]
+    pooled = convergence(candidate[:n], baseline[:n], margin_sds=margin_sds)
+    holds, unsettled, margin = claim.holds, claim.unsettled, claim.margin
+    cleared = {"faster": True, "slower": False, "no difference": None}[pooled["verdict"]]
     note = claim.note
-    if holds is not None and margin != holds:
-        holds = None
-        note = (f"every seed agrees ({'faster' if claim.holds else 'slower'}), but the gap is within 2 pooled seed "
-                f"sd's; {note}")
+    if holds is not None and cleared != holds:
+        holds, unsettled = None, True
+        measure, margin = convergence_margin(pooled, margin_sds)
+        note = (f"every seed agrees ({'faster' if claim.holds else 'slower'}), but the gap in {measure} is within "
+                f"{margin_sds:g} pooled seed sd's; {note}")
     rule = ("mean and final validation loss both lower (faster) / higher (slower) than softmax's in every training "
-            "seed (paired by seed) and, on the mean over seeds, by > 2 pooled seed sd's")
-    return replace(claim, holds=holds, rule=rule, note=f"{note}; over seeds: {pooled['verdict']}",
-                   control_note=CONVERGENCE_CONTROL)
+            "seed (paired by seed) and, on the mean over seeds, by > 2 pooled seed sd's (else unsettled)")
+    measured = {"final": pooled["final"], "auc": pooled["auc"],
+                "over": f"mean over {n} seeds" if n > 1 else "one seed"}
+    return replace(claim, holds=holds, unsettled=unsettled, margin=margin, rule=rule, measured=measured,
+                   note=f"{note}; over seeds: {pooled['verdict']}", control_note=CONVERGENCE_CONTROL)
+
+
+def convergence_margin(conv: dict, margin_sds: float = 2.0) -> tuple[str, dict]:
+    """The measure of :func:`convergence` ("auc" or "final") whose difference lies closest to zero in pooled seed
+    sd's, and its margin {"value": diff, "cut": 0, "spread": ``margin_sds`` x sd} (an undefined sd counts as 0)."""
+    def sds(m: str) -> float:
+        sd = 0.0 if math.isnan(conv[m]["sd"]) else conv[m]["sd"]
+        return abs(conv[m]["diff"]) / sd if sd > 0 else math.inf
+
+    m = min(("auc", "final"), key=sds)
+    sd = 0.0 if math.isnan(conv[m]["sd"]) else conv[m]["sd"]
+    return m, {"value": float(conv[m]["diff"]), "cut": 0.0, "spread": margin_sds * sd}
 
 
 def rmsnorm_convergence(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str) -> Claim:
     """The structural-origin paper: head-wise RMSNorm converges faster (lower validation loss) than softmax.
     Rule: :func:`convergence` -- both the mean loss over training and the final loss lower by
-    more than 2 pooled seed sd's holds; both higher by as much does not; otherwise it cannot be judged."""
+    more than 2 pooled seed sd's holds; both higher by as much does not; otherwise it cannot be judged.
+    ``paper`` / ``source``: head-wise RMSNorm's (:func:`claim_source`)."""
     conv = convergence(candidate, baseline)
     holds = {"faster": True, "slower": False, "no difference": None}[conv["verdict"]]
-    return Claim(id=f"origin.headwise_rmsnorm_converges_faster.{setting.replace(' ', '_')}", source=paper["source"],
-                 statement="head-wise RMSNorm reaches a lower validation loss than softmax",
+    arxiv, source = claim_source(paper, "headwise_rmsnorm")
+    return Claim(id=f"origin.headwise_rmsnorm_converges_faster.{setting.replace(' ', '_')}", source=source,
+                 paper=arxiv, statement="head-wise RMSNorm reaches a lower validation loss than softmax",
                  rule="mean and final validation loss both lower (faster) / higher (slower) by > 2 pooled seed sd's",
                  published=paper["variants"]["headwise_rmsnorm"].get("val_loss"),
                  measured={"final": conv["final"], "auc": conv["auc"]}, holds=holds,

@@ -40,7 +40,7 @@ figure{margin:1.5em 0} img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#444;margin-top:.4em} code{background:#f4f4f4;padding:0 .2em}
 table{border-collapse:collapse;font-size:.82em;margin:.6em 0} td,th{border:1px solid #ddd;padding:.2em .45em;
 text-align:left;vertical-align:top} th{background:#fafafa}
-.holds{background:#e6f4ea} .does-not-hold{background:#fce8e6} .cannot-be-judged-here{background:#f1f3f4}
+.holds{background:#e6f4ea} .does-not-hold{background:#fce8e6} .unsettled{background:#fef3e0} .cannot-be-judged-here{background:#f1f3f4}
 .saw{border-left:4px solid #9ab;padding:.1em .8em;margin:.8em 0;background:#f8fafc}
 .meta{color:#555;font-size:.9em} details{margin:.8em 0}
 """
@@ -214,6 +214,7 @@ def _claims_table(claims: list) -> str:
     from sinklib.core.claims import draw_summary
 
     word = {True: "holds", False: "fails", None: "not run"}
+    claims = [c.without_noise() for c in claims]  # a rule that holds on noise is not shown as holding
     rows = [[_esc(c.verdict()), _esc(c.statement), _esc(c.source), _esc(_fmt(c.published)), _esc(_fmt(c.measured)),
              _esc(draw_summary(c.draws) if c.draws else "-"),
              _esc(f"{word[c.control]} (paper: {word[c.at_init] if c.at_init is not None else 'no prediction'})"),
@@ -249,7 +250,7 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
     except ValueError as err:  # written by another sinklib version: say so, show the figures anyway
         claims = []
         meta.append(f"<b>claims not shown</b>: {_esc(err)}")
-    held = sum(c.holds is True for c in claims)
+    held = sum(c.without_noise().holds is True for c in claims)
     parts = [f"<section id='{stem}'><h2>{_esc(text['title'])}</h2>",
              f"<p class='meta'>{' · '.join(m for m in meta if m)}</p>"]
     if text["question"]:
@@ -276,17 +277,17 @@ def scorecard_section(root: Path) -> str:
                 "<code>make figures</code>.</p></section>")
     summary = scorecard.to_json(rows)
     counts = ", ".join(f"{n} {_esc(v)}" for v, n in summary["counts"].items())
-    papers = _table(["paper", "tested", "holds", "does NOT hold", "cannot be judged here"],
-                    [[_esc(p["paper"]), *(str(p[k]) for k in ("tested", "holds", "does NOT hold",
-                                                              "cannot be judged here"))]
+    papers = _table(["paper", "tested", *scorecard.VERDICTS],
+                    [[_esc(p["paper"]), *(str(p[k]) for k in ("tested", *scorecard.VERDICTS))]
                      for p in summary["by_paper"]])
+    rows = scorecard.distinct(rows)  # each claim and model once; "also judged in" names the other notebooks
     claims = _table(
         ["verdict", "notebook", "claim", "paper", "published", "measured", "model", "on", "draws",
-         "random-weight control", "reason / caveat"],
+         "random-weight control", "reason / caveat", "also judged in"],
         [[_esc(r.verdict), f"<a href='#{r.notebook}'>{_esc(r.notebook)}</a>", _esc(r.statement), _esc(r.paper),
           _esc(_fmt(r.published)), _esc(_fmt(r.measured)), _esc(r.model),
           _esc(r.kind + (", needs the GPU profile" if r.needs_gpu else "")), _esc(r.draws_text),
-          _esc(r.control_text), _esc(r.reason)] for r in rows],
+          _esc(r.control_text), _esc(r.reason), _esc(", ".join(r.also_in))] for r in rows],
         [_verdict_class(r.verdict) for r in rows])
     figs = "".join(_figure(p) for p in sorted((root / SCORECARD).glob("*.png")))
     executed = root / SCORECARD / f"{SCORECARD}.html"

@@ -93,11 +93,15 @@ def render_html(executed: Path, target: Path) -> Path | None:
 
 def write_takeaways(executed: Path, target: Path) -> Path:
     """The executed notebook's rendered "What we saw" paragraphs (:func:`sinklib.core.takeaways.collect`) as JSON
-    beside its figures: the gallery shows what this run found, not what a notebook's source once said."""
+    beside its figures: the gallery shows what this run found, not what a notebook's source once said. ``threads``:
+    the OpenMP / MKL thread settings its kernel inherited (:func:`thread_env`'s variables; None: unset, torch's
+    default), which ``make verify`` compares with the reference's."""
     from sinklib.core.results import write_json
     from sinklib.core.takeaways import collect
 
-    return write_json(target, {"notebook": executed.stem, "takeaways": collect(json.loads(executed.read_text()))})
+    threads = {k: os.environ.get(k) for k in thread_env(1)}
+    return write_json(target, {"notebook": executed.stem, "threads": threads,
+                               "takeaways": collect(json.loads(executed.read_text()))})
 
 
 @contextlib.contextmanager

@@ -2,23 +2,29 @@
 hold, on which model, and by how much.
 
 A row per claim record: notebook, id, paper, source, statement, published and measured values, model, profile,
-verdict (holds / does not hold / cannot be judged here) with the reason, what it was measured on (a pretrained
+verdict (holds / does not hold / unsettled / cannot be judged here) with the reason, what it was measured on (a pretrained
 model, a stand-in built here, or models trained here), and whether the GPU profile is needed to judge it -- and what
 makes the verdict trustworthy: what the rule ``follows`` (and how it is ``adapted``), what the paper predicts at
 random initialisation (``at_init``) against the rule's verdict on random weights (``control``), and the verdict of
 each draw (``draws``) where the evidence depends on one. No claim is dropped because it failed. ``python -m sinklib scorecard [--json]`` prints it; ``90_scorecard`` draws it.
+
+What is counted: a claim whose rule holds on random weights where its paper says training makes the effect cannot
+tell training from noise -- it is counted as "cannot be judged here", not "holds" (:meth:`Claim.without_noise`).
+A claim judged on the same model in two notebooks (00's sink shape and 10's on SmolLM2) is counted once, at its
+first notebook, with ``also_in`` naming the others (:func:`distinct`). Each record names its own paper
+(``Claim.paper``; else the first arXiv id of its source).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sinklib.core import claims as claims_io
 
-VERDICTS = ("holds", "does NOT hold", "cannot be judged here")
+VERDICTS = claims_io.VERDICTS  # holds, does NOT hold, unsettled, cannot be judged here
 IDENTITY_KEYS = ("layer", "neuron", "dim", "dims", "head", "position", "index")  # which one, not how much: not plotted
 
 
@@ -46,6 +52,9 @@ class Row:
     draws: tuple = ()
     draws_of: str = ""
     spread: object = None
+    unsettled: bool = False
+    margin: object = None
+    also_in: tuple = ()  # other notebooks that judged the same claim on the same model (filled by :func:`distinct`)
 
     @property
     def draws_text(self) -> str:
@@ -74,17 +83,17 @@ PAPERS = {  # arXiv id -> how the scorecard names the paper
     "2505.06708": "Qiu et al., Gated attention", "2309.16588": "Darcet et al., ViTs need registers",
     "2506.08010": "Jiang et al., Test-time registers", "2503.03321": "Kang et al., Visual attention sink",
     "2507.23279": "Su et al., Super experts", "2403.01241": "Liu et al., IntactKV", "2406.15765": "Yu et al., ACT",
-    "2504.20966": "Softpick",
+    "2504.20966": "Softpick", "2410.13835": "Guo et al., Active-dormant heads",
 }
 
 
-def _paper(source: str) -> str:
-    """The paper a claim comes from: its short name and arXiv id when the source names one (the first id), else the
-    source up to the first comma."""
+def _paper(source: str, paper: str = "") -> str:
+    """The paper a claim comes from: the record's own ``paper`` (an arXiv id) where it names one, else the first
+    arXiv id of its source, as the short name and id; with neither, the source up to the first comma."""
     match = re.search(r"arXiv[: ]*(\d{4}\.\d{4,5})", source)
-    if not match:
+    arxiv = paper or (match.group(1) if match else "")
+    if not arxiv:
         return source.split(",")[0].strip()
-    arxiv = match.group(1)
     return f"{PAPERS[arxiv]} ({arxiv})" if arxiv in PAPERS else f"arXiv {arxiv}"
 
 
@@ -95,7 +104,7 @@ def collect(figures_dir: str | Path) -> list[Row]:
     import sys
 
     rows = []
-    for path in sorted(Path(figures_dir).glob("*/claims.json")):
+    for path in sorted(Path(figures_dir).glob("[!.]*/claims.json")):  # not a hidden folder (a publish in progress)
         notebook = path.parent.name
         try:
             records = claims_io.load(path)
@@ -103,22 +112,46 @@ def collect(figures_dir: str | Path) -> list[Row]:
             print(f"warning: {err}; left out of the scorecard", file=sys.stderr)
             continue
         for c in records:
+            counted = c.without_noise()  # a rule that holds on noise is not counted as holding
             rows.append(Row(
-                notebook=notebook, id=c.id, paper=_paper(c.source), source=c.source, statement=c.statement,
-                published=c.published, measured=c.measured, model=c.model, profile=c.profile, verdict=c.verdict(),
-                reason=c.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu, follows=c.follows,
-                adapted=c.adapted, at_init=c.at_init, control=c.control, control_note=c.control_note,
-                control_measured=c.control_measured,
-                draws=tuple(c.draws), draws_of=c.draws_of, spread=c.spread))
+                notebook=notebook, id=c.id, paper=_paper(c.source, c.paper), source=c.source, statement=c.statement,
+                published=c.published, measured=c.measured, model=c.model, profile=c.profile,
+                verdict=counted.verdict(), reason=counted.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu,
+                follows=c.follows, adapted=c.adapted, at_init=c.at_init, control=c.control,
+                control_note=c.control_note, control_measured=c.control_measured, draws=tuple(c.draws),
+                draws_of=c.draws_of, spread=c.spread, unsettled=counted.unsettled, margin=c.margin))
     return rows
 
 
-def by_paper(rows: list[Row]) -> list[dict]:
-    """Per paper: claims tested, held, not held, not judgeable (sorted by the number tested)."""
-    out: dict[str, dict] = {}
+def distinct(rows: list[Row]) -> list[Row]:
+    """One row per (claim, model): a claim judged on the same model in several notebooks (00's sink shape and 10's on
+    SmolLM2; 02's chain links and 10's) is kept at its first notebook, with ``also_in`` naming the others -- and
+    saying so where their verdict differs."""
+    first: dict[tuple[str, str], int] = {}
+    out: list[Row] = []
     for r in rows:
-        entry = out.setdefault(r.paper, {"paper": r.paper, "tested": 0, "holds": 0, "does NOT hold": 0,
-                                         "cannot be judged here": 0, "distinct": set()})
+        key = (base_id(r.id), r.model)
+        if key not in first:
+            first[key] = len(out)
+            out.append(r)
+            continue
+        kept = out[first[key]]
+        where = r.notebook if r.verdict == kept.verdict else f"{r.notebook} ({r.verdict} there)"
+        out[first[key]] = replace(kept, also_in=(*kept.also_in, where))
+    return out
+
+
+def _counts(rows: list[Row]) -> dict[str, int]:
+    return {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
+
+
+def by_paper(rows: list[Row]) -> list[dict]:
+    """Per paper: distinct claims tested (a claim and model once, :func:`distinct`), held, not held, unsettled, not
+    judgeable (sorted by the number tested); ``distinct``: how many different claims (whatever the model)."""
+    out: dict[str, dict] = {}
+    for r in distinct(rows):
+        entry = out.setdefault(r.paper, {"paper": r.paper, "tested": 0, **dict.fromkeys(VERDICTS, 0),
+                                         "distinct": set()})
         entry["tested"] += 1
         entry[r.verdict] += 1
         entry["distinct"].add(base_id(r.id))
@@ -128,18 +161,22 @@ def by_paper(rows: list[Row]) -> list[dict]:
 
 
 def base_id(claim_id: str) -> str:
-    """The claim without the model it was judged on: "origin.lock_in.gemma3-270m" -> "origin.lock_in"."""
-    parts = claim_id.split(".")
-    return ".".join(parts[:2]) if len(parts) > 2 and "-" in parts[-1] else claim_id
+    """The claim without the model it was judged on: "origin.lock_in.gemma3-270m" -> "origin.lock_in",
+    "gu2024.llama_family_input_shape.qwen2.5-coder-0.5b" -> "gu2024.llama_family_input_shape". A third part that
+    names a setting rather than a model ("...converges_faster.bible_g0=0.1") is kept."""
+    parts = claim_id.split(".", 2)
+    if len(parts) == 3 and "-" in parts[2] and not any(ch in parts[2] for ch in "_= "):
+        return ".".join(parts[:2])
+    return claim_id
 
 
 def by_paper_and_kind(rows: list[Row]) -> list[dict]:
-    """Per paper and what its claims were measured on (pretrained / stand-in / trained here): verdict counts."""
+    """Per paper and what its claims were measured on (pretrained / stand-in / trained here): verdict counts, each
+    claim and model once (:func:`distinct`)."""
     out: dict[tuple[str, str], dict] = {}
-    for r in rows:
-        entry = out.setdefault((r.paper, r.kind), {"paper": r.paper, "kind": r.kind, "tested": 0, "holds": 0,
-                                                    "does NOT hold": 0, "cannot be judged here": 0,
-                                                    "models": set()})
+    for r in distinct(rows):
+        entry = out.setdefault((r.paper, r.kind), {"paper": r.paper, "kind": r.kind, "tested": 0,
+                                                    **dict.fromkeys(VERDICTS, 0), "models": set()})
         entry["tested"] += 1
         entry[r.verdict] += 1
         entry["models"].add(r.model)
@@ -193,19 +230,23 @@ def quantity(claim_id: str, key: str) -> str:
 
 
 def to_json(rows: list[Row]) -> dict:
-    """Every claim with its record (``follows``, ``at_init``, ``control``, ``draws`` among them), the per-paper
-    summary and the verdict counts; ``controls_contradicting``: claims whose rule holds on random weights where the
-    paper says training makes the effect."""
+    """Every distinct claim (a claim and model once; ``also_in``: the other notebooks that judged it) with its record
+    (``follows``, ``at_init``, ``control``, ``draws``, ``margin`` among them), the per-paper summary and the four
+    verdict counts; ``unsettled``: the claims whose evidence disagrees or sits within its margin of a cut;
+    ``controls_contradicting``: claims whose rule holds on random weights where the paper says training makes the
+    effect (counted as "cannot be judged here")."""
+    kept = distinct(rows)
     claims = []
-    for r in rows:
+    for r in kept:
         row = asdict(r)
         row["draws"] = {"n": len(r.draws), "outcomes": list(r.draws), "of": r.draws_of, "spread": r.spread}
         row.pop("draws_of")
         row.pop("spread")
+        row["also_in"] = list(r.also_in)
         claims.append(row)
-    return {"claims": claims, "by_paper": by_paper(rows),
-            "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
-            "controls_contradicting": [f"{r.id} ({r.model})" for r in rows
+    return {"claims": claims, "by_paper": by_paper(rows), "counts": _counts(kept), "records": len(rows),
+            "unsettled": [f"{r.id} ({r.model})" for r in kept if r.verdict == "unsettled"],
+            "controls_contradicting": [f"{r.id} ({r.model})" for r in kept
                                        if r.at_init is False and r.control is True]}
 
 
@@ -219,6 +260,7 @@ def format_table(rows: list[Row], width: int = 60) -> str:
         gpu = ", needs GPU" if r.needs_gpu else ""
         lines.append(f"{r.verdict:<22} {r.notebook:<18} {r.id[:48]:<48} {r.model[:width]:<{width}} "
                      f"{r.kind + gpu:<13} {r.draws_text[:28]:<28} {r.control_text}")
-    counts = to_json(rows)["counts"]
-    lines.append(f"{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    summary = to_json(rows)
+    lines.append(f"{len(summary['claims'])} distinct claims ({len(rows)} records; a claim judged on the same model in "
+                 f"two notebooks counts once): " + ", ".join(f"{n} {v}" for v, n in summary["counts"].items()))
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-COLOURS = {"holds": "#009E73", "does NOT hold": "#D55E00", "cannot be judged here": "#999999"}
+COLOURS = {"holds": "#009E73", "does NOT hold": "#D55E00", "unsettled": "#E69F00", "cannot be judged here": "#999999"}
 MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weights": "x"}
 KIND_HATCH = {"pretrained": "", "stand-in": "//", "trained here": ".."}
 
@@ -64,9 +64,9 @@ def measured_over_published(pairs: Sequence[dict], title: str = "") -> Figure:
 
 def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     """Horizontal stacked bars, one per paper and what its claims were measured on (``summary`` from
-    :func:`sinklib.pipeline.scorecard.by_paper_and_kind`): claims that hold / do not hold / cannot be judged here;
-    the text after each bar says how many models the records repeat over (the same claim judged on three models is
-    three records)."""
+    :func:`sinklib.pipeline.scorecard.by_paper_and_kind`): claims that hold / do not hold / are unsettled / cannot
+    be judged here, each claim and model once; the text after each bar says how many models the records repeat over
+    (the same claim judged on three models is three records)."""
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(summary) + 1.6), layout="constrained")
     names = [f"{e['paper']} -- {e['kind']}" for e in summary][::-1]
     left = np.zeros(len(names))
@@ -83,8 +83,8 @@ def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     for y, e in enumerate(summary[::-1]):
         models = f", on {e['models']} models" if e.get("models", 1) > 1 else ""
         ax.text(left[y] + 0.2, y, f"{e['holds']} / {e['tested']} hold{models}", va="center", fontsize=8)
-    ax.set(xlabel="claim records", xlim=(0, left.max() * 1.4 + 1),
+    ax.set(xlabel="claims (each claim and model once)", xlim=(0, left.max() * 1.4 + 1),
            title=title or "Claims per paper and what they were measured on")
     ax.tick_params(axis="y", labelsize=8)
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8)
     return fig

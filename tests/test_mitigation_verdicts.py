@@ -1,0 +1,139 @@
+"""03_mitigation's four verdicts on hand-made runs: what a still-rising head means for a removal and for a mere
+reduction, the cross-machine margin of the slope gate, the seeds' margin on alpha_0, each claim's own paper, and
+measured values that are the means the notebook shows."""
+
+import re
+
+import pytest
+
+from sinklib.core.results import load_reference
+from sinklib.mitigation import comparison, verdicts
+from sinklib.mitigation.variants import VARIANTS
+from tests.test_mitigation import PAPER, _seeded_runs, fake_run
+
+U = comparison.uniform_alpha(64)  # 1.5U = 0.111
+
+
+def _ramp(start: float, per_100_steps: float, n: int = 9, **kw) -> dict:
+    """A run of ``n`` checkpoints (steps 0, 10, ...) whose first-token attention and share climb linearly at
+    ``per_100_steps``: :func:`verdicts.late_slope` reads that slope back."""
+    return fake_run([2.0] * n, [start + per_100_steps / 10 * i for i in range(n)], **kw)
+
+
+def _one_seed(variant_run: dict, softmax_alpha: float = 0.40) -> tuple[dict, object]:
+    runs = {"softmax": [fake_run([2.0], [softmax_alpha])], "x": [variant_run]}
+    return runs, comparison.final_table(runs)
+
+
+def test_a_reduction_whose_head_still_rises_does_not_hold():
+    """Item 1: "reduces" with a still-rising head moves away from removal: False, not "cannot be judged"."""
+    rising = _ramp(0.02, 0.2, sink_rate=0.0)  # ends at 0.18: above 1.5U, below half the baseline's 0.40 -> reduces
+    runs, table = _one_seed(rising)
+    v = verdicts.sink_verdict("x", table, U, runs=runs["x"])
+    assert v.outcome == "reduces" and v.removes is False and not v.delayed
+    assert v.slope == pytest.approx(0.2) and "growing back, away from removal" in v.line
+    claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    assert claim.holds is False and claim.verdict() == "does NOT hold"
+    both = {"softmax": [fake_run([2.0], [0.40])] * 2, "x": [rising, _ramp(0.06, 0.15, sink_rate=0.0)]}
+    over = verdicts.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
+    assert over.holds is False and over.draws == (False, False)
+
+
+def test_reduces_or_keeps_is_no_removal_either():
+    """A verdict the seeds leave between "reduces" and "keeps" names no removal on either side: False."""
+    runs = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.42])],
+            "x": [fake_run([2.0], [0.15], sink_rate=0.0), fake_run([2.0], [0.25], sink_rate=0.0)]}  # 0.20 vs 0.205
+    v = verdicts.sink_verdict("x", comparison.final_table(runs), U)
+    assert v.line.startswith("x: reduces or keeps") and not v.settled and v.removes is False
+    assert v.sides == ("reduces", "keeps") and v.removal() == (False, False, None)
+
+
+def test_a_removal_whose_slope_sits_within_the_margin_is_unsettled():
+    """Item 2: +0.009 per 100 steps against RISING = 0.01 is within the cross-machine margin: unsettled, with the
+    margin recorded -- not "holds" (which it was) and not "cannot be judged"."""
+    for slope in (0.009, 0.013):
+        runs, table = _one_seed(_ramp(0.05, slope, sink_rate=0.0))
+        assert verdicts.sink_verdict("x", table, U).outcome == "removes"
+        claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+        assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled", slope
+        assert claim.margin == {"value": pytest.approx(slope), "cut": 0.01, "spread": 0.005}
+        assert "whether it is still rising is unsettled" in claim.note
+    runs, table = _one_seed(_ramp(0.05, 0.0, sink_rate=0.0))  # flat: well below the margin
+    flat = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    assert flat.verdict() == "holds" and flat.margin == {"value": pytest.approx(0.0, abs=1e-12), "cut": 0.01,
+                                                         "spread": 0.005}
+    runs, table = _one_seed(_ramp(0.02, 0.1, sink_rate=0.0))  # well past the margin: removed or only delayed
+    late = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    assert late.verdict() == "cannot be judged here" and "removed or only delayed" in late.note
+    assert late.margin == {"value": pytest.approx(0.1), "cut": 0.01, "spread": 0.005}
+    assert verdicts.SLOPE_MARGIN == 0.005 and verdicts.RISING == 0.01
+    # over the seeds: one seed within the margin, one clean -> unsettled, and the record keeps that seed's margin
+    both = {"softmax": [fake_run([2.0], [0.40])] * 2,
+            "x": [_ramp(0.05, 0.0, sink_rate=0.0), _ramp(0.05, 0.009, sink_rate=0.0)]}
+    over = verdicts.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
+    assert over.draws == (True, None) and over.verdict() == "unsettled"
+    assert over.margin["value"] == pytest.approx(0.009)
+
+
+def test_an_alpha_cut_the_seeds_cannot_settle_is_unsettled():
+    """Item 2: the seed-sd notion of "not settled" is an unsettled verdict; a baseline with no sink stays "cannot be
+    judged here"."""
+    runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
+            "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)]}  # 0.110 +- 0.04
+    table = comparison.final_table(runs)
+    claim = verdicts.sink_claim("a", table, U, runs["a"], PAPER)
+    assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled"
+    sd = (table.loc["a", ("first-token attention", "sd")] ** 2 + table.loc["softmax", ("first-token attention", "sd")]
+          ** 2) / 2
+    assert claim.margin == {"value": pytest.approx(0.11), "cut": pytest.approx(1.5 * U),
+                            "spread": pytest.approx(2 * sd ** 0.5)}
+    flat = {"softmax": [fake_run([2.0], [0.08])], "a": [fake_run([2.0], [0.07])]}
+    none = verdicts.sink_claim("a", comparison.final_table(flat), U, flat["a"], PAPER)
+    assert none.holds is None and not none.unsettled and none.verdict() == "cannot be judged here"
+
+
+def test_convergence_within_the_seeds_margin_is_unsettled():
+    noisy = [fake_run([5, 3.0 + d, 2.5 + d], [0] * 3) for d in (0.0, 0.5, 1.0)]
+    hair = [fake_run([5, 3.0 + d - 0.001, 2.5 + d - 0.001], [0] * 3) for d in (0.0, 0.5, 1.0)]
+    tight = verdicts.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
+    assert tight.verdict() == "unsettled" and tight.margin["cut"] == 0.0
+    assert tight.margin["value"] == pytest.approx(-0.001) and tight.margin["spread"] == pytest.approx(1.0)
+
+
+def test_every_claim_names_its_own_paper():
+    """Item 7: each record carries the arXiv id of the paper its claim comes from, and its source names it first."""
+    ref = load_reference("mitigations")
+    assert set(ref["sources"]) == set(VARIANTS)
+    expected = {"softmax": "2410.10781", "headwise_rmsnorm": "2605.06611", "gated_headwise": "2505.06708",
+                "gated_elementwise": "2505.06708", "sigmoid": "2410.10781", "softmax_off_by_one": "",
+                "softpick": "2504.20966", "sink_logit": "2309.17453", "kv_bias": "2402.17762"}
+    seeded = _seeded_runs([0.05, 0.06])
+    runs = {v: seeded["softpick"] for v in VARIANTS} | {"softmax": seeded["softmax"]}
+    for variant, paper in expected.items():
+        claim = verdicts.sink_claim_over_seeds(variant, runs, U, ref, [0, 1])
+        assert claim.paper == paper, variant
+        ids = re.findall(r"\d{4}\.\d{5}", claim.source)
+        assert (ids[0] == paper) if paper else claim.source.startswith("Miller 2023"), variant
+    conv = verdicts.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], ref, "toy", [0, 1])
+    assert conv.paper == "2605.06611" and re.findall(r"\d{4}\.\d{5}", conv.source)[0] == "2605.06611"
+
+
+def test_measured_values_are_the_seed_means_the_notebook_shows():
+    """Item 9: ``measured`` is the mean over the seeds (the notebook's table), labelled; each seed's values are in
+    ``spread``."""
+    runs = _seeded_runs([0.05, 0.06, 0.10])
+    runs["softmax"] = [fake_run([4.0, 2.0], [U, a]) for a in (0.30, 0.40, 0.50)]
+    pick = verdicts.sink_claim_over_seeds("softpick", runs, U, PAPER, [0, 1, 2])
+    assert pick.measured["first_attention"] == pytest.approx(0.07) and pick.measured["over"] == "mean over 3 seeds"
+    assert pick.spread["values"] == pytest.approx([0.05, 0.06, 0.10])
+    assert pick.spread["per_seed"]["first_attention"] == pytest.approx([0.05, 0.06, 0.10])
+    grows = verdicts.sink_claim_over_seeds("softmax", runs, U, PAPER, [0, 1, 2])
+    assert grows.measured["first_attention"] == pytest.approx(0.40)
+    assert grows.measured["sink_rate"] == pytest.approx(2 / 3) and grows.spread["per_seed"]["sink_rate"] == [0, 1, 1]
+    table = comparison.final_table(runs)
+    assert grows.measured["first_attention"] == pytest.approx(table.loc["softmax", ("first-token attention", "mean")])
+    slow = [fake_run([5, 3.5, 3.0 + d], [0] * 3) for d in (0.0, 0.1)]
+    fast = [fake_run([5, 3.0, 2.5 + d], [0] * 3) for d in (0.0, 0.3)]
+    conv = verdicts.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1])
+    assert conv.measured["final"]["candidate"] == pytest.approx(2.65) and conv.measured["over"] == "mean over 2 seeds"
+    assert conv.spread["values"] == pytest.approx([-0.5, -0.3])
