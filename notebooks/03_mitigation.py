@@ -305,12 +305,13 @@ takeaways.show(what_we_saw.final_metrics(table, uniform, agreement))
 # when every seed agrees; otherwise it is unsettled, with "k of n draws hold". Each record's measured values are the
 # means over the seeds (the table of section 4), the seeds' own values beside them, and it names its own paper. The
 # printed lines below are the pooled verdicts (mean over seeds): when $\alpha_0$ lies within two seed sd's of the cut
-# that decides, they name both sides ("removes or reduces"), and a removal left open that way is unsettled.
+# that decides -- or within `verdicts.ALPHA_MARGIN`, how far the same seeds' mean moved when trained on another CPU --
+# they name both sides ("removes or reduces"), and a removal left open that way is unsettled.
 # **Removed or delayed:** the softmax sink forms late in training (section 1), so a variant with no sink at the last
 # step may only be slower to grow one. A *removal* whose strongest head is still rising over the last quarter of
-# training (more than +0.01 per 100 steps in any seed, `verdicts.late_slope`) cannot be judged at this budget; a slope
-# within 0.005 of that cut (`verdicts.SLOPE_MARGIN`, how far bfloat16 training on another CPU moved it) leaves the
-# removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
+# training (faster than `verdicts.RISING` per 100 steps in any seed, `verdicts.late_slope`) cannot be judged at this
+# budget; a slope within `verdicts.SLOPE_MARGIN` of that cut (how far bfloat16 training on another CPU moved it:
+# README, "Determinism") leaves the removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
 # figure shows every variant's strongest head over training. All runs train with weight decay on weight matrices only (gains,
 # biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's in every seed and, on the mean, by

@@ -49,30 +49,30 @@ def test_reduces_or_keeps_is_no_removal_either():
 
 
 def test_a_removal_whose_slope_sits_within_the_margin_is_unsettled():
-    """Item 2: +0.009 per 100 steps against RISING = 0.01 is within the cross-machine margin: unsettled, with the
-    margin recorded -- not "holds" (which it was) and not "cannot be judged"."""
-    for slope in (0.009, 0.013):
+    """Item 2: a slope within the measured cross-machine margin (0.022) of RISING (0.03) is unsettled, with the margin
+    recorded -- not "holds" and not "cannot be judged" (softpick seed 1: +0.021 on one machine, 0.000 on another)."""
+    for slope in (0.009, 0.021, 0.05):
         runs, table = _one_seed(_ramp(0.05, slope, sink_rate=0.0))
         assert verdicts.sink_verdict("x", table, U).outcome == "removes"
         claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
         assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled", slope
-        assert claim.margin == {"value": pytest.approx(slope), "cut": 0.01, "spread": 0.005}
+        assert claim.margin == {"value": pytest.approx(slope), "cut": 0.03, "spread": 0.022}
         assert "whether it is still rising is unsettled" in claim.note
     runs, table = _one_seed(_ramp(0.05, 0.0, sink_rate=0.0))  # flat: well below the margin
     flat = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
-    assert flat.verdict() == "holds" and flat.margin == {"value": pytest.approx(0.0, abs=1e-12), "cut": 0.01,
-                                                         "spread": 0.005}
-    runs, table = _one_seed(_ramp(0.02, 0.1, sink_rate=0.0))  # well past the margin: removed or only delayed
+    assert flat.verdict() == "holds" and flat.margin == {"value": pytest.approx(0.0, abs=1e-12), "cut": 0.03,
+                                                         "spread": 0.022}
+    runs, table = _one_seed(_ramp(0.02, 0.08, sink_rate=0.0))  # well past the margin: removed or only delayed
     late = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
     assert late.verdict() == "cannot be judged here" and "removed or only delayed" in late.note
-    assert late.margin == {"value": pytest.approx(0.1), "cut": 0.01, "spread": 0.005}
-    assert verdicts.SLOPE_MARGIN == 0.005 and verdicts.RISING == 0.01
+    assert late.margin == {"value": pytest.approx(0.08), "cut": 0.03, "spread": 0.022}
+    assert verdicts.SLOPE_MARGIN == 0.022 and verdicts.RISING == 0.03
     # over the seeds: one seed within the margin, one clean -> unsettled, and the record keeps that seed's margin
     both = {"softmax": [fake_run([2.0], [0.40])] * 2,
-            "x": [_ramp(0.05, 0.0, sink_rate=0.0), _ramp(0.05, 0.009, sink_rate=0.0)]}
+            "x": [_ramp(0.05, 0.0, sink_rate=0.0), _ramp(0.05, 0.021, sink_rate=0.0)]}
     over = verdicts.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
     assert over.draws == (True, None) and over.verdict() == "unsettled"
-    assert over.margin["value"] == pytest.approx(0.009)
+    assert over.margin["value"] == pytest.approx(0.021)
 
 
 def test_an_alpha_cut_the_seeds_cannot_settle_is_unsettled():
