@@ -46,12 +46,12 @@ def grows_sink(table: pd.DataFrame, variant: str, uniform: float) -> bool:
 @dataclass(frozen=True)
 class SinkVerdict:
     """What :func:`sink_verdict` decided, as data. ``outcome``: one of :data:`OUTCOMES`; ``settled``: False when
-    alpha_0 lies within 2 seed sd's of the cut that decides (the line then names both sides); ``delayed``: a possible
+    alpha_0 lies within 2 seed sd's (at least :data:`ALPHA_MARGIN`) of the cut that decides (the line then names both sides); ``delayed``: a possible
     removal whose strongest head is still rising at the end of training (slope above ``RISING`` by more than
     ``SLOPE_MARGIN``); ``line``: the sentence with every number; ``sides``: the outcomes the line names ("removes or
     reduces" -> ("removes", "reduces"); empty: just ``outcome``); ``slope``: the strongest head's :func:`late_slope`,
     the largest over the runs (None: no runs given); ``near``: where not settled, alpha_0 against that cut with its
-    margin of 2 pooled seed sd's ({"value", "cut", "spread"})."""
+    margin, 2 pooled seed sd's or :data:`ALPHA_MARGIN` ({"value", "cut", "spread"})."""
 
     variant: str
     outcome: str
