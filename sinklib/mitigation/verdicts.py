@@ -185,12 +185,13 @@ RISING = 0.03  # per 100 steps: a strongest-head share still climbing faster tha
 # slope's cross-machine spread below, so that a flat head is settled; it was 0.01, under what the slope can resolve)
 # Cross-machine margins, measured (README, "Determinism"): every run of 03's CPU profile (9 variants x 2 seeds, and the
 # Bible-byte runs) trained here (AMD EPYC, oneDNN avx512_core_bf16, torch 2.14.1) and on an Intel Xeon with AMX
-# (torch 2.11) with oneDNN on AMX and capped to AVX512_CORE_BF16. The strongest head's late slope moved by up to
-# 0.022 per 100 steps (softpick seed 1: +0.021 here, -0.000 / +0.000 there; seed 0: -0.002 / +0.009 / +0.006; every
-# other run by <= 0.008), so a slope within 0.022 of RISING is unsettled: one machine can then never say "holds"
-# where another says "still rising" (softpick seed 1 is unsettled here, a removal on the Intel runs). A variant's alpha_0, mean over the 2 seeds, moved by up to 0.012 (sink logit,
-# off-by-one; single seeds up to 0.026): a cut closer than ALPHA_MARGIN (or 2 seed sd's, whichever is larger) is not
-# settled either.
+# (torch 2.11), oneDNN on AMX and capped to AVX512_CORE_BF16 (benchmarks/cross_machine.py, the numbers in
+# data/reference/cross_machine_03.json). The strongest head's late slope moved by up to 0.022 per 100 steps (softpick
+# seed 1: +0.021 here, -0.000 / +0.000 there; seed 0: -0.002 / +0.009 / +0.006; every other run by <= 0.008), so a
+# slope within 0.022 of RISING is unsettled: one machine can then never say "holds" where another says "still
+# rising" -- at most "unsettled" (softpick seed 1 here; seed 0 on AMX). A variant's alpha_0, mean over the 2 seeds,
+# moved by up to 0.012 (sink logit, off-by-one; single seeds up to 0.032): a cut closer than ALPHA_MARGIN (or 2 seed
+# sd's, whichever is larger) is not settled either.
 SLOPE_MARGIN = 0.022
 ALPHA_MARGIN = 0.015
 

@@ -1,0 +1,106 @@
+"""How far do 03's trained models move on another machine? Train every run of 03_mitigation's CPU profile into a
+cache (in parallel processes, one thread each), then compare caches trained on different machines or settings.
+
+    python benchmarks/cross_machine.py train CACHE [--workers 8]     # on each machine / setting (SINKLIB_CACHE=CACHE)
+    python benchmarks/cross_machine.py compare NAME=CACHE NAME=CACHE ... [--write data/reference/cross_machine_03.json]
+
+``compare`` prints, per run, the final validation loss, alpha_0, sink rate and the strongest head's late slope
+(:func:`sinklib.mitigation.verdicts.late_slope`) on every cache, and their spread; the largest spreads are what
+``verdicts.SLOPE_MARGIN`` / ``ALPHA_MARGIN`` and ``verify.TOLERANCES`` ("trained here") rest on. The committed
+measurement (``data/reference/cross_machine_03.json``): this 2-core AMD EPYC (oneDNN avx512_core_bf16, torch 2.14.1)
+and an Intel Xeon with AMX (torch 2.11) with oneDNN on AMX and capped to AVX512_CORE_BF16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+QUANTITIES = ("val_loss", "first_attention", "sink_rate", "late_slope")
+
+
+def configs() -> list:
+    """Every TrainConfig 03_mitigation's CPU profile trains (seed 0): 9 variants x 2 seeds on bigram-backcopy and the
+    Bible-byte check (softmax, head-wise RMSNorm, head-wise RMSNorm with gain 0.1) x 2 seeds."""
+    from sinklib.mitigation import comparison
+    from sinklib.mitigation.variants import VARIANTS
+    from sinklib.pipeline.profiles import _TRAIN_CPU
+
+    out = [comparison.variant_config(_TRAIN_CPU, v, s) for v in VARIANTS for s in (0, 1)]
+    text = replace(_TRAIN_CPU, data="bible")
+    small = replace(text.model, attention="headwise_rmsnorm", options=(("gain_init", 0.1),))
+    for s in (0, 1):
+        out += [comparison.variant_config(text, "softmax", s), comparison.variant_config(text, "headwise_rmsnorm", s),
+                replace(text, model=small, seed=s)]
+    return out
+
+
+def _train_one(cfg) -> str:
+    from sinklib.mitigation import training
+
+    training.train(cfg, progress=False)  # one thread: sinklib.core.precision.training_threads
+    return cfg.key()
+
+
+def train(cache: str, workers: int) -> None:
+    os.environ["SINKLIB_CACHE"] = cache
+    with ProcessPoolExecutor(workers) as pool:
+        for key in pool.map(_train_one, configs()):
+            print("trained", key, flush=True)
+
+
+def final(path: Path) -> dict[str, float]:
+    from sinklib.mitigation.verdicts import late_slope
+
+    run = json.loads(path.read_text())
+    last = run["checkpoints"][-1]
+    return {"val_loss": last["val_loss"], "first_attention": last["first_attention"], "sink_rate": last["sink_rate"],
+            "late_slope": late_slope(run)}
+
+
+def compare(caches: dict[str, Path]) -> dict:
+    """Per run key (found in every cache): each quantity on every cache and its spread (max - min); and per quantity
+    the largest spread over the runs, with the run it came from."""
+    names = list(caches)
+    keys = sorted(set.intersection(*({p.stem for p in (c / "training").glob("*.json")} for c in caches.values())))
+    runs = {}
+    for key in keys:
+        values = {n: final(caches[n] / "training" / f"{key}.json") for n in names}
+        runs[key] = {q: {"values": {n: values[n][q] for n in names},
+                         "spread": max(v[q] for v in values.values()) - min(v[q] for v in values.values())}
+                     for q in QUANTITIES}
+    largest = {q: max(((r[q]["spread"], k) for k, r in runs.items()), default=(0.0, None)) for q in QUANTITIES}
+    return {"settings": names, "runs": runs,
+            "largest_spread": {q: {"spread": s, "run": k} for q, (s, k) in largest.items()}}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("cache")
+    t.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)))
+    c = sub.add_parser("compare")
+    c.add_argument("caches", nargs="+", help="NAME=CACHE_DIR")
+    c.add_argument("--write", default="")
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        train(args.cache, args.workers)
+        return
+    result = compare({n: Path(p) for n, p in (x.split("=", 1) for x in args.caches)})
+    for key, r in result["runs"].items():
+        print(f"{key:<40}" + "  ".join(f"{q} " + "/".join(f"{v:.4f}" for v in r[q]["values"].values())
+                                          + f" (±{r[q]['spread']:.4f})" for q in QUANTITIES))
+    print("largest spread:", json.dumps(result["largest_spread"]))
+    if args.write:
+        Path(args.write).write_text(json.dumps(result, indent=1) + "\n")
+        print("wrote", args.write)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
