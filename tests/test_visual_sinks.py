@@ -228,7 +228,7 @@ def _edits(sinks: float, randoms: list[float], var: float, profile=None, rows=(5
 
 
 def test_claims_record_what_they_follow_and_that_training_makes_them():
-    claims = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=True)
+    claims = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=False)
     assert [c.holds for c in claims] == [True, True, True]
     assert "image-dependent token" in claims[1].rule and "image-dependent token" in claims[2].rule
     assert claims[2].measured["rows edited"] == 5 and claims[2].measured["rows it could edit"] == 100
@@ -241,16 +241,34 @@ def test_claims_record_what_they_follow_and_that_training_makes_them():
 
 
 def test_claims_over_stand_in_seeds_hold_only_when_every_seed_agrees():
-    agree = [va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), True) for _ in range(3)]
+    agree = [va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), False) for _ in range(3)]
     out = va.claims_over_draws(agree, "3 stand-ins")
     assert [c.holds for c in out] == [True, True, True] and all(c.draws == (True,) * 3 for c in out)
-    flip = agree[:2] + [va.edit_claims(_profile(), _edits(0.5, [0.02, 0.03], 1.1), True)]
+    flip = agree[:2] + [va.edit_claims(_profile(), _edits(0.5, [0.02, 0.03], 1.1), False)]
     out = {c.id: c for c in va.claims_over_draws(flip, "3 stand-ins")}
     assert out["kang2025.visual_sink_tokens_exist"].holds is True
     for cid in ("kang2025.masking_sinks_is_harmless", "kang2025.var_helps"):
         assert out[cid].holds is None and out[cid].draws == (True, True, False)
         assert "unsettled: 2 of 3" in out[cid].note
     assert out["kang2025.masking_sinks_is_harmless"].spread["values"] == pytest.approx([0.01, 0.01, 0.5])
+
+
+def test_a_stand_in_comparison_within_its_cross_machine_margin_is_unsettled():
+    """Issue 42: the seed-1 stand-in's masking draw held here (hiding its sinks -0.022 nats, random tokens +0.102) and
+    failed with ATen capped to AVX2 (+0.597 vs +0.197): on a stand-in a comparison closer to 0 than its measured
+    margin is unsettled, not a verdict; a pretrained model's forward is judged at float rounding."""
+    here = {c.id: c for c in va.edit_claims(_profile(), _edits(-0.022, [0.102], 0.992), standin=True)}
+    masking, var = here["kang2025.masking_sinks_is_harmless"], here["kang2025.var_helps"]
+    assert masking.verdict() == "unsettled" and masking.margin["spread"] == vs.MARGINS["stand-in"]["masking"]
+    assert masking.margin["value"] == pytest.approx(0.124) and var.verdict() == "unsettled"
+    clear = {c.id: c for c in va.edit_claims(_profile(), _edits(-0.6, [0.1], 0.8), standin=True)}
+    assert clear["kang2025.masking_sinks_is_harmless"].holds is True and clear["kang2025.var_helps"].holds is True
+    worse = {c.id: c for c in va.edit_claims(_profile(), _edits(0.7, [0.1], 1.1), standin=True)}
+    assert worse["kang2025.masking_sinks_is_harmless"].holds is False
+    assert worse["kang2025.var_helps"].verdict() == "does NOT hold"
+    pretrained = {c.id: c for c in va.edit_claims(_profile(), _edits(-0.022, [0.102], 0.992), standin=False)}
+    assert pretrained["kang2025.masking_sinks_is_harmless"].holds is True
+    assert pretrained["kang2025.var_helps"].holds is True
 
 
 def test_no_sink_means_no_verdict_on_the_edits():
