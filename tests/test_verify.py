@@ -225,7 +225,11 @@ def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch
     (tmp_path / "figures" / "03_x").mkdir(parents=True)
     runner.write_takeaways(executed, tmp_path / "figures" / "03_x" / "takeaways.json")  # what the runner records
     env = verify.environment(tmp_path / "figures")
-    assert env["notebook_threads"] == {"03_x": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None}}
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert env["notebook_threads"] == {"03_x": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None,
+                                                "ONEDNN_MAX_CPU_ISA": None, "ATEN_CPU_CAPABILITY": None,
+                                                "MKL_CBWR": "COMPATIBLE"}}
     assert env["kernel_variables"]["MKL_CBWR"] == "COMPATIBLE" and env["kernel_variables"]["ONEDNN_MAX_CPU_ISA"] is None
     assert isinstance(env["torch_threads"], int) and env["torch_threads"] >= 1
     assert set(env["cpu_flags"]) <= set(verify.CPU_FLAGS)
@@ -301,3 +305,16 @@ def test_trained_values_are_checked_with_the_spread_measured_across_machines():
     assert "first_attention" in verify.compare(far, ref)[0].detail and "val_loss" in verify.compare(far, ref)[0].detail
     pretrained = _run(a=_claim(measured=tiny))
     assert [d.what for d in verify.compare(_run(a=_claim(measured=other_machine)), pretrained)] == ["value"]
+
+
+def test_a_notebook_run_under_another_instruction_set_is_named_as_such():
+    """The runner records each kernel's ISA variables: a notebook run with oneDNN capped (while verify itself runs
+    without the variable) is reported as an ISA difference of that notebook, not as threads."""
+    base = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ONEDNN_MAX_CPU_ISA": None, "ATEN_CPU_CAPABILITY": None,
+            "MKL_CBWR": None}
+    ref = _run(env={"notebook_threads": {"03_mitigation": base}})
+    run = _run(env={"notebook_threads": {"03_mitigation": base | {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                                                                 "OMP_NUM_THREADS": "2"}}})
+    fields = {d.field: d.text for d in verify.environment_differences(run, ref)}
+    assert fields["ONEDNN_MAX_CPU_ISA"] == "ONEDNN_MAX_CPU_ISA of 03_mitigation: AVX512_CORE_BF16 here, unset in the reference"
+    assert fields["notebook_threads"].startswith("threads of 03_mitigation: OMP_NUM_THREADS=2 here")

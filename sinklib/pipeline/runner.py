@@ -93,15 +93,19 @@ def render_html(executed: Path, target: Path) -> Path | None:
 
 def write_takeaways(executed: Path, target: Path) -> Path:
     """The executed notebook's rendered "What we saw" paragraphs (:func:`sinklib.core.takeaways.collect`) as JSON
-    beside its figures: the gallery shows what this run found, not what a notebook's source once said. ``threads``:
-    the OpenMP / MKL thread settings its kernel inherited (:func:`thread_env`'s variables; None: unset, torch's
-    default), which ``make verify`` compares with the reference's."""
+    beside its figures: the gallery shows what this run found, not what a notebook's source once said.
+    ``kernel_env``: the variables its kernel inherited that change which kernels run and how they split -- the
+    OpenMP / MKL threads (:func:`thread_env`), ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_CBWR`` (None:
+    unset, the library's default) -- which ``make verify`` compares with the reference's."""
     from sinklib.core.results import write_json
     from sinklib.core.takeaways import collect
 
-    threads = {k: os.environ.get(k) for k in thread_env(1)}
-    return write_json(target, {"notebook": executed.stem, "threads": threads,
+    kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
+    return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env,
                                "takeaways": collect(json.loads(executed.read_text()))})
+
+
+KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
 
 
 @contextlib.contextmanager

@@ -274,12 +274,13 @@ def kernel_variables(environ: Mapping[str, str] = os.environ) -> dict[str, str |
 
 
 def notebook_threads(figures_dir: str | Path) -> dict[str, dict | None]:
-    """The thread settings each notebook's kernel ran with, as the runner recorded them beside its figures
-    (``<notebook>/takeaways.json``'s ``threads``; None: the runner recorded none)."""
+    """The kernel environment each notebook ran with -- its threads and the variables that pick the instruction set --
+    as the runner recorded it beside its figures (``<notebook>/takeaways.json``'s ``kernel_env``; None: the runner
+    recorded none)."""
     out: dict[str, dict | None] = {}
-    for path in sorted(Path(figures_dir).glob("*/takeaways.json")):
+    for path in sorted(Path(figures_dir).glob("[!.]*/takeaways.json")):
         try:
-            out[path.parent.name] = json.loads(path.read_text()).get("threads")
+            out[path.parent.name] = json.loads(path.read_text()).get("kernel_env")
         except (OSError, ValueError):
             out[path.parent.name] = None
     return out
@@ -448,9 +449,21 @@ def environment_differences(run: dict, reference: dict) -> list[EnvDifference]:
                                         f"reference"))
     here_nb, ref_nb = env.get("notebook_threads", {}), ref_env.get("notebook_threads", {})
     for name in sorted(here_nb.keys() & ref_nb.keys()):
-        if here_nb[name] != ref_nb[name]:
-            out.append(EnvDifference("notebook_threads", f"threads of {name}: {_threads_text(here_nb[name])} here, "
-                                                         f"{_threads_text(ref_nb[name])} in the reference"))
+        here, there = here_nb[name] or {}, ref_nb[name] or {}
+        if not here or not there:
+            if here != there:
+                out.append(EnvDifference("notebook_threads", f"kernel environment of {name}: {_threads_text(here)} "
+                                                             f"here, {_threads_text(there)} in the reference"))
+            continue
+        threads = [k for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if here.get(k) != there.get(k)]
+        if threads:
+            out.append(EnvDifference("notebook_threads", f"threads of {name}: "
+                                     f"{_threads_text({k: here.get(k) for k in threads})} here, "
+                                     f"{_threads_text({k: there.get(k) for k in threads})} in the reference"))
+        for k in sorted((here.keys() | there.keys()) - {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}):
+            if here.get(k) != there.get(k):  # an instruction-set variable: its own cause (CAUSES)
+                out.append(EnvDifference(k, f"{k} of {name}: {_shown(here.get(k))} here, {_shown(there.get(k))} in "
+                                            f"the reference"))
     return out
 
 
