@@ -280,7 +280,8 @@ def notebook_threads(figures_dir: str | Path) -> dict[str, dict | None]:
     out: dict[str, dict | None] = {}
     for path in sorted(Path(figures_dir).glob("[!.]*/takeaways.json")):
         try:
-            out[path.parent.name] = json.loads(path.read_text()).get("kernel_env")
+            kept = json.loads(path.read_text())
+            out[path.parent.name] = kept.get("kernel_env") or kept.get("threads")  # "threads": before the ISA vars
         except (OSError, ValueError):
             out[path.parent.name] = None
     return out
