@@ -137,3 +137,17 @@ def test_measured_values_are_the_seed_means_the_notebook_shows():
     conv = verdicts.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1])
     assert conv.measured["final"]["candidate"] == pytest.approx(2.65) and conv.measured["over"] == "mean over 2 seeds"
     assert conv.spread["values"] == pytest.approx([-0.5, -0.3])
+
+
+def test_a_share_clearly_above_the_cut_rules_out_removal_however_close_alpha_comes():
+    """sink_logit seed 0 on this machine: alpha_0 0.121 within ALPHA_MARGIN of 1.5U (0.111), but its row-normalised
+    share 0.145 is clearly above: it cannot be a removal, so the claim does not hold (was "removes or reduces",
+    unsettled); with a share that still allows a removal it stays unsettled."""
+    cut = 1.5 * U
+    runs = {"softmax": [fake_run([2.0], [0.40])], "x": [fake_run([2.0], [cut + 0.01], sink_rate=0.0, share=cut + 0.035)]}
+    table = comparison.final_table(runs)
+    v = verdicts.sink_verdict("x", table, U)
+    assert not v.could_remove and v.removes is False
+    assert verdicts.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
+    near = {"softmax": runs["softmax"], "x": [fake_run([2.0], [cut + 0.01], sink_rate=0.0, share=cut + 0.01)]}
+    assert verdicts.sink_claim("x", comparison.final_table(near), U, near["x"], PAPER).verdict() == "unsettled"

@@ -148,10 +148,13 @@ def sink_verdict(variant: str, table: pd.DataFrame, uniform: float, eps: float =
     else:
         outcome = "strengthens"
     head, sides, near = _HEADS[outcome], (), None
-    unsettled = _too_close(table, variant, baseline, fa, base_fa, uniform) if base_grows else ""
+    # a removal needs the row-normalised share below 1.5U too: a share clearly above it (by more than the margin) rules
+    # removal out, however close alpha_0 comes to that cut (a learned sink or zero logit takes mass from every row)
+    share_allows = share_rate < 0.02 and share <= 1.5 * uniform + _alpha_margin(table, variant, baseline)
+    unsettled = (_too_close(table, variant, baseline, fa, base_fa, uniform, share_allows) if base_grows else "")
     settled = not (unsettled and outcome != "shrinks_rows")
     if not settled:
-        head, sides, cut = _both_sides(fa, base_fa, uniform, rate)
+        head, sides, cut = _both_sides(fa, base_fa, uniform, rate if share_allows else 1.0)
         near = {"value": float(fa), "cut": float(cut),
                 "spread": _alpha_margin(table, variant, baseline)}
     line = f"{variant}: {head}: {nums}; baseline alpha_0 {base_fa:.3f}" + unsettled
@@ -241,12 +244,16 @@ def _both_sides(fa: float, base_fa: float, uniform: float, rate: float) -> tuple
     return words, sides, cut
 
 
-def _too_close(table: pd.DataFrame, variant: str, baseline: str, fa: float, base_fa: float, uniform: float) -> str:
-    """A caveat when alpha_0 sits within 2 pooled seed sd's of a cut the verdict depends on (1.5U, 0.5x / 1.5x the
-    baseline): with that few seeds the side of the cut is not settled."""
+def _too_close(table: pd.DataFrame, variant: str, baseline: str, fa: float, base_fa: float, uniform: float,
+               removal_possible: bool = True) -> str:
+    """A caveat when alpha_0 sits within 2 pooled seed sd's (at least :data:`ALPHA_MARGIN`) of a cut the verdict
+    depends on (1.5U -- only where the share still allows a removal --, 0.5x / 1.5x the baseline): with that few
+    seeds, and another machine's rounding, the side of the cut is not settled."""
     sd = _pooled_sd(table, variant, baseline, "first-token attention")
     margin = _alpha_margin(table, variant, baseline)
     cuts = {"1.5x uniform": 1.5 * uniform, "half the baseline": 0.5 * base_fa, "1.5x the baseline": 1.5 * base_fa}
+    if not removal_possible:
+        del cuts["1.5x uniform"]
     near = [name for name, c in cuts.items() if abs(fa - c) < margin]
     if not near:
         return ""
