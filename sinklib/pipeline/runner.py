@@ -105,9 +105,6 @@ def write_takeaways(executed: Path, target: Path) -> Path:
                                "takeaways": collect(json.loads(executed.read_text()))})
 
 
-KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
-
-
 @contextlib.contextmanager
 def kernel_env(**variables: str):
     """Set environment variables for the kernels started inside the block (they inherit this process's environment)
@@ -156,6 +153,9 @@ def run_notebook(
     render_html(executed, staging / f"{path.stem}.html")
     _publish(staging, figures_dir / path.stem)
     return NotebookResult(path.stem, True, seconds)
+
+
+KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sinklib.core.paths import ROOT
+from sinklib.pipeline.runner import KERNEL_ISA_VARIABLES, thread_env
 
 REFERENCE = ROOT / "data" / "reference" / "cpu_profile_claims.json"
 LOCK = ROOT / "requirements.lock"
@@ -87,7 +88,7 @@ GROUPS = ("measured", "control_measured", "spread", "margin")  # the numbers of 
 CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512f", "avx512_vnni", "avx2", "fma")
 ONEDNN_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni")  # pick oneDNN's bf16 / int8 kernels
 ATEN_FLAGS = ("avx512f", "avx2", "fma")  # pick ATen's CPU capability (its float32 vector kernels)
-KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+KERNEL_VARIABLES = (*KERNEL_ISA_VARIABLES, *thread_env(1))  # what the runner records for each notebook's kernel
 
 
 def tolerance(kind: str, quantity_name: str = VALUE) -> tuple[float, float]:
