@@ -455,7 +455,11 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                  holds=bool(supers) and share <= 0.01 and size >= effect, note=note,
                  follows=f"Sec. 3.2.1, Eq. 6 and Algorithm 1; {SE_CODE}:_identify_super_experts (quantile=99.5, "
                          f"times=10) after _super_experts_analysis (include_layers=0.75)",
-                 adapted=f"the authors' rule is kept as the selection; the claim adds an effect size (each super "
+                 adapted=f"a is the max |down_proj output| over every token routed to the expert, where the authors' "
+                         f"hook keeps the first routed token's row per call (output[0].abs().max(), the earliest routed "
+                         f"token's row: super_experts.first_routed_max, whose selection the notebook prints beside "
+                         f"it); the authors' rule is kept as the "
+                         f"selection; the claim adds an effect size (each super "
                          f"expert's a >= {effect:g} x the median a of the other routed experts), because with few "
                          f"layer-experts (the stand-in keeps 22 x 8 = 176) the 99.5th percentile lies between the two "
                          f"largest a and the rank rule alone passes exactly one expert for any weights",
