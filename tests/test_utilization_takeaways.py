@@ -86,11 +86,16 @@ def test_decode_cost_direction():
 
 
 def test_kv_quant_reads_each_interval():
+    at = "4-bit, keys per token"
     quant = {"4-bit": {"all tokens quantised": 30.4, "4 sink tokens kept": 30.4},
-             "2-bit": {"all tokens quantised": 44.0, "4 sink tokens kept": 42.5}}
-    unclear = saw.kv_quant(quant, 30.4, {"4-bit": (1.009, 0.996, 1.021), "2-bit": (0.963, 0.907, 1.044)},
+             "2-bit": {"all tokens quantised": 44.0, "4 sink tokens kept": 42.5},
+             at: {"all tokens quantised": 30.6, "4 sink tokens kept": 30.5}}
+    matched = {at: (1.0, 0.99, 1.01)}
+    unclear = saw.kv_quant(quant, 30.4, {"4-bit": (1.009, 0.996, 1.021), "2-bit": (0.963, 0.907, 1.044),
+                                         at: (1.0, 0.99, 1.01)}, matched,
                            _claim("intactkv.keep_sinks_full_precision", None, "not measurable"), 1024, "M")
-    helps = saw.kv_quant(quant, 30.4, {"4-bit": (0.97, 0.95, 0.99), "2-bit": (0.90, 0.85, 0.95)},
+    helps = saw.kv_quant(quant, 30.4, {"4-bit": (0.97, 0.95, 0.99), "2-bit": (0.90, 0.85, 0.95),
+                                       at: (0.97, 0.95, 0.99)}, {at: (0.98, 0.97, 0.99)},
                          _claim("intactkv.keep_sinks_full_precision", True), 1024, "M")
     assert "4-bit: +0.90% [-0.40%, +2.1%], an interval containing 1" in unclear and "cannot be judged" in unclear
     assert "an interval below 1" in helps and "containing" not in helps and "The hardest setting, 2-bit" in helps

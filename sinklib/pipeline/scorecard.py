@@ -57,6 +57,11 @@ class Row:
     also_in: tuple = ()  # other notebooks that judged the same claim on the same model (filled by :func:`distinct`)
 
     @property
+    def paper_claim(self) -> bool:
+        """False for an implementation check or this project's own question (:data:`NOT_A_PAPER`)."""
+        return self.paper not in NOT_A_PAPER.values()
+
+    @property
     def draws_text(self) -> str:
         return claims_io.draw_summary(self.draws) if self.draws else "-"
 
@@ -77,6 +82,15 @@ def _kind(notebook: str, model: str) -> str:
     return "pretrained"
 
 
+# Records that are no paper's claim carry one of these in ``Claim.paper``: they are listed, but never counted as a
+# paper's claim (:func:`by_paper`, the ``counts`` of :func:`to_json`). An implementation check tests that this
+# project's code does what a paper's method prescribes (the sink cache stays bounded); an own question is asked here
+# of a method whose paper does not claim it (does head-wise RMSNorm remove the sink?).
+IMPLEMENTATION_CHECK = "implementation check"
+OWN_QUESTION = "own question"
+NOT_A_PAPER = {IMPLEMENTATION_CHECK: "implementation checks (this project's code does what a method prescribes)",
+               OWN_QUESTION: "this project's own questions (no paper claims them)"}
+
 PAPERS = {  # arXiv id -> how the scorecard names the paper
     "2309.17453": "Xiao et al., StreamingLLM", "2410.10781": "Gu et al., When attention sink emerges",
     "2402.17762": "Sun et al., Massive activations", "2605.06611": "Structural origin of sinks (ICML 2026)",
@@ -89,7 +103,10 @@ PAPERS = {  # arXiv id -> how the scorecard names the paper
 
 def _paper(source: str, paper: str = "") -> str:
     """The paper a claim comes from: the record's own ``paper`` (an arXiv id) where it names one, else the first
-    arXiv id of its source, as the short name and id; with neither, the source up to the first comma."""
+    arXiv id of its source, as the short name and id; with neither, the source up to the first comma. A record whose
+    ``paper`` is in :data:`NOT_A_PAPER` comes from no paper: its kind's words instead."""
+    if paper in NOT_A_PAPER:
+        return NOT_A_PAPER[paper]
     match = re.search(r"arXiv[: ]*(\d{4}\.\d{4,5})", source)
     arxiv = paper or (match.group(1) if match else "")
     if not arxiv:
@@ -147,9 +164,12 @@ def _counts(rows: list[Row]) -> dict[str, int]:
 
 def by_paper(rows: list[Row]) -> list[dict]:
     """Per paper: distinct claims tested (a claim and model once, :func:`distinct`), held, not held, unsettled, not
-    judgeable (sorted by the number tested); ``distinct``: how many different claims (whatever the model)."""
+    judgeable (sorted by the number tested); ``distinct``: how many different claims (whatever the model). Only a
+    paper's claims: implementation checks and this project's own questions are no paper's (:func:`not_paper_claims`)."""
     out: dict[str, dict] = {}
     for r in distinct(rows):
+        if not r.paper_claim:
+            continue
         entry = out.setdefault(r.paper, {"paper": r.paper, "tested": 0, **dict.fromkeys(VERDICTS, 0),
                                          "distinct": set()})
         entry["tested"] += 1
@@ -170,11 +190,23 @@ def base_id(claim_id: str) -> str:
     return claim_id
 
 
+def not_paper_claims(rows: list[Row]) -> dict[str, list[str]]:
+    """The records that are no paper's claim, by kind (:data:`NOT_A_PAPER`'s words): {kind: ["id (verdict)", ...]},
+    each claim and model once."""
+    out: dict[str, list[str]] = {}
+    for r in distinct(rows):
+        if not r.paper_claim:
+            out.setdefault(r.paper, []).append(f"{r.id} ({r.verdict})")
+    return out
+
+
 def by_paper_and_kind(rows: list[Row]) -> list[dict]:
     """Per paper and what its claims were measured on (pretrained / stand-in / trained here): verdict counts, each
-    claim and model once (:func:`distinct`)."""
+    claim and model once (:func:`distinct`); a paper's claims only (:func:`by_paper`)."""
     out: dict[tuple[str, str], dict] = {}
     for r in distinct(rows):
+        if not r.paper_claim:
+            continue
         entry = out.setdefault((r.paper, r.kind), {"paper": r.paper, "kind": r.kind, "tested": 0,
                                                     **dict.fromkeys(VERDICTS, 0), "models": set()})
         entry["tested"] += 1
@@ -232,7 +264,8 @@ def quantity(claim_id: str, key: str) -> str:
 def to_json(rows: list[Row]) -> dict:
     """Every distinct claim (a claim and model once; ``also_in``: the other notebooks that judged it) with its record
     (``follows``, ``at_init``, ``control``, ``draws``, ``margin`` among them), the per-paper summary and the four
-    verdict counts; ``unsettled``: the claims whose evidence disagrees or sits within its margin of a cut;
+    verdict counts of the papers' claims (``paper_claims`` of them; ``not_paper_claims``: the implementation checks
+    and this project's own questions, listed by kind and counted nowhere else); ``unsettled``: the claims whose evidence disagrees or sits within its margin of a cut;
     ``controls_contradicting``: claims whose rule holds on random weights where the paper says training makes the
     effect (counted as "cannot be judged here")."""
     kept = distinct(rows)
@@ -244,7 +277,9 @@ def to_json(rows: list[Row]) -> dict:
         row.pop("spread")
         row["also_in"] = list(r.also_in)
         claims.append(row)
-    return {"claims": claims, "by_paper": by_paper(rows), "counts": _counts(kept), "records": len(rows),
+    papers = [r for r in kept if r.paper_claim]
+    return {"claims": claims, "by_paper": by_paper(rows), "counts": _counts(papers), "records": len(rows),
+            "paper_claims": len(papers), "not_paper_claims": not_paper_claims(rows),
             "unsettled": [f"{r.id} ({r.model})" for r in kept if r.verdict == "unsettled"],
             "controls_contradicting": [f"{r.id} ({r.model})" for r in kept
                                        if r.at_init is False and r.control is True]}
@@ -261,6 +296,10 @@ def format_table(rows: list[Row], width: int = 60) -> str:
         lines.append(f"{r.verdict:<22} {r.notebook:<18} {r.id[:48]:<48} {r.model[:width]:<{width}} "
                      f"{r.kind + gpu:<13} {r.draws_text[:28]:<28} {r.control_text}")
     summary = to_json(rows)
-    lines.append(f"{len(summary['claims'])} distinct claims ({len(rows)} records; a claim judged on the same model in "
-                 f"two notebooks counts once): " + ", ".join(f"{n} {v}" for v, n in summary["counts"].items()))
+    others = summary["not_paper_claims"]
+    lines.append(f"{summary['paper_claims']} distinct claims of papers ({len(rows)} records; a claim judged on the same "
+                 f"model in two notebooks counts once): " + ", ".join(f"{n} {v}" for v, n in summary["counts"].items()))
+    if others:
+        lines.append("not counted as a paper's claim: " + "; ".join(f"{len(ids)} {kind}: {', '.join(ids)}"
+                                                                      for kind, ids in others.items()))
     return "\n".join(lines)

@@ -17,12 +17,29 @@ from sinklib.core.intervention import Intervention
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.switch import eager_for
 
+# A key near the end of a causal window is seen by few queries, so its score sum_t A[t, j] / (T - j) averages 2-8
+# attention weights at j = T-8 .. T-2 (and is A[T-1, T-1] itself at the last key): above 0.1 without being a sink.
+# The authors' code flags such keys too (it applies ACT to whole prompts); here a key must be seen by at least this
+# many queries to count as a sink -- when choosing heads, in the edit and in the figure, which labels the edge.
+ACT_MIN_QUERIES = 16
+
+
+def later_sink_keys(score: torch.Tensor, threshold: float, min_queries: int = 1) -> torch.Tensor:
+    """Keys j >= 1 with ACT's score sum_t A[t, j] / (T - j) above ``threshold`` and seen by at least ``min_queries``
+    queries under a causal mask (T - j >= min_queries). score: (..., T) -> (..., T) bool (key 0 never)."""
+    T = score.shape[-1]
+    seen = T - torch.arange(T, device=score.device)  # (T,) queries that see key j
+    sink = (score > threshold) & (seen >= min_queries)
+    sink[..., 0] = False
+    return sink
+
 
 @torch.inference_mode()
 def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 0.1, min_fraction: float = 0.5,
-                         batch_size: int = 8) -> dict[int, list[int]]:
+                         batch_size: int = 8, min_queries: int = ACT_MIN_QUERIES) -> dict[int, list[int]]:
     """Heads in which some key j >= 1 passes ACT's sink test -- sum_t A[t, j] / (T - j), the column sum over the
-    queries that see key j (GATECH-EIC/ACT, ``atten_process_eval``) -- above ``threshold`` in at least
+    queries that see key j (GATECH-EIC/ACT, ``atten_process_eval``) -- above ``threshold``, among the keys seen by at
+    least ``min_queries`` queries (:func:`later_sink_keys`: the window's last keys are not sinks), in at least
     ``min_fraction`` of the calibration sequences. ids: (N, T) -> {layer: [head, ...]}."""
     hits = None
     for start in range(0, len(ids), batch_size):
@@ -30,7 +47,7 @@ def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 
         with AttentionStats(lm.model) as st:
             lm.model(batch, use_cache=False, logits_to_keep=1)
         mass = torch.stack([st.key_mass(i) for i in st.layers])  # (L, B, H, T): sum_t A[t, j] / (T - j)
-        h = (mass[..., 1:] > threshold).any(dim=-1).float().sum(dim=1)  # (L, H) sequences with such a sink
+        h = later_sink_keys(mass, threshold, min_queries).any(dim=-1).float().sum(dim=1)  # (L, H) such sequences
         hits = h if hits is None else hits + h
     frac = hits / len(ids)
     return {layer: heads for layer in range(frac.shape[0])
@@ -54,20 +71,24 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> C
                          "beta A[t, j], beta 0.4, the rest redistributed; heads kept when calibrating them raises "
                          "accuracy on a calibration set); GATECH-EIC/ACT:models/llama_modelling_aug.py:"
                          "atten_process_eval",
-                 adapted="heads chosen by a proxy (a non-first sink present), held-out perplexity instead of task "
-                         "accuracy; therefore never judged",
+                 adapted=f"heads chosen by a proxy (a non-first sink present), held-out perplexity instead of task "
+                         f"accuracy, therefore never judged; a key counts as a sink only when at least "
+                         f"{ACT_MIN_QUERIES} queries see it (the authors' code also flags the window's last keys)",
                  at_init=False)  # the hidden sinks ACT damps are made by training
 
 
-def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float) -> torch.Tensor:
+def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: float,
+                     min_queries: int = 1) -> torch.Tensor:
     """ACT's sink test (GATECH-EIC/ACT, ``atten_process_eval``): key j >= 1 is a sink when its column sum divided by
-    the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``.
+    the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``; here also
+    only when at least ``min_queries`` queries see it (1: the authors' rule; :data:`ACT_MIN_QUERIES` leaves out the
+    window's last keys, whose score averages a handful of weights).
 
     weights: (B, H, T, N) probabilities; allowed: (B|1, 1, T, N) bool, may query t see key j -> (B, H, N) bool.
     The first key is never a sink here (the official code drops it with ``indices[1:]``).
     """
-    visible = allowed.float().sum(dim=2).clamp_min(1)  # (B|1, 1, N)
-    sink = weights.float().sum(dim=2) / visible > threshold  # (B, H, N)
+    seen = allowed.float().sum(dim=2)  # (B|1, 1, N)
+    sink = (weights.float().sum(dim=2) / seen.clamp_min(1) > threshold) & (seen >= min_queries)  # (B, H, N)
     sink[..., 0] = False
     return sink
 
@@ -95,14 +116,16 @@ class AttentionCalibration(Intervention):
     (``atten_process_eval`` in GATECH-EIC/ACT). The edit is a per-row additive bias on the sink columns
     (:func:`act_bias`) handed to the model's own attention backend, so a surrounding Capture sees the calibrated
     attention. ACT chooses its heads by accuracy on a calibration set; which heads to pass is the caller's choice.
+    ``min_queries``: a key must be seen by that many queries to be damped (1: the authors' rule).
     """
 
-    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1):
+    def __init__(self, model: nn.Module, heads: dict[int, list[int]], beta: float = 0.4, threshold: float = 0.1,
+                 min_queries: int = 1):
         super().__init__(model, list(heads))
         if not 0 < beta <= 1:
             raise ValueError("beta must be in (0, 1]")
         self.heads = {int(k): list(v) for k, v in heads.items()}
-        self.beta, self.threshold = float(beta), float(threshold)
+        self.beta, self.threshold, self.min_queries = float(beta), float(threshold), int(min_queries)
         self.damped = 0  # number of (sequence, head, key) sinks damped, summed over calls
 
     def _install(self) -> None:
@@ -116,7 +139,7 @@ class AttentionCalibration(Intervention):
             allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # (B, 1, T, N)
             chosen = torch.zeros(weights.shape[1], dtype=torch.bool, device=weights.device)
             chosen[self.heads[layer]] = True
-            sink = act_sink_columns(weights, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+            sink = act_sink_columns(weights, allowed, self.threshold, self.min_queries) & chosen[None, :, None]
             self.damped += int(sink.sum())
             attention_mask = attention_mask + act_bias(weights, sink, self.beta).to(attention_mask.dtype)
             self.calls += 1
@@ -129,7 +152,7 @@ class AttentionCalibration(Intervention):
         allowed = torch.ones(1, 1, *probs.shape[2:], dtype=torch.bool, device=probs.device)  # bidirectional
         chosen = torch.zeros(probs.shape[1], dtype=torch.bool, device=probs.device)
         chosen[self.heads[layer]] = True
-        sink = act_sink_columns(probs, allowed, self.threshold) & chosen[None, :, None]  # (B, H, N)
+        sink = act_sink_columns(probs, allowed, self.threshold, self.min_queries) & chosen[None, :, None]
         self.damped += int(sink.sum())
         self.calls += 1
         return act_redistribute(probs, sink, self.beta)

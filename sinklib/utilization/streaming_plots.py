@@ -112,10 +112,13 @@ def quantization_bars(table: Mapping[str, Mapping[str, tuple[float, float, float
     return fig
 
 
-def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = "") -> Figure:
+def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = "", min_queries: int = 1,
+                          edge_keys: Sequence[int] = ()) -> Figure:
     """Attention each key receives per query that sees it, sum_t A[t, j] / (T - j), before and after an edit.
 
-    before, after: (T, T) one head's attention; ``sink_keys``: the columns the edit treats as sinks (marked).
+    before, after: (T, T) one head's attention; ``sink_keys``: the columns the edit treats as sinks (marked);
+    ``edge_keys``: keys whose score passes the threshold but that fewer than ``min_queries`` queries see (the window's
+    end: an average of a handful of weights), marked apart and not counted as sinks; the edge is shaded.
     One line per condition shows, at a glance, how much each key lost or gained -- a whole T x T map would not.
     """
     b, a = _np(before), _np(after)
@@ -123,6 +126,9 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
     seen = T - np.arange(T)  # queries that see key j under a causal mask
     mb, ma = b.sum(0) / seen, a.sum(0) / seen
     fig, ax = plt.subplots(figsize=(7.5, 3.2), layout="constrained")
+    if min_queries > 1:
+        ax.axvspan(T - min_queries + 0.5, T - 0.5, color="grey", alpha=0.15, lw=0,
+                   label=f"seen by < {min_queries} queries")
     ax.semilogy(mb, color="grey", lw=1.2, label="before")
     ax.semilogy(ma, color="C0", lw=1.2, label="after")
     ax.scatter([0], [mb[0]], color="black", zorder=5, s=18, label="first token")
@@ -130,6 +136,10 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
         ks = np.asarray(sink_keys)
         ax.scatter(ks, mb[ks], marker="v", color="#D55E00", zorder=5, s=22, label="treated as sinks (before)")
         ax.scatter(ks, ma[ks], marker="^", color="C0", zorder=5, s=22, label="same keys, after")
+    if len(edge_keys):
+        ks = np.asarray(edge_keys)
+        ax.scatter(ks, mb[ks], marker="x", color="grey", zorder=5, s=22,
+                   label=f"above the threshold, but < {min_queries} queries: not sinks")
     ax.set_xlabel("key position j"), ax.set_ylabel("sum_t A[t, j] / (T - j)")
     fig.legend(loc="outside right center", fontsize=8)
     if title:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.utilization import kvquant
 from sinklib.utilization.streaming import PAIRED
 
 
@@ -166,23 +167,36 @@ def decode_cost(ms: Mapping[str, float], mib: Mapping[str, float], sinks_key: st
         f"with the machine's load.")
 
 
-def kv_quant(quant: Mapping[str, Mapping[str, float]], fp_ppl: float,
-             kept_vs_all: Mapping[str, Sequence[float]], claim: Claim | None, n_tokens: int, model: str) -> str:
-    """Section 4: perplexity per bit-width with every token quantised vs the sinks kept, the paired interval of
-    their ratio per bit-width, and the claim."""
-    rows = []
-    for name, (ratio, lo, hi) in kept_vs_all.items():
-        side = "below 1" if hi < 1 else "above 1" if lo > 1 else "containing 1"
-        rows.append(f"{name}: {_signed(ratio - 1)} [{_signed(lo - 1)}, {_signed(hi - 1)}], an interval {side}")
-    worst = max(quant, key=lambda b: quant[b]["all tokens quantised"])
+def kv_quant(quant: Mapping[str, Mapping[str, float]], fp_ppl: float, kept_vs_all: Mapping[str, Sequence[float]],
+             kept_vs_matched: Mapping[str, Sequence[float]], claim: Claim | None, n_tokens: int, model: str,
+             control_measured: Mapping[str, Sequence[float]] | None = None) -> str:
+    """Section 4: perplexity per setting with every token quantised vs the sinks kept, the paired interval of their
+    ratio per setting, then the setting IntactKV's claim is judged at (:data:`kvquant.PAPER_SETTING`) against the
+    position-matched control (tokens 4-7 kept), the claim, and why random weights gain too
+    (:func:`kvquant.control_explanation`, with the control's interval ``control_measured``: {setting: (r, lo, hi)})."""
+    rows = [f"{name}: {_interval(iv)}" for name, iv in kept_vs_all.items()]
+    at = kvquant.PAPER_SETTING
+    worst = max(quant, key=lambda b: quant[b][kvquant.ALL])
+    control = ""
+    if control_measured and at in control_measured:
+        control = (f" On random weights of the same architecture keeping the first 4 exact changes perplexity by "
+                   f"{_interval(control_measured[at])}: {kvquant.control_explanation(n_tokens)}.")
     return paragraph(
         f"{model}, one held-out stream of {num(n_tokens)} tokens",
-        f"Full precision gives {num(fp_ppl)}. Keeping the 4 sink tokens changes perplexity by " + "; ".join(rows)
+        f"Full precision gives {num(fp_ppl)}. Keeping the 4 sink tokens exact changes perplexity by " + "; ".join(rows)
         + " (95% paired intervals).",
-        f"The hardest setting, {worst}, stays at {num(quant[worst]['all tokens quantised'] / fp_ppl, 3)}x full "
-        f"precision with every token quantised and {num(quant[worst]['4 sink tokens kept'] / fp_ppl, 3)}x with the "
-        f"sinks kept.",
-        f"{claim_line(claim)}.")
+        f"The hardest setting, {worst}, stays at {num(quant[worst][kvquant.ALL] / fp_ppl, 3)}x full precision with "
+        f"every token quantised and {num(quant[worst][kvquant.SINKS] / fp_ppl, 3)}x with the sinks kept.",
+        f"IntactKV's KV-cache claim is made at INT4, so it is judged at {at}: there keeping the first 4 tokens exact "
+        f"instead of tokens 4-7 (the position-matched control) changes perplexity by {_interval(kept_vs_matched[at])}.",
+        f"{claim_line(claim)}." + control)
+
+
+def _interval(iv: Sequence[float]) -> str:
+    """A ratio and its interval as signed changes: "-9.0% [-15%, -2.0%], an interval below 1"."""
+    ratio, lo, hi = iv
+    side = "below 1" if hi < 1 else "above 1" if lo > 1 else "containing 1"
+    return f"{_signed(ratio - 1)} [{_signed(lo - 1)}, {_signed(hi - 1)}], an interval {side}"
 
 
 def _signed(x: float) -> str:
@@ -190,16 +204,29 @@ def _signed(x: float) -> str:
 
 
 def act(act_ppl: Mapping[str, float | None], n_heads: int, total_heads: int, claim: Claim | None, n_windows: int,
-        seq_len: int, model: str) -> str:
-    """Section 5: how many heads the proxy picks and what calibrating them does to held-out perplexity."""
+        seq_len: int, model: str, min_queries: int = 1, figure: Mapping[str, object] | None = None) -> str:
+    """Section 5: how many heads the proxy picks (a later key above 0.1, seen by at least ``min_queries`` queries)
+    and what calibrating them does to held-out perplexity; ``figure``: the shown head's {"layer", "head",
+    "sink_keys", "edge_keys"} (keys above 0.1 that fewer than ``min_queries`` queries see: the window's end)."""
     head = f"{model}, {num(n_windows)} held-out windows of {num(seq_len)} tokens"
+    seen = f", seen by at least {num(min_queries)} queries," if min_queries > 1 else ""
     if act_ppl.get("ACT") is None:
-        return paragraph(head, f"No head has a later key above the threshold on the calibration text, so nothing "
-                               f"was calibrated; {claim_line(claim)}.")
+        return paragraph(head, f"No head has a later key above the threshold{seen} on the calibration text, so "
+                               f"nothing was calibrated; {claim_line(claim)}.")
     before, after = act_ppl["original"], act_ppl["ACT"]
+    shown = ""
+    if figure:
+        sinks, edge = list(figure["sink_keys"]), list(figure["edge_keys"])
+        shown = (f"In the head shown (layer {figure['layer']}, head {figure['head']}) {num(len(sinks))} keys count as "
+                 f"sinks" + (f" (positions {', '.join(str(k) for k in sinks[:8])}{', ...' if len(sinks) > 8 else ''})"
+                             if sinks else "")
+                 + (f"; {num(len(edge))} more pass 0.1 only at the window's end (positions "
+                    f"{', '.join(str(k) for k in edge)}), on fewer than {num(min_queries)} queries, and are left out"
+                    if edge else "") + ".")
     return paragraph(
         head,
-        f"{num(n_heads)} of {num(total_heads)} heads have a later key above 0.1 on the calibration text; calibrating "
-        f"all of them {compare(after, before, 'raises', 'lowers', 'leaves')} perplexity from {num(before)} to "
-        f"{num(after)} ({_signed(after / before - 1)}).",
+        f"{num(n_heads)} of {num(total_heads)} heads have a later key above 0.1{seen} on the calibration text; "
+        f"calibrating all of them {compare(after, before, 'raises', 'lowers', 'leaves')} perplexity from "
+        f"{num(before)} to {num(after)} ({_signed(after / before - 1)}).",
+        shown,
         f"{claim_line(claim)}.")
