@@ -152,3 +152,29 @@ def test_where_attention_goes_token_norms_models_compared(drawn):
                                 "outlier_fraction": (torch.rand(n) * 0.02).tolist()}
                  for i, n in enumerate((12, 24, 6))}
     drawn(vit_plots.models_compared, summaries, 10.0, title="High-norm tokens across models")
+
+
+def test_visual_sinks_draws_every_stand_in_and_says_when_none_has_a_sink(drawn):
+    """Issue 43: fig03 showed seed 0 only, whose (c) panel was empty; every stand-in is drawn, the ceiling too."""
+    torch.manual_seed(0)
+    phi = torch.rand(10, 4, 36) * 19
+    phi[:2] = float("nan")
+    other = phi.clone() + 3
+    fig = drawn(visual_sink_plots.visual_sinks, phi, {"tau = 20 (paper)": 20.0}, 20.0, [None] * 10, _pixels(),
+                torch.rand(36), 6, others={"seed 1": (other, [None] * 10)}, ceiling=24.0, label="seed 0")
+    panels = {ax.get_title().split(" ")[0]: ax for ax in fig.axes if ax.get_title()}
+    legend_a = " ".join(t.get_text() for t in panels["(a)"].get_legend().get_texts())
+    assert "seed 0" in legend_a and "seed 1" in legend_a and "ceiling sqrt(d) = 24" in legend_a
+    assert "no visual sink token" in " ".join(t.get_text() for t in panels["(c)"].texts)
+
+
+def test_changes_per_model_shows_each_stand_in_against_its_own_baseline(drawn):
+    """Issue 43: fig04 showed seed 0's four identical bars on a +-0.001 axis; seed 1's +0.133 was in no figure."""
+    fig = drawn(visual_sink_plots.changes_per_model,
+                {"seed 0": {"sinks": 0.0, "random": 0.0, "VAR": 0.0},
+                 "seed 1": {"sinks": 0.133, "random": 0.05, "VAR": -0.008}},
+                {"seed 0": [0.0, 0.0], "seed 1": [0.04, 0.06]})
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["seed 0", "seed 1"]
+    labels = [t.get_text() for t in ax.texts]
+    assert "+0.133" in labels and ax.get_ylim()[1] > 0.133

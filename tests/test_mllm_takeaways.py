@@ -63,7 +63,8 @@ def test_seeds_lists_each_stand_in_only_when_there_are_several():
     assert "No image token" not in two
     none = tk.seeds({0: {"sinks": 0.2, "random": 0.05, "VAR": 0.0, "max_phi": 23.0},
                      1: {"sinks": 0.0, "random": 0.0, "VAR": 0.0, "max_phi": 18.4}})
-    assert "No image token reaches phi >= 20 on seed 1 (largest phi 18.4)" in none and "seed 0 (" not in none
+    assert "No image token reaches phi >= 20 on seed 1 (largest phi 18.4, 1.60 below tau = 20)" in none
+    assert "seed 0 (" not in none
 
 
 def test_edits_say_why_the_control_could_not_judge_the_edits():
@@ -91,6 +92,33 @@ def test_kang_extras_reports_each_stand_in_and_only_compares_positions_with_sink
     assert with_sinks.holds is True and with_sinks.measured["share on background"] == 1.0  # >= 90% and > 75%
     text = tk.kang_extras(with_sinks, {0: without, 1: with_sinks}, 1.0, 0.5, 1, True)
     assert "seed 0: no visual sink token" in text and "seed 1: 100% of 2 sinks on background (all image tokens: 75%)" in text
-    assert "Jaccard overlap of 1 (the image comes before the caption" in text and "share 0.500 of their" in text
+    assert "Jaccard overlap of 1: a check of the code, not a finding" in text and "share 0.500 of their" in text
     none = tk.kang_extras(without, {0: without}, 1.0, 1.0, 1, False)
     assert "no positions to compare" in none and "Jaccard" not in none
+
+
+def test_seeds_render_how_far_below_tau_each_stand_in_stayed():
+    """Issue 43: "just under the threshold" was typed, not measured: the gap below tau and the ceiling are rendered."""
+    text = tk.seeds({0: {"sinks": 0.0, "random": 0.0, "VAR": 0.0, "max_phi": 18.5},
+                     1: {"sinks": 0.1, "random": 0.2, "VAR": 0.0, "max_phi": 22.0}}, 20.0, ceiling=24.0)
+    assert "seed 0 (largest phi 18.5, 1.50 below tau = 20, whose ceiling sqrt(d) is 24)" in text
+    assert "just under" not in text and "seed 1 (" not in text
+
+
+def test_width_matched_tau_is_no_test_when_every_image_token_passes():
+    """Issue 43: at tau = 7.5 every image token of layers 2-24 was a "sink", yet the takeaway said the existence
+    rule "holds there"."""
+    text = tk.sinks([507, 247], [float("nan"), float("nan"), 0.0], [float("nan"), float("nan"), 19.1],
+                    [3.0, 23.8, 23.8], [None, None, None], None, 20.0,
+                    {20.0: {"max fraction": 0.0, "sinks per image": 0.0, "holds": False},
+                     7.5: {"max fraction": 1.0, "sinks per image": 36.0, "holds": True}})
+    assert "holds there" not in text and "separates no sink from the rest" in text
+
+
+def test_kang_extras_without_any_overlap_to_measure():
+    from sinklib.architectures.mllm import visual_sinks as vs
+
+    with_sinks = vs.background_claim(torch.tensor([[True, False, False, False]]),
+                                     torch.tensor([[True, True, True, False]]), True)
+    text = tk.kang_extras(with_sinks, {0: with_sinks}, 1.0, None, 1, True)
+    assert "Jaccard" not in text and "None" not in text

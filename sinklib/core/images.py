@@ -94,12 +94,14 @@ def display(pixels: torch.Tensor, norm: Norm | None = None) -> np.ndarray:
 
 def digits(n: int | None = None, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """scikit-learn's 8 x 8 handwritten digits (1,797 images, 16 grey levels) as RGB uint8, dark ink on white, and
-    their labels; ``n`` picks a seeded random subset. Upscale with :func:`to_pixels`."""
+    their labels, in a permutation seeded by ``seed`` (numpy's ``default_rng(seed).permutation``): all 1,797 when
+    ``n`` is None, else the permutation's first ``n``. Two seeds see the digits in two orders, so a training split
+    taken from the front differs between seeds. Upscale with :func:`to_pixels`."""
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    index = np.arange(len(data.target))
+    index = np.random.default_rng(seed).permutation(len(data.target))
     if n is not None:
-        index = np.random.default_rng(seed).permutation(index)[:n]
+        index = index[:n]
     images = [np.repeat((255 - data.images[i] * 16).clip(0, 255).astype(np.uint8)[..., None], 3, -1) for i in index]
     return images, data.target[index]

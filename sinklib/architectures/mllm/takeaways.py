@@ -82,10 +82,13 @@ def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[flo
                     f"{span([v for i, v in first_in.items() if i >= 2])}).")
     others = {t: v for t, v in (sensitivity or {}).items() if t != tau}
     for t, v in others.items():
+        every = v["max fraction"] >= 1.0
         text.append(f"At the width-matched tau = {num(t)} (the share of the squared norm that tau = {num(tau)} asks "
-                    f"for at d = 4096) up to {pct(v['max fraction'])} of the image tokens in a layer are sinks "
-                    f"({num(v['sinks per image'], 2)} per image) and the existence rule "
-                    f"{'holds' if v['holds'] else 'fails'} there; the verdict uses the paper's tau = {num(tau)}.")
+                    f"for at d = 4096) up to {pct(v['max fraction'])} of the image tokens in a layer pass "
+                    f"({num(v['sinks per image'], 2)} per image in some layer)"
+                    + (": a threshold every image token passes separates no sink from the rest, so it is no test "
+                       "of Kang et al.'s definition either." if every else "; the verdict uses the paper's tau = "
+                       f"{num(tau)}."))
     if claim is not None:
         text.append(f"Claim {claim_line(claim)}.")
     return paragraph("visual sink tokens", *text)
@@ -133,10 +136,11 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
         f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged else "")
 
 
-def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0) -> str:
+def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0, ceiling: float | None = None) -> str:
     """The stand-ins behind the draws: per projector seed, the NLL increase with the sinks hidden, the mean random
-    draw's, and VAR's change; and, for a stand-in without visual sinks, how close its largest image-token phi came
-    to ``tau``. runs: seed -> {"sinks", "random", "VAR"} (NLL changes against "as is"), optionally "max_phi"."""
+    draw's, and VAR's change; and, for a stand-in without visual sinks, how far its largest image-token phi stayed
+    below ``tau`` (and where phi's ceiling sqrt(d), ``ceiling``, lies). runs: seed -> {"sinks", "random", "VAR"} (NLL
+    changes against "as is"), optionally "max_phi"."""
     if len(runs) < 2:
         return ""
     parts = [f"seed {s}: sinks {'+' if r['sinks'] >= 0 else ''}{num(r['sinks'])}, random "
@@ -147,14 +151,16 @@ def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0) -> str:
     why = ""
     if below:
         why = ("No image token reaches phi >= " + num(tau) + " on "
-               + ", ".join(f"seed {s} (largest phi {num(v)})" for s, v in below.items())
-               + ": the same language model, a projector trained from another seed, and the image tokens stay just "
-                 "under the threshold -- so with nothing to hide, its masking and VAR draws are not judged.")
+               + ", ".join(f"seed {s} (largest phi {num(v)}, {num(tau - v)} below tau = {num(tau)}"
+                           + (f", whose ceiling sqrt(d) is {num(ceiling)})" if ceiling else ")")
+                           for s, v in below.items())
+               + ": the same language model with a projector trained from another seed -- with nothing to hide, "
+                 "its masking and VAR draws have no sink to act on.")
     return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".", why)
 
 
-def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_prompts: float, across_images: float,
-                n_prompts: int, has_sinks: bool) -> str:
+def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_prompts: float | None,
+                across_images: float | None, n_prompts: int, has_sinks: bool) -> str:
     """Section 3b: where the visual sinks sit (on the digits' background or on the ink) per stand-in, and whether
     they keep their positions across prompts (the same images under other captions) and across images (the run's own
     stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.visual_sinks.background_claim`."""
@@ -165,12 +171,14 @@ def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_pr
                      f"(all image tokens: {pct(m['background share of all image tokens'])})"
                      if m["visual sink tokens"] else f"seed {seed}: no visual sink token")
     where = "Visual sink tokens on the plain background, per stand-in -- " + "; ".join(parts) + "."
-    if has_sinks:
-        keep = (f"The same images under {n_prompts} other caption{'s' if n_prompts > 1 else ''} keep their sink set "
-                f"with a Jaccard overlap of {num(same_across_prompts)}"
-                + (" (the image comes before the caption and attention is causal, so the image tokens never see it)"
-                   if same_across_prompts == 1 else "")
-                + f"; two different digits share {num(across_images)} of their sink positions on average.")
+    if has_sinks and across_images is not None:
+        causal = ("a check of the code, not a finding: the image comes before the caption and attention is causal, "
+                  "so the image tokens never see it and the overlap must be 1" if same_across_prompts == 1 else
+                  "which causality forbids -- the image tokens never see the caption -- so something in the "
+                  "pipeline leaks the caption into them")
+        keep = (f"Two different digits share {num(across_images)} of their sink positions on average (Jaccard). The "
+                f"same images under {n_prompts} other caption{'s' if n_prompts > 1 else ''} keep their sink set with a "
+                f"Jaccard overlap of {num(same_across_prompts)}: {causal}.")
     else:
         keep = "The run's own stand-in has no visual sink token in this batch, so there are no positions to compare."
     return paragraph("where the sinks sit", where, keep, f"Claim {claim_line(background)}.")

@@ -63,7 +63,9 @@ def _below() -> dict:
 
 def visual_sinks(phi: torch.Tensor, taus: Mapping[str, float], verdict_tau: float, ratio: Sequence[float | None],
                  picture: np.ndarray | torch.Tensor, example_phi: torch.Tensor, example_layer: int, title: str = "",
-                 layout: ImageLayout | None = None) -> Figure:
+                 layout: ImageLayout | None = None,
+                 others: Mapping[str, tuple[torch.Tensor, Sequence[float | None]]] | None = None,
+                 ceiling: float | None = None, label: str = "this model") -> Figure:
     """(a) the largest phi of an image token per layer against each tau (dashed); (b) the fraction of image tokens
     with phi >= tau per layer, one line per tau; (c) attention a visual sink token (phi >= ``verdict_tau``)
     receives over a non-sink image token, per layer; (d) one image and (e) its tokens' phi at ``example_layer`` on
@@ -71,30 +73,55 @@ def visual_sinks(phi: torch.Tensor, taus: Mapping[str, float], verdict_tau: floa
     outlined. phi: (L, B, P), all-NaN for layers not measured (skipped); taus: label -> threshold; ratio: (L,), None
     where not measured; picture: the image as handed to the model, RGB (H, W, 3) (uint8, or floats in [0, 1]), or
     normalised (3, S, S) pixels (:func:`sinklib.core.images.display`); example_phi: (P,); layout: where the P tokens
-    lie (default: one square tile, P = g^2)."""
+    lie (default: one square tile, P = g^2). ``others``: further models (e.g. the other stand-in seeds), label ->
+    (phi (L, B', P), ratio (L,)), drawn beside ``label``'s in (a)-(c) (in (b) at ``verdict_tau``); ``ceiling``: the
+    largest phi the width allows (sqrt(d)), a line in (a). Panel (c) says so when no model has a visual sink."""
     fig, axd = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c"], [".", "d", "d", "e", "e", "."]],
                                   figsize=(14, 7.6), layout="constrained", height_ratios=(1, 1.1))
     ax, bx, cx, dx, ex = (axd[k] for k in "abcde")
-    layers = _measured(phi)
-    peak = [float(torch.nan_to_num(phi[i], nan=-np.inf).max()) for i in layers]
+    models = {label: (phi, ratio), **(others or {})}
+    markers = ["o", "s", "^", "D", "v", "P"]
     colours = ["#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
-    ax.plot(layers, peak, marker="o", color="black", label="largest phi of an image token")
-    for (label, tau), colour in zip(taus.items(), colours):
+    tops = []
+    for (name, (ph, _)), marker in zip(models.items(), markers):
+        layers = _measured(ph)
+        peak = [float(torch.nan_to_num(ph[i], nan=-np.inf).max()) for i in layers]
+        tops += peak
+        ax.plot(layers, peak, marker=marker, ms=4, color="black", alpha=1.0 if name == label else 0.55,
+                label=f"largest phi of an image token, {name}")
+    for (tau_label, tau), colour in zip(taus.items(), colours):
         verdict = " (verdict)" if tau == verdict_tau else ""
-        ax.axhline(tau, color=colour, ls="--", lw=1.5 if verdict else 1, label=label + verdict)
-    top = max([*taus.values(), *peak], default=1.0)
+        ax.axhline(tau, color=colour, ls="--", lw=1.5 if verdict else 1, label=tau_label + verdict)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="grey", ls=":", lw=1, label=f"ceiling sqrt(d) = {ceiling:.3g}")
+    top = max([*taus.values(), *tops, ceiling or 0.0], default=1.0)
     ax.set(xlabel="layer", ylabel="phi", title="(a) image tokens' largest phi", ylim=(0, top * 1.1))
     ax.legend(**_below())
-    for (label, tau), colour in zip(taus.items(), colours):
+    layers = _measured(phi)
+    for (tau_label, tau), colour in zip(taus.items(), colours):
         frac = [float((phi[i][~torch.isnan(phi[i])] >= tau).float().mean()) for i in layers]
         verdict = " (verdict)" if tau == verdict_tau else ""
-        bx.plot(layers, frac, marker="o", ms=4, color=colour, label=label + verdict, clip_on=False)
+        bx.plot(layers, frac, marker="o", ms=4, color=colour, label=f"{tau_label}{verdict}, {label}", clip_on=False)
+    for (name, (ph, _)), marker in zip(list(models.items())[1:], markers[1:]):
+        measured = _measured(ph)
+        frac = [float((ph[i][~torch.isnan(ph[i])] >= verdict_tau).float().mean()) for i in measured]
+        bx.plot(measured, frac, marker=marker, ms=4, ls=":", color=colours[0], label=f"tau = {verdict_tau:g}, {name}",
+                clip_on=False)
     bx.set(xlabel="layer", ylabel="fraction of image tokens", ylim=(0, 1),
            title="(b) image tokens with phi >= tau")
     bx.legend(**_below())
-    shown = [(i, r) for i, r in enumerate(ratio) if r is not None and np.isfinite(r)]
-    cx.bar([i for i, _ in shown], [r for _, r in shown], color="#0072B2", label="sink / non-sink image token")
+    width = 0.8 / len(models)
+    drawn = 0
+    for k, ((name, (_, rat)), colour) in enumerate(zip(models.items(), colours[1:] + colours[:1])):
+        shown = [(i, r) for i, r in enumerate(rat) if r is not None and np.isfinite(r)]
+        drawn += len(shown)
+        cx.bar([i + (k - (len(models) - 1) / 2) * width for i, _ in shown], [r for _, r in shown], width=width,
+               color=colour, label=f"sink / non-sink image token, {name}")
     cx.axhline(1, color="black", ls=":", label="1 = as much as a non-sink image token")
+    if not drawn:
+        cx.text(0.5, 0.5, f"no visual sink token (phi >= {verdict_tau:g})\nin any layer of "
+                          f"{'any of the ' + str(len(models)) + ' models' if len(models) > 1 else label}",
+                transform=cx.transAxes, ha="center", va="center", fontsize=9)
     cx.set(xlabel="layer", ylabel="attention received, sink / non-sink", ylim=(0, None),
            title=f"(c) attention to a visual sink (phi >= {verdict_tau:g})")
     for axis in (ax, bx, cx):
@@ -154,4 +181,36 @@ def masking_and_var(nll: Mapping[str, float], random_runs: Sequence[float], titl
     else:
         ax.set_ylim(0, hi * 1.15 if hi > 0 else 1.0)
     ax.set(ylabel=ylabel, title=heading)
+    return fig
+
+
+def changes_per_model(changes: Mapping[str, Mapping[str, float]], random_draws: Mapping[str, Sequence[float]],
+                      title: str = "", ylabel: str = "NLL change against as is (nats)") -> Figure:
+    """Every model's (e.g. every stand-in seed's) NLL change against its own "as is": with the visual sinks hidden,
+    with as many random image tokens hidden (bar: mean of the draws; dots: each draw) and with VAR, grouped by model,
+    each bar labelled with its value. changes: label -> {"sinks", "random", "VAR"}; random_draws: label -> each
+    draw's change. A model without visual sinks shows 0 for the sink and VAR bars, said in its tick label."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.6 * len(changes) + 2), 3.8), layout="constrained")
+    kinds = [("sinks", "visual sinks hidden", "#D55E00"), ("random", "as many random image tokens hidden", "grey"),
+             ("VAR", "VAR", "#009E73")]
+    width = 0.26
+    rng = np.random.default_rng(0)
+    values = [0.0]
+    for m, (name, change) in enumerate(changes.items()):
+        for k, (key, label, colour) in enumerate(kinds):
+            x = m + (k - 1) * width
+            bar = ax.bar(x, change[key], width=width * 0.9, color=colour, alpha=0.85, label=label if m == 0 else None)
+            ax.bar_label(bar, labels=[f"{change[key]:+.3g}"], padding=2, fontsize=7)
+            values.append(change[key])
+        draws = [float(v) for v in random_draws.get(name, [])]
+        if draws:
+            ax.scatter(m + rng.uniform(-0.04, 0.04, len(draws)), draws, color="black", s=10, zorder=3,
+                       label="each random draw" if m == 0 else None)
+            values += draws
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(changes)), list(changes), fontsize=8)
+    lo, hi = min(values), max(values)
+    pad = 0.15 * max(hi - lo, 1e-3)
+    ax.set(ylabel=ylabel, ylim=(lo - pad, hi + pad), title=title or "Hiding visual sinks vs random, and VAR, per model")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
