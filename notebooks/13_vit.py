@@ -238,7 +238,8 @@ found = registers.register_neurons(lm, pixels, positions, batch_size=run.batch_s
 print(f"register neurons chosen by {jiang.source}")
 after = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size,
                               extra=registers.TestTimeRegisters(lm.model, registers.neurons_by_layer(found)))
-register_norm = after.norms[-1, :, -1].mean().item()
+detect = registers.detection_layer(jiang)  # the authors detect and evaluate the outliers at this block
+register_norm = after.norms[detect, :, -1].mean().item()
 with plotting.style():
     fig = vit_plots.registers_before_after(pixels[show], prof.cls_map[:, show], after.cls_map[:, show],
                                            [names[i] for i in show], L - 1,
@@ -263,7 +264,8 @@ print(f"CLS attention, last layer: before {({k: round(v[-1], 4) for k, v in spli
       f"{({k: round(v[-1], 4) for k, v in split_after.items()})}")
 print(f"register neurons (layer, neuron, score): {[(a, b, round(c, 2)) for a, b, c in found]}")
 print(f"largest / median patch norm with the register: {[round(x, 2) for x in after.max_norm_ratio()]}")
-print(f"the register token's last-layer norm {register_norm:.1f} vs median patch {after.patch_norms()[-1].median():.1f}; "
+print(f"the register token's norm at layer {L + detect} (the detection layer) {register_norm:.1f} vs median patch "
+      f"{after.patch_norms()[detect].median():.1f}; "
       f"L1 change of the CLS map per layer: {[round(x, 3) for x in change.tolist()]}")
 control_jiang = registers.adapted_config(control_prof)
 control_positions, control_stand_in = registers.positions_for(control_prof, control_jiang)
@@ -282,10 +284,10 @@ del control, control_prof, control_after
 gc.collect()
 
 # %%
-takeaways.show(vit_takeaways.registers(found, max(prof.max_norm_ratio()), max(after.max_norm_ratio()),
-                                       (after.norms[-1, :, -1] / after.patch_norms()[-1].median(dim=-1).values)
-                                       .mean().item(), change.tolist(), vit_sinks.OUTLIER_FACTOR, stand_in,
-                                       register_claim, title, split_before, split_after))
+takeaways.show(vit_takeaways.registers(found, prof.max_norm_ratio()[detect], after.max_norm_ratio()[detect],
+                                       registers.register_norm_ratio(after, detect), change.tolist(),
+                                       vit_sinks.OUTLIER_FACTOR, stand_in, register_claim, title, split_before,
+                                       split_after, layer=L + detect))
 
 # %% [markdown]
 # A register token that ends below the outlier cut was given nothing to carry: there was no outlier to move. Whether

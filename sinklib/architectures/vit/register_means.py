@@ -85,12 +85,24 @@ class FixedRegisterMean(Intervention):
         return args, kwargs | {"hidden_states": h}
 
 
+def final_norm(model: nn.Module) -> nn.Module:
+    """The LayerNorm a DINOv2 (with or without registers) applies to the last block's output before its heads
+    (transformers: ``model.layernorm``)."""
+    norm = getattr(model, "layernorm", None)
+    if not isinstance(norm, nn.Module):
+        raise ValueError(f"{type(model).__name__} has no final `layernorm`: head_features reads DINOv2's "
+                         f"(Dinov2Model / Dinov2WithRegistersModel)")
+    return norm
+
+
 @torch.inference_mode()
 def head_features(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extra=None) -> torch.Tensor:
-    """What DINOv2's linear heads read: [CLS, mean of the patch tokens] of the last block's output (registers
-    excluded, as the authors' ``setup_dinov2_model_for_eval``), optionally under an edit. (B, 3, S, S) -> (B, 2d)."""
+    """What DINOv2's linear heads read: [CLS, mean of the patch tokens] of the last block's output *after the final
+    LayerNorm* (DINOv2's ``x_norm_clstoken`` / ``x_norm_patchtokens``; registers excluded), as the authors'
+    ``setup_dinov2_model_for_eval``, optionally under an edit. (B, 3, S, S) -> (B, 2d)."""
     n_prefix = adapter_for(lm.model).n_prefix
     last = len(adapter_for(lm.model).layers) - 1
+    norm = final_norm(lm.model)
     out = []
     for start in range(0, len(pixels), batch_size):
         with Capture(lm.model, hidden_states=True, layers=[last]) as cap:
@@ -99,7 +111,7 @@ def head_features(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, ex
                     vit_forward(lm, pixels[start:start + batch_size])
             else:
                 vit_forward(lm, pixels[start:start + batch_size])
-        h = cap.get("hidden_states", last).float()  # (B, T, d)
+        h = norm(cap.get("hidden_states", last)).float()  # (B, T, d), as the heads see it
         out.append(torch.cat([h[:, 0], h[:, n_prefix:].mean(1)], dim=-1).cpu())
     return torch.cat(out)
 

@@ -268,27 +268,41 @@ def neurons_by_layer(found: list[tuple[int, int, float]]) -> dict[int, list[int]
     return out
 
 
+def detection_layer(config: JiangConfig | None) -> int:
+    """The block (negative from the end) whose output norms the authors detect outliers at and evaluate the register
+    on: ``config.detect_outliers_layer``; -1 without a config."""
+    return -1 if config is None else config.detect_outliers_layer
+
+
+def register_norm_ratio(after, layer: int = -1) -> float:
+    """The test-time register's norm over the median patch norm of the same image at block ``layer``, mean over
+    images. after: a :class:`VitProfile` with the register as its last token."""
+    median = after.patch_norms()[layer].median(dim=-1).values  # (B,)
+    return (after.norms[layer, :, -1] / median).mean().item()
+
+
 def test_time_register_claim(before, after, stand_in: bool, config: JiangConfig | None = None) -> Claim:
     """Jiang et al. (arXiv 2506.08010, Fig. 1 and Sec. 4): with a test-time register the high-norm outliers leave the
-    image patches and sit on the extra token. Rule: where the model has outliers, it holds when no patch of the last
-    layer passes the outlier cut afterwards and the register's norm does; without outliers (``stand_in``) it cannot
-    be judged and the record carries the measured norms. before / after: :class:`VitProfile` (after has the extra
-    token at the end)."""
+    image patches and sit on the extra token. Rule: where the model has outliers, it holds when no patch passes the
+    outlier cut afterwards and the register's norm does, both read at the layer where the authors detect and
+    evaluate the outliers (``config.detect_outliers_layer``: -2 for DINOv2-L, -1 for CLIP ViT-B/16; -1 without a
+    config, :func:`detection_layer`); without outliers (``stand_in``) it cannot be judged and the record carries the
+    measured norms. before / after: :class:`VitProfile` (after has the extra token at the end)."""
     factor = OUTLIER_FACTOR
-    ratio_before = max(before.max_norm_ratio()[-2:])
-    ratio_after = max(after.max_norm_ratio()[-2:])
-    median = after.patch_norms()[-1].median(dim=-1).values  # (B,)
-    register = (after.norms[-1, :, -1] / median).mean().item()
+    layer = detection_layer(config)
+    ratio_before = before.max_norm_ratio()[layer]
+    ratio_after = after.max_norm_ratio()[layer]
+    register = register_norm_ratio(after, layer)
     holds = None if stand_in else (ratio_after < factor and register > factor)
     return Claim(
         id="jiang2025.test_time_register_takes_outliers",
         source="Jiang et al., Vision Transformers Don't Need Trained Registers, arXiv 2506.08010, Fig. 1",
         statement="moving the register neurons' activation onto an extra token moves the high-norm outliers there",
-        rule=f"outliers exist; afterwards no patch in the last two layers exceeds {factor:g} x the median patch norm "
-             f"and the register token does",
+        rule=f"outliers exist; afterwards, at the detection layer ({layer}), no patch exceeds {factor:g} x the "
+             f"median patch norm and the register token does",
         published="outliers move to the test-time register; attention maps lose their artefacts",
         measured={"max/median patch norm before": ratio_before, "after": ratio_after,
-                  "register norm / median patch norm": register},
+                  "register norm / median patch norm": register, "layer": layer},
         holds=holds,
         note="no outliers in this model: the register neurons were found at each image's highest-norm patch"
         if stand_in else "", needs_gpu=stand_in,
@@ -297,7 +311,7 @@ def test_time_register_claim(before, after, stand_in: bool, config: JiangConfig 
                 "intervention), configs/*.yaml",
         adapted=("register neurons by " + (config.source if config is not None else "the relative cut") +
                  "; zero-initialised register, one signed maximum per image and layer, CLS untouched (their "
-                 "recipe); judged on the last two layers' norms (relative cut "
+                 "recipe); judged on the norms at their detect_outliers_layer (relative cut "
                  f"{factor:g} x the median patch norm), not on attention maps; without outliers each image's "
                  "highest-norm patch stands in and the claim is not judged"),
         at_init=False)

@@ -87,15 +87,17 @@ def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mappin
 def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, ratio_after: float, register_ratio: float,
               change: Sequence[float], factor: float, stand_in: bool, claim: Claim | None, title: str,
               split_before: Mapping[str, Sequence[float]] | None = None,
-              split_after: Mapping[str, Sequence[float]] | None = None) -> str:
+              split_after: Mapping[str, Sequence[float]] | None = None, layer: int | None = None) -> str:
     """Section 5: where the register neurons sit, the largest / median patch norm before and after the test-time
-    register, the register's own norm against the cut, the change of the CLS maps, and the claim's verdict."""
+    register, the register's own norm against the cut (both at ``layer``, the authors' detection layer, where
+    given), the change of the CLS maps, and the claim's verdict."""
     layers = sorted({layer for layer, _, _ in found})
     where = "at each photo's highest-norm patch (no outliers to find them at)" if stand_in else "at the outliers"
     first = (f"The {len(found)} register neurons, found {where}, sit in layer{'s' if len(layers) > 1 else ''} "
              f"{', '.join(str(x) for x in layers)}.")
     moved = compare(ratio_after, ratio_before, 'rises', 'falls', 'stays', rel_tol=0.005)
-    norms = ("With the register, the largest patch norm over the median "
+    at = f" at layer {layer} (the detection layer)" if layer is not None else ""
+    norms = (f"With the register, the largest patch norm over the median{at} "
              + (f"{moved} from {num(ratio_before)}x to {num(ratio_after)}x" if moved != "stays" else
                 f"stays at {num(ratio_after)}x")
              + f", and the register token ends at {num(register_ratio)}x the median patch norm, "

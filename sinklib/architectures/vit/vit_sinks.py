@@ -256,9 +256,11 @@ def first_outlier_layer(profile: VitProfile) -> int | None:
 
 
 def massive_ratio(profile: VitProfile) -> list[float]:
-    """Per layer: the largest |h| over the median |h| of the whole block output (Sun et al.'s layer median), mean
-    over images as their exp2 averages its per-image statistics."""
-    return (profile.top_abs[..., 0] / profile.median_abs.clamp_min(1e-12)).mean(-1).tolist()
+    """Per layer: the largest |h| over the median |h| of the whole block output (Sun et al.'s layer median), each
+    averaged over images first, as their exp2 does (``main_vit.py``: the per-image top values and medians are
+    averaged separately, then compared): mean_b top_b / mean_b median_b, not mean_b (top_b / median_b)."""
+    top = profile.top_abs[..., 0].mean(-1)  # (L,)
+    return (top / profile.median_abs.mean(-1).clamp_min(1e-12)).tolist()
 
 
 @torch.inference_mode()
@@ -530,7 +532,8 @@ def vit_massive_activations_claim(profile: VitProfile, name: str) -> Claim:
         statement="massive activations (> 100 and ~1000 x the median) appear in ViTs such as CLIP ViT-L and "
                   "DINOv2-reg ViT-G, at fixed feature dimensions",
         rule=f"some layer's largest |h| (mean over images) > {SUN_MAGNITUDE:g} and > {SUN_RATIO:g} x the median |h| of "
-             f"the whole block output, with the largest entry in one dimension in >= 80% of the images",
+             f"the whole block output (mean over images), with the largest entry in one dimension in >= 80% of the "
+             f"images",
         published="CLIP ViT-L and DINOv2-reg ViT-G: yes (in DINOv2-reg, in a register token)",
         measured={"largest / layer median, peak": ratio[peak], "peak layer": peak, "largest |h| there": top[peak].item(),
                   "dimension of the largest": int(common), "images with the largest in that dimension": same_dim,
