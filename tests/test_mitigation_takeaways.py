@@ -101,3 +101,15 @@ def test_bible_check_says_whether_softmax_grew_a_sink():
     a, b = tk.bible_check(flat, U, c), tk.bible_check(sunk, U, c)
     assert "grows no first-token sink" in a and "below the uniform" in a and "does not hold" in a
     assert "grows a first-token sink" in b and "above the uniform" in b
+
+
+def test_verdicts_mark_our_own_question_and_read_the_papers_parity_claim():
+    """Issue 43 item 10: head-wise RMSNorm's removal is this project's question; its paper's claim is parity."""
+    own = replace(_claim("mitigation.headwise_rmsnorm_removes_sink", False, draws=(False, False)),
+                  paper="own question")
+    parity = replace(_claim("origin.headwise_rmsnorm_restores_parity", True, draws=(True, True)),
+                     measured={"dom_ratio": [3.5, 2.1], "effective_rank": [20.0, 24.0], "over": "mean over 2 seeds"})
+    text = tk.verdicts([_claim("mitigation.softmax_grows_sink", True, control=False), own, parity])
+    assert "headwise_rmsnorm (our own question, not its paper's claim)" in text
+    assert "DomRatio 2.10 against softmax's 3.50" in text and "effective rank 24 against 20" in text
+    assert "`origin.headwise_rmsnorm_restores_parity` holds" in text

@@ -111,7 +111,8 @@ def test_every_claim_names_its_own_paper():
     runs = {v: seeded["softpick"] for v in VARIANTS} | {"softmax": seeded["softmax"]}
     for variant, paper in expected.items():
         claim = verdicts.sink_claim_over_seeds(variant, runs, U, ref, [0, 1])
-        assert claim.paper == paper, variant
+        own = variant in verdicts.OWN_QUESTIONS  # removal is our question there: the record says so (item 10)
+        assert claim.paper == ("own question" if own else paper), variant
         ids = re.findall(r"\d{4}\.\d{5}", claim.source)
         assert (ids[0] == paper) if paper else claim.source.startswith("Miller 2023"), variant
     conv = verdicts.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], ref, "toy", [0, 1])
@@ -151,3 +152,43 @@ def test_a_share_clearly_above_the_cut_rules_out_removal_however_close_alpha_com
     assert verdicts.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
     near = {"softmax": runs["softmax"], "x": [fake_run([2.0], [cut + 0.01], sink_rate=0.0, share=cut + 0.01)]}
     assert verdicts.sink_claim("x", comparison.final_table(near), U, near["x"], PAPER).verdict() == "unsettled"
+
+
+def test_headwise_rmsnorm_removal_is_our_own_question_not_the_papers_claim():
+    """Issue 43 item 10: arXiv 2605.06611 claims faster convergence and statistical parity, not removal."""
+    from sinklib.pipeline.scorecard import OWN_QUESTION
+
+    ref = load_reference("mitigations")
+    runs = {"softmax": [fake_run([2.0], [0.40])], "headwise_rmsnorm": [fake_run([2.0], [0.05], sink_rate=0.0)]}
+    table = comparison.final_table(runs)
+    own = verdicts.sink_claim("headwise_rmsnorm", table, U, runs["headwise_rmsnorm"], ref)
+    assert own.paper == OWN_QUESTION and "own question" in own.source and "2605.06611" in own.source
+    assert own.statement.startswith("(this project's question)")
+    runs["gated_headwise"] = runs.pop("headwise_rmsnorm")
+    other = verdicts.sink_claim("gated_headwise", comparison.final_table(runs), U, runs["gated_headwise"], ref)
+    assert other.paper == "2505.06708"
+
+
+def _parity_run(dom: float, rank: float) -> dict:
+    run = fake_run([2.0], [0.1])
+    run["checkpoints"][-1] |= {"dom_ratio_first": dom, "effective_rank": rank}
+    return run
+
+
+def test_parity_claim_is_what_the_paper_claims_and_can_fail():
+    from sinklib.mitigation import parity
+
+    ref = load_reference("mitigations")
+    soft = [_parity_run(80.0, 340.0), _parity_run(84.0, 350.0)]
+    better = [_parity_run(33.0, 440.0), _parity_run(35.0, 450.0)]
+    worse = [_parity_run(90.0, 300.0), _parity_run(95.0, 320.0)]
+    split = [_parity_run(33.0, 300.0), _parity_run(35.0, 320.0)]
+    held = parity.parity_claim_over_seeds(better, soft, ref, [0, 1])
+    assert held.holds is True and held.paper == "2605.06611" and held.draws == (True, True)
+    assert held.published == {"dom_ratio": [82.67, 33.74], "effective_rank": [343.7, 446.0]}
+    assert held.measured["dom_ratio"] == [82.0, 34.0]
+    assert parity.parity_claim_over_seeds(worse, soft, ref, [0, 1]).holds is False
+    c = parity.parity_claim_over_seeds(split, soft, ref, [0, 1])
+    assert c.holds is None and c.unsettled
+    mixed = parity.parity_claim_over_seeds([better[0], worse[1]], soft, ref, [0, 1])
+    assert mixed.verdict() == "unsettled"

@@ -151,3 +151,39 @@ def test_an_old_schema_claims_file_is_left_out_with_a_warning_not_a_crash(tmp_pa
     rows = scorecard.collect(root)
     assert [r.notebook for r in rows] == ["00_a", "00_a", "11_b"]
     assert "make figures NOTEBOOKS=03" in capsys.readouterr().err
+
+
+def test_implementation_checks_and_own_questions_are_no_papers_claims(tmp_path):
+    """Issue 43 item 10: xiao2023.bounded_cache checks the code; a removal 2605.06611 does not claim is our question.
+    Both are listed, never counted per paper nor in the verdict counts -- and the table says so."""
+    _write(tmp_path, "01_u", "SmolLM2-135M-Instruct", [
+        _claim("xiao2023.sinks_rescue_window", "Xiao et al., arXiv 2309.17453, Table 1", True),
+        _claim("xiao2023.bounded_cache", "Xiao et al., arXiv 2309.17453, Section 3", True,
+               paper=scorecard.IMPLEMENTATION_CHECK)])
+    _write(tmp_path, "03_m", "TinyLM trained here", [
+        _claim("mitigation.headwise_rmsnorm_removes_sink", "own question; arXiv 2605.06611", False,
+               paper=scorecard.OWN_QUESTION),
+        _claim("origin.headwise_rmsnorm_restores_parity", "arXiv 2605.06611", True, paper="2605.06611")])
+    rows = scorecard.collect(tmp_path)
+    papers = {e["paper"]: e for e in scorecard.by_paper(rows)}
+    assert papers["Xiao et al., StreamingLLM (2309.17453)"]["tested"] == 1
+    assert papers["Structural origin of sinks (ICML 2026) (2605.06611)"]["tested"] == 1
+    assert not any("check" in p or "own question" in p for p in papers)
+    summary = scorecard.to_json(rows)
+    assert summary["paper_claims"] == 2 and summary["counts"] == {"holds": 2, "does NOT hold": 0, "unsettled": 0,
+                                                                 "cannot be judged here": 0}
+    others = summary["not_paper_claims"]
+    assert others[scorecard.NOT_A_PAPER[scorecard.IMPLEMENTATION_CHECK]] == ["xiao2023.bounded_cache (holds)"]
+    assert others[scorecard.NOT_A_PAPER[scorecard.OWN_QUESTION]] == \
+        ["mitigation.headwise_rmsnorm_removes_sink (does NOT hold)"]
+    assert all(e["paper"] in papers for e in scorecard.by_paper_and_kind(rows))
+    text = scorecard.format_table(rows)
+    assert "2 distinct claims (4 records" in text and "papers' claims only" in text and "not counted as a paper's claim" in text
+    assert "xiao2023.bounded_cache" in text.splitlines()[-1]
+
+
+def test_bounded_cache_is_recorded_as_an_implementation_check():
+    from sinklib.utilization import streaming
+
+    c = streaming.bounded_cache({"dense": 12.0, "4 sinks + window": 3.0}, "4 sinks + window")
+    assert c.paper == scorecard.IMPLEMENTATION_CHECK

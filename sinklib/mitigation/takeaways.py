@@ -16,6 +16,7 @@ from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 from sinklib.mitigation.comparison import strongest_head
 from sinklib.mitigation.verdicts import RISING, grows_sink, late_slope
+from sinklib.pipeline.scorecard import OWN_QUESTION
 
 
 def _names(items: Sequence[str]) -> str:
@@ -141,7 +142,13 @@ def verdicts(claims: Sequence[Claim]) -> str:
     judged here, :meth:`~sinklib.core.claims.Claim.verdict`), and what the untrained control said."""
     removes = [c for c in claims if c.id.endswith("_removes_sink")]
     grows = next((c for c in claims if c.id.endswith("_grows_sink")), None)
-    by = {v: [c.id.split(".")[1].removesuffix("_removes_sink") for c in removes if c.verdict() == v]
+    parity = next((c for c in claims if c.id == "origin.headwise_rmsnorm_restores_parity"), None)
+
+    def name(c: Claim) -> str:  # a removal no paper claims is marked as this project's own question
+        own = " (our own question, not its paper's claim)" if c.paper == OWN_QUESTION else ""
+        return c.id.split(".")[1].removesuffix("_removes_sink") + own
+
+    by = {v: [name(c) for c in removes if c.verdict() == v]
           for v in ("holds", "does NOT hold", "unsettled", "cannot be judged here")}
     n = len(grows.draws) if grows and grows.draws else 1
     return paragraph(
@@ -156,6 +163,11 @@ def verdicts(claims: Sequence[Claim]) -> str:
         "On the untrained model (step 0) the softmax rule "
         + ({True: "holds -- see its control note", False: "fails, as it should: the sink is learned",
             None: "was not judged"}[grows.control if grows else None]) + ".",
+        (f"What arXiv 2605.06611 does claim of head-wise RMSNorm, statistical parity across positions: first-token "
+         f"DomRatio {num(parity.measured['dom_ratio'][1])} against softmax's {num(parity.measured['dom_ratio'][0])}, "
+         f"effective rank {num(parity.measured['effective_rank'][1])} against "
+         f"{num(parity.measured['effective_rank'][0])} ({parity.measured['over']}); {claim_line(parity)}."
+         if parity else ""),
     )
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from sinklib.core.claims import Claim, against_cut, over_draws
 from sinklib.core.metrics import GU_EPS
+from sinklib.pipeline.scorecard import OWN_QUESTION
 
 
 def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | None:
@@ -378,6 +379,16 @@ REMOVES_GATES = (f"a possible removal is unsettled when alpha_0 lies within 2 po
 SINK_KEYS = {"first_attention": "first-token attention", "sink_rate": "sink rate", "first_share": "first-token share"}
 
 
+# Variants whose paper does not claim that they remove the sink: "removes" is this project's own question there, and
+# the record's ``paper`` says so (:data:`sinklib.pipeline.scorecard.OWN_QUESTION`: not counted as the paper's claim).
+OWN_QUESTIONS = {
+    "headwise_rmsnorm": "this project's own question, not a claim of arXiv 2605.06611: the paper claims that head-wise "
+                        "RMSNorm converges faster and restores statistical parity across positions (lower dimension "
+                        "disparity, higher effective rank), tested as origin.headwise_rmsnorm_converges_faster and "
+                        "origin.headwise_rmsnorm_restores_parity",
+}
+
+
 def claim_source(reference: Mapping, variant: str) -> tuple[str, str]:
     """``(paper, source)`` of ``variant``'s claim: the arXiv id of the paper the claim comes from ("" where there is
     none, e.g. a blog post) and a source that names that paper first -- ``reference["sources"][variant]`` of
@@ -414,8 +425,12 @@ def sink_claim(variant: str, table: pd.DataFrame, uniform: float, runs: Sequence
                      follows=FOLLOWS.get(variant, GU_SINK), adapted=ADAPTED["softmax"], at_init=False)
     adapted = ADAPTED["removes"] + (f"; {ADAPTED[variant]}" if variant in ADAPTED else "")
     holds, unsettled, margin = verdict.removal()
+    statement = f"{variant} removes the first-token sink"
+    if variant in OWN_QUESTIONS:  # the method's paper claims something else: asked here, counted as no paper's
+        arxiv, source = OWN_QUESTION, f"{OWN_QUESTIONS[variant]}; the method: {source}"
+        statement = f"(this project's question) does {variant} remove the first-token sink?"
     return Claim(id=f"mitigation.{variant}_removes_sink", source=source, paper=arxiv,
-                 statement=f"{variant} removes the first-token sink", rule=f"{REMOVES_RULE}; {REMOVES_GATES}",
+                 statement=statement, rule=f"{REMOVES_RULE}; {REMOVES_GATES}",
                  published=published, measured=measured, holds=holds, unsettled=unsettled, margin=margin,
                  note=verdict.line, follows=FOLLOWS.get(variant, ""), adapted=adapted, at_init=None)
 

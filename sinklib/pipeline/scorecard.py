@@ -297,8 +297,9 @@ def format_table(rows: list[Row], width: int = 60) -> str:
                      f"{r.kind + gpu:<13} {r.draws_text[:28]:<28} {r.control_text}")
     summary = to_json(rows)
     others = summary["not_paper_claims"]
-    lines.append(f"{summary['paper_claims']} distinct claims of papers ({len(rows)} records; a claim judged on the same "
-                 f"model in two notebooks counts once): " + ", ".join(f"{n} {v}" for v, n in summary["counts"].items()))
+    lines.append(f"{summary['paper_claims']} distinct claims ({len(rows)} records; a claim judged on the same model in "
+                 f"two notebooks counts once; papers' claims only): "
+                 + ", ".join(f"{n} {v}" for v, n in summary["counts"].items()))
     if others:
         lines.append("not counted as a paper's claim: " + "; ".join(f"{len(ids)} {kind}: {', '.join(ids)}"
                                                                       for kind, ids in others.items()))

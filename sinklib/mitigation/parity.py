@@ -1,0 +1,61 @@
+"""What arXiv 2605.06611 claims of head-wise RMSNorm besides faster convergence: it *restores statistical parity
+across positions* -- the first token's dimension disparity falls (DomRatio 82.67 -> 33.74 at 152M, 20B OpenWebText
+tokens, 4 seeds) and the representations' effective rank rises (343.7 -> 446.0). Whether it removes the first-token
+sink is not the paper's claim: 03 asks it as this project's own question (:func:`sinklib.mitigation.verdicts.sink_claim`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sinklib.core.claims import Claim, over_draws
+from sinklib.mitigation.verdicts import claim_source
+
+PARITY_FOLLOWS = ("arXiv 2605.06611, the head-wise RMSNorm experiment (abstract: 'restoring statistical parity across "
+                  "positions significantly accelerates convergence'; dimension disparity 82.67 -> 33.74, effective "
+                  "rank 343.7 -> 446.0 against softmax; DomRatio(h) = max_j |h_j| / mean_j |h_j| of the first token): "
+                  "no public code")
+PARITY_ADAPTED = ("a 2-layer TinyLM trained here for a few hundred steps, DomRatio of the first token averaged over "
+                  "layers and effective rank of the last layer's states at the final checkpoint; judged by direction "
+                  "in each training seed (paired with softmax of the same seed), not by the paper's sizes")
+
+
+def parity_one_seed(candidate: dict, baseline: dict, paper: dict) -> Claim:
+    """One seed: head-wise RMSNorm restores parity when its final first-token DomRatio is below softmax's **and** its
+    final effective rank above; does not when both move the other way (or stay); a split is unsettled.
+    ``candidate`` / ``baseline``: runs of :func:`sinklib.mitigation.training.train` (last checkpoint read)."""
+    c, b = candidate["checkpoints"][-1], baseline["checkpoints"][-1]
+    lower = c["dom_ratio_first"] < b["dom_ratio_first"]
+    higher = c["effective_rank"] > b["effective_rank"]
+    holds = True if lower and higher else False if not (lower or higher) else None
+    arxiv, source = claim_source(paper, "headwise_rmsnorm")
+    published = paper["variants"].get("headwise_rmsnorm", {})
+    base = paper["variants"].get("softmax", {})
+    return Claim(id="origin.headwise_rmsnorm_restores_parity", source=source, paper=arxiv,
+                 statement="head-wise RMSNorm restores statistical parity across positions: lower first-token "
+                           "dimension disparity (DomRatio) and higher effective rank than softmax",
+                 rule="final DomRatio (first token) lower and final effective rank higher than softmax's, in every "
+                      "training seed (paired by seed); both the other way does not hold; a split is unsettled",
+                 published={"dom_ratio": [base.get("dom_ratio"), published.get("dom_ratio")],
+                            "effective_rank": [base.get("effective_rank"), published.get("effective_rank")]},
+                 measured={"dom_ratio": [b["dom_ratio_first"], c["dom_ratio_first"]],
+                           "effective_rank": [b["effective_rank"], c["effective_rank"]]},
+                 holds=holds, unsettled=holds is None,
+                 note="" if holds is not None else "DomRatio and effective rank move in opposite directions",
+                 follows=PARITY_FOLLOWS, adapted=PARITY_ADAPTED, at_init=None)
+
+
+def parity_claim_over_seeds(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict,
+                            seeds: Sequence[int]) -> Claim:
+    """:func:`parity_one_seed` on each training seed (candidate seed i against baseline seed i), then
+    :func:`~sinklib.core.claims.over_draws`; ``measured``: [softmax, head-wise RMSNorm] per quantity, means over the
+    seeds; ``spread``: each seed's DomRatio ratio (RMSNorm / softmax)."""
+    n = min(len(candidate), len(baseline))
+    per_seed = [parity_one_seed(candidate[i], baseline[i], paper) for i in range(n)]
+    claim = over_draws(per_seed, f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})",
+                       key=lambda c: c.measured["dom_ratio"][1] / c.measured["dom_ratio"][0])
+    mean = {k: [sum(c.measured[k][i] for c in per_seed) / n for i in (0, 1)] for k in ("dom_ratio", "effective_rank")}
+    return replace(claim, measured=mean | {"over": f"mean over {n} seeds" if n > 1 else "one seed"},
+                   control_note="control not run: parity compares two trained models; at step 0 neither has been "
+                                "trained, so there is nothing to restore")
