@@ -12,7 +12,7 @@ import torch
 from sinklib.core import metrics
 from sinklib.core.adapters import find_layers
 from sinklib.core.capture import Capture, hooks_left
-from sinklib.interpretation import chain, intervention_effects, massive_activations, origin
+from sinklib.interpretation import chain, intervention_effects, massive_activations, origin, sun_sites
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
 
 K = 5
@@ -231,6 +231,10 @@ def test_natural_pass_equals_the_separate_measurements(tiny, ids, head_seqs):
         for name in ("first", "first_sd", "other", "other_count"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), equal_nan=True)
         assert list(got.other_tokens.items()) == list(want.other_tokens.items())
+    # where Sun et al.'s criterion holds, layer by layer, as a pass of its own
+    alone = sun_sites.sun_sites(tiny, ids, bs)
+    for name in ("first", "later_share", "later_per_seq", "first_ratio"):
+        assert getattr(shared.sun_sites, name) == pytest.approx(getattr(alone, name), rel=1e-5), name
 
 
 def test_massive_means_match_the_old_loop(tiny, ids):

@@ -19,9 +19,9 @@ def _report(name: str, **over) -> SimpleNamespace:
         secondary=[(" the", 55, 0.048)],
         position=pl.PositionOrToken(0.5, 0.5, 0.48, 0.01, shift=8, other_token="'\\n'", layers=[2, 3]),
         bos_stripped=None, raw_vs_chat={"raw": 0.74, "chat template": 0.79}, chat_top=[("<|im_start|>", 2, 0.31)],
-        context={"lengths": [256, 2048], "alpha_first": [0.42, 0.33]},
+        context={"lengths": [256, 2048], "alpha_first": [0.42, 0.33]}, sun_sites=None,
         chain_numbers={"variance_ratio_t0": 20.0, "super_neuron": {"layer": 1, "neuron": 83, "write_dims": [7]},
-                       "massive_onset": [1], "sink_onset": 3, "dom_after_super": 59.0,
+                       "first_token_value_onset": [1], "sink_onset": 3, "dom_after_super": 59.0,
                        "positive_sink_vs_other": [0.99, 0.76]},
     )
     return SimpleNamespace(**(base | over))
@@ -89,12 +89,42 @@ def test_context_and_chat_directions():
 def test_chain_orders_the_onsets():
     links = [_claim(link, "a", True) for link in tk.LINKS]
     after = tk.chain([_report("a")], links)
-    same = tk.chain([_report("a", chain_numbers=_report("a").chain_numbers | {"massive_onset": [0],
-                                                                                 "sink_onset": 0})],
+    same = tk.chain([_report("a", chain_numbers=_report("a").chain_numbers | {"first_token_value_onset": [0],
+                                                                                 "sink_onset": 0,
+                                                                                 "sink_follows": "neither"})],
                     [replace(c, holds=False) for c in links])
-    assert "variance discrepancy on A" in after and "sink at layer 3 (after it)" in after
-    assert "first read by layer 1's attention, sink at layer 0 (before it)" in same
+    assert "variance discrepancy on A" in after
+    assert "the first token's value onset (|v| > 100 on a massive dimension) in layer 1's output" in after
+    assert "sink at layer 3: 1 layer after the first attention that reads the value onset" in after
+    assert "sink at layer 0: 1 layer before the first attention that reads the value onset" in same
     assert "variance discrepancy on none of the models" in same
+
+
+def test_chain_says_which_onset_the_sink_follows():
+    """SmolLM2 (issue 43): value onset at layer 1 (169 on dim 507, under 1000x its layer median), Sun et al.'s
+    criterion from layer 11, sink from layer 3: the takeaway names both layers and says which one the sink follows."""
+    from sinklib.interpretation.sun_sites import SunSites
+
+    sites = SunSites(first=[0.0] * 11 + [1.0], later_share=[0.0] * 12, later_per_seq=[0.0] * 12,
+                     first_ratio=[5.0, 210.0] + [700.0] * 10, n_seqs=16, seq_len=64)
+    numbers = _report("s").chain_numbers | {"first_token_value_onset": [1, 2], "sun_onset": 11, "sink_onset": 3,
+                                            "sink_follows": "the value onset"}
+    text = tk.chain([_report("s", chain_numbers=numbers, sun_sites=sites)],
+                    [_claim(link, "s", True, draws=(True, True, True)) for link in tk.LINKS])
+    assert "in layer 1's output (210x its layer median at position 0, under Sun et al.'s 1,000x)" in text
+    assert "Sun et al.'s criterion first met in layer 11's output" in text
+    assert "9 layers before the first attention that reads Sun's onset -- it follows the value onset" in text
+
+
+def test_massive_reports_the_share_of_tokens():
+    """Gemma-3 (issue 43): Sun's criterion met on 83 / 54 / 27 % of the tokens after position 0 in layers 1-3."""
+    from sinklib.interpretation.sun_sites import SunSites
+
+    sites = SunSites(first=[0, 0, 0, 0, 1.0], later_share=[0, 0.83, 0.54, 0.27, 0],
+                     later_per_seq=[0, 52.3, 34.0, 17.0, 0], first_ratio=[1.0] * 5, n_seqs=32, seq_len=64)
+    text = tk.massive([_report("g", sun_sites=sites)], [_claim("sun2024.massive_activations", "g", False)])
+    assert "G: 83% / 54% / 27% in layers 1 / 2 / 3" in text and "position 0 from layer 4" in text
+    assert "at most 2 later positions per window" in text and "holds on 0 of 1" in text
     assert "No gated MLP" in tk.chain([_report("a", chain_numbers=None)], [])
 
 

@@ -87,7 +87,7 @@ def test_chain_order_aligns_outputs_with_the_attention_that_reads_them():
     good = origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER)
     assert good.holds is True and good.measured["first_reading_layer"] == 2
     early = origin_claims.disparity_then_sink([3], 3, 50.0, 263.0, PAPER)  # gap 0: accepted before
-    assert early.holds is False and "before the massive value" in early.note
+    assert early.holds is False and "before the value it is said to follow" in early.note
     assert origin_claims.disparity_then_sink([3], 6, 50.0, 263.0, PAPER).holds is True  # reader 4, two layers on
     assert origin_claims.disparity_then_sink([3], 7, 50.0, 263.0, PAPER).holds is False
     # link 2: the neuron's layer at or before the layer whose output first holds the value
@@ -177,8 +177,80 @@ def test_massive_by_sun_transcribes_the_criterion():
     h[0, 0, 3] = 2000.0
     mask = metrics.massive_mask(h)
     assert mask[0, 0, 3] and mask.sum() == 1
-    assert origin_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is True
     assert origin_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
+    # met, but "a few" was not measured: no verdict
+    assert origin_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is None
+
+
+def _sites(first, later_per_seq, seq_len=64):
+    from sinklib.interpretation.sun_sites import SunSites
+
+    return SunSites(first=list(first), later_share=[x / (seq_len - 1) for x in later_per_seq],
+                    later_per_seq=list(later_per_seq), first_ratio=[10.0] * len(first), n_seqs=4, seq_len=seq_len)
+
+
+def test_a_few_is_part_of_suns_rule():
+    """Sun et al.: *a few* massive activations (the starting token, the first delimiter). Gemma-3-270M meets the
+    1000x criterion on 83 / 54 / 27 % of the tokens after position 0 in layers 1-3: not a few, the claim fails."""
+    massive = MassiveDims([3], True, 1000.0, 2000.0)
+    few = origin_claims.massive_by_sun(massive, _sites([0, 0, 1, 1], [0, 0, 1.0, 0.5]))
+    gemma = origin_claims.massive_by_sun(massive, _sites([0, 0, 0, 0, 1], [0, 52.3, 34.0, 17.0, 0]))
+    assert few.holds is True and few.measured["sun_onset"] == 2 and few.measured["most_later_sites_per_window"] == 1.0
+    assert gemma.holds is False and "not 'a few'" in gemma.note and "83%" in gemma.note
+    assert gemma.measured["later_share"]["1"] == pytest.approx(52.3 / 63) and gemma.measured["sun_onset"] == 1
+    assert "at most 2 positions t >= 1 per window" in gemma.rule and "first delimiter" in gemma.rule
+
+
+def test_sun_sites_count_positions_by_the_layer_median():
+    """SunSiteStats on hand-built outputs: the layer median per sequence, position 0 apart from the later ones."""
+    from sinklib.interpretation.sun_sites import sites_of
+
+    h = torch.ones(2, 8, 16)
+    h[:, 0, 5] = 2000.0  # position 0 of both sequences
+    h[0, 3, 7] = 1500.0  # one later site in sequence 0
+    h[1, 4, 2] = 50.0  # > 1000x? no: below 100
+    first, later, ratio = sites_of(h)
+    assert first.tolist() == [True, True] and later.sum() == 1 and later[0, 2]
+    assert ratio.tolist() == pytest.approx([2000.0, 2000.0])
+
+
+def test_chain_draws_keep_the_runs_numbers_and_judge_every_draw():
+    from sinklib.core.claims import over_draws
+
+    a = origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER)
+    b = origin_claims.disparity_then_sink([1], 3, 2.0, 60.0, PAPER)  # a draw where the disparity condition fails
+    judged = over_draws([a, a, b], "3 draws")
+    assert judged.holds is None and judged.unsettled and judged.draws == (True, True, False)
+
+
+def test_disparity_records_its_condition_and_both_onsets():
+    """Issue 43: the DomRatio condition is stored, and the record names the value onset it rests on beside Sun
+    et al.'s onset (SmolLM2: value onset 1, sink 3, Sun's criterion from layer 11)."""
+    smol = origin_claims.disparity_then_sink([1, 2], 3, 9.0, 60.0, PAPER, sun_onset=11)
+    m = smol.measured
+    assert m["dom_first_over_rest_at_sink"] == 9.0 and m["dom_disparity_holds"] is True and m["order_holds"] is True
+    assert m["first_token_value_onsets"] == [1, 2] and m["sun_onset"] == 11 and m["sink_follows"] == "the value onset"
+    assert "the sink forms 9 layers before the first attention that reads it" in smol.note
+    weak = origin_claims.disparity_then_sink([1], 3, 2.5, 60.0, PAPER, sun_onset=1)
+    assert weak.holds is False and weak.measured["dom_disparity_holds"] is False and "not > 3x" in weak.note
+    assert weak.measured["sink_follows"] == "both"
+    assert "sun_onset" not in origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER).measured  # not measured
+    assert origin_claims.follows_which([1], 3, 11) == "the value onset"
+    assert origin_claims.follows_which([5], 3, 1) == "Sun's onset"
+    assert origin_claims.follows_which([], 3, None) == "neither"
+
+
+def test_mean_edit_on_a_bos_model_is_judged_on_the_later_sites():
+    """Gemma-3: position 0 is the same BOS in every window, so the mean edit cannot fail there."""
+    ref = {"perplexity_wikitext": SUN_PPL}
+    ppl = {"original": 20.0, "set to mean": 20.0, "set to zero": 500.0}
+    none_later = origin_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
+    some = origin_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
+    assert none_later.holds is None and not none_later.unsettled and "cannot be judged here" in none_later.note
+    assert some.holds is True and "judged on the 1185 later sites only" in some.note
+    assert some.measured["first_token_fixed"] is True and origin_claims.massive_bias(ppl, ref).holds is True
+    broken = {"original": 20.0, "set to mean": 20.0, "set to zero": 21.0}
+    assert origin_claims.massive_bias(broken, ref, first_fixed=True, later_sites=0).holds is False
 
 
 def test_implicit_bias_transcribes_a_small_constant_sink_term():
@@ -189,6 +261,7 @@ def test_implicit_bias_transcribes_a_small_constant_sink_term():
     auc, n = massive_activations.implicit_bias_separation(bias)
     assert auc == {"value_norm_ratio": 1.0, "sink_term_spread": 1.0} and n == 2
     assert origin_claims.implicit_bias(auc, n).holds is True
+    assert set(origin_claims.implicit_bias(auc, n).measured) == {"value_norm_auc", "term_spread_auc"}  # AUCs
     assert origin_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
 
 
@@ -243,6 +316,11 @@ def test_takeaways_follow_the_numbers():
     dis3 = takeaways.disparity(origin_claims.disparity_then_sink([1], 2, 9.0, 60.0, PAPER), [1], 2, 60.0, 263.0,
                                231.0, 11, 27.0)
     assert "in the first attention that reads it, layer 2" in dis3
+    smol = origin_claims.disparity_then_sink([1, 2], 3, 9.0, 60.0, PAPER, sun_onset=11)
+    dis4 = takeaways.disparity(smol, [1, 2], 3, 60.0, 263.0, 231.0, 11, 27.0)
+    assert "value onset" in dis4 and "not Sun et al.'s 1000x criterion" in dis4
+    assert "Sun et al.'s criterion first holds in layer 11's output: the sink switches on 9 layers before" in dis4
+    assert "The sink follows the value onset." in dis4
 
 
 def test_takeaways_super_neuron_self_only_bias_controls_scorecard():

@@ -1,5 +1,7 @@
 """Where the sink sits: token kinds, mass by kind, secondary sinks, the position-or-token rule, on hand-built cases."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -180,15 +182,20 @@ def test_llm_survey_draws_and_random_weight_control(tiny):
 
     paper, gu = load_reference("structural_origin"), load_reference("gu2024_sink_rates")
     report = llm_survey.measure(tiny, num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),
-                                context_windows=1, paper=paper, progress=False, draw_seqs=2,
-                                draw_windows=3)
+                                context_windows=1, paper=paper, progress=False, draw_seqs=2)
     assert report.draws["seeds"] == [0, 1, 2] and len(report.draws["random"]) == 3 and report.seconds["draws"] > 0
-    assert report.draws["sizes"] == {"random tokens": [2, 2, 2], "Bible windows": [2, 3, 3]}
+    assert report.draws["sizes"] == {"random tokens": [2, 2, 2], "Bible windows": [2, 2, 2]}  # equal window draws
     claims = {c.id.rsplit(".", 1)[0]: c for c in llm_survey.report_claims(report, gu)}
     for drawn in ("gu2024.llama_family_input_shape", "sun2024.first_delimiter_draws_attention",
                   "xiao2023.sink_is_the_position"):
         assert len(claims[drawn].draws) == 3 and claims[drawn].draws_of.startswith("3 seeds of")
+    for link in ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in",
+                 "sun2024.massive_activations_are_bias"):  # every chain link and the bias test: three equal draws
+        assert len(claims[link].draws) == 3 and claims[link].draws_of.startswith("3 draws of 2 Bible windows"), link
     assert claims["sun2024.massive_activations"].draws == ()  # judged once: the Recorder says so
+    assert "sun_onset" in claims["origin.dimension_disparity"].measured
+    assert report.chain_numbers["first_token_value_onset"] == claims["origin.dimension_disparity"].measured[
+        "first_token_value_onsets"]
     controls = llm_survey.control_claims(random_weights(tiny, 0), report.name, num_seqs=2, seq_len=24, batch_size=2,
                                          paper=paper, gu=gu)
     assert set(controls) == {c.id for c in llm_survey.report_claims(report, gu)}
@@ -297,6 +304,23 @@ def test_xiao_position_test_replaces_the_first_four_tokens(tiny):
     assert set(measured) == {"window only", "own first 4", "4 newlines"}
     assert all(v > 1 for v in measured.values()) and measured["4 newlines"] != measured["own first 4"]
     assert claim.id == "xiao2023.sink_is_positional" and "replaced by line breaks" in claim.adapted
+
+
+def test_xiao_position_test_has_its_own_random_weight_control(tiny):
+    """Issue 43: Xiao et al.'s replace-the-first-four protocol on the model's own random weights, named as the
+    trained model's claim so that the Recorder attaches it."""
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.claims import with_control
+    from sinklib.core.results import load_reference
+    from sinklib.models.random_init import random_weights
+
+    paper = load_reference("streamingllm")
+    _, claim = llm_survey.xiao_position_test(tiny, 48, 16, 8, paper, progress=False)
+    control = llm_survey.xiao_control(random_weights(tiny, 0), "tiny", 48, 16, 8, paper)
+    assert control.id == "xiao2023.sink_is_positional.tiny" and isinstance(control.holds, bool)
+    assert set(control.measured) == {"window only", "own first 4", "4 newlines"}
+    judged = with_control(replace(claim, id=control.id), control)
+    assert judged.control is control.holds and judged.control_measured == control.measured
 
 
 def test_xiao_position_test_is_not_run_without_rope():

@@ -15,6 +15,7 @@ from sinklib.core.claims import Claim
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import massive_activations, origin, origin_claims
 from sinklib.interpretation.intervention_effects import ScoreStats
+from sinklib.interpretation.sun_sites import SunSites, SunSiteStats
 
 
 @dataclass
@@ -49,8 +50,8 @@ def super_neuron_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list
                       massive_onset: int | None = None) -> SuperNeuronLink:
     """Link 2: an early MLP neuron fires on the first token only and writes the massive dimension. ``found``:
     :func:`~sinklib.interpretation.origin.find_super_neurons` on ``natural`` when already measured (:func:`natural_pass`).
-    ``massive_onset``: the first layer whose output holds the massive value (:func:`massive_onset`), which the
-    neuron's layer must not come after; None: the order is not judged."""
+    ``massive_onset``: the first token's value onset (:func:`first_token_value_onset`), which the neuron's layer
+    must not come after; None: the order is not judged."""
     if found is None:
         found = origin.find_super_neurons(lm, natural, batch_size=batch_size)
     writers = [s for s in found if set(s.write_dims) & set(massive_dims)] or found
@@ -69,9 +70,12 @@ def earliest_writer(writers: list[origin.SuperNeuron],
     return min(pool, key=lambda s: (s.layer, -s.first_abs)) if pool else None
 
 
-def massive_onset(measured: tuple[dict[str, torch.Tensor], torch.Tensor]) -> int | None:
-    """The first layer l whose output h^l holds (or doubles) the first token's massive value, from
-    :func:`~sinklib.interpretation.origin.disparity_and_first_values`' result; None when there is none."""
+def first_token_value_onset(measured: tuple[dict[str, torch.Tensor], torch.Tensor]) -> int | None:
+    """The first token's value onset: the first layer l whose output h^l holds (or doubles) a value |v| > 100 of the
+    first token on a massive dimension, from :func:`~sinklib.interpretation.origin.disparity_and_first_values`'
+    result; None when there is none. Not Sun et al.'s criterion (no 1000x-median cut): on SmolLM2 this is layer 1
+    (169 on dim 507, under 1000x its layer median), Sun's criterion first holds at layer 11
+    (:attr:`~sinklib.interpretation.sun_sites.SunSites.onset`)."""
     onset = massive_activations.onset_layers(measured[1])
     return onset[0] if onset else None
 
@@ -80,7 +84,8 @@ def massive_onset(measured: tuple[dict[str, torch.Tensor], torch.Tensor]) -> int
 class DisparityLink:
     by_layer: dict[str, torch.Tensor]  # origin.disparity_by_layer
     first_values: torch.Tensor  # (L, len(massive_dims)): the first token's values on the massive dims
-    onset: list[int]  # layers where the massive activation appears or jumps
+    onset: list[int]  # the first token's value onsets: layers where |v| > 100 on a massive dim appears or doubles
+    sun_onset: int | None  # the first layer whose output meets Sun et al.'s criterion anywhere (None: none/unmeasured)
     super_layer: int  # the super neuron's layer (1 when none was found, the paper's)
     dom_after_super: float  # DomRatio of RMSNorm_(s+1)(h^s) * g at the first token
     claim: Claim
@@ -88,10 +93,12 @@ class DisparityLink:
 
 def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], top: origin.SuperNeuron | None,
                    sink_onset: int | None, paper: dict, batch_size: int = 16,
-                   measured: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None) -> DisparityLink:
-    """Link 3: the first token's DomRatio jumps with the massive activation, and the sink follows. ``measured``:
+                   measured: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None,
+                   sun_sites: SunSites | None = None) -> DisparityLink:
+    """Link 3: the first token's DomRatio jumps with its value onset, and the sink follows. ``measured``:
     :func:`~sinklib.interpretation.origin.disparity_and_first_values` on ``natural`` with ``massive_dims`` when
-    already measured (:func:`natural_pass`)."""
+    already measured (:func:`natural_pass`). ``sun_sites``: where Sun et al.'s criterion holds on the same windows
+    (:class:`~sinklib.interpretation.sun_sites.SunSites`): its first layer is recorded beside the value onset."""
     if measured is None:
         measured = origin.disparity_and_first_values(lm, natural, massive_dims, batch_size=batch_size)
     chain, first_vals = measured
@@ -99,8 +106,11 @@ def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[in
     s_layer = top.layer if top is not None else 1
     dom_after = float(chain["dom_normed_first"][s_layer])
     at_sink = float(chain["dom_first"][sink_onset] / chain["dom_rest"][sink_onset]) if sink_onset is not None else 0.0
-    claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper, width=lm.hidden_size)
-    return DisparityLink(chain, first_vals, onset, s_layer, dom_after, claim)
+    claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper, width=lm.hidden_size,
+                                              sun_onset=None if sun_sites is None else sun_sites.onset,
+                                              sun_measured=sun_sites is not None)
+    return DisparityLink(chain, first_vals, onset, None if sun_sites is None else sun_sites.onset, s_layer, dom_after,
+                         claim)
 
 
 @dataclass
@@ -154,6 +164,7 @@ class NaturalPass:
     before_k: tuple[torch.Tensor, dict[str, torch.Tensor]]  # alpha_k (t > k) per window and token k's state
     massive_means: massive_activations.MassiveMeansByLayer  # massive_activations.massive_means, every layer
     sink_as_bias: dict[str, torch.Tensor]  # massive_activations.sink_as_bias on the first HEAD_SEQS windows
+    sun_sites: SunSites  # sun_sites.sun_sites: where Sun et al.'s criterion holds, layer by layer
 
 
 def natural_pass(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], k: int, min_ratio: float,
@@ -164,5 +175,38 @@ def natural_pass(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     ``head_seqs`` windows, as ``lock_link`` and ``sink_as_bias(natural[:16])`` do)."""
     stats = [origin.SuperNeuronStats(lm), origin.DisparityStats(massive_dims), origin.LockInStats(lm, head_seqs),
              ScoreStats(k, later_only=True, state_of=k), massive_activations.MassiveMeanStats(massive_dims, min_ratio),
-             massive_activations.SinkAsBiasStats(lm, head_seqs)]
+             massive_activations.SinkAsBiasStats(lm, head_seqs), SunSiteStats()]
     return NaturalPass(*origin.measure(lm, natural, stats, batch_size))
+
+
+# ----------------------------------------------------------------------------------------------- Sun's bias test
+def bias_claim(bias: massive_activations.BiasTest, paper: dict) -> Claim:
+    """Sun et al.'s zero-vs-mean verdict of one :class:`~sinklib.interpretation.massive_activations.BiasTest`: on a
+    model whose position 0 is the same BOS in every window, the mean edit is judged on the later sites only
+    (:func:`~sinklib.interpretation.origin_claims.massive_bias`)."""
+    fixed = bias.means is not None and bias.means.first_is_fixed
+    later = None if bias.means is None else int(bias.means.other_count.sum())
+    return origin_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later)
+
+
+def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list[int], min_ratio: float,
+                    calibration_shape: tuple[int, int], heldout_shape: tuple[int, int], paper: dict, seed: int,
+                    batch_size: int = 16, n_draws: int = 3) -> Claim:
+    """Sun et al.'s bias test judged over ``n_draws`` draws (``first`` is the run's own, already measured): for seeds
+    seed+1, ... new calibration windows (``calibration_shape`` = (N, T), the site means) and new held-out windows
+    (``heldout_shape``, the perplexities), the same layers, dimensions and criterion; holds only if every draw holds
+    (:func:`sinklib.core.claims.over_draws`). The spread is that of ppl(mean) / ppl(original)."""
+    from sinklib.core.claims import over_draws
+    from sinklib.core.data import make_inputs, text_windows
+
+    others = []
+    for s in range(seed + 1, seed + n_draws):
+        calibration = make_inputs(lm, "natural", *calibration_shape, s)
+        heldout = text_windows(lm.tokenizer, *heldout_shape, s, split="heldout")
+        others.append(bias_claim(massive_activations.bias_test(lm, calibration, heldout, layers, dims, min_ratio,
+                                                               batch_size), paper))
+    return over_draws([first, *others],
+                      f"{n_draws} draws of {calibration_shape[0]} calibration and {heldout_shape[0]} held-out windows "
+                      f"(seeds {seed}-{seed + n_draws - 1})",
+                      key=lambda c: c.measured["set to mean"] / c.measured["original"])
+

@@ -42,9 +42,9 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
     sink_onset = analysis.first_layer_above(prof.alpha_first_by_layer, 0.3)
     shared = chain.natural_pass(control, natural, massive.dims, k, massive.min_ratio, bs)  # one pass, as the notebook
     neuron = chain.super_neuron_link(control, natural, massive.dims, paper, bs, found=shared.super_neurons,
-                                     massive_onset=chain.massive_onset(shared.disparity))
+                                     massive_onset=chain.first_token_value_onset(shared.disparity))
     disparity = chain.disparity_link(control, natural, massive.dims, neuron.top, sink_onset, paper, bs,
-                                     measured=shared.disparity)
+                                     measured=shared.disparity, sun_sites=shared.sun_sites)
     self_only = intervention_effects.self_only_effect(control, natural, k, bs, before=shared.before_k)
     sweep = control_lambdas(lambdas)
     curves = intervention_effects.amplification_curves(intervention_effects.amplification_per_window(
@@ -57,8 +57,8 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
               origin_claims.self_only_sink(self_only.rate_before, self_only.rate_after, k),
               origin_claims.amplification(sweep, curves[intervention_effects.CENTRED],
                                           curves[intervention_effects.SCALED]),
-              origin_claims.massive_bias(bias.ppl, paper), origin_claims.implicit_bias(auc, n_heads),
-              origin_claims.massive_by_sun(massive)]
+              chain.bias_claim(bias, paper), origin_claims.implicit_bias(auc, n_heads),
+              origin_claims.massive_by_sun(massive, shared.sun_sites)]
     return {c.id: c for c in claims}
 
 

@@ -66,8 +66,9 @@ def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_af
         else:
             order = (f"the sink is already on at layer {sink_onset}, before layer {reader}, the first attention that "
                      f"can read the value -- so it did not form from it")
-        first = (f"The first token's massive value appears in the output of layer {onset[0]} (it appears or jumps at "
-                 f"{list(onset)}); {order}.")
+        first = (f"The first token's value onset (a value above 100 on a massive dimension, doubling -- not Sun et "
+                 f"al.'s 1000x criterion) is in the output of layer {onset[0]} (it appears or jumps at "
+                 f"{list(onset)}); {order}.{_sun_onset(claim, sink_onset)}")
     else:
         first = (f"The massive value appears at {list(onset) or 'no layer'}; the sink onset is "
                  f"{'layer ' + str(sink_onset) if sink_onset is not None else 'never reached (alpha stays below eps)'}.")
@@ -78,6 +79,22 @@ def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_af
                      f"DomRatio {num(dom_after_super)}, {compare(dom_after_super, paper_value)} the paper's "
                      f"{num(paper_value)} for Llama-2-7B ({num(ratio)}x)" + _width_free(claim, paper_value) + ".",
                      f"{claim_line(claim)}.")
+
+
+def _sun_onset(claim: Claim, sink_onset: int) -> str:
+    """Where Sun et al.'s criterion first holds against the sink onset, and which onset the sink follows."""
+    m = claim.measured or {}
+    if "sun_onset" not in m:
+        return ""
+    sun, follows = m["sun_onset"], m.get("sink_follows", "neither")
+    if sun is None:
+        where = " Sun et al.'s criterion is met in no layer."
+    else:
+        lag = sink_onset - (sun + 1)
+        where = (f" Sun et al.'s criterion first holds in layer {sun}'s output: the sink switches on "
+                 f"{abs(lag)} layer{'s' if abs(lag) != 1 else ''} {'after' if lag >= 0 else 'before'} the first "
+                 f"attention that reads it.")
+    return where + f" The sink follows {follows}" + (" of the two onsets." if follows == "neither" else ".")
 
 
 def _width_free(claim: Claim, paper_value: float, paper_width: int = 4096) -> str:
@@ -142,13 +159,16 @@ def amplification(claim: Claim, lambdas: Sequence[float], centred: Sequence[floa
     if state:
         mech = (f" At lambda = {num(lambdas[-1])} token {k} {'takes on' if state.get('holds') else 'does not take on'}"
                 f" the first token's state (key cosine {num(state['key_cos'], 2)}).")
+    resampled = (f" The verdict is judged over {claim.draws_of}: resamples of the same windows, not new windows, so "
+                 f"they show how much the verdict rests on a few windows, not how it would fare on other text."
+                 if "resample" in claim.draws_of else "")
     return paragraph(f"variance amplification, k = {k}",
                      f"Amplifying token {k}'s variance around its own batch mean moves the later queries' attention to "
                      f"it from {num(centred[0])} to {num(centred[-1])} ({num(rise)}x) as lambda goes "
                      f"{num(lambdas[0])} -> {num(lambdas[-1])}; the curve {shape}. Plain scaling goes "
                      f"{num(control[0])} -> {num(control[-1])} ({num(rise_ctl)}x), "
                      f"{compare(rise_ctl, rise, 'more than', 'less than', 'as much as')} the centred edit. The peak, "
-                     f"{num(centred[peak_i])}, {crosses}.{mech}",
+                     f"{num(centred[peak_i])}, {crosses}.{mech}{resampled}",
                      f"{claim_line(claim)}.")
 
 
@@ -160,12 +180,35 @@ def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict:
                  f"Sun et al.'s 1000x rule is not met, so the sites are those over 100 and {num(min_ratio)}x the "
                  f"layer's median |h|")
     mean_word = compare(mean, orig, "raises", "lowers", "leaves", rel_tol=0.05)
+    later = (claim.measured or {}).get("later_sites")
     fixed = (" Position 0 holds the same token in every sequence here, so setting it to its mean changes nothing "
-             "by construction." if first_fixed else "")
+             "by construction: the mean edit is judged on the "
+             + (f"{num(later)} later sites" if later is not None else "later sites") + " only." if first_fixed else "")
+    spread = claim.spread or {}
+    draws = (f" Over {claim.draws_of}, ppl(mean) / ppl(original) spans {span(spread['values'], 3)}."
+             if spread.get("values") and len(spread["values"]) > 1 else "")
     return paragraph("massive activations as a bias",
                      f"{criterion}. Every massive site set to its mean {mean_word} the perplexity "
                      f"({num(orig, 4)} -> {num(mean, 4)}; position 0 only: {num(first_only, 4)}); set to zero it "
-                     f"becomes {num(zero, 4)} ({num(zero / orig)}x).{fixed}",
+                     f"becomes {num(zero, 4)} ({num(zero / orig)}x).{fixed}{draws}",
+                     f"{claim_line(claim)}.")
+
+
+def sun_criterion(claim: Claim, sites) -> str:
+    """Sun et al.'s criterion and "a few": where it holds, layer by layer (``sites``: a
+    :class:`~sinklib.interpretation.sun_sites.SunSites`), and the share of the tokens after position 0 meeting it."""
+    met = sites.met_layers if sites is not None else []
+    if not met:
+        return paragraph("Sun et al.'s criterion", "No layer's output meets the criterion (|h| > 100 and > 1000x the "
+                                                   "layer's median |h|).", f"{claim_line(claim)}.")
+    worst, per_seq, share = sites.most_sites()
+    first = sites.first_token_onset
+    return paragraph("Sun et al.'s criterion",
+                     f"The criterion first holds in layer {met[0]}'s output"
+                     + (f", at position 0 from layer {first}" if first is not None else ", never at position 0")
+                     + f"; it holds in {num(len(met))} layers. Of the tokens after position 0, at most "
+                     f"{pct(share, 2)} meet it in one layer (layer {worst}: {num(per_seq, 2)} of "
+                     f"{num(sites.seq_len - 1)} per window); 'a few' allows 2 per window.",
                      f"{claim_line(claim)}.")
 
 
@@ -180,8 +223,11 @@ def implicit_bias(claim: Claim, n_sink_heads: int, medians: dict[str, tuple[floa
                      f"(median; other heads {num(v[1], 2)}x), {compare(v[0], v[1], 'larger', 'smaller', 'no smaller')}"
                      f" than in the other heads; its term's relative spread is {num(s[0], 2)} against {num(s[1], 2)}. "
                      f"A random sink head lies below a random other head with probability "
-                     f"{num(auc['value_norm_ratio'], 2)} and {num(auc['sink_term_spread'], 2)}. In sink heads the term "
-                     f"supplies {pct(medians['sink_share'][0], 2)} of the output norm.",
+                     f"{num(auc['value_norm_ratio'], 2)} and {num(auc['sink_term_spread'], 2)} (Mann-Whitney AUCs, "
+                     f"not ratios). In sink heads the term supplies {pct(medians['sink_share'][0], 2)} of the output "
+                     f"norm. The spread falls with alpha partly by construction: a head that gives the first token "
+                     f"most of every row leaves A_t0 little room to vary, so the second separation is not independent "
+                     f"of the sink itself.",
                      f"{claim_line(claim)}.")
 
 

@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from sinklib.architectures.llm import placement
+from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
 from sinklib.core import analysis
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
-from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.interpretation import chain, intervention_effects, massive_activations, origin, origin_claims
+from sinklib.interpretation import intervention_effects, origin_claims
+from sinklib.interpretation.sun_sites import SunSites, sun_sites
 
 
 @dataclass
@@ -36,6 +37,7 @@ class LlmReport:
     sink_rate: dict[str, float]  # input kind -> Gu et al.'s sink rate (eps 0.3, first token)
     alpha_by_layer: list[float]  # natural text: alpha_0 per layer, mean over heads and sequences
     massive: analysis.MassiveDims
+    sun_sites: SunSites | None  # where Sun et al.'s criterion holds, layer by layer, on the natural windows
     by_kind: dict[str, float]  # token kind -> mean sink mass m_j (sink layers)
     secondary: list[tuple[str, int, float]]  # tokens beyond position 0 drawing the most attention
     position: placement.PositionOrToken
@@ -55,6 +57,7 @@ class LlmReport:
     def as_dict(self) -> dict:
         out = asdict(self)
         out["massive"] = self.massive.as_dict()
+        out["sun_sites"] = None if self.sun_sites is None else self.sun_sites.as_dict()
         out.pop("chain")  # its claims are in claims.json
         return out
 
@@ -71,13 +74,15 @@ def sink_rate_by_eps(alphas: torch.Tensor, grid: tuple[float, ...] = EPS_GRID) -
 @torch.inference_mode()
 def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, placement_seqs: int,
             context_lengths: tuple[int, ...], context_windows: int, paper: dict, seed: int = 0,
-            draw_seqs: int = 0, draw_windows: int = 0, progress: bool = True) -> LlmReport:
+            draw_seqs: int = 0, progress: bool = True) -> LlmReport:
     """Gu et al.'s protocol on three input kinds; Sun et al.'s criterion; where the mass sits by token kind (in the
     sink layers: those whose alpha_0, mean over heads, exceeds eps -- all layers if none does); position or token;
     raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
-    first four links on ``placement_seqs`` windows (``paper``: the ``structural_origin`` reference). ``draw_seqs``
-    > 0: two more draws (seeds seed+1, seed+2) of ``draw_seqs`` random-token sequences and ``draw_windows`` Bible
-    windows each (:func:`extra_draws`).
+    first four links and Sun et al.'s bias test on ``placement_seqs`` windows (``paper``: the ``structural_origin``
+    reference). ``draw_seqs`` > 0: two more draws (seeds seed+1, seed+2) of ``draw_seqs`` random-token sequences and
+    ``placement_seqs`` Bible windows each -- the window draws the same size as the run's own (:func:`extra_draws`) --
+    and the chain judged over three equal-sized draws of windows
+    (:func:`~sinklib.architectures.llm.survey_chain.origin_chain`).
 
     The ``placement_seqs`` windows are the first natural sequences (the same sampler and seed), so their mass per
     key, their raw sink rate and their alpha_0 with a BOS are read off the natural profile's own forwards
@@ -99,7 +104,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     draws = {"seeds": [seed], "random": [rates["random"]], "by_kind": [by_kind], "position": [position],
              "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
     if draw_seqs:
-        draws = extra_draws(lm, draws, seq_len, draw_seqs, draw_windows or draw_seqs, sink_layers, batch_size)
+        draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size)
     seconds = {"draws": time.perf_counter() - start}
     raw_vs_chat = chat_top = None
     chat = placement.chat_windows(lm, ids)
@@ -118,12 +123,15 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
                                                 n_windows=context_windows)
     low, high = sweep.range_over_windows(sink_layers)
     massive = analysis.massive_dimensions(natural)
-    links, numbers = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper,
-                                  seq_len, placement_seqs, seed, batch_size, massive.min_ratio)
+    sites = sun_sites(lm, natural_ids, batch_size)  # the same windows as the criterion: is it "a few"?
+    start = time.perf_counter()
+    links, numbers = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
+                                  batch_size, massive.min_ratio, sites, CHAIN_DRAWS if draw_seqs else 1)
+    seconds["chain"] = time.perf_counter() - start
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
         sink_rate=rates, alpha_by_layer=by_layer,
-        massive=massive, by_kind=by_kind, secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
+        massive=massive, sun_sites=sites, by_kind=by_kind, secondary=placement.secondary_sinks(mass, ids, lm.tokenizer),
         position=position, sink_layers=sink_layers,
         bos_stripped=intervention_effects.sink_follows_bos(
             bos_stripped(lm, ids_mass[..., 0], placement_seqs, seq_len, seed, batch_size), sink_layers)
@@ -202,50 +210,6 @@ def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_w
     return out | {"sizes": sizes}
 
 
-def massive_sites(lm: LoadedModel, means, tokenizer) -> dict:
-    """Where the massive activations sit and whether their values stay fixed across inputs, from a
-    :class:`~sinklib.interpretation.massive_activations.MassiveMeans`: the first token's relative spread sd / |mean|
-    per (layer, dim) (Sun et al.: nearly constant), how many later sites met the criterion and which tokens held them
-    (Sun et al.: the first "." or newline)."""
-    if means is None:
-        return {"first_token_relative_sd": None, "later_sites": 0, "later_tokens": {}}
-    rel = (means.first_sd / means.first.abs().clamp_min(1e-12))
-    top = sorted(means.other_tokens.items(), key=lambda kv: -kv[1])[:5]
-    return {"first_token_relative_sd": float(rel.max()), "later_sites": int(means.other_count.sum()),
-            "later_tokens": {tokenizer.decode([t]): n for t, n in top}}
-
-
-def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None,
-                 paper: dict, seq_len: int, num_seqs: int, seed: int, batch_size: int, min_ratio: float = 1000.0):
-    """Links 1-4 of the structural-origin chain (:mod:`sinklib.interpretation.chain`) on one model: (claims,
-    numbers), or (None, None) when the model has no gated MLP (the chain's super neuron lives in one)."""
-    try:
-        origin.require_gated_mlp(lm, "the structural-origin chain")
-    except WrongFamilyError:
-        return None, None
-    random_ids = make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)  # position 0 must vary too
-    variance = chain.variance_link(lm, random_ids)
-    measured = origin.disparity_and_first_values(lm, natural, massive_dims, batch_size=batch_size)
-    neuron = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size,
-                                     massive_onset=chain.massive_onset(measured))
-    disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size,
-                                     measured=measured)
-    lock = chain.lock_link(lm, natural)
-    # Sun et al.'s zero-vs-mean test on this family: the massive sites of the onset layers set to their mean (from
-    # the windows) or to zero, perplexity on held-out windows of the same size
-    heldout = text_windows(lm.tokenizer, len(natural), natural.shape[1], seed, split="heldout")
-    bias = massive_activations.bias_test(lm, natural, heldout, disparity.onset, massive_dims, min_ratio, batch_size)
-    numbers_bias = {"ppl": bias.ppl, **massive_sites(lm, bias.means, lm.tokenizer)}
-    numbers = {"variance_ratio_t0": variance.ratio_t0[0], "massive_bias": numbers_bias,
-               "super_neuron": None if neuron.top is None else
-               {"layer": neuron.top.layer, "neuron": neuron.top.neuron, "write_dims": neuron.top.write_dims},
-               "massive_onset": disparity.onset, "sink_onset": sink_onset,
-               "dom_after_super": disparity.dom_after_super, "width": lm.hidden_size,
-               "positive_sink_vs_other": lock.sink_vs_other["positive_fraction"]}
-    return [variance.claim, neuron.claim, disparity.claim, lock.claim,
-            origin_claims.massive_bias(bias.ppl, paper)], numbers
-
-
 XIAO_SINKS = 4  # StreamingLLM keeps, and Table 1 replaces, the first four tokens
 
 
@@ -284,6 +248,17 @@ def xiao_position_test(lm: LoadedModel, n_tokens: int, budget: int, chunk: int, 
     return measured, claim
 
 
+def xiao_control(control: LoadedModel, name: str, n_tokens: int, budget: int, chunk: int, paper: dict,
+                 seed: int = 0) -> Claim:
+    """The random-weight control of :func:`xiao_position_test`: the same protocol -- the same held-out stream, its
+    first four tokens replaced by line breaks, the same cache -- on ``control`` (random weights of the model's own
+    configuration, :func:`sinklib.models.random_init.random_weights`), where no first token should matter and the
+    rule (window only > 1.5x the text's own first 4 as sinks) must fail. The claim's id ends in ``name`` (the trained
+    model's), for ``Recorder.add(..., control=...)``."""
+    _, claim = xiao_position_test(control, n_tokens, budget, chunk, paper, seed, progress=False)
+    return _named(claim, name)
+
+
 def draws_of(report: LlmReport, what: str) -> str:
     """What was redrawn, in words (no semicolons: the verdict's prose cuts a note there):
     "3 seeds of random tokens (seeds 0, 1, 2 with 32, 8, 8 sequences)"."""
@@ -317,7 +292,7 @@ def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     by_kinds = report.draws.get("by_kind") or [report.by_kind]
     positions = report.draws.get("position") or [report.position]
     return [_named(shape_over_draws(report, gu), report.name),
-            _named(origin_claims.massive_by_sun(report.massive), report.name),
+            _named(origin_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
             placement.delimiter_over_draws(by_kinds, report.name, windows),
             placement.position_over_draws(positions, report.name, windows),
             *[_named(c, report.name) for c in report.chain or []]]
@@ -340,10 +315,11 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     mass = placement.over_layers(placement.layer_mass(lm, ids, batch_size) if ids_mass is None else ids_mass,
                                  sink_layers)
     massive = analysis.massive_dimensions(natural)
-    links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seq_len,
-                            num_seqs, seed, batch_size, massive.min_ratio)
+    sites = sun_sites(lm, natural_ids, batch_size)
+    links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
+                            batch_size, massive.min_ratio, sites)
     claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
-              _named(origin_claims.massive_by_sun(massive), name),
+              _named(origin_claims.massive_by_sun(massive, sites), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,
                                                                    mass=mass), name),

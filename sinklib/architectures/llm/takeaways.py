@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
+from sinklib.interpretation.origin_claims import RARE_SITES
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
 DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
@@ -69,17 +70,36 @@ def sink_by_depth(reports, claims: Sequence[Claim]) -> str:
 
 
 def massive(reports, claims: Sequence[Claim]) -> str:
-    """Section 2: which models meet Sun et al.'s criterion, and how far the others' peak falls from 1000x."""
+    """Section 2: which models meet Sun et al.'s criterion, how far the others' peak falls from 1000x, and whether it
+    is "a few": the share of the tokens after position 0 that meet it, layer by layer where it is met."""
     met = [f"{r.label} (dimensions {', '.join(map(str, r.massive.dims))})" for r in reports if r.massive.strict]
     short = [f"{r.label} peaks at {num(r.massive.peak_ratio)}x its layer's median |h|, "
              f"{compare(r.massive.peak_ratio, SUN_RATIO, 'above', 'short of', 'at')} {num(SUN_RATIO)}x"
              for r in reports if not r.massive.strict]
+    shares = [_share(r) for r in reports if r.massive.strict and getattr(r, "sun_sites", None) is not None]
     return paragraph(
         "Sun et al.'s criterion",
         f"The criterion is met on {_who(met, len(reports))}." if met else "No model meets the criterion.",
         f"{'; '.join(short)}." if short else "",
-        f"By the published rule the claim holds on {num(len(met))} of {num(len(reports))} models "
-        f"({_verdicts(reports, claims, 'sun2024.massive_activations')}).")
+        f"Where it is met, the share of the tokens after position 0 that meet it, from its first layer on: "
+        f"{'; '.join(shares)}. The rule asks for 'a few' (Sun et al.: the starting token and the first delimiter): "
+        f"at most {num(RARE_SITES)} later positions per window in every layer where it is met." if shares else "",
+        f"The claim holds on {num(len(_holders(reports, claims, 'sun2024.massive_activations')))} of "
+        f"{num(len(reports))} models ({_verdicts(reports, claims, 'sun2024.massive_activations')}).")
+
+
+def _share(report) -> str:
+    """"GEMMA-3: 83% / 54% / 27% in layers 1 / 2 / 3 (at most 52.3 of 63 later positions per window); position 0
+    from layer 4"."""
+    sites = report.sun_sites
+    met = sites.met_layers
+    shown = met[:3]
+    worst, per_seq, _ = sites.most_sites()
+    first = sites.first_token_onset
+    return (f"{report.label}: {' / '.join(pct(sites.later_share[i]) for i in shown)} in layer"
+            f"{'s' if len(shown) > 1 else ''} {' / '.join(map(str, shown))}{' ...' if len(met) > 3 else ''} (at "
+            f"most {num(per_seq, 2)} of {num(sites.seq_len - 1)} later positions per window, layer {worst}); "
+            + (f"position 0 from layer {first}" if first is not None else "never at position 0"))
 
 
 def mass_by_kind(reports, claims: Sequence[Claim]) -> str:
@@ -170,11 +190,7 @@ def chain(reports, claims: Sequence[Claim]) -> str:
         n = r.chain_numbers
         sn = n["super_neuron"]
         neuron = f"super neuron {sn['neuron']} of layer {sn['layer']}" if sn else "no super neuron"
-        onset = n["massive_onset"][0] if n["massive_onset"] else None
-        reader = None if onset is None else onset + 1  # block l's attention reads h^(l-1)
-        order = ("no massive onset" if onset is None or n["sink_onset"] is None else
-                 f"massive value in layer {onset}'s output, first read by layer {reader}'s attention, sink at layer "
-                 f"{n['sink_onset']} ({compare(n['sink_onset'], reader, 'after it', 'before it', 'there')})")
+        order = _onsets(r, n)
         pos = n["positive_sink_vs_other"]
         bias = n.get("massive_bias")
         sun = ""
@@ -187,15 +203,52 @@ def chain(reports, claims: Sequence[Claim]) -> str:
                         f" of their mean across windows; {num(bias['later_sites'])} later sites"
                         + (f", mostly {', '.join(map(repr, list(bias['later_tokens'])[:3]))}"
                            if bias["later_tokens"] else "") + ")")
+                if bias["first_token_relative_sd"] < 1e-3:
+                    sun += (": position 0 is the same BOS state in every window, so setting it to its mean rewrites "
+                            "it with itself and only the later sites can fail the mean edit")
         rows.append(f"{r.label}: layer-0 variance ratio {num(n['variance_ratio_t0'], 2)}x; {neuron}; {order}; "
                     f"DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
                     f"{num(n.get('width', float('nan')))}); positive first-key scores "
                     f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others{sun}")
     skipped = [r.label for r in reports if not r.chain_numbers]
+    drawn = next((c.draws_of for r in gated for link in LINKS if (c := _claim(claims, link, r)) and c.draws_of), "")
     return paragraph("the structural-origin chain",
-                     f"By its rule each link holds: {'; '.join(holds)}." if gated else "",
+                     f"By its rule each link holds: {'; '.join(holds)}"
+                     + (f" (each judged over {drawn}: it holds or fails only where every draw agrees)" if drawn else "")
+                     + "." if gated else "",
                      f"{'. '.join(rows)}." if rows else "",
                      f"No gated MLP, chain not run: {', '.join(skipped)}." if skipped else "")
+
+
+def _onsets(report, numbers: dict) -> str:
+    """The chain's two onsets and which one the sink follows: "the first token's value onset in layer 1's output
+    (169, 210x its layer median: under Sun et al.'s 1000x), Sun et al.'s criterion from layer 11; sink at layer 3:
+    2 layers after the first attention that reads the value onset, 8 layers before the first that reads Sun's -- it
+    follows the value onset"."""
+    value = numbers.get("first_token_value_onset", numbers.get("massive_onset")) or []
+    onset, sun, sink = (value[0] if value else None), numbers.get("sun_onset"), numbers["sink_onset"]
+    sites = getattr(report, "sun_sites", None)
+    if onset is None:
+        first = "no first-token value onset (no value above 100 on a massive dimension)"
+    else:
+        ratio = (f" ({num(sites.first_ratio[onset])}x its layer median at position 0, "
+                 f"{compare(sites.first_ratio[onset], SUN_RATIO, 'above', 'under', 'at')} Sun et al.'s "
+                 f"{num(SUN_RATIO)}x)" if sites is not None else "")
+        first = f"the first token's value onset (|v| > 100 on a massive dimension) in layer {onset}'s output{ratio}"
+    sun_text = (f"Sun et al.'s criterion first met in layer {sun}'s output" if sun is not None else
+                "Sun et al.'s criterion met in no layer")
+    if sink is None:
+        return f"{first}; {sun_text}; no sink layer"
+    gaps = []
+    for name, layer in (("the value onset", onset), ("Sun's onset", sun)):
+        if layer is not None:
+            lag = sink - (layer + 1)  # block l's attention reads h^(l-1)
+            gaps.append(f"{num(abs(lag))} layer{'s' if abs(lag) != 1 else ''} "
+                        f"{'after' if lag >= 0 else 'before'} the first attention that reads {name}")
+    follows = numbers.get("sink_follows")
+    return (f"{first}; {sun_text}; sink at layer {sink}" + (f": {', '.join(gaps)}" if gaps else "")
+            + (f" -- it follows {follows}" if follows and follows != "neither" else
+               " -- it follows neither" if follows else ""))
 
 
 def controls(claims: Sequence[Claim]) -> str:
