@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sinklib.architectures.vit.vit_sinks import SUN, vit_forward
+from sinklib.architectures.vit.sun_claims import SUN
+from sinklib.architectures.vit.vit_sinks import vit_forward
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim

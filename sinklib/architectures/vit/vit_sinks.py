@@ -8,20 +8,21 @@ well as from CLS), and which the CLS query attends to (Fig. 2). Small models do 
 
 Every token sees every token here, so the first-token story of decoders does not apply; what is measured is how
 much each key receives from all queries, what the CLS query looks at, the attention entropy, and the token norms.
+
+This module measures; Darcet et al.'s rules and claims are in :mod:`sinklib.architectures.vit.darcet_claims`, Sun et
+al.'s in :mod:`sinklib.architectures.vit.sun_claims`, the Table 1 probe in :mod:`sinklib.architectures.vit.probe`
+(their names stay importable from here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
-from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
 
 OUTLIER_FACTOR = 3.0  # this project's cut: norm > 3 x the median patch norm of the same image and layer
@@ -263,58 +264,6 @@ def massive_ratio(profile: VitProfile) -> list[float]:
     return (top / profile.median_abs.mean(-1).clamp_min(1e-12)).tolist()
 
 
-@torch.inference_mode()
-def token_features(lm: LoadedModel, pixels: torch.Tensor,
-                   batch_size: int = 32) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Final-layer features for a linear probe (Darcet et al., Table 1): the CLS token, the highest-norm patch and
-    the median-norm patch of each image, from the last block's output; and whether each image's highest-norm patch
-    is an outlier there (:func:`outlier_mask` among the image's patches) -- the probe tests outlier tokens only where
-    it is. (B, 3, S, S) -> ({name: (B, d)}, (B,) bool)."""
-    n_prefix = adapter_for(lm.model).n_prefix
-    last = len(adapter_for(lm.model).layers) - 1
-    out: dict[str, list[torch.Tensor]] = {"CLS": [], "highest-norm patch": [], "median-norm patch": []}
-    is_outlier: list[torch.Tensor] = []
-    for start in range(0, len(pixels), batch_size):
-        with Capture(lm.model, hidden_states=True, layers=[last]) as cap:
-            vit_forward(lm, pixels[start:start + batch_size])
-        h = cap.get("hidden_states", last).float()  # (B, T, d)
-        patches = h[:, n_prefix:]
-        norms = patches.norm(dim=-1)  # (B, P)
-        order = norms.argsort(dim=-1)  # ascending
-        rows = torch.arange(len(h))
-        is_outlier.append(outlier_mask(norms)[rows, order[:, -1]].cpu())
-        out["CLS"].append(h[:, 0])
-        out["highest-norm patch"].append(patches[rows, order[:, -1]])
-        out["median-norm patch"].append(patches[rows, order[:, order.shape[1] // 2]])
-    return {k: torch.cat(v).cpu() for k, v in out.items()}, torch.cat(is_outlier)
-
-
-def linear_probe(features: dict[str, torch.Tensor], labels: np.ndarray, train_fraction: float = 0.6,
-                 seed: int = 0) -> dict[str, float]:
-    """Held-out accuracy of a logistic-regression probe per feature set (one seeded split, standardised features)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    order = np.random.default_rng(seed).permutation(len(labels))
-    cut = int(train_fraction * len(labels))
-    train, test = order[:cut], order[cut:]
-    accuracy = {}
-    for name, x in features.items():
-        x = x.numpy()
-        probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=0.1))
-        probe.fit(x[train], labels[train])
-        accuracy[name] = float(probe.score(x[test], labels[test]))
-    return accuracy
-
-
-def probe_over_splits(features: dict[str, torch.Tensor], labels: np.ndarray, seeds: Sequence[int],
-                      train_fraction: float = 0.6) -> list[dict[str, float]]:
-    """:func:`linear_probe` once per train / test split (one split per seed, the run's seed first): the draws of
-    ``darcet2023.outliers_hold_global_information``."""
-    return [linear_probe(features, labels, train_fraction, seed) for seed in seeds]
-
-
 def summary(profile: VitProfile) -> dict:
     """Per-model numbers for comparing ViTs: largest / median patch norm and outlier fraction per layer, the share
     of attention CLS (+ registers) receive, and the most-attended patch over uniform."""
@@ -324,226 +273,36 @@ def summary(profile: VitProfile) -> dict:
             "n_prefix": profile.n_prefix}
 
 
-# ------------------------------------------------------------------------------------------------------- claims
-DARCET = "Darcet et al., Vision Transformers Need Registers, arXiv 2309.16588"
-DARCET_CODE = ("no public code for the norm analysis (facebookresearch/dinov2 publishes the register models: "
-               "dinov2/models/vision_transformer.py, num_register_tokens)")
-RELATIVE_CUT = (f"outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch norm, instead of the paper's absolute "
-                f"cut (norm > {DARCET_CUT_VIT_G:g} for DINOv2 ViT-g)")
+# Names that moved to the rules / claims modules, still importable from here (notebooks, exercises and tests call vit_sinks.<name>); resolved on first use,
+# so those modules may import this one.
+_MOVED = {
+    "DARCET": "sinklib.architectures.vit.darcet_claims",
+    "DARCET_CODE": "sinklib.architectures.vit.darcet_claims",
+    "RELATIVE_CUT": "sinklib.architectures.vit.darcet_claims",
+    "REGISTER_TWINS": "sinklib.architectures.vit.darcet_claims",
+    "LARGE_FRACTION": "sinklib.architectures.vit.darcet_claims",
+    "late_outlier_fraction": "sinklib.architectures.vit.darcet_claims",
+    "OUTLIER_MODELS": "sinklib.architectures.vit.darcet_claims",
+    "expectation": "sinklib.architectures.vit.darcet_claims",
+    "outliers_only_claim": "sinklib.architectures.vit.darcet_claims",
+    "registers_remove_outliers_claim": "sinklib.architectures.vit.darcet_claims",
+    "redundant_patches_claim": "sinklib.architectures.vit.darcet_claims",
+    "global_information_claim": "sinklib.architectures.vit.darcet_claims",
+    "high_norm_claims": "sinklib.architectures.vit.darcet_claims",
+    "SUN_VIT_MODELS": "sinklib.architectures.vit.sun_claims",
+    "SUN_MAGNITUDE": "sinklib.architectures.vit.sun_claims",
+    "SUN_RATIO": "sinklib.architectures.vit.sun_claims",
+    "SUN": "sinklib.architectures.vit.sun_claims",
+    "vit_massive_activations_claim": "sinklib.architectures.vit.sun_claims",
+    "token_features": "sinklib.architectures.vit.probe",
+    "linear_probe": "sinklib.architectures.vit.probe",
+    "probe_over_splits": "sinklib.architectures.vit.probe",
+}
 
 
-REGISTER_TWINS = {"facebook/dinov2-large": "facebook/dinov2-with-registers-large",  # without -> with registers
-                  "facebook/dinov2-giant": "facebook/dinov2-with-registers-giant"}
-LARGE_FRACTION = (0.005, 0.10)  # a large model without registers: 0.5-10% outliers late (ViT-g: ~2.4%)
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-
-def late_outlier_fraction(profile: VitProfile) -> float:
-    """The fraction of patch tokens past the outlier cut, mean over the last third of the layers and the images."""
-    frac = outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2))  # (L,)
-    return frac[-max(1, len(frac) // 3):].mean().item()
-
-
-# Which ViTs Darcet et al. / Jiang et al. find outliers in, by hub id: the three largest DINOv2 sizes (Fig. 4c: L, H,
-# g -- "only the three largest models exhibit outliers") and the 12-layer CLIP / OpenCLIP ViT-B/16 that Jiang et al.
-# configure outlier detection for (configs/openai_clip_base.yaml, openclip_base.yaml; Darcet et al. Fig. 2 / 7 show
-# OpenCLIP and DeiT-III with artefacts too).
-OUTLIER_MODELS = ("facebook/dinov2-large", "facebook/dinov2-giant", "openai/clip-vit-base-patch16",
-                  "laion/CLIP-ViT-B-16-laion2B-s34B-b88K", "openai/clip-vit-large-patch14",
-                  "timm/deit3_large_patch16_224.fb_in22k_ft_in1k")
-
-
-def expectation(name: str, n_layers: int, n_prefix: int) -> str:
-    """What Darcet et al. predict for a ViT: "registers" (trained with registers: no outlier patches, Fig. 7),
-    "outliers" (a model in :data:`OUTLIER_MODELS`, or any other model of 24 layers or more), else "none" (a small
-    model, Fig. 4c)."""
-    if n_prefix > 1:
-        return "registers"
-    return "outliers" if name in OUTLIER_MODELS or n_layers >= 24 else "none"
-
-
-def outliers_only_claim(profile: VitProfile, expect: str, calibration: dict | None = None,
-                        note: str = "") -> Claim:
-    """``darcet2023.outliers_only_in_large_models`` (Sec. 2.1, Fig. 3-4; Fig. 7 for registers), judged on the half a
-    model can test (:func:`expectation`): "none" (a small model) holds when no layer's patch tokens pass
-    :func:`outlier_mask`; "outliers" when the last third of the layers has 0.5-10% outlier patches
-    (:func:`late_outlier_fraction`; ViT-g: ~2.4%); "registers" when that third has under 0.5%.
-    ``calibration``: the relative cut set beside an absolute one (``registers.calibration``), recorded as measured."""
-    frac = outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2))  # (L,)
-    late = late_outlier_fraction(profile)
-    low, high = LARGE_FRACTION
-    if expect == "registers":
-        holds, rule = late < low, f"trained with registers: under {low:.1%} of patch tokens in the last third are outliers"
-        statement = "a ViT trained with registers has no high-norm outlier tokens on its patches"
-        why = "large model trained with registers (Darcet et al. predict no outlier patches)"
-    elif expect == "outliers":
-        holds, rule = low <= late <= high, f"{low:.1%}-{high:.0%} of patch tokens in the last third of layers are outliers"
-        statement = "a large (or CLIP-trained) ViT has a few high-norm outlier tokens (~2.4% in DINOv2 ViT-g)"
-        why = "a model Darcet et al. / Jiang et al. find outliers in"
-    elif expect == "none":
-        holds, rule = not bool((frac > 0).any()), "a small model: no patch token in any layer is an outlier"
-        statement = ("a small ViT has no high-norm outlier tokens (the half of 'outliers appear only in large "
-                     "models' that a small model can test)")
-        why = "small model (Darcet et al. find none at this size)"
-    else:
-        raise ValueError(f"expect must be 'none', 'outliers' or 'registers', not {expect!r}")
-    measured = {"outlier fraction, last third": late, "max / median patch norm": max(profile.max_norm_ratio()),
-                "layers with outliers": int((frac > 0).sum()), "first layer with outliers": first_outlier_layer(profile)}
-    return Claim(
-        id="darcet2023.outliers_only_in_large_models", source=f"{DARCET}, Fig. 3-4",
-        statement=statement,
-        rule=f"{rule}; outlier = norm > {OUTLIER_FACTOR:g} x the image's median patch norm",
-        published={"fraction ViT-g": DARCET_FRACTION, "cut ViT-g": DARCET_CUT_VIT_G, "small models": "none",
-                   "with registers": "none"},
-        measured=measured | ({"calibration": calibration} if calibration else {}),
-        holds=holds, note="; ".join(x for x in (why, note) if x),
-        follows=f"Sec. 2.1, Fig. 3 (bimodal norm histogram, cut 150), Fig. 4c (only the three largest DINOv2 sizes) "
-                f"and Fig. 7 (registers remove them); {DARCET_CODE}",
-        adapted=f"{RELATIVE_CUT}, set beside Jiang et al.'s absolute cut for the model where one exists (the "
-                f"calibration in measured); expectation by model (:func:`expectation`): DINOv2-L/g, CLIP / OpenCLIP "
-                f"ViT-B/16 and other models of 24+ layers are expected to have 0.5-10% outliers in the last third of "
-                f"the layers, models with registers under 0.5%, small models none",
-        at_init=False)
-
-
-def registers_remove_outliers_claim(pairs: dict[str, tuple[VitProfile, VitProfile]]) -> Claim:
-    """``darcet2023.registers_remove_outliers`` (Sec. 3, Fig. 7): the same model trained with registers has no
-    high-norm patch tokens where the one without has them. ``pairs``: {name: (without, with registers)}. Rule: every
-    pair whose model without registers has >= 0.5% late outliers (:func:`late_outlier_fraction`) has under 0.5% with
-    them; None when no pair has outliers to remove (then nothing was tested)."""
-    low = LARGE_FRACTION[0]
-    measured = {name: {"without registers": late_outlier_fraction(a), "with registers": late_outlier_fraction(b)}
-                for name, (a, b) in pairs.items()}
-    tested = {n: m for n, m in measured.items() if m["without registers"] >= low}
-    holds = all(m["with registers"] < low for m in tested.values()) if tested else None
-    return Claim(
-        id="darcet2023.registers_remove_outliers", source=f"{DARCET}, Fig. 7",
-        statement="training with registers removes the high-norm outlier tokens from the patches",
-        rule=f"every pair whose model without registers has >= {low:.1%} outlier patches in the last third of the "
-             f"layers has under {low:.1%} with registers; outlier = norm > {OUTLIER_FACTOR:g} x the median patch norm",
-        published="outliers disappear with registers (Fig. 7: DeiT-III, OpenCLIP, DINOv2)",
-        measured=measured, holds=holds,
-        note="" if tested else "no model without registers had outliers to remove",
-        needs_gpu=not tested,
-        follows=f"Sec. 3, Fig. 7 (norm distributions with and without registers); {DARCET_CODE}",
-        adapted=f"{RELATIVE_CUT}; pairs of the published checkpoints with and without registers (DINOv2-L / -g)",
-        at_init=False)
-
-
-def redundant_patches_claim(similarity: dict) -> Claim:
-    """``darcet2023.outliers_on_redundant_patches`` (Fig. 5a): high-norm tokens sit on patches whose patch
-    embeddings look like their neighbours'. similarity: :func:`high_norm_similarity`. Rule: the last layer has
-    outlier patches and their mean neighbour similarity in the patch embeddings exceeds that of the other patches;
-    None without outliers (then the highest-norm patches were measured instead)."""
-    has = similarity["outliers"]
-    return Claim(
-        id="darcet2023.outliers_on_redundant_patches", source=f"{DARCET}, Fig. 5a",
-        statement="high-norm tokens sit on patches that look like their neighbours (background)",
-        rule="the last layer has outlier patches, and their mean cosine similarity to their 4 neighbours in the patch "
-             "embeddings exceeds that of the other patches",
-        published="artifact patches (output norm > 150): high cosine similarity to their neighbours; normal: lower",
-        measured={k: similarity[k] for k in ("selected", "normal", "all", "k", "label")},
-        holds=similarity["selected"] > similarity["normal"] if has else None,
-        note="" if has else "no outliers in this model; the highest-norm patches were measured instead",
-        needs_gpu=not has,
-        follows=f"Sec. 2.1, Fig. 5a (tokens chosen by their output norm; cosine similarity to the 4 neighbours right "
-                f"after the patch embedding layer); {DARCET_CODE}",
-        adapted=f"outliers by {OUTLIER_FACTOR:g} x the median patch norm at the last block (the paper: > 150 at the "
-                f"output of ViT-g); border patches average the neighbours they have",
-        at_init=False)
-
-
-def global_information_claim(probe: dict[str, float], outlier_share: float) -> Claim:
-    """``darcet2023.outliers_hold_global_information`` (Table 1): a linear probe of the image label works from an
-    outlier token (near CLS), not from a normal patch. Rule: in most probe images (>= 50%) the last layer's
-    highest-norm patch is an outlier, and probe(highest-norm patch) - probe(median-norm patch) > 0.1; None when it
-    is an outlier in fewer (then the probe reads an ordinary patch)."""
-    has = outlier_share >= 0.5
-    return Claim(
-        id="darcet2023.outliers_hold_global_information", source=f"{DARCET}, Table 1",
-        statement="a linear probe of the image label works from an outlier token (near CLS) but not from a normal "
-                  "patch",
-        rule="the highest-norm patch is an outlier in >= 50% of the probe images, and probe(highest-norm patch) - "
-             "probe(median-norm patch) > 0.1",
-        published="outlier ~ CLS >> normal patch",
-        measured=probe | {"probe images whose highest-norm patch is an outlier": outlier_share},
-        holds=probe["highest-norm patch"] - probe["median-norm patch"] > 0.1 if has else None,
-        note="" if has else (f"the highest-norm patch is an outlier in {outlier_share:.0%} of the probe images: the "
-                             f"probe reads an ordinary patch"),
-        needs_gpu=not has,
-        follows=f"Sec. 2.1, Table 1 (linear probes of the image class from normal and outlier tokens); {DARCET_CODE}",
-        adapted="scikit-learn's digits (upscaled) instead of image classification; the last layer's highest-norm "
-                "patch stands for the outlier (checked on the probe images themselves) and its median-norm patch for "
-                "a normal one; the 0.1 margin is this project's",
-        at_init=False)
-
-
-def high_norm_claims(profile: VitProfile, expect: str, similarity: dict | None = None,
-                     probe: dict[str, float] | Sequence[dict[str, float]] | None = None,
-                     probe_draws_of: str = "", outlier_share: float = 0.0, calibration: dict | None = None,
-                     note: str = "") -> list[Claim]:
-    """Darcet et al.'s claims about high-norm tokens, judged on one model (:func:`outliers_only_claim`,
-    :func:`redundant_patches_claim`, :func:`global_information_claim`). ``probe``: one probe result, or one per
-    train / test split (:func:`probe_over_splits`, the run's seed first), judged with
-    :func:`~sinklib.core.claims.over_draws` (without outliers each draw is "not judged" and the note says why);
-    ``outlier_share``: the fraction of probe images whose highest-norm patch is an outlier (:func:`token_features`)."""
-    claims = [outliers_only_claim(profile, expect, calibration, note)]
-    if similarity is not None:
-        claims.append(redundant_patches_claim(similarity))
-    if probe is not None:
-        has = outlier_share >= 0.5
-        probes = [probe] if isinstance(probe, dict) else list(probe)
-        draws = [global_information_claim(p, outlier_share) for p in probes]
-        if len(draws) == 1:
-            claims.append(draws[0])
-        else:
-            gap = [p["highest-norm patch"] - p["median-norm patch"] for p in probes]
-            spread = {"min": min(gap), "max": max(gap), "values": gap}
-            of = probe_draws_of or f"{len(draws)} train / test splits of the digits"
-            claims.append(replace(over_draws(draws, of), spread=spread) if has else
-                          replace(draws[0], draws=tuple(d.holds for d in draws), draws_of=of, spread=spread))
-    return claims
-
-
-# Sun et al. report massive activations in these ViTs (Sec. 5, Fig. 10-11; timm ids in their lib/load_model.py):
-# CLIP ViT-L/14 and DINOv2-reg ViT-G, the latter in a register token.
-SUN_VIT_MODELS = {"openai/clip-vit-large-patch14": "CLIP ViT-L (timm vit_large_patch14_clip_224.openai)",
-                  "facebook/dinov2-with-registers-giant": "DINOv2-reg ViT-G (timm vit_giant_patch14_reg4_dinov2)"}
-SUN_MAGNITUDE, SUN_RATIO = 100.0, 1000.0
-SUN = "Sun et al., Massive Activations in Large Language Models, arXiv 2402.17762"
-
-
-def vit_massive_activations_claim(profile: VitProfile, name: str) -> Claim:
-    """``sun2024.vit_massive_activations`` (Sec. 5): some ViTs have massive activations -- |h| > 100 and about
-    1,000 x the median -- at fixed feature dimensions. Rule: some layer's largest |h| (mean over images) exceeds 100
-    and 1000 x the layer median (:func:`massive_ratio`), and in that layer the largest entry sits in one dimension
-    in at least 80% of the images. Judged only on the models Sun et al. report (:data:`SUN_VIT_MODELS`); on others
-    the numbers are recorded and the claim is not judged."""
-    ratio = massive_ratio(profile)
-    top = profile.top_abs[..., 0].mean(-1)  # (L,)
-    peak = max(range(len(ratio)), key=lambda i: ratio[i])
-    dims = profile.top_site[peak, :, 1]
-    common = torch.mode(dims).values
-    same_dim = (dims == common).float().mean().item()
-    prefix = profile.top_site[peak, :, 0] < profile.n_prefix
-    massive = [i for i in range(len(ratio)) if top[i] > SUN_MAGNITUDE and ratio[i] > SUN_RATIO]
-    reported = name in SUN_VIT_MODELS
-    return Claim(
-        id="sun2024.vit_massive_activations", source=f"{SUN}, Sec. 5",
-        statement="massive activations (> 100 and ~1000 x the median) appear in ViTs such as CLIP ViT-L and "
-                  "DINOv2-reg ViT-G, at fixed feature dimensions",
-        rule=f"some layer's largest |h| (mean over images) > {SUN_MAGNITUDE:g} and > {SUN_RATIO:g} x the median |h| of "
-             f"the whole block output (mean over images), with the largest entry in one dimension in >= 80% of the "
-             f"images",
-        published="CLIP ViT-L and DINOv2-reg ViT-G: yes (in DINOv2-reg, in a register token)",
-        measured={"largest / layer median, peak": ratio[peak], "peak layer": peak, "largest |h| there": top[peak].item(),
-                  "dimension of the largest": int(common), "images with the largest in that dimension": same_dim,
-                  "images with the largest on a prefix token": prefix.float().mean().item(),
-                  "layers meeting the criterion": massive},
-        holds=(bool(massive) and same_dim >= 0.8) if reported else None,
-        note="" if reported else "Sun et al. report no result for this model; measured, not judged",
-        needs_gpu=not reported,
-        follows="Sec. 5 and the layer statistics of locuslab/massive-activations:main_vit.py (exp2: top |h| and the "
-                "median of the whole block output, averaged over images); the 100 / 1000x criterion of Sec. 2",
-        adapted="this run's photos instead of 10 ImageNet validation images; transformers checkpoints with the same "
-                "weights as the authors' timm ones",
-        at_init=False)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
