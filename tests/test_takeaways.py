@@ -163,3 +163,14 @@ def test_recorder_refuses_a_claim_the_scorecard_could_not_trust():
     rec.add(_claim(True, at_init=False), control=_claim(False), model="other", show=False)
     with pytest.raises(ValueError, match="marked unsettled"):
         rec.add(_claim(True, unsettled=True), model="third")
+
+
+def test_a_record_names_a_paper_by_its_arxiv_id_or_says_it_is_no_papers_claim():
+    """Issue 43 (10): ``paper`` is an arXiv id, or an implementation check / this project's own question (which the
+    scorecard keeps out of the papers' counts); anything else is refused."""
+    rec = claims.Recorder("00_tour", "m", "cpu")
+    rec.add(_claim(True, paper="2309.17453"), show=False)
+    rec.add(_claim(True, paper=claims.IMPLEMENTATION_CHECK), model="b", show=False)
+    rec.add(_claim(True, paper=claims.OWN_QUESTION), model="c", show=False)
+    with pytest.raises(ValueError, match="give an arXiv id"):
+        rec.add(_claim(True, paper="Xiao et al."), model="d")

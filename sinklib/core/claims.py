@@ -29,6 +29,7 @@ True: the judgeable draws disagree, or a value sits within its margin of the cut
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,6 +39,15 @@ from sinklib.core.results import write_json
 SCHEMA = 3  # 3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
 
 VERDICTS = ("holds", "does NOT hold", "unsettled", "cannot be judged here")
+
+# A record that is no paper's claim carries one of these in ``Claim.paper`` instead of an arXiv id: the scorecard lists
+# it apart and never counts it as a paper's claim. An implementation check tests that this project's code does what
+# a paper's method prescribes (the sink cache stays bounded); an own question is asked here of a method whose paper
+# does not claim it (does head-wise RMSNorm remove the sink?).
+IMPLEMENTATION_CHECK = "implementation check"
+OWN_QUESTION = "own question"
+NOT_A_PAPER = {IMPLEMENTATION_CHECK: "implementation checks (this project's code does what a method prescribes)",
+               OWN_QUESTION: "this project's own questions (no paper claims them)"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,8 @@ class Claim:
     profile: str = ""
     measured_on: str = ""  # "pretrained", "stand-in", "trained here" or "random weights"; stamped by the Recorder
     unsettled: bool = False  # with holds None: the judgeable draws disagree, or a value is within its margin of a cut
-    paper: str = ""  # the arXiv id of the paper the claim comes from, where ``source`` names several (else found there)
+    paper: str = ""  # the arXiv id of the paper the claim comes from, where ``source`` names several (else found
+    # there); or a key of :data:`NOT_A_PAPER` for an implementation check / this project's own question
     margin: object = None  # {"value", "cut", "spread"} where the verdict is a value against a cut (:func:`against_cut`)
 
     def verdict(self) -> str:
@@ -230,7 +241,8 @@ def measured_on(label: str) -> str:
 def check_schema(claim: Claim) -> None:
     """Refuse a record a scorecard could not trust: no ``follows`` (what definition the rule transcribes), a paper
     prediction at random initialisation (``at_init``) with neither a control run nor a ``control_note`` saying why
-    none was, or an "unsettled" flag on a claim that holds or fails."""
+    none was, an "unsettled" flag on a claim that holds or fails, or a ``paper`` that is neither an arXiv id nor a
+    key of :data:`NOT_A_PAPER`."""
     if not claim.follows.strip():
         raise ValueError(f"claim {claim.id!r} has no `follows`: name the equation / table / repo:path:function its "
                          f"rule transcribes")
@@ -240,6 +252,9 @@ def check_schema(claim: Claim) -> None:
                          f"{claim.at_init}) but has no random-weight control and no control_note saying why")
     if claim.unsettled and claim.holds is not None:
         raise ValueError(f"claim {claim.id!r} is marked unsettled but holds={claim.holds}")
+    if claim.paper and claim.paper not in NOT_A_PAPER and not re.fullmatch(r"\d{4}\.\d{4,5}", claim.paper):
+        raise ValueError(f"claim {claim.id!r} has paper={claim.paper!r}: give an arXiv id (e.g. '2309.17453') or one "
+                         f"of {sorted(NOT_A_PAPER)}")
 
 
 class Recorder:

@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sinklib.core.claims import Claim
+from sinklib.core.claims import OWN_QUESTION, Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 from sinklib.mitigation.comparison import strongest_head
 from sinklib.mitigation.verdicts import RISING, grows_sink, late_slope
-from sinklib.pipeline.scorecard import OWN_QUESTION
 
 
 def _names(items: Sequence[str]) -> str:

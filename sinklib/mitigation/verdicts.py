@@ -25,9 +25,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from sinklib.core.claims import Claim, against_cut, over_draws
+from sinklib.core.claims import OWN_QUESTION, Claim, against_cut, over_draws
 from sinklib.core.metrics import GU_EPS
-from sinklib.pipeline.scorecard import OWN_QUESTION
 
 
 def steps_to_reach(run: dict, target: float, key: str = "val_loss") -> int | None:
@@ -380,7 +379,7 @@ SINK_KEYS = {"first_attention": "first-token attention", "sink_rate": "sink rate
 
 
 # Variants whose paper does not claim that they remove the sink: "removes" is this project's own question there, and
-# the record's ``paper`` says so (:data:`sinklib.pipeline.scorecard.OWN_QUESTION`: not counted as the paper's claim).
+# the record's ``paper`` says so (:data:`sinklib.core.claims.OWN_QUESTION`: not counted as the paper's claim).
 OWN_QUESTIONS = {
     "headwise_rmsnorm": "this project's own question, not a claim of arXiv 2605.06611: the paper claims that head-wise "
                         "RMSNorm converges faster and restores statistical parity across positions (lower dimension "

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sinklib.core import claims as claims_io
+from sinklib.core.claims import IMPLEMENTATION_CHECK, NOT_A_PAPER, OWN_QUESTION  # noqa: F401 (re-exported)
 
 VERDICTS = claims_io.VERDICTS  # holds, does NOT hold, unsettled, cannot be judged here
 IDENTITY_KEYS = ("layer", "neuron", "dim", "dims", "head", "position", "index")  # which one, not how much: not plotted
@@ -81,15 +82,6 @@ def _kind(notebook: str, model: str) -> str:
         return "trained here"
     return "pretrained"
 
-
-# Records that are no paper's claim carry one of these in ``Claim.paper``: they are listed, but never counted as a
-# paper's claim (:func:`by_paper`, the ``counts`` of :func:`to_json`). An implementation check tests that this
-# project's code does what a paper's method prescribes (the sink cache stays bounded); an own question is asked here
-# of a method whose paper does not claim it (does head-wise RMSNorm remove the sink?).
-IMPLEMENTATION_CHECK = "implementation check"
-OWN_QUESTION = "own question"
-NOT_A_PAPER = {IMPLEMENTATION_CHECK: "implementation checks (this project's code does what a method prescribes)",
-               OWN_QUESTION: "this project's own questions (no paper claims them)"}
 
 PAPERS = {  # arXiv id -> how the scorecard names the paper
     "2309.17453": "Xiao et al., StreamingLLM", "2410.10781": "Gu et al., When attention sink emerges",

@@ -14,10 +14,9 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from sinklib.core.claims import Claim
+from sinklib.core.claims import IMPLEMENTATION_CHECK, Claim
 from sinklib.core.evaluation import ppl, ppl_ratio_interval
 from sinklib.core.loaded import LoadedModel
-from sinklib.pipeline.scorecard import IMPLEMENTATION_CHECK
 from sinklib.utilization.kvquant import (
     ALL,
     MATCHED,
@@ -301,7 +300,7 @@ def bounded_cache(cache_mib: dict[str, float], sinks_key: str) -> Claim:
     """StreamingLLM's design, checked: the sink + window cache holds its size at the budget while a dense cache grows.
     Rule: the sink cache ends smaller than the dense cache of the same generation. An **implementation check** (that
     :class:`SinkWindowCache` evicts as StreamingLLM's cache does), not a finding of the paper's: ``paper`` says so,
-    and the scorecard keeps it out of the paper's counts (:data:`sinklib.pipeline.scorecard.IMPLEMENTATION_CHECK`)."""
+    and the scorecard keeps it out of the paper's counts (:data:`sinklib.core.claims.IMPLEMENTATION_CHECK`)."""
     return Claim(id="xiao2023.bounded_cache", source=f"{_XIAO}, Section 3", paper=IMPLEMENTATION_CHECK,
                  statement="a sink + window cache keeps a fixed memory footprint while generating",
                  rule="final KV-cache size of the sink cache < the dense cache's",
