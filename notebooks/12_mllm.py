@@ -70,7 +70,6 @@ from sinklib.architectures.mllm import (
     visual_sinks,
 )
 from sinklib.core import plotting
-from sinklib.core.claims import over_draws
 from sinklib.models import stitch
 from sinklib.models.load import load_model, require_family, stitch_config
 from sinklib.models.random_init import random_weights
@@ -247,12 +246,12 @@ draw_changes = {run.seed: [r - means["as is"] for r in random_means]}  # each ra
 
 
 def untestable(p):  # why Kang et al.'s definition cannot be applied (a stand-in), with this profile's phi peaks
-    return visual_sinks.standin_cannot_test(p) if standin else ""
+    return (visual_sinks.standin_cannot_test(p), visual_sinks.phi_peaks(p)) if standin else ("", None)
 
 
 background_runs = {run.seed: visual_sinks.background_claim(  # Kang et al.'s Table 6, per stand-in (section 3b)
     visual_sinks.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin,
-    untestable(edits.profile))}
+    *untestable(edits.profile))}
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells, fewer digits and random draws
     other = others.pop(s)
@@ -264,7 +263,7 @@ for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells
     draw_changes[s] = [r - e.means[SCORE]["as is"] for r in e.random_draws[SCORE]]
     background_runs[s] = visual_sinks.background_claim(visual_sinks.sink_union(e.profile),
                                                        visual_sinks.plain_background(d[:run.batch_size], layout),
-                                                       standin, untestable(e.profile))
+                                                       standin, *untestable(e.profile))
     del other
     gc.collect()
 draw_seconds = time.perf_counter() - t0
@@ -313,7 +312,7 @@ if visual_sinks.sink_union(control_prof).any():  # sinks to hide and redistribut
 else:  # nothing to hide: the edit claims cannot be judged on the control
     control_claims = visual_sinks.visual_sink_claims(control_prof, None, None, standin, d_model)
 control_background = visual_sinks.background_claim(
-    visual_sinks.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin, untestable(control_prof))
+    visual_sinks.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin, *untestable(control_prof))
 control_claims = {c.id: c for c in control_claims}
 del control
 gc.collect()
@@ -350,8 +349,8 @@ reprompted = visual_sinks.profile_mllm(lm.model, visual_sinks.caption_inputs(lm,
 same_prompt = visual_sinks.sink_jaccard(sink_sets, visual_sinks.sink_union(reprompted))
 across_images = visual_sinks.sink_jaccard(sink_sets, sink_sets.roll(1, dims=0))
 background_of = f"{len(seeds)} stand-in(s), projector seeds {seeds[0]}-{seeds[-1]}, the first {run.batch_size} digits of each"
-background_claim = (over_draws(list(background_runs.values()), background_of,
-                               key=lambda c: c.measured["share on background"])
+background_claim = (visual_sinks.over_standins(list(background_runs.values()), background_of,
+                                             key=lambda c: c.measured["share on background"])
                     if len(background_runs) > 1 else replace(background_runs[run.seed], draws_of=background_of))
 background_record = record.add(background_claim, control=control_background,
                                control_note="" if control_background.holds is not None else no_sinks)

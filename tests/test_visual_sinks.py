@@ -301,11 +301,15 @@ def test_a_stand_ins_kang_claims_cannot_be_judged_and_say_the_measured_phi_again
     claims = va.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=True, d_model=576)
     for c in claims:
         assert c.holds is None and c.unsettled is False and c.verdict() == "cannot be judged here"
-        assert "sqrt(d) = 24.0" in c.note and "phi peaks at 22.0 on its image tokens and 23.8 on the first" in c.note
+        assert "sqrt(d) = 24.0" in c.note and "peaks at 22.0 on its image tokens and 23.8 on the first" in c.note
         assert "69% of its squared norm" in c.note and "9.8%" in c.note
         assert c.measured["the rule on these numbers"] == "holds"
-    over = va.claims_over_draws([claims, claims], "2 stand-ins")
-    assert all(c.verdict() == "cannot be judged here" for c in over)
+    other = va.edit_claims(_wide_profile(576, 18.5, 23.0), _edits(-0.6, [0.1], 0.8), standin=True, d_model=576)
+    over = va.claims_over_draws([claims, other], "2 stand-ins")
+    for c in over:
+        assert c.verdict() == "cannot be judged here" and c.unsettled is False
+        assert c.note.startswith("not testable on any of the 2 stand-ins: their image tokens' phi peaks at "
+                                 "22.0 / 18.5 against the ceiling sqrt(d) = 24.0")
     judged = va.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=False, d_model=576)
     assert [c.holds for c in judged] == [True, True, True]
     bg = torch.tensor([[True, True, True, False]] * 2)

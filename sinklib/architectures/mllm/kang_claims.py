@@ -23,7 +23,7 @@ from sinklib.architectures.mllm.kang_rules import (
     tau_sensitivity,
     width_matched_tau,
 )
-from sinklib.core.claims import Claim, against_cut
+from sinklib.core.claims import Claim, against_cut, over_draws
 
 if TYPE_CHECKING:
     from sinklib.architectures.mllm.visual_sinks import MllmProfile
@@ -57,19 +57,42 @@ def standin_cannot_test(profile: MllmProfile) -> str:
     first_peak = float(phi(inputs, profile.dims).max()) if len(inputs) else float("nan")
     matched = width_matched_tau(d)
     every = tau_sensitivity(profile, [matched])[matched]["max fraction"]
-    return (f"not testable on the stand-in: phi <= sqrt(d) = {phi_ceiling(d):.1f} at its d = {d}, and phi peaks at "
+    return (f"not testable on the stand-in: phi <= sqrt(d) = {phi_ceiling(d):.1f} at its d = {d} and peaks at "
             f"{image_peak:.1f} on its image tokens and {first_peak:.1f} on the first token (layers >= "
-            f"{KANG_FIRST_LAYER}); tau = {KANG_TAU:g} asks a token for {norm_share(KANG_TAU, d):.0%} of its squared "
-            f"norm in one dimension (at LLaVA-1.5-7B's d = {KANG_D_REF}: {norm_share(KANG_TAU, KANG_D_REF):.1%}), and "
+            f"{KANG_FIRST_LAYER}), so tau = {KANG_TAU:g} asks a token for {norm_share(KANG_TAU, d):.0%} of its squared "
+            f"norm in one dimension ({norm_share(KANG_TAU, KANG_D_REF):.1%} at LLaVA-1.5-7B's d = {KANG_D_REF}), and "
             f"at the width-matched tau = {matched:.3g} up to {every:.0%} of the image tokens in a layer pass -- "
             f"neither threshold is Kang et al.'s definition on this model")
 
 
-def cannot_test(claim: Claim, reason: str) -> Claim:
+def phi_peaks(profile: MllmProfile) -> dict[str, float]:
+    """The numbers behind :func:`standin_cannot_test`: the largest phi of an image token (layers >= 2) and the
+    ceiling sqrt(d)."""
+    return {"largest image-token phi": float(torch.nan_to_num(profile.phi, nan=0).max()),
+            "phi ceiling sqrt(d)": phi_ceiling(profile.first_hidden.shape[-1])}
+
+
+def over_standins(claims: list[Claim], draws_of: str, key=None) -> Claim:
+    """:func:`~sinklib.core.claims.over_draws` over the stand-ins; where none of them could test the claim
+    (:func:`standin_cannot_test` on each), the note leads with every stand-in's largest image-token phi against
+    the ceiling, so the rendered reason says why, not only that no draw can be judged."""
+    combined = over_draws(claims, draws_of, key=key)
+    peaks = [c.measured.get("largest image-token phi") if isinstance(c.measured, dict) else None for c in claims]
+    if combined.holds is None and not combined.unsettled and all(p is not None for p in peaks):
+        ceiling = claims[0].measured["phi ceiling sqrt(d)"]
+        lead = (f"not testable on any of the {len(claims)} stand-ins: their image tokens' phi peaks at "
+                f"{' / '.join(f'{p:.1f}' for p in peaks)} against the ceiling sqrt(d) = {ceiling:.1f}, where tau = "
+                f"{KANG_TAU:g} was set for d = {KANG_D_REF} (its ceiling {phi_ceiling(KANG_D_REF):.0f})")
+        combined = replace(combined, note=f"{lead}; {combined.note}")
+    return combined
+
+
+def cannot_test(claim: Claim, reason: str, why: dict | None = None) -> Claim:
     """``claim`` as measured where the paper's definition cannot be applied: the numbers kept, what the rule gave on
-    them recorded in ``measured``, the verdict "cannot be judged here" (holds None, not unsettled) with ``reason``."""
+    them recorded in ``measured`` (with ``why``: the numbers behind ``reason``), the verdict "cannot be judged here"
+    (holds None, not unsettled) with ``reason``."""
     ruled = claim.verdict()
-    measured = (claim.measured if isinstance(claim.measured, dict) else {"value": claim.measured}) | {
+    measured = (claim.measured if isinstance(claim.measured, dict) else {"value": claim.measured}) | (why or {}) | {
         "the rule on these numbers": ruled}
     return replace(claim, holds=None, unsettled=False, measured=measured,
                    note=reason + (f"; {claim.note}" if claim.note else ""))
@@ -152,8 +175,8 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
             follows=FOLLOWS_VAR, adapted=f"the {scored} of a teacher-forced digit caption (one forward) instead of "
                                          f"benchmark accuracy of generated answers", at_init=False))
     if standin:
-        reason = standin_cannot_test(profile)
-        claims = [cannot_test(c, reason) for c in claims]
+        reason, peaks = standin_cannot_test(profile), phi_peaks(profile)
+        claims = [cannot_test(c, reason, peaks) for c in claims]
     return claims
 
 
@@ -166,12 +189,14 @@ def _judged(judgeable: bool, gain: float, spread: float, what: str) -> dict:
     return {"holds": holds if not unsettled else None, "unsettled": unsettled, "margin": cut | {"of": what}}
 
 
-def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool, untestable: str = "") -> Claim:
+def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool, untestable: str = "",
+                     untestable_peaks: dict | None = None) -> Claim:
     """``kang2025.sinks_on_background`` (Table 6: > 90% of visual sink tokens lie on background). sinks, background:
     (B, P) bool (:func:`sink_union`, :func:`plain_background`). Rule: at least 90% of the visual sink tokens sit on
     background patches, more than the background's share of all image tokens; None without sinks.
     ``untestable``: why the paper's definition of a visual sink cannot be applied on this model
-    (:func:`standin_cannot_test`): then the verdict is "cannot be judged here" (:func:`cannot_test`).
+    (:func:`standin_cannot_test`): then the verdict is "cannot be judged here" (:func:`cannot_test`), with
+    ``untestable_peaks`` (:func:`phi_peaks`) in ``measured``.
     """
     n = int(sinks.sum())
     share = (sinks & background).sum().item() / n if n else None
@@ -190,4 +215,4 @@ def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: boo
         adapted="the digits' plain white background (a patch whose pixels stay within 5% of the border colour) "
                 "instead of segmentation masks",
         at_init=False)
-    return cannot_test(claim, untestable) if untestable else claim
+    return cannot_test(claim, untestable, untestable_peaks) if untestable else claim

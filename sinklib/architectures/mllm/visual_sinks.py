@@ -46,6 +46,8 @@ from sinklib.architectures.mllm.kang_claims import (  # noqa: F401 -- re-exporte
     CODE,
     SOURCE,
     background_claim,
+    over_standins,
+    phi_peaks,
     standin_cannot_test,
     visual_sink_claims,
 )
