@@ -271,7 +271,7 @@ with plotting.style():
     if len(per_seed) > 1:  # every stand-in, each against its own "as is"
         fig = visual_sink_plots.changes_per_model(
             {f"seed {s}": c for s, c in per_seed.items()}, {f"seed {s}": v for s, v in draw_changes.items()},
-            title=f"Hiding visual sinks vs random image tokens, and VAR, per stand-in ({lm.label})",
+            title="Hiding visual sinks vs random image tokens, and VAR, per stand-in",
             ylabel="change of the digit token's NLL (nats)")
         detail = (f"per stand-in (projector seeds {seeds[0]}-{seeds[-1]}; seed {seeds[0]}: {len(digits)} digits, "
                   f"{run.random_draws} random draws; the others: {run.draw_digits} digits, {run.draw_random_draws} "
