@@ -230,7 +230,8 @@ takeaways.show(vit_takeaways.high_norm(max_ratio, vit_sinks.OUTLIER_FACTOR, prob
 # every token but CLS. With outliers, they move onto the extra token and the attention maps clean up. Where a model
 # has no token above the cut, the highest-norm patch of each photo at the detection layer stands in: the recipe
 # runs, and the figure shows how little it changes when there is nothing to move. The recipe runs again on the
-# random weights as the control.
+# random weights as the control. The verdict reads the norms where the authors detect and evaluate the outliers,
+# their `detect_outliers_layer` (-2 for DINOv2-L, -1 for CLIP ViT-B/16; this model's: printed below).
 
 # %%
 positions, stand_in = registers.positions_for(prof, jiang)
@@ -298,7 +299,7 @@ takeaways.show(vit_takeaways.registers(found, prof.max_norm_ratio()[detect], aft
 # Sun et al. (*Massive Activations in Large Language Models*, arXiv 2402.17762, Sec. 5) find massive activations in
 # CLIP ViT-L and in DINOv2-reg ViT-G (there in a register token): per layer, the largest |activation| of the block
 # output against the median |activation| of the whole output (all tokens, all dimensions; their `main_vit.py`),
-# averaged over images. And replacing DINOv2-reg's registers at every block's input by their mean over images keeps
+# each averaged over images before the two are compared. And replacing DINOv2-reg's registers at every block's input by their mean over images keeps
 # ImageNet accuracy (81.9 -> 81.7 for ViT-S): the registers act as fixed biases. The first is measured on every
 # model (judged on the two they report); the second needs a model with registers (GPU profile).
 
