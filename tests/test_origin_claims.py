@@ -373,3 +373,18 @@ def test_the_chain_starts_at_the_earliest_strong_writer_not_a_weak_earlier_one()
     assert origin_claims.super_neuron(chain.earliest_writer([weak]), [247, 507], PAPER).holds is False
     assert origin_claims.super_neuron(chain.earliest_writer([weak, strong]), [247, 507], PAPER, 1).holds is True
     assert chain.earliest_writer([]) is None
+
+
+def test_bias_test_is_judged_over_equal_sized_draws(tiny):
+    """Issue 43 item 5: Sun et al.'s zero-vs-mean test over three draws of calibration and held-out windows of the
+    same sizes (02 judged it on one draw)."""
+    from sinklib.core.data import make_inputs, text_windows
+    from sinklib.interpretation import chain
+
+    calibration = make_inputs(tiny, "natural", 2, 16, 0)
+    heldout = text_windows(tiny.tokenizer, 2, 16, 0, split="heldout")
+    first = chain.bias_claim(massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2), PAPER)
+    judged = chain.bias_over_draws(tiny, first, [0], [1], 1.0, (2, 16), (2, 16), PAPER, seed=0, batch_size=2)
+    assert len(judged.draws) == 3 and judged.draws_of == "3 draws of 2 calibration and 2 held-out windows (seeds 0-2)"
+    assert len(judged.spread["values"]) == 3 and judged.spread["values"][0] == pytest.approx(
+        first.measured["set to mean"] / first.measured["original"])
