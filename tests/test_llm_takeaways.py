@@ -136,3 +136,12 @@ def test_controls_flag_a_rule_that_holds_on_noise():
     assert "On random weights 0 of 1 controlled rules hold." in clean
     assert "2 of 2 controlled rules hold" in noisy and "training makes the effect: x.a" in noisy
     assert "architectural effect): v.a" in noisy
+
+
+def test_notebook_states_suns_median_and_a_few_as_the_rule_does():
+    """Issue 43 item 7: Sun et al.'s median is the layer output's (their code), not the token's; "a few" is stated."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "notebooks" / "10_llm.py").read_text()
+    assert "median $|h|$ of its token" not in text
+    assert "the median $|h|$ of the layer's output" in text and "at most 2 positions after position 0" in text
