@@ -1,4 +1,6 @@
-"""The claims of ``02_interpretation``: one rule per link of the structural-origin chain and Sun et al.'s bias view.
+"""The claims of ``02_interpretation``: one rule per link of the structural-origin chain and its interventions (Sun et
+al.'s rules are in :mod:`sinklib.interpretation.sun_claims`, re-exported here; what each rule follows in
+:mod:`sinklib.interpretation.claim_sources`).
 
 Each function takes what the notebook measured and returns a :class:`~sinklib.core.claims.Claim` whose ``holds`` is the
 *structure* of the claim on this model (a jump, an ordering, a sign); where the paper gives a number, the record
@@ -11,88 +13,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sinklib.core.claims import Claim
 from sinklib.core.results import number_matches
-
-ORIGIN = "The Structural Origin of Attention Sink, arXiv 2605.06611"
-SUN = "Sun et al., Massive Activations in Large Language Models, arXiv 2402.17762"
-EPS = 0.3
-SUN_CODE = "locuslab/massive-activations"  # the authors' code (read: main_llm.py, lib/hook.py)
-NO_CODE = "no public code found for arXiv 2605.06611"
-
-# What each rule transcribes (``follows``), how it departs from the paper (``adapted``) and what the paper predicts
-# at random initialisation (``at_init``: True for an architectural effect, False for one that training makes).
-FOLLOWS = {
-    "origin.variance_discrepancy": f"Sec. 3: under the causal mask o_0 = v_0 while o_t = sum_j A_tj v_j averages t+1 "
-                                   f"values, so Var_n[o_t] is largest at t = 0 and decays with t; {NO_CODE}",
-    "origin.super_neuron": f"Sec. 4: SwiGLU neurons firing on the first token with channel-sparse W_down columns "
-                           f"(Llama-2-7B layer 1, neuron 7890 -> dim 2533); {NO_CODE}",
-    "origin.dimension_disparity": f"Sec. 4: DomRatio(h) = max_j |h_j| / mean_j |h_j| of the first token jumps where "
-                                  f"the super neuron fires (about 263 after RMSNorm at layer 2 of Llama-2-7B); "
-                                  f"{NO_CODE}",
-    "origin.lock_in": f"Sec. 4: the first token's normalised state is a scaled basis vector, its key k_0 is fixed, "
-                      f"the queries' top singular direction aligns with k_0 and q_t . k_0 > 0; {NO_CODE}",
-    "origin.self_only_creates_sink": f"Sec. 5, intervention (i): the attention mask's row k keeps only column k, "
-                                     f"and token k becomes a sink; {NO_CODE}",
-    "origin.amplification_monotone": f"Sec. 5, intervention (ii): o'_k = mu + lambda (o_k - mu), the sink score at k "
-                                     f"rises monotonically with lambda; plain scaling lambda o_k does not; {NO_CODE}",
-    "sun2024.massive_activations": f"Sec. 2: |h| > 100 and about 1000x the median magnitude; "
-                                   f"{SUN_CODE}:main_llm.py:--exp2 (top-3 |h| against torch.median(feat.abs()) of "
-                                   f"the layer output)",
-    "sun2024.massive_activations_are_bias": f"Sec. 3, Table 3: set the massive activations to zero (ppl explodes) "
-                                            f"or to their mean (unchanged); {SUN_CODE}:lib/hook.py:"
-                                            f"Intervened_Layer.update (main_llm.py --exp3)",
-    "origin.sink_is_implicit_bias": f"Sun et al. Sec. 4: the sink token's small, nearly constant value update acts "
-                                    f"as an implicit attention bias; {SUN_CODE}:main_llm.py:--exp4 captures the "
-                                    f"attention only; the per-head measures here are ours",
-}
-ADAPTED = {
-    "origin.variance_discrepancy": "variance pooled over heads and channels; judged in layer 0 by t = 0 being the "
-                                   "largest position and > 2x the second half's mean (the paper shows curves); "
-                                   "random tokens without BOS",
-    "origin.super_neuron": "selectivity against the 95th percentile of |a| at t >= 1 (not the maximum: Sun's "
-                           "delimiter fires too); thresholds 100x the layer median, 10x elsewhere, > 50% of "
-                           "|W_down|^2 in two dims are ours; massive dims by Sun et al.'s layer-median criterion",
-    "origin.dimension_disparity": "the paper reports the DomRatio value; the rule here is the order (sink onset "
-                                  "0-2 layers after the first attention that reads the first token's value onset: "
-                                  "|v| > 100 on a massive dimension and doubling, not Sun et al.'s 1000x, whose "
-                                  "first layer is recorded beside it) and first-token DomRatio > 3x the others' at "
-                                  "the sink onset",
-    "origin.lock_in": "relative cut between head groups (sink heads alpha > 0.3 vs the rest): > 90% positive scores "
-                      "in sink heads and |cos| separating them (AUC >= 0.75, bootstrap low end > 0.5) -- ours",
-    "origin.self_only_creates_sink": "sink score of the later queries t > k only (the edit forces A_kk = 1); "
-                                     "> 20% of heads above 0.3 and > 5x as many as before are our thresholds",
-    "origin.amplification_monotone": "mu is token k's own batch mean (the paper: mean over positions/batch); layers "
-                                     "0-1; no drop > 0.005, > 2x rise, control's rise < half are our thresholds",
-    "sun2024.massive_activations": "the authors' median (the layer's whole (1, T, d) output, per window); judged "
-                                   "as met when any entry of any layer meets it on the natural windows (the "
-                                   "paper reads the ratio off per-layer plots); 'a few' made a rule of ours: in "
-                                   "every layer where it is met, at most 2 positions t >= 1 per window on average",
-    "sun2024.massive_activations_are_bias": "every site meeting the criterion (the layer's median; the stated fallback "
-                                            "ratio when 1000x is unmet) in every onset layer, each site's own mean "
-                                            "from calibration windows (the authors: one layer, the first token and "
-                                            "the largest delimiter, fixed values); held-out Bible, not WikiText; "
-                                            "5% / 2x thresholds ours",
-    "origin.sink_is_implicit_bias": "|v_0| ratio and the term's relative spread, judged by the Mann-Whitney AUC of "
-                                    "sink vs other heads >= 0.75 (our measures and cut)",
-}
-AT_INIT = {  # the chain: value aggregation is architectural; super neurons, massive values and sinks are learned
-    "origin.variance_discrepancy": True,
-    "origin.super_neuron": False,
-    "origin.dimension_disparity": False,
-    "origin.lock_in": False,
-    "origin.self_only_creates_sink": False,
-    "origin.amplification_monotone": False,
-    "sun2024.massive_activations": False,
-    "sun2024.massive_activations_are_bias": False,
-    "origin.sink_is_implicit_bias": False,
-}
-
-
-def _claim(claim_id: str, **fields) -> Claim:
-    """A :class:`Claim` of this notebook, with its rule's ``follows`` / ``adapted`` / ``at_init``."""
-    return Claim(id=claim_id, follows=FOLLOWS[claim_id], adapted=ADAPTED[claim_id], at_init=AT_INIT[claim_id],
-                 **fields)
+from sinklib.interpretation.claim_sources import (  # noqa: F401 (the tables are read as origin_claims.FOLLOWS, ...)
+    ADAPTED,
+    AT_INIT,
+    EPS,
+    FOLLOWS,
+    ORIGIN,
+    SUN,
+    Claim,
+    _claim,
+)
+from sinklib.interpretation.sun_claims import (  # noqa: F401 (Sun et al.'s rules, read as origin_claims.*)
+    IMPLICIT_AUC_NAMES,
+    RARE_SITES,
+    implicit_bias,
+    massive_bias,
+    massive_by_sun,
+)
 
 
 def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -> Claim:
@@ -236,47 +174,6 @@ def _dom_number(measured: float, ref: float, entry: dict, width: int | None) -> 
     return "number: " + number_matches(ref, measured)[1]
 
 
-RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
-
-
-def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> Claim:
-    """Sun et al.'s criterion: *a few* activations exceed 100 and 1000x the median |h| of the layer's output (over
-    the sequence, as their code computes it). ``massive``: an :class:`~sinklib.core.analysis.MassiveDims`;
-    ``sites``: a :class:`~sinklib.interpretation.sun_sites.SunSites` of the same windows, where the criterion holds
-    layer by layer.
-
-    Rule: the criterion is met in some layer, and it is rare there -- in every layer where it is met, at most
-    ``max_later_sites`` positions t >= 1 per window on average hold a qualifying entry. Sun et al. find the massive
-    activations at the starting token and the first delimiter (one later position); a criterion met by most tokens
-    of a layer does not single out "a few" activations, however large they are (Gemma-3-270M: most tokens in its
-    first layers). Without ``sites`` the rarity is not measured and the verdict cannot be given (None)."""
-    measured = {"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio}
-    rule = (f"Sun et al.'s criterion met in some layer, and in every layer where it is met at most "
-            f"{max_later_sites:g} positions t >= 1 per window on average hold it ('a few': the starting token and "
-            f"the first delimiter)")
-    if not massive.strict:
-        holds, note = False, massive.describe()
-    elif sites is None:
-        holds, note = None, "cannot be judged here: where the criterion holds (how many tokens) was not measured"
-    else:
-        worst, per_seq, share = sites.most_sites()
-        met = sites.met_layers
-        measured |= {"sun_onset": sites.onset, "first_token_sun_onset": sites.first_token_onset,
-                     "later_share": {str(i): sites.later_share[i] for i in met},
-                     "most_later_sites_per_window": per_seq, "most_later_share": share}
-        holds = per_seq <= max_later_sites
-        where = ", ".join(f"{100 * sites.later_share[i]:.0f}%" for i in met[:4]) + (" ..." if len(met) > 4 else "")
-        note = (f"met in layers {met[0]}-{met[-1]} ({len(met)} layers); share of the tokens after position 0 that "
-                f"hold it, layer by layer from layer {met[0]}: {where}; at most {per_seq:.1f} of {sites.seq_len - 1} "
-                f"later positions per window (layer {worst})"
-                + ("" if holds else f": not 'a few' (more than {max_later_sites:g} per window)"))
-    return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
-                  statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's "
-                            "output",
-                  rule=rule, published="|h| > 100 and > 1000x median, at the starting token and the first delimiter",
-                  measured=measured, holds=holds, note=note)
-
-
 LOCK_AUC = 0.75  # a random sink head's |cos| above a random other head's at least this often ...
 LOCK_LOW = 0.5  # ... and the bootstrap interval's low end above chance
 
@@ -329,48 +226,3 @@ def amplification(lambdas: Sequence[float], centred: Sequence[float], control: S
                   holds=bool(monotone and rise > 2 and rise_ctl < rise / 2),
                   note=f"peak {peak:.3f} is {'above' if peak > EPS else 'below'} eps {EPS}: "
                        f"{'a sink' if peak > EPS else 'more attention, not a sink'}")
-
-
-def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, later_sites: int | None = None
-                 ) -> Claim:
-    """Sun et al.: massive activations act as a bias -- set to their mean the model is unchanged, set to zero it
-    breaks. Rule: every massive site set to its mean changes perplexity by < 5%, zero more than doubles it.
-
-    ``first_fixed``: position 0 holds the same state in every window (a BOS model): setting it to its mean rewrites it
-    with itself, so the mean edit cannot fail there and is judged on the later sites only -- ``later_sites`` (how
-    many calibration entries at t >= 1 met the criterion); with none, the mean half cannot fail at all and the claim
-    cannot be judged here unless the zero half already fails."""
-    ratio = ppl["set to mean"] / ppl["original"]
-    mean_ok = abs(ratio - 1) < 0.05
-    zero_breaks = ppl["set to zero"] > 2 * ppl["original"]
-    holds: bool | None = bool(mean_ok and zero_breaks)
-    note = f"ppl(mean)/ppl(original) {number_matches(1.0, ratio, factor=1.05)[1]}"
-    if first_fixed:
-        note += ("; position 0 holds the same BOS state in every window, so setting it to its mean rewrites it with "
-                 "itself (ppl(mean, position 0 only) = the original by construction): the mean edit is judged on "
-                 f"the {later_sites if later_sites is not None else 'later'} later sites only")
-        if not later_sites and zero_breaks:
-            holds = None
-            note = "cannot be judged here: no later site met the criterion, so the mean edit cannot fail; " + note
-    measured = dict(ppl) | ({"first_token_fixed": True, "later_sites": later_sites} if first_fixed else {})
-    return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
-                  statement="massive activations set to their mean leave the model unchanged; set to zero break it",
-                  rule="ppl(mean) within 5% of the original, ppl(zero) > 2x; on a model whose position 0 is the same "
-                       "BOS in every window the mean edit is judged on the later sites only",
-                  published=paper["perplexity_wikitext"], measured=measured, holds=holds, note=note)
-
-
-def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
-    """The sink as an implicit bias: in sink heads the first token's value is small and its term A_t0 v_0 nearly
-    constant. Rule: a random sink head lies below a random other head with probability >= 0.75 on both measures
-    (:func:`sinklib.interpretation.massive_activations.separation`)."""
-    holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
-    return _claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
-                  statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
-                  rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
-                  published=None, measured={IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()},
-                  holds=bool(holds), note="the spread falls with alpha partly by construction: a head that gives the "
-                                          "first token most of every row has little room to vary")
-
-
-IMPLICIT_AUC_NAMES = {"value_norm_ratio": "value_norm_auc", "sink_term_spread": "term_spread_auc"}  # AUCs, not ratios

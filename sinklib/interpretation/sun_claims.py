@@ -1,0 +1,95 @@
+"""Sun et al.'s rules in ``02_interpretation`` and ``10_llm`` (arXiv 2402.17762): the massive-activation criterion
+with its "a few", the zero-vs-mean bias test, and the sink as an implicit bias -- each a
+:class:`~sinklib.core.claims.Claim` (provenance in :mod:`sinklib.interpretation.claim_sources`).
+"""
+
+from __future__ import annotations
+
+from sinklib.core.claims import Claim
+from sinklib.core.results import number_matches
+from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim
+
+RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
+
+
+def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> Claim:
+    """Sun et al.'s criterion: *a few* activations exceed 100 and 1000x the median |h| of the layer's output (over
+    the sequence, as their code computes it). ``massive``: an :class:`~sinklib.core.analysis.MassiveDims`;
+    ``sites``: a :class:`~sinklib.interpretation.sun_sites.SunSites` of the same windows, where the criterion holds
+    layer by layer.
+
+    Rule: the criterion is met in some layer, and it is rare there -- in every layer where it is met, at most
+    ``max_later_sites`` positions t >= 1 per window on average hold a qualifying entry. Sun et al. find the massive
+    activations at the starting token and the first delimiter (one later position); a criterion met by most tokens
+    of a layer does not single out "a few" activations, however large they are (Gemma-3-270M: most tokens in its
+    first layers). Without ``sites`` the rarity is not measured and the verdict cannot be given (None)."""
+    measured = {"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio}
+    rule = (f"Sun et al.'s criterion met in some layer, and in every layer where it is met at most "
+            f"{max_later_sites:g} positions t >= 1 per window on average hold it ('a few': the starting token and "
+            f"the first delimiter)")
+    if not massive.strict:
+        holds, note = False, massive.describe()
+    elif sites is None:
+        holds, note = None, "cannot be judged here: where the criterion holds (how many tokens) was not measured"
+    else:
+        worst, per_seq, share = sites.most_sites()
+        met = sites.met_layers
+        measured |= {"sun_onset": sites.onset, "first_token_sun_onset": sites.first_token_onset,
+                     "later_share": {str(i): sites.later_share[i] for i in met},
+                     "most_later_sites_per_window": per_seq, "most_later_share": share}
+        holds = per_seq <= max_later_sites
+        where = ", ".join(f"{100 * sites.later_share[i]:.0f}%" for i in met[:4]) + (" ..." if len(met) > 4 else "")
+        note = (f"met in layers {met[0]}-{met[-1]} ({len(met)} layers); share of the tokens after position 0 that "
+                f"hold it, layer by layer from layer {met[0]}: {where}; at most {per_seq:.1f} of {sites.seq_len - 1} "
+                f"later positions per window (layer {worst})"
+                + ("" if holds else f": not 'a few' (more than {max_later_sites:g} per window)"))
+    return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
+                  statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's "
+                            "output",
+                  rule=rule, published="|h| > 100 and > 1000x median, at the starting token and the first delimiter",
+                  measured=measured, holds=holds, note=note)
+
+
+def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, later_sites: int | None = None
+                 ) -> Claim:
+    """Sun et al.: massive activations act as a bias -- set to their mean the model is unchanged, set to zero it
+    breaks. Rule: every massive site set to its mean changes perplexity by < 5%, zero more than doubles it.
+
+    ``first_fixed``: position 0 holds the same state in every window (a BOS model): setting it to its mean rewrites it
+    with itself, so the mean edit cannot fail there and is judged on the later sites only -- ``later_sites`` (how
+    many calibration entries at t >= 1 met the criterion); with none, the mean half cannot fail at all and the claim
+    cannot be judged here unless the zero half already fails."""
+    ratio = ppl["set to mean"] / ppl["original"]
+    mean_ok = abs(ratio - 1) < 0.05
+    zero_breaks = ppl["set to zero"] > 2 * ppl["original"]
+    holds: bool | None = bool(mean_ok and zero_breaks)
+    note = f"ppl(mean)/ppl(original) {number_matches(1.0, ratio, factor=1.05)[1]}"
+    if first_fixed:
+        note += ("; position 0 holds the same BOS state in every window, so setting it to its mean rewrites it with "
+                 "itself (ppl(mean, position 0 only) = the original by construction): the mean edit is judged on "
+                 f"the {later_sites if later_sites is not None else 'later'} later sites only")
+        if not later_sites and zero_breaks:
+            holds = None
+            note = "cannot be judged here: no later site met the criterion, so the mean edit cannot fail; " + note
+    measured = dict(ppl) | ({"first_token_fixed": True, "later_sites": later_sites} if first_fixed else {})
+    return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
+                  statement="massive activations set to their mean leave the model unchanged; set to zero break it",
+                  rule="ppl(mean) within 5% of the original, ppl(zero) > 2x; on a model whose position 0 is the same "
+                       "BOS in every window the mean edit is judged on the later sites only",
+                  published=paper["perplexity_wikitext"], measured=measured, holds=holds, note=note)
+
+
+def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
+    """The sink as an implicit bias: in sink heads the first token's value is small and its term A_t0 v_0 nearly
+    constant. Rule: a random sink head lies below a random other head with probability >= 0.75 on both measures
+    (:func:`sinklib.interpretation.massive_activations.separation`)."""
+    holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
+    return _claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
+                  statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
+                  rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
+                  published=None, measured={IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()},
+                  holds=bool(holds), note="the spread falls with alpha partly by construction: a head that gives the "
+                                          "first token most of every row has little room to vary")
+
+
+IMPLICIT_AUC_NAMES = {"value_norm_ratio": "value_norm_auc", "sink_term_spread": "term_spread_auc"}  # AUCs, not ratios
