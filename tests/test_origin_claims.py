@@ -386,5 +386,7 @@ def test_bias_test_is_judged_over_equal_sized_draws(tiny):
     first = chain.bias_claim(massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2), PAPER)
     judged = chain.bias_over_draws(tiny, first, [0], [1], 1.0, (2, 16), (2, 16), PAPER, seed=0, batch_size=2)
     assert len(judged.draws) == 3 and judged.draws_of == "3 draws of 2 calibration and 2 held-out windows (seeds 0-2)"
+    lean = massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2, first_only=False)
+    assert set(lean.ppl) == {"original", "set to mean", "set to zero"}  # a redraw computes what the rule reads
     assert len(judged.spread["values"]) == 3 and judged.spread["values"][0] == pytest.approx(
         first.measured["set to mean"] / first.measured["original"])

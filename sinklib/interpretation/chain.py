@@ -204,7 +204,7 @@ def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list
         calibration = make_inputs(lm, "natural", *calibration_shape, s)
         heldout = text_windows(lm.tokenizer, *heldout_shape, s, split="heldout")
         others.append(bias_claim(massive_activations.bias_test(lm, calibration, heldout, layers, dims, min_ratio,
-                                                               batch_size), paper))
+                                                               batch_size, first_only=False), paper))
     return over_draws([first, *others],
                       f"{n_draws} draws of {calibration_shape[0]} calibration and {heldout_shape[0]} held-out windows "
                       f"(seeds {seed}-{seed + n_draws - 1})",

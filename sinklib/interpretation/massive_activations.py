@@ -253,7 +253,7 @@ class BiasTest:
 
 def bias_test(lm: LoadedModel, calibration: torch.Tensor, heldout: torch.Tensor, layers: list[int], dims: list[int],
               min_ratio: float = metrics.SUN_MIN_RATIO, batch_size: int = 16,
-              means: MassiveMeans | MassiveMeansByLayer | None = None) -> BiasTest:
+              means: MassiveMeans | MassiveMeansByLayer | None = None, first_only: bool = True) -> BiasTest:
     """Perplexity on ``heldout`` with the massive activations in ``layers`` x ``dims`` (located at every position by
     :func:`sinklib.core.metrics.massive_mask` with ``min_ratio``) set to their per-site mean over ``calibration``
     (:func:`massive_means`) or to zero (locuslab/massive-activations ``lib/hook.py``). With nothing to edit, every
@@ -262,7 +262,8 @@ def bias_test(lm: LoadedModel, calibration: torch.Tensor, heldout: torch.Tensor,
     ``batch_size`` windows per forward for the calibration; the perplexities use :func:`nll_batch_size` (the same
     numbers, each window's NLL does not depend on its batch). ``means``: the calibration's means when they were
     already measured (:class:`MassiveMeanStats` in a shared pass over ``calibration`` with these dims and
-    ``min_ratio``), else measured here."""
+    ``min_ratio``), else measured here. ``first_only=False`` skips "set to mean, position 0 only" (not part of the
+    rule: a redrawn test needs only the three perplexities the verdict reads)."""
     nll_batch = nll_batch_size(lm, heldout.shape[1], batch_size)
     original = evaluation.perplexity(lm, heldout, nll_batch)
     if not layers or not dims:
@@ -275,11 +276,12 @@ def bias_test(lm: LoadedModel, calibration: torch.Tensor, heldout: torch.Tensor,
     to_mean = ResidualOverride(lm.model, layers, dims, means.first, min_ratio=min_ratio,
                                other_values=means.other_or_first())
     to_zero = ResidualOverride(lm.model, layers, dims, 0.0, min_ratio=min_ratio)
-    first_only = ResidualOverride(lm.model, layers, dims, means.first, positions=[0])
     ppl = {"original": original,
            "set to mean": evaluation.perplexity(lm, heldout, nll_batch, to_mean),
-           "set to zero": evaluation.perplexity(lm, heldout, nll_batch, to_zero),
-           "set to mean, position 0 only": evaluation.perplexity(lm, heldout, nll_batch, first_only)}
+           "set to zero": evaluation.perplexity(lm, heldout, nll_batch, to_zero)}
+    if first_only:
+        at_first = ResidualOverride(lm.model, layers, dims, means.first, positions=[0])
+        ppl["set to mean, position 0 only"] = evaluation.perplexity(lm, heldout, nll_batch, at_first)
     return BiasTest(ppl, means, to_zero.edited)
 
 

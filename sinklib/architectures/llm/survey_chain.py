@@ -33,10 +33,11 @@ def massive_sites(lm: LoadedModel, means, tokenizer) -> dict:
 
 
 def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None, paper: dict,
-               seed: int, batch_size: int, min_ratio: float = 1000.0, sun_sites: SunSites | None = None
-               ) -> tuple[list[Claim], dict]:
+               seed: int, batch_size: int, min_ratio: float = 1000.0, sun_sites: SunSites | None = None,
+               first_only: bool = True) -> tuple[list[Claim], dict]:
     """Links 1-4 and the bias test on one draw: ``natural`` (N, T) windows and N random-token sequences of ``seed``
-    (no BOS: position 0 must vary too); the bias test's held-out windows are N more of the same size. Returns
+    (no BOS: position 0 must vary too); the bias test's held-out windows are N more of the same size
+    (``first_only``: also the position-0-only edit, which the numbers show and the rule does not read). Returns
     (claims, numbers)."""
     num_seqs, seq_len = natural.shape
     random_ids = make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)
@@ -54,7 +55,7 @@ def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], 
     # windows) or to zero, perplexity on held-out windows of the same size
     heldout = text_windows(lm.tokenizer, num_seqs, seq_len, seed, split="heldout")
     bias = massive_activations.bias_test(lm, natural, heldout, disparity.onset, massive_dims, min_ratio, batch_size,
-                                         means=means)
+                                         means=means, first_only=first_only)
     numbers = {"variance_ratio_t0": variance.ratio_t0[0], "massive_bias": {"ppl": bias.ppl,
                                                                           **massive_sites(lm, bias.means,
                                                                                           lm.tokenizer)},
@@ -99,7 +100,7 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
         return claims, numbers
     num_seqs, seq_len = natural.shape
     draws = [claims] + [chain_draw(lm, text_windows(lm.tokenizer, num_seqs, seq_len, seed + i), massive_dims,
-                                   sink_onset, paper, seed + i, batch_size, min_ratio, sun_sites)[0]
+                                   sink_onset, paper, seed + i, batch_size, min_ratio, sun_sites, first_only=False)[0]
                         for i in range(1, n_draws)]
     what = (f"{n_draws} draws of {num_seqs} Bible windows, random-token sequences and held-out windows each (seeds "
             f"{seed}-{seed + n_draws - 1})")
