@@ -55,7 +55,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from sinklib.architectures.moe import moe_plots, moe_sinks, trained_router
+from sinklib.architectures.moe import moe_plots, moe_sinks, pruning, su_claims, trained_router
 from sinklib.architectures.moe import takeaways as moe_takeaways
 from sinklib.architectures.moe.super_experts import super_experts
 from sinklib.core import analysis, plotting, takeaways
@@ -72,7 +72,7 @@ record.model, title = lm.label, f"{lm.label}"
 ids = text_windows(lm.tokenizer, run.num_seqs, run.seq_len, run.seed, split="heldout")
 held = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed + 1, split="heldout")
 standin = "stand-in" in lm.label
-note = moe_sinks.STAND_IN_NOTE if standin else ""
+note = su_claims.STAND_IN_NOTE if standin else ""
 print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on {len(held)} x {run.eval_seq_len}")
 
 # %% [markdown]
@@ -123,7 +123,7 @@ takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, 
 
 # %%
 supers = super_experts(route.output_max, shared=route.shared_max)  # rows: the model's layers; -1: a shared expert
-n_total = moe_sinks.candidate_count(route)
+n_total = su_claims.candidate_count(route)
 with plotting.style():
     fig = moe_plots.expert_maxima(route.output_max, supers,
                                   title=f"Largest expert output per layer, {title} (circled: super experts)")
@@ -138,7 +138,7 @@ as_hooked = super_experts(route.first_routed_max, shared=route.shared_max)
 # Su et al.: a super expert's extreme output sits in the channel of the residual's massive activation
 massive = analysis.massive_dimensions(analysis.profile_sinks(lm, ids[:run.batch_size], batch_size=run.batch_size,
                                                               progress=False))
-channels = moe_sinks.expert_channels(lm, ids, [(layer, e) for layer, e, _ in supers], run.batch_size)
+channels = pruning.expert_channels(lm, ids, [(layer, e) for layer, e, _ in supers], run.batch_size)
 for (layer, e), (channel, value) in channels.items():
     print(f"{moe_sinks.expert_name(layer, e)}: largest output {value:,.0f} in channel {channel} -- "
           f"{'a' if channel in massive.dims else 'not a'} massive dimension of the residual {massive.dims}")
@@ -148,10 +148,10 @@ control = random_weights(lm, seed=run.seed)
 control_ids = ids[:run.control_seqs]
 control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
 control_supers = super_experts(control_route.output_max, shared=control_route.shared_max)
-se_claim = moe_sinks.super_experts_over_draws(lm, route.output_max, len(ids), run.seed, run.draw_seqs, run.seq_len,
+se_claim = su_claims.super_experts_over_draws(lm, route.output_max, len(ids), run.seed, run.draw_seqs, run.seq_len,
                                               run.batch_size, note, shared=route.shared_max)
-se_claim = record.add(moe_sinks.standin_verdict(se_claim) if standin else se_claim,
-                      control=moe_sinks.super_experts_claim(control_route.output_max, note=note,
+se_claim = record.add(su_claims.standin_verdict(se_claim) if standin else se_claim,
+                      control=su_claims.super_experts_claim(control_route.output_max, note=note,
                                                             shared=control_route.shared_max))
 print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {len(control_supers)} on random weights; "
       f"effect size {se_claim.measured['effect size']:,.1f} here, {se_claim.control_measured['effect size']:,.2f} on "
@@ -174,7 +174,7 @@ takeaways.show(moe_takeaways.super_experts(se_claim, n_total, title))
 
 # %%
 chosen = [(layer, e) for layer, e, _ in supers]
-runs = moe_sinks.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size,
+runs = pruning.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size,
                                  as_is=route.first_state)  # the model as is was measured while routing
 summary = {name: r.summary() for name, r in runs.items()}
 with plotting.style():
@@ -190,7 +190,7 @@ with plotting.style():
 for name, s in summary.items():
     print(f"{name}: alpha_0 {s['alpha']:.3f}, first token max |h| {s['max_abs_first']:,.0f}, perplexity {s['ppl']:.1f}")
 if chosen:  # Su et al. (Sec. 4): the attention sink decays by about 90% or more in every layer
-    drop = moe_sinks.sink_drop_by_layer(runs["as is"].alpha_first, runs["super experts pruned"].alpha_first)
+    drop = pruning.sink_drop_by_layer(runs["as is"].alpha_first, runs["super experts pruned"].alpha_first)
     first_super = min(layer for layer, _ in chosen)
     after = [d for layer, d in enumerate(drop) if layer > first_super and d == d]  # d == d: not NaN
     print("sink drop per layer after pruning the super experts (1 - alpha_pruned / alpha_as_is):",
@@ -202,12 +202,12 @@ if chosen:
     control_chosen = [(layer, e) for layer, e, _ in control_supers]
     control_prune = None
     if control_chosen:  # the same comparison on random weights: fewer and shorter windows, one draw
-        control_runs = moe_sinks.compare_pruning(control, control_chosen, control_ids[:max(1, run.control_seqs // 2)],
+        control_runs = pruning.compare_pruning(control, control_chosen, control_ids[:max(1, run.control_seqs // 2)],
                                                  held[:1, :run.eval_seq_len // 2], 1, run.seed, run.batch_size)
-        control_prune = moe_sinks.pruning_over_draws({k: r.summary() for k, r in control_runs.items()}, note)
+        control_prune = su_claims.pruning_over_draws({k: r.summary() for k, r in control_runs.items()}, note)
     why = "" if control_prune else "control not run: the authors' rule found no expert on random weights"
-    prune_claim = replace(moe_sinks.pruning_over_draws(summary, note), control_note=why)
-    prune_claim = record.add(moe_sinks.standin_verdict(prune_claim) if standin else prune_claim,
+    prune_claim = replace(su_claims.pruning_over_draws(summary, note), control_note=why)
+    prune_claim = record.add(su_claims.standin_verdict(prune_claim) if standin else prune_claim,
                              control=control_prune, control_note=why)
 del control, control_route
 gc.collect()
@@ -251,7 +251,7 @@ if run.router_train is not None:
 # %%
 if standin:
     display(pd.DataFrame([{"claim": k, "why the stand-in cannot test it": v}  # noqa: F821 (display: Jupyter's)
-                          for k, v in moe_sinks.STANDIN_CANNOT_TEST.items()]))
+                          for k, v in su_claims.STANDIN_CANNOT_TEST.items()]))
 
 # %%
 display(record.table())  # noqa: F821

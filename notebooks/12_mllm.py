@@ -63,13 +63,16 @@ from dataclasses import replace
 import torch
 
 from sinklib.architectures.mllm import (
+    captions,
     image_layout,
-    takeaways,
+    kang_claims,
+    kang_rules,
     visual_attention,
     visual_sink_plots,
     visual_sinks,
 )
-from sinklib.core import plotting
+from sinklib.architectures.mllm import takeaways as mllm_takeaways
+from sinklib.core import plotting, takeaways
 from sinklib.models import stitch
 from sinklib.models.load import load_model, require_family, stitch_config
 from sinklib.models.random_init import random_weights
@@ -87,7 +90,7 @@ if standin and run.seed != base.seed:  # the registry's stand-in is its configur
 record.model, title = lm.label, lm.label
 config = replace(base, seed=run.seed)
 digits, labels = stitch.heldout_digits(config, run.heldout_digits)
-captions = [stitch.digit_caption(y) for y in labels]
+digit_captions = [stitch.digit_caption(y) for y in labels]
 print(lm)
 
 # %% [markdown]
@@ -99,7 +102,7 @@ print(lm)
 zero_shot = None
 if standin and run.zero_shot_digits:
     zs_labels = labels[:run.zero_shot_digits]
-    zero_shot = visual_sinks.digit_accuracy(lm, digits[:run.zero_shot_digits], zs_labels, run.batch_size)
+    zero_shot = captions.digit_accuracy(lm, digits[:run.zero_shot_digits], zs_labels, run.batch_size)
     log = stitch.training_log(stitch.standin_path(config))
     with plotting.style():
         fig = visual_sink_plots.standin_training(log["losses"], zero_shot, 0.1, len(zs_labels), title=title)
@@ -109,9 +112,9 @@ if standin and run.zero_shot_digits:
                       f"when the lowest-loss of the ten digit captions is taken as the answer.")
     print(f"projector trained in {log['train_seconds']:.0f} s; final loss {log['losses'][-1]:.3f}; "
           f"held-out digit accuracy {zero_shot:.2f} (chance 0.10)")
-    takeaways.show(takeaways.training(log["losses"], log["train_seconds"], zero_shot, len(zs_labels)))
+    takeaways.show(mllm_takeaways.training(log["losses"], log["train_seconds"], zero_shot, len(zs_labels)))
 else:
-    takeaways.show(takeaways.training([], 0.0, None, 0))
+    takeaways.show(mllm_takeaways.training([], 0.0, None, 0))
 
 # %% [markdown]
 # ## 1 · Where do the text queries look?
@@ -125,7 +128,7 @@ else:
 # tokens lie on the picture, tile by tile, for the maps below.
 
 # %%
-inputs, caption_labels = visual_sinks.caption_inputs(lm, digits[:run.batch_size], captions[:run.batch_size])
+inputs, caption_labels = captions.caption_inputs(lm, digits[:run.batch_size], digit_captions[:run.batch_size])
 prof = visual_sinks.profile_mllm(lm.model, inputs)
 start, stop = prof.span
 n_image = int(prof.image.sum())
@@ -141,7 +144,7 @@ with plotting.style():
 sh = prof.shares.numpy()
 print(f"before the image / image / text, mean over layers: {sh.mean(0).round(3).tolist()}")
 print(f"per layer, before-image share: {sh[:, 0].round(2).tolist()}")
-takeaways.show(takeaways.shares(sh.tolist(), start, n_image, len(inputs["input_ids"])))
+takeaways.show(mllm_takeaways.shares(sh.tolist(), start, n_image, len(inputs["input_ids"])))
 
 # %% [markdown]
 # Compare the layers where the before-image share lapses with those where SmolLM2 alone lets its first-token sink
@@ -164,10 +167,10 @@ takeaways.show(takeaways.shares(sh.tolist(), start, n_image, len(inputs["input_i
 # %%
 ratio = prof.received_ratio()
 d_model = getattr(lm.model.config, "text_config", lm.model.config).hidden_size
-tau_d = visual_sinks.width_matched_tau(d_model)
-taus = {f"tau = {visual_sinks.KANG_TAU:g} (paper)": visual_sinks.KANG_TAU, f"width-matched tau = {tau_d:.3g}": tau_d}
-sensitivity = visual_sinks.tau_sensitivity(prof, [visual_sinks.KANG_TAU, tau_d])
-example_layer = max(range(visual_sinks.KANG_FIRST_LAYER, len(prof.phi)),
+tau_d = kang_rules.width_matched_tau(d_model)
+taus = {f"tau = {kang_rules.KANG_TAU:g} (paper)": kang_rules.KANG_TAU, f"width-matched tau = {tau_d:.3g}": tau_d}
+sensitivity = kang_rules.tau_sensitivity(prof, [kang_rules.KANG_TAU, tau_d])
+example_layer = max(range(kang_rules.KANG_FIRST_LAYER, len(prof.phi)),
                     key=lambda i: torch.nan_to_num(prof.phi[i, 0], nan=0).max().item())
 # every stand-in, not only the run's: the others' first held-out batch, profiled with the same sink dimensions
 seeds = list(range(run.seed, run.seed + (run.standin_seeds if standin else 1)))
@@ -175,16 +178,16 @@ others, other_profiles = {}, {}
 for s in seeds[1:]:
     others[s] = stitch.load_standin(s, lm, base)
     d, y = stitch.heldout_digits(replace(base, seed=s), run.draw_digits)
-    other_profiles[s] = visual_sinks.profile_mllm(others[s].model, visual_sinks.caption_inputs(
+    other_profiles[s] = visual_sinks.profile_mllm(others[s].model, captions.caption_inputs(
         others[s], d[:run.batch_size], [stitch.digit_caption(v) for v in y[:run.batch_size]])[0], dims=prof.dims)
 name = f"seed {run.seed}" if standin else lm.name
 with plotting.style():
-    fig = visual_sink_plots.visual_sinks(prof.phi, taus, visual_sinks.KANG_TAU, ratio, digits[0],
+    fig = visual_sink_plots.visual_sinks(prof.phi, taus, kang_rules.KANG_TAU, ratio, digits[0],
                                          prof.phi[example_layer, 0], example_layer,
                                          title=f"Visual sink tokens, sink dims {prof.dims}, {title}", layout=layout,
                                          others={f"seed {s}": (p.phi, p.received_ratio())
                                                  for s, p in other_profiles.items()},
-                                         ceiling=visual_sinks.phi_ceiling(d_model), label=name)
+                                         ceiling=kang_rules.phi_ceiling(d_model), label=name)
     plotting.save(fig, fig_dir / "fig03_visual_sinks",
                   f"{title}{f' and the stand-ins of seeds {seeds[1:]}' if len(seeds) > 1 else ''}: (a) the largest "
                   f"phi = max over the sink dimensions {prof.dims} of |x_d| / RMS(x) among image tokens per layer, "
@@ -200,9 +203,9 @@ print(f"largest image-token phi per layer: {[round(float(torch.nan_to_num(p, nan
 print(f"first token's phi per layer: {visual_sinks.phi(prof.first_hidden, prof.dims).round().tolist()}")
 print(f"d = {d_model}: phi <= sqrt(d) = {d_model ** 0.5:.1f}; by tau: {sensitivity}")
 max_phi = [float(torch.nan_to_num(p, nan=-1).max()) for p in prof.phi]  # NaN before layer 2 -> -1 -> NaN
-takeaways.show(takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 0 else float("nan") for v in max_phi],
+takeaways.show(mllm_takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 0 else float("nan") for v in max_phi],
                                visual_sinks.phi(prof.first_hidden, prof.dims).tolist(), ratio, None,
-                               visual_sinks.KANG_TAU, sensitivity))
+                               kang_rules.KANG_TAU, sensitivity))
 
 # %% [markdown]
 # Compare the sink dimensions with SmolLM2's massive-activation dimension in `00_tour`. The language model never saw
@@ -229,7 +232,7 @@ takeaways.show(takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 0 els
 # > or hiding as many random image tokens?
 
 # %%
-edits = visual_attention.compare_edits(lm, digits, captions, prof.dims, run.batch_size, run.random_draws,
+edits = visual_attention.compare_edits(lm, digits, digit_captions, prof.dims, run.batch_size, run.random_draws,
                                       run.seed)
 SCORE = visual_attention.SCORES[0]  # the image-dependent token
 means, random_means, n_sinks = edits.means[SCORE], edits.random_draws[SCORE], edits.sinks_per_image
@@ -246,11 +249,11 @@ draw_changes = {run.seed: [r - means["as is"] for r in random_means]}  # each ra
 
 
 def untestable(p):  # why Kang et al.'s definition cannot be applied (a stand-in), with this profile's phi peaks
-    return (visual_sinks.standin_cannot_test(p), visual_sinks.phi_peaks(p)) if standin else ("", None)
+    return (kang_claims.standin_cannot_test(p), kang_claims.phi_peaks(p)) if standin else ("", None)
 
 
-background_runs = {run.seed: visual_sinks.background_claim(  # Kang et al.'s Table 6, per stand-in (section 3b)
-    visual_sinks.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin,
+background_runs = {run.seed: kang_claims.background_claim(  # Kang et al.'s Table 6, per stand-in (section 3b)
+    kang_rules.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin,
     *untestable(edits.profile))}
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells, fewer digits and random draws
@@ -261,7 +264,7 @@ for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells
     runs.append(visual_attention.edit_claims(e.profile, e, standin, d_model))
     per_seed[s] = e.nll_changes()
     draw_changes[s] = [r - e.means[SCORE]["as is"] for r in e.random_draws[SCORE]]
-    background_runs[s] = visual_sinks.background_claim(visual_sinks.sink_union(e.profile),
+    background_runs[s] = kang_claims.background_claim(kang_rules.sink_union(e.profile),
                                                        visual_sinks.plain_background(d[:run.batch_size], layout),
                                                        standin, *untestable(e.profile))
     del other
@@ -302,34 +305,34 @@ print({s: {k: round(v, 4) for k, v in c.items()} for s, c in per_seed.items()}, 
 # %%
 t0 = time.perf_counter()
 control = random_weights(lm, seed=run.seed)
-cd, cy = digits[:run.draw_digits], captions[:run.draw_digits]
-control_prof = visual_sinks.profile_mllm(control.model, visual_sinks.caption_inputs(control, cd, cy)[0])
+cd, cy = digits[:run.draw_digits], digit_captions[:run.draw_digits]
+control_prof = visual_sinks.profile_mllm(control.model, captions.caption_inputs(control, cd, cy)[0])
 control_phi = float(torch.nan_to_num(control_prof.phi, nan=0).max())
-if visual_sinks.sink_union(control_prof).any():  # sinks to hide and redistribute: run the edits too
+if kang_rules.sink_union(control_prof).any():  # sinks to hide and redistribute: run the edits too
     control_edits = visual_attention.compare_edits(control, cd, cy, control_prof.dims, run.batch_size,
                                                    run.draw_random_draws, run.seed)
     control_claims = visual_attention.edit_claims(control_prof, control_edits, standin, d_model)
 else:  # nothing to hide: the edit claims cannot be judged on the control
-    control_claims = visual_sinks.visual_sink_claims(control_prof, None, None, standin, d_model)
-control_background = visual_sinks.background_claim(
-    visual_sinks.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin, *untestable(control_prof))
+    control_claims = kang_claims.visual_sink_claims(control_prof, None, None, standin, d_model)
+control_background = kang_claims.background_claim(
+    kang_rules.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin, *untestable(control_prof))
 control_claims = {c.id: c for c in control_claims}
 del control
 gc.collect()
 control_seconds = time.perf_counter() - t0
-no_sinks = (f"control run: on random weights no image token reaches phi >= {visual_sinks.KANG_TAU:g} (largest "
+no_sinks = (f"control run: on random weights no image token reaches phi >= {kang_rules.KANG_TAU:g} (largest "
             f"{control_phi:.1f}), so there is nothing to hide or redistribute")
 print(f"control: sink dims {control_prof.dims}, largest image-token phi {control_phi:.1f} ({control_seconds:.0f} s)")
 recorded = {c.id: record.add(c, control=control_claims[c.id]) if c.id in control_claims
             else record.add(replace(c, control_note=no_sinks)) for c in claims}
 
 # %%
-takeaways.show(takeaways.edits(means, random_means, n_sinks.mean().item(), n_image, len(digits),
+takeaways.show(mllm_takeaways.edits(means, random_means, n_sinks.mean().item(), n_image, len(digits),
                                recorded.get("kang2025.masking_sinks_is_harmless"), recorded.get("kang2025.var_helps"),
                                recorded.get("kang2025.visual_sink_tokens_exist"), "NLL of the digit token",
                                edits.var_rows))
 if len(per_seed) > 1:
-    takeaways.show(takeaways.seeds(per_seed, visual_sinks.KANG_TAU, visual_sinks.phi_ceiling(d_model)))
+    takeaways.show(mllm_takeaways.seeds(per_seed, kang_rules.KANG_TAU, kang_rules.phi_ceiling(d_model)))
 
 # %% [markdown]
 # ## 3b · Where the visual sinks sit
@@ -342,21 +345,21 @@ if len(per_seed) > 1:
 # and with no sink in the batch there is no overlap to measure (recorded as None, not 1).
 
 # %%
-sink_sets = visual_sinks.sink_union(prof)  # (B, P) the section-1 batch
-others = [captions[(i + 1) % len(captions)] for i in range(len(sink_sets))]  # another digit's caption
-reprompted = visual_sinks.profile_mllm(lm.model, visual_sinks.caption_inputs(lm, digits[:len(sink_sets)], others)[0],
+sink_sets = kang_rules.sink_union(prof)  # (B, P) the section-1 batch
+others = [digit_captions[(i + 1) % len(digit_captions)] for i in range(len(sink_sets))]  # another digit's caption
+reprompted = visual_sinks.profile_mllm(lm.model, captions.caption_inputs(lm, digits[:len(sink_sets)], others)[0],
                                        dims=prof.dims)
-same_prompt = visual_sinks.sink_jaccard(sink_sets, visual_sinks.sink_union(reprompted))
+same_prompt = visual_sinks.sink_jaccard(sink_sets, kang_rules.sink_union(reprompted))
 across_images = visual_sinks.sink_jaccard(sink_sets, sink_sets.roll(1, dims=0))
 background_of = f"{len(seeds)} stand-in(s), projector seeds {seeds[0]}-{seeds[-1]}, the first {run.batch_size} digits of each"
-background_claim = (visual_sinks.over_standins(list(background_runs.values()), background_of,
+background_claim = (kang_claims.over_standins(list(background_runs.values()), background_of,
                                              key=lambda c: c.measured["share on background"])
                     if len(background_runs) > 1 else replace(background_runs[run.seed], draws_of=background_of))
 background_record = record.add(background_claim, control=control_background,
                                control_note="" if control_background.holds is not None else no_sinks)
 print(f"sinks on background per stand-in: { {s: c.measured for s, c in background_runs.items()} }; Jaccard across "
       f"captions {same_prompt}, across images {across_images} (None: no sink in the batch)")
-takeaways.show(takeaways.kang_extras(background_record, background_runs, same_prompt, across_images, 1,
+takeaways.show(mllm_takeaways.kang_extras(background_record, background_runs, same_prompt, across_images, 1,
                                      bool(sink_sets.any())))
 
 # %% [markdown]

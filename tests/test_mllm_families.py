@@ -10,10 +10,11 @@ import pytest
 import torch
 from matplotlib.patches import Rectangle
 
+from sinklib.architectures.mllm import captions, kang_rules, visual_sink_plots
 from sinklib.architectures.mllm import image_layout as il
 from sinklib.architectures.mllm import visual_attention as va
-from sinklib.architectures.mllm import visual_sink_plots
 from sinklib.architectures.mllm import visual_sinks as vs
+from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel, ModelSpec
 from sinklib.models import tiny_hub
@@ -79,7 +80,7 @@ def test_idefics3_tokens_of_square_and_non_square_pictures(idefics3, size, crops
     """The tiny Idefics3 cuts the picture into 32 px crops of 4 x 4 tokens plus a global view: a square one 2 x 2 + 1
     tiles (80 tokens), a wide one 1 x 2 + 1 (48: no square number); pixel_values are (B, tiles, 3, 32, 32)."""
     pictures = _digits(2, *size)
-    inputs, _ = vs.caption_inputs(idefics3, pictures, [" a", " b"])
+    inputs, _ = captions.caption_inputs(idefics3, pictures, [" a", " b"])
     assert inputs["pixel_values"].shape == (2, crops[0] * crops[1] + 1, 3, 32, 32)
     layout = il.image_layout(idefics3, inputs, size)
     assert layout == il.ImageLayout((4, 4), crops=crops, overview=(4, 4))
@@ -136,7 +137,7 @@ def test_qwen2_vl_rule_makes_a_digit_576_tokens(qwen2_vl):
     digit = Image.fromarray(_digits(1)[0])
     plain = processor.image_processor(images=[digit], return_tensors="pt")
     assert plain["image_grid_thw"].tolist() == [[1, 4, 4]]  # 2 x 2 tokens after the 2 x 2 merge
-    inputs, _ = vs.caption_inputs(qwen2_vl, _digits(2), [" a", " b"])
+    inputs, _ = captions.caption_inputs(qwen2_vl, _digits(2), [" a", " b"])
     assert inputs["image_grid_thw"].tolist() == [[1, 48, 48]] * 2
     layout = il.image_layout(qwen2_vl, inputs, (8, 8))
     assert layout == il.ImageLayout((24, 24)) and int(vs.profile_mllm(qwen2_vl.model, inputs).image.sum()) == 576
@@ -164,7 +165,7 @@ def test_qwen2_vl_rule_on_the_real_processor_defaults():
 def _reference(model, inputs, dims=None):
     """The profile from the full (L, B, H, T, T) maps and (L, B, T, d) hidden states, as 12_mllm computed it before
     the capture was reduced on the device."""
-    where = vs.shared_positions(vs.adapter_for(model).image_positions(inputs["input_ids"]))
+    where = vs.shared_positions(adapter_for(model).image_positions(inputs["input_ids"]))
     start, stop = vs.image_span(where)
     with torch.no_grad(), Capture(model, attentions=True, hidden_states=True) as cap:
         model(**inputs)
@@ -176,7 +177,7 @@ def _reference(model, inputs, dims=None):
     dims = list(dims) if dims is not None else vs.sink_dimensions(first)
     layer_input = torch.cat([torch.full_like(hid[:1], float("nan")), hid[:-1]])
     phi = vs.phi(layer_input, dims)[:, :, where]
-    phi[:vs.KANG_FIRST_LAYER] = float("nan")
+    phi[:kang_rules.KANG_FIRST_LAYER] = float("nan")
     return shares, phi, rows[..., where].mean(dim=(2, 3)), first, dims
 
 
@@ -195,7 +196,7 @@ class _Watched(Capture):
 @pytest.mark.parametrize("family", ["idefics3", "qwen2_vl"])
 def test_reduced_capture_gives_the_numbers_of_the_full_maps(family, request, monkeypatch):
     lm = request.getfixturevalue(family)
-    inputs, _ = vs.caption_inputs(lm, _digits(2), [" a seven", " a three"])
+    inputs, _ = captions.caption_inputs(lm, _digits(2), [" a seven", " a three"])
     _Watched.largest = {}
     monkeypatch.setattr(vs, "Capture", _Watched)
     prof = vs.profile_mllm(lm.model, inputs)
@@ -214,7 +215,7 @@ def test_reduced_capture_on_bfloat16_matches_float32_reductions(idefics3, tmp_pa
     """bf16 weights: the probabilities are formed and reduced in float32 (Capture's float32 softmax), the hidden
     states kept in bf16 and phi computed from them in float32 -- the same numbers as reducing the full maps."""
     lm = _loaded(tiny_hub.idefics3, tmp_path / "bf16", dtype=torch.bfloat16)
-    inputs, _ = vs.caption_inputs(lm, _digits(2), [" a", " b"])
+    inputs, _ = captions.caption_inputs(lm, _digits(2), [" a", " b"])
     prof = vs.profile_mllm(lm.model, inputs)
     shares, phi, received, first, _ = _reference(lm.model, inputs, prof.dims)
     torch.testing.assert_close(prof.shares, shares, rtol=0, atol=1e-6)
@@ -228,7 +229,7 @@ def test_edits_run_on_each_family(family, request):
     positions are not LLaVA's), with the layout's background."""
     lm = request.getfixturevalue(family)
     pictures = _digits(3)
-    inputs, _ = vs.caption_inputs(lm, pictures[:2], [" a", " b"])
+    inputs, _ = captions.caption_inputs(lm, pictures[:2], [" a", " b"])
     prof = vs.profile_mllm(lm.model, inputs)
     out = va.compare_edits(lm, pictures, [" one", " two", " three"], prof.dims, batch_size=2, draws=1, seed=0,
                            tau=float(torch.nan_to_num(prof.phi, nan=0).median()))

@@ -84,11 +84,11 @@ def test_edits_without_sinks_say_there_is_nothing_to_hide():
 
 
 def test_kang_extras_reports_each_stand_in_and_only_compares_positions_with_sinks():
-    from sinklib.architectures.mllm import visual_sinks as vs
+    from sinklib.architectures.mllm import kang_claims
 
-    with_sinks = vs.background_claim(torch.tensor([[True, True, False, False]]),
+    with_sinks = kang_claims.background_claim(torch.tensor([[True, True, False, False]]),
                                      torch.tensor([[True, True, True, False]]), True)
-    without = vs.background_claim(torch.zeros(1, 4, dtype=torch.bool), torch.tensor([[True, True, True, False]]), True)
+    without = kang_claims.background_claim(torch.zeros(1, 4, dtype=torch.bool), torch.tensor([[True, True, True, False]]), True)
     assert with_sinks.holds is True and with_sinks.measured["share on background"] == 1.0  # >= 90% and > 75%
     text = tk.kang_extras(with_sinks, {0: without, 1: with_sinks}, 1.0, 0.5, 1, True)
     assert "seed 0: no visual sink token" in text and "seed 1: 100% of 2 sinks on background (all image tokens: 75%)" in text
@@ -116,9 +116,9 @@ def test_width_matched_tau_is_no_test_when_every_image_token_passes():
 
 
 def test_kang_extras_without_any_overlap_to_measure():
-    from sinklib.architectures.mllm import visual_sinks as vs
+    from sinklib.architectures.mllm import kang_claims
 
-    with_sinks = vs.background_claim(torch.tensor([[True, False, False, False]]),
+    with_sinks = kang_claims.background_claim(torch.tensor([[True, False, False, False]]),
                                      torch.tensor([[True, True, True, False]]), True)
     text = tk.kang_extras(with_sinks, {0: with_sinks}, 1.0, None, 1, True)
     assert "Jaccard" not in text and "None" not in text

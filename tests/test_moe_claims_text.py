@@ -2,7 +2,7 @@
 
 import torch
 
-from sinklib.architectures.moe.moe_sinks import super_experts_claim
+from sinklib.architectures.moe.su_claims import super_experts_claim
 
 
 def test_super_experts_adapted_says_a_is_the_max_over_all_routed_tokens():

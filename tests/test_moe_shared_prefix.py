@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinklib.architectures.moe import moe_sinks
+from sinklib.architectures.moe import moe_sinks, pruning
 from sinklib.core.adapters import adapter_for
 from sinklib.core.evaluation import perplexity
 from sinklib.models import tiny
@@ -12,13 +12,13 @@ from sinklib.models import tiny
 def _from_scratch(lm, supers, ids, held, draws, seed, batch_size):
     """compare_pruning as it ran before the shared prefix: every run a full forward of every batch."""
     def run(prune):
-        with moe_sinks.PruneExperts(lm.model, prune):
-            state = moe_sinks.first_token_state(lm, ids, batch_size)
-            return moe_sinks.PruneRun(state["alpha_first"], state["max_abs_first"], perplexity(lm, held))
+        with pruning.PruneExperts(lm.model, prune):
+            state = pruning.first_token_state(lm, ids, batch_size)
+            return pruning.PruneRun(state["alpha_first"], state["max_abs_first"], perplexity(lm, held))
 
     n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
     runs = {"as is": run([]), "super experts pruned": run(supers)}
-    for pick in moe_sinks.random_controls(supers, n_experts, draws, seed) if supers else []:
+    for pick in pruning.random_controls(supers, n_experts, draws, seed) if supers else []:
         runs["random experts: " + ", ".join(moe_sinks.expert_name(layer, e) for layer, e in pick)] = run(pick)
     return runs
 
@@ -31,7 +31,7 @@ def test_compare_pruning_equals_every_run_from_scratch(name, supers, from_routin
     ids = inputs["input_ids"]
     held = torch.cat([ids, ids.flip(1)])
     as_is = moe_sinks.routing(lm, ids, batch_size=1, first_token=True).first_state if from_routing else None
-    shared = moe_sinks.compare_pruning(lm, supers, ids, held, draws=3, seed=0, batch_size=1, as_is=as_is)
+    shared = pruning.compare_pruning(lm, supers, ids, held, draws=3, seed=0, batch_size=1, as_is=as_is)
     alone = _from_scratch(lm, supers, ids, held, draws=3, seed=0, batch_size=1)
     assert list(shared) == list(alone)
     for key, run in alone.items():
@@ -46,7 +46,7 @@ def test_replay_skips_the_shared_blocks_and_restores_them():
     layers = adapter_for(lm.model).layers
     calls = []
     hook = layers[0].attn.register_forward_hook(lambda m, a, o: calls.append(1))
-    shared = moe_sinks.SharedPrefix(lm.model, 1)
+    shared = pruning.SharedPrefix(lm.model, 1)
     try:
         with torch.no_grad():
             with shared.record():
@@ -70,7 +70,7 @@ def test_routing_reads_the_first_token_state_off_its_own_forwards(name):
     lm, inputs = tiny.loaded(name)
     ids = inputs["input_ids"]
     route = moe_sinks.routing(lm, ids, batch_size=1, first_token=True)
-    alone = moe_sinks.first_token_state(lm, ids, batch_size=1)
+    alone = pruning.first_token_state(lm, ids, batch_size=1)
     assert route.first_state == alone  # the capture leaves the forward as it is: the very same numbers
     plain = moe_sinks.routing(lm, ids, batch_size=1)
     assert plain.first_state is None and torch.equal(plain.output_max, route.output_max)
@@ -84,9 +84,9 @@ def test_record_prefix_stops_after_the_shared_blocks():
     calls = []
     hook = last.register_forward_hook(lambda m, a, o: calls.append(1))
     try:
-        full, early = moe_sinks.SharedPrefix(lm.model, 1), moe_sinks.SharedPrefix(lm.model, 1)
+        full, early = pruning.SharedPrefix(lm.model, 1), pruning.SharedPrefix(lm.model, 1)
         with full.record():
-            moe_sinks.first_token_state(lm, ids, batch_size=4)
+            pruning.first_token_state(lm, ids, batch_size=4)
         assert len(calls) == 2
         early.record_prefix(lm, ids, batch_size=4)
         assert len(calls) == 2  # the last block never ran

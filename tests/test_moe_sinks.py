@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinklib.architectures.moe import moe_sinks
+from sinklib.architectures.moe import moe_sinks, pruning, su_claims
 from sinklib.core.adapters import adapter_for
 from sinklib.models import tiny
 
@@ -36,7 +36,7 @@ def test_prune_experts_zeroes_and_restores():
     before = [p.clone() for p in lm.model.parameters()]
     with torch.no_grad():
         plain = lm.model(**inputs).logits
-        with moe_sinks.PruneExperts(lm.model, [(0, 1), (1, 3)]):
+        with pruning.PruneExperts(lm.model, [(0, 1), (1, 3)]):
             assert adapter_for(lm.model).layers[0].experts.down_proj[1].abs().max() == 0
             pruned = lm.model(**inputs).logits
         again = lm.model(**inputs).logits
@@ -45,7 +45,7 @@ def test_prune_experts_zeroes_and_restores():
 
 
 def test_random_controls_stay_in_the_layer_and_off_the_super_experts():
-    picks = moe_sinks.random_controls([(3, 0), (5, 2)], 4, draws=20, seed=1)
+    picks = pruning.random_controls([(3, 0), (5, 2)], 4, draws=20, seed=1)
     assert len(picks) == 20 and all([layer for layer, _ in p] == [3, 5] for p in picks)
     assert all((3, 0) not in p and (5, 2) not in p for p in picks)
 
@@ -53,14 +53,14 @@ def test_random_controls_stay_in_the_layer_and_off_the_super_experts():
 def test_super_expert_and_pruning_claims():
     table = torch.ones(30, 8)
     table[11, 0] = 1e5  # one extreme expert of 240
-    assert moe_sinks.super_experts_claim(table).holds is True
-    assert moe_sinks.super_experts_claim(torch.ones(30, 8)).holds is False  # none found (ties: nothing above P99.5)
+    assert su_claims.super_experts_claim(table).holds is True
+    assert su_claims.super_experts_claim(torch.ones(30, 8)).holds is False  # none found (ties: nothing above P99.5)
     base, pruned = {"alpha": 0.5, "ppl": 40.0}, {"alpha": 0.2, "ppl": 150.0}
     ok = [{"alpha": 0.51, "ppl": 41.0}]
-    assert moe_sinks.pruning_claim(base, pruned, ok).holds is True
-    assert moe_sinks.pruning_claim(base, {"alpha": 0.4, "ppl": 150.0}, ok).holds is False  # the sink survives
-    assert moe_sinks.pruning_claim(base, pruned, ok + [{"alpha": 0.3, "ppl": 41.0}]).holds is False  # random hurts
-    assert moe_sinks.pruning_claim(base, pruned, ok).at_init is False
+    assert su_claims.pruning_claim(base, pruned, ok).holds is True
+    assert su_claims.pruning_claim(base, {"alpha": 0.4, "ppl": 150.0}, ok).holds is False  # the sink survives
+    assert su_claims.pruning_claim(base, pruned, ok + [{"alpha": 0.3, "ppl": 41.0}]).holds is False  # random hurts
+    assert su_claims.pruning_claim(base, pruned, ok).at_init is False
 
 
 def test_pruning_is_judged_over_the_random_expert_draws():
@@ -70,12 +70,12 @@ def test_pruning_is_judged_over_the_random_expert_draws():
     good, bad = {"alpha": 0.5, "ppl": 41.0}, {"alpha": 0.3, "ppl": 41.0}
     runs = {"as is": base, "super experts pruned": pruned, "random experts [a]": good, "random experts [b]": good,
             "random experts [c]": good}
-    claim = moe_sinks.pruning_over_draws(runs)
+    claim = su_claims.pruning_over_draws(runs)
     assert claim.holds is True and claim.draws == (True, True, True) and len(claim.measured["random"]) == 3
     assert "3 draws" in claim.draws_of and claim.spread["max"] == 41.0 / 40.0 - 1
-    mixed = moe_sinks.pruning_over_draws(runs | {"random experts [c]": bad})
+    mixed = su_claims.pruning_over_draws(runs | {"random experts [c]": bad})
     assert mixed.holds is None and mixed.draws == (True, True, False) and "unsettled: 2 of 3" in mixed.note
-    broken = moe_sinks.pruning_over_draws(runs | {"super experts pruned": {"alpha": 0.45, "ppl": 41.0}})
+    broken = su_claims.pruning_over_draws(runs | {"super experts pruned": {"alpha": 0.45, "ppl": 41.0}})
     assert broken.holds is False and broken.draws == (False, False, False)
 
 
@@ -87,14 +87,14 @@ def test_few_super_experts_fails_on_a_random_weight_moe():
     lm, inputs = tiny.loaded("mixtral")
     control = random_weights(lm, seed=0)
     route = moe_sinks.routing(control, inputs["input_ids"], batch_size=2)
-    claim = moe_sinks.super_experts_claim(route.output_max)
+    claim = su_claims.super_experts_claim(route.output_max)
     assert claim.holds is False and claim.measured["effect size"] < 10
 
 
 def test_compare_pruning_runs_the_model_as_is_pruned_and_random():
     lm, inputs = tiny.loaded("mixtral")
     ids = inputs["input_ids"]
-    runs = moe_sinks.compare_pruning(lm, [(1, 2)], ids, ids, draws=2, seed=0, batch_size=2)
+    runs = pruning.compare_pruning(lm, [(1, 2)], ids, ids, draws=2, seed=0, batch_size=2)
     assert list(runs)[:2] == ["as is", "super experts pruned"] and len(runs) == 4
     assert all(name.startswith("random experts: expert ") and name.endswith(" of layer 1") for name in list(runs)[2:])
     assert runs["as is"].ppl != runs["super experts pruned"].ppl and len(runs["as is"].alpha_first) == 2
@@ -107,16 +107,16 @@ def test_standin_verdicts_keep_numbers_and_say_why_they_cannot_be_judged():
     Its two Su et al. claims keep their numbers but are recorded as "cannot be judged here", with the reason."""
     table = torch.ones(30, 8)
     table[11, 5] = 1e5
-    claim = moe_sinks.super_experts_claim(table)
+    claim = su_claims.super_experts_claim(table)
     assert claim.holds is True
-    judged = moe_sinks.standin_verdict(claim)
+    judged = su_claims.standin_verdict(claim)
     assert judged.holds is None and judged.measured == claim.measured
     assert "not judgeable on the stand-in" in judged.note and "the rule on these numbers holds" in judged.note
     base, pruned = {"alpha": 0.5, "ppl": 40.0, "max_abs_first": 2e4}, {"alpha": 0.1, "ppl": 90.0, "max_abs_first": 7e2}
-    prune = moe_sinks.standin_verdict(moe_sinks.pruning_claim(base, pruned, [base]))
+    prune = su_claims.standin_verdict(su_claims.pruning_claim(base, pruned, [base]))
     assert prune.holds is None and "dense super-neuron ablation" in prune.note
     assert {"su2025.few_super_experts", "su2025.pruning_super_experts_breaks_the_sink"} <= set(
-        moe_sinks.STANDIN_CANNOT_TEST)
+        su_claims.STANDIN_CANNOT_TEST)
 
 
 def test_expert_channels_and_sink_drop():
@@ -126,12 +126,12 @@ def test_expert_channels_and_sink_drop():
 
     lm, inputs = tiny.loaded("mixtral")
     ids = inputs["input_ids"]
-    got = moe_sinks.expert_channels(lm, ids, [(0, 1), (1, 3)], batch_size=1)
+    got = pruning.expert_channels(lm, ids, [(0, 1), (1, 3)], batch_size=1)
     with torch.no_grad(), Capture(lm.model, kinds=["expert_choice", "expert_outputs"]) as cap:
         lm.model(ids)
     for (layer, e), (channel, value) in got.items():
         y = cap.get("expert_outputs", layer)[cap.get("expert_choice", layer) == e]  # (n, d)
         flat = int(y.abs().argmax())
         assert channel == flat % y.shape[-1] and value == pytest.approx(float(y.abs().max()))
-    drop = moe_sinks.sink_drop_by_layer([0.5, 0.8, 0.0], [0.05, 0.8, 0.0])
+    drop = pruning.sink_drop_by_layer([0.5, 0.8, 0.0], [0.05, 0.8, 0.0])
     assert drop[0] == pytest.approx(0.9) and drop[1] == 0.0 and drop[2] != drop[2]

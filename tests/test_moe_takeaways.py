@@ -2,7 +2,7 @@
 
 import torch
 
-from sinklib.architectures.moe import moe_sinks
+from sinklib.architectures.moe import su_claims
 from sinklib.architectures.moe import takeaways as tk
 from sinklib.core.claims import with_control
 
@@ -19,13 +19,13 @@ def test_routing_takeaway_follows_the_numbers():
 def test_super_experts_takeaway_says_above_or_below_the_cut():
     table = torch.ones(30, 8)
     table[11, 0] = 1e5
-    claim = with_control(moe_sinks.super_experts_claim(table), moe_sinks.super_experts_claim(torch.rand(30, 8) + 1))
+    claim = with_control(su_claims.super_experts_claim(table), su_claims.super_experts_claim(torch.rand(30, 8) + 1))
     text = tk.super_experts(claim, table.numel(), "m")
     assert "expert 0 of layer 11 (a = 100,000)" in text and "above the cut" in text and "holds" in text
     assert "on random weights it fails" in text
     weak = torch.ones(30, 8)
     weak[11, 0] = 3.0
-    text = tk.super_experts(moe_sinks.super_experts_claim(weak), weak.numel(), "m")
+    text = tk.super_experts(su_claims.super_experts_claim(weak), weak.numel(), "m")
     assert "below the cut" in text and "does not hold" in text
 
 
@@ -33,10 +33,10 @@ def test_pruning_takeaway_direction_words():
     base, ok = {"alpha": 0.5, "ppl": 40.0, "max_abs_first": 2e4}, {"alpha": 0.5, "ppl": 41.0, "max_abs_first": 2e4}
     runs = {"as is": base, "super experts pruned": {"alpha": 0.2, "ppl": 150.0, "max_abs_first": 700.0},
             "random experts [a]": ok, "random experts [b]": ok, "random experts [c]": ok}
-    text = tk.pruning(runs, moe_sinks.pruning_over_draws(runs), "m")
+    text = tk.pruning(runs, su_claims.pruning_over_draws(runs), "m")
     assert "from 0.500 to 0.200 (a fall of 60%)" in text and "3 draws" in text and "change alpha_0" in text
     assert "holds (3 of 3 draws hold" in text
     runs["super experts pruned"] = {"alpha": 0.6, "ppl": 42.0, "max_abs_first": 2e4}
-    text = tk.pruning(runs, moe_sinks.pruning_over_draws(runs), "m")
+    text = tk.pruning(runs, su_claims.pruning_over_draws(runs), "m")
     assert "(a rise of 20%)" in text and "does not hold" in text
     assert "nothing was pruned" in tk.pruning({"as is": base}, None, "m")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinklib.architectures.moe.moe_sinks import super_experts_claim
+from sinklib.architectures.moe.su_claims import super_experts_claim
 from sinklib.architectures.moe.super_experts import effect_size, expert_output_max, super_experts
 
 
@@ -73,7 +73,7 @@ def test_super_experts_index_the_models_layers_and_count_shared_experts():
 
 
 def test_prune_experts_takes_the_models_layer_and_the_shared_expert():
-    from sinklib.architectures.moe.moe_sinks import PruneExperts
+    from sinklib.architectures.moe.pruning import PruneExperts
     from sinklib.core.adapters import adapter_for
     from sinklib.models import tiny
 

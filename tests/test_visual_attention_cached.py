@@ -1,7 +1,7 @@
 """12_mllm's shortcuts against the whole forwards they replace, on a tiny random LLaVA (5 language layers, so VAR's
 layers 2..3 exist): an edit run on a KV cache of the tokens before the text (:func:`va.edited_nll`) against the
 same edit on a whole forward, :func:`va.compare_edits` against its former one-forward-per-condition loop, and
-:func:`vs.choice_nll` / :func:`vs.digit_accuracy` (one forward for the ten digit captions) against ten forwards."""
+:func:`captions.choice_nll` / :func:`captions.digit_accuracy` (one forward for the ten digit captions) against ten forwards."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from sinklib.architectures.mllm import captions, kang_rules
 from sinklib.architectures.mllm import visual_attention as va
 from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.core.capture import hooks_left
@@ -33,15 +34,15 @@ def _reference_nll(model, inputs, labels, extra=None) -> torch.Tensor:
     return nll.sum(-1) / keep.sum(-1).clamp_min(1)
 
 
-def _reference_compare_edits(lm, pictures, captions, dims, batch_size, draws, seed, tau):
+def _reference_compare_edits(lm, pictures, texts, dims, batch_size, draws, seed, tau):
     """The former compare_edits: a profile forward, then one whole forward per condition."""
     nll = {"as is": [], "sinks hidden": [], "VAR": []}
     random_runs = [[] for _ in range(draws)]
     n_sinks = []
     for i in range(0, len(pictures), batch_size):
-        x, y = vs.caption_inputs(lm, pictures[i:i + batch_size], captions[i:i + batch_size])
+        x, y = captions.caption_inputs(lm, pictures[i:i + batch_size], texts[i:i + batch_size])
         p = vs.profile_mllm(lm.model, x, dims=dims)
-        union = vs.sink_union(p, tau)
+        union = kang_rules.sink_union(p, tau)
         n_sinks.append(union.sum(-1).float())
         keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
         keys[:, p.image] = union
@@ -92,24 +93,24 @@ def _pictures(n: int) -> list[np.ndarray]:
 def _tau(lm, x) -> float:
     """A threshold inside the image tokens' phi range, so there are sinks to hide and VAR has rows to edit."""
     prof = vs.profile_mllm(lm.model, x)
-    return float(torch.nanquantile(prof.phi[vs.KANG_FIRST_LAYER:].flatten(), 0.8))
+    return float(torch.nanquantile(prof.phi[kang_rules.KANG_FIRST_LAYER:].flatten(), 0.8))
 
 
 def test_edits_on_a_kv_cache_equal_whole_forwards(standin_like):
     lm = standin_like
     model = lm.model
-    captions = [" a cat", " a handwritten digit 7", " b"]  # unequal lengths: right padding
-    x, y = vs.caption_inputs(lm, _pictures(3), captions)
-    assert va.uses_prefix_cache(model) and vs.logits_kwargs(model) == {"logits_to_keep": 1}
+    texts = [" a cat", " a handwritten digit 7", " b"]  # unequal lengths: right padding
+    x, y = captions.caption_inputs(lm, _pictures(3), texts)
+    assert va.uses_prefix_cache(model) and captions.logits_kwargs(model) == {"logits_to_keep": 1}
     tau = _tau(lm, x)
-    run = vs.profile_forward(model, x, use_cache=True, **vs.logits_kwargs(model, y))
+    run = vs.profile_forward(model, x, use_cache=True, **captions.logits_kwargs(model, y))
     text = run.profile.span[1]
     cache = run.output.past_key_values
     cache.crop(text - cache.get_seq_length())
     prefix = (cache, text)
     baseline = hooks_left(model)
-    assert torch.allclose(vs.mean_nll(vs.token_nll(run.output.logits, y), y), _reference_nll(model, x, y), **TOL)
-    assert torch.allclose(vs.caption_nll(model, x, y), _reference_nll(model, x, y), **TOL)
+    assert torch.allclose(captions.mean_nll(captions.token_nll(run.output.logits, y), y), _reference_nll(model, x, y), **TOL)
+    assert torch.allclose(captions.caption_nll(model, x, y), _reference_nll(model, x, y), **TOL)
     keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
     keys[:, run.profile.image] = vs.random_like(torch.ones(3, 16, dtype=torch.bool) & (torch.arange(16) < 5), seed=0)
     ref = _reference_nll(model, x, y, va.KeyMask(model, keys, text))
@@ -128,15 +129,15 @@ def test_edits_on_a_kv_cache_equal_whole_forwards(standin_like):
 
 def test_compare_edits_equals_one_whole_forward_per_condition(standin_like, monkeypatch):
     lm = standin_like
-    pictures, captions = _pictures(5), [stitch.digit_caption(d) for d in range(5)]
-    prof = vs.profile_mllm(lm.model, vs.caption_inputs(lm, pictures[:2], captions[:2])[0])
-    tau = _tau(lm, vs.caption_inputs(lm, pictures[:2], captions[:2])[0])
-    mean, draws, n_sinks = _reference_compare_edits(lm, pictures, captions, prof.dims, 2, 3, 7, tau)
+    pictures, texts = _pictures(5), [stitch.digit_caption(d) for d in range(5)]
+    prof = vs.profile_mllm(lm.model, captions.caption_inputs(lm, pictures[:2], texts[:2])[0])
+    tau = _tau(lm, captions.caption_inputs(lm, pictures[:2], texts[:2])[0])
+    mean, draws, n_sinks = _reference_compare_edits(lm, pictures, texts, prof.dims, 2, 3, 7, tau)
     assert n_sinks.sum() > 0 and abs(mean["VAR"] - mean["as is"]) > 1e-5  # the edits act
     for cached in (True, False):  # on a KV cache (LLaVA), and the whole forwards other models take
         if not cached:
             monkeypatch.setattr(va, "PREFIX_CACHE_TYPES", ())
-        out = va.compare_edits(lm, pictures, captions, prof.dims, batch_size=2, draws=3, seed=7, tau=tau)
+        out = va.compare_edits(lm, pictures, texts, prof.dims, batch_size=2, draws=3, seed=7, tau=tau)
         assert torch.equal(out.sinks_per_image, n_sinks) and len(out.random_draws["caption"]) == 3
         assert np.allclose(out.random_draws["caption"], draws, **TOL)
         assert all(np.isclose(out.means["caption"][k], mean[k], **TOL) for k in ("as is", "sinks hidden", "VAR"))
@@ -148,14 +149,14 @@ def test_one_forward_scores_the_ten_digit_captions(standin_like):
     lm = standin_like
     pictures = _pictures(5)
     choices = [stitch.digit_caption(d) for d in range(10)]
-    ours = vs.choice_nll(lm, pictures, choices)
-    ref = torch.stack([_reference_nll(lm.model, *vs.caption_inputs(lm, pictures, [c] * 5)) for c in choices])
+    ours = captions.choice_nll(lm, pictures, choices)
+    ref = torch.stack([_reference_nll(lm.model, *captions.caption_inputs(lm, pictures, [c] * 5)) for c in choices])
     assert ours.shape == (10, 5) and torch.allclose(ours, ref, **TOL)
     mixed = [" a cat", " a dog", " two"]  # not one last token apart: one forward per choice
-    ref = torch.stack([_reference_nll(lm.model, *vs.caption_inputs(lm, pictures, [c] * 5)) for c in mixed])
-    assert torch.allclose(vs.choice_nll(lm, pictures, mixed), ref, **TOL)
+    ref = torch.stack([_reference_nll(lm.model, *captions.caption_inputs(lm, pictures, [c] * 5)) for c in mixed])
+    assert torch.allclose(captions.choice_nll(lm, pictures, mixed), ref, **TOL)
     labels = ref.new_tensor(range(5)).long().numpy()
-    old = float((torch.stack([torch.cat([_reference_nll(lm.model, *vs.caption_inputs(
+    old = float((torch.stack([torch.cat([_reference_nll(lm.model, *captions.caption_inputs(
         lm, pictures[i:i + 2], [c] * len(pictures[i:i + 2]))) for i in range(0, 5, 2)]) for c in choices])
         .argmin(0).numpy() == labels).mean())
-    assert vs.digit_accuracy(lm, pictures, labels, batch_size=2) == old
+    assert captions.digit_accuracy(lm, pictures, labels, batch_size=2) == old

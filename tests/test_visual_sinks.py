@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from sinklib.architectures.mllm import captions, kang_claims, kang_rules
 from sinklib.architectures.mllm import visual_attention as va
 from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.core.capture import Capture, hooks_left
@@ -103,7 +104,7 @@ def test_mllm_recipe_runs_on_tiny_llava():
     L = lm.n_layers
     assert prof.span == (1, 17) and prof.shares.shape == (L, 3)
     assert torch.allclose(prof.shares.sum(-1), torch.ones(L), atol=1e-5)
-    assert prof.phi.shape == (L, 2, 16) and torch.isnan(prof.phi[:vs.KANG_FIRST_LAYER]).all()
+    assert prof.phi.shape == (L, 2, 16) and torch.isnan(prof.phi[:kang_rules.KANG_FIRST_LAYER]).all()
     # tau at the median phi makes about half the image tokens sinks, so VAR has rows and targets to act on
     hidden_phi = vs.phi(model.get_input_embeddings()(inputs["input_ids"])[:, 1:17], prof.dims)
     tau = hidden_phi.median().item()  # a threshold inside the range of phi values, so VAR has rows to act on
@@ -115,7 +116,7 @@ def test_mllm_recipe_runs_on_tiny_llava():
     assert var.layers == set(range(0, L - 1)) and var.rows_edited > 0  # the 2-layer tiny LM: layer 0 only
     assert not torch.allclose(out, plain)
     assert torch.isfinite(out).all() and hooks_left(model) == baseline
-    claims = vs.visual_sink_claims(prof, {"none": 1.0, "sinks": 1.1, "random": 1.3}, {"none": 1.0, "VAR": 0.9},
+    claims = kang_claims.visual_sink_claims(prof, {"none": 1.0, "sinks": 1.1, "random": 1.3}, {"none": 1.0, "VAR": 0.9},
                                    standin=True)
     assert [c.id for c in claims] == ["kang2025.visual_sink_tokens_exist", "kang2025.masking_sinks_is_harmless",
                                       "kang2025.var_helps"]
@@ -146,18 +147,18 @@ def test_gpu_profile_input_path_with_a_processor(tiny_hub_llava):
 
     lm, _ = tiny_hub_llava
     pictures = [np.full((40, 50, 3), v, np.uint8) for v in (0, 200)]
-    inputs, labels = vs.caption_inputs(lm, pictures, [" a cat", " a dog!"])
+    inputs, labels = captions.caption_inputs(lm, pictures, [" a cat", " a dog!"])
     assert inputs["pixel_values"].dtype == torch.bfloat16
     for row, caption in zip(range(2), (" a cat", " a dog!")):
         kept = labels[row][labels[row] != -100]
         assert lm.tokenizer.decode(kept) == caption  # the caption, and only it, is scored
     prof = vs.profile_mllm(lm.model, inputs)
     assert int(prof.image.sum()) == 16 and prof.shares.shape == (lm.n_layers, 3)
-    nll = vs.caption_nll(lm.model, inputs, labels)
+    nll = captions.caption_nll(lm.model, inputs, labels)
     keys = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
     keys[:, prof.image] = vs.random_like(torch.ones(2, 16, dtype=torch.bool) & (torch.arange(16) < 3), seed=0)
-    hidden = vs.caption_nll(lm.model, inputs, labels, va.KeyMask(lm.model, keys, prof.text_from))
-    var = vs.caption_nll(lm.model, inputs, labels, va.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
+    hidden = captions.caption_nll(lm.model, inputs, labels, va.KeyMask(lm.model, keys, prof.text_from))
+    var = captions.caption_nll(lm.model, inputs, labels, va.VisualAttentionRedistribution(lm.model, prof.dims, prof.image))
     assert nll.shape == hidden.shape == var.shape == (2,) and torch.isfinite(torch.stack([nll, hidden, var])).all()
     assert keys.sum().item() == 6 and not torch.allclose(nll, hidden)
 
@@ -167,12 +168,12 @@ def test_compare_edits_and_digit_accuracy_run_through_the_processor_path(tiny_hu
 
     lm, _ = tiny_hub_llava
     pictures = [np.full((40, 40, 3), v, np.uint8) for v in (0, 90, 180)]
-    prof = vs.profile_mllm(lm.model, vs.caption_inputs(lm, pictures[:2], [" a", " b"])[0])
+    prof = vs.profile_mllm(lm.model, captions.caption_inputs(lm, pictures[:2], [" a", " b"])[0])
     out = va.compare_edits(lm, pictures, [" one", " two", " three"], prof.dims, batch_size=2, draws=2, seed=0)
     assert set(out.means) == {"image token", "caption"} and len(out.random_draws["caption"]) == 2
     assert set(out.means["image token"]) == {"as is", "sinks hidden", "random hidden", "VAR"}
     assert out.sinks_per_image.shape == (3,) and out.masking()["random_draws"] == out.random_draws["image token"]
-    assert 0.0 <= vs.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0
+    assert 0.0 <= captions.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0
 
 
 # ------------------------------------------------------------------------------------------ rules, draws, control
@@ -191,16 +192,16 @@ def test_visual_sink_rule_transcribes_the_authors_dimprospector():
 
 
 def test_sink_tokens_hold_needs_sinks_that_draw_more_attention():
-    assert vs.sink_tokens_hold([float("nan"), 0.0, 0.05], [3.0])
-    assert not vs.sink_tokens_hold([0.0, 0.0], [])  # no image token reaches tau (random weights)
-    assert not vs.sink_tokens_hold([0.1], [0.5])  # sinks that draw less attention than the rest
+    assert kang_rules.sink_tokens_hold([float("nan"), 0.0, 0.05], [3.0])
+    assert not kang_rules.sink_tokens_hold([0.0, 0.0], [])  # no image token reaches tau (random weights)
+    assert not kang_rules.sink_tokens_hold([0.1], [0.5])  # sinks that draw less attention than the rest
 
 
 def test_masking_must_beat_every_random_draw():
-    assert vs.masking_holds(0.01, [0.02, 0.05])
-    assert not vs.masking_holds(0.03, [0.02, 0.05])  # inside the random draws' range
-    assert not vs.masking_holds(0.267, [0.035, 0.065])  # the sinks hurt more than any random draw
-    assert not vs.masking_holds(0.0, [])
+    assert kang_rules.masking_holds(0.01, [0.02, 0.05])
+    assert not kang_rules.masking_holds(0.03, [0.02, 0.05])  # inside the random draws' range
+    assert not kang_rules.masking_holds(0.267, [0.035, 0.065])  # the sinks hurt more than any random draw
+    assert not kang_rules.masking_holds(0.0, [])
 
 
 def _profile(fraction_sinks: float = 0.5, received_sink: float = 4.0) -> vs.MllmProfile:
@@ -262,7 +263,7 @@ def test_a_stand_in_comparison_within_its_cross_machine_margin_is_unsettled():
 
     here = {c.id: c for c in va.edit_claims(_profile(), _edits(-0.022, [0.102], 0.992), standin=True)}
     masking, var = here["kang2025.masking_sinks_is_harmless"], here["kang2025.var_helps"]
-    assert ruled(masking) == "unsettled" and masking.margin["spread"] == vs.MARGINS["stand-in"]["masking"]
+    assert ruled(masking) == "unsettled" and masking.margin["spread"] == kang_rules.MARGINS["stand-in"]["masking"]
     assert masking.margin["value"] == pytest.approx(0.124) and ruled(var) == "unsettled"
     clear = {c.id: c for c in va.edit_claims(_profile(), _edits(-0.6, [0.1], 0.8), standin=True)}
     assert ruled(clear["kang2025.masking_sinks_is_harmless"]) == ruled(clear["kang2025.var_helps"]) == "holds"
@@ -315,9 +316,9 @@ def test_a_stand_ins_kang_claims_cannot_be_judged_and_say_the_measured_phi_again
     bg = torch.tensor([[True, True, True, False]] * 2)
     sinks = torch.zeros(2, 4, dtype=torch.bool)
     sinks[:, 0] = True
-    reason = vs.standin_cannot_test(prof)
-    assert vs.background_claim(sinks, bg, True).holds is True
-    untested = vs.background_claim(sinks, bg, True, untestable=reason)
+    reason = kang_claims.standin_cannot_test(prof)
+    assert kang_claims.background_claim(sinks, bg, True).holds is True
+    untested = kang_claims.background_claim(sinks, bg, True, untestable=reason)
     assert untested.verdict() == "cannot be judged here" and untested.note.startswith("not testable on the stand-in")
 
 
@@ -329,7 +330,7 @@ def test_random_weight_control_has_no_visual_sinks():
     lm, inputs = tiny.loaded("llava")
     control = random_weights(lm, seed=0)
     prof = vs.profile_mllm(control.model, inputs)
-    claim = vs.visual_sink_claims(prof, None, None, standin=False)[0]
+    claim = kang_claims.visual_sink_claims(prof, None, None, standin=False)[0]
     assert claim.holds is False and claim.at_init is False
 
 
@@ -345,22 +346,22 @@ def test_the_image_dependent_token_is_each_rows_last_caption_token():
     shares. token_nll's frame starts at the first kept logit."""
     labels = torch.tensor([[-100, -100, 5, 6, 7], [-100, -100, -100, 8, 9]])
     nll = torch.tensor([[0.0, 0.1, 0.2, 0.3], [0.0, 0.0, 0.4, 0.5]])  # (B, K - 1) for labels[:, 1:]
-    assert vs.last_token_nll(nll, labels).tolist() == pytest.approx([0.3, 0.5])
+    assert captions.last_token_nll(nll, labels).tolist() == pytest.approx([0.3, 0.5])
     logits = torch.zeros(2, 5, 10)
     logits[0, 3, 7] = 5.0  # the position before row 0's last token predicts it well
-    out = vs.scores(logits, labels)
+    out = captions.scores(logits, labels)
     assert out["image token"][0] < out["image token"][1] and out["caption"].shape == (2,)
 
 
 def test_width_matched_tau_and_the_verdicts_sensitivity():
     """phi <= sqrt(d): tau = 20 asks for 400 / 4096 = 9.8% of the squared norm at d = 4096; the same share at
     d = 576 is tau = 7.5."""
-    assert vs.width_matched_tau(4096) == pytest.approx(20.0) and vs.width_matched_tau(576) == pytest.approx(7.5)
+    assert kang_rules.width_matched_tau(4096) == pytest.approx(20.0) and kang_rules.width_matched_tau(576) == pytest.approx(7.5)
     prof = _profile()
     prof.phi[2:, :, 1] = 10.0  # a second token between the two thresholds
-    sens = vs.tau_sensitivity(prof, [20.0, 7.5])
+    sens = kang_rules.tau_sensitivity(prof, [20.0, 7.5])
     assert sens[20.0]["sinks per image"] == 1 and sens[7.5]["sinks per image"] == 2
-    claim = vs.visual_sink_claims(prof, None, None, True, d_model=576)[0]
+    claim = kang_claims.visual_sink_claims(prof, None, None, True, d_model=576)[0]
     assert claim.measured["width-matched tau"] == pytest.approx(7.5) and set(claim.measured["by tau"]) == {"20", "7.5"}
 
 
@@ -382,10 +383,10 @@ def test_background_claim_transcribes_kangs_table_6():
     bg = torch.tensor([[True, True, True, False]] * 5)
     on_bg = torch.zeros(5, 4, dtype=torch.bool)
     on_bg[:, 0] = True
-    assert vs.background_claim(on_bg, bg, True).holds is True
+    assert kang_claims.background_claim(on_bg, bg, True).holds is True
     on_ink = on_bg.clone()
     on_ink[:2, 0], on_ink[:2, 3] = False, True  # 2 of 5 sinks on the ink: 60%
-    assert vs.background_claim(on_ink, bg, True).holds is False
-    assert vs.background_claim(torch.zeros(5, 4, dtype=torch.bool), bg, True).holds is None
-    assert vs.background_claim(torch.ones(5, 4, dtype=torch.bool), torch.ones(5, 4, dtype=torch.bool),
+    assert kang_claims.background_claim(on_ink, bg, True).holds is False
+    assert kang_claims.background_claim(torch.zeros(5, 4, dtype=torch.bool), bg, True).holds is None
+    assert kang_claims.background_claim(torch.ones(5, 4, dtype=torch.bool), torch.ones(5, 4, dtype=torch.bool),
                                True).holds is False  # 100%, but no more than the background's own share

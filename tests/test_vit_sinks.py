@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinklib.architectures.vit import registers, vit_sinks
+from sinklib.architectures.vit import darcet_claims, probe, registers, sun_claims, vit_sinks
 from sinklib.core.capture import hooks_left
 from sinklib.models import tiny
 
@@ -50,9 +50,9 @@ def test_high_norm_similarity_takes_the_output_norm_outliers_in_embedding_space(
     assert out["normal"] == pytest.approx(0.2) and out["space"] == "patch embeddings"
     stand_in = vit_sinks.high_norm_similarity(_profile_with_similarity(False))
     assert not stand_in["outliers"] and stand_in["selected"] == pytest.approx(0.9) and "no outliers" in stand_in["label"]
-    claim = vit_sinks.redundant_patches_claim(out)
+    claim = darcet_claims.redundant_patches_claim(out)
     assert claim.holds is True and "patch embedding" in claim.follows
-    assert vit_sinks.redundant_patches_claim(stand_in).holds is None
+    assert darcet_claims.redundant_patches_claim(stand_in).holds is None
 
 
 def test_profile_measures_similarity_on_the_patch_embeddings():
@@ -80,12 +80,12 @@ def test_vit_massive_activations_claim():
                                 top_abs=torch.tensor([500.0, 1.0, 1.0]).repeat(L, B, 1),
                                 median_abs=torch.full((L, B), 0.1), top_site=torch.tensor([1, 7]).repeat(L, B, 1))
     sun = "openai/clip-vit-large-patch14"
-    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is True  # 500 > 100, 5000 x the median
-    assert vit_sinks.vit_massive_activations_claim(prof, "dinov2-s").holds is None  # not reported by Sun et al.
+    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is True  # 500 > 100, 5000 x the median
+    assert sun_claims.vit_massive_activations_claim(prof, "dinov2-s").holds is None  # not reported by Sun et al.
     prof.top_site[:, :3, 1] = torch.tensor([1, 2, 3])  # the peak layer's largest entry wanders over dimensions
-    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is False
+    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is False
     prof.median_abs[:] = 1.0  # 500 x the median: not massive
-    assert vit_sinks.vit_massive_activations_claim(prof, sun).holds is False
+    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is False
 
 
 def test_fixed_register_mean_follows_suns_fix_reg_mean():
@@ -145,11 +145,11 @@ def test_vit_recipe_runs_on_tiny_models(name, dtype):
         after = vit_sinks.profile_vit(lm, pixels, batch_size=B)
     assert ttr.calls > 0 and after.n_tokens == prof.n_tokens + 2
     assert hooks_left(lm.model) == baseline
-    claims = vit_sinks.high_norm_claims(prof, "none", vit_sinks.high_norm_similarity(prof)) + [
+    claims = darcet_claims.high_norm_claims(prof, "none", vit_sinks.high_norm_similarity(prof)) + [
         registers.test_time_register_claim(prof, after, stand_in=True)]
     assert all(c.rule for c in claims) and claims[-1].holds is None
     assert set(vit_sinks.summary(prof)) >= {"max_norm_ratio", "outlier_fraction"}
-    feats, is_outlier = vit_sinks.token_features(lm, pixels)
+    feats, is_outlier = probe.token_features(lm, pixels)
     assert all(f.shape == (B, lm.hidden_size) for f in feats.values()) and is_outlier.shape == (B,)
 
 
@@ -233,7 +233,7 @@ def test_linear_probe_separates_separable_features():
     labels = np.repeat(np.arange(3), 40)
     good = torch.tensor(np.eye(3)[labels] * 5 + rng.normal(size=(120, 3)) * 0.1, dtype=torch.float32)
     noise = torch.tensor(rng.normal(size=(120, 3)), dtype=torch.float32)
-    acc = vit_sinks.linear_probe({"good": good, "noise": noise}, labels)
+    acc = probe.linear_probe({"good": good, "noise": noise}, labels)
     assert acc["good"] == 1.0 and acc["noise"] < 0.7
 
 

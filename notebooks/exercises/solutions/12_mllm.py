@@ -83,7 +83,7 @@ check.var_redistribute(var_redistribute)
 # image attention moves off the sinks?
 
 # %%
-from sinklib.architectures.mllm import visual_sinks  # noqa: E402
+from sinklib.architectures.mllm import captions, visual_sinks  # noqa: E402
 from sinklib.core.adapters import adapter_for  # noqa: E402
 from sinklib.core.capture import Capture  # noqa: E402
 from sinklib.models import stitch  # noqa: E402
@@ -93,7 +93,7 @@ from sinklib.teaching.exercises import try_it_model  # noqa: E402
 lm = load_model(try_it_model("llava-standin"), device="cpu")  # make test: its smoke-size twin
 print(lm)
 digits, labels = stitch.heldout_digits(stitch.StitchConfig(), 8)
-inputs, _ = visual_sinks.caption_inputs(lm, digits, [stitch.digit_caption(y) for y in labels])
+inputs, _ = captions.caption_inputs(lm, digits, [stitch.digit_caption(y) for y in labels])
 image = adapter_for(lm.model).image_positions(inputs["input_ids"])  # (B, T) bool
 with torch.no_grad(), Capture(lm.model, attentions=True, hidden_states=True) as cap:
     lm.model(**inputs)

@@ -137,7 +137,7 @@ def idefics3_layout(pixels_shape: tuple[int, ...], patch: int, scale: int, crops
 def image_layout(lm, inputs: dict, size: Shape) -> ImageLayout:
     """The :class:`ImageLayout` of the first row's image in ``inputs`` (every row's image has the same size:
     :func:`~sinklib.architectures.mllm.visual_sinks.shared_positions`), for a picture of ``size`` (height, width) px
-    as it was handed to the processor (:func:`~sinklib.architectures.mllm.visual_sinks.caption_inputs`).
+    as it was handed to the processor (:func:`~sinklib.architectures.mllm.captions.caption_inputs`).
 
     LLaVA and the stand-in: :meth:`ImageLayout.square`; Qwen2-VL: :func:`qwen2_vl_layout` of ``image_grid_thw``;
     Idefics3 / SmolVLM: :func:`idefics3_layout`, the crops' (rows, cols) by the image processor's own rule for

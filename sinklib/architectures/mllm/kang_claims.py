@@ -7,7 +7,6 @@ the stand-ins.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,10 +22,8 @@ from sinklib.architectures.mllm.kang_rules import (
     tau_sensitivity,
     width_matched_tau,
 )
+from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi
 from sinklib.core.claims import Claim, against_cut, over_draws
-
-if TYPE_CHECKING:
-    from sinklib.architectures.mllm.visual_sinks import MllmProfile
 
 SOURCE = "Kang et al., See What You Are Told: Visual Attention Sink in LMMs, ICLR 2025, arXiv 2503.03321"
 CODE = "seilk/VisAttnSink:src/logic/logic.py"
@@ -49,8 +46,6 @@ def standin_cannot_test(profile: MllmProfile) -> str:
     asks a token for 9.8% of its squared norm in one dimension, asks a d = 576 token for 69%; the largest phi of an
     image token and of the first token (layers >= 2) against that ceiling; and at the width-matched tau (the same
     9.8%) the largest fraction of image tokens in a layer that would count as sinks."""
-    from sinklib.architectures.mllm.visual_sinks import phi  # the measurement module imports this one
-
     d = profile.first_hidden.shape[-1]
     image_peak = float(torch.nan_to_num(profile.phi, nan=0).max())
     inputs = profile.first_hidden[KANG_FIRST_LAYER - 1:-1]  # (L', d): block outputs that are inputs of layers >= 2

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
-from sinklib.core.takeaways import show as show  # the notebook displays with takeaways.show(...)
 
 
 def _finite(values: Sequence[float | None]) -> list[tuple[int, float]]:
@@ -163,7 +162,7 @@ def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_pr
                 across_images: float | None, n_prompts: int, has_sinks: bool) -> str:
     """Section 3b: where the visual sinks sit (on the digits' background or on the ink) per stand-in, and whether
     they keep their positions across prompts (the same images under other captions) and across images (the run's own
-    stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.visual_sinks.background_claim`."""
+    stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.kang_claims.background_claim`."""
     parts = []
     for seed, c in per_seed.items():
         m = c.measured

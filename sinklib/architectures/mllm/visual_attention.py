@@ -14,23 +14,17 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from sinklib.architectures.mllm.kang_claims import over_standins
-from sinklib.architectures.mllm.visual_sinks import (
+from sinklib.architectures.mllm.captions import caption_inputs, logits_kwargs, scores
+from sinklib.architectures.mllm.kang_claims import over_standins, visual_sink_claims
+from sinklib.architectures.mllm.kang_rules import (
     KANG_FIRST_LAYER,
     KANG_P,
     KANG_RHO,
     KANG_SUMM,
     KANG_TAU,
-    MllmProfile,
-    caption_inputs,
-    logits_kwargs,
-    phi,
-    profile_forward,
-    random_like,
-    scores,
     sink_union,
-    visual_sink_claims,
 )
+from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi, profile_forward, random_like
 from sinklib.core.claims import Claim
 from sinklib.core.intervention import Intervention
 from sinklib.core.switch import eager_for
@@ -203,7 +197,7 @@ class EditComparison:
                             else math.nan)}
 
     def masking(self, score: str = SCORES[0]) -> dict:
-        """The ``masking`` argument of :func:`sinklib.architectures.mllm.visual_sinks.visual_sink_claims`."""
+        """The ``masking`` argument of :func:`sinklib.architectures.mllm.kang_claims.visual_sink_claims`."""
         m = self.means[score]
         return {"none": m["as is"], "sinks": m["sinks hidden"], "random": m["random hidden"],
                 "random_draws": self.random_draws[score], "score": score}
@@ -222,7 +216,7 @@ def uses_prefix_cache(model: nn.Module) -> bool:
 @torch.inference_mode()
 def edited_scores(model: nn.Module, inputs: dict, labels: torch.Tensor, edit,
                   prefix=None) -> dict[str, torch.Tensor]:
-    """:func:`~sinklib.architectures.mllm.visual_sinks.scores` (caption NLL and the image-dependent token's NLL)
+    """:func:`~sinklib.architectures.mllm.captions.scores` (caption NLL and the image-dependent token's NLL)
     under the intervention ``edit`` -> {score: (B,)}.
 
     prefix: ``(cache, S)``, a KV cache (``DynamicCache``) holding the first S positions of ``inputs``: then only the

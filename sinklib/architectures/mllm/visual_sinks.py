@@ -17,7 +17,7 @@ Kang et al., "See What You Are Told: Visual Attention Sink in Large Multimodal M
 This module measures: phi, the sink dimensions, the per-layer profile of one forward, which patches are plain
 background and how two sink sets overlap. The rules are in :mod:`sinklib.architectures.mllm.kang_rules`, the claim
 records in :mod:`sinklib.architectures.mllm.kang_claims`, caption inputs and their likelihood in
-:mod:`sinklib.architectures.mllm.captions` (their names stay importable from here), and the two attention edits
+:mod:`sinklib.architectures.mllm.captions` (import each name from the module that defines it), and the two attention edits
 (hiding keys, VAR) in :mod:`sinklib.architectures.mllm.visual_attention`.
 """
 
@@ -30,44 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from sinklib.architectures.mllm.captions import (  # noqa: F401 -- re-exported: notebooks and tests call vs.<name>
-    caption_inputs,
-    caption_nll,
-    choice_nll,
-    digit_accuracy,
-    last_token_nll,
-    logits_kwargs,
-    mean_nll,
-    scores,
-    token_nll,
-)
+from sinklib.architectures.mllm.captions import logits_kwargs
 from sinklib.architectures.mllm.image_layout import ImageLayout
-from sinklib.architectures.mllm.kang_claims import (  # noqa: F401 -- re-exported
-    CODE,
-    SOURCE,
-    background_claim,
-    over_standins,
-    phi_peaks,
-    standin_cannot_test,
-    visual_sink_claims,
-)
-from sinklib.architectures.mllm.kang_rules import (  # noqa: F401 -- re-exported
-    KANG_BACKGROUND,
-    KANG_D_REF,
-    KANG_FIRST_LAYER,
-    KANG_P,
-    KANG_RHO,
-    KANG_SUMM,
-    KANG_TAU,
-    MARGINS,
-    margin,
-    masking_holds,
-    phi_ceiling,
-    sink_tokens_hold,
-    sink_union,
-    tau_sensitivity,
-    width_matched_tau,
-)
+from sinklib.architectures.mllm.kang_rules import KANG_FIRST_LAYER, KANG_TAU
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 

@@ -7,7 +7,7 @@
 
 The pruning runs (:class:`~sinklib.architectures.moe.pruning.PruneExperts`, ``SharedPrefix``, ``compare_pruning``)
 are in :mod:`sinklib.architectures.moe.pruning`, Su et al.'s claims and what the stand-in cannot test in
-:mod:`sinklib.architectures.moe.su_claims`; their names stay importable from here.
+:mod:`sinklib.architectures.moe.su_claims`: import each name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -132,37 +132,3 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
 def expert_name(layer: int, expert: int) -> str:
     """An expert in words, for legends: "expert 5 of layer 11", "the shared expert of layer 3"."""
     return f"the shared expert of layer {layer}" if expert == -1 else f"expert {expert} of layer {layer}"
-
-
-# Names that moved to the claims and pruning modules, still importable from here (11_moe and its tests call moe_sinks.<name>); resolved on first use,
-# so those modules may import this one.
-_MOVED = {
-    "SU": "sinklib.architectures.moe.su_claims",
-    "STAND_IN_NOTE": "sinklib.architectures.moe.su_claims",
-    "SE_CODE": "sinklib.architectures.moe.su_claims",
-    "STANDIN_CANNOT_TEST": "sinklib.architectures.moe.su_claims",
-    "standin_verdict": "sinklib.architectures.moe.su_claims",
-    "super_experts_claim": "sinklib.architectures.moe.su_claims",
-    "candidate_count": "sinklib.architectures.moe.su_claims",
-    "super_experts_over_draws": "sinklib.architectures.moe.su_claims",
-    "pruning_claim": "sinklib.architectures.moe.su_claims",
-    "pruning_over_draws": "sinklib.architectures.moe.su_claims",
-    "PruneExperts": "sinklib.architectures.moe.pruning",
-    "first_token_state": "sinklib.architectures.moe.pruning",
-    "SharedPrefix": "sinklib.architectures.moe.pruning",
-    "_PrefixDone": "sinklib.architectures.moe.pruning",
-    "_passed_through": "sinklib.architectures.moe.pruning",
-    "random_controls": "sinklib.architectures.moe.pruning",
-    "PruneRun": "sinklib.architectures.moe.pruning",
-    "sink_drop_by_layer": "sinklib.architectures.moe.pruning",
-    "expert_channels": "sinklib.architectures.moe.pruning",
-    "compare_pruning": "sinklib.architectures.moe.pruning",
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ much each key receives from all queries, what the CLS query looks at, the attent
 
 This module measures; Darcet et al.'s rules and claims are in :mod:`sinklib.architectures.vit.darcet_claims`, Sun et
 al.'s in :mod:`sinklib.architectures.vit.sun_claims`, the Table 1 probe in :mod:`sinklib.architectures.vit.probe`
-(their names stay importable from here).
+(import each name from the module that defines it).
 """
 
 from __future__ import annotations
@@ -271,38 +271,3 @@ def summary(profile: VitProfile) -> dict:
             "outlier_fraction": outlier_mask(profile.patch_norms()).float().mean(dim=(1, 2)).tolist(),
             "prefix_share": profile.prefix_share(), "top_patch_ratio": profile.top_patch_ratio(),
             "n_prefix": profile.n_prefix}
-
-
-# Names that moved to the rules / claims modules, still importable from here (notebooks, exercises and tests call vit_sinks.<name>); resolved on first use,
-# so those modules may import this one.
-_MOVED = {
-    "DARCET": "sinklib.architectures.vit.darcet_claims",
-    "DARCET_CODE": "sinklib.architectures.vit.darcet_claims",
-    "RELATIVE_CUT": "sinklib.architectures.vit.darcet_claims",
-    "REGISTER_TWINS": "sinklib.architectures.vit.darcet_claims",
-    "LARGE_FRACTION": "sinklib.architectures.vit.darcet_claims",
-    "late_outlier_fraction": "sinklib.architectures.vit.darcet_claims",
-    "OUTLIER_MODELS": "sinklib.architectures.vit.darcet_claims",
-    "expectation": "sinklib.architectures.vit.darcet_claims",
-    "outliers_only_claim": "sinklib.architectures.vit.darcet_claims",
-    "registers_remove_outliers_claim": "sinklib.architectures.vit.darcet_claims",
-    "redundant_patches_claim": "sinklib.architectures.vit.darcet_claims",
-    "global_information_claim": "sinklib.architectures.vit.darcet_claims",
-    "high_norm_claims": "sinklib.architectures.vit.darcet_claims",
-    "SUN_VIT_MODELS": "sinklib.architectures.vit.sun_claims",
-    "SUN_MAGNITUDE": "sinklib.architectures.vit.sun_claims",
-    "SUN_RATIO": "sinklib.architectures.vit.sun_claims",
-    "SUN": "sinklib.architectures.vit.sun_claims",
-    "vit_massive_activations_claim": "sinklib.architectures.vit.sun_claims",
-    "token_features": "sinklib.architectures.vit.probe",
-    "linear_probe": "sinklib.architectures.vit.probe",
-    "probe_over_splits": "sinklib.architectures.vit.probe",
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
