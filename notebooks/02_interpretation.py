@@ -83,6 +83,7 @@ from sinklib.interpretation import (
     origin,
     origin_claims,
     origin_plots,
+    sun_claims,
     takeaways,
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
@@ -528,7 +529,7 @@ heads = bias["alpha_first"] > 0.3
 medians = massive_activations.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")
 auc, n_bias_heads = massive_activations.implicit_bias_separation(bias)
-implicit_claim = record.add(origin_claims.implicit_bias(auc, n_bias_heads), show=False,
+implicit_claim = record.add(sun_claims.implicit_bias(auc, n_bias_heads), show=False,
                             control=control["origin.sink_is_implicit_bias"])
 print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
       f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
@@ -561,7 +562,7 @@ show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc))
 # and the first delimiter; a criterion met by most tokens of a layer does not single out a few activations.
 
 # %%
-sun_claim = record.add(origin_claims.massive_by_sun(massive, shared.sun_sites), show=False,
+sun_claim = record.add(sun_claims.massive_by_sun(massive, shared.sun_sites), show=False,
                        control=control["sun2024.massive_activations"])
 headline["sun_sites"] = shared.sun_sites.as_dict()
 show(takeaways.sun_criterion(sun_claim, shared.sun_sites))

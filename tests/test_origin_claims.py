@@ -10,10 +10,12 @@ from sinklib.core import metrics
 from sinklib.core.analysis import MassiveDims
 from sinklib.core.results import load_reference
 from sinklib.interpretation import (
+    claim_sources,
     controls,
     intervention_effects,
     massive_activations,
     origin_claims,
+    sun_claims,
     takeaways,
 )
 from sinklib.interpretation.origin import SuperNeuron
@@ -30,20 +32,20 @@ def _all_claims():
     massive = MassiveDims([2533], True, 1000.0, 2500.0)
     return [origin_claims.variance_discrepancy([18.0], [True]), origin_claims.super_neuron(_neuron(), [2533], PAPER),
             origin_claims.super_neuron(None, [2533], PAPER),
-            origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), origin_claims.massive_by_sun(massive),
+            origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), sun_claims.massive_by_sun(massive),
             origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0)), origin_claims.self_only_sink(0.0, 0.4, 10),
             origin_claims.amplification([1, 2], [0.01, 0.1], [0.01, 0.01]),
-            origin_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
+            sun_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
                                        {"perplexity_wikitext": SUN_PPL}),
-            origin_claims.implicit_bias({"a": 0.9, "b": 0.9}, 3)]
+            sun_claims.implicit_bias({"a": 0.9, "b": 0.9}, 3)]
 
 
 def test_every_claim_says_what_it_follows_how_it_adapts_and_what_the_paper_predicts_at_init():
     claims = _all_claims()
-    assert {c.id for c in claims} == set(origin_claims.FOLLOWS) == set(origin_claims.ADAPTED) == set(
-        origin_claims.AT_INIT)
+    assert {c.id for c in claims} == set(claim_sources.FOLLOWS) == set(claim_sources.ADAPTED) == set(
+        claim_sources.AT_INIT)
     for c in claims:
-        assert c.follows and c.adapted and c.at_init is origin_claims.AT_INIT[c.id]
+        assert c.follows and c.adapted and c.at_init is claim_sources.AT_INIT[c.id]
     by_id = {c.id: c for c in claims}
     assert by_id["origin.variance_discrepancy"].at_init is True  # causal value aggregation: architectural
     assert all(c.at_init is False for c in claims if c.id != "origin.variance_discrepancy")  # learned
@@ -165,10 +167,10 @@ def test_amplification_over_resamples_holds_only_when_every_resample_agrees():
 def test_massive_bias_transcribes_suns_table():
     """Sun et al. Table 3 (Llama-2-7B, WikiText): 5.47 original, 5.47 set to mean, inf set to zero."""
     ref = {"perplexity_wikitext": SUN_PPL}
-    assert origin_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}, ref).holds
-    assert not origin_claims.massive_bias({"original": 32.0, "set to mean": 46.8, "set to zero": 6e5}, ref).holds
+    assert sun_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}, ref).holds
+    assert not sun_claims.massive_bias({"original": 32.0, "set to mean": 46.8, "set to zero": 6e5}, ref).holds
     same = {"original": 5e4, "set to mean": 5e4, "set to zero": 5e4}  # nothing to edit (random weights)
-    assert origin_claims.massive_bias(same, ref).holds is False
+    assert sun_claims.massive_bias(same, ref).holds is False
 
 
 def test_massive_by_sun_transcribes_the_criterion():
@@ -177,9 +179,9 @@ def test_massive_by_sun_transcribes_the_criterion():
     h[0, 0, 3] = 2000.0
     mask = metrics.massive_mask(h)
     assert mask[0, 0, 3] and mask.sum() == 1
-    assert origin_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
+    assert sun_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
     # met, but "a few" was not measured: no verdict
-    assert origin_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is None
+    assert sun_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is None
 
 
 def _sites(first, later_per_seq, seq_len=64):
@@ -193,8 +195,8 @@ def test_a_few_is_part_of_suns_rule():
     """Sun et al.: *a few* massive activations (the starting token, the first delimiter). Gemma-3-270M meets the
     1000x criterion on 83 / 54 / 27 % of the tokens after position 0 in layers 1-3: not a few, the claim fails."""
     massive = MassiveDims([3], True, 1000.0, 2000.0)
-    few = origin_claims.massive_by_sun(massive, _sites([0, 0, 1, 1], [0, 0, 1.0, 0.5]))
-    gemma = origin_claims.massive_by_sun(massive, _sites([0, 0, 0, 0, 1], [0, 52.3, 34.0, 17.0, 0]))
+    few = sun_claims.massive_by_sun(massive, _sites([0, 0, 1, 1], [0, 0, 1.0, 0.5]))
+    gemma = sun_claims.massive_by_sun(massive, _sites([0, 0, 0, 0, 1], [0, 52.3, 34.0, 17.0, 0]))
     assert few.holds is True and few.measured["sun_onset"] == 2 and few.measured["most_later_sites_per_window"] == 1.0
     assert gemma.holds is False and "not 'a few'" in gemma.note and "83%" in gemma.note
     assert gemma.measured["later_share"]["1"] == pytest.approx(52.3 / 63) and gemma.measured["sun_onset"] == 1
@@ -244,13 +246,13 @@ def test_mean_edit_on_a_bos_model_is_judged_on_the_later_sites():
     """Gemma-3: position 0 is the same BOS in every window, so the mean edit cannot fail there."""
     ref = {"perplexity_wikitext": SUN_PPL}
     ppl = {"original": 20.0, "set to mean": 20.0, "set to zero": 500.0}
-    none_later = origin_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
-    some = origin_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
+    none_later = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
+    some = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
     assert none_later.holds is None and not none_later.unsettled and "cannot be judged here" in none_later.note
     assert some.holds is True and "judged on the 1185 later sites only" in some.note
-    assert some.measured["first_token_fixed"] is True and origin_claims.massive_bias(ppl, ref).holds is True
+    assert some.measured["first_token_fixed"] is True and sun_claims.massive_bias(ppl, ref).holds is True
     broken = {"original": 20.0, "set to mean": 20.0, "set to zero": 21.0}
-    assert origin_claims.massive_bias(broken, ref, first_fixed=True, later_sites=0).holds is False
+    assert sun_claims.massive_bias(broken, ref, first_fixed=True, later_sites=0).holds is False
 
 
 def test_implicit_bias_transcribes_a_small_constant_sink_term():
@@ -260,9 +262,9 @@ def test_implicit_bias_transcribes_a_small_constant_sink_term():
             "sink_term_spread": torch.tensor([[0.3, 0.4, 0.9, 0.95]]), "alpha_first": alpha}
     auc, n = massive_activations.implicit_bias_separation(bias)
     assert auc == {"value_norm_ratio": 1.0, "sink_term_spread": 1.0} and n == 2
-    assert origin_claims.implicit_bias(auc, n).holds is True
-    assert set(origin_claims.implicit_bias(auc, n).measured) == {"value_norm_auc", "term_spread_auc"}  # AUCs
-    assert origin_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
+    assert sun_claims.implicit_bias(auc, n).holds is True
+    assert set(sun_claims.implicit_bias(auc, n).measured) == {"value_norm_auc", "term_spread_auc"}  # AUCs
+    assert sun_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
 
 
 def test_random_weight_controls_run_every_rule_on_the_tiny_model(tiny):
@@ -271,7 +273,7 @@ def test_random_weight_controls_run_every_rule_on_the_tiny_model(tiny):
     control = random_weights(tiny, seed=0)
     got = controls.random_weight_controls(control, PAPER, 5, [1.0, 4.0, 16.0], [0],
                                           controls.ControlSizes(4, 16, 16, 4), seed=0)
-    assert set(got) == set(origin_claims.AT_INIT)
+    assert set(got) == set(claim_sources.AT_INIT)
     assert all(c.holds in (True, False, None) for c in got.values())
     assert got["origin.variance_discrepancy"].holds is True  # architectural: it holds before any training
     assert controls.control_lambdas([1, 2, 4, 8, 16]) == [1, 4, 16]
@@ -303,8 +305,8 @@ def test_takeaways_follow_the_numbers():
     ref = {"perplexity_wikitext": SUN_PPL}
     ok = {"original": 20.0, "set to mean": 20.4, "set to zero": 167.0, "set to mean, position 0 only": 20.0}
     bad = {"original": 32.0, "set to mean": 46.8, "set to zero": 6e5, "set to mean, position 0 only": 32.7}
-    assert "leaves the perplexity" in takeaways.massive_bias(origin_claims.massive_bias(ok, ref), ok, True, True, 1e3)
-    assert "raises the perplexity" in takeaways.massive_bias(origin_claims.massive_bias(bad, ref), bad, False, False,
+    assert "leaves the perplexity" in takeaways.massive_bias(sun_claims.massive_bias(ok, ref), ok, True, True, 1e3)
+    assert "raises the perplexity" in takeaways.massive_bias(sun_claims.massive_bias(bad, ref), bad, False, False,
                                                              100.0)
 
     dis = takeaways.disparity(origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER), [1, 2], 3, 60.0, 263.0,
@@ -337,7 +339,7 @@ def test_takeaways_super_neuron_self_only_bias_controls_scorecard():
     assert "takes on" in s1 and "holds" in s1 and "does not take on" in s2 and "does not hold" in s2
     med = {"value_norm_ratio": (0.2, 0.8), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
     med2 = {"value_norm_ratio": (0.9, 0.5), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
-    ib = origin_claims.implicit_bias({"value_norm_ratio": 0.9, "sink_term_spread": 0.9}, 5)
+    ib = sun_claims.implicit_bias({"value_norm_ratio": 0.9, "sink_term_spread": 0.9}, 5)
     assert "smaller than" in takeaways.implicit_bias(ib, 5, med, {"value_norm_ratio": 0.9, "sink_term_spread": 0.9})
     assert "larger than" in takeaways.implicit_bias(ib, 5, med2, {"value_norm_ratio": 0.2, "sink_term_spread": 0.9})
     noisy = {"origin.lock_in": origin_claims.lock_in((1.0, 0.5), (0.5, 0.1), 3, (0.9, 0.8, 1.0))}  # a learned rule holding on noise

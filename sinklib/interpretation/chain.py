@@ -13,7 +13,7 @@ import torch
 
 from sinklib.core.claims import Claim
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import massive_activations, origin, origin_claims
+from sinklib.interpretation import massive_activations, origin, origin_claims, sun_claims
 from sinklib.interpretation.intervention_effects import ScoreStats
 from sinklib.interpretation.sun_sites import SunSites, SunSiteStats
 
@@ -183,10 +183,10 @@ def natural_pass(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
 def bias_claim(bias: massive_activations.BiasTest, paper: dict) -> Claim:
     """Sun et al.'s zero-vs-mean verdict of one :class:`~sinklib.interpretation.massive_activations.BiasTest`: on a
     model whose position 0 is the same BOS in every window, the mean edit is judged on the later sites only
-    (:func:`~sinklib.interpretation.origin_claims.massive_bias`)."""
+    (:func:`~sinklib.interpretation.sun_claims.massive_bias`)."""
     fixed = bias.means is not None and bias.means.first_is_fixed
     later = None if bias.means is None else int(bias.means.other_count.sum())
-    return origin_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later)
+    return sun_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later)
 
 
 def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list[int], min_ratio: float,

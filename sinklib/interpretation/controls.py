@@ -2,7 +2,7 @@
 of the model's own configuration (:func:`sinklib.models.random_init.random_weights`, built by the notebook), at
 smaller sizes, forwards only.
 
-The paper predicts (``origin_claims.AT_INIT``) that only the variance discrepancy exists before training -- it is
+The paper predicts (``claim_sources.AT_INIT``) that only the variance discrepancy exists before training -- it is
 how causal value aggregation works -- while super neurons, massive activations and sinks are made by training. A
 rule that holds on these weights where the paper says training makes the effect cannot tell a trained model from
 noise.
@@ -16,7 +16,13 @@ from sinklib.core import analysis
 from sinklib.core.claims import Claim
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import chain, intervention_effects, massive_activations, origin_claims
+from sinklib.interpretation import (
+    chain,
+    intervention_effects,
+    massive_activations,
+    origin_claims,
+    sun_claims,
+)
 
 
 @dataclass
@@ -57,8 +63,8 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
               origin_claims.self_only_sink(self_only.rate_before, self_only.rate_after, k),
               origin_claims.amplification(sweep, curves[intervention_effects.CENTRED],
                                           curves[intervention_effects.SCALED]),
-              chain.bias_claim(bias, paper), origin_claims.implicit_bias(auc, n_heads),
-              origin_claims.massive_by_sun(massive, shared.sun_sites)]
+              chain.bias_claim(bias, paper), sun_claims.implicit_bias(auc, n_heads),
+              sun_claims.massive_by_sun(massive, shared.sun_sites)]
     return {c.id: c for c in claims}
 
 

@@ -1,5 +1,5 @@
 """The claims of ``02_interpretation``: one rule per link of the structural-origin chain and its interventions (Sun et
-al.'s rules are in :mod:`sinklib.interpretation.sun_claims`, re-exported here; what each rule follows in
+al.'s rules are in :mod:`sinklib.interpretation.sun_claims`; what each rule follows in
 :mod:`sinklib.interpretation.claim_sources`).
 
 Each function takes what the notebook measured and returns a :class:`~sinklib.core.claims.Claim` whose ``holds`` is the
@@ -13,24 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from sinklib.core.claims import Claim
 from sinklib.core.results import number_matches
-from sinklib.interpretation.claim_sources import (  # noqa: F401 (the tables are read as origin_claims.FOLLOWS, ...)
-    ADAPTED,
-    AT_INIT,
-    EPS,
-    FOLLOWS,
-    ORIGIN,
-    SUN,
-    Claim,
-    _claim,
-)
-from sinklib.interpretation.sun_claims import (  # noqa: F401 (Sun et al.'s rules, read as origin_claims.*)
-    IMPLICIT_AUC_NAMES,
-    RARE_SITES,
-    implicit_bias,
-    massive_bias,
-    massive_by_sun,
-)
+from sinklib.interpretation.claim_sources import EPS, ORIGIN, _claim
 
 
 def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -> Claim:

@@ -22,7 +22,7 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.interpretation import intervention_effects, origin_claims
+from sinklib.interpretation import intervention_effects, sun_claims
 from sinklib.interpretation.sun_sites import SunSites, sun_sites
 
 
@@ -292,7 +292,7 @@ def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     by_kinds = report.draws.get("by_kind") or [report.by_kind]
     positions = report.draws.get("position") or [report.position]
     return [_named(shape_over_draws(report, gu), report.name),
-            _named(origin_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
+            _named(sun_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
             placement.delimiter_over_draws(by_kinds, report.name, windows),
             placement.position_over_draws(positions, report.name, windows),
             *[_named(c, report.name) for c in report.chain or []]]
@@ -319,7 +319,7 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
                             batch_size, massive.min_ratio, sites)
     claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
-              _named(origin_claims.massive_by_sun(massive, sites), name),
+              _named(sun_claims.massive_by_sun(massive, sites), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,
                                                                    mass=mass), name),

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
-from sinklib.interpretation.origin_claims import RARE_SITES
+from sinklib.interpretation.sun_claims import RARE_SITES
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
 DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
