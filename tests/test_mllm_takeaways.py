@@ -51,9 +51,16 @@ def test_edits_follow_the_sign_of_each_effect():
     mild = tk.edits({"as is": 0.366, "sinks hidden": 0.382, "VAR": 0.376}, [0.375, 0.386], 2.1, 36, 64,
                     _claim("kang2025.masking_sinks_is_harmless", None), _claim("kang2025.var_helps", False))
     assert "raises the caption NLL by 0.267" in hurt and "more than any random draw" in hurt
-    assert "VAR lowers the caption NLL from 0.372 to 0.367" in hurt and "6.8 visual sinks per image" in hurt
+    assert "VAR lowers the caption NLL by 0.00500 nats (from 0.372)" in hurt and "6.8 visual sinks per image" in hurt
     assert "inside the random draws' range" in mild and "VAR raises the caption NLL" in mild
     assert "`kang2025.var_helps` holds" in hurt and "`kang2025.var_helps` does not hold" in mild
+
+
+def test_a_small_var_change_is_told_as_a_change_not_as_two_equal_rounded_numbers():
+    """12 read "VAR raises the NLL of the digit token from 2.28 to 2.28" (2.2835 -> 2.2842)."""
+    tiny = tk.edits({"as is": 2.283517, "sinks hidden": 2.51, "VAR": 2.284196}, [2.28, 2.29], 6.0, 36, 64,
+                    _claim("kang2025.masking_sinks_is_harmless", None), _claim("kang2025.var_helps", None))
+    assert "VAR raises the caption NLL by 0.000679 nats (from 2.28)" in tiny and "from 2.28 to 2.28" not in tiny
 
 
 def test_seeds_lists_each_stand_in_only_when_there_are_several():

@@ -109,8 +109,8 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
     else:
         where = "inside the random draws' range"
     moved = compare(means["VAR"], base, "raises", "lowers", "leaves")
-    var_text = (f"VAR {moved} the {scored} from {num(base)} to {num(means['VAR'])}" if moved != "leaves"
-                else f"VAR leaves the {scored} at {num(base)}")
+    var_text = (f"VAR {moved} the {scored} by {num(abs(means['VAR'] - base))} nats (from {num(base)})"
+                if moved != "leaves" else f"VAR leaves the {scored} at {num(base)}")  # a change, not two rounded ends
     if var_rows is not None:
         var_text += (f", redistributing in {var_rows[0]:,} of the {var_rows[1]:,} (head, text query, layer) rows it "
                      f"could edit ({pct(var_rows[0] / var_rows[1] if var_rows[1] else 0.0)})")
