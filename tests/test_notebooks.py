@@ -19,16 +19,18 @@ BUILDS = {"03_mitigation", "11_moe", "12_mllm"}
 # notebooks whose numbers depend on the threads or the instruction set (bf16 training, 2- and 4-bit KV rounding): run a
 # second time under another setting -- two threads a notebook (make figures JOBS=1) and oneDNN capped to AVX512-BF16
 # (what an AMX machine is made to run) -- their verdicts must not change (issue 42). The builds among them are rebuilt
-# from an empty cache there.
-VARIES = BUILDS | {"01_utilization"}
+# from an empty cache there. 01 (float32 forwards; its 2- and 4-bit KV ratios judged by paired intervals) gave the same
+# verdicts under this setting in issue 42; its second run (342 s of make test's 962 s at 2a5f477, when IntactKV gained
+# its position-matched control) was dropped to keep make test within its 15 minutes.
+VARIES = BUILDS
 SECOND_SETTING = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
 
 
 # Estimated seconds of each smoke run and same-seed rebuild (one thread, beside another run): the pool starts the
 # longest first. Measured by make test's "sinklib jobs" summary; only the order depends on them.
-SMOKE_SECONDS = {"00_tour": 51, "01_utilization": 63, "02_interpretation": 57, "03_mitigation": 45, "10_llm": 150,
-                 "11_moe": 70, "12_mllm": 43, "13_vit": 47}
-REBUILD_SECONDS = {"03_mitigation": 50, "11_moe": 70, "12_mllm": 90, "01_utilization": 70}
+SMOKE_SECONDS = {"00_tour": 33, "01_utilization": 46, "02_interpretation": 44, "03_mitigation": 25, "10_llm": 259,
+                 "11_moe": 83, "12_mllm": 31, "13_vit": 28}
+REBUILD_SECONDS = {"03_mitigation": 27, "11_moe": 355, "12_mllm": 140}
 BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
 
 
@@ -263,7 +265,11 @@ def test_scorecard_gathers_every_notebooks_claims(executed):
     records = [c for stem in WRITES_CLAIMS for c in claims.load(executed[stem][1] / "claims.json")]
     assert h["records"] == len(records) and set(h["counts"]) == set(claims.VERDICTS)
     # a claim judged on the same model in two notebooks (00's and 10's on SmolLM2) counts once
-    assert sum(h["counts"].values()) == h["claims"] < len(records)
+    assert h["claims"] < len(records)
+    # the counts are the papers' claims; implementation checks and this project's own questions are listed apart
+    others = sum(len(ids) for ids in h["not_paper_claims"].values())
+    assert sum(h["counts"].values()) == h["paper_claims"] == h["claims"] - others
+    assert any("implementation" in kind for kind in h["not_paper_claims"])  # 01's xiao2023.bounded_cache
     assert h["stand_in_claims"] >= 3  # 11_moe's and 12_mllm's, labelled as stand-ins
 
 

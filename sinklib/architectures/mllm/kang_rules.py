@@ -8,12 +8,20 @@ in :mod:`sinklib.architectures.mllm.kang_claims`; the measurements they read in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from sinklib.architectures.mllm.visual_sinks import MllmProfile
+
+class MllmProfile(Protocol):
+    """What the rules read of a profile (:class:`sinklib.architectures.mllm.visual_sinks.MllmProfile`, which measures
+    it): the rules stay importable without the measurement module, which imports their thresholds."""
+
+    def sinks(self, tau: float) -> torch.Tensor: ...  # (L, B, P) bool: image tokens with phi >= tau, per layer
+
+    def sink_fraction(self, tau: float) -> list[float]: ...  # per layer, the share of image tokens with phi >= tau
+
+    def received_ratio(self, tau: float) -> list[float | None]: ...  # per layer, attention to sinks / to the others
 
 KANG_TAU = 20.0
 KANG_RHO = 0.5  # max visual-sink portion of a head's image attention
