@@ -1,6 +1,17 @@
 """Memory and time of sink statistics at long context on SmolLM2, each measurement in a fresh process.
 
     python benchmarks/long_context.py [--lengths 512 1024 2048 4096 8192] [--model smollm2-135m]
+    python benchmarks/long_context.py --device cuda [--dtypes float32 bfloat16] [--lengths 1024 4096 16384 32768]
+
+On CUDA (``--device cuda``; see :func:`cuda_main`) one process times, per length and dtype, a plain sdpa forward,
+the first key's statistics, every key's, and eager maps where they fit, on random weights of SmolLM2's shape
+(``--model random-smollm2``, the default there) or a model id: synchronised, the median of up to ``--rounds``, with
+peak CUDA memory -- how a GPU run reports. Targets: first key <= 1.5x sdpa in bfloat16 and <= 1.1x in float32 from
+4k to 32k tokens, every key <= 3x, 131,072 tokens at O(N) memory on an 80 GB GPU (issue 44). Without a CUDA device it
+says so and runs the CPU rows below; ``--fake`` rehearses the CUDA rows on the fake device (CPU transcriptions of
+the CUDA kernels, Triton's interpreter), for the code path only.
+
+On the CPU:
 
 (a) a plain sdpa forward; (b) eager attention with ``output_attentions=True`` (the way other attention-sink code
 gets its statistics), skipped where its estimated memory does not fit; (c) sinklib's statistics of the first token
@@ -86,12 +97,150 @@ def eager_fits(model: str, n: int) -> tuple[bool, float]:
     return need < 0.8 * available_bytes(lm.device), need / GiB
 
 
+CUDA_MODES = ("sdpa", "first key", "every key", "eager")
+CUDA_TARGETS = {"first key": {"bfloat16": 1.5, "float16": 1.5, "float32": 1.1}, "every key": 3.0}
+
+
+def random_smollm2(layers: int, max_len: int):
+    """Random weights of SmolLM2-135M's shape (30 x 576, 9 query / 3 key heads of 64), sdpa attention."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=layers, num_attention_heads=9,
+                      num_key_value_heads=3, vocab_size=49152, max_position_embeddings=max_len, rope_theta=100000.0,
+                      tie_word_embeddings=True, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _cuda_forward(model, mode: str, ids) -> None:
+    """One forward of ``mode`` (see :data:`CUDA_MODES`), the full logits skipped."""
+    from sinklib.core.attnstats import AttentionStats
+
+    if mode == "sdpa":
+        model(ids, use_cache=False, logits_to_keep=1)
+    elif mode == "eager":
+        model.config._attn_implementation = "eager"
+        try:
+            model(ids, use_cache=False, logits_to_keep=1, output_attentions=True)
+        finally:
+            model.config._attn_implementation = "sdpa"
+    else:
+        with AttentionStats(model, keys=[0] if mode == "first key" else None):
+            model(ids, use_cache=False, logits_to_keep=1)
+
+
+def _cuda_time(model, mode: str, ids, rounds: int, budget_s: float) -> dict:
+    """Median seconds of up to ``rounds`` synchronised forwards (stopping after ``budget_s``) and the peak memory."""
+    import statistics
+    import time
+
+    import torch
+
+    _cuda_forward(model, mode, ids[:, :256])  # warm-up: kernels chosen, Triton compiled, allocator grown
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    times, deadline = [], time.perf_counter() + budget_s
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        _cuda_forward(model, mode, ids)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return {"seconds": statistics.median(times), "rounds": len(times),
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def cuda_main(args) -> None:
+    """The CUDA rows: per length and dtype, sdpa / first key / every key / eager, ratios to sdpa, and the targets."""
+    import contextlib
+
+    import torch
+
+    from sinklib.core.results import write_json
+
+    fake = contextlib.nullcontext()
+    if args.fake:
+        from sinklib.pipeline.fake_cuda import fake_cuda
+
+        fake = fake_cuda()
+    rows = []
+    with fake, torch.inference_mode():
+        device = torch.cuda.get_device_name(0)
+        for dtype_name in args.dtypes:
+            dtype = getattr(torch, dtype_name)
+            if args.model == "random-smollm2":
+                model = random_smollm2(args.layers, max(args.lengths)).to("cuda", dtype)
+            else:
+                from sinklib.models.load import load_model
+
+                model = load_model(args.model, device="cuda", dtype=dtype).model
+            cfg = model.config
+            for n in args.lengths:
+                ids = torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0)).to("cuda")
+                row = {"N": n, "dtype": dtype_name}
+                free = torch.cuda.mem_get_info()[0]
+                maps = cfg.num_hidden_layers * cfg.num_attention_heads * n * n * dtype.itemsize
+                for mode in CUDA_MODES:
+                    if mode == "eager" and 1.3 * maps > free:
+                        row[mode] = {"skipped": f"maps need {maps / 2**30:.0f} GiB"}
+                        continue
+                    print(f"N={n} {dtype_name}: {mode} ...", flush=True)
+                    try:
+                        row[mode] = _cuda_time(model, mode, ids, args.rounds, args.budget)
+                    except torch.OutOfMemoryError:
+                        row[mode] = {"skipped": "out of memory"}
+                        torch.cuda.empty_cache()
+                rows.append(row)
+            del model
+    header = (f"{'N':>7} {'dtype':>9} {'sdpa s':>8} {'first key':>10} {'every key':>10} {'eager':>8} "
+              f"{'sdpa GiB':>9} {'first GiB':>10} {'every GiB':>10} {'targets':>8}")
+    lines = [header]
+    for r in rows:
+        base = r["sdpa"].get("seconds")
+        ratio = {m: (r[m]["seconds"] / base if base and "seconds" in r[m] else float("nan")) for m in CUDA_MODES}
+        gib = {m: r[m].get("peak_gib", float("nan")) for m in CUDA_MODES}
+        first_cut = CUDA_TARGETS["first key"][r["dtype"]]
+        met = ratio["first key"] <= first_cut and ratio["every key"] <= CUDA_TARGETS["every key"]
+        lines.append(f"{r['N']:>7} {r['dtype']:>9} {base or float('nan'):>8.3f} {ratio['first key']:>9.2f}x "
+                     f"{ratio['every key']:>9.2f}x {ratio['eager']:>7.2f}x {gib['sdpa']:>9.2f} "
+                     f"{gib['first key']:>10.2f} {gib['every key']:>10.2f} {'met' if met else 'MISSED':>8}")
+    table = "\n".join(lines)
+    print(f"\n{args.model} on {device}{' (fake: code path only, no timing meaning)' if args.fake else ''}, "
+          f"batch 1, median of up to {args.rounds} synchronised forwards; targets: first key <= "
+          f"{CUDA_TARGETS['first key']['bfloat16']}x (bf16) / {CUDA_TARGETS['first key']['float32']}x (fp32), "
+          f"every key <= {CUDA_TARGETS['every key']}x\n{table}")
+    out = Path(args.out)
+    write_json(out / "long_context_cuda.json", {"model": args.model, "device": device, "fake": args.fake,
+                                                "rows": rows})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
-    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--lengths", type=int, nargs="+", default=None)
+    ap.add_argument("--model", default=None, help="smollm2-135m on the CPU; random-smollm2 (its shape) on CUDA")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="CUDA rows: the dtypes")
+    ap.add_argument("--rounds", type=int, default=3, help="CUDA rows: forwards per measurement (median)")
+    ap.add_argument("--budget", type=float, default=60.0, help="CUDA rows: seconds per measurement at most")
+    ap.add_argument("--layers", type=int, default=30, help="CUDA rows, random-smollm2: layers (30 = SmolLM2)")
+    ap.add_argument("--fake", action="store_true", help="rehearse the CUDA rows on the fake device (code path only)")
     ap.add_argument("--out", default=str(ROOT / "figures" / "benchmarks"))
     args = ap.parse_args()
+    if args.device == "cuda":
+        import torch
+
+        if args.fake or torch.cuda.is_available():
+            args.model = args.model or "random-smollm2"
+            args.lengths = args.lengths or [1024, 4096, 16384, 32768, 131072]
+            cuda_main(args)
+            return
+        print("no CUDA device here: running the CPU rows instead", flush=True)
+    args.model = "smollm2-135m" if args.model in (None, "random-smollm2") else args.model
+    args.lengths = args.lengths or [512, 1024, 2048, 4096, 8192]
     rows = []
     for n in args.lengths:
         print(f"N={n}: sdpa ...", flush=True)

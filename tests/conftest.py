@@ -5,6 +5,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Triton kernels on the fake CUDA device run in Triton's interpreter, which must be chosen before Triton is first
+# imported (loading a model imports it): its own library functions are decorated for one mode at import
+os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 

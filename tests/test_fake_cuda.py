@@ -46,6 +46,34 @@ def test_it_raises_where_cuda_raises():
             x.numpy()
 
 
+def test_cpu_values_written_through_an_index_raise_as_on_cuda():
+    """CUDA's index_put checks its values' device (12_mllm crashed there on an H200); copies through a view do not."""
+    with fake_cuda():
+        x = torch.zeros(2, 5).cuda()
+        mask = torch.tensor([True, False, True, False, True])
+        writes = {"bool mask": lambda: x.__setitem__((slice(None), mask), torch.ones(2, 3)),
+                  "CUDA mask": lambda: x.__setitem__((slice(None), mask.cuda()), torch.ones(2, 3)),
+                  "list": lambda: x.__setitem__([0, 1], torch.ones(2, 5)),
+                  "index_put_": lambda: x.index_put_((torch.tensor([0]),), torch.ones(1, 5)),
+                  "masked_scatter_": lambda: x.masked_scatter_(mask.cuda().expand(2, 5), torch.ones(10)),
+                  "index_copy_": lambda: x.index_copy_(1, torch.tensor([0]).cuda(), torch.ones(2, 1)),
+                  "scatter_": lambda: x.scatter_(1, torch.tensor([[0], [1]]).cuda(), torch.ones(2, 1))}
+        for write in writes.values():
+            with pytest.raises(FakeCudaError, match="same device"):
+                write()
+        x[:, mask] = torch.ones(2, 3).cuda()  # values on the device
+        x[:, mask] = torch.tensor(2.0)  # a 0-dim CPU scalar
+        x[0:1] = torch.full((1, 5), 3.0)  # basic indexing: a host-to-device copy into a view
+        x[1].copy_(torch.full((5,), 4.0))
+        assert x.device.type == "cuda" and x.cpu().tolist() == [[3.0] * 5, [4.0] * 5]
+        host = torch.zeros(5)
+        host[0] = x[0, 0]  # a device-to-host copy into a view: CUDA performs it
+        host[1:3] = x[0, :2]
+        with pytest.raises(FakeCudaError, match="same device"):
+            host[mask] = x[0, :3]  # CUDA values through an index into a CPU tensor
+        assert host.tolist() == [3.0, 3.0, 3.0, 0.0, 0.0]
+
+
 def test_two_devices_do_not_mix():
     with fake_cuda(devices=2):
         a, b = torch.ones(2).to("cuda:0"), torch.ones(2).to("cuda:1")

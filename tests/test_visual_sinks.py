@@ -176,6 +176,24 @@ def test_compare_edits_and_digit_accuracy_run_through_the_processor_path(tiny_hu
     assert 0.0 <= captions.digit_accuracy(lm, pictures, [0, 1, 2], batch_size=2) <= 1.0
 
 
+def test_compare_edits_runs_on_a_cuda_device(tiny_hub_llava):
+    """Issue 44: on an H200 12_mllm wrote the CPU union of sinks into a CUDA key mask through the image index
+    (``keys[:, p.image] = union``); the fake device now raises there as CUDA does."""
+    import dataclasses
+
+    import numpy as np
+
+    from sinklib.pipeline.fake_cuda import fake_cuda
+
+    lm, _ = tiny_hub_llava
+    pictures = [np.full((40, 40, 3), v, np.uint8) for v in (0, 90)]
+    with fake_cuda():
+        lm = dataclasses.replace(lm, model=lm.model.to("cuda"), device=torch.device("cuda"))
+        prof = vs.profile_mllm(lm.model, captions.caption_inputs(lm, pictures, [" a", " b"])[0])
+        out = va.compare_edits(lm, pictures, [" one", " two"], prof.dims, batch_size=2, draws=1, seed=0)
+    assert out.sinks_per_image.device.type == "cpu" and set(out.means["caption"]) >= {"as is", "VAR"}
+
+
 # ------------------------------------------------------------------------------------------ rules, draws, control
 def test_visual_sink_rule_transcribes_the_authors_dimprospector():
     """seilk/VisAttnSink DimProspector.run_logic: |rmsnorm(h)| at the sink dims, max over them, > tau. Ours: >= tau

@@ -38,13 +38,15 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from sinklib.core import lse_attention
 from sinklib.core.adapters import adapter_for
 from sinklib.core.errors import InputError
 from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
 UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks AttentionStats cannot mirror
 
-DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads): small enough to stay in cache
+DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads) on a CPU: small enough to stay in cache
+CUDA_MAX_BLOCK_BYTES = 2 * 2**30  # on CUDA blocks follow the free memory, up to this
 
 
 def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop: int,
@@ -61,6 +63,34 @@ def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop
     if block.dtype == torch.bool:
         return block
     return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
+
+
+def _allowed_keys(mask: torch.Tensor | None, q_len: int, keys: list[int], causal: bool,
+                  device: torch.device) -> torch.Tensor:
+    """Boolean (B|1, 1, T, |keys|): may query t see each listed key? Read from the mask's columns only (no T x N
+    tensor): a 4-D mask as given; None as sdpa reads it (causal: j <= t; otherwise every key)."""
+    if mask is not None:
+        cols = mask[:, :, :q_len, keys]
+        return cols if cols.dtype == torch.bool else cols > torch.finfo(cols.dtype).min / 2
+    if not causal:
+        return torch.ones(1, 1, q_len, len(keys), dtype=torch.bool, device=device)
+    return (torch.tensor(keys, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None])[None, None]
+
+
+def _visible(mask: torch.Tensor | None, q_len: int, k_len: int, causal: bool, batch: int, device: torch.device,
+             block_bytes: int) -> torch.Tensor:
+    """(B, N) float64: how many queries may see each key -- causal: T - j; no mask otherwise: T; a 4-D mask:
+    counted in blocks of queries."""
+    if mask is None:
+        j = torch.arange(k_len, device=device)
+        seen = (q_len - j).clamp_min(0) if causal else torch.full((k_len,), q_len, device=device)
+        return seen.double().expand(batch, k_len)
+    vis = torch.zeros(batch, k_len, dtype=torch.float64, device=device)
+    step = max(1, block_bytes // max(1, mask.shape[0] * k_len))
+    for start in range(0, q_len, step):
+        ok = _allowed(mask, q_len, k_len, start, min(q_len, start + step), device)
+        vis += ok.sum(dim=2).flatten(1).double().expand(batch, -1)
+    return vis
 
 
 def _scaling(module, kwargs: dict, head_dim: int) -> float:
@@ -95,7 +125,7 @@ class AttentionStats:
     """
 
     def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, fused: bool = True, keys: Sequence[int] | None = None):
+                 block_bytes: int | None = None, fused: bool = True, keys: Sequence[int] | None = None):
         if keys is not None and entropy:
             raise ValueError("entropy needs every key's probability: use keys=None with entropy=True")
         self.model = model
@@ -114,10 +144,20 @@ class AttentionStats:
         self._timm = _TimmProbabilities(self) if self.adapter.backend == "timm" else None
 
     # ------------------------------------------------------------------------------------------------ computation
-    def _chunk_size(self, batch: int, heads: int, k_len: int) -> int:
+    def _block_bytes(self, device: torch.device) -> int:
+        """Scratch per query block: ``block_bytes`` if given; on a CPU 8 MiB (stays in cache); on CUDA a sixteenth
+        of the free memory, at most 2 GiB (few large blocks: a 32k forward in 8 MiB blocks was ~140k kernels)."""
+        if self.block_bytes is not None:
+            return self.block_bytes
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            return int(min(max(free // 16, DEFAULT_BLOCK_BYTES), CUDA_MAX_BLOCK_BYTES))
+        return DEFAULT_BLOCK_BYTES
+
+    def _chunk_size(self, batch: int, heads: int, k_len: int, device: torch.device) -> int:
         if self.chunk:
             return self.chunk
-        return max(16, self.block_bytes // (4 * batch * heads * k_len))
+        return max(16, self._block_bytes(device) // (4 * batch * heads * k_len))
 
     @torch.no_grad()
     def _reduce(self, layer: int, module, query, key, attention_mask, kwargs,
@@ -160,7 +200,7 @@ class AttentionStats:
         out = torch.empty(B, Hkv, G, T, hd_v, device=query.device) if value is not None else None
         v = value.float() if value is not None else None  # (B, Hkv, N, hd_v), shared by the G heads of a group
         sink = torch.empty(B, Hkv, G, T, device=query.device) if sinks is not None else None
-        step = self._chunk_size(B, H, N)
+        step = self._chunk_size(B, H, N, query.device)
         for start in range(0, T, step):
             stop = min(T, start + step)
             C = stop - start
@@ -208,51 +248,52 @@ class AttentionStats:
         return out.view(B, H, T, hd_v).transpose(1, 2).contiguous().to(query.dtype)  # (B, T, H, hd_v)
 
     @torch.no_grad()
-    def _reduce_keys(self, layer: int, module, query, key, value, attention_mask, kwargs) -> torch.Tensor:
-        """Output and statistics of ``self.keys`` in one pass of torch's CPU flash-attention kernel.
+    def _reduce_lse(self, layer: int, module, query, key, value, attention_mask, kwargs) -> torch.Tensor:
+        """Output and statistics from one fused attention kernel that also returns each query's log-sum-exp.
 
-        The kernel returns o = softmax(l) v and lse_t = log sum_j exp(l_tj) (l = q k^T * scaling, masked); the
-        wanted keys' probabilities are p_tj = exp(l_tj - lse_t) where query t may see key j, else 0. Masks as sdpa
-        reads them (None: causal for T > 1 in a causal module, all keys otherwise). Returns (B, T, H, hd).
+        The kernel (:func:`lse_attention.attention_lse`: torch's flash kernel on the CPU; flash-attention 2 or the
+        memory-efficient kernel on CUDA) gives o = softmax(l) v and lse_t = log sum_j exp(l_tj) (l = q k^T *
+        scaling, masked); then p_tj = exp(l_tj - lse_t) where query t may see key j, else 0: the tracked keys'
+        probabilities from one (T x |keys|) product, or every key's column sum from one more pass over q k^T
+        (:func:`lse_attention.column_sums`: a Triton kernel on CUDA). Masks as sdpa reads them (None: causal for
+        T > 1 in a causal module, all keys otherwise). Returns (B, T, H, hd).
         """
         B, H, T, hd = query.shape
-        N, Hkv = key.shape[2], key.shape[1]
-        G = H // Hkv
+        N = key.shape[2]
         scaling = _scaling(module, kwargs, hd)
         _refuse_unseen_window(attention_mask, kwargs, N)
         causal = attention_mask is None and T > 1 and getattr(module, "is_causal", True)
         mask = attention_mask[:, :, :, :N] if attention_mask is not None else None
-        if mask is not None and mask.dtype == torch.bool:  # the kernel takes additive masks of the query's dtype
-            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
-                ~mask, torch.finfo(query.dtype).min)
-        k_rep, v_rep = key.repeat_interleave(G, dim=1), value.repeat_interleave(G, dim=1)  # (B, H, N, hd)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, k_rep, v_rep, 0.0, causal, attn_mask=mask, scale=scaling)  # (B, H, T, hd), (B, H, T)
-        keys = [j for j in self.keys if j < N]
-        logits = (query.float() * scaling) @ k_rep[:, :, keys].float().transpose(-1, -2)  # (B, H, T, K)
-        if attention_mask is None and not causal:
-            ok = torch.ones(1, 1, T, len(keys), dtype=torch.bool, device=query.device)
-        elif attention_mask is None:
-            ok = (torch.tensor(keys, device=query.device)[None, :] <= torch.arange(T, device=query.device)[:, None]
-                  )[None, None]
+        out, lse = lse_attention.attention_lse(query, key, value, mask, causal, scaling)  # (B, H, T, hd), (B, H, T)
+        if self.keys is not None:
+            keys = [j for j in self.keys if j < N]
+            ok = _allowed_keys(attention_mask, T, keys, causal, query.device)  # (B|1, 1, T, K)
+            p = lse_attention.tracked_probabilities(query, key, lse, ok, keys, scaling)  # (B, H, T, K)
+            col = torch.zeros(B, H, N, device=query.device)
+            vis = torch.zeros(B, N, device=query.device)
+            self.key_probs[layer].append(_pad_keys(p, len(self.keys)).cpu())
+            col[..., keys] = p.sum(dim=2)
+            vis[:, keys] = ok.sum(dim=2).flatten(1).float().expand(B, -1)
         else:
-            ok = _allowed(attention_mask, T, N, 0, T, query.device)[..., keys]  # (B|1, 1, T, K)
-        p = torch.exp(logits - lse.float().unsqueeze(-1)).masked_fill(~ok, 0.0).nan_to_num_(0.0)
-        col = torch.zeros(B, H, N, device=query.device)
-        vis = torch.zeros(B, N, device=query.device)
-        self.key_probs[layer].append(_pad_keys(p, len(self.keys)).cpu())
-        col[..., keys] = p.sum(dim=2)
-        vis[:, keys] = ok.sum(dim=2).flatten(1).float().expand(B, -1)
-        self.col_sum[layer].append(col.cpu())
-        self.visible[layer].append(vis.cpu())
+            col = lse_attention.column_sums(query, key, lse, mask, 0 if causal else None, scaling,
+                                            self._block_bytes(query.device))
+            vis = _visible(mask, T, N, causal, B, query.device, self._block_bytes(query.device))
+        self.col_sum[layer].append(col.float().cpu())
+        self.visible[layer].append(vis.float().cpu())
         return out.transpose(1, 2).contiguous()
 
-    def _keys_fast_path(self, module, query, value, kwargs) -> bool:
-        """Only some keys wanted, a CPU tensor, plain sdpa / eager, nothing the flash kernel does not do (soft-cap,
-        a learned sink logit, dropout, a value width other than the query's)."""
-        return (self.keys is not None and query.device.type == "cpu" and self._can_fuse(module, kwargs)
-                and kwargs.get("softcap") is None and kwargs.get("s_aux", getattr(module, "sinks", None)) is None
-                and value.shape[-1] == query.shape[-1] and query.dtype in (torch.float32, torch.bfloat16))
+    def _lse_path(self, module, query, value, kwargs) -> bool:
+        """Output and statistics from one kernel with the log-sum-exp (:meth:`_reduce_lse`): plain sdpa / eager
+        (no outer switch, no dropout), nothing the kernels do not do (soft-cap, a learned sink logit, a value width
+        other than the query's), no entropy; on the CPU only when a few keys are tracked (every key's mass is
+        cheaper there from the blocked softmax), on CUDA always."""
+        if self.entropy or not self._can_fuse(module, kwargs) or kwargs.get("softcap") is not None:
+            return False
+        if kwargs.get("s_aux", getattr(module, "sinks", None)) is not None or value.shape[-1] != query.shape[-1]:
+            return False
+        if query.device.type == "cuda":
+            return query.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        return self.keys is not None and query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16)
 
     def _can_fuse(self, module, kwargs) -> bool:
         """Compute the output here only when the backend it replaces is plain sdpa / eager (not an outer switch) and
@@ -263,8 +304,8 @@ class AttentionStats:
         layer = self.adapter.index_of(module)
         if layer is None:  # other towers (an MLLM's vision encoder) are not reduced
             return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
-        if self._keys_fast_path(module, query, value, kwargs):
-            return self._reduce_keys(layer, module, query, key, value, attention_mask, kwargs), None
+        if self._lse_path(module, query, value, kwargs):
+            return self._reduce_lse(layer, module, query, key, value, attention_mask, kwargs), None
         if self._can_fuse(module, kwargs):
             return self._reduce(layer, module, query, key, attention_mask, kwargs, value=value), None
         self._reduce(layer, module, query, key, attention_mask, kwargs)

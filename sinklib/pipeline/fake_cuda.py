@@ -6,7 +6,15 @@ with ``device="cuda"``) becomes a :class:`FakeCudaTensor`: its data stays on the
 
 * an operation mixing a CUDA tensor with a CPU tensor that is not a 0-dim scalar, or tensors on two CUDA devices;
 * a CPU tensor indexed with a CUDA index (``cpu[cuda_mask]``, ``cpu[cuda_mask] = ...``);
+* CPU values (not a 0-dim scalar) written into a CUDA tensor through advanced indexing: ``cuda[:, mask] = cpu``,
+  ``cuda[[0, 2]] = cpu``, ``index_put_`` (CUDA's index_put checks its values' device; 12_mllm crashed there on an
+  H200), ``masked_scatter_``, ``index_copy_`` / ``index_add_`` / ``scatter_`` with a CPU source. Basic indexing
+  (``cuda[0:2] = cpu``) and ``cuda_view.copy_(cpu)`` are host-to-device copies, which CUDA performs, so they pass;
 * ``.numpy()`` on a CUDA tensor.
+
+Attention kernels CUDA has and the CPU lacks (flash-attention 2, the memory-efficient kernel) run as CPU
+transcriptions with CUDA's contract (:mod:`sinklib.pipeline.fake_cuda_kernels`); Triton kernels run in Triton's
+interpreter (``TRITON_INTERPRET=1`` while the fake device is on).
 
 ``torch.cuda.is_available`` / ``device_count`` / ``mem_get_info`` / ``synchronize`` / ``empty_cache`` answer as a
 machine with ``devices`` GPUs would while it is on. So a notebook that runs under it with ``device="cuda"`` has put
@@ -25,8 +33,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from sinklib.pipeline.fake_cuda_kernels import KERNELS
+
 ENV = "SINKLIB_FAKE_CUDA"  # "1" or "2": fake CUDA devices in the notebook kernels
 _SYNC_LOAD = "HF_DEACTIVATE_ASYNC_LOAD"  # transformers: load weights in the calling thread
+_TRITON_INTERPRET = "TRITON_INTERPRET"  # Triton: run kernels in its CPU interpreter
 FAKE_MEMORY = 80 * 2 ** 30  # what mem_get_info reports per fake device (an 80 GB GPU)
 _TENSOR_FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand, torch.randn,
                      torch.randint, torch.tensor, torch.as_tensor, torch.linspace, torch.eye, torch.randperm,
@@ -113,6 +124,51 @@ def _devices(args, kwargs) -> tuple[set[int], list[torch.Tensor]]:
     return cuda, cpu
 
 
+def _is_cpu_array(t) -> bool:
+    """A CPU tensor that is not a 0-dim scalar: what CUDA kernels refuse as an operand."""
+    return (isinstance(t, torch.Tensor) and not isinstance(t, FakeCudaTensor) and t.device.type == "cpu"
+            and t.dim() > 0)
+
+
+def _advanced(index) -> bool:
+    """Does this index go through index_put (a tensor other than a 0-dim integer, a list) rather than a view?"""
+    parts = index if isinstance(index, tuple) else (index,)
+    for part in parts:
+        if isinstance(part, list):
+            return True
+        if isinstance(part, torch.Tensor) and (part.dim() > 0 or part.dtype == torch.bool):
+            return True
+    return False
+
+
+def _put_values(name: str, args, kwargs):
+    """The values an indexed write puts (``x[index] = values``, ``index_put(_)``), or None for a read."""
+    if name == "__setitem__":
+        return args[2] if len(args) > 2 else None
+    if name in ("index_put_", "index_put"):
+        return args[2] if len(args) > 2 else kwargs.get("values")
+    return None
+
+
+def _writes_cpu_values(name: str, args, kwargs) -> bool:
+    """``cuda[index] = cpu`` with an advanced index, or ``index_put(_)`` with CPU values: CUDA raises for both."""
+    advanced = name != "__setitem__" or _advanced(args[1])
+    return advanced and _is_cpu_array(_put_values(name, args, kwargs))
+
+
+def _writes_values_through_index(name: str, args, kwargs) -> bool:
+    """``cpu[index] = cuda`` with an advanced index, or ``index_put(_)`` with CUDA values (not a 0-dim tensor)."""
+    values = _put_values(name, args, kwargs)
+    advanced = name != "__setitem__" or _advanced(args[1])
+    return advanced and isinstance(values, FakeCudaTensor) and values.dim() > 0
+
+
+def _cuda_only_kernel(func):
+    """The CPU transcription of a CUDA-only attention kernel (:mod:`fake_cuda_kernels`) that ``func`` calls, or None."""
+    packet = getattr(func, "overloadpacket", func)
+    return KERNELS.get(getattr(packet, "__name__", ""))
+
+
 def _is_device(a) -> bool:
     return isinstance(a, str | torch.device) or (isinstance(a, int) and not isinstance(a, bool))
 
@@ -171,15 +227,32 @@ def _dispatch(func, args, kwargs):
             raise FakeCudaError(f"can't convert cuda:{args[0]._fake_index} device type tensor to numpy. Use "
                                 f"Tensor.cpu() to copy the tensor to host memory first.")
     cuda, cpu = _devices(args, kwargs)
+    kernel = _cuda_only_kernel(func)
+    if kernel is not None and cuda:  # a kernel CUDA has and the CPU lacks: its transcription, CUDA's contract
+        if len(cuda) > 1 or cpu:
+            raise FakeCudaError(f"Expected all tensors to be on the same device ({name or func})")
+        with torch._C.DisableTorchFunctionSubclass():
+            out = kernel(*tree_map(_plain, args), **tree_map(_plain, kwargs))
+        return _rewrap(out, next(iter(cuda)))
     if func is torch.histc and cuda and not args[0].is_floating_point():  # CUDA's histc takes integers, the CPU's not
         with torch._C.DisableTorchFunctionSubclass():
             out = torch.histc(_plain(args[0]).float(), *args[1:], **kwargs).to(args[0].dtype)
         return FakeCudaTensor.wrap(out, next(iter(cuda)))
     if name in ("__getitem__", "__setitem__", "index_put_", "index_put", "index_select", "masked_select"):
         base = args[0]
-        if not isinstance(base, FakeCudaTensor) and cuda:  # a CPU tensor indexed by (or written through) CUDA
-            raise FakeCudaError("indices should be either on cpu or on the same device as the indexed tensor (cpu)")
-        cpu = []  # a CUDA tensor takes CPU indices (and values)
+        if not isinstance(base, FakeCudaTensor):  # a CPU tensor indexed by CUDA, or CUDA values put through an index
+            index_devices, _ = _devices(args[1:2], {k: v for k, v in kwargs.items() if k != "values"})
+            if index_devices:
+                raise FakeCudaError("indices should be either on cpu or on the same device as the indexed tensor "
+                                    "(cpu)")
+            if cuda and _writes_values_through_index(name, args, kwargs):
+                raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                                    f"cpu and cuda:{next(iter(cuda))}! ({name} of CUDA values through an index)")
+            cuda = set()  # cpu[0] = cuda_value: a device-to-host copy into a view, which CUDA performs
+        elif cuda and _writes_cpu_values(name, args, kwargs):
+            raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                                f"cuda:{base._fake_index} and cpu! ({name} of CPU values through an index)")
+        cpu = []  # a CUDA tensor takes CPU indices (and CPU values through basic indexing: a copy)
     if len(cuda) > 1:
         raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
                             f"cuda:{min(cuda)} and cuda:{max(cuda)}!")
@@ -238,8 +311,9 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
         setattr(torch.accelerator, k, v)
     # a torch-function mode holds in its own thread only: transformers' loader copies weights to the device in a
     # thread pool unless told not to, which would reach for the real driver
-    saved_env = os.environ.get(_SYNC_LOAD)
+    saved_env = {k: os.environ.get(k) for k in (_SYNC_LOAD, _TRITON_INTERPRET)}
     os.environ[_SYNC_LOAD] = "1"
+    os.environ[_TRITON_INTERPRET] = "1"  # Triton kernels on "cuda" tensors run in Triton's CPU interpreter
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)  # module.to keeps the subclass
     for k, v in patches.items():
@@ -253,10 +327,11 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
         for k, v in saved_accel.items():
             setattr(torch.accelerator, k, v)
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
-        if saved_env is None:
-            os.environ.pop(_SYNC_LOAD, None)
-        else:
-            os.environ[_SYNC_LOAD] = saved_env
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class _Properties:

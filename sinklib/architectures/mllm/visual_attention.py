@@ -268,7 +268,7 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
         union = sink_union(p, tau)
         n_sinks.append(union.sum(-1).float())
         keys = torch.zeros_like(x["input_ids"], dtype=torch.bool)
-        keys[:, p.image] = union
+        keys[:, p.image] = union.to(keys.device)  # the profile's statistics are on the CPU, the ids on the model's
         text = p.span[1]  # the first text query: nothing before it is edited
         prefix, prefix_sinks = None, None
         if cached:
@@ -280,7 +280,7 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
         nll["sinks hidden"].append(edited_scores(lm.model, x, y, KeyMask(lm.model, keys, text), prefix))
         for r in range(draws):
             rand = torch.zeros_like(keys)
-            rand[:, p.image] = random_like(union, seed=seed + 1000 * r + i)
+            rand[:, p.image] = random_like(union, seed=seed + 1000 * r + i).to(rand.device)
             random_runs[r].append(edited_scores(lm.model, x, y, KeyMask(lm.model, rand, text), prefix))
         var = VisualAttentionRedistribution(lm.model, dims, p.image, tau=tau, prefix_sinks=prefix_sinks)
         nll["VAR"].append(edited_scores(lm.model, x, y, var, prefix))
