@@ -21,11 +21,14 @@ a notebook whose step does not fit even at batch 1 is refused, before anything r
 whole to the host (``host_maps``; 12_mllm reduces them on the device first) are its host RAM: their float32 bytes
 for one forward, checked against ``host_gb``.
 
-Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of
-:data:`MARGIN` covers the rest) and timed by :func:`call_seconds` -- the larger of FLOPs over the GPU's peak times
-:data:`MFU` and bytes moved over its memory bandwidth times :data:`BW_EFF`, plus eager PyTorch's per-layer launch
-overhead -- on :data:`GPU` (an H100 SXM 80 GB). These are stated assumptions, not measurements: the plan's
-GPU-hours say what a run will cost to the nearest factor of two or so.
+Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of :data:`MARGIN`
+covers the rest) and timed by a model calibrated on this project's code measured on a real GPU
+(:mod:`sinklib.pipeline.plan_calibration`, issue 44's H200 run), carried over to :data:`GPU` (an H100 SXM 80 GB) by
+published peaks: a forward (:func:`call_seconds`) is its matmul FLOPs and attention FLOPs over the peak at each
+one's measured utilisation, plus a per-layer cost; a decoded token the larger of its FLOPs and bytes (weights, KV
+cache) over the card, plus the measured per-layer host cost of a decode step in its dtype; a statistics forward an
+sdpa forward times the statistics' cost over sdpa (issue 44's target until measured: said in the output); a
+training step (:func:`train_step_seconds`) the measured step of its attention variant, scaled by FLOPs.
 
 Access: every hub id is checked (:func:`sinklib.models.hub_access.access_problem`): online by asking the hub,
 offline from the table's ``gated`` mark, with the licence link and the login to use.
@@ -41,6 +44,7 @@ from sinklib.core.errors import InputError
 from sinklib.core.memory import activation_bytes
 from sinklib.core.paths import ROOT
 from sinklib.models.hub_access import access_problem
+from sinklib.pipeline import plan_calibration as calibration
 from sinklib.pipeline import profiles
 
 GB = 1e9
@@ -51,21 +55,8 @@ GU_PROTOCOL = ("00_tour", "10_llm")  # float32 attention on every device (Gu et 
 HOST_GB = 128.0  # host RAM assumed beside the GPU (make figures HOST_GB=...)
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU the time estimate assumes (dense peaks from NVIDIA's H100 SXM datasheet)."""
-
-    name: str = "H100 SXM 80 GB"
-    bf16_tflops: float = 989.0
-    fp32_tflops: float = 67.0  # plain float32 (no TF32): what float32 notebooks get
-    hbm_tb_s: float = 3.35
-    pcie_gb_s: float = 25.0  # device -> host copies of kept attention maps
-
-
-GPU = Gpu()
-MFU = 0.35  # share of peak FLOPs eager PyTorch reaches on large batched matmuls
-BW_EFF = 0.6  # share of memory bandwidth reached by memory-bound steps (decoding, softmax over maps)
-LAYER_OVERHEAD_S = 3e-4  # eager PyTorch's kernel launches and Python per layer per forward (x3 per training step)
+GPU = calibration.H100  # the card the plan's hours are for
+BW_EFF = calibration.BW_EFF
 MARGIN = 1.25  # the notebook's other forwards (figures, controls, smaller steps), beyond its dominant steps
 
 
@@ -108,6 +99,7 @@ class Step:
     call_tokens: tuple[int, ...] = ()  # when the forwards differ in length: each one's tokens (calls ignored)
     growing: bool = False  # the KV cache grows from 0 to kv_tokens over the calls (time at the mean)
     variant: str = ""  # training: the attention variant
+    stats: str = ""  # sink statistics taken in the forward: "first key" or "every key" (AttentionStats)
 
 
 @dataclass
@@ -196,7 +188,7 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
         m = model or r.profile.model
         steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
                        calls=_n(4 * (r.num_seqs + r.control_seqs), r.batch_size)),
-                  Step("long context (O(N) statistics)", m, 1, max(r.context_lengths),
+                  Step("long context (O(N) statistics)", m, 1, max(r.context_lengths), stats="first key",
                        call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
     elif notebook == "01_utilization":
         m = model or r.profile.model
@@ -204,7 +196,7 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
         quant = _n(min(r.stream_tokens, 1024), r.stream_chunk)
         steps += [Step("held-out perplexity", m, r.batch_size, r.eval_seq_len, logits=True,
                        calls=_n(r.eval_seqs, r.batch_size) * 3),
-                  Step("ACT head choice (O(N) statistics)", m, r.batch_size, r.eval_seq_len,
+                  Step("ACT head choice (O(N) statistics)", m, r.batch_size, r.eval_seq_len, stats="every key",
                        calls=_n(r.probe_seqs, r.batch_size)),
                   Step("streaming, 6 sink/window caches", m, 1, r.stream_chunk, kv_tokens=r.cache_budget,
                        calls=6 * per_stream),
@@ -232,7 +224,7 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
             steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
                            calls=_n(4 * (r.num_seqs + r.control_seqs) + 3 * r.placement_seqs
                                     + 2 * (r.draw_seqs + (r.draw_windows or r.draw_seqs)), r.batch_size)),
-                      Step("long context (O(N) statistics)", m, 1, max(r.context_lengths),
+                      Step("long context (O(N) statistics)", m, 1, max(r.context_lengths), stats="first key",
                            call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
             if r.stream_tokens:
                 steps.append(Step("Xiao et al.'s position test (3 streams)", m, 1, r.stream_chunk,
@@ -320,38 +312,67 @@ def estimate(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, bat
     return weights + acts + kv, note
 
 
-def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, kv: int) -> float:
-    """Estimated seconds of one forward on :data:`GPU`: max(FLOPs / (peak x MFU), bytes / (bandwidth x BW_EFF))
-    + the maps' copy to the host + layers x LAYER_OVERHEAD_S.
+def _peak(dtype: str, card: calibration.Card = GPU) -> float:
+    return (card.fp32_tflops if dtype == "float32" else card.bf16_tflops) * 1e12
 
-    FLOPs = 2 P_active B T + 4 L B T (T + kv) d (the matmuls, then QK^T and AV over the keys); bytes = the
-    weights + the KV cache read (2 L kv H_kv d_head) + the (B, H, T, T + kv) probabilities written and read once
-    per layer when the step keeps maps (eager attention)."""
+
+def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, kv: int,
+                 card: calibration.Card = GPU) -> float:
+    """Estimated seconds of one forward on ``card`` (calibrated: :mod:`sinklib.pipeline.plan_calibration`).
+
+    A decoded token (``kv`` > 0, at most 16 new tokens): max(FLOPs / peak, bytes / (bandwidth x BW_EFF)) +
+    layers x DECODE_LAYER_S[dtype], bytes = the weights + the KV cache read (2 L kv H_kv d_head). Otherwise:
+    2 P_active B T / (peak x MATMUL_MFU) + 2 L B T keys d / (peak x ATTENTION_MFU) (keys = T + kv; the causal half
+    a prefill skips is absorbed in ATTENTION_MFU, fitted so) + layers x FORWARD_LAYER_S, times the statistics' cost over sdpa when the step takes
+    them; kept maps add their (B, H, T, keys) float32 probabilities written and read once per layer over the
+    bandwidth and, copied to the host, over PCIe."""
     size = DTYPE_BYTES[dtype]
     active = (shape.active_b or shape.params_b) * 1e9
-    keys = tokens + kv
-    flops = 2 * active * batch * tokens + 4 * shape.layers * batch * tokens * keys * shape.hidden
-    peak = (GPU.fp32_tflops if dtype == "float32" else GPU.bf16_tflops) * 1e12
     head = shape.hidden // shape.heads
-    moved = shape.params_b * 1e9 * size + 2 * shape.layers * kv * shape.kv_heads * head * batch * size
-    maps = shape.layers * shape.heads * batch * tokens * keys * 4 if step.maps else 0
-    seconds = max(flops / (peak * MFU), (moved + 2 * maps) / (GPU.hbm_tb_s * 1e12 * BW_EFF))
+    peak = _peak(dtype, card)
+    if kv and tokens <= 16:
+        flops = 2 * active * batch * tokens + 4 * shape.layers * batch * tokens * (tokens + kv) * shape.hidden
+        moved = shape.params_b * 1e9 * size + 2 * shape.layers * kv * shape.kv_heads * head * batch * size
+        bound = max(flops / peak, moved / (card.hbm_tb_s * 1e12 * BW_EFF))
+        return bound + shape.layers * calibration.DECODE_LAYER_S.get(dtype, calibration.DECODE_LAYER_S["bfloat16"])
+    keys = tokens + kv  # causal prefill skips half of these: ATTENTION_MFU was fitted over the whole count
+    matmul = 2 * active * batch * tokens / (peak * calibration.MATMUL_MFU[_mfu_dtype(dtype)])
+    attention = 2 * shape.layers * batch * tokens * keys * shape.hidden / (
+        peak * calibration.ATTENTION_MFU[_mfu_dtype(dtype)])
+    seconds = matmul + attention + shape.layers * calibration.FORWARD_LAYER_S
+    if step.stats:
+        ratio = calibration.STATS_OVER_SDPA[step.stats]
+        seconds *= ratio if isinstance(ratio, float) else ratio.get(dtype, ratio["bfloat16"])
+    maps = shape.layers * shape.heads * batch * tokens * (tokens + kv) * 4 if step.maps else 0
     copied = maps if step.host_maps else 0  # maps reduced on the device stay there
-    return seconds + copied / (GPU.pcie_gb_s * 1e9) + shape.layers * LAYER_OVERHEAD_S
+    return seconds + 2 * maps / (card.hbm_tb_s * 1e12 * BW_EFF) + copied / (card.pcie_gb_s * 1e9)
 
 
-def train_step_seconds(run: profiles.Run, variant: str, batch: int) -> float:
-    """Estimated seconds of one optimizer step of 03's TinyLM: max(6 P B T + 12 L B T^2 d FLOPs over the peak of
-    the training precision x MFU, 3 x the saved bytes over bandwidth x BW_EFF) + 3 x layers x LAYER_OVERHEAD_S per
-    micro-batch."""
+def _mfu_dtype(dtype: str) -> str:
+    return "float32" if dtype == "float32" else "bfloat16"
+
+
+def _train_flops(layers: int, d_model: int, params: float, batch: int, seq_len: int) -> float:
+    """6 P B T (the matmuls, forward and backward) + 12 L B T^2 d (QK^T and AV, forward and backward)."""
+    return 6 * params * batch * seq_len + 12 * layers * batch * seq_len * seq_len * d_model
+
+
+def train_step_seconds(run: profiles.Run, variant: str, batch: int, card: calibration.Card = GPU) -> float:
+    """Seconds of one optimizer step of 03's TinyLM: the step measured for this variant
+    (:data:`plan_calibration.TRAIN_STEP_S`, at :data:`plan_calibration.TRAIN_REFERENCE`), times this step's FLOPs
+    over the reference's (:func:`_train_flops`), times the measured card's peak over ``card``'s in the training
+    precision."""
     cfg = _training_config(run, variant)
-    counted, _, micro = _training_bytes(run, variant, batch)
-    params, saved = counted["parameters"], counted["saved"] * (batch / micro)
-    T, L, d = cfg.seq_len, cfg.model.n_layers, cfg.model.d_model
-    flops = 6 * params * batch * T + 12 * L * batch * T * T * d
-    peak = (GPU.bf16_tflops if cfg.precision == "bf16" else GPU.fp32_tflops) * 1e12
-    parts = -(-batch // micro)
-    return max(flops / (peak * MFU), 3 * saved / (GPU.hbm_tb_s * 1e12 * BW_EFF)) + 3 * L * LAYER_OVERHEAD_S * parts
+    counted = _training_bytes(run, variant, batch)[0]
+    ref = calibration.TRAIN_REFERENCE
+    ref_cfg = replace(cfg, model=replace(cfg.model, n_layers=ref["layers"], d_model=ref["d_model"]))
+    ref_params = _step_bytes(ref_cfg, 1)["parameters"] if (cfg.model.n_layers, cfg.model.d_model) != (
+        ref["layers"], ref["d_model"]) else counted["parameters"]
+    flops = _train_flops(cfg.model.n_layers, cfg.model.d_model, counted["parameters"], batch, cfg.seq_len)
+    ref_flops = _train_flops(ref["layers"], ref["d_model"], ref_params, ref["batch"], ref["seq_len"])
+    dtype = "bfloat16" if cfg.precision == "bf16" else "float32"
+    measured = calibration.TRAIN_STEP_S.get(variant, max(calibration.TRAIN_STEP_S.values()))
+    return measured * flops / ref_flops * _peak("bfloat16", calibration.MEASURED_ON) / _peak(dtype, card)
 
 
 def step_seconds(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> float:
@@ -473,9 +494,11 @@ def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:
                  + (f"REFUSED: {', '.join(refused)}" if refused else "every step fits"))
     if on_gpu:
         hours = sum(p.gpu_hours for p in plans)
-        lines.append(f"estimated {hours:.1f} GPU-hours in all on one {GPU.name} (assumed: MFU {MFU:.0%}, "
-                     f"{BW_EFF:.0%} of memory bandwidth, {LAYER_OVERHEAD_S * 1e3:.1f} ms per layer per forward, x"
-                     f"{MARGIN:g} for the steps not listed; an estimate, not a measurement)")
+        lines.append(f"estimated {hours:.1f} GPU-hours in all on one {GPU.name}: calibrated on this code measured "
+                     f"on an {calibration.MEASURED_ON.name} (issue 44; carried over by published peaks), x{MARGIN:g} "
+                     f"for the steps not listed"
+                     + ("" if calibration.STATS_MEASURED else
+                        "; statistics forwards at issue 44's target cost over sdpa (not yet measured on a GPU)"))
     gated = sorted({m for p in plans for m in p.access})
     if gated:
         lines.append(f"before the run: {len(gated)} hub id(s) need access -- {', '.join(gated)} (lines marked ACCESS)")

@@ -154,11 +154,12 @@ _TRAIN_CPU = TrainConfig(model=TinyConfig(d_model=64, n_layers=2, n_heads=2, d_f
 # a step costs about half of float32's on a CPU with AVX512-BF16, the largest part of the cold-cache budget (issue 27).
 # GPU: the structural-origin paper's scale by parameter (Llama-2-style, 12 x 768, RoPE, T = 1024; ~85M parameters
 # with a byte vocabulary). Point ``data`` at an OpenWebText-like dump with data="file:<path>". Sized to the 6
-# GPU-hour budget (CUTS below): 5,000 steps of 16 x 1024 tokens in bfloat16 autocast, in micro-batches of 8 so that
+# GPU-hour budget by the plan calibrated on an H200 (issue 44: a step took 0.11-0.32 s there, 2-3x the former
+# assumption; CUTS below): 3,000 steps of 16 x 1024 tokens in bfloat16 autocast, in micro-batches of 8 so that
 # softpick's saved (B, H, T, T) tensors fit 80 GB (151 GB at 32 x 1024 in one piece; `make figures PROFILE=gpu
 # DRYRUN=1` counts them per variant).
 _TRAIN_GPU = TrainConfig(model=TinyConfig(d_model=768, n_layers=12, n_heads=12, d_ff=2048, max_len=1024),
-                         steps=5000, batch_size=16, seq_len=1024, lr=6e-4, warmup=500, weight_decay=0.1,
+                         steps=3000, batch_size=16, seq_len=1024, lr=6e-4, warmup=500, weight_decay=0.1,
                          eval_every=250, eval_seqs=8, data="bible", precision="bf16", micro_batch=8)
 
 
@@ -209,7 +210,7 @@ SIZES: dict[str, dict[str, object]] = {
                                 cache_budget=256, stream_chunk=16, recompute_points=128, decode_tokens=256,
                                 control_tokens=256, control_budget=64),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=16384,
-                                cache_budget=1024, stream_chunk=1, recompute_points=2048, decode_tokens=8192,
+                                cache_budget=1024, stream_chunk=16, recompute_points=2048, decode_tokens=4096,
                                 control_tokens=4096, control_budget=256),
     },
     "02_interpretation": {
@@ -229,7 +230,7 @@ SIZES: dict[str, dict[str, object]] = {
                         control_seqs=2, stream_tokens=1024, stream_budget=128, stream_chunk=16),
         "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
                         context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100,
-                        draw_windows=100, control_seqs=16, stream_tokens=4096, stream_budget=1024, stream_chunk=1),
+                        draw_windows=100, control_seqs=16, stream_tokens=4096, stream_budget=1024, stream_chunk=16),
     },
     "11_moe": {
         "smoke": MoeSizes(models=("smollm2-moe-smoke",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
@@ -273,11 +274,17 @@ SIZES: dict[str, dict[str, object]] = {
 # What the gpu profile cut from the papers' protocols so that every notebook fits 6 GPU-hours on one 80 GB GPU
 # (`make figures PROFILE=gpu DRYRUN=1` prints each notebook's estimate beside these).
 CUTS: dict[tuple[str, str], str] = {
-    ("gpu", "01_utilization"): "streams 16,384 tokens token by token (was 65,536; StreamingLLM's Fig. 3 shows 20k "
-                               "tokens for Llama-2-7B) -- the dense reference cache then needs 8.6 GB, not 34 GB",
-    ("gpu", "03_mitigation"): "3 seeds x 5,000 steps of 16 x 1024 tokens in bfloat16 autocast (was 4 x 20,000 of "
-                              "32 x 1024 in float32, ~220 GPU-hours); whether the softmax sink forms this early on "
-                              "Bible bytes is not known until a GPU run shows it",
+    ("gpu", "01_utilization"): "streams 16,384 tokens (was 65,536; StreamingLLM's Fig. 3 shows 20k tokens for "
+                               "Llama-2-7B) in chunks of 16 tokens, as the cpu profile (was token by token: a decoded "
+                               "token costs ~2 ms per layer of Python and launches, measured on an H200), so the "
+                               "window between evictions is 1,008-1,024 tokens, not exactly 1,024 -- the dense "
+                               "reference cache then needs 8.6 GB, not 34 GB; decoding timed over 4,096 tokens (was "
+                               "8,192: beyond Llama-2's 4,096 positions)",
+    ("gpu", "03_mitigation"): "3 seeds x 3,000 steps of 16 x 1024 tokens in bfloat16 autocast (was 4 x 20,000 of "
+                              "32 x 1024 in float32, ~220 GPU-hours; 5,000 steps before the H200 measured a step at "
+                              "2-3x the plan); whether the softmax sink forms this early on Bible bytes is not known "
+                              "until a GPU run shows it",
+    ("gpu", "10_llm"): "Xiao et al.'s position test streams 4,096 tokens in chunks of 16 (was token by token)",
 }
 
 
