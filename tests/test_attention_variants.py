@@ -148,3 +148,42 @@ def test_kv_bias_transcribes_gu_et_al_prepended_bias(qkv):
     q1, k1, v1 = torch.cat([torch.zeros_like(kb), q], 2), torch.cat([kb, k], 2), torch.cat([vb, v], 2)
     theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, is_causal=True)[:, :, 1:]
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(av.VARIANTS))
+def test_fused_training_path_equals_the_maps_on_cuda(name):
+    """Without recorded weights on a CUDA device the softmax-like variants run torch's fused attention (one extra key
+    for off-by-one, sink logit and KV bias): the same outputs and gradients as the materialised maps; sigmoid and
+    softpick keep their maps. On the fake CUDA device (CPU data, CUDA's device checks)."""
+    from sinklib.pipeline.fake_cuda import fake_cuda
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v, x = (torch.randn(B, H, 7, HD, generator=g), torch.randn(B, H, 7, HD, generator=g),
+                  torch.randn(B, H, 7, HD, generator=g), torch.randn(B, 7, D, generator=g))
+    torch.manual_seed(0)
+    mod = av.VARIANTS[name](D, H, HD)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # sink logits, biases and gains away from their initial values
+    with fake_cuda():
+        mod = mod.to("cuda")
+        runs = []
+        for need in (True, False):
+            inputs = [t.to("cuda").requires_grad_() for t in (q, k, v, x)]
+            mod.zero_grad()
+            y, A = mod(*inputs, need_weights=need)
+            (y * torch.linspace(-1, 1, HD, device="cuda")).sum().backward()
+            runs.append((y.detach().cpu(), A, [t.grad.cpu() for t in inputs[:3]],
+                         [p.grad.cpu() for p in mod.parameters() if p.grad is not None]))
+    (y_maps, A_maps, g_maps, p_maps), (y_fused, A_fused, g_fused, p_fused) = runs
+    assert A_maps is not None and (A_fused is None) == mod.fusable
+    torch.testing.assert_close(y_fused, y_maps, atol=1e-5, rtol=1e-5)
+    for a, b in zip(g_fused + p_fused, g_maps + p_maps):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert len(p_fused) == len(p_maps)
+
+
+def test_the_cpu_keeps_the_maps_it_was_trained_with(qkv):
+    q, k, v, x = qkv
+    y, A = av.Softmax(D, H, HD)(q, k, v, x, need_weights=False)
+    assert A is not None  # the CPU profile's runs are unchanged

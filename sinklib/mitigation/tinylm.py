@@ -102,13 +102,13 @@ class Block(nn.Module):
             self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
             self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def forward(self, h: torch.Tensor):
+    def forward(self, h: torch.Tensor, need_weights: bool = True):
         B, T, _ = h.shape
         x = self.norm1(h)  # (B, T, d)
         q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.hd).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
         if self.cfg.rope_theta > 0:
             q, k = rope(q, self.cfg.rope_theta), rope(k, self.cfg.rope_theta)
-        o, A = self.attn(q, k, v, x)  # (B, H, T, hd), (B, H, T, T)
+        o, A = self.attn(q, k, v, x, need_weights)  # (B, H, T, hd), (B, H, T, T) or None (fused, on CUDA)
         h = h + self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
         if self.cfg.n_experts:
             return h + self.moe(self.norm2(h)), A
@@ -139,7 +139,7 @@ class TinyLM(nn.Module):
         h = self.embed(ids)
         atts, hs = [], []
         for block in self.blocks:
-            h, A = block(h)
+            h, A = block(h, need_weights=record)
             if record:
                 atts.append(A.detach())
                 hs.append(h.detach())
