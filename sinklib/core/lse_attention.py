@@ -156,8 +156,8 @@ def _triton_module(interpret: bool):
         # one program: BLOCK_N keys of one (batch, head); it walks the query blocks that can see them.
         # MASK_KIND 0: none, 1: boolean (as uint8, nonzero = allowed), 2: additive (allowed above masked_below)
         pid_n, bh = tl.program_id(0), tl.program_id(1)
-        b, h = bh // H, bh % H
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        b, h = (bh // H).to(tl.int64), bh % H  # 64-bit offsets: a (T x N) mask passes 2^31 elements at ~46k tokens
+        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
         offs_d = tl.arange(0, HD_P)
         k = tl.load(K + b * skb + (h // G) * skh + offs_n[:, None] * skn + offs_d[None, :],
                     mask=(offs_n[:, None] < N) & (offs_d[None, :] < HD), other=0.0)  # (BLOCK_N, HD_P)
@@ -166,7 +166,7 @@ def _triton_module(interpret: bool):
         if CAUSAL:  # queries t < j - offset see no key of this block
             first = tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M * BLOCK_M
         for m0 in range(first, T, BLOCK_M):
-            offs_m = m0 + tl.arange(0, BLOCK_M)
+            offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
             q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
                         mask=(offs_m[:, None] < T) & (offs_d[None, :] < HD), other=0.0)  # (BLOCK_M, HD_P)
             if UPCAST:  # Triton's CPU interpreter multiplies bfloat16 tiles wrongly: float32 there (same products)
@@ -189,7 +189,7 @@ def _triton_module(interpret: bool):
             lse = tl.load(LSE + b * slb + h * slh + offs_m, mask=offs_m < T, other=0.0)
             p = tl.exp(tl.where(ok, s - lse[:, None], float("-inf")))
             acc += tl.sum(tl.where(p == p, p, 0.0), axis=0)  # p == p: a row that sees no key (lse -inf) adds 0
-        tl.store(COL + bh * N + offs_n, acc, mask=offs_n < N)
+        tl.store(COL + bh.to(tl.int64) * N + offs_n, acc, mask=offs_n < N)
 
     return triton, key_mass_kernel
 
