@@ -185,3 +185,40 @@ def test_the_long_context_benchmark_reports_its_cuda_rows(tmp_path):
     rows = json.loads((tmp_path / "long_context_cuda.json").read_text())["rows"]
     assert [r["N"] for r in rows] == [70] and all("seconds" in rows[0][m] for m in ("sdpa", "first key",
                                                                                      "every key", "eager"))
+
+
+COMPILE_SCRIPT = r"""
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import torch
+from sinklib.core import lse_attention as la
+
+CONFIGS = [(90, dtype, hd, kind) for dtype in (torch.bfloat16, torch.float16, torch.float32)
+           for hd, kind in ((64, "causal"), (24, "bidirectional"), (128, "bool"), (256, "additive"))]
+CONFIGS += [(80, torch.bfloat16, 64, "causal"), (80, torch.float32, 80, "additive")]
+done = []
+for capability, dtype, hd, mask_kind in CONFIGS:
+    q, k = torch.zeros(1, 4, 70, hd, dtype=dtype), torch.zeros(1, 2, 75, hd, dtype=dtype)
+    lse = torch.zeros(1, 4, 70)
+    mask = {"bool": torch.ones(1, 1, 70, 75, dtype=torch.bool),
+            "additive": torch.zeros(1, 1, 70, 75, dtype=dtype)}.get(mask_kind)
+    offset = 5 if mask_kind == "causal" else None
+    compiled = la.compile_for_gpu(q, k, lse, mask, offset, 0.125, capability)
+    assert compiled.asm["cubin"], (capability, dtype, hd, mask_kind)
+    done.append((capability, str(dtype), hd, mask_kind))
+print(len(done))
+"""
+
+
+def test_the_triton_kernel_compiles_for_a100_and_h100_without_a_gpu():
+    """Triton's interpreter runs the kernel's arithmetic on the CPU but not its GPU compilation (types, tile shapes,
+    the dot's precision): compile every launch configuration the statistics use down to an sm_80 / sm_90 binary."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "14"

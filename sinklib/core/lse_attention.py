@@ -202,11 +202,10 @@ def _triton():
 BLOCK_M = BLOCK_N = 64  # query and key tile of the Triton kernel
 
 
-def _triton_column_sums(query: torch.Tensor, key: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor | None,
-                        causal_offset: int | None, scaling: float) -> torch.Tensor:
-    """:func:`column_sums` as one Triton kernel launch: (B, H, N) float32; q and k read in their own dtype
-    (bfloat16 products are exact in float32 accumulation; float32 ones in IEEE precision, not TF32)."""
-    triton, kernel = _triton()
+def _launch(query: torch.Tensor, key: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor | None,
+            causal_offset: int | None, scaling: float, interpret: bool) -> tuple[tuple, tuple, dict, torch.Tensor]:
+    """(grid, arguments, constexprs, output) of the column-sum kernel for these tensors: what
+    :func:`_triton_column_sums` launches and :func:`compile_for_gpu` compiles."""
     B, H, T, hd = query.shape
     N, Hkv = key.shape[2], key.shape[1]
     q, k = query.contiguous(), key.contiguous()
@@ -219,11 +218,43 @@ def _triton_column_sums(query: torch.Tensor, key: torch.Tensor, lse: torch.Tenso
         below = 0.0 if kind == 1 else float(torch.finfo(m.dtype).min) / 2
         m = m.view(torch.uint8) if kind == 1 else m
     m_strides = (0, 0, 0) if mask is None else (m.stride(0) if m.shape[0] > 1 else 0, m.stride(2), m.stride(3))
-    grid = (triton.cdiv(N, BLOCK_N), B * H)
-    kernel[grid](q, k, lse, m, col, T, N, H, H // Hkv, float(scaling), int(causal_offset or 0), below,
-                 q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                 lse.stride(0), lse.stride(1), *m_strides,
-                 HD=hd, HD_P=max(16, triton.next_power_of_2(hd)), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                 CAUSAL=mask is None and causal_offset is not None, MASK_KIND=kind,
-                 IEEE=query.dtype == torch.float32, UPCAST=os.environ.get("TRITON_INTERPRET", "0") == "1")
+    grid = (-(-N // BLOCK_N), B * H)
+    args = (q, k, lse, m, col, T, N, H, H // Hkv, float(scaling), int(causal_offset or 0), below,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            lse.stride(0), lse.stride(1), *m_strides)
+    constexprs = {"HD": hd, "HD_P": max(16, 1 << (hd - 1).bit_length()), "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
+                  "CAUSAL": mask is None and causal_offset is not None, "MASK_KIND": kind,
+                  "IEEE": query.dtype == torch.float32, "UPCAST": interpret}
+    return grid, args, constexprs, col
+
+
+def _triton_column_sums(query: torch.Tensor, key: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor | None,
+                        causal_offset: int | None, scaling: float) -> torch.Tensor:
+    """:func:`column_sums` as one Triton kernel launch: (B, H, N) float32; q and k read in their own dtype
+    (bfloat16 products are exact in float32 accumulation; float32 ones in IEEE precision, not TF32)."""
+    _, kernel = _triton()
+    grid, args, constexprs, col = _launch(query, key, lse, mask, causal_offset, scaling,
+                                          interpret=os.environ.get("TRITON_INTERPRET", "0") == "1")
+    kernel[grid](*args, **constexprs)
     return col
+
+
+_TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.uint8: "*u8"}
+
+
+def compile_for_gpu(query: torch.Tensor, key: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor | None,
+                    causal_offset: int | None, scaling: float, capability: int = 90):
+    """Compile, without a GPU, the kernel :func:`_triton_column_sums` would launch for tensors like these, for an
+    NVIDIA GPU of this compute capability (80: A100, 90: H100 / H200) down to its binary (Triton's bundled ptxas):
+    what Triton's CPU interpreter cannot check -- types, tile shapes, the dot's precision -- checked here. Needs
+    Triton imported with ``TRITON_INTERPRET`` unset. Returns Triton's compiled kernel (``.asm["cubin"]``)."""
+    triton, kernel = _triton_module(False)
+    from triton.backends.compiler import GPUTarget
+
+    _, args, constexprs, _ = _launch(query, key, lse, mask, causal_offset, scaling, interpret=False)
+    names = [n for n in kernel.arg_names if n not in constexprs]
+    signature = {n: _TRITON_TYPES[a.dtype] if isinstance(a, torch.Tensor) else ("fp32" if isinstance(a, float)
+                 else "i32" if abs(a) < 2**31 else "i64") for n, a in zip(names, args)}
+    signature.update({n: "constexpr" for n in constexprs})
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32))
