@@ -57,6 +57,10 @@ HOST_GB = 128.0  # host RAM assumed beside the GPU (make figures HOST_GB=...)
 
 GPU = calibration.H100  # the card the plan's hours are for
 BW_EFF = calibration.BW_EFF
+# 10's structural-origin chain (sinklib.architectures.llm.survey_chain, CHAIN_DRAWS draws of the placement windows):
+# ~8 forwards of a draw's windows (random tokens, the measuring pass, the super neuron's ablations, held-out
+# perplexity as it is, at the mean, at zero, position 0 only)
+CHAIN_FORWARDS = 8
 MARGIN = 1.25  # the notebook's other forwards (figures, controls, smaller steps), beyond its dominant steps
 
 
@@ -226,9 +230,15 @@ def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[St
                                     + 2 * (r.draw_seqs + (r.draw_windows or r.draw_seqs)), r.batch_size)),
                       Step("long context (O(N) statistics)", m, 1, max(r.context_lengths), stats="first key",
                            call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
-            if r.stream_tokens:
-                steps.append(Step("Xiao et al.'s position test (3 streams)", m, 1, r.stream_chunk,
-                                  kv_tokens=r.stream_budget, calls=3 * _n(r.stream_tokens, r.stream_chunk)))
+            from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS
+
+            chain_draws = CHAIN_DRAWS if r.draw_seqs else 1
+            steps.append(Step(f"origin chain + bias test, {chain_draws} draws", m, r.batch_size, r.seq_len,
+                              hidden_states=True, logits=True,
+                              calls=chain_draws * CHAIN_FORWARDS * _n(r.placement_seqs, r.batch_size)))
+            if r.stream_tokens:  # the trained model's three streams, then the same three on its random weights
+                steps.append(Step("Xiao et al.'s position test (2 x 3 streams)", m, 1, r.stream_chunk,
+                                  kv_tokens=r.stream_budget, calls=6 * _n(r.stream_tokens, r.stream_chunk)))
     elif notebook == "11_moe":
         for m in _models(r, model, first_only=True):
             steps += [Step("routing + statistics + hidden states", m, r.batch_size, r.seq_len, hidden_states=True,

@@ -210,7 +210,7 @@ SIZES: dict[str, dict[str, object]] = {
                                 cache_budget=256, stream_chunk=16, recompute_points=128, decode_tokens=256,
                                 control_tokens=256, control_budget=64),
         "gpu": UtilizationSizes(batch_size=10, probe_seqs=64, eval_seqs=64, eval_seq_len=1024, stream_tokens=16384,
-                                cache_budget=1024, stream_chunk=16, recompute_points=2048, decode_tokens=4096,
+                                cache_budget=1024, stream_chunk=16, recompute_points=2048, decode_tokens=2048,
                                 control_tokens=4096, control_budget=256),
     },
     "02_interpretation": {
@@ -278,8 +278,8 @@ CUTS: dict[tuple[str, str], str] = {
                                "Llama-2-7B) in chunks of 16 tokens, as the cpu profile (was token by token: a decoded "
                                "token costs ~2 ms per layer of Python and launches, measured on an H200), so the "
                                "window between evictions is 1,008-1,024 tokens, not exactly 1,024 -- the dense "
-                               "reference cache then needs 8.6 GB, not 34 GB; decoding timed over 4,096 tokens (was "
-                               "8,192: beyond Llama-2's 4,096 positions)",
+                               "reference cache then needs 8.6 GB, not 34 GB; decoding timed over 2,048 tokens (was "
+                               "8,192, beyond Llama-2's 4,096 positions; benchmarks/streaming_decode.py times 1k-8k)",
     ("gpu", "03_mitigation"): "3 seeds x 3,000 steps of 16 x 1024 tokens in bfloat16 autocast (was 4 x 20,000 of "
                               "32 x 1024 in float32, ~220 GPU-hours; 5,000 steps before the H200 measured a step at "
                               "2-3x the plan); whether the softmax sink forms this early on Bible bytes is not known "
