@@ -40,7 +40,7 @@ def load_reference(name: str) -> dict:
     if not path.exists():
         known = ", ".join(p.stem for p in sorted(REFERENCE_DIR.glob("*.json")))
         raise FileNotFoundError(f"no reference {name!r} in {REFERENCE_DIR}; available: {known}")
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def sink_rate_table(measured: dict[str, float], label: str, reference: dict):

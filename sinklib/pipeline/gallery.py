@@ -26,6 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, atomic_write_bytes
 
 SCORECARD = "90_scorecard"
@@ -132,7 +133,7 @@ def notebook_text(path: Path) -> dict:
     after it) and ``saw``: (section heading, paragraph) for every paragraph that starts with "**What we saw"."""
     out = {"title": path.stem, "question": "", "saw": []}
     try:
-        cells = json.loads(path.read_text())["cells"]
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError):
         return out
     heading = ""
@@ -159,7 +160,7 @@ def run_takeaways(folder: Path) -> list[tuple[str, str]] | None:
     """(section, paragraph) for every "What we saw" paragraph the run rendered (``takeaways.json``, written by the
     runner from the executed notebook); None when the folder has none (a run older than rendered takeaways)."""
     try:
-        data = json.loads((folder / "takeaways.json").read_text())
+        data = json.loads((folder / "takeaways.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return [(t["section"], t["markdown"]) for t in data.get("takeaways", [])]
@@ -169,13 +170,13 @@ def run_takeaways(folder: Path) -> list[tuple[str, str]] | None:
 def _figure(png: Path) -> str:
     folder = png.parent.name
     title_file = png.with_name(png.stem + ".title.txt")
-    if title_file.exists() and title_file.read_text().strip():
-        title = title_file.read_text().strip()
+    if title_file.exists() and title_file.read_text(encoding="utf-8").strip():
+        title = title_file.read_text(encoding="utf-8").strip()
     else:  # fig03_sink-rates -> "Sink rates"
         words = png.stem.split("_", 1)[-1].replace("-", " ").replace("_", " ")
         title = words[:1].upper() + words[1:]
     cap = png.with_suffix(".txt")
-    caption = _esc(cap.read_text().strip()) if cap.exists() else ""
+    caption = _esc(cap.read_text(encoding="utf-8").strip()) if cap.exists() else ""
     pdf = png.with_suffix(".pdf")
     pdf_link = f' <a href="{folder}/{pdf.name}">[pdf]</a>' if pdf.exists() else ""
     return (f"<figure id='{folder}-{png.stem}'><img src='{folder}/{png.name}' alt='{_esc(title)}' loading='eager'>"
@@ -186,7 +187,7 @@ def _tables(folder: Path) -> str:
     parts = []
     mds = sorted(folder.glob("*.md"))
     for md in mds:
-        parts.append(f"<h3>Table: {_esc(md.stem)}</h3>{_markdown(md.read_text())}"
+        parts.append(f"<h3>Table: {_esc(md.stem)}</h3>{_markdown(md.read_text(encoding='utf-8'))}"
                      f"<p class='meta'><a href='{folder.name}/{md.name}'>{_esc(md.name)}</a></p>")
     for csv in sorted(folder.glob("*.csv")):
         if csv.with_suffix(".md").exists():
@@ -202,7 +203,7 @@ def _headline(folder: Path) -> str:
     path = folder / "headline.json"
     if not path.exists():
         return ""
-    rows = [[_esc(k), _esc(_leaf(v))] for k, v in flatten(json.loads(path.read_text()))]
+    rows = [[_esc(k), _esc(_leaf(v))] for k, v in flatten(json.loads(path.read_text(encoding="utf-8")))]
     return (f"<details><summary>Headline numbers ({len(rows)} values, "
             f"<a href='{folder.name}/headline.json'>headline.json</a>)</summary>"
             f"{_table(['key', 'value'], rows)}</details>")
@@ -233,7 +234,7 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
     rendered_saw = run_takeaways(folder)
     if rendered_saw is not None:  # what this run found, rendered from its results
         text["saw"] = rendered_saw
-    headline = json.loads((folder / "headline.json").read_text()) if (folder / "headline.json").exists() else {}
+    headline = json.loads((folder / "headline.json").read_text(encoding="utf-8")) if (folder / "headline.json").exists() else {}
     meta = []
     if headline.get("label") or headline.get("model"):
         meta.append(f"model: {_esc(headline.get('label') or headline.get('model'))}")
@@ -340,12 +341,18 @@ def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[
 
 def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTEBOOK_DIR) -> Path:
     """Write ``<figures_dir>/index.html`` (see the module docstring) and return its path."""
+    from sinklib.pipeline.publish import leftovers
+
     root = Path(figures_dir)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"the figures folder {root} is a file, not a folder; point --figures-dir at a folder.")
     root.mkdir(parents=True, exist_ok=True)
+    for line in leftovers(root):
+        print(f"note: {line}")
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
                      and p.name not in (SCORECARD, BENCHMARKS)
                      and ((p / "headline.json").exists() or any(p.glob("*.png"))))
-    headlines = [json.loads((f / "headline.json").read_text()) for f in folders if (f / "headline.json").exists()]
+    headlines = [json.loads((f / "headline.json").read_text(encoding="utf-8")) for f in folders if (f / "headline.json").exists()]
     models = models_used(root, folders, headlines)
     profiles = sorted({h["profile"] for h in headlines if h.get("profile")})
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -139,7 +139,7 @@ class NotebookPlan:
 
 @cache
 def hub_shapes() -> dict[str, Shape]:
-    data = json.loads((ROOT / "data" / "hub_models.json").read_text())
+    data = json.loads((ROOT / "data" / "hub_models.json").read_text(encoding="utf-8"))
     return {name: Shape(**facts) for name, facts in data["models"].items()}
 
 

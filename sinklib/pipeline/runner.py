@@ -1,8 +1,12 @@
 """``make figures``: execute every notebook with papermill, keep good figures, summarise, build the gallery.
 
-Each notebook writes into a fresh staging folder; only when it succeeds does the staging folder replace
-``figures/<notebook>/``. A failing notebook therefore never destroys that notebook's previous figures, and does
-not stop the others. The run ends with a table (notebook, status, seconds) and a non-zero exit if anything failed.
+Each notebook writes into a staging folder private to the run; only when it succeeds does the staging folder replace
+``figures/<notebook>/``, by renames that never leave a half-written folder (:mod:`sinklib.pipeline.publish`). A
+failing notebook therefore never destroys that notebook's previous figures, and does not stop the others. One run
+holds a figures folder and a build folder at a time (a second stops with the first's PID); the folders are checked
+for room and writability before the first notebook. Each notebook runs in a child process: Ctrl-C stops them all at
+once (their kernels shut down, nothing half-done is published), prints what finished and exits 130. The run ends
+with a table (notebook, status, seconds) and a non-zero exit if anything failed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, cache_dir
+from sinklib.pipeline import publish
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 KERNEL_HASH_SEED = "0"  # PYTHONHASHSEED of every kernel
@@ -46,19 +51,6 @@ def discover(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -
             raise InputError(f"no notebook matches {only}; available: "
                              f"{', '.join(p.stem for p in sorted(notebook_dir.glob('*.ipynb')))}")
     return books
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Replace ``target`` by ``staging`` with two renames (the old folder is removed only after the swap)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = target.with_name(f".{target.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        target.rename(old)
-    shutil.move(staging, target)  # a rename when both sit on one filesystem
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def _last_error_line(err: BaseException) -> str:
@@ -102,7 +94,7 @@ def write_takeaways(executed: Path, target: Path) -> Path:
 
     kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
     return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env,
-                               "takeaways": collect(json.loads(executed.read_text()))})
+                               "takeaways": collect(json.loads(executed.read_text(encoding="utf-8")))})
 
 
 @contextlib.contextmanager
@@ -127,10 +119,7 @@ def run_notebook(
 ) -> NotebookResult:
     import papermill as pm
 
-    staging = build_dir / "staging" / path.stem
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
+    staging = publish.staging_dir(figures_dir, path.stem)  # private to this run, on the figures' filesystem
     executed = build_dir / "notebooks" / path.name
     executed.parent.mkdir(parents=True, exist_ok=True)
     params = {"profile": profile, "model": model, "device": device, "seed": seed, "out_dir": str(staging.resolve())}
@@ -149,10 +138,33 @@ def run_notebook(
         except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
             return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
     seconds = time.perf_counter() - start
-    write_takeaways(executed, staging / "takeaways.json")
-    render_html(executed, staging / f"{path.stem}.html")
-    _publish(staging, figures_dir / path.stem)
+    try:
+        write_takeaways(executed, staging / "takeaways.json")
+        render_html(executed, staging / f"{path.stem}.html")
+        with _signals_held():  # a stop asked for now waits for the two renames
+            publish.publish(staging, figures_dir / path.stem)
+    except OSError as err:  # a full or failing disk: the previous figures stay, complete
+        shutil.rmtree(staging, ignore_errors=True)
+        return NotebookResult(path.stem, False, seconds, f"could not publish ({err.strerror or err}); previous "
+                                                         f"figures kept")
     return NotebookResult(path.stem, True, seconds)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM (in the main thread) for the block: they are delivered when it ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
@@ -181,12 +193,99 @@ def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> Not
 
 
 def _run_from_json(payload: str) -> None:
-    """``python -m sinklib.pipeline.runner '<json>'``: the child of :func:`run_isolated`; prints the result as JSON."""
+    """``python -m sinklib.pipeline.runner '<json>'``: the child of :func:`run_isolated` and :func:`run_all`; prints
+    the result as JSON (and writes it to ``result_path`` when given). SIGTERM stops it as Ctrl-C would: papermill
+    shuts the kernel down, nothing is published."""
+    import signal
+
     args = json.loads(payload)
     path = Path(args.pop("path"))
+    result_path = args.pop("result_path", None)
     for key in ("figures_dir", "build_dir"):
         args[key] = Path(args[key])
-    print(json.dumps(asdict(run_notebook(path, **args))))
+
+    def stop(signum, frame):  # a stop from the run: kill the kernel at once (no traceback of its cell), report, exit
+        _kill_kernels()
+        shutil.rmtree(publish.staging_root(args["figures_dir"]), ignore_errors=True)
+        if result_path:
+            Path(result_path).write_text(json.dumps(asdict(NotebookResult(
+                path.stem, False, 0.0, "interrupted; previous figures kept"))), encoding="utf-8")
+        os._exit(130)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    result = run_notebook(path, **args)
+    shutil.rmtree(publish.staging_root(args["figures_dir"]), ignore_errors=True)  # this child's staging area
+    if result_path:
+        Path(result_path).write_text(json.dumps(asdict(result)))
+    else:
+        print(json.dumps(asdict(result)))
+
+
+def _kill_kernels() -> None:
+    """SIGKILL every descendant of this process (the notebook's kernel runs in a session of its own, so no signal
+    to this process reaches it) and remove the kernels' connection files."""
+    import psutil
+
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = proc.cmdline()
+            proc.kill()
+            for i, arg in enumerate(cmd[:-1]):
+                if arg == "-f" and cmd[i + 1].endswith(".json"):
+                    Path(cmd[i + 1]).unlink(missing_ok=True)
+
+
+class _Children:
+    """The child processes of a run (:func:`run_all`), so that Ctrl-C can stop every one of them at once."""
+
+    def __init__(self):
+        import threading
+
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self, book: Path, result_dir: Path, **kwargs) -> NotebookResult:
+        """:func:`run_notebook` in a child process of its own session (the terminal's Ctrl-C reaches this process
+        only); its output streams to this terminal, its result comes back through a file."""
+        result = result_dir / f"{book.stem}.json"
+        result.unlink(missing_ok=True)
+        args = {"path": str(book), "result_path": str(result),
+                **{k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}}
+        start = time.perf_counter()
+        with self._lock:
+            if self.stopping.is_set():
+                return NotebookResult(book.stem, False, 0.0, "not started: the run was interrupted")
+            proc = subprocess.Popen([sys.executable, "-m", "sinklib.pipeline.runner", json.dumps(args)],
+                                    start_new_session=True)
+            self.procs[book.stem] = proc
+        code = proc.wait()
+        with self._lock:
+            self.procs.pop(book.stem, None)
+        if self.stopping.is_set():
+            return NotebookResult(book.stem, False, time.perf_counter() - start, "interrupted; previous figures kept")
+        try:
+            return NotebookResult(**json.loads(result.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return NotebookResult(book.stem, False, time.perf_counter() - start,
+                                  f"child exited {code} without a result")
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Ask every running child to stop (SIGTERM: its kernel shuts down), then kill what is left after
+        ``grace_s``."""
+        with self._lock:
+            self.stopping.set()
+            procs = list(self.procs.values())
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        deadline = time.perf_counter() + grace_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 # The CPU profile's time budget per notebook once caches are warm (issue 15: all notebooks <= 12 minutes on the
@@ -234,7 +333,7 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
 def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known."""
     try:
-        headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text())
+        headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return float(headline["seconds"]) if headline.get("profile") == profile and "seconds" in headline else None
@@ -336,11 +435,7 @@ def run_all(
     jobs: int | None = None,
 ) -> int:
     """Run the notebooks (``jobs`` at a time; None: :func:`default_jobs`), print the summary, build the gallery;
-    return the exit status (1 if any failed)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sinklib.pipeline.gallery import build_gallery
-
+    return the exit status (1 if any failed, 130 when interrupted by Ctrl-C)."""
     # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     figures_dir, build_dir = Path(figures_dir).resolve(), Path(build_dir).resolve()
@@ -359,6 +454,22 @@ def run_all(
     if slots:
         jobs = len(slots)
         print(f"{jobs} GPUs: each notebook runs on its own ({', '.join(slots)})", flush=True)
+    publish.preflight({"figures folder": figures_dir, "build folder": build_dir}, [b.stem for b in books],
+                      figures_dir)  # before the first notebook: a full or read-only folder is found now
+    with publish.FolderLock(figures_dir, "figures folder"), publish.FolderLock(build_dir, "build folder"):
+        for line in publish.recover(figures_dir):
+            print(line, flush=True)
+        return _run_locked(books, models, slots, jobs, profile=profile, device=device, seed=seed,
+                           figures_dir=figures_dir, build_dir=build_dir)
+
+
+def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], jobs: int, *, profile: str, device: str,
+                seed: int, figures_dir: Path, build_dir: Path) -> int:
+    """:func:`run_all` once it holds its folders: the pool of child processes, the summary, the gallery."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from sinklib.pipeline.gallery import build_gallery
+
     free = queue.SimpleQueue()
     for slot in slots:
         free.put(slot)
@@ -372,8 +483,13 @@ def run_all(
     if jobs > 1:
         env |= thread_env(threads)
     count = iter(range(1, len(books) + 1))
+    children = _Children()
+    result_dir = build_dir / "results"
+    result_dir.mkdir(parents=True, exist_ok=True)
 
     def one(book: Path) -> NotebookResult:
+        if children.stopping.is_set():
+            return NotebookResult(book.stem, False, 0.0, "not started: the run was interrupted")
         done = [b for b in books if b.stem in results]
         eta = progress([b for b in books if b not in done], figures_dir, profile, time.perf_counter() - started,
                        jobs)
@@ -382,8 +498,8 @@ def run_all(
         print(f"[{next(count)}/{len(books)}] {book.stem} (profile={profile}{', model=' + mine if mine else ''}"
               f"{', device=' + where if where else ''}) {eta}", flush=True)
         try:
-            res = run_notebook(book, profile=profile, model=mine, device=where, seed=seed, figures_dir=figures_dir,
-                               build_dir=build_dir, progress_bar=jobs == 1)
+            res = children.run(book, result_dir, profile=profile, model=mine, device=where, seed=seed,
+                               figures_dir=figures_dir, build_dir=build_dir, progress_bar=jobs == 1)
         finally:
             if slots:
                 free.put(where)
@@ -392,15 +508,34 @@ def run_all(
         results[book.stem] = res
         return res
 
-    with kernel_env(**env), ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(one, side_by_side))
-        for book in after:
-            one(book)
+    interrupted = False
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        with kernel_env(**env):
+            wait([pool.submit(one, b) for b in side_by_side])
+            for book in after:
+                one(book)
+    except KeyboardInterrupt:
+        interrupted = True
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one Ctrl-C is enough: the rest of the stop is not interrupted
+        print(f"\ninterrupted: stopping {len(children.procs)} running notebook(s); nothing half-done is published",
+              flush=True)
+        children.stop()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     wall = time.perf_counter() - started
-    ordered = [results[b.stem] for b in books]
+    ordered = [results.get(b.stem) or NotebookResult(b.stem, False, 0.0, "not started: the run was interrupted")
+               for b in books]
     gallery = build_gallery(figures_dir)
     print(summary_table(ordered, profile, wall=wall, jobs=jobs, cold=cold))
     print(f"gallery: {gallery}")
+    if interrupted:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return 130
     return 0 if all(r.ok for r in ordered) else 1
 
 

@@ -112,8 +112,12 @@ def collect(figures_dir: str | Path) -> list[Row]:
     the others still builds."""
     import sys
 
+    from sinklib.pipeline.publish import leftovers, notebook_folders
+
+    for line in leftovers(figures_dir):
+        print(f"note: {line}", file=sys.stderr)
     rows = []
-    for path in sorted(Path(figures_dir).glob("[!.]*/claims.json")):  # not a hidden folder (a publish in progress)
+    for path in [f / "claims.json" for f in notebook_folders(figures_dir) if (f / "claims.json").is_file()]:
         notebook = path.parent.name
         try:
             records = claims_io.load(path)

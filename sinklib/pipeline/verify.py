@@ -197,7 +197,7 @@ def cpu_info(path: str | Path = CPUINFO) -> dict:
     """The CPU's model name, vendor and which of :data:`CPU_FLAGS` it has (in that order), from ``/proc/cpuinfo``'s
     first processor; no file: None, None and no flags."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError:
         text = ""
     fields: dict[str, str] = {}
@@ -281,7 +281,7 @@ def notebook_threads(figures_dir: str | Path) -> dict[str, dict | None]:
     out: dict[str, dict | None] = {}
     for path in sorted(Path(figures_dir).glob("[!.]*/takeaways.json")):
         try:
-            kept = json.loads(path.read_text())
+            kept = json.loads(path.read_text(encoding="utf-8"))
             out[path.parent.name] = kept.get("kernel_env") or kept.get("threads")  # "threads": before the ISA vars
         except (OSError, ValueError):
             out[path.parent.name] = None
@@ -550,25 +550,84 @@ def load_reference(path: str | Path) -> dict:
 
     if not Path(path).exists():
         raise InputError(f"no reference at {path}; make one with `python -m sinklib verify --write`")
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     if data.get("schema") != SCHEMA:
         raise InputError(f"{path}: verify schema {data.get('schema')!r}, this sinklib reads {SCHEMA}; regenerate it "
                          f"from a clean run: `make figures`, then `make reference` (python -m sinklib verify --write)")
     return data
 
 
-def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENCE, write: bool = False) -> int:
-    """Compare ``figures_dir``'s claims with ``reference`` and print the report (exit status 0 / 1); with ``write``,
-    make the reference from this run instead."""
-    from sinklib.core.errors import InputError
+def _profiles(records: Mapping[str, dict]) -> list[str]:
+    return sorted({r.get("profile") or "?" for r in records.values()})
 
+
+def _notebooks(records: Mapping[str, dict]) -> list[str]:
+    return sorted({key.split("/", 1)[0] for key in records})
+
+
+def scope_differences(run: dict, reference: dict) -> list[str]:
+    """What makes the two runs incomparable before any verdict is read: other profiles, notebooks missing on either
+    side (one line each; empty when both are the same kind of run)."""
+    lines = []
+    here, there = _profiles(run["claims"]), _profiles(reference["claims"])
+    if here != there:
+        lines.append(f"profiles differ: this run is {', '.join(here)}, the reference {', '.join(there)} -- sizes "
+                     f"and models differ, so verdicts and values below may differ for that reason alone")
+    missing = sorted(set(_notebooks(reference["claims"])) - set(_notebooks(run["claims"])))
+    extra = sorted(set(_notebooks(run["claims"])) - set(_notebooks(reference["claims"])))
+    if missing:
+        lines.append(f"notebooks in the reference but not in this run: {', '.join(missing)} (their claims show as "
+                     f"MISSING below)")
+    if extra:
+        lines.append(f"notebooks in this run but not in the reference: {', '.join(extra)}")
+    return lines
+
+
+def reference_problems(run: dict, previous: dict | None) -> list[str]:
+    """Why ``run`` cannot replace the reference: it is not a CPU-profile run, or it lacks notebooks or claims the
+    previous reference has (a partial or smoke run). Empty when it may."""
+    problems = []
+    if _profiles(run["claims"]) != ["cpu"]:
+        problems.append(f"it is a {', '.join(_profiles(run['claims']))} run, not a CPU-profile one")
+    if previous is not None:
+        missing_books = sorted(set(_notebooks(previous["claims"])) - set(_notebooks(run["claims"])))
+        missing = sorted(set(previous["claims"]) - set(run["claims"]))
+        if missing_books:
+            problems.append(f"notebooks {', '.join(missing_books)} did not run")
+        elif missing:
+            problems.append(f"{len(missing)} of the reference's {len(previous['claims'])} claims are missing "
+                            f"(e.g. {missing[0]})")
+    return problems
+
+
+def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENCE, write: bool = False,
+           force: bool = False) -> int:
+    """Compare ``figures_dir``'s claims with ``reference`` and print the report (exit status 0 / 1); with ``write``,
+    make the reference from this run instead -- refused (one line) when the run is not a complete CPU-profile run
+    holding every notebook and claim of the reference it replaces, unless ``force``."""
+    from sinklib.core.errors import InputError
+    from sinklib.pipeline import publish
+
+    for line in publish.leftovers(figures_dir):
+        print(f"note: {line}")
     run = snapshot(figures_dir)
     if not run["claims"]:
         raise InputError(f"no claims under {figures_dir}; run `make figures` first")
     if write:
-        Path(reference).write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {reference}: {len(run['claims'])} claims")
+        previous = load_reference(reference) if Path(reference).exists() else None
+        problems = reference_problems(run, previous)
+        if problems and not force:
+            raise InputError(f"not replacing {reference}: {'; '.join(problems)}. Run a complete `make figures` "
+                             f"(PROFILE=cpu, every notebook) first, or `make reference FORCE=1` to replace it anyway.")
+        from sinklib.core.paths import atomic_write_bytes
+
+        atomic_write_bytes(Path(reference), (json.dumps(run, indent=1, sort_keys=True) + "\n").encode())
+        print(f"wrote {reference}: {len(run['claims'])} claims" + (f" (forced: {'; '.join(problems)})"
+                                                                     if problems else ""))
         return 0
-    text, ok = report(run, load_reference(reference))
+    ref = load_reference(reference)
+    for line in scope_differences(run, ref):
+        print(f"FIRST: {line}")
+    text, ok = report(run, ref)
     print(text)
     return 0 if ok else 1
