@@ -7,7 +7,9 @@ file as bytes (first 90% train, last 10% validation), e.g. an OpenWebText dump f
 
 Every ``eval_every`` steps a checkpoint records train/validation loss and the sink and outlier statistics of a fixed
 validation batch. A finished run is stored under ``<cache>/training/`` as JSON (metrics) and ``.pt`` (final weights),
-keyed by a hash of its full configuration, so unchanged runs are never repeated.
+keyed by a hash of its full configuration, so unchanged runs are never repeated; a manifest of the two
+(:mod:`sinklib.core.manifest`) is written last, and a run whose files are missing or do not match it is incomplete
+and trains again (:func:`run_problem`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from sinklib.core import metrics, precision
+from sinklib.core import manifest, metrics, precision
 from sinklib.core.data import corpus_units
 from sinklib.core.errors import InputError
 from sinklib.core.paths import cache_dir
@@ -248,6 +250,65 @@ def run_paths(cfg: TrainConfig) -> tuple[Path, Path]:
     return base.with_suffix(".json"), base.with_suffix(".pt")
 
 
+_RUN_RECIPE = f"training-v{TRAINING_VERSION}"  # what a run's manifest records as its recipe
+
+
+def run_manifest(cfg: TrainConfig) -> Path:
+    """The run's manifest (:mod:`sinklib.core.manifest`), written after its JSON and ``.pt``: without it, or when the
+    two files do not match it, the run is incomplete."""
+    return manifest.beside(cache_dir() / "training" / cfg.key())
+
+
+def run_problem(cfg: TrainConfig) -> str | None:
+    """None when the cached run of ``cfg`` is complete -- its JSON and ``.pt`` match its manifest (sizes; sha256 of
+    a file with a new mtime) -- else what is missing or differs, naming the file.
+
+    A run cached before manifests (both files, no manifest) is adopted -- its manifest recorded, with a note -- when
+    its JSON parses to a run and its ``.pt`` passes its zip CRCs (:func:`sinklib.core.manifest.whole_problem`)."""
+    json_path, weights_path = run_paths(cfg)
+    names, record = [json_path.name, weights_path.name], run_manifest(cfg)
+    if not record.exists() and json_path.exists() and weights_path.exists():
+        problem = _legacy_run_problem(json_path, weights_path)
+        if problem is None:
+            try:
+                _record_run(cfg)
+                manifest.note(f"the run {cfg.key()} was cached before manifests; recorded one")
+            except OSError:
+                pass  # a read-only cache: checked, only not recorded (checked again next time)
+        return problem
+    if not record.exists():
+        missing = [str(p) for p in (json_path, weights_path) if not p.exists()]
+        return f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing"
+    return manifest.problem(record, json_path.parent, names, _RUN_RECIPE, refresh=True)
+
+
+def _legacy_run_problem(json_path: Path, weights_path: Path) -> str | None:
+    """Why a run cached before manifests is not whole (None when it is): a file that is not whole by its format, or
+    a JSON that is not a run (no ``checkpoints``)."""
+    problem = manifest.whole_problem(json_path) or manifest.whole_problem(weights_path)
+    run = json.loads(json_path.read_text()) if problem is None else None
+    if problem is None and not (isinstance(run, dict) and "checkpoints" in run):
+        problem = f"{json_path} is not a training run (no checkpoints)"
+    return problem
+
+
+def _record_run(cfg: TrainConfig) -> None:
+    json_path, weights_path = run_paths(cfg)
+    manifest.write(run_manifest(cfg), json_path.parent, [json_path.name, weights_path.name], _RUN_RECIPE)
+
+
+def _save_run(cfg: TrainConfig, result: dict, state: dict[str, torch.Tensor]) -> None:
+    """Write a finished run: its manifest removed first, then the ``.pt`` and the JSON (each atomically), then its
+    manifest last -- a run interrupted in between is incomplete and trains again."""
+    json_path, weights_path = run_paths(cfg)
+    weights_path.parent.mkdir(parents=True, exist_ok=True)
+    run_manifest(cfg).unlink(missing_ok=True)
+    torch.save(state, weights_path.with_suffix(".pt.tmp"))
+    weights_path.with_suffix(".pt.tmp").replace(weights_path)
+    write_json(json_path, result)
+    _record_run(cfg)
+
+
 def check_config(cfg: TrainConfig) -> None:
     """One-line errors for settings that cannot train."""
     if cfg.seq_len > cfg.model.max_len:
@@ -305,15 +366,30 @@ def train(cfg: TrainConfig, use_cache: bool = True, progress: bool = True, devic
     checkpoint and :func:`evaluate`'s statistics. The final weights are cached too (:func:`load_trained`).
     """
     check_config(cfg)
-    json_path, weights_path = run_paths(cfg)
-    if use_cache and json_path.exists():
-        return json.loads(json_path.read_text())
+    if use_cache:
+        cached = _cached_run(cfg)
+        if cached is not None:
+            return cached
     with precision.training_threads(device):  # one thread on a CPU, whatever the notebook has: see precision
-        return _train(cfg, json_path, weights_path, use_cache, progress, device)
+        return _train(cfg, use_cache, progress, device)
 
 
-def _train(cfg: TrainConfig, json_path: Path, weights_path: Path, use_cache: bool, progress: bool,
-           device: str) -> dict:
+def _cached_run(cfg: TrainConfig) -> dict | None:
+    """The complete cached run of ``cfg`` (:func:`run_problem`), or None -- with a one-line note naming the file when
+    an incomplete or corrupted one is there (it is then trained again and overwritten)."""
+    problem = run_problem(cfg)
+    if problem is None:
+        json_path, _ = run_paths(cfg)
+        try:
+            return json.loads(json_path.read_text())
+        except (OSError, ValueError) as err:  # changed between the check and the read
+            problem = f"{json_path} cannot be read ({manifest.first_line(err)})"
+    if any(p.exists() for p in (*run_paths(cfg), run_manifest(cfg))):
+        manifest.note(f"{problem}; training the run {cfg.key()} again")
+    return None
+
+
+def _train(cfg: TrainConfig, use_cache: bool, progress: bool, device: str) -> dict:
     """:func:`train`'s loop (the cache is checked, the threads fixed)."""
     torch.manual_seed(cfg.seed)
     model = TinyLM(cfg.model).to(device)
@@ -355,10 +431,7 @@ def _train(cfg: TrainConfig, json_path: Path, weights_path: Path, use_cache: boo
         raise FloatingPointError(f"{cfg.key()}: validation loss became {checkpoints[-1]['val_loss']}; lower lr")
     result = {"config": asdict(cfg), "key": cfg.key(), "checkpoints": checkpoints, "seconds": trained}
     if use_cache:
-        weights_path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights_path.with_suffix(".pt.tmp"))
-        weights_path.with_suffix(".pt.tmp").replace(weights_path)
-        write_json(json_path, result)
+        _save_run(cfg, result, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return result
 
 
@@ -373,10 +446,19 @@ def most_triggers(ids: torch.Tensor, data: str) -> tuple[int, list[int]]:
 
 
 def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
-    """The final model of a cached run (train it first with :func:`train`)."""
+    """The final model of a complete cached run (train it first with :func:`train`); a one-line
+    :class:`InputError` naming the file when the run is missing, incomplete or corrupted (:func:`run_problem`) --
+    ``train(cfg)`` then trains it again."""
     _, weights_path = run_paths(cfg)
-    if not weights_path.exists():
-        raise InputError(f"no cached weights for {cfg.key()}; run sinklib.mitigation.training.train(cfg) first")
+    problem = run_problem(cfg)
+    if problem is None:
+        try:
+            state = torch.load(weights_path, map_location=device, weights_only=True)
+        except Exception as err:  # torch raises several kinds (RuntimeError, UnpicklingError, EOFError) for one fault
+            problem = f"{weights_path} cannot be read ({manifest.first_line(err)})"
+    if problem is not None:
+        raise InputError(f"no cached weights for {cfg.key()}: {problem}; run sinklib.mitigation.training.train(cfg) "
+                         f"first (it trains a missing or incomplete run again)")
     model = TinyLM(cfg.model)
-    model.load_state_dict(torch.load(weights_path, map_location=device, weights_only=True))
+    model.load_state_dict(state)
     return model.to(device).eval()

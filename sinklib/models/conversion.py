@@ -15,6 +15,11 @@ SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/co
   converted during a run leaves the global torch RNG exactly where a run that found the cache warm leaves it. (It did
   not: the DINOv2 conversion draws from the global RNG, and 12_mllm's first cold build then initialised its projector
   from another state than every warm build -- issue 27.)
+* **verified**: its manifest (:mod:`sinklib.core.manifest`: every file's size and sha256, the recipe and
+  :data:`CONVERSION_VERSION`) is written last, inside the temporary folder; a load checks the folder against it (sizes
+  and mtimes; a file with a new mtime is hashed) and rebuilds once, with a one-line note, a build that does not match
+  -- bytes zeroed, a file truncated, deleted or emptied, another recipe -- or stops with one line naming the file and
+  the command. (A corrupted ``model.safetensors`` loaded silently and gave wrong sink rates -- issue 45.)
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from pathlib import Path
 
 import torch
 
-from sinklib.core.errors import OfflinePackageMissingError
+from sinklib.core import manifest
+from sinklib.core.errors import OfflinePackageMissingError, SinklibError
+from sinklib.core.manifest import CacheCorruptError
 from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir
 
 
@@ -65,6 +72,8 @@ def _qwen_coder_gguf(workdir: Path) -> Path:
                 shutil.copyfileobj(src, sink, 16 * 2**20)
     return out
 
+
+CONVERSION_VERSION = 1  # bump when what a build writes changes: every cached build then counts as stale and rebuilds
 
 GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {
     "smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf, "qwen2.5-coder-0.5b": _qwen_coder_gguf,
@@ -103,43 +112,126 @@ def build_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build_into(target: Path, name: str, build: Callable[[Path], None]) -> None:
+def _build_into(target: Path, name: str, build: Callable[[Path], None], recipe: str) -> None:
     """Run ``build(folder)`` into a temporary sibling of ``target`` (global torch RNG untouched), give the result the
-    user's umask and rename it into place."""
+    user's umask, write its manifest last and swap it into place (an old ``target`` is renamed aside first and
+    deleted with the temporary folder, so a reader never finds the folder missing for longer than one rename)."""
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
         out = Path(tmp) / "out"
         with torch.random.fork_rng(devices=[]):
             build(out)
         share_with_umask(out)
+        manifest.write(out / manifest.MANIFEST, out, manifest.folder_files(out), recipe)
         if target.exists():
-            shutil.rmtree(target)
+            target.rename(Path(tmp) / "old")
         out.rename(target)
 
 
-def build_once(name: str, build: Callable[[Path], None]) -> Path:
-    """``<cache>/converted/<name>``, built by ``build(folder)`` on first use: atomic, locked against a second process,
-    with the user's umask, and without touching the caller's random numbers (see the module docstring)."""
-    target = converted_path(name)
-    if target.exists():
-        return target
+def _recipe(name: str, recipe: str) -> str:
+    """What a build's manifest records as its recipe: the folder's name (which encodes its configuration), the
+    caller's recipe version and this module's :data:`CONVERSION_VERSION`."""
+    return f"{name} {recipe} conversion-v{CONVERSION_VERSION}".replace("  ", " ")
+
+
+def _folder_problem(target: Path, recipe: str, *, hash_changed: bool) -> str | None:
+    """None when ``target`` holds the build its manifest records (see :func:`sinklib.core.manifest.problem`; with
+    ``hash_changed`` the files whose mtime changed are hashed and their new mtimes recorded), else what differs."""
+    if not target.is_dir():
+        return f"{target} is not built"
+    return manifest.problem(target / manifest.MANIFEST, target, manifest.folder_files(target), recipe,
+                            hash_changed=hash_changed, refresh=hash_changed)
+
+
+def _legacy_problem(target: Path) -> str | None:
+    """For a folder built before manifests (complete then: builds were already renamed into place): None when every
+    file looks whole (:func:`sinklib.core.manifest.whole_problem`) and a model's ``config.json`` is there, else why
+    not."""
+    names = manifest.folder_files(target)
+    if not names:
+        return f"{target} is empty"
+    if "config.json" not in names and any(n.endswith(".safetensors") for n in names):
+        return f"{target / 'config.json'} is missing"
+    return next((p for p in (manifest.whole_problem(target / n) for n in names) if p), None)
+
+
+def _current_problem(target: Path, recipe: str, *, writable: bool) -> str | None:
+    """None when ``target`` is a usable build, else what is wrong with it (the thorough check, under the lock).
+
+    With a manifest: :func:`_folder_problem`, hashing the files whose mtime changed. Without one but with files (a
+    folder built before manifests, complete then: builds were already renamed into place): adopted -- its manifest
+    recorded when ``writable``, with a note -- if it looks whole (:func:`_legacy_problem`), else that problem."""
+    if not target.is_dir() or (target / manifest.MANIFEST).exists():
+        return _folder_problem(target, recipe, hash_changed=True)
+    problem = _legacy_problem(target)
+    if problem is None and writable:
+        manifest.write(target / manifest.MANIFEST, target, manifest.folder_files(target), recipe)
+        manifest.note(f"{target} was built before manifests; recorded one (sizes and sha256 of its files)")
+    return problem
+
+
+def _cache_writable(target: Path) -> bool:
+    return os.access(target.parent, os.W_OK)
+
+
+def _rebuild_command(target: Path) -> str:
+    return f"`rm -rf '{target}'` and load the model again"
+
+
+def build_once(name: str, build: Callable[[Path], None], *, recipe: str = "", force: bool = False) -> Path:
+    """``<cache>/converted/<name>``, built by ``build(folder)`` on first use and whenever it does not match its
+    manifest; atomic, locked against a second process, with the user's umask, and without touching the caller's
+    random numbers (see the module docstring).
+
+    A build that matches its manifest (sizes and mtimes; files with another mtime are hashed) and ``recipe`` is
+    returned as it is. One that does not -- a file zeroed, truncated, deleted or emptied, another recipe -- is
+    rebuilt once with a one-line note; if it cannot be (the build fails with a :class:`SinklibError`, the cache is
+    read-only, the rebuild itself does not verify) this raises a one-line :class:`CacheCorruptError` naming the file
+    and the command. A folder built before manifests is adopted when it looks whole, rebuilt when not. ``force``:
+    rebuild whatever is there.
+    """
+    target, recipe = converted_path(name), _recipe(name, recipe)
+    if not force and _folder_problem(target, recipe, hash_changed=False) is None:
+        return target  # the warm path: one stat per file, no hashing, no lock
+    if target.exists() and not _cache_writable(target):
+        return _verified_read_only(target, recipe)
     with build_lock(name):
-        if not target.exists():  # another process may have built it while this one waited for the lock
-            _build_into(target, name, build)
+        problem = None if force else _current_problem(target, recipe, writable=True)  # also after another's build
+        if problem is None and not force:
+            return target
+        repairing = target.exists() and not force
+        if repairing:
+            manifest.note(f"{problem}; rebuilding {target} (once)")
+        try:
+            _build_into(target, name, build, recipe)
+        except SinklibError as err:
+            if not repairing:
+                raise
+            raise CacheCorruptError(f"{problem}, and rebuilding it failed: {manifest.first_line(err)} -- then run "
+                                    f"{_rebuild_command(target)}") from None
+        after = _folder_problem(target, recipe, hash_changed=True)
+        if after is not None:
+            raise CacheCorruptError(f"{after} right after a rebuild (a full or failing disk?); free space, then run "
+                                    f"{_rebuild_command(target)}")
     return target
+
+
+def _verified_read_only(target: Path, recipe: str) -> Path:
+    """A build in a cache this process cannot write (so it neither locks nor rebuilds): ``target`` when it is usable
+    (:func:`_current_problem`), else a one-line :class:`CacheCorruptError` naming the file and the command."""
+    problem = _current_problem(target, recipe, writable=False)
+    if problem is None:
+        return target
+    raise CacheCorruptError(f"{problem}, and the cache {target.parent} is read-only; run {_rebuild_command(target)} "
+                            f"where it is writable, or set SINKLIB_CACHE to a writable copy")
 
 
 def convert_gguf(name: str, *, force: bool = False) -> Path:
     """Dequantise an offline GGUF once and save float32 safetensors + tokenizer; return the folder.
 
-    Atomic, locked, with the user's umask and without touching the caller's random numbers (module docstring).
+    Atomic, locked, with the user's umask, without touching the caller's random numbers, verified against its
+    manifest and rebuilt once when it does not match (:func:`build_once`; module docstring).
     """
-    target = converted_path(name)
-    if target.exists() and not force:
-        return target
-    with build_lock(name):
-        if force or not target.exists():
-            _build_into(target, name, lambda out: _dequantise(name, out))
-    return target
+    return build_once(name, lambda out: _dequantise(name, out), recipe="gguf", force=force)
 
 
 @contextlib.contextmanager

@@ -11,8 +11,10 @@ so a failure on model 4 (a gated id, memory, a network error) keeps models 1-3, 
 Where: ``<cache>/kept/<notebook>/<model>-<key>.pt`` (``SINKLIB_CACHE``; ``make clean-cache`` empties it). The key
 hashes everything the result depends on -- notebook, model, profile, seed, device, the notebook's sizes, the fake
 CUDA and device-map settings, and the source of ``sinklib`` and of the notebook -- so any change of code or sizes
-measures again instead of reading a stale result. Written atomically (a temporary file, then a rename): a run
-killed while saving leaves no half-written result.
+measures again instead of reading a stale result. Written atomically (a temporary file, then a rename), then its
+manifest (:mod:`sinklib.core.manifest`, ``.<file>.sinklib-manifest.json`` beside it) last: a result without a
+manifest, or one that does not match it (garbage, zeroed bytes, truncated), counts as missing -- measured again, with
+a one-line note naming the file -- and one that cannot be read is one line naming the file.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from pathlib import Path
 
 import torch
 
+from sinklib.core import manifest
+from sinklib.core.manifest import CacheCorruptError
 from sinklib.core.paths import ROOT, cache_dir
 from sinklib.pipeline import profiles
 
+RECIPE = "kept-v1"  # what a kept result's manifest records as its recipe
 KEY_ENV = ("SINKLIB_FAKE_CUDA", "SINKLIB_DEVICE_MAP")  # settings that change where (and so how) a model ran
 
 
@@ -57,15 +62,44 @@ class KeptWork:
         safe = model.replace("/", "--")
         return cls(cache_dir() / "kept" / run.notebook / f"{safe}-{key}.pt")
 
+    @property
+    def manifest_path(self) -> Path:
+        """The result's manifest, beside it (hidden: a ``*.pt`` glob of the folder does not list it)."""
+        return manifest.beside(self.path)
+
+    def problem(self) -> str | None:
+        """None when the result file matches its manifest, else what is wrong (naming the file)."""
+        if not self.manifest_path.exists():
+            return f"{self.path} has no manifest (written before manifests, or its save was interrupted)"
+        return manifest.problem(self.manifest_path, self.path.parent, [self.path.name], RECIPE, refresh=True)
+
     def exists(self) -> bool:
-        return self.path.exists()
+        """True when a complete result is kept. A result file that does not match its manifest counts as missing:
+        it is removed, with a one-line note naming it, and the caller measures again."""
+        if not self.path.exists():
+            return False
+        problem = self.problem()
+        if problem is None:
+            return True
+        manifest.note(f"{problem}; measuring it again")
+        self.path.unlink(missing_ok=True)
+        self.manifest_path.unlink(missing_ok=True)
+        return False
 
     def load(self):
-        """The saved result (sinklib's own pickle, written by :meth:`save` on this machine)."""
-        return torch.load(self.path, weights_only=False)
+        """The saved result (sinklib's own pickle, written by :meth:`save` on this machine); a one-line
+        :class:`~sinklib.core.manifest.CacheCorruptError` naming the file when it cannot be read."""
+        try:
+            return torch.load(self.path, weights_only=False)
+        except Exception as err:  # torch raises several kinds (UnpicklingError, RuntimeError, EOFError) for one fault
+            raise CacheCorruptError(f"the kept result {self.path} cannot be read ({manifest.first_line(err)}); "
+                                    f"run `rm '{self.path}'` and run the notebook again") from None
 
     def save(self, result) -> None:
+        """Write ``result`` atomically, its manifest last (an older manifest is removed first)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.manifest_path.unlink(missing_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         torch.save(result, tmp)
         tmp.replace(self.path)
+        manifest.write(self.manifest_path, self.path.parent, [self.path.name], RECIPE)
