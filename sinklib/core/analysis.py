@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +15,8 @@ from sinklib.core.adapters import find_layers
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
+from sinklib.core.data import as_token_ids
+from sinklib.core.errors import InputError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.memory import check_fits, check_length, fit_batch
 from sinklib.core.switch import Patch
@@ -73,27 +77,97 @@ class SinkProfile:
         }
 
 
+def check_eps(eps: float) -> float:
+    """The sink threshold on alpha, refused in one line unless 0 < eps < 1: alpha is a share of a query's attention,
+    so eps <= 0 calls every head a sink, eps >= 1 none, and NaN compares false everywhere (a sink rate of 0)."""
+    if not (isinstance(eps, int | float) and 0 < eps < 1):
+        raise InputError(f"--eps / eps must be in (0, 1) -- a share of attention; got {eps!r} (Gu et al. use 0.3)")
+    return float(eps)
+
+
+def check_batch_size(batch_size: int | None) -> int | None:
+    """Sequences per forward: None (as many as the memory check admits) or an int >= 1; else one line."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise InputError(f"batch size must be a whole number >= 1 (or None: as many as fit); got {batch_size!r}")
+    return batch_size
+
+
+def check_profile_ids(lm: LoadedModel, input_ids) -> torch.Tensor:
+    """The token ids :func:`profile_sinks` reads, as (N, T) (:func:`sinklib.core.data.as_token_ids`), refused in one
+    line when they are malformed or only one token long: alpha_0 over one token is 1 by construction (the token can
+    only attend to itself), so a sink rate there means nothing."""
+    if lm.vocab_size is None:
+        raise InputError(f"profile_sinks needs a language model; {lm.name!r} is a {lm.spec.family} model without "
+                         f"a vocabulary")
+    ids = as_token_ids(input_ids, lm.vocab_size, "profile_sinks")
+    if ids.shape[1] < 2:
+        raise InputError("profile_sinks: a sink rate over one token means nothing (alpha_0 of a lone token is 1 by "
+                         "construction); give at least 2 tokens per sequence (Gu et al. use 64)")
+    return ids
+
+
+def duration_words(seconds: float) -> str:
+    """A duration as a person reads it: "42 s", "10 min", "4 h 42 min"."""
+    seconds = max(0.0, float(seconds))
+    if seconds >= 3600:
+        hours, rest = divmod(round(seconds / 60), 60)
+        return f"{hours} h {rest} min" if rest else f"{hours} h"
+    if seconds >= 60:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds)} s"
+
+
+def estimated_seconds(elapsed: float, done: float, total: float) -> float:
+    """The whole run's time from the time ``elapsed`` on its first ``done`` of ``total`` units (layer-sequences),
+    assuming every unit costs the same: elapsed x total / done (inf before anything is done)."""
+    return math.inf if done <= 0 else elapsed * total / done
+
+
 class LayerProgress(Patch):
     """Advance a sequence-counting tqdm bar by ``batch`` / L after every decoder layer's forward (hooks removed on
-    exit): at long lengths the bar moves per layer instead of sitting at 0 until the first batch ends."""
+    exit): at long lengths the bar moves per layer instead of sitting at 0 until the first batch ends.
 
-    def __init__(self, lm: LoadedModel, bar):
+    With ``max_seconds``, the first layer's forward also times the whole run (:func:`estimated_seconds`, from the
+    run's start to the end of that layer); a run estimated above ``max_seconds`` is stopped there with one line
+    (:class:`~sinklib.core.errors.InputError`) that says how long it would take and how to run it anyway."""
+
+    def __init__(self, lm: LoadedModel, bar, max_seconds: float | None = None, shape: tuple[int, int] = (0, 0)):
         super().__init__()
         self.blocks, self.bar, self.batch = [p.block for p in find_layers(lm.model)], bar, 0
+        self.max_seconds, self.shape, self.device = max_seconds, shape, lm.device
+        self.started, self.timed = time.perf_counter(), max_seconds is None
 
     def _install(self) -> None:
         self._handles = [b.register_forward_hook(self._tick) for b in self.blocks]
 
     def _tick(self, module, args, output) -> None:  # returns None: the layer's output is left alone
         self.bar.update(self.batch / len(self.blocks))
+        if not self.timed:  # once, after the first layer: a run is never stopped late
+            self.timed = True
+            self._refuse_if_long(time.perf_counter() - self.started)
+
+    def _refuse_if_long(self, elapsed: float) -> None:
+        N, T = self.shape
+        total = estimated_seconds(elapsed, self.batch, N * len(self.blocks))
+        if total > self.max_seconds:
+            raise InputError(
+                f"this profile of {N} x {T} tokens would take about {duration_words(total)} on {self.device} "
+                f"(estimated from its first layer), over the {duration_words(self.max_seconds)} limit; ask for "
+                f"fewer or shorter sequences, or run it anyway (python -m sinklib profile ... --yes; "
+                f"profile_sinks(..., max_seconds=None))")
 
 
 @torch.inference_mode()
 def profile_sinks(
     lm: LoadedModel, input_ids: torch.Tensor, *, input_name: str = "custom", eps: float = metrics.GU_EPS,
-    batch_size: int | None = 16, progress: bool = True,
+    batch_size: int | None = 16, progress: bool = True, max_seconds: float | None = None,
 ) -> SinkProfile:
     """Run ``input_ids`` (N, T) through the model in batches and reduce each batch to sink statistics.
+
+    The inputs are checked at the door, each refusal one line (:class:`~sinklib.core.errors.InputError`): ids
+    (:func:`check_profile_ids`: integer, (N, T) or one (T,) sequence, T >= 2, within the vocabulary), ``eps``
+    (:func:`check_eps`) and ``batch_size`` (:func:`check_batch_size`). ``max_seconds``: stop after the first layer
+    when the whole run is estimated to take longer (:class:`LayerProgress`; None: no limit).
 
     Attention statistics come from :class:`~sinklib.core.attnstats.AttentionStats` (equal to eager ``output_attentions``
     within 1e-5, but O(T) extra memory), hidden states from :class:`~sinklib.core.capture.Capture`; only reductions are
@@ -101,6 +175,8 @@ def profile_sinks(
     (None: N) that the memory check admits. The progress bar counts sequences and moves after every layer, so
     long inputs show progress and an estimate of the time left from the first layer on.
     """
+    input_ids = check_profile_ids(lm, input_ids)
+    eps, batch_size = check_eps(eps), check_batch_size(batch_size)
     N, T = input_ids.shape
     L = lm.n_layers
     check_length(lm, T)
@@ -110,8 +186,8 @@ def profile_sinks(
     dims: list[set[int]] = [set() for _ in range(L)]
     bar = tqdm(total=N, desc=f"{lm.name} / {input_name} (batch {batch_size})", unit="seq", disable=not progress,
                leave=False, bar_format="{l_bar}{bar}| {n:.1f}/{total} seq [{elapsed}<{remaining}]")
-    with Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats, \
-            LayerProgress(lm, bar) as tick:
+    with contextlib.closing(bar), Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats, \
+            LayerProgress(lm, bar, max_seconds, (N, T)) as tick:
         for start in range(0, N, batch_size):
             tick.batch = len(input_ids[start:start + batch_size])
             batch = input_ids[start:start + batch_size].to(lm.device)
@@ -131,7 +207,6 @@ def profile_sinks(
                     best[i] = ext
                 dims[i].update(massive_dims_of(hidden[i]))
             cap.clear()
-    bar.close()
     key_mass = torch.stack(masses).sum(dim=0) / (N * lm.n_heads)
     return SinkProfile(
         model=lm.name, input=input_name, eps=eps, alphas=torch.cat(alphas), key_mass=key_mass,

@@ -31,9 +31,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
+from sinklib.core.errors import InputError
 from sinklib.core.results import write_json
 
 SCHEMA = 3  # 3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
@@ -315,12 +316,80 @@ class Recorder:
                                                           "claims": [asdict(c) for c in self.claims]})
 
 
-def load(path: str | Path) -> list[Claim]:
-    """The claims of one ``claims.json``."""
+class UnknownClaimFieldWarning(UserWarning):
+    """A ``claims.json`` record carries a field this sinklib does not know (a newer or hand-edited file): ignored."""
+
+
+def _rerun(path: Path, notebook: object = None) -> str:
+    """What to do about a claims file that cannot be read: re-run the notebook that wrote it."""
+    stem = notebook if isinstance(notebook, str) and notebook else path.parent.name
+    return f"re-run the notebook: make figures NOTEBOOKS={stem[:2] or '?'}"
+
+
+def _read_claims_json(path: Path) -> dict:
+    """The parsed ``claims.json`` object, or a one-line :class:`InputError` naming the file (unreadable text,
+    invalid JSON, or JSON that is not an object with a ``claims`` list)."""
     import json
 
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not a claims file (not UTF-8 text: {err.reason}); {_rerun(path)}") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not a claims file (invalid JSON: {err.msg} at line {err.lineno}, column "
+                         f"{err.colno}); {_rerun(path)}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a claims file (a JSON {type(data).__name__}, expected an object with "
+                         f"\"schema\" and \"claims\"); {_rerun(path)}")
+    return data
+
+
+CLAIM_FIELDS = tuple(f.name for f in fields(Claim))
+REQUIRED_FIELDS = tuple(f.name for f in fields(Claim) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def _claim_of(record: object, path: Path, index: int, notebook: object) -> tuple[Claim, set[str]]:
+    """One record as a :class:`Claim` and the names of the fields it carries that a Claim does not have (ignored);
+    a record that is not an object, or lacks a required field, is a one-line :class:`InputError`."""
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: claim record {index} is a JSON {type(record).__name__}, not an object; "
+                         f"{_rerun(path, notebook)}")
+    missing = [f for f in REQUIRED_FIELDS if f not in record]
+    if missing:
+        raise InputError(f"{path}: claim record {index} ({record.get('id', 'no id')!r}) lacks {', '.join(missing)}; "
+                         f"{_rerun(path, notebook)}")
+    known = {k: v for k, v in record.items() if k in CLAIM_FIELDS}
+    draws = known.get("draws", ())
+    known["draws"] = tuple(draws) if isinstance(draws, list | tuple) else ()
+    return Claim(**known), set(record) - set(CLAIM_FIELDS)
+
+
+def load(path: str | Path) -> list[Claim]:
+    """The claims of one ``claims.json``.
+
+    A record with fields a :class:`Claim` does not have (a newer sinklib, a hand edit) is read without them, and
+    one :class:`UnknownClaimFieldWarning` per file names the file and the fields. Anything else that cannot be read
+    -- invalid JSON, a list instead of an object, another schema, a record that is not an object or lacks a field --
+    is a one-line :class:`~sinklib.core.errors.InputError` (a ValueError: the scorecard, gallery and verify leave
+    that notebook out and say so) naming the file and the notebook to re-run."""
+    import warnings
+
+    path = Path(path)
+    data = _read_claims_json(path)
+    notebook = data.get("notebook")
     if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: claims schema {data.get('schema')!r}, this sinklib reads {SCHEMA}; re-run the "
-                         f"notebook (make figures NOTEBOOKS={data.get('notebook', '?')[:2]})")
-    return [Claim(**(c | {"draws": tuple(c.get("draws", ()))})) for c in data["claims"]]
+        raise InputError(f"{path}: claims schema {data.get('schema')!r}, this sinklib reads {SCHEMA}; "
+                         f"{_rerun(path, notebook)}")
+    records = data.get("claims")
+    if not isinstance(records, list):
+        raise InputError(f"{path}: not a claims file (\"claims\" is {type(records).__name__}, expected a list); "
+                         f"{_rerun(path, notebook)}")
+    claims, unknown = [], set()
+    for i, record in enumerate(records):
+        claim, extra = _claim_of(record, path, i, notebook)
+        claims.append(claim)
+        unknown |= extra
+    if unknown:
+        warnings.warn(f"{path}: ignored unknown claim field(s) {', '.join(sorted(unknown))} (written by another "
+                      f"sinklib version or by hand)", UnknownClaimFieldWarning, stacklevel=2)
+    return claims

@@ -117,6 +117,36 @@ def repeated_tokens(vocab_size: int, num_seqs: int, seq_len: int, seed: int = 0,
     return tokens.expand(num_seqs, seq_len).clone()
 
 
+def as_token_ids(ids, vocab_size: int | None, where: str) -> torch.Tensor:
+    """``ids`` as an (N, T) int64 tensor -- a (T,) sequence becomes (1, T) -- or a one-line
+    :class:`~sinklib.core.errors.InputError` saying what is wrong: text instead of ids, something that is not a
+    rectangular array of numbers, a float / bool / complex dtype, not 1-D or 2-D, no sequence or no token, or an id
+    outside the vocabulary 0 .. ``vocab_size`` - 1 (not checked when ``vocab_size`` is None). ``where`` names the
+    caller in the message ("profile_sinks", "explore")."""
+    if isinstance(ids, str):
+        raise InputError(f"{where} takes token ids, not text: tokenize it first "
+                         f"(lm.tokenizer(text, return_tensors='pt').input_ids)")
+    try:
+        ids = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError):
+        raise InputError(f"{where} takes token ids as a tensor or a list of ints, (N, T) or (T,); got "
+                         f"{type(ids).__name__} that is not a rectangular array of numbers") from None
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise InputError(f"{where} takes integer token ids; got dtype {str(ids.dtype).removeprefix('torch.')} "
+                         f"(convert with .long() only if the values are ids)")
+    if ids.ndim not in (1, 2):
+        raise InputError(f"{where} takes token ids shaped (N, T) or (T,); got {ids.ndim}-D {tuple(ids.shape)}")
+    ids = ids.reshape(1, -1) if ids.ndim == 1 else ids
+    if ids.numel() == 0:
+        raise InputError(f"{where} needs at least one sequence of at least one token; got shape {tuple(ids.shape)}")
+    low, high = int(ids.min()), int(ids.max())
+    if vocab_size is not None and (low < 0 or high >= vocab_size):
+        bad = low if low < 0 else high
+        raise InputError(f"{where}: token id {bad} is outside the model's vocabulary 0..{vocab_size - 1}; ids must "
+                         f"come from this model's tokenizer")
+    return ids.long()
+
+
 def make_inputs(
     lm: LoadedModel, kind: str, num_seqs: int, seq_len: int, seed: int = 0, source: str = "bible",
     bos: bool | None = None,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sinklib.core.errors import InputError
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # the per-channel normalisation ViTs trained on ImageNet expect
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -65,15 +67,58 @@ Norm = tuple[tuple[float, float, float], tuple[float, float, float]]  # (mean, s
 IMAGENET: Norm = (tuple(IMAGENET_MEAN), tuple(IMAGENET_STD))
 
 
+def check_pixels(pixels, where: str = "the model") -> torch.Tensor:
+    """Pixels a ViT or MLLM path can read: a floating (B, 3, H, W) tensor with every value finite; else one line
+    (:class:`~sinklib.core.errors.InputError`) naming the problem -- NaN or infinite pixels would otherwise flow
+    through every layer and come out as NaN maps without a word."""
+    if not isinstance(pixels, torch.Tensor) or not pixels.is_floating_point():
+        raise InputError(f"{where} takes pixels as a float tensor (B, 3, H, W) -- from sinklib.core.images.to_pixels "
+                         f"-- or an RGB image array; got {type(pixels).__name__} "
+                         f"{getattr(pixels, 'dtype', '')}".rstrip())
+    if pixels.ndim != 4 or pixels.shape[1] != 3:
+        raise InputError(f"{where} takes pixels shaped (B, 3, H, W); got {tuple(pixels.shape)}")
+    _require_finite(pixels, where)
+    return pixels
+
+
+def _require_finite(values: torch.Tensor, where: str) -> None:
+    """One line when ``values`` hold NaN or infinite entries: how many, and where the first one is."""
+    bad = ~torch.isfinite(values)
+    if bad.any():
+        first = [int(i) for i in bad.nonzero()[0]]
+        kind = "NaN" if torch.isnan(values).any() else "infinite"
+        raise InputError(f"{where}: {int(bad.sum())} {kind} pixel value(s), the first at index {first}; fix or drop "
+                         f"the image (a NaN pixel makes every attention map NaN)")
+
+
+def check_image(image, index: int = 0) -> np.ndarray:
+    """One image :func:`to_pixels` can read: an (H, W, 3) array -- uint8 0..255 or floats on the same scale -- with
+    every value finite; else one line saying what is wrong (a grey (H, W) image: repeat it over three channels)."""
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[-1] not in (3, 4):
+        raise InputError(f"image {index} has shape {image.shape}; to_pixels takes (H, W, 3) RGB (a grey (H, W) "
+                         f"image: np.repeat(image[..., None], 3, axis=-1))")
+    if not (np.issubdtype(image.dtype, np.integer) or np.issubdtype(image.dtype, np.floating)):
+        raise InputError(f"image {index} has dtype {image.dtype}; to_pixels takes uint8 0..255 (or floats on that scale)")
+    if image.shape[0] == 0 or image.shape[1] == 0:
+        raise InputError(f"image {index} is empty: shape {image.shape}")
+    if np.issubdtype(image.dtype, np.floating):
+        _require_finite(torch.from_numpy(np.ascontiguousarray(image)), f"image {index}")
+    return image[..., :3]
+
+
 def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224, norm: Norm | None = None) -> torch.Tensor:
     """Normalised (B, 3, size, size) float32: centre square crop, bilinear resize (antialiased), then
     (x / 255 - mean) / std with the model's own mean and std (``norm``, e.g. ``lm.pixel_norm``: CLIP's differ
-    from ImageNet's), ImageNet's by default."""
+    from ImageNet's), ImageNet's by default. Each image is checked first (:func:`check_image`: (H, W, 3), finite)."""
     mean, std = norm or IMAGENET
     if isinstance(images, np.ndarray) and images.ndim == 3:
         images = [images]
+    if len(images) == 0:
+        raise InputError("to_pixels needs at least one image")
     batch = []
-    for image in images:
+    for i, image in enumerate(images):
+        image = check_image(image, i)
         h, w = image.shape[:2]
         s = min(h, w)
         top, left = (h - s) // 2, (w - s) // 2

@@ -12,22 +12,57 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import torch
 
-from sinklib.core.errors import UnknownModelError, WrongFamilyError
+from sinklib.core.errors import InputError, UnknownModelError, WrongFamilyError
 from sinklib.core.loaded import LoadedModel, ModelSpec, resolve_device
 from sinklib.models.conversion import build_once, convert_gguf, converted_path
 from sinklib.models.registry import REGISTRY
 
-
 # ----------------------------------------------------------------------------------------------------- resolution
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def check_hub_id(name: str) -> None:
+    """Refuse, in one line, a name that cannot be a Hugging Face hub id: ``owner/name``, each part letters, digits,
+    '-', '_' or '.', not starting with '-' or '.', not ending with '-' or '.', without '--' or '..' (the hub's own
+    rule, :func:`huggingface_hub.utils.validate_repo_id`), e.g. ``meta-llama/`` or ``a b/c``."""
+    if HUB_ID.fullmatch(name) and not any(p.endswith((".", "-")) for p in name.split("/")) \
+            and "--" not in name and ".." not in name:
+        return
+    raise UnknownModelError(
+        f"{name!r} is not a registered name, a local model folder or a Hugging Face id of the form 'owner/name' "
+        f"(e.g. 'meta-llama/Llama-2-7b-hf'); `python -m sinklib models` lists the registered names."
+    )
+
+
+def local_folder(name: str) -> Path | None:
+    """``name`` as a local model folder (what ``save_pretrained`` writes: ``config.json`` beside the weights), None
+    when no such folder exists; a folder without ``config.json`` is refused in one line."""
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return None
+    if not (folder / "config.json").is_file():
+        raise UnknownModelError(f"{name!r} is a folder without config.json; a local model folder is what "
+                                f"transformers' save_pretrained writes (config.json, the weights and, for a language "
+                                f"model, the tokenizer files)")
+    return folder
+
+
 def resolve_spec(name: str) -> ModelSpec:
-    """Registry entry for a short name; a name with a '/' is a Hugging Face hub id whose family is read later."""
+    """Registry entry for a short name; an existing folder is a local model (:func:`local_folder`); any other name
+    with a '/' is a Hugging Face hub id (:func:`check_hub_id`) whose family is read later."""
     if name in REGISTRY:
         return REGISTRY[name]
+    folder = local_folder(name)
+    if folder is not None:
+        return ModelSpec(name, family="?", source="local", label=folder.resolve().name, description="local folder",
+                         offline=True)
     if "/" in name:
+        check_hub_id(name)  # timm ids too: "timm/<model>"
         return ModelSpec(name, family="?", source="hub", label=name.split("/")[-1], description="hub id", offline=False)
     raise UnknownModelError(
         f"unknown model {name!r}; registered names: {', '.join(REGISTRY)} "
@@ -159,6 +194,25 @@ def input_device(model: torch.nn.Module, fallback: torch.device) -> torch.device
         return fallback
 
 
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+          "float64": torch.float64, "fp64": torch.float64, "double": torch.float64}
+"""The dtype names (and common aliases) a model can be loaded in: floating point that every layer computes in."""
+
+
+def dtype_of(dtype: torch.dtype | str) -> torch.dtype:
+    """The torch dtype a name or dtype stands for (:data:`DTYPES`: "float32"/"fp32", "bfloat16"/"bf16",
+    "float16"/"fp16"/"half", "float64"); anything else -- float8, int8, a typo -- is a one-line
+    :class:`~sinklib.core.errors.InputError` listing the accepted names (quantised weights are not loaded this way)."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in DTYPES:
+        return DTYPES[dtype.lower()]
+    raise InputError(f"dtype {dtype!r} cannot load a model; use one of {', '.join(DTYPES)} (float8 / int8 weights "
+                     f"are not supported: pick bfloat16 or float16 to save memory)")
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     """float32 on CPU (Gu et al.'s protocol), bfloat16 on GPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -182,9 +236,7 @@ def load_model(
     """
     spec = resolve_spec(name)
     dev = resolve_device(device)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    dtype = dtype or default_dtype(dev)
+    dtype = default_dtype(dev) if dtype is None else dtype_of(dtype)
     placement = device_map_for(dev, device_map)
 
     if spec.source == "config":
@@ -224,16 +276,20 @@ def load_model(
             model = timm.create_model(f"hf-hub:{name}", pretrained=True)
         model, tokenizer = model.to(dtype), None
     else:
-        _check_hub_available(name)
+        if spec.source != "local":
+            _check_hub_available(name)
         from transformers import AutoConfig
 
         try:
             config = AutoConfig.from_pretrained(name)
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a config.json transformers cannot read
+            if spec.source == "local":
+                raise UnknownModelError(f"{name!r}: its config.json cannot be read ({str(err).splitlines()[0]}); "
+                                        f"save the model again with save_pretrained") from None
             from sinklib.models.hub_access import hub_error_line
 
             raise UnknownModelError(hub_error_line(name, err) + ".") from None
-        spec = ModelSpec(name, infer_family(config), "hub", spec.label, "hub id", offline=False)
+        spec = ModelSpec(name, infer_family(config), spec.source, spec.label, spec.description, offline=spec.offline)
         model, tokenizer = _load_pretrained(name, spec.family, dtype, attn_implementation, placement)
 
     if getattr(model, "hf_device_map", None) is None and not _placed(model, placement):

@@ -1,18 +1,24 @@
 """Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard,verify}``.
 
 ``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
-one JSON object instead. Errors a user can fix are printed as one line (exit status 2).
+one JSON object instead. Errors a user can fix are printed as one line (exit status 2): the arguments are checked
+before anything loads (:func:`check_args`), and a ``profile`` estimated (after its first layer) to take longer than
+:data:`LONG_RUN_S` stops there and asks for ``--yes``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from pathlib import Path
 
-from sinklib.core.errors import SinklibError
+from sinklib.core.errors import InputError, SinklibError
 
 GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
+SEED_MAX = 2 ** 32 - 1  # numpy's np.random.seed takes 0..2**32-1, the narrowest of the generators a seed feeds
+LONG_RUN_S = 30 * 60.0  # a profile estimated to take longer than 30 minutes needs --yes
 
 
 def _cmd_models(args) -> int:
@@ -40,7 +46,7 @@ def _cmd_profile(args) -> int:
     lm = load_model(args.model, device=args.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
     ids = make_inputs(lm, args.input, args.num_seqs, args.seq_len, args.seed)
     prof = profile_sinks(lm, ids, input_name=args.input, eps=args.eps, batch_size=args.batch_size,
-                         progress=not args.json)
+                         progress=not args.json, max_seconds=None if args.yes else LONG_RUN_S)
     if args.json:
         print(json.dumps(prof.to_json()))
         return 0
@@ -128,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--device", default="auto")
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--json", action="store_true", help="print one JSON object")
+    pr.add_argument("--yes", action="store_true",
+                    help=f"run even when the first layer's timing estimates more than {LONG_RUN_S / 60:.0f} minutes "
+                         "(without it such a run stops there and says how long it would take)")
     pr.set_defaults(func=_cmd_profile)
 
     f = sub.add_parser("figures", help="run every notebook with papermill, then build the gallery")
@@ -167,12 +176,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_seed(seed: int) -> None:
+    """A seed every generator it feeds takes: 0..2**32-1 (numpy's ``np.random.seed``; python's ``random`` takes any
+    int, torch -2**63..2**64-1)."""
+    if not 0 <= seed <= SEED_MAX:
+        raise InputError(f"--seed must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
+
+
+def check_eps(eps: float) -> None:
+    """The sink threshold: strictly between 0 and 1 (:func:`sinklib.core.analysis.check_eps` says why)."""
+    if not (math.isfinite(eps) and 0 < eps < 1):
+        raise InputError(f"--eps must be in (0, 1) -- a share of a query's attention; got {eps} (Gu et al. use 0.3)")
+
+
+def check_folder_arg(flag: str, path: str) -> None:
+    """An output or input folder flag (``--figures-dir``, ``--build-dir``) must not name an existing file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise InputError(f"{flag} {path} is a file, not a folder; give the folder `make figures` writes "
+                         f"(default figures/), or move the file away")
+
+
+def check_args(args) -> None:
+    """Every argument checked before a model loads or a notebook runs: sizes, seed, eps and folders; one line each."""
+    if getattr(args, "num_seqs", 1) < 1 or getattr(args, "seq_len", 2) < 2:
+        raise InputError("--num-seqs must be >= 1 and --seq-len >= 2")
+    if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1 (or left out: as many as fit); got {args.batch_size}")
+    if hasattr(args, "seed"):
+        check_seed(args.seed)
+    if hasattr(args, "eps"):
+        check_eps(args.eps)
+    for flag in ("figures_dir", "build_dir"):
+        if getattr(args, flag, None):
+            check_folder_arg("--" + flag.replace("_", "-"), getattr(args, flag))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "num_seqs", 1) < 1 or getattr(args, "seq_len", 2) < 2:
-        print("error: --num-seqs must be >= 1 and --seq-len >= 2", file=sys.stderr)
-        return 2
     try:
+        check_args(args)
         return args.func(args)
     except SinklibError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -8,7 +8,7 @@ so a failure on model 4 (a gated id, memory, a network error) keeps models 1-3, 
 ...     report, claims = measure(...)
 ...     done.save((report, claims))
 
-Where: ``<cache>/kept/<notebook>/<model>-<key>.pt`` (``SINKLIB_CACHE``; ``make clean-cache`` empties it). The key
+Where: ``<cache>/kept/<notebook>/<model>-<key>.pt`` (``SINKLIB_CACHE``; delete that folder to measure every model again). The key
 hashes everything the result depends on -- notebook, model, profile, seed, device, the notebook's sizes, the fake
 CUDA and device-map settings, and the source of ``sinklib`` and of the notebook -- so any change of code or sizes
 measures again instead of reading a stale result. Written atomically (a temporary file, then a rename), then its

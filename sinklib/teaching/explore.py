@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from sinklib.core import metrics
+from sinklib.core.errors import InputError
 
 
 @dataclass
@@ -63,10 +64,32 @@ class ExplorerData:
         return i // self.n_heads, i % self.n_heads
 
 
+def explorer_ids(lm, inputs) -> torch.Tensor:
+    """The one sequence the explorer shows, (T,): text tokenized by ``lm``'s tokenizer, or token ids (T,) or (1, T)
+    checked at the door (:func:`sinklib.core.data.as_token_ids`: integer, within the vocabulary). Refused in one
+    line: empty text, no token, and a batch of several sequences -- the explorer shows one sequence at a time, and
+    joining a (2, 5) batch into one 10-token sequence would show attention across two texts that never saw each
+    other."""
+    from sinklib.core.data import as_token_ids
+
+    if isinstance(inputs, str):
+        if not inputs.strip():
+            raise InputError("explore needs at least one token of text; got an empty string")
+        return lm.tokenizer(inputs, return_tensors="pt").input_ids[0]
+    if isinstance(inputs, torch.Tensor) and inputs.numel() == 0 and inputs.ndim <= 2:
+        raise InputError(f"explore needs at least one token of text; got ids shaped {tuple(inputs.shape)}")
+    ids = as_token_ids(inputs, lm.vocab_size, "explore")
+    if ids.shape[0] != 1:
+        raise InputError(f"explore shows one sequence at a time; got a batch of {ids.shape[0]} sequences "
+                         f"{tuple(ids.shape)}: pass ids[0]")
+    return ids[0]
+
+
 @torch.inference_mode()
 def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
-    """Run ``lm`` once on ``inputs`` -- text (str) or token ids for a language model, pixels (1, 3, H, W) for a ViT --
-    and keep every layer's attention and hidden-state norms. Text longer than ``max_tokens`` is cut (a T x T map
+    """Run ``lm`` once on ``inputs`` -- text (str) or token ids of one sequence for a language model
+    (:func:`explorer_ids`), pixels (1, 3, H, W) or one image for a ViT (finite: :func:`sinklib.core.images.
+    check_pixels`) -- and keep every layer's attention and hidden-state norms. Text longer than ``max_tokens`` is cut (a T x T map
     beyond that is unreadable); ViT images keep every patch."""
     from sinklib.core.capture import Capture
 
@@ -75,8 +98,10 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
         from sinklib.core import images
 
         pixels = inputs if isinstance(inputs, torch.Tensor) else images.to_pixels([inputs], norm=lm.pixel_norm)
-        if pixels.ndim != 4 or pixels.shape[0] != 1:
-            raise ValueError(f"explore takes one image, pixels shaped (1, 3, H, W); got {tuple(pixels.shape)}")
+        images.check_pixels(pixels, "explore")
+        if pixels.shape[0] != 1:
+            raise InputError(f"explore shows one image at a time, pixels shaped (1, 3, H, W); got a batch of "
+                             f"{pixels.shape[0]}: pass pixels[:1]")
         with Capture(lm.model, attentions=True, hidden_states=True) as cap:
             vit_forward(lm, pixels.to(lm.device))
         A = cap.stack("attentions")[:, 0]  # (L, H, T, T)
@@ -86,13 +111,7 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
         labels = ["CLS", *[f"reg{i}" for i in range(first - 1)],
                   *[f"({r},{c})" for r in range(rows) for c in range(cols)]]
         return ExplorerData(labels, A, h.float().norm(dim=-1), (rows, cols), first, images.display(pixels[0].cpu(), lm.pixel_norm))
-    if isinstance(inputs, str):
-        ids = lm.tokenizer(inputs, return_tensors="pt").input_ids[0]
-    else:
-        ids = torch.as_tensor(inputs).reshape(-1)
-    if len(ids) == 0:
-        raise ValueError("explore needs at least one token of text")
-    ids = ids[:max_tokens]
+    ids = explorer_ids(lm, inputs)[:max_tokens]
     with Capture(lm.model, attentions=True, hidden_states=True) as cap:
         lm.model(ids[None].to(lm.device), use_cache=False)
     labels = [lm.tokenizer.decode([int(i)]) for i in ids] if lm.tokenizer is not None else [str(int(i)) for i in ids]
@@ -147,8 +166,9 @@ class Explorer:
 
     def _check(self, layer: int, head: int) -> None:
         if not (0 <= layer < self.data.n_layers and 0 <= head < self.data.n_heads):
-            raise ValueError(f"layer {layer} / head {head} outside the model's {self.data.n_layers} layers x "
-                             f"{self.data.n_heads} heads")
+            raise InputError(f"layer {layer} / head {head} outside the model's {self.data.n_layers} layers x "
+                             f"{self.data.n_heads} heads; pick a layer 0..{self.data.n_layers - 1} and a head "
+                             f"0..{self.data.n_heads - 1}")
 
     def update(self, layer: int, head: int) -> None:
         """Show layer ``layer``, head ``head``: new data on the existing artists."""

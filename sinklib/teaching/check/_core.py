@@ -14,6 +14,7 @@ ATOL = 1e-5
 HAND_A = torch.tensor([[1.0, 0.0, 0.0],
                        [0.5, 0.5, 0.0],
                        [0.2, 0.3, 0.5]])  # one head, T = 3, causal, rows sum to 1 (00 and 10's hand cases)
+# HAND_A is shared by every check and every call: a student's function only ever sees a copy (:func:`fresh_inputs`).
 
 
 @dataclass
@@ -30,6 +31,31 @@ class Result:
 
 class Wrong(Exception):
     """A case came out wrong; the message says how."""
+
+
+def fresh(value):
+    """A copy of ``value`` for one call of a student's function: tensors cloned (lists, tuples and dicts of them
+    copied too), anything else passed as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if type(value) in (list, tuple):
+        return type(value)(fresh(v) for v in value)
+    if type(value) is dict:
+        return {k: fresh(v) for k, v in value.items()}
+    return value
+
+
+def fresh_inputs(fn: Callable) -> Callable:
+    """``fn`` called on fresh copies of its arguments (:func:`fresh`) every time: an answer that edits its input in
+    place cannot change a check's shared hand-worked case (:data:`HAND_A`) or the random case its reference answer
+    is computed from, so it cannot make a later, correct answer fail. A check that tests "the input is left as it
+    was" calls the student's own ``fn`` instead."""
+    def call(*args, **kwargs):
+        return fn(*(fresh(a) for a in args), **{k: fresh(v) for k, v in kwargs.items()})
+
+    call.__name__ = getattr(fn, "__name__", "answer")
+    call.__wrapped__ = fn
+    return call
 
 
 def run(name: str, cases: list[tuple[str, Callable[[], None]]], quiet: bool) -> Result:

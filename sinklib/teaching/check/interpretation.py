@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, Wrong, run, same
+from sinklib.teaching.check._core import Result, Wrong, fresh_inputs, run, same
 
 
 def position_variance(fn: Callable, quiet: bool = False) -> Result:
@@ -17,6 +17,7 @@ def position_variance(fn: Callable, quiet: bool = False) -> Result:
     By hand (N = 2, T = 2, d = 1): x = [[[1], [5]], [[3], [5]]] -> position 0: values 1 and 3, variance 1;
     position 1: 5 and 5, variance 0 -> [1, 0].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     x = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(7))
@@ -33,6 +34,7 @@ def self_only_mask(fn: Callable, quiet: bool = False) -> Result:
 
     By hand (T = 3, causal, k = 1): [[0, -inf, -inf], [0, 0, -inf], [0, 0, 0]] -> row 1 becomes [-inf, 0, -inf].
     """
+    raw, fn = fn, fresh_inputs(fn)  # "left as it was" needs the answer itself; every other case a copy
     inf = float("-inf")
     causal = torch.tensor([[0.0, inf, inf], [0.0, 0.0, inf], [0.0, 0.0, 0.0]])
     want = causal.clone()
@@ -44,9 +46,9 @@ def self_only_mask(fn: Callable, quiet: bool = False) -> Result:
     want_big[4, 4] = 0.0
 
     def untouched():
-        before = big.clone()
-        fn(big, 2)
-        if not torch.equal(big, before):
+        mask = big.clone()  # the student's own copy: an edit stays in it
+        raw(mask, 2)
+        if not torch.equal(mask, big):
             raise Wrong("the mask passed in was changed: edit a copy (mask.clone())")
 
     return run("self_only_mask", [
@@ -65,6 +67,7 @@ def super_neuron(fn: Callable, quiet: bool = False) -> Result:
     By hand: F = 3, one sequence, first token [0.5, -9, 2], later tokens up to 20 on neuron 2 -> neuron 1 (|-9| is
     the first token's largest; later tokens do not count).
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     acts = torch.tensor([[[0.5, -9.0, 2.0], [1.0, 1.0, 20.0]]])
     rand = torch.randn(4, 7, 50, generator=torch.Generator().manual_seed(8))
     rand[2, 0, 31] = -40.0

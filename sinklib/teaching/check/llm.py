@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import HAND_A, Result, Wrong, random_attention, run, same
+from sinklib.teaching.check._core import HAND_A, Result, Wrong, fresh_inputs, random_attention, run, same
 
 
 def sink_mass(fn: Callable, quiet: bool = False) -> Result:
@@ -17,6 +17,7 @@ def sink_mass(fn: Callable, quiet: bool = False) -> Result:
 
     By hand on HAND_A: m = [(1 + 0.5 + 0.2)/3, (0.5 + 0.3)/2, 0.5/1] = [0.5667, 0.4, 0.5].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     A = random_attention(2, 3, 8, seed=28)
@@ -35,6 +36,7 @@ def mass_by_kind(fn: Callable, quiet: bool = False) -> Result:
     delimiter] -> first 0.9, content (0.1 + 0.2)/2 = 0.15, first delimiter 0.3, delimiter nan (its only key is the
     last, left out), weak nan.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.llm.placement import KINDS
     from sinklib.architectures.llm.placement import mass_by_kind as reference
 
@@ -73,6 +75,7 @@ def position_verdict(fn: Callable, quiet: bool = False) -> Result:
     By hand (own 0.8): (0.7, 0.75, 0.05) -> True; (0.1, 0.2, 0.7) -> False; (0.3, 0.7, 0.1) -> None (another first
     token loses it, yet the original does not carry it along); (0.4, 0.4, 0.1) -> True (exactly half is kept).
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.llm.placement import PositionOrToken
 
     def reference(own, replaced, moved_first, moved_original, keep):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, Wrong, run, same
+from sinklib.teaching.check._core import Result, Wrong, fresh_inputs, run, same
 
 
 def _masked_logits(seed: int) -> torch.Tensor:
@@ -23,6 +23,7 @@ def softmax_off_by_one(fn: Callable, quiet: bool = False) -> Result:
 
     By hand: [0, 0] -> [1/3, 1/3]; [0, -inf] -> [1/2, 0]; [ln 3] -> [3/4].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.mitigation.variants import SoftmaxOffByOne
 
     logits = _masked_logits(9)
@@ -51,6 +52,7 @@ def softpick(fn: Callable, quiet: bool = False) -> Result:
     By hand: [0, ln 2] -> numerators [0, 1], denominator 0 + 1 -> [0, 1]. [ln 2, -ln 2] -> exp - 1 = [1, -0.5],
     numerators [1, 0], denominator 1.5 -> [2/3, 0]: negative logits get no weight but still shrink the others.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.mitigation.variants import Softpick, causal_logits
 
     q = torch.randn(2, 3, 6, 4, generator=torch.Generator().manual_seed(12))
@@ -76,6 +78,7 @@ def head_rmsnorm(fn: Callable, quiet: bool = False) -> Result:
     By hand (eps = 0): o = [3, 4] -> RMS = sqrt((9 + 16)/2) = 3.5355 -> [0.8485, 1.1314]; with gain [1, 2] ->
     [0.8485, 2.2627].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     o = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(14)) * 5
     g = torch.linspace(0.5, 2.0, 8)
     want = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-6) * g

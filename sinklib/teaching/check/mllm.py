@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, random_attention, run, same
+from sinklib.teaching.check._core import Result, fresh_inputs, random_attention, run, same
 
 
 def phi(fn: Callable, quiet: bool = False) -> Result:
@@ -19,6 +19,7 @@ def phi(fn: Callable, quiet: bool = False) -> Result:
     By hand: x = [3, -4, 0, 0], dims [1] -> RMS = sqrt(25/4) = 2.5 -> |-4| / 2.5 = 1.6; dims [0, 1] -> still 1.6
     (the larger). x = [0, 0, 0, 0] -> 0 (the 1e-6 keeps it finite).
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.mllm.visual_sinks import phi as reference
 
     h = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(24))
@@ -45,6 +46,7 @@ def image_centric_rows(fn: Callable, quiet: bool = False) -> Result:
     0.05, 0] -> image 0.1 < 0.2: no. Row [0.2, 0.1, 0.5, 0.2] -> image 0.8, sink share 0.125: yes. Row [0.2, 0.6,
     0.1, 0.1] -> image 0.8, sink share 0.75 > 0.5: no.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.mllm.visual_attention import image_centric_rows as reference
 
     w = torch.tensor([[0.9, 0.05, 0.05, 0.0], [0.2, 0.1, 0.5, 0.2], [0.2, 0.6, 0.1, 0.1]]).view(1, 1, 3, 4)
@@ -74,6 +76,7 @@ def var_redistribute(fn: Callable, quiet: bool = False) -> Result:
     By hand (keys [sink, img, img, text], p 0.6): row [0.5, 0.1, 0.3, 0.1] -> S = 0.5, (1 - p) S = 0.2 shared 1:3 by
     the image keys -> [0.3, 0.15, 0.45, 0.1].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.mllm.visual_attention import var_redistribute as reference
 
     w = torch.tensor([0.5, 0.1, 0.3, 0.1]).view(1, 1, 1, 4)

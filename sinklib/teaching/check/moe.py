@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, Wrong, run, same
+from sinklib.teaching.check._core import Result, Wrong, fresh_inputs, run, same
 
 
 def router_entropy(fn: Callable, quiet: bool = False) -> Result:
@@ -17,6 +17,7 @@ def router_entropy(fn: Callable, quiet: bool = False) -> Result:
     By hand: equal logits over 4 experts -> ln 4 = 1.3863; logits [0, ln 3] -> p = [1/4, 3/4] ->
     -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.5623; one logit far above the rest -> 0 (0 log 0 counts as 0, not nan).
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.moe.moe_sinks import router_entropy as reference
 
     rand = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(21)) * 3
@@ -38,6 +39,7 @@ def expert_output_max(fn: Callable, quiet: bool = False) -> Result:
     By hand (one token, k = 2, E = 3): chose experts [2, 0] with outputs [[1, -5], [3, 2]] -> expert 2: 5,
     expert 0: 3, expert 1 (not chosen): 0 -> [3, 0, 5].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.moe.super_experts import expert_output_max as reference
 
     gen = torch.Generator().manual_seed(22)
@@ -63,6 +65,7 @@ def super_experts(fn: Callable, quiet: bool = False) -> Result:
     layer 1 expert 2 = 600 and layer 3 expert 0 = 900 (not kept). The 90th percentile of the 12 kept values (eleven
     1s and the 600) sits at sorted index 0.9 x 11 = 9.9, between two 1s -> 1; floor(600 / 10) = 60 -> [(1, 2)].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.moe.super_experts import super_experts as reference
 
     hand = torch.ones(4, 4)

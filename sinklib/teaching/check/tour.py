@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import HAND_A, Result, random_attention, run, same
+from sinklib.teaching.check._core import HAND_A, Result, fresh_inputs, random_attention, run, same
 
 
 def alpha(fn: Callable, quiet: bool = False) -> Result:
@@ -16,6 +16,7 @@ def alpha(fn: Callable, quiet: bool = False) -> Result:
     By hand on HAND_A: alpha_0 = (1 + 0.5 + 0.2)/3 = 0.5667, alpha_1 = (0.5 + 0.3)/2 = 0.4, alpha_2 = 0.5/1 = 0.5.
     Random (B, H, T, T) attention is compared with :func:`sinklib.core.metrics.alpha`.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     A = random_attention(2, 3, 9, seed=1)
@@ -36,6 +37,7 @@ def sink_rate(fn: Callable, quiet: bool = False) -> Result:
     By hand: alphas [[[0.1, 0.5], [0.31, 0.3]]] (N=1, L=2, H=2) with eps = 0.3 -> 0.5 and 0.31 count, 0.3 does not
     (strictly greater): 2/4 = 0.5.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     hand = torch.tensor([[[0.1, 0.5], [0.31, 0.3]]])
@@ -53,6 +55,7 @@ def uniform_alpha(fn: Callable, quiet: bool = False) -> Result:
 
     By hand: T = 1 -> 1; T = 2 -> (1 + 1/2)/2 = 0.75; T = 4 -> (1 + 1/2 + 1/3 + 1/4)/4 = 0.5208.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core.analysis import ContextSweep
 
     return run("uniform_alpha", [
@@ -69,6 +72,7 @@ def dom_ratio(fn: Callable, quiet: bool = False) -> Result:
     By hand: h = [1, -4, 1, 2]: max |h| = 4, mean |h| = 8/4 = 2 -> 2 (the sign does not matter). A one-hot vector of
     length d gives d.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     h = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(3))
@@ -91,6 +95,7 @@ def massive(fn: Callable, quiet: bool = False) -> Result:
     [5, 2000, 5, 5] and [0.5, 0.5, 0.5, 0.5]: the layer's median is 0.5 (the lower middle of eight), so 2000 is
     4000 x it -- massive, although it is only 400 x its own token's median (5).
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.core import metrics
 
     h1 = torch.tensor([[1.0, 2000.0, -1.0, 150.0, 1.0]])

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, random_attention, run, same
+from sinklib.teaching.check._core import Result, fresh_inputs, random_attention, run, same
 
 
 def kept_positions(fn: Callable, quiet: bool = False) -> Result:
@@ -17,6 +17,7 @@ def kept_positions(fn: Callable, quiet: bool = False) -> Result:
     By hand: seen 10, 2 sinks, window 3 -> [0, 1, 7, 8, 9]; seen 4 -> [0, 1, 2, 3]; no sinks, seen 6, window 2 ->
     [4, 5].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     return run("kept_positions", [
         ("seen 10, n_sink 2, window 3", lambda: same(fn(10, 2, 3), [0, 1, 7, 8, 9], "kept positions")),
         ("seen 4 (the cache is not full yet)", lambda: same(fn(4, 2, 3), [0, 1, 2, 3], "kept positions")),
@@ -34,6 +35,7 @@ def fake_quantize(fn: Callable, quiet: bool = False) -> Result:
     By hand: [0, 1, 2, 3] with 2 bits in one group -> scale 1, exact. [0, 0.4, 1, 0.6] with 1 bit -> scale 1,
     q = round([0, 0.4, 1, 0.6]) = [0, 0, 1, 1] -> [0, 0, 1, 1]. Two groups of 2: [0, 2, 10, 11] at 1 bit -> exact.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.utilization import kvquant
 
     x = torch.randn(3, 4, 64, generator=torch.Generator().manual_seed(5))
@@ -59,6 +61,7 @@ def act_redistribute(fn: Callable, quiet: bool = False) -> Result:
     By hand: row [0.6, 0.3, 0.1], sink column 1, beta 0.4 -> S = 0.3, sink 0.12, the others scaled by
     (1 - 0.12)/0.7 = 1.2571: [0.7543, 0.12, 0.1257].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.utilization.calibration import act_redistribute as reference
 
     w = torch.tensor([0.6, 0.3, 0.1]).view(1, 1, 1, 3)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from sinklib.teaching.check._core import Result, Wrong, run, same
+from sinklib.teaching.check._core import Result, Wrong, fresh_inputs, run, same
 
 
 def outlier_mask(fn: Callable, quiet: bool = False) -> Result:
@@ -17,6 +17,7 @@ def outlier_mask(fn: Callable, quiet: bool = False) -> Result:
     By hand (factor 3): [1, 2, 10, 3, 2] -> median 2, cut 6 -> only 10. [1, 2, 6, 2, 3]: 6 is exactly 3 x the
     median, not above it -> none. [1, 2, 4, 7] (even): median 2 (not 3), cut 6 -> 7 is an outlier.
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.vit.vit_sinks import outlier_mask as reference
 
     gen = torch.Generator().manual_seed(18)
@@ -44,6 +45,7 @@ def register_scores(fn: Callable, quiet: bool = False) -> Result:
     no outliers -> skipped: [2, 2]. With image 1's outlier at token 0, activations [4, 0] -> mean of [2, 2] and
     [4, 0] = [3, 1].
     """
+    fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.vit.registers import register_scores as reference
 
     acts = torch.tensor([[[9.0, 9.0], [1.0, -3.0], [3.0, 1.0]],
@@ -76,6 +78,7 @@ def move_to_registers(fn: Callable, quiet: bool = False) -> Result:
     keeps its 1). Two neurons [0, 1], tokens [[0.5, -2, 1], [3, -9, 0], [0, 0, 0]]: v = -9 (|-9| > 3) ->
     [[0.5, -2, 1], [0, 0, 0], [-9, -9, 0]].
     """
+    raw, fn = fn, fresh_inputs(fn)  # "left as it was" needs the answer itself; every other case a copy
     from sinklib.architectures.vit.registers import move_to_registers as reference
 
     hand = torch.tensor([[[1.0, 5.0], [7.0, 2.0], [0.0, 0.0]]])
@@ -83,9 +86,9 @@ def move_to_registers(fn: Callable, quiet: bool = False) -> Result:
     rand = torch.randn(3, 9, 16, generator=torch.Generator().manual_seed(20))
 
     def untouched():
-        before = rand.clone()
-        fn(rand, [2, 5], 2)
-        if not torch.equal(rand, before):
+        acts = rand.clone()  # the student's own copy: an edit stays in it
+        raw(acts, [2, 5], 2)
+        if not torch.equal(acts, rand):
             raise Wrong("the activations passed in were changed: edit a copy (acts.clone())")
 
     return run("move_to_registers", [
