@@ -76,8 +76,8 @@ figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOO
 verify: setup  ## compare figures/ (a CPU-profile run) with data/reference/: every verdict that differs, every value beyond its tolerance
 	$(PY) -m sinklib verify
 
-reference: setup  ## after a clean CPU-profile make figures: write data/reference/cpu_profile_claims.json from figures/
-	$(PY) -m sinklib verify --write
+reference: setup  ## after a clean CPU-profile make figures: write data/reference/cpu_profile_claims.json from figures/ (FORCE=1: from a partial run too)
+	$(PY) -m sinklib verify --write $(if $(FORCE),--force)
 
 test: setup browser  ## unit tests, capture tests, the real-model test and a smoke run of every notebook
 	$(PY) -m pytest

@@ -309,3 +309,30 @@ def test_an_unreadable_kept_result_is_one_line_naming_the_file(cache, monkeypatc
         done.load()
     _one_line(str(err.value))
     assert str(done.path) in str(err.value)
+
+
+def test_an_unwritable_or_full_cache_stops_with_one_line(tmp_path, monkeypatch):
+    """Item 7: a read-only empty cache and a full cache during conversion gave raw tracebacks."""
+    import errno
+
+    from sinklib.core.errors import InputError
+    from sinklib.models import conversion
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("SINKLIB_CACHE", str(blocked / "cache"))
+    with pytest.raises(InputError, match="cannot be written.*SINKLIB_CACHE") as err:
+        conversion.build_once("tiny-test", _tiny_build)
+    _one_line(str(err.value))
+    monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path / "cache"))
+
+    def full(out: Path) -> None:
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(InputError, match="No space left on device.*SINKLIB_CACHE") as err:
+        conversion.build_once("tiny-test", full)
+    _one_line(str(err.value))
+    converted = tmp_path / "cache" / "converted"
+    assert not (converted / "tiny-test").exists() and not list(converted.glob(".tiny-test-*"))  # nothing half-built

@@ -25,6 +25,7 @@ SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/co
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 
 from sinklib.core import manifest
-from sinklib.core.errors import OfflinePackageMissingError, SinklibError
+from sinklib.core.errors import InputError, OfflinePackageMissingError, SinklibError
 from sinklib.core.manifest import CacheCorruptError
 from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir
 
@@ -103,8 +104,13 @@ def share_with_umask(folder: Path) -> None:
 def build_lock(name: str) -> Iterator[None]:
     """Hold an exclusive lock on ``<cache>/converted/.<name>.lock`` (blocks while another process holds it)."""
     folder = converted_path(name).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f".{name}.lock", "a") as handle:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / f".{name}.lock", "a")  # noqa: SIM115 -- closed below, after the lock
+    except OSError as err:
+        raise InputError(f"the model cache {folder} cannot be written ({err.strerror or err}); point SINKLIB_CACHE "
+                         f"at a writable folder (it is where converted models are kept).") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -119,7 +125,13 @@ def _build_into(target: Path, name: str, build: Callable[[Path], None], recipe: 
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
         out = Path(tmp) / "out"
         with torch.random.fork_rng(devices=[]):
-            build(out)
+            try:
+                build(out)
+            except OSError as err:  # a full or read-only cache: the half-built folder goes with the temporary one
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+                    raise
+                raise InputError(f"building {name} in {target.parent} failed: {err.strerror}; free space there or "
+                                 f"point SINKLIB_CACHE at a folder with room (nothing half-built was kept).") from None
         share_with_umask(out)
         manifest.write(out / manifest.MANIFEST, out, manifest.folder_files(out), recipe)
         if target.exists():

@@ -112,7 +112,7 @@ def _cmd_scorecard(args) -> int:
 def _cmd_verify(args) -> int:
     from sinklib.pipeline.verify import REFERENCE, verify
 
-    return verify(args.figures_dir, args.reference or REFERENCE, write=args.write)
+    return verify(args.figures_dir, args.reference or REFERENCE, write=args.write, force=args.force)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--figures-dir", default="figures")
     v.add_argument("--reference", default=None, help="reference file (default data/reference/cpu_profile_claims.json)")
     v.add_argument("--write", action="store_true", help="write the reference from this run instead (after a clean run)")
+    v.add_argument("--force", action="store_true", help="with --write: replace the reference even from a partial or "
+                                                        "non-CPU run (make reference FORCE=1)")
     v.set_defaults(func=_cmd_verify)
     return p
 
