@@ -115,8 +115,11 @@ def kernel_env(**variables: str):
 
 def run_notebook(
     path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path,
-    progress_bar: bool = True,
+    progress_bar: bool = True, parent: int | None = None,
 ) -> NotebookResult:
+    """Execute one notebook into a private staging folder and publish it (see the module docstring). ``parent``:
+    the PID of the run this child belongs to -- if that run died meanwhile, nothing is published (another run may
+    hold the folder by now)."""
     import papermill as pm
 
     staging = publish.staging_dir(figures_dir, path.stem)  # private to this run, on the figures' filesystem
@@ -141,6 +144,9 @@ def run_notebook(
     try:
         write_takeaways(executed, staging / "takeaways.json")
         render_html(executed, staging / f"{path.stem}.html")
+        if parent is not None and os.getppid() != parent:
+            shutil.rmtree(staging, ignore_errors=True)
+            return NotebookResult(path.stem, False, seconds, "its run ended before it finished; nothing published")
         with _signals_held():  # a stop asked for now waits for the two renames
             publish.publish(staging, figures_dir / path.stem)
     except OSError as err:  # a full or failing disk: the previous figures stay, complete
@@ -251,7 +257,7 @@ class _Children:
         only); its output streams to this terminal, its result comes back through a file."""
         result = result_dir / f"{book.stem}.json"
         result.unlink(missing_ok=True)
-        args = {"path": str(book), "result_path": str(result),
+        args = {"path": str(book), "result_path": str(result), "parent": os.getpid(),
                 **{k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}}
         start = time.perf_counter()
         with self._lock:
