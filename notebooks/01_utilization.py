@@ -296,8 +296,7 @@ with plotting.style():
 kv_control = controls["intactkv.keep_sinks_full_precision"]
 intact = record.add(kvquant.sink_preservation_helps(kept_vs_all, kept_vs_matched, len(q_tokens)), control=kv_control,
                     control_note=f"on random weights the rule holds too: {kvquant.control_explanation(len(q_tokens))}"
-                    if kv_control.holds else f"on random weights it cannot be judged either: {kv_control.note}"
-                    if kv_control.holds is None else "")
+                    if kv_control.holds else "")
 print(f"At 2 bits the cache stays far from full precision ({fp_ppl:.2f}) either way: "
       f"{quant['2-bit'][kvquant.ALL]:.2f} quantising every token, {quant['2-bit'][kvquant.SINKS]:.2f} with the sinks "
       f"kept, {quant['2-bit'][kvquant.MATCHED]:.2f} with tokens 4-7 kept.")

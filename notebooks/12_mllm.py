@@ -324,15 +324,8 @@ no_sinks = (f"control run: on random weights no image token reaches phi >= {kang
             f"{control_phi:.1f}), so there is nothing to hide or redistribute")
 print(f"control: sink dims {control_prof.dims}, largest image-token phi {control_phi:.1f} ({control_seconds:.0f} s)")
 
-
-def control_note(control_claim) -> str:
-    """Why a control that cannot be judged says nothing: its own reason (no sinks, or none the stand-in can test)."""
-    if control_claim.holds is not None:
-        return ""
-    return f"on random weights it cannot be judged either: {control_claim.note or no_sinks}"
-
-
-recorded = {c.id: record.add(c, control=control_claims[c.id], control_note=control_note(control_claims[c.id]))
+# a control that cannot be judged says why: its own reason, else that the random weights grow no sink
+recorded = {c.id: record.add(c, control=replace(control_claims[c.id], note=control_claims[c.id].note or no_sinks))
             if c.id in control_claims else record.add(replace(c, control_note=no_sinks)) for c in claims}
 
 # %%

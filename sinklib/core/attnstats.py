@@ -188,10 +188,9 @@ class AttentionStats:
         q = (query.float() * scaling).view(B, Hkv, G, T, hd)
         kt = key.float().transpose(-1, -2)  # (B, Hkv, hd, N): shared by the G heads of a group, never repeated
         col = torch.zeros(B, Hkv, G, N, dtype=torch.float64, device=query.device)
-        if attention_mask is None:  # causal: key j is seen by queries t with t + off >= j
-            j = torch.arange(N, device=query.device)
-            vis = (T - (j - off).clamp_min(0)).clamp_min(0).double().expand(B, N)
-        else:
+        if attention_mask is None:  # causal (T > 1: key j seen by queries t >= j), or one query that sees every key
+            vis = _visible(None, T, N, T > 1, B, query.device, self._block_bytes(query.device))
+        else:  # counted block by block below
             vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
         ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
         tracked = [j for j in self.keys if j < N] if self.keys is not None else []

@@ -220,11 +220,14 @@ def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
 def with_control(claim: Claim, control: Claim | None, note: str = "") -> Claim:
     """``claim`` with its random-weight control: the same rule applied to the same analysis on randomly initialised
     weights of the model's own configuration (:func:`sinklib.models.random_init.random_weights`). ``note`` explains
-    a control that holds where the paper says training makes the effect."""
+    a control that holds where the paper says training makes the effect; a control that cannot be judged either
+    says so with its own reason unless ``note`` is given."""
     if control is None:  # not run: the note says why
         return replace(claim, control_note=note or claim.control_note)
     if control.id != claim.id:
         raise ValueError(f"control {control.id!r} is not a control of {claim.id!r}")
+    if control.holds is None and not note:
+        note = f"on random weights it cannot be judged either: {control.note}"
     return replace(claim, control=control.holds, control_measured=control.measured, control_note=note)
 
 

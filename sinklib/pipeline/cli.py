@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from pathlib import Path
 
 from sinklib.core.errors import InputError, SinklibError
+from sinklib.pipeline.publish import require_folder
 
 GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
 SEED_MAX = 2 ** 32 - 1  # numpy's np.random.seed takes 0..2**32-1, the narrowest of the generators a seed feeds
@@ -185,32 +184,20 @@ def check_seed(seed: int) -> None:
         raise InputError(f"--seed must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
 
 
-def check_eps(eps: float) -> None:
-    """The sink threshold: strictly between 0 and 1 (:func:`sinklib.core.analysis.check_eps` says why)."""
-    if not (math.isfinite(eps) and 0 < eps < 1):
-        raise InputError(f"--eps must be in (0, 1) -- a share of a query's attention; got {eps} (Gu et al. use 0.3)")
-
-
-def check_folder_arg(flag: str, path: str) -> None:
-    """An output or input folder flag (``--figures-dir``, ``--build-dir``) must not name an existing file."""
-    if Path(path).exists() and not Path(path).is_dir():
-        raise InputError(f"{flag} {path} is a file, not a folder; give the folder `make figures` writes "
-                         f"(default figures/), or move the file away")
-
-
 def check_args(args) -> None:
     """Every argument checked before a model loads or a notebook runs: sizes, seed, eps and folders; one line each."""
     if getattr(args, "num_seqs", 1) < 1 or getattr(args, "seq_len", 2) < 2:
         raise InputError("--num-seqs must be >= 1 and --seq-len >= 2")
-    if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1 (or left out: as many as fit); got {args.batch_size}")
+    if hasattr(args, "eps"):  # profile: the library's own checks (it loads torch; the other commands need not)
+        from sinklib.core.analysis import check_batch_size, check_eps
+
+        check_eps(args.eps)
+        check_batch_size(args.batch_size)
     if hasattr(args, "seed"):
         check_seed(args.seed)
-    if hasattr(args, "eps"):
-        check_eps(args.eps)
     for flag in ("figures_dir", "build_dir"):
         if getattr(args, flag, None):
-            check_folder_arg("--" + flag.replace("_", "-"), getattr(args, flag))
+            require_folder(getattr(args, flag), "--" + flag.replace("_", "-"))
 
 
 def main(argv: list[str] | None = None) -> int:

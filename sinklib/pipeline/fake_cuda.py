@@ -141,26 +141,14 @@ def _advanced(index) -> bool:
     return False
 
 
-def _put_values(name: str, args, kwargs):
-    """The values an indexed write puts (``x[index] = values``, ``index_put(_)``), or None for a read."""
+def _indexed_values(name: str, args, kwargs):
+    """The values an indexed write puts through index_put -- ``x[advanced index] = values`` or ``index_put(_)``
+    -- or None (a read, or a basic-index write, which is a copy into a view)."""
     if name == "__setitem__":
-        return args[2] if len(args) > 2 else None
+        return args[2] if len(args) > 2 and _advanced(args[1]) else None
     if name in ("index_put_", "index_put"):
         return args[2] if len(args) > 2 else kwargs.get("values")
     return None
-
-
-def _writes_cpu_values(name: str, args, kwargs) -> bool:
-    """``cuda[index] = cpu`` with an advanced index, or ``index_put(_)`` with CPU values: CUDA raises for both."""
-    advanced = name != "__setitem__" or _advanced(args[1])
-    return advanced and _is_cpu_array(_put_values(name, args, kwargs))
-
-
-def _writes_values_through_index(name: str, args, kwargs) -> bool:
-    """``cpu[index] = cuda`` with an advanced index, or ``index_put(_)`` with CUDA values (not a 0-dim tensor)."""
-    values = _put_values(name, args, kwargs)
-    advanced = name != "__setitem__" or _advanced(args[1])
-    return advanced and isinstance(values, FakeCudaTensor) and values.dim() > 0
 
 
 def _cuda_only_kernel(func):
@@ -245,11 +233,12 @@ def _dispatch(func, args, kwargs):
             if index_devices:
                 raise FakeCudaError("indices should be either on cpu or on the same device as the indexed tensor "
                                     "(cpu)")
-            if cuda and _writes_values_through_index(name, args, kwargs):
+            values = _indexed_values(name, args, kwargs)
+            if cuda and isinstance(values, FakeCudaTensor) and values.dim() > 0:
                 raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
                                     f"cpu and cuda:{next(iter(cuda))}! ({name} of CUDA values through an index)")
             cuda = set()  # cpu[0] = cuda_value: a device-to-host copy into a view, which CUDA performs
-        elif cuda and _writes_cpu_values(name, args, kwargs):
+        elif cuda and _is_cpu_array(_indexed_values(name, args, kwargs)):
             raise FakeCudaError(f"Expected all tensors to be on the same device, but found at least two devices, "
                                 f"cuda:{base._fake_index} and cpu! ({name} of CPU values through an index)")
         cpu = []  # a CUDA tensor takes CPU indices (and CPU values through basic indexing: a copy)

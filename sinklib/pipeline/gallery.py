@@ -26,7 +26,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, atomic_write_bytes
 
 SCORECARD = "90_scorecard"
@@ -341,11 +340,10 @@ def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[
 
 def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTEBOOK_DIR) -> Path:
     """Write ``<figures_dir>/index.html`` (see the module docstring) and return its path."""
-    from sinklib.pipeline.publish import leftovers
+    from sinklib.pipeline.publish import leftovers, require_folder
 
     root = Path(figures_dir)
-    if root.exists() and not root.is_dir():
-        raise InputError(f"the figures folder {root} is a file, not a folder; point --figures-dir at a folder.")
+    require_folder(root, "figures folder")
     root.mkdir(parents=True, exist_ok=True)
     for line in leftovers(root):
         print(f"note: {line}")

@@ -376,8 +376,7 @@ def train_step_seconds(run: profiles.Run, variant: str, batch: int, card: calibr
     counted = _training_bytes(run, variant, batch)[0]
     ref = calibration.TRAIN_REFERENCE
     ref_cfg = replace(cfg, model=replace(cfg.model, n_layers=ref["layers"], d_model=ref["d_model"]))
-    ref_params = _step_bytes(ref_cfg, 1)["parameters"] if (cfg.model.n_layers, cfg.model.d_model) != (
-        ref["layers"], ref["d_model"]) else counted["parameters"]
+    ref_params = _step_bytes(ref_cfg, 1)["parameters"]  # counted on the meta device, cached
     flops = _train_flops(cfg.model.n_layers, cfg.model.d_model, counted["parameters"], batch, cfg.seq_len)
     ref_flops = _train_flops(ref["layers"], ref["d_model"], ref_params, ref["batch"], ref["seq_len"])
     dtype = "bfloat16" if cfg.precision == "bf16" else "float32"

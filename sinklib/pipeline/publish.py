@@ -165,14 +165,21 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
+def require_folder(path: Path, what: str) -> None:
+    """``path`` may be missing or a folder, not a file: one line otherwise (``what``: "figures folder",
+    "--figures-dir", ...)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"the {what} {path} is a file, not a folder; point it at a folder, or move the file away.")
+
+
 def preflight(folders: dict[str, Path], stems: list[str], figures_dir: Path) -> None:
     """Before the first notebook: each of ``folders`` (what -> path) can be created and written, and has at least
     ``MIN_FREE_BYTES`` per notebook plus twice what the notebooks' previous figures take. One line otherwise."""
     need = sum(MIN_FREE_BYTES + 2 * _folder_bytes(Path(figures_dir) / s) for s in stems)
     for what, folder in folders.items():
         folder = Path(folder)
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"the {what} {folder} is a file, not a folder; point it at a folder.")
+        require_folder(folder, what)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             probe = folder / f".sinklib-probe-{os.getpid()}"
