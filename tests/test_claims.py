@@ -228,3 +228,16 @@ def test_origin_claims_hold_and_fail():
     assert sun_claims.massive_bias({**ppl, "set to mean": 32.5}, paper).holds is True
     assert sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207).holds is True
     assert sun_claims.implicit_bias({"value_norm_ratio": 0.6, "sink_term_spread": 0.97}, 207).holds is False
+
+
+def test_a_control_that_cannot_be_judged_either_says_why_unless_told():
+    """One place writes the note of a control that is undecided too (01's IntactKV and 12's Kang et al. claims)."""
+    from dataclasses import replace
+
+    claim = claims.Claim(id="x.rule", statement="s", source="p", rule="r", published=None, measured=1.0, holds=None)
+    control = replace(claim, note="no sink on random weights")
+    assert claims.with_control(claim, control).control_note == (
+        "on random weights it cannot be judged either: no sink on random weights")
+    assert claims.with_control(claim, control, "said otherwise").control_note == "said otherwise"
+    judged = replace(control, holds=False)
+    assert claims.with_control(claim, judged).control_note == ""

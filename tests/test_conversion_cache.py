@@ -3,7 +3,6 @@ one model at once, and what it writes keeps the user's umask."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import stat
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import in_two_processes
 
 from sinklib.models import conversion, stitch
 
@@ -66,14 +66,7 @@ def _build_in_process(cache: str, queue) -> None:
 
 
 def test_two_processes_build_one_model_once(tmp_path):
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_build_in_process, args=(str(tmp_path), queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-    results = [queue.get(timeout=5) for _ in procs]
+    results = in_two_processes(_build_in_process, str(tmp_path))
     assert not any(r.startswith("error") for r in results), results
     assert results[0] == results[1]  # both read the one build
     log = (tmp_path / "builds.log").read_text().split()

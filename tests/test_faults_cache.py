@@ -6,13 +6,13 @@ the command. Small builds in a temporary ``SINKLIB_CACHE``; no real conversion."
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import in_two_processes
 from safetensors.torch import load_file, save_file
 
 from sinklib.core import manifest
@@ -190,14 +190,7 @@ def _build_in_process(cache: str, queue) -> None:
 def test_two_processes_finding_one_corrupted_build_rebuild_it_once(cache):
     folder = conversion.build_once("shared", _tiny_build)
     _zero_bytes(folder / "model.safetensors", 200, 4000)
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_build_in_process, args=(str(cache), queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-    results = [queue.get(timeout=5) for _ in procs]
+    results = in_two_processes(_build_in_process, str(cache))
     assert results == [float(WEIGHTS.sum())] * 2, results
     assert _builds(cache) == 2  # the first build, then one rebuild: the second process found it repaired
 

@@ -12,22 +12,13 @@ import textwrap
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
+from helpers import write_notebook
 
 from sinklib.core.errors import InputError
 from sinklib.pipeline import publish, runner
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def write_notebook(path: Path, body: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(
-        'profile = "smoke"\nmodel = ""\ndevice = ""\nseed = 0\nout_dir = "x"', metadata={"tags": ["parameters"]})
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
 
 
 FIGURE = ("from pathlib import Path\nimport time\ntime.sleep({sleep})\n"

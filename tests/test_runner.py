@@ -3,18 +3,9 @@
 import itertools
 import json
 
-import nbformat
+from helpers import write_notebook
 
 from sinklib.pipeline import runner
-
-
-def write_notebook(path, body: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(
-        'profile = "smoke"\nmodel = ""\ndevice = ""\nseed = 0\nout_dir = "x"', metadata={"tags": ["parameters"]})
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
 
 
 def test_failure_keeps_previous_figures_and_others_run(tmp_path, capsys):
