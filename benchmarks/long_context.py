@@ -160,7 +160,7 @@ def cuda_main(args) -> None:
     import torch
 
     from sinklib.core.results import write_json
-    from sinklib.pipeline.plan_calibration import STATS_OVER_SDPA as CUDA_TARGETS  # issue 44's targets
+    from sinklib.pipeline.plan_calibration import STATS_TARGETS as CUDA_TARGETS  # issue 44's targets
 
     fake = contextlib.nullcontext()
     if args.fake:

@@ -1,5 +1,5 @@
-"""The statistics' CUDA path -- one fused kernel with the log-sum-exp (flash-attention 2 / the memory-efficient
-kernel), the tracked keys from a (T x |keys|) product, every key's column sum from a Triton kernel -- against eager
+"""The statistics' CUDA path -- one fused kernel with the log-sum-exp (cuDNN / flash-attention 2 / the
+memory-efficient kernel), the tracked keys from a (T x |keys|) product, every key's column sum from a Triton kernel -- against eager
 attention maps, on the fake CUDA device (CPU transcriptions of the CUDA-only kernels with CUDA's contract, Triton's
 interpreter for the Triton kernel)."""
 
@@ -79,12 +79,61 @@ def test_cuda_statistics_equal_eager_maps_in_float32(tiny, keys, padded):
     torch.testing.assert_close(st.alpha([0])[..., 0], metrics.alpha(A, 0), atol=1e-5, rtol=0)
 
 
-def test_bfloat16_runs_flash_attention_and_agrees_with_float32(tiny):
+@pytest.mark.parametrize("cudnn", [True, False])
+def test_bfloat16_runs_cudnn_or_flash_attention_and_agrees_with_float32(tiny, cudnn):
+    """On a Hopper GPU (the fake device's capability) bfloat16 runs cuDNN's kernel, sdpa's own choice there; with
+    cuDNN's sdpa turned off, flash-attention 2."""
     ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(2))
     st32, _, _ = _cuda_stats(tiny.model, ids)
-    st16, _, ran = _cuda_stats(copy.deepcopy(tiny.model).to(torch.bfloat16), ids)  # the shared model untouched
-    assert ran["attention"] == ["flash"] * tiny.n_layers and ran["triton"] == tiny.n_layers
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(cudnn)
+    try:
+        st16, _, ran = _cuda_stats(copy.deepcopy(tiny.model).to(torch.bfloat16), ids)  # the shared model untouched
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+    want = "cudnn" if cudnn else "flash"
+    assert ran["attention"] == [want] * tiny.n_layers and ran["triton"] == tiny.n_layers
     torch.testing.assert_close(st16.alpha(), st32.alpha(), atol=3e-2, rtol=0)
+
+
+def test_a_cudnn_refusal_falls_back_to_flash_and_is_remembered(tiny, monkeypatch):
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(1)
+        raise fake_cuda_kernels.KernelContractError("cuDNN: no execution plan for this configuration")
+
+    monkeypatch.setitem(fake_cuda_kernels.KERNELS, "_scaled_dot_product_cudnn_attention", refuse)
+    monkeypatch.setattr(lse_attention, "_CUDNN_REFUSED", set())
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(3))
+    st32, _, _ = _cuda_stats(tiny.model, ids, keys=[0])
+    st16, _, ran = _cuda_stats(copy.deepcopy(tiny.model).to(torch.bfloat16), ids, keys=[0])
+    assert len(calls) == 1  # refused once, then flash-attention 2 for every later layer without asking again
+    assert ran["attention"] == ["cudnn"] + ["flash"] * (tiny.n_layers - 1)
+    torch.testing.assert_close(st16.alpha([0]), st32.alpha([0]), atol=3e-2, rtol=0)
+
+
+def test_cuda_statistics_wait_on_the_device_and_reach_the_host_in_one_move(tiny, monkeypatch):
+    """No host copy per layer (each would make the host wait for the GPU): the statistics stay on the device during
+    the forward and are on the host after the context, before any reading method, or once enough bytes wait."""
+    from sinklib.core import attnstats
+
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(4))
+    with fake_cuda():
+        twin = copy.deepcopy(tiny.model).to("cuda")
+        with torch.no_grad(), AttentionStats(twin, keys=[0]) as st:
+            twin(ids.to("cuda"))
+            assert {v.device.type for values in st.col_sum.values() for v in values} == {"cuda"}
+            assert st.alpha([0]).device.type == "cpu"  # a reading method brings everything over
+            assert {v.device.type for values in st.key_probs.values() for v in values} == {"cpu"}
+            twin(ids.to("cuda"))
+        assert {v.device.type for store in (st.col_sum, st.visible, st.key_probs) for values in store.values()
+                for v in values} == {"cpu"}
+        monkeypatch.setattr(attnstats, "DEVICE_KEEP_BYTES", 1)  # a tiny allowance: moved as soon as it is passed
+        with torch.no_grad(), AttentionStats(twin, keys=[0]) as st:
+            twin(ids.to("cuda"))
+            assert {v.device.type for values in st.col_sum.values() for v in values} == {"cpu"}
+    assert st.alpha([0]).shape == (tiny.n_layers, 1, tiny.model.config.num_attention_heads, 1)
 
 
 def _columns(st) -> torch.Tensor:
@@ -163,8 +212,18 @@ def test_the_transcribed_kernels_keep_cuda_s_contract():
     seen = torch.arange(50)[None, :] <= torch.arange(10)[:, None] + 40
     torch.testing.assert_close(lse, torch.logsumexp(logits.masked_fill(~seen, float("-inf")), -1), atol=1e-4,
                                rtol=0)
-    with fake_cuda():  # and the statistics never hand flash a causal mask with T != N
+    with pytest.raises(fake_cuda_kernels.KernelContractError, match="fp16 and bf16"):
+        fake_cuda_kernels.cudnn_attention(q, q, q, None, True, 0.0, True)
+    qb = q.bfloat16()
+    out, lse = fake_cuda_kernels.cudnn_attention(qb, qb, qb, None, True, 0.0, True, scale=0.25)[:2]
+    assert lse.shape == (1, 2, 40, 1) and lse.dtype == torch.float32  # cuDNN's log-sum-exp has a trailing 1
+    flash_out, flash_lse = fake_cuda_kernels.flash_attention(qb, qb, qb, 0.0, True, scale=0.25)[:2]
+    torch.testing.assert_close(lse[..., 0], flash_lse)
+    torch.testing.assert_close(out, flash_out)
+    with fake_cuda():  # and the statistics never hand flash or cuDNN a causal mask with T != N
         assert lse_attention.kernel_for(q[:, :, :10].bfloat16().cuda(), None, True, 50) == "efficient"
+        assert lse_attention.kernel_for(q.bfloat16().cuda(), None, True, 40) == "cudnn"
+        assert lse_attention.kernel_for(torch.randn(1, 2, 40, 256).bfloat16().cuda(), None, True, 40) == "flash"
     assert os.environ.get("TRITON_INTERPRET") != "1" or "TRITON_INTERPRET" in os.environ
 
 

@@ -47,6 +47,7 @@ UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks Attention
 
 DEFAULT_BLOCK_BYTES = 8 * 2**20  # float32 scratch per query block (all heads) on a CPU: small enough to stay in cache
 CUDA_MAX_BLOCK_BYTES = 2 * 2**30  # on CUDA blocks follow the free memory, up to this
+DEVICE_KEEP_BYTES = 512 * 2**20  # CUDA statistics wait on the device up to this, then go to the host in one sync
 
 
 def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop: int,
@@ -140,6 +141,7 @@ class AttentionStats:
         self.query_entropy: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.key_probs: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T, len(keys))]
+        self._device_bytes = 0  # statistics still on the GPU (see :meth:`_keep`)
         self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
         self._timm = _TimmProbabilities(self) if self.adapter.backend == "timm" else None
 
@@ -233,15 +235,15 @@ class AttentionStats:
                 h = torch.special.entr(e).sum(-1)
                 ent[..., start:stop] = h + torch.special.entr(p_sink.squeeze(-1)) if sinks is not None else h
             del logits, e
-        self.col_sum[layer].append(col.flatten(1, 2).float().cpu())
-        self.visible[layer].append(vis.float().cpu())
+        self._keep(self.col_sum, layer, col.flatten(1, 2).float())
+        self._keep(self.visible, layer, vis.float())
         if ent is not None:
-            self.query_entropy[layer].append(ent.flatten(1, 2).cpu())
+            self._keep(self.query_entropy, layer, ent.flatten(1, 2))
         if sink is not None:
-            self.sink_mass[layer].append(sink.flatten(1, 2).cpu())
+            self._keep(self.sink_mass, layer, sink.flatten(1, 2))
         if self.keys is not None:
-            self.key_probs[layer].append(_pad_keys(probs.flatten(1, 2) if probs is not None else
-                                                   torch.zeros(B, H, T, 0), len(self.keys)).cpu())
+            self._keep(self.key_probs, layer, _pad_keys(probs.flatten(1, 2) if probs is not None else
+                                                         torch.zeros(B, H, T, 0), len(self.keys)))
         if out is None:
             return None
         return out.view(B, H, T, hd_v).transpose(1, 2).contiguous().to(query.dtype)  # (B, T, H, hd_v)
@@ -270,15 +272,15 @@ class AttentionStats:
             p = lse_attention.tracked_probabilities(query, key, lse, ok, keys, scaling)  # (B, H, T, K)
             col = torch.zeros(B, H, N, device=query.device)
             vis = torch.zeros(B, N, device=query.device)
-            self.key_probs[layer].append(_pad_keys(p, len(self.keys)).cpu())
+            self._keep(self.key_probs, layer, _pad_keys(p, len(self.keys)))
             col[..., keys] = p.sum(dim=2)
             vis[:, keys] = ok.sum(dim=2).flatten(1).float().expand(B, -1)
         else:
             col = lse_attention.column_sums(query, key, lse, mask, 0 if causal else None, scaling,
                                             self._block_bytes(query.device))
             vis = _visible(mask, T, N, causal, B, query.device, self._block_bytes(query.device))
-        self.col_sum[layer].append(col.float().cpu())
-        self.visible[layer].append(vis.float().cpu())
+        self._keep(self.col_sum, layer, col.float())
+        self._keep(self.visible, layer, vis.float())
         return out.transpose(1, 2).contiguous()
 
     def _lse_path(self, module, query, value, kwargs) -> bool:
@@ -310,16 +312,35 @@ class AttentionStats:
         self._reduce(layer, module, query, key, attention_mask, kwargs)
         return self._switch.delegate(module, query, key, value, attention_mask, **kwargs)
 
+    def _keep(self, store: dict[int, list[torch.Tensor]], layer: int, value: torch.Tensor) -> None:
+        """Append a layer's statistic. A GPU value stays on the device until :meth:`_to_host` (at the context's
+        exit, before any reading method, or once :data:`DEVICE_KEEP_BYTES` wait): a ``.cpu()`` per layer would make
+        the host wait for the GPU at every layer, and the forward would lose its overlap of launches and kernels."""
+        store[layer].append(value)
+        if value.device.type != "cpu":
+            self._device_bytes += value.numel() * value.element_size()
+            if self._device_bytes > DEVICE_KEEP_BYTES:
+                self._to_host()
+
+    def _to_host(self) -> None:
+        """Move every kept statistic to the host (one synchronisation for all of them)."""
+        if not self._device_bytes:
+            return
+        for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass, self.key_probs):
+            for values in store.values():
+                values[:] = [v.cpu() for v in values]
+        self._device_bytes = 0
+
     # ------------------------------------------------------------------------------------------------ context
     @torch.no_grad()
     def _reduce_probabilities(self, layer: int, probs: torch.Tensor) -> None:
         """timm: the same statistics from full probabilities (B, H, N, N) of bidirectional attention."""
         B, H, T, N = probs.shape
         p = probs.float()
-        self.col_sum[layer].append(p.sum(dim=2).cpu())
+        self._keep(self.col_sum, layer, p.sum(dim=2))
         self.visible[layer].append(torch.full((B, N), float(T)))
         if self.entropy:
-            self.query_entropy[layer].append(torch.special.entr(p).sum(-1).cpu())
+            self._keep(self.query_entropy, layer, torch.special.entr(p).sum(-1))
 
     def __enter__(self) -> AttentionStats:
         if self._timm is not None:
@@ -333,10 +354,10 @@ class AttentionStats:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._timm is not None:
-            self._timm.__exit__(*exc)
-            return
-        self._switch.__exit__(*exc)
+        try:
+            (self._timm if self._timm is not None else self._switch).__exit__(*exc)
+        finally:
+            self._to_host()
 
     # ------------------------------------------------------------------------------------------------ results
     @property
@@ -345,6 +366,7 @@ class AttentionStats:
 
     def key_mass(self, layer: int) -> torch.Tensor:
         """Sink mass per key m_j = sum_t A[t, j] / #queries that see j: (B_total, H, N); NaN where none sees j."""
+        self._to_host()
         col = torch.cat(self.col_sum[layer])
         vis = torch.cat(self.visible[layer])[:, None, :]
         return col / vis.where(vis > 0, torch.full_like(vis, float("nan")))
@@ -360,23 +382,27 @@ class AttentionStats:
         """A[t, j] for every query t and each tracked key j (``keys=``): (B_total, H, T, len(keys)), 0 where t may
         not see j. With causal attention the first n queries are exactly a forward of the first n tokens, so
         alpha_j of every prefix follows: ``probs[..., j:n, i].mean(-1)``."""
+        self._to_host()
         if self.keys is None:
             raise RuntimeError("per-query probabilities are kept for chosen keys only: AttentionStats(model, keys=[0])")
         return torch.cat(self.key_probs[layer])
 
     def entropy_by_query(self, layer: int) -> torch.Tensor:
         """Per-query attention entropy (B_total, H, T); needs ``entropy=True``."""
+        self._to_host()
         if not self.query_entropy[layer]:
             raise RuntimeError("entropy was not requested: use AttentionStats(model, entropy=True)")
         return torch.cat(self.query_entropy[layer])
 
     def learned_sink_mass(self, layer: int) -> torch.Tensor | None:
         """Per-query mass sent to a learned sink logit (B_total, H, T), or None when the layer has none."""
+        self._to_host()
         return torch.cat(self.sink_mass[layer]) if self.sink_mass[layer] else None
 
     def clear(self) -> None:
         for store in (self.col_sum, self.visible, self.query_entropy, self.sink_mass, self.key_probs):
             store.clear()
+        self._device_bytes = 0
 
 
 class _TimmProbabilities(Patch):

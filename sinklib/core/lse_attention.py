@@ -12,9 +12,11 @@ kernel returns o_t = sum_j p_tj v_j and lse_t = log sum_j exp(l_tj), so every pr
   in registers (O(N) memory at any length); elsewhere blocks of queries in torch.
 
 :func:`attention_lse` picks the kernel torch has on the tensors' device: on the CPU the flash kernel
-(``_scaled_dot_product_flash_attention_for_cpu``); on CUDA flash-attention 2 for float16 / bfloat16 without a mask
-(``_scaled_dot_product_flash_attention``; causal only for T = N, where its bottom-right alignment equals sdpa's
-top-left one) and the memory-efficient kernel otherwise (``_scaled_dot_product_efficient_attention``: float32, or an
+(``_scaled_dot_product_flash_attention_for_cpu``); on CUDA, for float16 / bfloat16 without a mask (causal only for
+T = N, where the kernels' corner conventions agree), cuDNN's attention on Hopper and later
+(``_scaled_dot_product_cudnn_attention``: what sdpa itself runs there; flash-attention 2 took 1.6x its time on an
+H200) and flash-attention 2 (``_scaled_dot_product_flash_attention``) elsewhere or where cuDNN refuses the shape;
+the memory-efficient kernel otherwise (``_scaled_dot_product_efficient_attention``: float32, or an
 additive mask -- padding, sliding windows -- padded to 8 columns and expanded as torch's sdpa does; causal top-left).
 Keys and values of grouped-query heads are repeated for the kernels (O(N) memory); the Triton kernel reads them per
 group without repeating.
@@ -28,6 +30,8 @@ import os
 import torch
 
 MASK_ALIGNMENT = 8  # columns: the memory-efficient kernel reads its bias with aligned strides (sdpa pads to 8)
+CUDNN_MAX_HEAD_DIM = 128  # head widths cuDNN's attention is used for here (flash-attention 2 above)
+_CUDNN_REFUSED: set[tuple] = set()  # (device, dtype, head width) cuDNN raised for: flash-attention 2 from then on
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -48,13 +52,26 @@ def allowed_bias(mask: torch.Tensor) -> torch.Tensor:
 
 
 def kernel_for(query: torch.Tensor, mask: torch.Tensor | None, causal: bool, n_keys: int) -> str:
-    """Which of torch's fused kernels :func:`attention_lse` runs: ``"cpu-flash"``, ``"flash"`` or ``"efficient"``."""
+    """Which of torch's fused kernels :func:`attention_lse` runs: ``"cpu-flash"``, ``"cudnn"``, ``"flash"`` or
+    ``"efficient"``."""
     if query.device.type != "cuda":
         return "cpu-flash"
     T, hd = query.shape[-2], query.shape[-1]
     flash_ok = (query.dtype in (torch.float16, torch.bfloat16) and mask is None and hd % 8 == 0 and hd <= 256
                 and (not causal or T == n_keys))
-    return "flash" if flash_ok else "efficient"
+    if not flash_ok:
+        return "efficient"
+    return "cudnn" if _cudnn_ok(query) else "flash"
+
+
+def _cudnn_ok(query: torch.Tensor) -> bool:
+    """cuDNN attention for this query: enabled in torch, a Hopper or later GPU, head width <= 128, and not refused
+    before in this process for its (device, dtype, head width)."""
+    if not torch.backends.cuda.cudnn_sdp_enabled() or query.shape[-1] > CUDNN_MAX_HEAD_DIM:
+        return False
+    if torch.cuda.get_device_capability(query.device) < (9, 0):
+        return False
+    return (query.device, query.dtype, query.shape[-1]) not in _CUDNN_REFUSED
 
 
 def attention_lse(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
@@ -74,6 +91,14 @@ def attention_lse(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, k, v, 0.0, causal, attn_mask=bias, scale=scaling)
         return out, lse.float()
+    if kind == "cudnn":
+        try:
+            out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(query, k, v, None, True, 0.0, causal, False,
+                                                                           scale=scaling)[:2]
+            return out, lse.reshape(B, H, T).float()  # cuDNN's log-sum-exp is (B, H, T, 1)
+        except RuntimeError:  # a cuDNN build without this configuration: flash-attention 2 computes the same
+            _CUDNN_REFUSED.add((query.device, query.dtype, hd))
+            kind = "flash"
     if kind == "flash":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention(query, k, v, 0.0, causal, False,
                                                                        scale=scaling)[:2]

@@ -1,10 +1,11 @@
 """CUDA-only attention kernels transcribed for the fake CUDA device, with CUDA's contract: what they accept, refuse and
 return (shapes, dtypes, alignment, the causal mask's corner), computed in float32 on the CPU.
 
-torch has ``_scaled_dot_product_flash_attention`` (flash-attention 2) and ``_scaled_dot_product_efficient_attention``
-(the memory-efficient kernel) only on CUDA; :mod:`sinklib.core.lse_attention` calls them for the statistics' GPU
+torch has ``_scaled_dot_product_cudnn_attention`` (cuDNN), ``_scaled_dot_product_flash_attention`` (flash-attention 2)
+and ``_scaled_dot_product_efficient_attention`` (the memory-efficient kernel) only on CUDA; :mod:`sinklib.core.lse_attention` calls them for the statistics' GPU
 path. Under :func:`sinklib.pipeline.fake_cuda.fake_cuda` these transcriptions run instead, so that path is tested on a
-machine without a GPU -- including the mistakes CUDA would punish: a float32 input to flash, a bias that is not
+machine without a GPU -- including the mistakes CUDA would punish: a float32 input to flash or cuDNN, reading
+cuDNN's log-sum-exp as (B, H, T) when it is (B, H, T, 1), a bias that is not
 expanded to (B, H, T, N) with aligned rows, grouped-query heads in the efficient kernel, and reading the efficient
 kernel's log-sum-exp past its T rows (padded to a multiple of 32; the padding is NaN here).
 """
@@ -86,5 +87,28 @@ def efficient_attention(query, key, value, attn_bias, compute_log_sumexp, dropou
     return out, padded, torch.empty(()), torch.empty(())
 
 
-KERNELS = {"_scaled_dot_product_flash_attention": flash_attention,
+def cudnn_attention(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                    return_debug_mask=False, *, scale=None):
+    """``aten::_scaled_dot_product_cudnn_attention`` as this project calls it on a Hopper GPU: float16 / bfloat16,
+    head width a multiple of 8 up to 128, equal query and key heads (the caller repeats grouped keys), causal
+    top-left. Returns (output, logsumexp (B, H, T, 1) float32, and seven bookkeeping values)."""
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        raise KernelContractError("cuDNN attention only supports fp16 and bf16 here")
+    hd = query.shape[-1]
+    if hd % 8 or hd > 128:
+        raise KernelContractError(f"cuDNN attention is used for head widths that are multiples of 8 up to 128: {hd}")
+    if key.shape[1] != query.shape[1]:
+        raise KernelContractError("the cuDNN kernel is handed as many key/value heads as query heads")
+    if dropout_p or attn_bias is not None:
+        raise KernelContractError("the fake device transcribes cuDNN attention without dropout or bias")
+    T, N = query.shape[2], key.shape[2]
+    allowed = torch.arange(N)[None, :] <= torch.arange(T)[:, None] if is_causal else None
+    out, lse = _attend(query, key, value, None, allowed, scale)
+    empty = torch.empty(0)
+    lse = lse.unsqueeze(-1) if compute_log_sumexp else empty
+    return out, lse, empty, empty, T, N, empty, empty, empty
+
+
+KERNELS = {"_scaled_dot_product_cudnn_attention": cudnn_attention,
+           "_scaled_dot_product_flash_attention": flash_attention,
            "_scaled_dot_product_efficient_attention": efficient_attention}

@@ -350,9 +350,10 @@ def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, 
     attention = 2 * shape.layers * batch * tokens * keys * shape.hidden / (
         peak * calibration.ATTENTION_MFU[_mfu_dtype(dtype)])
     seconds = matmul + attention + shape.layers * calibration.FORWARD_LAYER_S
-    if step.stats:
+    if step.stats:  # the long-context ratio, or the host's per-layer work where the forward is short
         ratio = calibration.STATS_OVER_SDPA[step.stats]
-        seconds *= ratio if isinstance(ratio, float) else ratio.get(dtype, ratio["bfloat16"])
+        ratio = ratio.get(dtype, ratio["bfloat16"])
+        seconds = max(seconds * ratio, shape.layers * calibration.STATS_LAYER_S[step.stats])
     maps = shape.layers * shape.heads * batch * tokens * (tokens + kv) * 4 if step.maps else 0
     copied = maps if step.host_maps else 0  # maps reduced on the device stay there
     return seconds + 2 * maps / (card.hbm_tb_s * 1e12 * BW_EFF) + copied / (card.pcie_gb_s * 1e9)
@@ -504,7 +505,7 @@ def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:
     if on_gpu:
         hours = sum(p.gpu_hours for p in plans)
         lines.append(f"estimated {hours:.1f} GPU-hours in all on one {GPU.name}: calibrated on this code measured "
-                     f"on an {calibration.MEASURED_ON.name} (issue 44; carried over by published peaks), x{MARGIN:g} "
+                     f"on an {calibration.MEASURED_ON.name} (issues 44 and 46; carried over by published peaks), x{MARGIN:g} "
                      f"for the steps not listed"
                      + ("" if calibration.STATS_MEASURED else
                         "; statistics forwards at issue 44's target cost over sdpa (not yet measured on a GPU)"))
