@@ -81,23 +81,33 @@ print(f"{summary['paper_claims']} of the {len(summary['claims'])} distinct claim
       f"a paper's:" + "".join(f"\n  {kind}: {', '.join(ids)}" for kind, ids in summary["not_paper_claims"].items()))
 
 # %% [markdown]
-# ## Measured against published
-# Every claim value that is a number on both sides (a dictionary's shared keys count one point each; keys naming
-# *which* layer or neuron are left out), as measured / published, grouped by what the number is. A "holds" colour
-# far from 1 is a claim whose *structure* holds at another scale (e.g. perplexities of a 135M model against
-# Llama-2-7B's); the marker says whether it was measured on a pretrained model, a stand-in or a model trained here.
+# ## Like with like: the run's ratios against the paper's
+# A number measured here on a 135M model and Bible text cannot be divided by the paper's on Llama-2 and PG19: the
+# two differ by model and data before any claim is tested. What can be compared is a *ratio within one run* -- two
+# quantities measured on the same model, the same text or training (window-only perplexity over sinks + window;
+# a gated variant's first-token attention over its own softmax baseline) -- against the paper's ratio of the same
+# two quantities from its own table. Each row shows both: the paper's as an open diamond, the run's filled, coloured
+# by the claim's verdict, its shape saying whether it was measured on a pretrained model, a stand-in or a model
+# trained here. A claim with no such pair of numbers on both sides is left out of the figure and counted in its
+# caption, as is a ratio that is zero or infinite on either side (a log axis cannot show it).
 
 # %%
-pairs = scorecard.numeric_pairs(rows)
+like = scorecard.like_for_like(rows)
+ratios, not_finite = like["ratios"], like["not_finite"]
+left_out = "".join(f" {n['id']} · {n['label']}: {n['why']}." for n in not_finite)
 split = scorecard.by_paper_and_kind(rows)
 repeated = [e for e in summary["by_paper"] if e["distinct"] < e["tested"]]
 with plotting.style():
-    fig = scorecard_plots.measured_over_published(pairs)
+    fig = scorecard_plots.within_run_ratios(ratios)
     plotting.save(fig, fig_dir / "fig01_measured_vs_published",
-                  f"{len(pairs)} numeric values from {len({p['id'] for p in pairs})} claim records: measured here "
-                  f"divided by published (log scale), one labelled row each, grouped by quantity; colour: the "
-                  f"claim's verdict; marker: pretrained model, stand-in or model trained here; dotted: the paper's "
-                  f"value.")
+                  f"{len(ratios)} like-for-like ratios from {len({r['id'] for r in ratios})} of the "
+                  f"{len(summary['claims'])} distinct claims (each claim and model once), one labelled row each, "
+                  f"grouped by quantity: the ratio of the two quantities the row names (log scale), this run's "
+                  f"(filled; both numbers from the same model and the same text or training; colour: the claim's "
+                  f"verdict; shape: pretrained model, stand-in or model trained here) beside the paper's ratio of "
+                  f"the same two quantities from its own table (open diamond); dotted: ratio 1, the two quantities "
+                  f"equal. {len(like['without'])} claims have no like-for-like ratio and are left out; "
+                  f"{len(not_finite)} ratios are left out for a zero or infinite value on either side." + left_out)
     fig = scorecard_plots.by_paper(split)
     plotting.save(fig, fig_dir / "fig02_by_paper",
                   f"{summary['paper_claims']} distinct claims from {len(summary['by_paper'])} papers (implementation "
@@ -114,5 +124,7 @@ nb.headline |= {"counts": summary["counts"], "by_paper": summary["by_paper"], "c
                 "records": len(rows),
                 "stand_in_claims": sum(r.kind == "stand-in" for r in rows),
                 "needs_gpu": [r.id for r in rows if r.needs_gpu], "controls_contradicting": contradicting,
-                "unsettled": summary["unsettled"]}
+                "unsettled": summary["unsettled"],
+                "like_for_like": {"ratios": len(ratios), "claims": len({r["id"] for r in ratios}),
+                                  "without": len(like["without"]), "not_finite": len(not_finite)}}
 nb.close()

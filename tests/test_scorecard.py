@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.pyplot as plt
+import pytest
+
 from sinklib.core.claims import Claim, Recorder
-from sinklib.pipeline import scorecard
+from sinklib.pipeline import scorecard, scorecard_plots
 from sinklib.pipeline.cli import main
 
 
@@ -187,3 +190,59 @@ def test_bounded_cache_is_recorded_as_an_implementation_check():
 
     c = streaming.bounded_cache({"dense": 12.0, "4 sinks + window": 3.0}, "4 sinks + window")
     assert c.paper == scorecard.IMPLEMENTATION_CHECK
+
+
+def _ratio_figures(tmp_path):
+    """Issue 46 (2): SmolLM2 on Bible text against Llama-2-13B on PG19 (Xiao et al. Table 1), and a gated variant
+    trained here beside its own softmax baseline (Qiu et al. Table 4's 0.467 -> 0.073)."""
+    xiao, qiu = "Xiao et al., arXiv 2309.17453, Table 1", "Qiu et al. arXiv 2505.06708, Table 4"
+    _write(tmp_path, "01_u", "SmolLM2-135M-Instruct", [
+        _claim("xiao2023.sinks_rescue_window", xiao, True, {"window only": 5158.07, "4 sinks + window": 5.4},
+               {"window only": 68.0, "4 sinks + window": 34.0, "recompute": 31.0})])
+    _write(tmp_path, "02_i", "SmolLM2-135M-Instruct", [
+        _claim("sun2024.massive_activations_are_bias", "Sun et al., arXiv 2402.17762, Table 3", True,
+               {"original": 5.47, "set_to_mean": 5.47, "set_to_zero": "inf"},
+               {"original": 30.0, "set to mean": 30.3, "set to zero": 3000.0})])
+    _write(tmp_path, "03_m", "TinyLM trained here", [
+        _claim("mitigation.softmax_grows_sink", qiu, True, {"first_attention": 0.467}, {"first_attention": 0.25}),
+        _claim("mitigation.gated_headwise_removes_sink", qiu, False, {"first_attention": 0.073},
+               {"first_attention": 0.1})])
+    _write(tmp_path, "13_v", "DINOv2-S/14", [_claim("darcet2023.high_norm", "arXiv 2309.16588", None, "yes", 0.0)])
+    return tmp_path
+
+
+def test_fig01_plots_within_run_ratios_against_the_papers_not_one_model_over_another(tmp_path):
+    rows = scorecard.collect(_ratio_figures(tmp_path))
+    old = {(p["id"], p["key"]): p["measured"] / p["published"] for p in scorecard.numeric_pairs(rows)}
+    assert old[("xiao2023.sinks_rescue_window", "window only")] == pytest.approx(68.0 / 5158.07)  # what HEAD drew
+    found = scorecard.like_for_like(rows)
+    got = {(r["id"], r["label"]): (r["measured"], r["published"]) for r in found["ratios"]}
+    assert got == {
+        ("xiao2023.sinks_rescue_window", "window only / 4 sinks + window"): (68.0 / 34.0, 5158.07 / 5.4),
+        ("sun2024.massive_activations_are_bias", "set to mean / original"): (30.3 / 30.0, 5.47 / 5.47),
+        ("mitigation.gated_headwise_removes_sink", "head-wise gate / softmax"): (0.1 / 0.25, 0.073 / 0.467)}
+    assert found["not_finite"] == [{"id": "sun2024.massive_activations_are_bias", "label": "set to zero / original",
+                                    "why": "paper inf / 5.47"}]
+    assert found["without"] == ["mitigation.softmax_grows_sink", "darcet2023.high_norm"]
+    fig = scorecard_plots.within_run_ratios(found["ratios"])
+    ax = fig.axes[0]
+    xs = sorted(float(x) for c in ax.collections for x in c.get_offsets()[:, 0])
+    assert xs == pytest.approx(sorted([2.0, 5158.07 / 5.4, 1.01, 1.0, 0.4, 0.073 / 0.467]))
+    assert "1 = the paper's value" not in ax.get_xlabel() and "within one run" in ax.get_xlabel()
+    assert "the paper's ratio" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
+def test_fig02_hatching_has_a_legend_entry():
+    split = [{"paper": "P", "kind": "pretrained", "tested": 2, "holds": 1, "does NOT hold": 1, "unsettled": 0,
+              "cannot be judged here": 0, "models": 1},
+             {"paper": "P", "kind": "stand-in", "tested": 1, "holds": 0, "does NOT hold": 0, "unsettled": 0,
+              "cannot be judged here": 1, "models": 1},
+             {"paper": "Q", "kind": "trained here", "tested": 1, "holds": 1, "does NOT hold": 0, "unsettled": 0,
+              "cannot be judged here": 0, "models": 1}]
+    fig = scorecard_plots.by_paper(split)
+    legend = fig.legends[0]
+    hatched = {h.get_label(): h.get_hatch() for h in legend.legend_handles if h.get_hatch()}
+    assert hatched == {"stand-in built here: hatched //": "//", "models trained here: dotted ..": ".."}
+    assert "pretrained model: plain" in [t.get_text() for t in legend.get_texts()]
+    plt.close(fig)

@@ -257,6 +257,165 @@ def quantity(claim_id: str, key: str) -> str:
     return "other"
 
 
+@dataclass(frozen=True)
+class At:
+    """A path step into a paper's table stored as parallel lists: the entry of the current list at the index where
+    the sibling list ``column`` holds ``value`` (Xiao et al. Table 2: {"n_sink": [0, 1, 2, 4, 8], "Llama-2-7B":
+    [...]} -- ``("Llama-2-7B", At("n_sink", 4))`` is the perplexity with 4 sinks)."""
+    column: str
+    value: object
+
+
+MEAN = "*"  # a path step over a list of draws: the mean of the rest of the path over its entries
+
+
+@dataclass(frozen=True)
+class Term:
+    """One number of a ratio: its path (keys, list indices, :class:`At`, :data:`MEAN`) into a claim record's
+    ``published`` or ``measured`` value, in the claim's own record (``claim`` = "") or in the record with base id
+    ``claim`` of the same notebook and model (a mitigation variant's softmax baseline trained beside it)."""
+    path: tuple
+    claim: str = ""
+
+
+@dataclass(frozen=True)
+class RatioSpec:
+    """A like-for-like ratio of one claim: ``numerator`` / ``denominator`` (words), the run's from ``measured``
+    (both numbers from the same run: same model, same text or training), the paper's from ``published`` (both
+    from the paper's own table). ``quantity`` groups the figure's rows (:data:`QUANTITIES`' names)."""
+    claim: str  # base id (:func:`base_id`)
+    numerator: str
+    denominator: str
+    published: tuple[Term, Term]
+    measured: tuple[Term, Term]
+    quantity: str
+
+
+def _same(*path) -> tuple[Term, Term]:
+    """The same two keys on both sides: (numerator path, denominator path) -> two :class:`Term` s."""
+    return Term(path[0]), Term(path[1])
+
+
+_QIU_BASELINE = Term(("first_attention",), "mitigation.softmax_grows_sink")  # Qiu et al. Table 4's softmax: 0.467
+
+RATIO_SPECS = (  # every claim whose paper and run each give two numbers of the same kind (research/targets.md)
+    RatioSpec("xiao2023.sinks_rescue_window", "window only", "4 sinks + window",
+              _same(("window only",), ("4 sinks + window",)), _same(("window only",), ("4 sinks + window",)),
+              "perplexity"),
+    RatioSpec("xiao2023.sink_is_positional", "4 newlines as sinks", "own first 4",
+              _same(("4 newlines",), ("own first 4",)), _same(("4 newlines",), ("own first 4",)), "perplexity"),
+    RatioSpec("xiao2023.few_sinks_suffice", "0 sinks", "4 sinks",
+              (Term(("Llama-2-7B", At("n_sink", 0))), Term(("Llama-2-7B", At("n_sink", 4)))),
+              _same(("0",), ("4",)), "perplexity"),
+    RatioSpec("xiao2023.few_sinks_suffice", "1 sink", "4 sinks",
+              (Term(("Llama-2-7B", At("n_sink", 1))), Term(("Llama-2-7B", At("n_sink", 4)))),
+              _same(("1",), ("4",)), "perplexity"),
+    RatioSpec("sun2024.massive_activations_are_bias", "set to mean", "original",
+              _same(("set_to_mean",), ("original",)), _same(("set to mean",), ("original",)), "perplexity"),
+    RatioSpec("sun2024.massive_activations_are_bias", "set to zero", "original",
+              _same(("set_to_zero",), ("original",)), _same(("set to zero",), ("original",)), "perplexity"),
+    RatioSpec("su2025.pruning_super_experts_breaks_the_sink", "super experts pruned", "as is",
+              _same(("Mixtral-8x7B ppl", "prune SEs"), ("Mixtral-8x7B ppl", "baseline")),
+              _same(("prune super experts", "ppl"), ("baseline", "ppl")), "perplexity"),
+    RatioSpec("su2025.pruning_super_experts_breaks_the_sink", "random experts pruned", "as is",
+              _same(("Mixtral-8x7B ppl", "random"), ("Mixtral-8x7B ppl", "baseline")),
+              _same(("random", MEAN, "ppl"), ("baseline", "ppl")), "perplexity"),
+    RatioSpec("mitigation.gated_headwise_removes_sink", "head-wise gate", "softmax",
+              (Term(("first_attention",)), _QIU_BASELINE), (Term(("first_attention",)), _QIU_BASELINE),
+              "attention share or rate"),
+    RatioSpec("mitigation.gated_elementwise_removes_sink", "element-wise gate", "softmax",
+              (Term(("first_attention",)), _QIU_BASELINE), (Term(("first_attention",)), _QIU_BASELINE),
+              "attention share or rate"),
+    RatioSpec("mitigation.softmax_off_by_one_removes_sink", "softmax-off-by-one", "softmax",
+              _same(("first_attention",), ("baseline_first_attention",)),
+              (Term(("first_attention",)), _QIU_BASELINE), "attention share or rate"),
+    RatioSpec("origin.headwise_rmsnorm_restores_parity", "head-wise RMSNorm DomRatio", "softmax's",
+              _same(("dom_ratio", 1), ("dom_ratio", 0)), _same(("dom_ratio", 1), ("dom_ratio", 0)),
+              "activation ratio"),
+    RatioSpec("origin.headwise_rmsnorm_restores_parity", "head-wise RMSNorm effective rank", "softmax's",
+              _same(("effective_rank", 1), ("effective_rank", 0)),
+              _same(("effective_rank", 1), ("effective_rank", 0)), "other"),
+)
+
+
+def _float(x) -> float | None:
+    """A number, or a paper's "inf" written as text; None for anything else."""
+    if isinstance(x, str) and x.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x)
+
+
+def _lookup(value, path: tuple) -> float | None:
+    """The number at ``path`` in a record's value (:class:`Term`), None where the path leads nowhere."""
+    parent = None
+    for i, step in enumerate(path):
+        if step == MEAN:
+            if not isinstance(value, list) or not value:
+                return None
+            each = [_lookup(v, path[i + 1:]) for v in value]
+            return None if None in each else sum(each) / len(each)
+        if isinstance(step, At):
+            column = parent.get(step.column) if isinstance(parent, dict) else None
+            if not isinstance(column, list) or step.value not in column or not isinstance(value, list):
+                return None
+            parent, value = value, value[column.index(step.value)] if column.index(step.value) < len(value) else None
+        elif isinstance(value, dict) and step in value:
+            parent, value = value, value[step]
+        elif isinstance(value, list) and isinstance(step, int) and -len(value) <= step < len(value):
+            parent, value = value, value[step]
+        else:
+            return None
+    return _float(value)
+
+
+def _ratio(terms: tuple[Term, Term], side: str, row: Row, records: dict[tuple, Row]) -> tuple[float, float] | None:
+    """(numerator, denominator) of one side ("published" / "measured") of a ratio, each from its record; None if
+    either is missing."""
+    out = []
+    for term in terms:
+        source = row if not term.claim else records.get((row.notebook, row.model, term.claim))
+        number = None if source is None else _lookup(getattr(source, side), term.path)
+        if number is None:
+            return None
+        out.append(number)
+    return out[0], out[1]
+
+
+def like_for_like(rows: list[Row]) -> dict:
+    """Each claim's run against its paper, like with like: for every :data:`RATIO_SPECS` entry of a claim (each
+    claim and model once, :func:`distinct`), the run's ratio numerator / denominator -- both numbers measured in
+    the same run, on the same model and text or training -- beside the paper's ratio of the same two quantities
+    from its own table. A 135M model's perplexity is never divided by Llama-2's.
+
+    Returns {"ratios": [{id, notebook, model, verdict, kind, quantity, label, measured, published,
+    measured_terms, published_terms}], "without": [ids of the claims with no like-for-like ratio],
+    "not_finite": [{id, label, why}: a ratio whose paper or run value is zero or infinite (a log axis cannot show
+    it)]}. A claim with only non-finite ratios is in ``not_finite``, not in ``without``."""
+    kept = distinct(rows)
+    records = {(r.notebook, r.model, base_id(r.id)): r for r in rows}
+    ratios, not_finite, with_spec = [], [], set()
+    for r in kept:
+        for spec in (s for s in RATIO_SPECS if s.claim == base_id(r.id)):
+            measured = _ratio(spec.measured, "measured", r, records)
+            published = _ratio(spec.published, "published", r, records)
+            if measured is None or published is None:
+                continue
+            with_spec.add(r.id)
+            label = f"{spec.numerator} / {spec.denominator}"
+            bad = [f"{who} {n:g} / {d:g}" for who, (n, d) in (("paper", published), ("run", measured))
+                   if not (math.isfinite(n) and math.isfinite(d)) or n == 0 or d == 0]
+            if bad:
+                not_finite.append({"id": r.id, "label": label, "why": "; ".join(bad)})
+                continue
+            ratios.append({"id": r.id, "notebook": r.notebook, "model": r.model, "verdict": r.verdict,
+                           "kind": r.kind, "quantity": spec.quantity, "label": label,
+                           "measured": measured[0] / measured[1], "published": published[0] / published[1],
+                           "measured_terms": measured, "published_terms": published})
+    return {"ratios": ratios, "without": [r.id for r in kept if r.id not in with_spec], "not_finite": not_finite}
+
+
 def to_json(rows: list[Row]) -> dict:
     """Every distinct claim (a claim and model once; ``also_in``: the other notebooks that judged it) with its record
     (``follows``, ``at_init``, ``control``, ``draws``, ``margin`` among them), the per-paper summary and the four

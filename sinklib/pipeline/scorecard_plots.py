@@ -1,5 +1,6 @@
-"""Figures of ``90_scorecard``: each numeric claim value measured against its published value, grouped by what
-the number is, and the verdicts per paper split by what the claims were measured on."""
+"""Figures of ``90_scorecard``: each claim's within-run ratios against the paper's ratios of the same two
+quantities (:func:`within_run_ratios`; :func:`measured_over_published` is the older cross-model view, kept for
+callers), and the verdicts per paper split by what the claims were measured on (:func:`by_paper`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 COLOURS = {"holds": "#009E73", "does NOT hold": "#D55E00", "unsettled": "#E69F00", "cannot be judged here": "#999999"}
 MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weights": "x"}
@@ -62,6 +64,63 @@ def measured_over_published(pairs: Sequence[dict], title: str = "") -> Figure:
     return fig
 
 
+PAPER_MARKER = {"marker": "D", "s": 70, "facecolors": "white", "edgecolors": "black", "linewidths": 1.0}
+
+
+def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
+    """One labelled row per like-for-like ratio (``ratios`` from :func:`sinklib.pipeline.scorecard.like_for_like`):
+    the run's ratio of two quantities measured in the same run (filled marker: colour = the claim's verdict, shape =
+    pretrained / stand-in / trained here) beside the paper's ratio of the same two quantities (open black diamond),
+    joined by a grey line, log x; rows grouped by quantity. Both points of a row are ratios within one model and
+    one text or training: the figure never divides one model's number by another's."""
+    groups: dict[str, list[dict]] = {}
+    for r in ratios:
+        groups.setdefault(r.get("quantity", "other"), []).append(r)
+    order = [g for g in ("perplexity", "attention share or rate", "activation ratio", "other") if g in groups]
+    order += sorted(set(groups) - set(order))
+    rows: list[dict | str] = []
+    for g in order:
+        rows.append(g)
+        rows += sorted(groups[g], key=lambda r: (r["id"], r["label"]))
+    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.3 * len(rows) + 1.8)), layout="constrained")
+    labels, ys, values = [], [], []
+    for i, row in enumerate(rows):
+        y = len(rows) - 1 - i
+        ys.append(y)
+        if isinstance(row, str):
+            ax.axhline(y, color="black", lw=0.5, alpha=0.4)
+            labels.append(row.upper())
+            continue
+        run, paper = row["measured"], row["published"]
+        values += [run, paper]
+        ax.plot([paper, run], [y, y], color="0.6", lw=1.0, zorder=2)
+        ax.scatter([paper], [y], zorder=3, **PAPER_MARKER)
+        ax.scatter([run], [y], marker=MARKERS.get(row.get("kind", "pretrained"), "o"), s=36,
+                   color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=4)
+        model = row.get("model", "").split(" (")[0]
+        labels.append(f"{row['id']} · {row['label']}" + (f" [{model}]" if model else ""))
+    ax.set_yticks(ys, labels, fontsize=7)
+    for tick, row in zip(ax.get_yticklabels(), rows):
+        if isinstance(row, str):
+            tick.set_fontweight("bold")
+    ax.set_xscale("log")
+    if values:
+        ax.set_xlim(min(min(values), 1.0) / 2, max(max(values), 1.0) * 2)
+    ax.axvline(1.0, color="black", lw=0.6, ls=":")
+    ax.set(xlabel="ratio of the two quantities the row names, each within one run (log scale)\n"
+                  "open diamond: the paper's; filled: this run's; dotted: 1 (the two quantities equal)",
+           title=title or "Like with like: each run's ratio against the paper's, same two quantities",
+           ylim=(-0.8, len(rows) - 0.2))
+    handles = [Line2D([], [], ls="", marker="D", color="white", markeredgecolor="black",
+                      label="the paper's ratio")]
+    handles += [Line2D([], [], ls="", marker="o", color=c, markeredgecolor="black", label=f"this run's: {v}")
+                for v, c in COLOURS.items()]
+    handles += [Line2D([], [], ls="", marker=MARKERS.get(k, "o"), color="white", markeredgecolor="black",
+                       label=f"run on: {k}") for k in sorted({r.get("kind", "pretrained") for r in ratios})]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), fontsize=7)
+    return fig
+
+
 def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     """Horizontal stacked bars, one per paper and what its claims were measured on (``summary`` from
     :func:`sinklib.pipeline.scorecard.by_paper_and_kind`): claims that hold / do not hold / are unsettled / cannot
@@ -86,5 +145,19 @@ def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     ax.set(xlabel="claims (each claim and model once)", xlim=(0, left.max() * 1.4 + 1),
            title=title or "Claims per paper and what they were measured on")
     ax.tick_params(axis="y", labelsize=8)
-    fig.legend(loc="outside lower center", ncols=4, fontsize=8)
+    handles = [Patch(facecolor=c, edgecolor="white", label=v) for v, c in COLOURS.items()]  # plain: a bar's
+    # own handle would carry the hatch of its first bar
+    order = list(KIND_HATCH)
+    handles += kind_handles(sorted({e["kind"] for e in summary},
+                                   key=lambda k: (order.index(k) if k in order else len(order), k)))
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=8)
     return fig
+
+
+def kind_handles(kinds: Sequence[str]) -> list[Patch]:
+    """Legend entries for the bars' hatching (:data:`KIND_HATCH`): one white swatch per kind, hatched as its bars
+    ("stand-in built here: hatched //"; a pretrained model's bars are plain)."""
+    words = {"pretrained": "pretrained model: plain", "stand-in": "stand-in built here: hatched //",
+             "trained here": "models trained here: dotted .."}
+    return [Patch(facecolor="white", edgecolor="0.25", hatch=KIND_HATCH.get(k, ""), label=words.get(k, k))
+            for k in kinds]
