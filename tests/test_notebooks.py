@@ -1,6 +1,7 @@
 """Smoke runs: every notebook executed by papermill with the smoke profile, then its headline JSON checked."""
 
 import json
+import re
 from functools import partial
 from pathlib import Path
 
@@ -88,6 +89,28 @@ def executed(jobs, tmp_path_factory):
     return {stem: (res, root / "figures" / stem) for stem, res in results.items()}
 
 
+FIGURE_FILE = re.compile(r"^fig\d+[a-z]?_[\w.-]+\.(png|pdf|txt|title\.txt)$")
+RECORDS = {"claims.json", "headline.json", "takeaways.json"}
+
+
+def figure_folder_strays(folder: Path) -> list[str]:
+    """Files in a notebook's figures folder that are neither a figure (PNG, PDF, caption, title), a record the
+    gallery reads, the notebook's HTML page, nor a table the notebook writes (``*.csv`` / ``*.md``)."""
+    stem = folder.name
+    return sorted(p.name for p in folder.iterdir()
+                  if not (FIGURE_FILE.match(p.name) and not p.name.endswith(".layout.txt")) and p.name not in RECORDS
+                  and p.name != f"{stem}.html" and p.suffix not in (".csv", ".md"))
+
+
+def test_figure_folder_strays_names_a_diagnostic_left_among_figures(tmp_path):
+    folder = tmp_path / "00_tour"
+    folder.mkdir()
+    for name in ("fig01_maps.png", "fig01_maps.pdf", "fig01_maps.txt", "fig01_maps.title.txt", "claims.json",
+                 "00_tour.html", "final_table.csv", "fig01_maps.layout.txt", "notes.log"):
+        (folder / name).write_text("x")
+    assert figure_folder_strays(folder) == ["fig01_maps.layout.txt", "notes.log"]
+
+
 @pytest.mark.parametrize("stem", [p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_writes_figures(executed, stem):
     res, folder = executed[stem]
@@ -95,9 +118,12 @@ def test_notebook_runs_and_writes_figures(executed, stem):
     pngs = list(folder.glob("*.png"))
     assert pngs and all(p.with_suffix(".txt").exists() and p.with_suffix(".pdf").exists() for p in pngs)
     assert json.loads((folder / "headline.json").read_text())["profile"] == "smoke"
-    # plotting.save writes NAME.layout.txt when matplotlib can tell that texts collide or a legend covers data
-    reports = {p.name: p.read_text() for p in folder.glob("*.layout.txt")}
+    # plotting.save reports colliding texts, covered data and a panel or style the caption does not explain, into
+    # the build folder's figure-reports/NAME (never among the figures)
+    reports_dir = folder.parents[1] / "build" / "figure-reports" / stem
+    reports = {p.name: p.read_text() for p in reports_dir.glob("*.layout.txt")}
     assert not reports, reports
+    assert not figure_folder_strays(folder), figure_folder_strays(folder)
     if stem in WRITES_CLAIMS:  # the verdicts as records
         records = claims.load(folder / "claims.json")
         assert records and all(c.model and c.profile == "smoke" and c.rule for c in records)
@@ -116,6 +142,9 @@ def test_takeaways_are_rendered_from_the_run(executed, stem):
     assert not problems and rendered >= 1, (problems, rendered)
     kept = json.loads((folder / "takeaways.json").read_text())["takeaways"]
     assert len(kept) == rendered and all(t["markdown"].startswith("**What we saw") for t in kept)
+    # every number carries what it was measured on; a reader citing "takeaway 3" finds one
+    assert not [t["markdown"][:120] for t in kept if takeaways.unmeasured(t["markdown"])]
+    assert not takeaways.section_problems([t["section"] for t in kept])
 
 
 @pytest.mark.parametrize("stem", sorted(WRITES_CLAIMS))

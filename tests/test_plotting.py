@@ -66,7 +66,7 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
         os.umask(old)
 
 
-def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
+def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     from sinklib.core.figure_layout import layout_problems
@@ -81,13 +81,44 @@ def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path):
     assert layout_problems(fig) == []  # beside the axes: nothing covered
     ax.annotate("first label", (3, 5)), ax.annotate("second label", (3.2, 5))
     assert any("overlaps" in p for p in layout_problems(fig))
-    save(fig, tmp_path / "busy")  # the figure is written all the same, with a report beside it
-    assert (tmp_path / "busy.png").exists() and "overlaps" in (tmp_path / "busy.layout.txt").read_text()
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("SINKLIB_FIGURE_REPORTS", str(reports))
+    save(fig, tmp_path / "figs" / "busy")  # the figure is written all the same, its report in the reports folder
+    assert (tmp_path / "figs" / "busy.png").exists() and "overlaps" in (reports / "busy.layout.txt").read_text()
+    assert not list((tmp_path / "figs").glob("*.layout.txt"))  # never among the figures
+    monkeypatch.delenv("SINKLIB_FIGURE_REPORTS")
+    with pytest.warns(UserWarning, match="overlaps"):  # no reports folder (a notebook run by hand): a warning
+        save(fig, tmp_path / "figs" / "busy")
+    monkeypatch.setenv("SINKLIB_FIGURE_REPORTS", str(reports))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([0, 1], [0, 1])
-    save(fig, tmp_path / "busy")
-    assert not (tmp_path / "busy.layout.txt").exists()  # a clean figure removes an old report
+    save(fig, tmp_path / "figs" / "busy")
+    assert not (reports / "busy.layout.txt").exists()  # a clean figure removes an old report
+    plt.close(fig)
+
+
+def test_caption_problems_names_panels_and_styles_the_caption_leaves_out():
+    import matplotlib.pyplot as plt
+
+    from sinklib.core.figure_layout import caption_problems
+
+    fig, (a, b) = plt.subplots(1, 2)
+    a.set_title("(a) perplexity"), b.set_title("(b) sinks")
+    a.plot([0, 1], [1, 2])
+    a.axhline(1, ls=":", color="k")  # y = 1
+    b.plot([0, 1, 2], [1, 1, 2], marker="*", ls="none")  # 4 newline tokens as sinks
+    problems = caption_problems(fig, "(a) perplexity per token; dotted: 4 newline tokens.")
+    assert problems == ["marker '*' in '(b) sinks' is explained by no caption word (star), legend entry or label",
+                        "panel (b) is not named in the caption"]
+    told = "(a) perplexity per token; dotted: y = 1. (b) stars: 4 newline tokens as sinks."
+    assert caption_problems(fig, told) == []
+    b.scatter([0, 1], [2, 1], marker="D", label="own first 4")  # labelled in a legend: explained there
+    b.legend(loc="upper left")
+    assert caption_problems(fig, told) == []
+    b.scatter([0, 1], [0, 0], marker="^")
+    assert caption_problems(fig, told) == [
+        "marker '^' in '(b) sinks' is explained by no caption word (triangle), legend entry or label"]
     plt.close(fig)
 
 

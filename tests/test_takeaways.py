@@ -174,3 +174,24 @@ def test_a_record_names_a_paper_by_its_arxiv_id_or_says_it_is_no_papers_claim():
     rec.add(_claim(True, paper=claims.OWN_QUESTION), model="c", show=False)
     with pytest.raises(ValueError, match="give an arXiv id"):
         rec.add(_claim(True, paper="Xiao et al."), model="d")
+
+
+def test_a_number_in_a_takeaway_carries_its_measurement_size():
+    measured = takeaways.paragraph("SmolLM2-135M, 16 held-out windows of 256 tokens", "Perplexity 31.4.")
+    assert takeaways.measurement_size(measured) == "16 held-out windows"
+    assert not takeaways.unmeasured(measured)
+    assert takeaways.measurement_size(takeaways.paragraph("one 24-token window", "x")) == "one 24-token window"
+    assert takeaways.measurement_size(takeaways.paragraph("softmax baseline, 2 seeds", "x")) == "2 seeds"
+    bare = takeaways.paragraph("SmolLM2-135M (4-bit GGUF, dequantised)", "The sink keeps 66 % of the mass.")
+    assert takeaways.heading_of(bare) == "SmolLM2-135M (4-bit GGUF, dequantised)"
+    assert takeaways.measurement_size(bare) is None and takeaways.unmeasured(bare)  # "4-bit" is not a size
+    assert not takeaways.unmeasured(takeaways.paragraph("lock-in", "No number here."))
+    assert takeaways.unmeasured(takeaways.paragraph("", "A bare 0.5."))
+
+
+def test_takeaway_sections_are_unique_and_consecutive():
+    assert takeaways.section_problems(["1 · A", "2 · B", "3b · where", "Scorecard", "3 · C"]) == []
+    assert takeaways.section_problems(["0 · control", "1 · A"]) == []
+    assert takeaways.section_problems(["1 · A", "1 · A", "2 · B"]) == ["section 1 carries 2 takeaways"]
+    assert takeaways.section_problems(["1 · A", "2 · B", "4 · D"]) == ["sections jump from 2 to 4"]
+    assert takeaways.section_problems(["2 · B"]) == ["the first numbered section is 2, not 0 or 1"]

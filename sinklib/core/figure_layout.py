@@ -1,12 +1,19 @@
-"""A figure's layout, checked: texts that collide, texts under a legend, legends over data.
+"""A figure's layout and caption, checked: texts that collide, texts under a legend, legends over data
+(:func:`layout_problems`); panels and line or marker styles that neither the caption, a legend nor the figure's
+own text explains (:func:`caption_problems`).
 
-:func:`save <sinklib.core.plotting.save>` writes ``NAME.layout.txt`` beside a figure when :func:`layout_problems`
-finds anything, and the notebook smoke test fails on such a file: a figure must show its point at a glance.
+:func:`save <sinklib.core.plotting.save>` writes the problems it finds to ``NAME.layout.txt`` in the folder named
+by ``$SINKLIB_FIGURE_REPORTS`` (the runner points it into the build folder, never among the figures) or warns
+when it is unset, and the notebook smoke test fails on any such report: a figure must show its point at a glance.
 """
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.collections
+import matplotlib.lines
+import matplotlib.markers
 import matplotlib.patches
 import matplotlib.text
 import numpy as np
@@ -91,3 +98,71 @@ def layout_problems(fig: Figure, tolerance: float = 2.0) -> list[str]:
         if inside:
             problems.append(f"legend of {ax.get_title()[:40]!r} covers {inside} data point(s)")
     return problems
+
+
+# the words a reader is told a style by: caption, legend or the figure's own text must use one of them
+LINE_STYLE_WORDS = {"dashed": ("dashed", "dash"), "dotted": ("dotted", "dots"), "dashdot": ("dash-dot", "dash-dotted",
+                                                                                            "dashdot")}
+MARKER_WORDS = {"*": ("star",), "D": ("diamond",), "d": ("diamond",), "^": ("triangle",), "v": ("triangle",),
+                "<": ("triangle",), ">": ("triangle",), "s": ("square",), "x": ("cross", "x"), "X": ("cross", "x"),
+                "+": ("plus", "cross", "+"), "P": ("plus", "cross"), "p": ("pentagon",), "h": ("hexagon",),
+                "H": ("hexagon",), "o": ("circle", "dot", "point", "marker"), ".": ("dot", "point", "marker")}
+_PANEL = re.compile(r"^\(([a-z])\)")
+
+
+def _line_style(line: matplotlib.lines.Line2D) -> str | None:
+    """"dashed" / "dotted" / "dashdot" for a drawn non-solid line, None for a solid or invisible one."""
+    style = line.get_linestyle()
+    return {"--": "dashed", ":": "dotted", "-.": "dashdot"}.get(style) if len(line.get_xydata()) else None
+
+
+def _marker_of(artist) -> str | None:
+    """The marker code of a line's markers or a scatter's points (None: no markers)."""
+    if isinstance(artist, matplotlib.lines.Line2D):
+        marker = artist.get_marker()
+        return None if marker in (None, "None", "none", "", " ") or not len(artist.get_xydata()) else str(marker)
+    if isinstance(artist, matplotlib.collections.PathCollection) and len(artist.get_offsets()):
+        paths = artist.get_paths()
+        for code in MARKER_WORDS:  # a scatter keeps paths, not codes: match the marker's path
+            ref = matplotlib.markers.MarkerStyle(code)
+            ref_path = ref.get_path().transformed(ref.get_transform())
+            if paths and len(paths[0].vertices) == len(ref_path.vertices) and np.allclose(
+                    paths[0].vertices / max(np.abs(paths[0].vertices).max(), 1e-9),
+                    ref_path.vertices / max(np.abs(ref_path.vertices).max(), 1e-9), atol=1e-3):
+                return code
+        return "o"
+    return None
+
+
+def _legend_labels(fig: Figure) -> set[str]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    return {t.get_text() for legend in legends for t in legend.get_texts()}
+
+
+def caption_problems(fig: Figure, caption: str) -> list[str]:
+    """What the caption leaves unexplained: a panel "(x)" drawn in an axes title or text but not named in the
+    caption; a dashed / dotted line or a marker (star, diamond, triangle, ...) that no legend entry labels and whose
+    style word appears neither in the caption nor in the figure's own texts (axis labels, titles, annotations).
+    Returns one line per problem (empty: every panel and style is told)."""
+    problems = []
+    said = caption.lower()
+    texts = " ".join(t.get_text() for t in _texts(fig)).lower()
+    legend = _legend_labels(fig)
+    panels = sorted({m.group(1) for t in _texts(fig) if (m := _PANEL.match(t.get_text().strip()))})
+    problems += [f"panel ({p}) is not named in the caption" for p in panels if f"({p})" not in caption]
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for artist in [*ax.get_lines(), *ax.collections]:
+            if not artist.get_visible() or artist.get_label() in legend:
+                continue
+            wanted = []
+            if isinstance(artist, matplotlib.lines.Line2D) and (style := _line_style(artist)):
+                wanted.append((style + " line", LINE_STYLE_WORDS[style]))
+            if (marker := _marker_of(artist)) and marker in MARKER_WORDS:
+                wanted.append((f"marker {marker!r}", MARKER_WORDS[marker]))
+            for what, words in wanted:
+                if not any(w in said or w in texts for w in words):
+                    problems.append(f"{what} in {ax.get_title()[:40]!r} is explained by no caption word "
+                                    f"({' / '.join(words)}), legend entry or label")
+    return sorted(set(problems))

@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,10 +27,11 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from sinklib.core.figure_layout import layout_problems  # noqa: E402
+from sinklib.core.figure_layout import caption_problems, layout_problems  # noqa: E402
 from sinklib.core.paths import STYLE, atomic_write_bytes  # noqa: E402
 
 SINK_COLOR = "#D55E00"
+FIGURE_REPORTS = "SINKLIB_FIGURE_REPORTS"  # a folder for figures' layout reports (the runner's build folder)
 OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma colour map never takes
 
 
@@ -52,7 +54,12 @@ def style():
 
 def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows) and ``path.title.txt``
-    (the figure's suptitle, else its first axes title: the gallery's heading for it), each atomically."""
+    (the figure's suptitle, else its first axes title: the gallery's heading for it), each atomically.
+
+    What a reader would trip over (:func:`~sinklib.core.figure_layout.layout_problems`: colliding texts, covered
+    data; :func:`~sinklib.core.figure_layout.caption_problems`: a panel or style the caption does not explain) goes
+    to ``NAME.layout.txt`` in ``$SINKLIB_FIGURE_REPORTS`` (the runner's build folder: never among the figures), or,
+    with that unset, into a warning. The figure is written all the same."""
     path = Path(path)
     written = []
     for fmt in formats:
@@ -67,13 +74,25 @@ def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str
     title = figure_title(fig)
     if title:
         atomic_write_bytes(path.with_name(path.name + ".title.txt"), title.encode() + b"\n")
-    problems = layout_problems(fig)
-    report = path.with_name(path.name + ".layout.txt")
-    if problems:  # the smoke test fails on any such file; the figure is written all the same
-        atomic_write_bytes(report, ("\n".join(problems) + "\n").encode())
-    else:
-        report.unlink(missing_ok=True)
+    report_figure(path.name, layout_problems(fig) + (caption_problems(fig, caption) if caption else []))
     return written
+
+
+def report_figure(name: str, problems: list[str]) -> Path | None:
+    """Record a figure's problems: ``$SINKLIB_FIGURE_REPORTS/NAME.layout.txt`` (a clean figure removes an old one),
+    or a warning when the variable is unset. Returns the report's path, if one was written."""
+    folder = os.environ.get(FIGURE_REPORTS)
+    if not folder:
+        if problems:
+            warnings.warn(f"figure {name}: " + "; ".join(problems), stacklevel=3)
+        return None
+    report = Path(folder) / f"{name}.layout.txt"
+    if not problems:
+        report.unlink(missing_ok=True)
+        return None
+    report.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(report, ("\n".join(problems) + "\n").encode())
+    return report
 
 
 def figure_title(fig: Figure) -> str:
@@ -108,7 +127,8 @@ def attention_grid(
     A = _np(maps)
     T = A.shape[-1]
     labelled = tokens is not None and T <= 32
-    side = 2.6 if labelled else 1.9  # inches per panel: room for one readable label per token
+    # inches per panel: room for one readable 6-pt label per token (8.5 pt a row), at least 2.6
+    side = max(2.6, T * 8.5 / 72 + 0.2) if labelled else 1.9
     fig, axes = plt.subplots(len(layers), len(heads), figsize=(side * len(heads) + 1.4, side * len(layers)),
                              squeeze=False, layout="constrained")
     norm = LogNorm(vmin=floor, vmax=1.0)

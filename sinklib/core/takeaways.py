@@ -13,6 +13,7 @@ turns a claim into words, :func:`compare` picks the direction word from the numb
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from sinklib.core.claims import Claim, draw_summary
@@ -117,6 +118,35 @@ def paragraph(title: str, *sentences: str) -> str:
     return " ".join([head, *[s.strip() for s in sentences if s and s.strip()]])
 
 
+# what a measurement size names: the data a number was measured on (a count, or "N-token", before one of these)
+SIZE_UNITS = ("token", "window", "text", "sequence", "stream", "image", "digit", "photo", "picture", "seed", "step",
+              "draw", "prompt", "sample", "patch", "position", "forward", "caption", "byte", "run", "example", "claim", "verdict")
+_COUNT = r"(?:\d[\d,.]*k?|one|two|three|four|five|six|seven|eight|nine|ten|twelve|sixteen)"
+_SIZE = re.compile(rf"\b{_COUNT}(?:[- ](?:[\w.'-]+ ){{0,3}}?|-)(?:{'|'.join(SIZE_UNITS)})(?:e?s)?\b", re.IGNORECASE)
+
+
+def heading_of(markdown: str) -> str:
+    """The parenthesis of a rendered takeaway's heading: "**What we saw (X).** ..." -> "X" ("" when it has none)."""
+    if not markdown.startswith(HEADING + " ("):
+        return ""
+    end = markdown.find(").**")
+    return markdown[len(HEADING) + 2:end] if end > 0 else ""
+
+
+def measurement_size(markdown: str) -> str | None:
+    """The measurement size a takeaway names in its heading ("one 24-token window", "16 held-out windows of 256
+    tokens", "3 seeds"): the first count followed within a few words by a unit of :data:`SIZE_UNITS`; None if none."""
+    match = _SIZE.search(heading_of(markdown))
+    return match.group(0) if match else None
+
+
+def unmeasured(markdown: str) -> bool:
+    """True for a takeaway that states a number (a digit in its body) but not, in its heading, what it was measured
+    on -- the same perplexity reads differently on 128 and 512 tokens, so every number carries its measurement size."""
+    body = markdown.split(").**", 1)[-1] if markdown.startswith(HEADING + " (") else markdown
+    return bool(re.search(r"\d", body)) and measurement_size(markdown) is None
+
+
 def show(markdown: str) -> None:
     """Display a rendered takeaway as Markdown in the notebook (print it outside IPython)."""
     try:
@@ -165,3 +195,17 @@ def collect(notebook: dict) -> list[dict]:
             if text.startswith(HEADING):
                 out.append({"section": section, "markdown": text})
     return out
+
+
+def section_problems(sections: Sequence[str]) -> list[str]:
+    """The numbered sections that carry takeaways, in order (``"3 · Title"`` -> 3; unnumbered ones like
+    "Scorecard" skipped), must be unique and consecutive from 0 or 1: a reader cites "takeaway 7" and finds one.
+    Returns one line per repeat or gap (empty: fine)."""
+    numbers = [int(m.group(1)) for s in sections if (m := re.match(r"\s*(\d+)\b(?!\w)", s))]
+    problems = [f"section {n} carries {numbers.count(n)} takeaways" for n in sorted(set(numbers))
+                if numbers.count(n) > 1]
+    if numbers and numbers[0] not in (0, 1):
+        problems.append(f"the first numbered section is {numbers[0]}, not 0 or 1")
+    problems += [f"sections jump from {a} to {b}" for a, b in zip(numbers, numbers[1:], strict=False) if b > a + 1]
+    problems += [f"section {b} comes after {a}" for a, b in zip(numbers, numbers[1:], strict=False) if b < a]
+    return problems
