@@ -127,3 +127,40 @@ def test_gallery_in_headless_chromium(tmp_path):
     (root / "05_x" / "05_x.html").unlink()
     bad = browser.check_page(page)
     assert bad.broken_images == ["05_x/fig01_line.png"] and bad.broken_links == ["05_x/05_x.html"]
+
+
+def test_with_math_draws_tex_as_svg_and_leaves_dollar_amounts_alone():
+    html = gallery.with_math("sinks: $\\alpha_0^{l,h}$ (Gu et al.) costs $5 and $10; a \\$ sign; `$x$` stays code",
+                             markdown=True)
+    assert html.count("<svg class='math'") == 1 and "aria-label='\\alpha_0^{l,h}'" in html
+    assert "$5 and $10" in html and "a $ sign" in html and "<code>$x$</code>" in html
+    assert "$\\alpha" not in html
+    # an underscore inside math is not markdown emphasis; "<" inside it is not a tag
+    html = gallery.with_math("$h^l_t$ and $x_t$ with $t < k$ **bold**", markdown=True)
+    assert html.count("<svg class='math'") == 3 and "<em>" not in html and "<strong>bold</strong>" in html
+    assert gallery.with_math("a < b, $d = 4096$").startswith("a &lt; b, <svg class='math'")
+    # the LaTeX spellings mathtext lacks are rewritten; display math is a block; what mathtext cannot draw stays TeX
+    assert gallery.tex_svg("j \\le t, \\lVert x\\rVert, \\tfrac{1}{d}, \\sqrt d") is not None
+    assert "display:block" in gallery.with_math("$$\\frac{1}{T}\\sum_t A_{t,0}$$")
+    assert gallery.with_math("$\\nosuchcommand{x}$") == "<code class='tex'>\\nosuchcommand{x}</code>"
+
+
+def test_claim_values_read_as_key_value_lines_not_json():
+    lines = gallery.value_lines({"Mistral-7B": {"natural": 0.97491, "random": 0.7521}, "n_sink": [0, 1, 2, 4, 8],
+                                 "judged at": "4-bit"})
+    assert lines == ["Mistral-7B: natural 0.9749 · random 0.7521", "n_sink: [0, 1, 2, 4, 8]", "judged at: 4-bit"]
+    assert gallery.value_lines(0.123456) == ["0.1235"] and gallery.value_lines(None) == []
+    many = gallery.value_lines({f"k{i}": i for i in range(20)})
+    assert len(many) == gallery.MAX_LINES and many[-1] == f"... {20 - gallery.MAX_LINES + 1} more"
+    assert all(len(line) <= gallery.MAX_LINE for line in gallery.value_lines({"x": list(range(100)), "y": "z" * 500}))
+
+
+def test_every_claim_list_is_closed_and_after_the_scorecard_summary(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
+    summary, per_paper = page.index("id='scorecard-summary'"), page.index("id='per-paper'")
+    every = page.index("<details id='every-claim'>")  # closed: no "open" attribute
+    assert summary < per_paper < every < page.index("id='05_x'")
+    assert page.index("id='every-claim-table'") > every and "href='#every-claim-table'" in page
+    assert "{&quot;" not in page and '{"' not in page.split("<body>")[1]  # no JSON dump in a cell
+    assert "<td class='caveat'>" in page and "table-layout:fixed" in page

