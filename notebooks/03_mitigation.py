@@ -140,7 +140,8 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig01_sink-emergence",
                   f"Sink emergence while training the softmax baseline ({setting}). (a) attention to BOS of every "
                   f"head, mean over {len(seeds)} seeds (band: range over seeds); dotted: uniform attention "
-                  f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (+- sd) and validation loss.")
+                  f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (mean over {len(seeds)} seeds, band: range over "
+                  f"seeds, so it stays in [0, 1]) and validation loss (black, right axis).")
 final = base_runs[-1]["checkpoints"][-1]
 print(f"final alpha_0 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
 print("strongest head per seed (heads of different seeds are unrelated): "
@@ -157,9 +158,6 @@ grows = record.add(verdicts.sink_claim_over_seeds("softmax", runs, uniform, pape
                    control=verdicts.sink_claim_over_seeds("softmax", init_runs, uniform, paper, seeds),
                    control_note=verdicts.control_note("softmax", init_runs, uniform))
 
-# %%
-takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows))
-
 # %% [markdown]
 # Every variant is compared at the same step; where the baseline's sink is still forming at the last checkpoint,
 # section 5 says where that matters (a variant may only *delay* the sink).
@@ -171,8 +169,9 @@ takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows))
 
 # %%
 val_ids = training.make_batch(base, "heldout", 64, torch.Generator().manual_seed(4321))
+probe = f"{val_ids.shape[0]} held-out sequences of {val_ids.shape[1]} tokens"
+ads = []
 if base.data == "bigram_backcopy":
-    ads = []
     for s, (li, h, _) in zip(seeds, heads_by_seed):
         ad = comparison.active_dormant(training.load_trained(comparison.variant_config(base, "softmax", s)),
                                        val_ids, li, h)
@@ -182,7 +181,8 @@ if base.data == "bigram_backcopy":
               f"{ad['prev_trigger']:.2f} on triggers vs {ad['prev_other']:.2f} elsewhere.")
     display(pd.DataFrame(ads).set_index("seed").round(3))
     headline["active_dormant"] = ads
-    takeaways.show(what_we_saw.active_dormant(ads))
+# section 1's one takeaway: the emergence above and, where the data has triggers, the active-dormant probe
+takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows, ads, probe))
 
 # %% [markdown]
 # Read as Guo et al. do: the sink is the head's way of doing nothing when there is nothing to copy.
@@ -286,7 +286,9 @@ with plotting.style():
     fig = comparison_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})",
                                       verdicts=verdict_lines)
     plotting.save(fig, fig_dir / "fig04_final-metrics",
-                  f"Final metrics per attention variant ({setting}): mean over {len(seeds)} seeds, bars +- 1 sd, "
+                  f"Final metrics per attention variant ({setting}), one panel per metric ({', '.join(labels)}): "
+                  f"mean over {len(seeds)} seeds, bars +- 1 sd (for the proportions -- "
+                  f"{', '.join(x for x in labels if x in comparison_plots.PROPORTIONS)} -- clipped to [0, 1]), "
                   f"coloured by the section-5 verdict; dotted: first-token attention under uniform attention "
                   f"({uniform:.3f}). Table: final_table.md.")
 headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
@@ -397,9 +399,9 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
         fig = comparison_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
                                            note=setting.replace(base.data, "bible"))
         plotting.save(fig, fig_dir / "fig05_bible-check",
-                      f"Validation loss on World English Bible bytes: softmax vs head-wise RMSNorm with its gain "
+                      f"(a) Validation loss on World English Bible bytes: softmax vs head-wise RMSNorm with its gain "
                       f"initialised at 1 and at 0.1; same model and budget as above ({len(text_seeds)} seeds, band +- 1 "
-                      f"sd). First-token attention at the end: "
+                      f"sd); (b) the difference to softmax, paired by seed. First-token attention at the end: "
                       f"{text_table.loc['softmax', ('first-token attention', 'mean')]:.3f} (softmax) vs uniform "
                       f"{text_uniform:.3f}.")
     headline["bible_check"] = {"final": {v: {k: text_table.loc[v, (lab, "mean")]

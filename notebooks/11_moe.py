@@ -102,8 +102,9 @@ print(f"router entropy (nats), mean over layers: first token {sum(route.entropy_
       f"others {sum(route.entropy_rest) / len(route.entropy_rest):.3f}; uniform over {n_experts}: {math.log(n_experts):.3f}")
 
 # %%
+windows = moe_takeaways.windows(len(ids), run.seq_len)  # what sections 1-3 measured on
 takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, route.entropy_first, route.entropy_rest,
-                                     n_experts, title, layers=route.moe_layers))
+                                     n_experts, title, layers=route.moe_layers, size=windows))
 
 # %% [markdown]
 # Where every window sends the first token to the same experts, the first token's route is as fixed as its hidden
@@ -158,7 +159,7 @@ print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {le
       f"random weights")
 
 # %%
-takeaways.show(moe_takeaways.super_experts(se_claim, n_total, title))
+takeaways.show(moe_takeaways.super_experts(se_claim, n_total, title, size=windows))
 
 # %% [markdown]
 # On the stand-in, the expert split put the neurons that write SmolLM2's massive activation into one expert, in a
@@ -213,7 +214,8 @@ del control, control_route
 gc.collect()
 
 # %%
-takeaways.show(moe_takeaways.pruning(summary, prune_claim, title))
+takeaways.show(moe_takeaways.pruning(summary, prune_claim, title, size=windows,
+                                     ppl_size=moe_takeaways.windows(len(held), run.eval_seq_len)))
 
 # %% [markdown]
 # Where the super-expert prune removes the first token's late massive value, the sink of the later layers goes with
@@ -239,7 +241,8 @@ if run.router_train is not None:
                            "first / other tokens' max |h|": round(r.max_abs_first / r.max_abs_rest, 2)}
                           for r in routers])
     display(table)  # noqa: F821 (display: Jupyter's)
-    takeaways.show(moe_takeaways.trained_router(routers, trained_router.LABEL))
+    takeaways.show(moe_takeaways.trained_router(routers, trained_router.LABEL, moe_takeaways.windows(
+        trained_router.HELDOUT_SEQS, run.router_train.seq_len, "held-out sequences")))
     nb.headline["trained_router"] = table.to_dict(orient="records")
 
 # %% [markdown]

@@ -99,7 +99,7 @@ print(lm)
 # held-out digits, score the ten captions "a handwritten digit 0" ... "9" by their likelihood and take the best.
 
 # %%
-zero_shot = None
+zero_shot, losses, train_seconds, n_scored = None, [], 0.0, 0  # a model not trained here: nothing to report
 if standin and run.zero_shot_digits:
     zs_labels = labels[:run.zero_shot_digits]
     zero_shot = captions.digit_accuracy(lm, digits[:run.zero_shot_digits], zs_labels, run.batch_size)
@@ -112,9 +112,8 @@ if standin and run.zero_shot_digits:
                       f"when the lowest-loss of the ten digit captions is taken as the answer.")
     print(f"projector trained in {log['train_seconds']:.0f} s; final loss {log['losses'][-1]:.3f}; "
           f"held-out digit accuracy {zero_shot:.2f} (chance 0.10)")
-    takeaways.show(mllm_takeaways.training(log["losses"], log["train_seconds"], zero_shot, len(zs_labels)))
-else:
-    takeaways.show(mllm_takeaways.training([], 0.0, None, 0))
+    losses, train_seconds, n_scored = log["losses"], log["train_seconds"], len(zs_labels)
+takeaways.show(mllm_takeaways.training(losses, train_seconds, zero_shot, n_scored))
 
 # %% [markdown]
 # ## 1 · Where do the text queries look?
@@ -205,7 +204,7 @@ print(f"d = {d_model}: phi <= sqrt(d) = {d_model ** 0.5:.1f}; by tau: {sensitivi
 max_phi = [float(torch.nan_to_num(p, nan=-1).max()) for p in prof.phi]  # NaN before layer 2 -> -1 -> NaN
 takeaways.show(mllm_takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 0 else float("nan") for v in max_phi],
                                visual_sinks.phi(prof.first_hidden, prof.dims).tolist(), ratio, None,
-                               kang_rules.KANG_TAU, sensitivity))
+                               kang_rules.KANG_TAU, sensitivity, n_digits=len(inputs["input_ids"]), n_image=n_image))
 
 # %% [markdown]
 # Compare the sink dimensions with SmolLM2's massive-activation dimension in `00_tour`. The language model never saw
@@ -252,9 +251,10 @@ def untestable(p):  # why Kang et al.'s definition cannot be applied (a stand-in
     return (kang_claims.standin_cannot_test(p), kang_claims.phi_peaks(p)) if standin else ("", None)
 
 
-background_runs = {run.seed: kang_claims.background_claim(  # Kang et al.'s Table 6, per stand-in (section 3b)
+background_runs = {run.seed: kang_claims.background_claim(  # Kang et al.'s Table 6, per stand-in (section 4)
     kang_rules.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin,
     *untestable(edits.profile))}
+background_digits = {run.seed: len(digits[:run.batch_size])}  # digits each stand-in's background share is measured on
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells, fewer digits and random draws
     other = others.pop(s)
@@ -264,6 +264,7 @@ for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells
     runs.append(visual_attention.edit_claims(e.profile, e, standin, d_model))
     per_seed[s] = e.nll_changes()
     draw_changes[s] = [r - e.means[SCORE]["as is"] for r in e.random_draws[SCORE]]
+    background_digits[s] = len(d[:run.batch_size])
     background_runs[s] = kang_claims.background_claim(kang_rules.sink_union(e.profile),
                                                        visual_sinks.plain_background(d[:run.batch_size], layout),
                                                        standin, *untestable(e.profile))
@@ -329,15 +330,18 @@ recorded = {c.id: record.add(c, control=replace(control_claims[c.id], note=contr
             if c.id in control_claims else record.add(replace(c, control_note=no_sinks)) for c in claims}
 
 # %%
+# section 3's one takeaway: the run's stand-in, then every stand-in's changes, each with what it was measured on
+seed_sizes = {s: (f"{len(digits)} digits, {run.random_draws} draws" if s == run.seed else
+                  f"{run.draw_digits} digits, {run.draw_random_draws} draws") for s in per_seed}
 takeaways.show(mllm_takeaways.edits(means, random_means, n_sinks.mean().item(), n_image, len(digits),
                                recorded.get("kang2025.masking_sinks_is_harmless"), recorded.get("kang2025.var_helps"),
                                recorded.get("kang2025.visual_sink_tokens_exist"), "NLL of the digit token",
-                               edits.var_rows))
-if len(per_seed) > 1:
-    takeaways.show(mllm_takeaways.seeds(per_seed, kang_rules.KANG_TAU, kang_rules.phi_ceiling(d_model)))
+                               edits.var_rows,
+                               more=mllm_takeaways.seed_sentences(per_seed, kang_rules.KANG_TAU,
+                                                                  kang_rules.phi_ceiling(d_model), seed_sizes)))
 
 # %% [markdown]
-# ## 3b · Where the visual sinks sit
+# ## 4 · Where the visual sinks sit
 # Kang et al. (Table 6) find more than 90% of the visual sink tokens on the background. The digits' plain white
 # background makes that measurable without segmentation masks: a patch is background when its pixels stay within 5%
 # of the border colour. And because the image comes before the caption and attention is causal, an image token's
@@ -362,7 +366,7 @@ background_record = record.add(background_claim, control=control_background,
 print(f"sinks on background per stand-in: { {s: c.measured for s, c in background_runs.items()} }; Jaccard across "
       f"captions {same_prompt}, across images {across_images} (None: no sink in the batch)")
 takeaways.show(mllm_takeaways.kang_extras(background_record, background_runs, same_prompt, across_images, 1,
-                                     bool(sink_sets.any())))
+                                          bool(sink_sets.any()), n_digits=min(background_digits.values())))
 
 # %% [markdown]
 # How to read this. Kang et al. find, in trained LLaVA-style models, that the visual sinks are inert: hiding them

@@ -78,6 +78,7 @@ names = [p.name for p in shots]
 pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=lm.pixel_norm)  # the model's own mean, std
 prof = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size)
 L, T = len(prof.entropy), prof.n_tokens
+photos = f"{len(shots)} photos"  # what every takeaway but section 4's probe was measured on
 print(lm, f"\n{len(shots)} photos at {run.image_size} px: {prof.grid[0]} x {prof.grid[1]} patches + "
       f"{prof.n_prefix} prefix token(s), T = {T}")
 
@@ -96,7 +97,7 @@ with plotting.style():
                   f"{title}: the CLS query's attention over the {prof.grid[0]} x {prof.grid[1]} patches (mean over "
                   f"heads, each map scaled to its maximum) for {len(show)} photos at layers {map_layers}.")
 cls_peak = (prof.cls_map.flatten(2).max(-1).values / prof.cls_map.flatten(2).sum(-1)).mean(-1)  # (L,) top patch share
-takeaways.show(vit_takeaways.cls_maps(cls_peak.tolist(), map_layers, prof.grid[0] * prof.grid[1], title))
+takeaways.show(vit_takeaways.cls_maps(cls_peak.tolist(), map_layers, prof.grid[0] * prof.grid[1], title, photos))
 
 # %% [markdown]
 # ## 2 · Where does everyone's attention go?
@@ -121,7 +122,8 @@ print(f"layer 0's most-attended patch index per photo: {first_top}")
 print(f"entropy (nats) per layer: {[round(x, 2) for x in prof.entropy.tolist()]}; log T = {torch.log(torch.tensor(T)).item():.2f}")
 
 # %%
-takeaways.show(vit_takeaways.where_attention_goes(prefix_share, top_ratio, prof.entropy.tolist(), T, first_top, title))
+takeaways.show(vit_takeaways.where_attention_goes(prefix_share, top_ratio, prof.entropy.tolist(), T, first_top, title,
+                                                  photos))
 
 # %% [markdown]
 # Where layer 0's most-attended patch changes from photo to photo, attention is concentrated on content-dependent
@@ -159,6 +161,10 @@ print(f"first layer with an outlier patch (Darcet et al., Fig. 4a): {vit_sinks.f
       f"expectation for this model: {expect}")
 print("calibration against Jiang et al.'s absolute cut:", {k: round(v, 4) if isinstance(v, float) else v
                                                          for k, v in calibration.items()})
+
+# %%
+takeaways.show(vit_takeaways.token_norms(max_ratio, vit_sinks.OUTLIER_FACTOR, title, vit_sinks.first_outlier_layer(prof),
+                                         calibration, photos))
 
 # %% [markdown]
 # ## 4 · Are the high-norm patches redundant, and do they hold global information?
@@ -219,7 +225,9 @@ print(f"random weights: largest / median patch norm per layer "
 
 # %%
 takeaways.show(vit_takeaways.high_norm(max_ratio, vit_sinks.OUTLIER_FACTOR, probes, similarity, norm_claims, title,
-                                        outlier_share, vit_sinks.first_outlier_layer(prof), calibration))
+                                        outlier_share, vit_sinks.first_outlier_layer(prof), calibration,
+                                        with_norms=False,  # section 3 said it
+                                        size=f"the probe on {len(labels)} digits, the neighbours on {photos}"))
 
 # %% [markdown]
 # Darcet et al. report no high-norm tokens in small models; where this model has none, the claims that need
@@ -257,7 +265,8 @@ with plotting.style():
                   f"{title}: the change of the CLS query's attention over the patches in the last layer when one "
                   f"test-time register is added (Jiang et al.; {len(found)} register neurons "
                   f"{'found at each photo’s highest-norm patch, this model has no outliers' if stand_in else 'found at the outliers'}"
-                  f"), one photo per panel on one symmetric scale set by the largest value of the unedited maps.")
+                  f"), one photo per panel, on one symmetric colour scale set by the largest |change| over the "
+                  f"panels (its limit, and the unedited maps' largest value, on the colour bar).")
 change = (after.cls_map - prof.cls_map).abs().sum(dim=(-1, -2)).mean(-1)  # (L,) total variation of the CLS map
 chosen = positions[:, prof.n_prefix:prof.n_prefix + prof.grid[0] * prof.grid[1]]  # (B, P) the outlier patches
 split_before = vit_sinks.cls_attention_split(prof, chosen)
@@ -296,7 +305,7 @@ gc.collect()
 takeaways.show(vit_takeaways.registers(found, prof.max_norm_ratio()[detect], after.max_norm_ratio()[detect],
                                        registers.register_norm_ratio(after, detect), change.tolist(),
                                        vit_sinks.OUTLIER_FACTOR, stand_in, register_claim, title, split_before,
-                                       split_after, layer=L + detect))
+                                       split_after, layer=L + detect, size=photos))
 
 # %% [markdown]
 # A register token that ends below the outlier cut was given nothing to carry: there was no outlier to move. Whether
@@ -328,7 +337,7 @@ sun_claim = record.add(sun_claims.vit_massive_activations_claim(prof, lm.name), 
                        "no result for this model")
 print(f"largest / layer median per layer: {[round(x) for x in sun_ratio]}; (token, dim) of the largest in the peak "
       f"layer per photo: {prof.top_site[max(range(L), key=lambda i: sun_ratio[i])].tolist()}")
-takeaways.show(vit_takeaways.massive(sun_claim, title))
+takeaways.show(vit_takeaways.massive(sun_claim, title, photos))
 
 # %% [markdown]
 # ## 7 · Models with and without registers (GPU profile)
@@ -339,7 +348,7 @@ takeaways.show(vit_takeaways.massive(sun_claim, title))
 
 # %%
 summaries, profiles = {lm.label: vit_sinks.summary(prof)}, {lm.name: prof}
-OTHER_CONTROL = (f"control not repeated per model: the random-weight control of section 3 ({lm.label}'s "
+OTHER_CONTROL = (f"control not repeated per model: the random-weight control of section 4 ({lm.label}'s "
                  f"configuration) stands for the family")
 fixed_bias = []
 probe_pixels = images.to_pixels(digits, size=run.probe_size, norm=lm.pixel_norm)

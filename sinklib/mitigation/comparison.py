@@ -82,6 +82,18 @@ def curve(runs: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.nd
     return steps, values.mean(axis=0), sd
 
 
+def rate_band(runs: Sequence[dict], key: str = "sink_rate") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, low, high) of a checkpoint *proportion* ``key`` over seeds, the band being the seeds' range
+    (min-max), clipped to [0, 1]: a proportion's band never leaves [0, 1], as mean +- sd of two seeds would (a rate of
+    0 and 0.5 gives 0.25 +- 0.35). One seed: low = high = its value."""
+    steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
+    values = np.array([[c[key] for c in r["checkpoints"]] for r in runs], dtype=float)  # (seeds, checkpoints)
+    if values.shape[1] != len(steps):
+        raise ValueError("runs have different checkpoint steps; compare runs of one configuration only")
+    return (steps, values.mean(axis=0), np.clip(values.min(axis=0), 0.0, 1.0),
+            np.clip(values.max(axis=0), 0.0, 1.0))
+
+
 def final_table(runs: Runs, metrics: Mapping[str, str] = FINAL_METRICS) -> pd.DataFrame:
     """One row per variant; for each metric its mean and sd over seeds at the last checkpoint (columns
     ``(label, "mean")`` and ``(label, "sd")``), plus the number of seeds and the mean training seconds."""

@@ -11,12 +11,13 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, _np
-from sinklib.mitigation.comparison import curve
+from sinklib.mitigation.comparison import curve, rate_band
 
 
 def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str = "") -> Figure:
     """Sink emergence in one variant over training: (a) alpha_0 of every layer/head (mean over seeds, band = range
-    over seeds); (b) sink rate and validation loss. ``uniform`` marks alpha_0 under uniform attention."""
+    over seeds); (b) sink rate (mean over seeds, band = range over seeds, :func:`rate_band`: a proportion's band
+    stays in [0, 1]) and validation loss. ``uniform`` marks alpha_0 under uniform attention."""
     steps = np.array([c["step"] for c in runs[0]["checkpoints"]])
     per_head = np.array([[c["alpha_by_head"] for c in r["checkpoints"]] for r in runs])  # (seeds, ckpt, L, H)
     L, H = per_head.shape[2:]
@@ -34,9 +35,10 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
     ax.set_xlabel("training step"), ax.set_ylabel("alpha of the first token (BOS)")
     ax.set_title("(a) attention to BOS per head")
     ax.legend(fontsize=7, ncols=2 if L * H > 4 else 1)
-    s, rate, rate_sd = curve(runs, "sink_rate")
+    s, rate, rate_lo, rate_hi = rate_band(runs, "sink_rate")
     bx.plot(s, rate, color=SINK_COLOR, lw=1.5, label="sink rate")
-    bx.fill_between(s, rate - rate_sd, rate + rate_sd, color=SINK_COLOR, alpha=0.2, lw=0)
+    if len(runs) > 1:
+        bx.fill_between(s, rate_lo, rate_hi, color=SINK_COLOR, alpha=0.2, lw=0)
     bx.set_ylim(-0.02, 1.02), bx.set_xlabel("training step"), bx.set_ylabel("sink rate (eps 0.3)", color=SINK_COLOR)
     cx = bx.twinx()
     s, loss, _ = curve(runs, "val_loss")
@@ -135,11 +137,23 @@ def verdict_color(verdict: str) -> tuple[str, str]:
     return "#999999", body.split(":")[0]
 
 
+# the final-table labels that are proportions (0 to 1): their +- sd bars are clipped to [0, 1] (:func:`proportion_bars`)
+PROPORTIONS = ("first-token attention", "first-token share", "sink rate", "share sink rate")
+
+
+def proportion_bars(mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper lengths of mean +- sd error bars of a proportion, clipped so that the bar stays in
+    [0, 1]: low = mean - max(0, mean - sd), high = min(1, mean + sd) - mean."""
+    mean, sd = np.asarray(mean, float), np.asarray(sd, float)
+    return mean - np.clip(mean - sd, 0.0, 1.0), np.clip(mean + sd, 0.0, 1.0) - mean
+
+
 def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "",
                verdicts: Mapping[str, str] | None = None) -> Figure:
     """Small multiples, one per metric label of :func:`sinklib.mitigation.comparison.final_table`: mean per variant (dot) with
-    +- 1 sd error bars (no bars from zero, so close values stay apart), each variant coloured by its verdict (a
-    legend names the colours) when ``verdicts`` are given; log scale where values span > 100x."""
+    +- 1 sd error bars (no bars from zero, so close values stay apart; a proportion's bar, :data:`PROPORTIONS`, is
+    clipped to [0, 1]), each variant coloured by its verdict (a legend names the colours) when ``verdicts`` are
+    given; log scale where values span > 100x."""
     n = len(labels)
     cols = min(3, n)
     rows = -(-n // cols)
@@ -150,8 +164,9 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
     for ax, label in zip(axes.flat, labels):
         mean = table[(label, "mean")].to_numpy(float)
         sd = np.nan_to_num(table[(label, "sd")].to_numpy(float))
-        for y, (v, mu, err) in enumerate(zip(names, mean, sd)):
-            ax.errorbar(mu, y, xerr=err, fmt="o", color=marks[v][0], ms=5, capsize=2, lw=1)
+        low, high = proportion_bars(mean, sd) if label in PROPORTIONS else (sd, sd)
+        for y, (v, mu, lo, hi) in enumerate(zip(names, mean, low, high)):
+            ax.errorbar(mu, y, xerr=[[lo], [hi]], fmt="o", color=marks[v][0], ms=5, capsize=2, lw=1)
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         positive = mean[mean > 0]

@@ -25,10 +25,12 @@ def _names(items: Sequence[str]) -> str:
 
 
 def emergence(base_runs: Sequence[dict], seeds: Sequence[int], uniform: float, eps: float,
-              claim: Claim | None) -> str:
+              claim: Claim | None, ads: Sequence[Mapping] | None = None, probe: str = "") -> str:
     """Section 1: every head's alpha_0 at step 0 against uniform attention (H_T / T), each seed's strongest head at
     the end, the first step above ``eps`` per seed, whether that head is still rising (:func:`late_slope` >
-    ``RISING`` per 100 steps over the last quarter), and the ``softmax_grows_sink`` verdict."""
+    ``RISING`` per 100 steps over the last quarter), and the ``softmax_grows_sink`` verdict; with ``ads`` (one
+    :func:`~sinklib.mitigation.comparison.active_dormant` row per seed, measured on ``probe``, e.g. "64 held-out
+    sequences of 64 tokens") the active-dormant probe of the same heads joins the one paragraph of section 1."""
     start = [a for r in base_runs for row in r["checkpoints"][0]["alpha_by_head"] for a in row]
     tops = [strongest_head(r)[2] for r in base_runs]
     crossed = [(s, c) for s, c in zip(seeds, [_first_above(r, eps) for r in base_runs]) if c is not None]
@@ -47,6 +49,7 @@ def emergence(base_runs: Sequence[dict], seeds: Sequence[int], uniform: float, e
          f"{_names([str(s) for s in rising])}: the budget catches the sink while it forms." if rising else
          "No seed's strongest head is still rising over the last quarter of training."),
         f"{claim_line(claim)}.",
+        *([] if ads is None else active_dormant_sentences(ads, probe)),
     )
 
 
@@ -56,23 +59,31 @@ def _first_above(run: dict, eps: float) -> int | None:
 
 
 def active_dormant(ads: Sequence[Mapping]) -> str:
-    """Section 1, active-dormant probe: per seed's strongest head, BOS and t-1 weight on trigger vs other queries
-    (``holds``: BOS more than twice as much on other queries, t-1 more on triggers)."""
+    """Section 1, active-dormant probe alone (:func:`active_dormant_sentences` as one paragraph); the notebook joins
+    these sentences to :func:`emergence`'s, so that section 1 carries one takeaway."""
     if not ads:
-        return paragraph("active and dormant", "Not measured: the training data has no trigger tokens.")
+        return paragraph("active and dormant", *active_dormant_sentences(ads))
+    return paragraph(f"active and dormant, {len(ads)} seeds", *active_dormant_sentences(ads))
+
+
+def active_dormant_sentences(ads: Sequence[Mapping], probe: str = "") -> list[str]:
+    """Per seed's strongest head, BOS and t-1 weight on trigger vs other queries (``holds``: BOS more than twice as
+    much on other queries, t-1 more on triggers); ``probe`` names what it was measured on (held-out sequences)."""
+    if not ads:
+        return ["Active-dormant probe not measured: the training data has no trigger tokens."]
     held = sum(bool(a["holds"]) for a in ads)
     col = {k: [a[k] for a in ads] for k in ("bos_trigger", "bos_other", "prev_trigger", "prev_other",
                                             "trigger_fraction")}
     bos = compare(np.mean(col["bos_other"]), np.mean(col["bos_trigger"]), "more", "less", "as much")
     prev = compare(np.mean(col["prev_trigger"]), np.mean(col["prev_other"]), "more", "less", "as much")
-    return paragraph(
-        f"active and dormant, {len(ads)} seeds",
-        f"In {held} of {len(ads)} seeds the strongest head is active-dormant as Guo et al. describe.",
+    on = f", measured on {probe}" if probe else ""
+    return [
+        f"In {held} of {len(ads)} seeds the strongest head is active-dormant as Guo et al. describe{on}.",
         f"On trigger queries ({pct(float(np.mean(col['trigger_fraction'])))} of them) it gives BOS "
         f"{span(col['bos_trigger'])} and the token to copy (t-1) {span(col['prev_trigger'])}; on the other queries "
         f"BOS gets {span(col['bos_other'])} ({bos} than on triggers) and t-1 {span(col['prev_other'])} "
         f"(triggers give t-1 {prev}).",
-    )
+    ]
 
 
 def attention_maps(own_heads: Mapping[str, Sequence], table: pd.DataFrame) -> str:
@@ -82,8 +93,9 @@ def attention_maps(own_heads: Mapping[str, Sequence], table: pd.DataFrame) -> st
     hi, lo = max(shares, key=shares.get), min(shares, key=shares.get)
     mass = {v: float(table.loc[v, ("attention row mass", "mean")]) for v in own_heads}
     short = [f"{v} {num(1 - m)}" for v, m in mass.items() if v != "sigmoid" and m < 0.95]
+    n = int(table[("seeds", "")].min())
     return paragraph(
-        "each variant's own strongest head",
+        f"each variant's own strongest head, {n} seed{'s' if n > 1 else ''}",
         f"In the first seed, the strongest head's first-token share ranges from {num(shares[lo])} ({lo}) to {num(shares[hi])} ({hi}).",
         (f"Averaged over seeds, rows that sum to less than one give part of each query's attention to no token: "
          f"{_names(short)} (mean share of the row)." if short else "Every normalised variant's rows sum to about one."),

@@ -20,8 +20,9 @@ def _finite(values: Sequence[float | None]) -> list[tuple[int, float]]:
 
 def training(losses: Sequence[float], seconds: float, accuracy: float | None, n_digits: int,
              chance: float = 0.1) -> str:
-    """Section 0: the projector's caption loss (first -> last step) and its held-out digit accuracy against chance.
-    ``accuracy`` None: not a stand-in (or no digits scored), nothing to say about a projector trained here."""
+    """Section 0: the projector's caption loss (first -> last step) and its held-out digit accuracy against chance;
+    the heading names the steps trained and the digits scored. ``accuracy`` None: not a stand-in (or no digits
+    scored), nothing to say about a projector trained here."""
     if accuracy is None or not losses:
         return paragraph("projector", "This model's projector was not trained here, so there is no training curve "
                                       "or digit check to report.")
@@ -30,7 +31,7 @@ def training(losses: Sequence[float], seconds: float, accuracy: float | None, n_
     strength = ("tell the language model which digit it is looking at" + (", though far from perfectly"
                 if accuracy < 0.9 else "") if above else "do not tell the language model which digit it sees")
     return paragraph(
-        "projector",
+        f"projector, {len(losses):,} training steps, {n_digits:,} held-out digits scored",
         f"The caption loss {fell} from {num(losses[0])} to {num(losses[-1])} in {len(losses):,} steps "
         f"({num(seconds)} s on this machine), and the lowest-loss digit caption is the right one for "
         f"{num(accuracy)} of {n_digits:,} held-out digits (chance {num(chance)}): the projected image tokens "
@@ -56,10 +57,12 @@ def shares(layer_shares: Sequence[Sequence[float]], n_before: int, n_image: int,
 
 def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[float], first_phi: Sequence[float],
           ratios: Sequence[float | None], claim: Claim | None, tau: float = 20.0,
-          sensitivity: Mapping[float, Mapping] | None = None) -> str:
+          sensitivity: Mapping[float, Mapping] | None = None, n_digits: int | None = None,
+          n_image: int | None = None) -> str:
     """Section 2: the sink dimensions, the layers where image tokens reach phi >= tau, how much attention those
     tokens receive, and the claim's verdict (over the stand-in seeds, with its random-weight control).
-    Per-layer inputs: fractions (NaN before layer 2), max_phi (image tokens), first_phi (the first token), ratios."""
+    Per-layer inputs: fractions (NaN before layer 2), max_phi (image tokens), first_phi (the first token), ratios.
+    ``n_digits`` held-out digits of ``n_image`` image tokens each: what it was measured on, in the heading."""
     frac = _finite(fractions)
     with_sinks = [i for i, f in frac if f > 0]
     first_in = dict(_finite([None, *first_phi[:-1]]))  # layer l's input is block l - 1's output
@@ -90,15 +93,18 @@ def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[flo
                        f"{num(tau)}."))
     if claim is not None:
         text.append(f"Claim {claim_line(claim)}.")
-    return paragraph("visual sink tokens", *text)
+    size = (f", {n_digits:,} held-out digits" + (f" of {n_image:,} image tokens each" if n_image else "")
+            if n_digits else "")
+    return paragraph(f"visual sink tokens{size}", *text)
 
 
 def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_image: float, n_image: int,
           n_digits: int, masking: Claim | None, var: Claim | None, exist: Claim | None = None,
-          scored: str = "caption NLL", var_rows: tuple[int, int] | None = None) -> str:
+          scored: str = "caption NLL", var_rows: tuple[int, int] | None = None, more: Sequence[str] = ()) -> str:
     """Section 3: the NLL increase with the sinks hidden against each random draw's, VAR's change of the NLL, and
     the claims' verdicts (over the stand-in seeds and the random draws, with their random-weight controls);
-    ``exist``: section 2's claim, judged here once every draw is in."""
+    ``exist``: section 2's claim, judged here once every draw is in; ``more``: sentences joined to the same
+    paragraph (:func:`seed_sentences`: the other stand-ins), so that section 3 carries one takeaway."""
     base = means["as is"]
     d_sink = means["sinks hidden"] - base
     d_rand = [r - base for r in random_means]
@@ -119,7 +125,7 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
                          f"to hide or redistribute: hiding the sinks and VAR leave the {scored} as it is.",
                          f"Claim {claim_line(exist)}; " if exist is not None else "",
                          f"claim {claim_line(masking, 'kang2025.masking_sinks_is_harmless')}; "
-                         f"claim {claim_line(var, 'kang2025.var_helps')}.")
+                         f"claim {claim_line(var, 'kang2025.var_helps')}.", *more)
     unjudged = next((c.control_note for c in (masking, var) if c is not None and c.control is None
                      and c.control_note), "")
     return paragraph(
@@ -132,17 +138,27 @@ def edits(means: Mapping[str, float], random_means: Sequence[float], sinks_per_i
         (f"Claim {claim_line(exist)}; claim " if exist is not None else "Claim ")
         + f"{claim_line(masking, 'kang2025.masking_sinks_is_harmless')}; "
         f"claim {claim_line(var, 'kang2025.var_helps')}.",
-        f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged else "")
+        f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged else "", *more)
 
 
 def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0, ceiling: float | None = None) -> str:
+    """:func:`seed_sentences` as a paragraph of its own ("" for fewer than two stand-ins)."""
+    if len(runs) < 2:
+        return ""
+    return paragraph(f"{len(runs)} stand-ins", *seed_sentences(runs, tau, ceiling))
+
+
+def seed_sentences(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0, ceiling: float | None = None,
+                   sizes: Mapping[int, str] | None = None) -> list[str]:
     """The stand-ins behind the draws: per projector seed, the NLL increase with the sinks hidden, the mean random
     draw's, and VAR's change; and, for a stand-in without visual sinks, how far its largest image-token phi stayed
     below ``tau`` (and where phi's ceiling sqrt(d), ``ceiling``, lies). runs: seed -> {"sinks", "random", "VAR"} (NLL
-    changes against "as is"), optionally "max_phi"."""
+    changes against "as is"), optionally "max_phi"; ``sizes``: seed -> what that stand-in was measured on ("64
+    digits, 5 draws"), said beside its numbers. No sentence for fewer than two stand-ins."""
     if len(runs) < 2:
-        return ""
-    parts = [f"seed {s}: sinks {'+' if r['sinks'] >= 0 else ''}{num(r['sinks'])}, random "
+        return []
+    sizes = sizes or {}
+    parts = [f"seed {s}{f' ({sizes[s]})' if s in sizes else ''}: sinks {'+' if r['sinks'] >= 0 else ''}{num(r['sinks'])}, random "
              f"{'+' if r['random'] >= 0 else ''}{num(r['random'])}, VAR {'+' if r['VAR'] >= 0 else ''}{num(r['VAR'])}"
              for s, r in runs.items()]
     below = {s: r["max_phi"] for s, r in runs.items() if "max_phi" in r and not math.isnan(r["max_phi"])
@@ -155,14 +171,15 @@ def seeds(runs: Mapping[int, Mapping[str, float]], tau: float = 20.0, ceiling: f
                            for s, v in below.items())
                + ": the same language model with a projector trained from another seed -- with nothing to hide, "
                  "its masking and VAR draws have no sink to act on.")
-    return paragraph(f"{len(runs)} stand-ins", "NLL changes per projector seed -- " + "; ".join(parts) + ".", why)
+    return ["NLL changes per projector seed -- " + "; ".join(parts) + ".", why]
 
 
 def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_prompts: float | None,
-                across_images: float | None, n_prompts: int, has_sinks: bool) -> str:
-    """Section 3b: where the visual sinks sit (on the digits' background or on the ink) per stand-in, and whether
+                across_images: float | None, n_prompts: int, has_sinks: bool, n_digits: int | None = None) -> str:
+    """Section 4: where the visual sinks sit (on the digits' background or on the ink) per stand-in, and whether
     they keep their positions across prompts (the same images under other captions) and across images (the run's own
-    stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.kang_claims.background_claim`."""
+    stand-in's batch). per_seed: projector seed -> its :func:`~sinklib.architectures.mllm.kang_claims.background_claim`;
+    ``n_digits``: the held-out digits per stand-in it was measured on, in the heading."""
     parts = []
     for seed, c in per_seed.items():
         m = c.measured
@@ -180,4 +197,5 @@ def kang_extras(background: Claim, per_seed: Mapping[int, Claim], same_across_pr
                 f"Jaccard overlap of {num(same_across_prompts)}: {causal}.")
     else:
         keep = "The run's own stand-in has no visual sink token in this batch, so there are no positions to compare."
-    return paragraph("where the sinks sit", where, keep, f"Claim {claim_line(background)}.")
+    size = f", {n_digits:,} held-out digits per stand-in" if n_digits else ""
+    return paragraph(f"where the sinks sit{size}", where, keep, f"Claim {claim_line(background)}.")

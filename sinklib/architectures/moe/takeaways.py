@@ -11,6 +11,17 @@ from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 
 
+def windows(n: int, tokens: int, kind: str = "held-out windows") -> str:
+    """What a number was measured on: "32 held-out windows of 64 tokens" (:func:`sinklib.core.takeaways.unmeasured`
+    asks every takeaway's heading for such a size)."""
+    return f"{n:,} {kind} of {tokens:,} tokens"
+
+
+def _heading(title: str, size: str) -> str:
+    """The takeaway's heading: the model's label, then what it was measured on."""
+    return f"{title}, {size}" if size else title
+
+
 def _layers(layers: Sequence[int]) -> str:
     """[3, 4, 5, 8, 10, 11] -> "3-5, 8, 10-11"."""
     runs: list[list[int]] = []
@@ -23,10 +34,12 @@ def _layers(layers: Sequence[int]) -> str:
 
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_first: Sequence[float],
-            entropy_rest: Sequence[float], n_experts: int, title: str, layers: Sequence[int] | None = None) -> str:
+            entropy_rest: Sequence[float], n_experts: int, title: str, layers: Sequence[int] | None = None,
+            size: str = "") -> str:
     """Section 1: in how many layers every window sends the first token to the same experts (share = 1), the middle
     token's most-common-set share over layers, and the router entropy against ln E. One entry per MoE layer;
-    ``layers``: their indices in the model, as the layers are named (default 0, 1, ...)."""
+    ``layers``: their indices in the model, as the layers are named (default 0, 1, ...); ``size``: what it was
+    measured on (:func:`windows`), in the heading."""
     every = list(range(len(same_first)))
     layers = every if layers is None else list(layers)
     kind = "layers" if layers == every else "layers with routed experts"  # e.g. DeepSeek-V2's dense layer 0: none
@@ -48,30 +61,37 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_fir
                f"against ln {n_experts} = {num(uniform, 4)}"
                + (": the router's probabilities are near-uniform, so the entropy cannot tell tokens apart here."
                   if near else "."))
-    return paragraph(title, fixed, middle, entropy)
+    return paragraph(_heading(title, size), fixed, middle, entropy)
 
 
-def super_experts(claim: Claim, total: int, title: str) -> str:
+def super_experts(claim: Claim, total: int, title: str, size: str = "") -> str:
     """Section 2: how many super experts the authors' rule finds among ``total`` candidate experts, their a, how far
-    they stand out (effect size against the cut), and the claim's verdict."""
+    they stand out (effect size against the cut), and the claim's verdict; ``size``: the calibration windows
+    (:func:`windows`), in the heading."""
     m = claim.measured
     found = m["super_experts"]
     if found:
         where = "; ".join(f"{'the shared expert' if e == -1 else f'expert {e}'} of layer {layer} (a = {num(a)})"
                           for (layer, e), a in zip(found, m["a of the super experts"]))
         first = f"The authors' rule finds {len(found)} super expert{'s' if len(found) > 1 else ''} of {num(total)}: {where}."
-        size = (f"{'The smallest of them' if len(found) > 1 else 'It'} is {num(m['effect size'])} x the median a of the other routed experts, "
-                f"{compare(m['effect size'], 10.0, 'above', 'below', 'at')} the cut of 10 x that makes an output "
-                f"extreme.")
+        cut = (f"{'The smallest of them' if len(found) > 1 else 'It'} is {num(m['effect size'])} x the median a of the other routed experts, "
+               f"{compare(m['effect size'], 10.0, 'above', 'below', 'at')} the cut of 10 x that makes an output "
+               f"extreme.")
     else:
-        first, size = f"The authors' rule finds no super expert among {num(total)} experts.", ""
-    return paragraph(title, first, size, f"{claim_line(claim)}.")
+        first, cut = f"The authors' rule finds no super expert among {num(total)} experts.", ""
+    return paragraph(_heading(title, size), first, cut, f"{claim_line(claim)}.")
 
 
-def pruning(summary: Mapping[str, Mapping[str, float]], claim: Claim | None, title: str) -> str:
+def pruning(summary: Mapping[str, Mapping[str, float]], claim: Claim | None, title: str, size: str = "",
+            ppl_size: str = "") -> str:
     """Section 3: what pruning the super experts does to mean alpha_0, perplexity and the first token's largest |h|,
-    against the random-expert draws; the claim's verdict."""
+    against the random-expert draws; the claim's verdict. ``size``: the windows alpha_0 and |h| were measured on,
+    ``ppl_size``: those of the perplexity (:func:`windows`); the heading names each."""
     base, pruned = summary["as is"], summary.get("super experts pruned")
+    if size and ppl_size:
+        title = _heading(title, f"alpha_0 and |h| on {size}, perplexity on {ppl_size}")
+    else:
+        title = _heading(title, size or ppl_size)
     if pruned is None or claim is None:
         return paragraph(title, "No super expert was found, so nothing was pruned.")
     alpha = (f"Pruning the super experts moves alpha_0 averaged over layers from {num(base['alpha'])} to "
@@ -92,16 +112,18 @@ def pruning(summary: Mapping[str, Mapping[str, float]], claim: Claim | None, tit
     return paragraph(title, alpha, random, f"{claim_line(claim)}.")
 
 
-def trained_router(routers: Sequence, label: str) -> str:
+def trained_router(routers: Sequence, label: str, size: str = "") -> str:
     """Section 4: what a router trained with the model does with the first token, and whether a sink formed, per
-    seed (:class:`~sinklib.architectures.moe.trained_router.TrainedRouter`)."""
+    seed (:class:`~sinklib.architectures.moe.trained_router.TrainedRouter`); ``size``: the held-out sequences each
+    seed was measured on (:func:`windows`), in the heading with the number of seeds."""
     sink = [r for r in routers if r.sink_rate > 0.3]
     fixed = [r for r in routers if min(r.same_set_first) > 0.9 and max(r.same_set_middle) < 0.5]
     rows = "; ".join(f"seed {r.seed}: sink rate {pct(r.sink_rate, 2)}, first token on its most common expert set in "
                      f"{pct(min(r.same_set_first), 2)}-{pct(max(r.same_set_first), 2)} of sequences by layer, a middle "
                      f"token in {pct(min(r.same_set_middle), 2)}-{pct(max(r.same_set_middle), 2)}" for r in routers)
+    n = len(routers)
     return paragraph(
-        label,
+        _heading(label, f"{n} seed{'s' if n != 1 else ''}" + (f", each on {size}" if size else "")),
         f"{rows}.",
         f"A sink (sink rate above 30%) formed in {num(len(sink))} of {num(len(routers))} seeds; the first token took "
         f"a fixed route (the same expert set in over 90% of sequences in every layer, a middle token under 50%) in "

@@ -25,6 +25,7 @@ from sinklib.mitigation import training
 from sinklib.mitigation.training import TrainConfig
 
 LABEL = "tiny Mixtral-class MoE (trained here)"
+HELDOUT_SEQS = 32  # held-out sequences each trained seed is measured on (:func:`measure`)
 
 
 def moe_config(base: TrainConfig, n_experts: int = 4, top_k: int = 2, seed: int = 0) -> TrainConfig:
@@ -54,7 +55,7 @@ class TrainedRouter:
     max_abs_rest: float  # the other tokens' (mean over sequences of the max over t >= 1)
 
 
-def measure(cfg: TrainConfig, n_seqs: int = 32, progress: bool = False) -> TrainedRouter:
+def measure(cfg: TrainConfig, n_seqs: int = HELDOUT_SEQS, progress: bool = False) -> TrainedRouter:
     """Train (or read from the cache) ``cfg`` and measure it on ``n_seqs`` held-out sequences."""
     result = training.train(cfg, progress=progress)
     model = training.load_trained(cfg)

@@ -11,8 +11,13 @@ from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 
 
+def _heading(title: str, size: str) -> str:
+    """The takeaway's heading: the model's label, then what it was measured on ("9 photos")."""
+    return f"{title}, {size}" if size else title
+
+
 def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[float], entropy: Sequence[float],
-                         n_tokens: int, first_top: Sequence[int], title: str) -> str:
+                         n_tokens: int, first_top: Sequence[int], title: str, size: str = "") -> str:
     """Section 2: the share of all attention CLS receives per layer (and over the uniform 1/T), the most-attended
     patch over uniform, whether layer 0's most-attended patch is one position across photos, and the entropy
     against log T."""
@@ -30,27 +35,30 @@ def where_attention_goes(prefix_share: Sequence[float], top_ratio: Sequence[floa
     ent = (f"The attention entropy is {span(entropy)} nats against log T = {num(log_t)}: "
            + ("below the uniform maximum in every layer, so attention is concentrated." if below else
               "near the uniform maximum in some layers."))
-    return paragraph(title, cls, top, ent)
+    return paragraph(_heading(title, size), cls, top, ent)
 
 
-def cls_maps(peak_share: Sequence[float], layers: Sequence[int], n_patches: int, title: str) -> str:
+def cls_maps(peak_share: Sequence[float], layers: Sequence[int], n_patches: int, title: str, size: str = "") -> str:
     """Section 1 (fig01): how concentrated the CLS query's map is at the layers shown -- the most-attended patch's
     share of the CLS query's patch attention (mean over photos) against the uniform 1/P."""
     shown = [peak_share[i] for i in layers]
     most = max(layers, key=lambda i: peak_share[i])
-    return paragraph(title, f"At the layers shown, the CLS query's most-attended patch takes {span(shown)} of its "
+    return paragraph(_heading(title, size), f"At the layers shown, the CLS query's most-attended patch takes {span(shown)} of its "
                             f"attention to the patches ({span([x * n_patches for x in shown], 2)} x the uniform 1/P), "
                             f"most in layer {most}; each map is scaled to its own maximum, so a uniform-looking map "
                             f"and a peaked one can share a colour.")
 
 
-def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mapping[str, float]],
-              similarity: Mapping[str, float], claims: Sequence[Claim], title: str, outlier_share: float = 0.0,
-              first_layer: int | None = None, calibration: Mapping | None = None) -> str:
-    """Section 4: the largest / median patch norm against the outlier cut (where outliers first appear, and the cut
-    beside Jiang et al.'s absolute one), the probe accuracies (over the splits) and how many probe images have an
-    outlier as their highest-norm patch, the selected patches' neighbour similarity in the patch embeddings against
-    all patches, and the claims' verdicts."""
+def token_norms(max_ratio: Sequence[float], factor: float, title: str, first_layer: int | None = None,
+                calibration: Mapping | None = None, size: str = "") -> str:
+    """Section 3: the largest / median patch norm against the outlier cut (where outliers first appear, and the cut
+    beside Jiang et al.'s absolute one); ``size``: what it was measured on ("9 photos"), in the heading."""
+    return paragraph(_heading(title, size), _norm_sentence(max_ratio, factor, first_layer, calibration))
+
+
+def _norm_sentence(max_ratio: Sequence[float], factor: float, first_layer: int | None,
+                   calibration: Mapping | None) -> str:
+    """The largest / median patch norm per layer against ``factor`` (and Jiang et al.'s absolute cut)."""
     worst = max(range(len(max_ratio)), key=lambda i: max_ratio[i])
     passing = sum(r > factor for r in max_ratio)
     norms = (f"The largest patch norm is at most {num(max_ratio[worst])} x the image's median (layer {worst}): "
@@ -66,6 +74,39 @@ def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mappin
                   f"{num(calibration['absolute cut / median patch norm'])} x this model's median patch norm there; "
                   f"{num(100 * calibration['fraction over the absolute cut'])}% of patches pass it and "
                   f"{num(100 * calibration[f'fraction over {num(factor)} x the median'])}% pass the relative cut.")
+    return norms
+
+
+def redundancy_sentence(similarity: Mapping[str, float]) -> str:
+    """Are the selected (high-norm) patches more or less like their 4 neighbours in the patch embeddings than all
+    patches? A gap below ``similarity["resolution"]`` (two standard errors of the per-image gap over
+    ``similarity["images"]`` images, :func:`~sinklib.architectures.vit.vit_sinks.gap_resolution`) reads "no
+    different", with the resolution stated; without a resolution the two means are compared as they are."""
+    sel, every = similarity["selected"], similarity["all"]
+    res = similarity.get("resolution", float("nan"))
+    means = f"{num(sel)} against {num(every)} mean cosine similarity"
+    if res is None or math.isnan(res):
+        return (f"The {similarity['label']} are {compare(sel, every, 'more', 'less', 'as')} like their 4 neighbours "
+                f"in the patch embeddings {'as' if sel == every else 'than'} patches overall ({means}).")
+    gap = sel - every
+    within = (f"{means}, a gap of {num(abs(gap))} {'below' if abs(gap) < res else 'beyond'} the resolution of "
+              f"{num(res)} (two standard errors of the per-image gap over {similarity['images']:,} images)")
+    if abs(gap) < res:
+        return (f"The {similarity['label']} are no different from patches overall in how like their 4 neighbours "
+                f"they are in the patch embeddings: {within}.")
+    return (f"The {similarity['label']} are {compare(sel, every, 'more', 'less', 'as')} like their 4 neighbours in "
+            f"the patch embeddings than patches overall: {within}.")
+
+
+def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mapping[str, float]],
+              similarity: Mapping[str, float], claims: Sequence[Claim], title: str, outlier_share: float = 0.0,
+              first_layer: int | None = None, calibration: Mapping | None = None, with_norms: bool = True,
+              size: str = "") -> str:
+    """Section 4: the probe accuracies (over the splits) and how many probe images have an outlier as their
+    highest-norm patch, the selected patches' neighbour similarity in the patch embeddings against all patches
+    (:func:`redundancy_sentence`), and the claims' verdicts; ``with_norms``: opened by the norms against the outlier
+    cut (:func:`token_norms`' sentence; False where section 3 said it already); ``size``: in the heading."""
+    norms = _norm_sentence(max_ratio, factor, first_layer, calibration) if with_norms else ""
     acc = {k: [p[k] for p in probes] for k in probes[0]}
     mean = {k: sum(v) / len(v) for k, v in acc.items()}
     splits = f" over {len(probes)} train / test splits" if len(probes) > 1 else ""
@@ -75,19 +116,17 @@ def high_norm(max_ratio: Sequence[float], factor: float, probes: Sequence[Mappin
              f"{compare(mean['highest-norm patch'], mean['median-norm patch'], 'better than', 'worse than', 'as well as')}"
              f" the median-norm one and {compare(mean['highest-norm patch'], mean['CLS'], 'better than', 'worse than', 'as well as')}"
              f" CLS; the digits' highest-norm patch is an outlier in {num(100 * outlier_share)}% of them.")
-    redundant = (f"The {similarity['label']} are "
-                 f"{compare(similarity['selected'], similarity['all'], 'more', 'less', 'as')} like their 4 neighbours "
-                 f"in the patch embeddings {'as' if similarity['selected'] == similarity['all'] else 'than'} patches "
-                 f"overall ({num(similarity['selected'])} against {num(similarity['all'])} mean cosine similarity).")
+    redundant = redundancy_sentence(similarity)
     verdicts = "; ".join(claim_line(c) for c in claims)
     why = " ".join(f"`{c.id}` on random weights: {c.control_note}." for c in claims if c.control_contradicts)
-    return paragraph(title, norms, probe, redundant, f"{verdicts}.", why)
+    return paragraph(_heading(title, size), norms, probe, redundant, f"{verdicts}.", why)
 
 
 def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, ratio_after: float, register_ratio: float,
               change: Sequence[float], factor: float, stand_in: bool, claim: Claim | None, title: str,
               split_before: Mapping[str, Sequence[float]] | None = None,
-              split_after: Mapping[str, Sequence[float]] | None = None, layer: int | None = None) -> str:
+              split_after: Mapping[str, Sequence[float]] | None = None, layer: int | None = None,
+              size: str = "") -> str:
     """Section 5: where the register neurons sit, the largest / median patch norm before and after the test-time
     register, the register's own norm against the cut (both at ``layer``, the authors' detection layer, where
     given), the change of the CLS maps, and the claim's verdict."""
@@ -108,10 +147,10 @@ def registers(found: Sequence[tuple[int, int, float]], ratio_before: float, rati
         maps += (f" In the last layer the CLS query gives {what} {num(split_before['chosen'][-1])} of its attention "
                  f"without the register and {num(split_after['chosen'][-1])} with it, and the register "
                  f"{num(split_after['extra'][-1])}.")
-    return paragraph(title, first, norms, maps, f"{claim_line(claim)}." if claim else "")
+    return paragraph(_heading(title, size), first, norms, maps, f"{claim_line(claim)}." if claim else "")
 
 
-def massive(claim: Claim, title: str) -> str:
+def massive(claim: Claim, title: str, size: str = "") -> str:
     """Section 6: Sun et al.'s layer statistics -- the peak of the largest |h| over the layer median, where it sits
     (dimension, and whether on a prefix token), the layers that meet 100 / 1000x -- and the claim's verdict."""
     m = claim.measured
@@ -122,4 +161,4 @@ def massive(claim: Claim, title: str) -> str:
              f"{pct(m['images with the largest on a prefix token'])}.")
     second = (f"Sun et al.'s criterion (> 100 and > 1000 x the median) is met in layers {span(meets)}." if meets else
               "No layer meets Sun et al.'s criterion (> 100 and > 1000 x the median).")
-    return paragraph(title, first, second, f"{claim_line(claim)}.")
+    return paragraph(_heading(title, size), first, second, f"{claim_line(claim)}.")

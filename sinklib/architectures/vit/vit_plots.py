@@ -132,15 +132,23 @@ def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: 
     return fig
 
 
+def change_limit(before: torch.Tensor, after: torch.Tensor) -> float:
+    """The symmetric colour limit of a before / after difference map: max |after - before| over every panel (a
+    floor of 1e-12 keeps an unchanged map drawable)."""
+    return max(float((after.float() - before.float()).abs().max()), 1e-12)
+
+
 def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: torch.Tensor, names: Sequence[str],
                            layer: int, title: str = "", norm: tuple | None = None) -> Figure:
     """One panel per image: the change of the CLS query's attention map at ``layer`` with the test-time register
     (after - before; red: more attention with it) over a faint grey copy of the photo, all on one symmetric scale
-    set by the largest value of the "as is" maps, so a change is read against the attention itself.
-    pixels: (B, 3, S, S); before / after: (L, B, gh, gw)."""
+    set by the data (:func:`change_limit`: the largest |change| over the panels), so a change of 0.002 is not a
+    blank panel; the colour bar states that limit beside the "as is" maps' largest value, so the change is still
+    read against the attention itself. pixels: (B, 3, S, S); before / after: (L, B, gh, gw)."""
     n = len(names)
     fig, axes = plt.subplots(1, n, figsize=(min(12.0, 2.4 * n + 0.4), 3.3), layout="constrained", squeeze=False)
-    lim = max(float(before[layer, :n].max()), 1e-12)
+    lim = change_limit(before[layer, :n], after[layer, :n])
+    peak = float(before[layer, :n].max())
     im = None
     for r, (ax, name) in enumerate(zip(axes[0], names)):
         image = display(pixels[r], norm)
@@ -154,9 +162,11 @@ def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: to
         ax.grid(False)
         ax.spines[:].set_visible(False)
         ax.set_title(f"{name}\nmax |change| = {float(diff.abs().max()):.3f}", fontsize=8)
-    label = "change of CLS attention (after - before), scale = largest 'as is' value"
+    label = (f"change of CLS attention (after - before); colour limits +-{lim:.2g} = the largest |change| "
+             f"({lim / peak:.0%} of the 'as is' maps' largest value, {peak:.2g})" if peak > 0 else
+             f"change of CLS attention (after - before); colour limits +-{lim:.2g} = the largest |change|")
     fig.colorbar(im, ax=axes, location="bottom", shrink=0.8, aspect=30,
-                 label=label if n >= 3 else textwrap.fill(label, 40))
+                 label=textwrap.fill(label, 95 if n >= 3 else 40))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

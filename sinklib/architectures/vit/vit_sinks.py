@@ -16,6 +16,7 @@ al.'s in :mod:`sinklib.architectures.vit.sun_claims`, the Table 1 probe in :mod:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -217,7 +218,10 @@ def high_norm_similarity(profile: VitProfile, top_fraction: float = 0.02) -> dic
     similarity to the 4 grid neighbours, :attr:`VitProfile.embed_similarity`). Where the last layer has outlier
     patches (:func:`outlier_mask`) those are taken; where it has none, the ``top_fraction`` highest-norm patches of
     each image stand in (and ``outliers`` is False).
-    -> {"selected", "normal", "all": mean similarity, "k": tokens selected, "label", "space", "outliers"}."""
+    The gap selected - all is read against its resolution (:func:`gap_resolution`): two standard errors of the
+    per-image gap over the images.
+    -> {"selected", "normal", "all": mean similarity, "k": tokens selected, "label", "space", "outliers",
+    "resolution", "images": the images with a selected token}."""
     if profile.embed_similarity is None:
         raise ValueError("the profile has no patch-embedding similarity (profile it with profile_vit)")
     last = profile.patch_norms()[-1]  # (B, P)
@@ -231,8 +235,24 @@ def high_norm_similarity(profile: VitProfile, top_fraction: float = 0.02) -> dic
     n = int(chosen.sum())
     label = (f"{n} outlier patches (last layer)" if outliers else
              f"{n} highest-norm patches (top {top_fraction:.0%} per image, last layer; no outliers)")
+    resolution, images = gap_resolution(sim, chosen)
     return {"selected": sim[chosen].mean().item(), "normal": sim[~chosen].mean().item(), "all": sim.mean().item(),
-            "k": n, "label": label, "space": "patch embeddings", "outliers": outliers}
+            "k": n, "label": label, "space": "patch embeddings", "outliers": outliers, "resolution": resolution,
+            "images": images}
+
+
+def gap_resolution(sim: torch.Tensor, chosen: torch.Tensor) -> tuple[float, int]:
+    """The smallest gap between the chosen patches' mean similarity and all patches' that the images can resolve:
+    per image b with a chosen patch, g_b = mean(sim[b, chosen_b]) - mean(sim[b]); resolution = 2 sd(g) / sqrt(n)
+    over those n images (two standard errors of the mean gap). NaN for fewer than two images (no spread to measure).
+    sim, chosen: (B, P). -> (resolution, n)."""
+    has = chosen.any(-1)
+    n = int(has.sum())
+    if n < 2:
+        return float("nan"), n
+    picked = (sim * chosen).sum(-1)[has] / chosen.sum(-1)[has]  # (n,) mean of the chosen patches per image
+    gaps = (picked - sim.mean(-1)[has]).double()
+    return float(2 * gaps.std(unbiased=True) / math.sqrt(n)), n
 
 
 def cls_attention_split(profile: VitProfile, chosen: torch.Tensor | None = None) -> dict[str, list[float]]:
