@@ -27,11 +27,13 @@
 # 3. **dimension disparity** -- the first token's hidden state becomes nearly one-hot (DomRatio jumps);
 # 4. **lock-in** -- its key is then nearly fixed and every query scores it positively: the sink;
 # 5-6. **interventions** that, the paper says, create a sink at any position k (tested here);
-# 7. massive activations are an input-independent **bias** (Sun et al.).
+# 7. massive activations are an input-independent **bias** (Sun et al.);
+# 8. the sink itself acts as an implicit **bias** in the heads that have one;
+# 9. Sun et al.'s **criterion** for a massive activation, with its "a few".
 #
 # **Papers.** *The Structural Origin of Attention Sink: Variance Discrepancy, Super Neurons, and Dimension
 # Disparity*, arXiv 2605.06611 (sections 1-6). Sun et al., *Massive Activations in Large Language Models*, arXiv
-# 2402.17762 (section 7 and the massive-activation criterion). Gu et al., *When Attention Sink Emerges in Language
+# 2402.17762 (sections 7-9: the bias view and the massive-activation criterion). Gu et al., *When Attention Sink Emerges in Language
 # Models: An Empirical View*, arXiv 2410.10781 (alpha, eps = 0.3, the sink rate).
 #
 # **Notation and words.** Positions count from 0; "the first token" is position 0 and $\alpha_j$ is the mean
@@ -87,6 +89,7 @@ from sinklib.interpretation import (
     takeaways,
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
+from sinklib.interpretation.takeaways import windows
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
@@ -110,6 +113,9 @@ headline = nb.headline
 headline |= {"massive_dims": massive_dims, "massive": massive.as_dict(), "sink_onset_layer": sink_onset,
             "position": k}
 amp_layers = [0, 1]  # section 6: token k's head outputs are amplified in these layers, before the sink forms
+# what each takeaway's numbers were measured on, from the run's sizes
+on_natural = windows(len(natural), "Bible windows", run.seq_len)
+on_heads = windows(min(chain.HEAD_SEQS, len(natural)), "Bible windows", run.seq_len)  # per-head statistics
 
 # %% [markdown]
 # ## 0 · Random-weight control
@@ -132,7 +138,7 @@ gc.collect()
 control_seconds = time.perf_counter() - started
 display(pd.DataFrame([{"claim": cid, "holds on random weights": c.holds, "paper at init": c.at_init}  # noqa: F821
                       for cid, c in control.items()]))
-show(takeaways.controls(control, control_label))
+show(takeaways.controls(control, control_label, on=windows(run.control_seqs, "windows", run.seq_len)))
 headline["random_weight_control"] = {"model": control_label, "holds": controls.control_summary(control),
                                      "seconds": control_seconds}
 
@@ -165,7 +171,8 @@ print("Verdict: " + "; ".join(f"layer {li}: Var at t=0 is {r:.1f}x the second ha
 headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_is_max": is_max,
                         "holds": variance_claim.holds, "draws": list(variance_claim.draws),
                         "spread": variance_claim.spread}
-show(takeaways.variance(variance_claim, early, ratio0, is_max))
+show(takeaways.variance(variance_claim, early, ratio0, is_max,
+                        on=windows(len(random_ids), "random-token sequences", run.seq_len)))
 
 # %% [markdown]
 # **Reading it.** The discrepancy belongs to the first layers, as the chain needs: it exists before any sink
@@ -220,7 +227,7 @@ headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds
                              "earliest_writer": next(({"layer": s.layer, "neuron": s.neuron, "write_dims": s.write_dims}
                                                       for s in sorted(writers, key=lambda s: s.layer)), None)}
 show(takeaways.super_neuron(neuron_claim, top if writers else None, strongest, massive_dims,
-                            paper["super_neuron"]["layer"]))
+                            paper["super_neuron"]["layer"], on=on_natural))
 
 # %% [markdown]
 # **Reading it.** Only the structure can be compared with the paper (an early-layer neuron writing one massive
@@ -276,7 +283,7 @@ headline["disparity"] = {"onset_layers": onset, "sun_onset": link3.sun_onset,
                          "first_token_values": first_vals.tolist(), "holds": disparity_claim.holds}
 show(takeaways.disparity(disparity_claim, onset, sink_onset, dom_after_super,
                          paper["dom_ratio_first_after_rmsnorm"]["value"], float(dom_first[peak]), peak,
-                         float(dom_rest[peak])))
+                         float(dom_rest[peak]), on=on_natural))
 
 # %% [markdown]
 # **Reading it.** Attention in layer $l$ reads the residual after layer $l-1$, so a one-layer lag between the
@@ -310,7 +317,7 @@ print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top qu
 headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other": stats["key_query_cos"],
                        "positive_sink_vs_other": stats["positive_fraction"], "holds": lock_claim.holds}
 show(takeaways.lock_in(lock_claim, int(sink_heads.sum()), sink_heads.numel(), stats["positive_fraction"],
-                       stats["key_query_cos"]))
+                       stats["key_query_cos"], on=on_heads))
 
 # %% [markdown]
 # **Reading it.** A cosine well below one means the queries lean toward $k_0$ without pointing at it; the sign of
@@ -388,7 +395,7 @@ headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),
                          "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": self_only_claim.holds}
 show(takeaways.self_only(self_only_claim, k, rate_before, rate_after, float(alpha_before.mean()),
-                         float(alpha_after.mean()), state_k["before"], state_k["after"]))
+                         float(alpha_after.mean()), state_k["before"], state_k["after"], on=on_natural))
 
 # %% [markdown]
 # **Reading it.** On a model without BOS (a positional sink, as SmolLM2's) a token that aggregates like position 0
@@ -437,7 +444,7 @@ headline["amplification_mechanism"] = state_amp
 headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers, "centered": cen, "scale": ctl,
                              "mu": "token k's batch mean", "monotone": monotone, "holds": amp_claim.holds,
                              "draws": list(amp_claim.draws), "spread_of_rise": amp_claim.spread}
-show(takeaways.amplification(amp_claim, list(run.lambdas), cen, ctl, k, state_amp))
+show(takeaways.amplification(amp_claim, list(run.lambdas), cen, ctl, k, state_amp, on=on_natural))
 
 # %% [markdown]
 # **Reading it.** With the mean pooled over positions as well (`HeadOutputAmplification(mu="pooled")`) the edit also
@@ -481,7 +488,8 @@ with plotting.style():
                   f"original, massive activations (dims {massive_dims}, layers {onset}, every position meeting "
                   f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
                   f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
-                  f"(WikiText): {paper_ppl}.")
+                  f"(WikiText): {paper_ppl}. An infinite perplexity has no finite height: its bar is clipped at the "
+                  f"axis top and marked by an upward arrow and 'inf (off scale)'.")
 started = time.perf_counter()
 bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper), onset, massive_dims, massive.min_ratio,
                                     tuple(natural.shape), tuple(heldout.shape), paper, run.seed, run.batch_size,
@@ -497,7 +505,8 @@ display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext
                                                        "set_to_zero": ppl["set to zero"],
                                                        "set_to_mean_position_0_only":
                                                            ppl["set to mean, position 0 only"]}}))
-show(takeaways.massive_bias(bias_claim, ppl, fixed_first, massive.strict, massive.min_ratio))
+show(takeaways.massive_bias(bias_claim, ppl, fixed_first, massive.strict, massive.min_ratio,
+                           on=windows(len(heldout), "held-out windows", run.eval_seq_len)))
 
 # %% [markdown]
 # **Reading it.** Where Sun et al.'s rule is not met, the later sites found by the looser cut need not be the
@@ -506,7 +515,8 @@ show(takeaways.massive_bias(bias_claim, ppl, fixed_first, massive.strict, massiv
 # (Gemma-3) editing position 0 alone changes nothing by construction; the later sites carry the test.
 
 # %% [markdown]
-# **The implicit-bias view.** A sink key receives most of the attention while its value is small, so its term
+# ## 8 · The sink as an implicit bias
+# A sink key receives most of the attention while its value is small, so its term
 # $c_t = A_{t,0} v_0$ in each output would be nearly one constant vector: an additive bias. Two measurements, each
 # compared between sink heads ($\alpha > 0.3$) and the other heads -- a bias-like term is only a finding if the
 # sink heads differ from the rest:
@@ -542,7 +552,7 @@ headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": bias_claim.holds
                     "sink_term_spread_sink_vs_other": medians["sink_term_spread"],
                     "sink_share_sink_heads": medians["sink_share"][0], "separation": auc,
                     "holds_implicit_bias": implicit_claim.holds}
-show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc))
+show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc, on=on_heads))
 
 # %% [markdown]
 # **Reading it.** Read the spread with care: a head that gives the first token most of every row has little room to
@@ -551,21 +561,26 @@ show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc))
 # alpha passed it trivially, so it could not tell sink heads apart and was replaced.)
 
 # %% [markdown]
-# ## Scorecard
-# Two questions per claim, kept apart: does the *structure* hold on this model (a jump, an ordering, a sign -- the
-# rule in each section), and does the *number* match the paper's (within 2x, `results.number_matches`)? The paper's
-# values are for Llama-2-7B, so a number can only be expected to match on that model
-# (`make figures PROFILE=gpu MODEL=meta-llama/Llama-2-7b-hf NOTEBOOKS=02`).
-#
-# Sun et al.'s criterion is recorded here with its "a few" made part of the rule: in every layer where an entry
-# meets it, at most 2 positions after position 0 per window on average may -- Sun et al. find the starting token
-# and the first delimiter; a criterion met by most tokens of a layer does not single out a few activations.
+# ## 9 · Sun et al.'s criterion: how few is "a few"?
+# Sections 3 and 7 lean on Sun et al.'s criterion ($|h| > 100$ and $> 1000\times$ the median $|h|$ of the layer's
+# output). It is recorded as a claim of its own, with its "a few" made part of the rule: in every layer where an
+# entry meets it, at most two positions after position 0 per window on average may -- Sun et al. find the starting
+# token and the first delimiter; a criterion met by most tokens of a layer does not single out a few activations.
 
 # %%
 sun_claim = record.add(sun_claims.massive_by_sun(massive, shared.sun_sites), show=False,
                        control=control["sun2024.massive_activations"])
 headline["sun_sites"] = shared.sun_sites.as_dict()
 show(takeaways.sun_criterion(sun_claim, shared.sun_sites))
+
+# %% [markdown]
+# ## Scorecard
+# Two questions per claim, kept apart: does the *structure* hold on this model (a jump, an ordering, a sign -- the
+# rule in each section), and does the *number* match the paper's (within 2x, `results.number_matches`)? The paper's
+# values are for Llama-2-7B, so a number can only be expected to match on that model
+# (`make figures PROFILE=gpu MODEL=meta-llama/Llama-2-7b-hf NOTEBOOKS=02`).
+
+# %%
 numbers = {  # the number column, apart from the verdict: within 2x of the paper (results.number_matches)
     "origin.dimension_disparity": number_matches(paper["dom_ratio_first_after_rmsnorm"]["value"], dom_after_super)[1],
     "sun2024.massive_activations_are_bias": "ppl(mean) / ppl(original), within 5%: "

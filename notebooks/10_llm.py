@@ -57,10 +57,11 @@ from dataclasses import replace
 
 import pandas as pd
 
-from sinklib.architectures.llm import llm_survey, placement_plots
+from sinklib.architectures.llm import llm_survey, placement, placement_plots
 from sinklib.architectures.llm import takeaways as llm_takeaways
 from sinklib.core import plotting, takeaways
 from sinklib.core.results import load_reference
+from sinklib.interpretation.takeaways import windows
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
@@ -71,6 +72,8 @@ names = [model] if model else list(run.models)
 gu, origin_paper = load_reference("gu2024_sink_rates"), load_reference("structural_origin")
 streaming_paper = load_reference("streamingllm")
 print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tokens per input kind")
+# what each takeaway's numbers were measured on, from the run's sizes
+on_windows = windows(run.placement_seqs, "Bible windows", run.seq_len)  # sections 3, 4 and 6 (per draw)
 
 # %% [markdown]
 # ## Measure every model once
@@ -144,9 +147,7 @@ with plotting.style():
     fig = placement_plots.alpha_by_depth(reports, title=f"The first-token sink across families ({run.seq_len} "
                                                         f"tokens, {run.num_seqs} sequences per input)")
     plotting.save(fig, fig_dir / "fig01_sink-by-depth",
-                  f"(a) alpha_0 per layer on natural text, mean over heads and {run.num_seqs} sequences of "
-                  f"{run.seq_len} tokens, against relative depth, for {labels}; dashed: eps 0.3. (b) Gu et al.'s "
-                  f"sink rate (eps 0.3) on natural text, random tokens and one token repeated.")
+                  placement_plots.alpha_by_depth_caption(reports, run.num_seqs, run.seq_len))
 for r in reports:
     rates = ", ".join(f"{k} {v:.0%}" for k, v in r.sink_rate.items())
     onset = r.sink_layers[0] if r.sink_layers and max(r.alpha_by_layer) > 0.3 else None
@@ -154,7 +155,8 @@ for r in reports:
 record.show("gu2024.llama_family_input_shape")
 
 # %%
-takeaways.show(llm_takeaways.sink_by_depth(reports, record.claims))
+takeaways.show(llm_takeaways.sink_by_depth(reports, record.claims,
+                                           on=windows(run.num_seqs, "sequences", run.seq_len) + " per input"))
 
 # %% [markdown]
 # None of the offline models is in Gu et al.'s Table 1, so only the *shape* -- sinking on natural and random input,
@@ -176,7 +178,7 @@ for r in reports:
 record.show("sun2024.massive_activations")
 
 # %%
-takeaways.show(llm_takeaways.massive(reports, record.claims))
+takeaways.show(llm_takeaways.massive(reports, record.claims, on=windows(run.num_seqs, "Bible windows", run.seq_len)))
 
 # %% [markdown]
 # A model that misses the 1000x cut may still have one activation far above the rest: the later sections use the
@@ -193,11 +195,11 @@ takeaways.show(llm_takeaways.massive(reports, record.claims))
 # %%
 with plotting.style():
     fig = placement_plots.mass_by_kind(reports, title=f"Attention per key by token kind ({run.placement_seqs} "
-                                                      f"Bible windows of {run.seq_len} tokens)")
+                                                      f"Bible windows of {run.seq_len} tokens)",
+                                       cut=placement.DELIMITER_CUT)  # the first-delimiter claim's cut
     plotting.save(fig, fig_dir / "fig02_mass-by-kind",
-                  f"Mean attention each key receives per query that sees it (m_j), sink layers, mean over heads and "
-                  f"{run.placement_seqs} windows, by token kind, divided by a content word's, for {labels}; linear "
-                  f"axis cut above the largest ratio after the first position, whose value is written on its bar.")
+                  placement_plots.mass_by_kind_caption(reports, run.placement_seqs, run.seq_len,
+                                                       cut=placement.DELIMITER_CUT))
 for r in reports:
     print(f"{r.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.by_kind.items()))
     print("   most attended tokens after position 0:",
@@ -205,7 +207,7 @@ for r in reports:
 record.show("sun2024.first_delimiter")
 
 # %%
-takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims))
+takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims, on=on_windows))
 
 # %% [markdown]
 # Sun et al. find the second massive activation at the first delimiter of larger models and longer prompts; the
@@ -248,7 +250,7 @@ for r in reports:
               f"BOS -> {b['alpha_without_bos']:.3f} without; largest activations then at {b['largest_moved_to'][:4]}")
 
 # %%
-takeaways.show(llm_takeaways.position_or_token(reports, record.claims))
+takeaways.show(llm_takeaways.position_or_token(reports, record.claims, on=on_windows))
 
 # %% [markdown]
 # How to read the answer: a model trained without a BOS sees a different word first in every window, so only the
@@ -285,7 +287,9 @@ for r in reports:
               ", ".join(f"{t!r} {m:.3f} (x{k})" for t, k, m in r.chat_top))
 
 # %%
-takeaways.show(llm_takeaways.context_and_chat(reports))
+takeaways.show(llm_takeaways.context_and_chat(
+    reports, on=f"(a) {windows(run.context_windows, 'passages')} of up to {max(run.context_lengths):,} tokens, (b) "
+                f"{windows(run.placement_seqs, 'windows', run.seq_len)}"))
 
 # %% [markdown]
 # An even spread of each query's attention gives the first key less and less as the context grows, so a first
@@ -317,7 +321,8 @@ for r in reports:
     print(f"{r.label}: {r.chain_numbers}")
 
 # %%
-takeaways.show(llm_takeaways.chain(reports, record.claims))
+takeaways.show(llm_takeaways.chain(reports, record.claims, on=f"{on_windows} per draw",
+                                   heldout=windows(run.placement_seqs, "held-out windows", run.seq_len)))
 
 # %% [markdown]
 # Read how a link holds, not only that it does. Where the massive value and the sink are already there at layer 0,

@@ -157,32 +157,53 @@ def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]]
     return fig
 
 
+def perplexity_label(value: float) -> str:
+    """A perplexity as a bar label: 4 significant digits, thousands separators past 1,000, never an exponent
+    (31.35, 1,368,146); "inf (off scale)" for an infinite one, "" for a missing one (NaN)."""
+    if np.isnan(value):
+        return ""
+    if np.isinf(value):
+        return "inf (off scale)"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def perplexities(values: Mapping[str, float], title: str = "", reference: Mapping[str, float] | None = None,
                  reference_label: str = "paper") -> Figure:
     """Perplexity per condition relative to the original model (log y), measured beside a published reference.
 
     ``values`` must contain "original"; ``reference`` maps the same condition names to published perplexities
-    (inf allowed, drawn as a hatched bar at the top labelled "inf"; conditions it lacks get no bar). Ratios put a
-    7B model on WikiText and a small model on other text on one axis; the bar labels print the perplexities.
+    (conditions it lacks get no bar). Ratios put a 7B model on WikiText and a small model on other text on one axis;
+    the bar labels print the perplexities themselves (:func:`perplexity_label`). An infinite perplexity has no height
+    on any axis: its bar is clipped at the axis top -- the axis ends 8x above the largest finite ratio -- and marked
+    by an upward arrow and "inf (off scale)", so it never reads as a finite value.
     """
     names = list(values)
     groups = {"measured": values, **({reference_label: reference} if reference else {})}
     ratios = {g: [v.get(n, np.nan) / v["original"] for n in names] for g, v in groups.items()}
     finite = [r for rs in ratios.values() for r in rs if np.isfinite(r)]
-    cap = max(finite) * 8 if finite else 10.0
+    top = max(finite) * 8 if finite else 10.0
     fig, ax = plt.subplots(figsize=(7.8, 3.4), layout="constrained")
     width = 0.8 / len(groups)
+    clipped = False
     for i, (g, rs) in enumerate(ratios.items()):
         xs = np.arange(len(names)) + (i - (len(groups) - 1) / 2) * width
-        heights = [cap if np.isinf(r) else r for r in rs]
+        heights = [top if np.isinf(r) else r for r in rs]
         bars = ax.bar(xs, heights, width, label=g, color="#0072B2" if i == 0 else "#BBBBBB",
                       hatch=None if i == 0 else "//", edgecolor="white")
         raw = [groups[g].get(n, np.nan) for n in names]
-        ax.bar_label(bars, labels=["" if np.isnan(v) else "inf" if np.isinf(v) else f"{v:.4g}" for v in raw],
-                     fontsize=7)
+        ax.bar_label(bars, labels=["" if np.isinf(v) else perplexity_label(v) for v in raw], fontsize=7)
+        for x, v in zip(xs, raw):
+            if np.isinf(v):  # the clipped bar: an arrow past the axis top and its label below it, inside the axes
+                clipped = True
+                ax.plot([x], [top], marker="^", ms=8, color="black", clip_on=False, zorder=5)
+                ax.annotate(perplexity_label(v), xy=(x, top), xytext=(0, -12), textcoords="offset points",
+                            ha="center", va="top", fontsize=7, rotation=90,
+                            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
+    if clipped:
+        ax.plot([], [], ls="none", marker="^", ms=6, color="black", label="infinite: bar clipped at the axis top")
     ax.axhline(1, color="grey", lw=0.8, ls=":")
-    ax.set_yscale("log"), ax.set_ylabel("perplexity / original (log)")
-    ax.set_ylim(top=cap * 3)
+    ax.set_yscale("log"), ax.set_ylabel("perplexity / original (log)\n(labels: the perplexities)")
+    ax.set_ylim(top=top)
     ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
     fig.legend(loc="outside right center", fontsize=8)
     if title:

@@ -6,7 +6,7 @@ with its "a few", the zero-vs-mean bias test, and the sink as an implicit bias -
 from __future__ import annotations
 
 from sinklib.core.claims import Claim
-from sinklib.core.results import number_matches
+from sinklib.core.takeaways import num
 from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim
 
 RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
@@ -50,20 +50,39 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
                   measured=measured, holds=holds, note=note)
 
 
+MEAN_TOLERANCE = 0.05  # the mean edit leaves the model unchanged: |ppl(mean) / ppl(original) - 1| < this
+ZERO_BREAKS = 2.0  # the zero edit breaks the model: ppl(zero) / ppl(original) > this
+
+
+def bias_halves(ppl: dict[str, float]) -> tuple[bool, bool, str]:
+    """The two halves of Sun et al.'s bias rule on one set of perplexities: (the mean edit leaves the model unchanged,
+    the zero edit breaks it, the note). The note states each measured ratio against its cut in words that agree with
+    its answer -- "set to mean: ppl(mean)/ppl(original) = 0.995, within 5% of 1 (unchanged: yes); set to zero:
+    ppl(zero)/ppl(original) = 1.83x, not above the 2x cut (breaks: no)" -- so that a claim that does not hold names
+    the half that failed."""
+    ratio = ppl["set to mean"] / ppl["original"]
+    zero = ppl["set to zero"] / ppl["original"]
+    mean_ok = abs(ratio - 1) < MEAN_TOLERANCE
+    zero_breaks = zero > ZERO_BREAKS
+    note = (f"set to mean: ppl(mean)/ppl(original) = {num(ratio)}, {'within' if mean_ok else 'not within'} "
+            f"{MEAN_TOLERANCE:.0%} of 1 (unchanged: {'yes' if mean_ok else 'no'}); set to zero: "
+            f"ppl(zero)/ppl(original) = {num(zero)}x, {'above' if zero_breaks else 'not above'} the "
+            f"{ZERO_BREAKS:g}x cut (breaks: {'yes' if zero_breaks else 'no'})")
+    return mean_ok, zero_breaks, note
+
+
 def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, later_sites: int | None = None
                  ) -> Claim:
     """Sun et al.: massive activations act as a bias -- set to their mean the model is unchanged, set to zero it
-    breaks. Rule: every massive site set to its mean changes perplexity by < 5%, zero more than doubles it.
+    breaks. Rule: every massive site set to its mean changes perplexity by < 5% (:data:`MEAN_TOLERANCE`), zero more
+    than doubles it (:data:`ZERO_BREAKS`); the note answers both halves (:func:`bias_halves`).
 
     ``first_fixed``: position 0 holds the same state in every window (a BOS model): setting it to its mean rewrites it
     with itself, so the mean edit cannot fail there and is judged on the later sites only -- ``later_sites`` (how
     many calibration entries at t >= 1 met the criterion); with none, the mean half cannot fail at all and the claim
     cannot be judged here unless the zero half already fails."""
-    ratio = ppl["set to mean"] / ppl["original"]
-    mean_ok = abs(ratio - 1) < 0.05
-    zero_breaks = ppl["set to zero"] > 2 * ppl["original"]
+    mean_ok, zero_breaks, note = bias_halves(ppl)
     holds: bool | None = bool(mean_ok and zero_breaks)
-    note = f"ppl(mean)/ppl(original) {number_matches(1.0, ratio, factor=1.05)[1]}"
     if first_fixed:
         note += ("; position 0 holds the same BOS state in every window, so setting it to its mean rewrites it with "
                  "itself (ppl(mean, position 0 only) = the original by construction): the mean edit is judged on "
@@ -74,8 +93,9 @@ def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, 
     measured = dict(ppl) | ({"first_token_fixed": True, "later_sites": later_sites} if first_fixed else {})
     return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
                   statement="massive activations set to their mean leave the model unchanged; set to zero break it",
-                  rule="ppl(mean) within 5% of the original, ppl(zero) > 2x; on a model whose position 0 is the same "
-                       "BOS in every window the mean edit is judged on the later sites only",
+                  rule=f"ppl(mean) within {MEAN_TOLERANCE:.0%} of the original, ppl(zero) > {ZERO_BREAKS:g}x; on a "
+                       f"model whose position 0 is the same BOS in every window the mean edit is judged on the later "
+                       f"sites only",
                   published=paper["perplexity_wikitext"], measured=measured, holds=holds, note=note)
 
 

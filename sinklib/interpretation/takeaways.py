@@ -2,7 +2,9 @@
 
 One function per section; each returns Markdown that starts with "**What we saw" (:func:`sinklib.core.takeaways.
 paragraph`). Every number and every direction word comes from the arguments, so the sentence stays true on any
-model, profile and seed. The notebook shows it with :func:`sinklib.core.takeaways.show`.
+model, profile and seed. The notebook shows it with :func:`sinklib.core.takeaways.show`. Each heading names what
+its numbers were measured on (``on``, built by :func:`windows` from the run's sizes), so that a perplexity on 16
+windows of 256 tokens is never read beside one on 64-token windows as the same number.
 """
 
 from __future__ import annotations
@@ -15,7 +17,20 @@ from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, spa
 EPS = 0.3
 
 
-def variance(claim: Claim, layers: Sequence[int], ratios: Sequence[float], is_max: Sequence[bool]) -> str:
+def windows(n: int, what: str = "windows", tokens: int | None = None) -> str:
+    """A measurement size from the run's own numbers: (16, "held-out windows", 256) -> "16 held-out windows of 256
+    tokens"; (1, "passages") -> "1 passage" (singular for one)."""
+    noun = what[:-1] if n == 1 and what.endswith("s") else what
+    return f"{num(n)} {noun}" + (f" of {num(tokens)} tokens" if tokens is not None else "")
+
+
+def _title(title: str, on: str) -> str:
+    """A takeaway heading with what it was measured on: "lock-in, on 16 Bible windows of 64 tokens"."""
+    return f"{title}, on {on}" if on else title
+
+
+def variance(claim: Claim, layers: Sequence[int], ratios: Sequence[float], is_max: Sequence[bool], *,
+             on: str = "") -> str:
     """Section 1: Var at t = 0 over the second half's mean, per early layer, and whether t = 0 is the largest."""
     per_layer = "; ".join(f"layer {li}: {num(r)}x, {'the largest position' if m else 'not the largest'}"
                           for li, r, m in zip(layers, ratios, is_max))
@@ -24,16 +39,16 @@ def variance(claim: Claim, layers: Sequence[int], ratios: Sequence[float], is_ma
              if spread.get("values") and len(spread["values"]) > 1 else "")
     kept = [li for li, m in zip(layers, is_max) if m]
     where = (f"The discrepancy is kept in layers {kept}" if kept else "No early layer keeps t = 0 the largest")
-    return paragraph("variance discrepancy",
+    return paragraph(_title("variance discrepancy", on),
                      f"The head outputs at t = 0 vary across random sequences, relative to the second half's mean: "
                      f"{per_layer}.{draws} {where}.",
                      f"{claim_line(claim)}.")
 
 
-def super_neuron(claim: Claim, top, strongest, massive_dims: Sequence[int], paper_layer: int) -> str:
+def super_neuron(claim: Claim, top, strongest, massive_dims: Sequence[int], paper_layer: int, *, on: str = "") -> str:
     """Section 2: the chain's neuron (the earliest writer of a massive dimension) and, if different, the strongest."""
     if top is None:
-        return paragraph("super neurons", "No neuron meets the super-neuron criterion on this model.",
+        return paragraph(_title("super neurons", on), "No neuron meets the super-neuron criterion on this model.",
                          f"{claim_line(claim)}.")
     writes_massive = bool(set(top.write_dims) & set(massive_dims))
     same = "the same layer as" if top.layer == paper_layer else "a different layer from"
@@ -42,7 +57,7 @@ def super_neuron(claim: Claim, top, strongest, massive_dims: Sequence[int], pape
         order = "after" if strongest.layer > top.layer else "at or before"
         second = (f" The strongest writer, neuron {strongest.neuron} of layer {strongest.layer} "
                   f"({num(strongest.first_abs)} on the first token), comes {order} the chain's neuron.")
-    return paragraph("super neurons",
+    return paragraph(_title("super neurons", on),
                      f"The chain's neuron is neuron {top.neuron} of layer {top.layer} -- {same} the paper's "
                      f"Llama-2-7B neuron (layer {paper_layer}). It reaches {num(top.first_abs)} on the first token, "
                      f"{num(top.selectivity)}x its 95th percentile elsewhere, and puts {pct(top.write_share)} of "
@@ -53,7 +68,7 @@ def super_neuron(claim: Claim, top, strongest, massive_dims: Sequence[int], pape
 
 
 def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_after_super: float,
-              paper_value: float, dom_peak: float, peak_layer: int, dom_rest_at_peak: float) -> str:
+              paper_value: float, dom_peak: float, peak_layer: int, dom_rest_at_peak: float, *, on: str = "") -> str:
     """Section 3: where the massive value appears, where the sink switches on, and the DomRatio against the paper."""
     if onset and sink_onset is not None:
         reader = onset[0] + 1  # block l's attention reads h^(l-1): the first attention that can see the value
@@ -73,7 +88,7 @@ def disparity(claim: Claim, onset: Sequence[int], sink_onset: int | None, dom_af
         first = (f"The massive value appears at {list(onset) or 'no layer'}; the sink onset is "
                  f"{'layer ' + str(sink_onset) if sink_onset is not None else 'never reached (alpha stays below eps)'}.")
     ratio = dom_after_super / paper_value if paper_value else float("nan")
-    return paragraph("dimension disparity", first,
+    return paragraph(_title("dimension disparity", on), first,
                      f"The residual's DomRatio of the first token peaks at {num(dom_peak)} (layer {peak_layer}; the "
                      f"others: {num(dom_rest_at_peak)}). The first normalised input after the super neuron has "
                      f"DomRatio {num(dom_after_super)}, {compare(dom_after_super, paper_value)} the paper's "
@@ -108,12 +123,12 @@ def _width_free(claim: Claim, paper_value: float, paper_width: int = 4096) -> st
 
 
 def lock_in(claim: Claim, n_sink_heads: int, n_heads: int, positive: tuple[float, float],
-            cos: tuple[float, float]) -> str:
+            cos: tuple[float, float], *, on: str = "") -> str:
     """Section 4: positive scores and query-key alignment, sink heads against the others."""
     if n_sink_heads == 0:
-        return paragraph("lock-in", f"No head has alpha of the first token above eps = {EPS} ({n_heads} heads): "
+        return paragraph(_title("lock-in", on), f"No head has alpha of the first token above eps = {EPS} ({n_heads} heads): "
                                     f"there is no sink head to compare.", f"{claim_line(claim)}.")
-    return paragraph("lock-in",
+    return paragraph(_title("lock-in", on),
                      f"In the {n_sink_heads} sink heads (of {n_heads}) {pct(positive[0], 4)} of the scores q_t . k_0 "
                      f"are positive, {compare(positive[0], positive[1], 'more than', 'fewer than', 'as many as')} "
                      f"in the other heads ({pct(positive[1], 3)}). The queries' top direction is "
@@ -132,10 +147,10 @@ def _lock_separation(claim: Claim) -> str:
 
 
 def self_only(claim: Claim, k: int, rate_before: float, rate_after: float, mean_before: float, mean_after: float,
-              state_before: dict, state_after: dict) -> str:
+              state_before: dict, state_after: dict, *, on: str = "") -> str:
     """Section 5: sink heads for position k before and after the self-only edit, and token k's state."""
     takes = "takes on" if state_after.get("holds") else "does not take on"
-    return paragraph(f"self-only edit, k = {k}",
+    return paragraph(_title(f"self-only edit, k = {k}", on),
                      f"Heads giving token {k} more than {EPS} of the later queries' attention: {pct(rate_before)} "
                      f"before the edit, {pct(rate_after)} after (mean alpha_{k} {num(mean_before)} -> "
                      f"{num(mean_after)}). In the sink layers token {k}'s DomRatio goes {num(state_before['dom_k'])} "
@@ -146,7 +161,7 @@ def self_only(claim: Claim, k: int, rate_before: float, rate_after: float, mean_
 
 
 def amplification(claim: Claim, lambdas: Sequence[float], centred: Sequence[float], control: Sequence[float],
-                  k: int, state: dict | None = None) -> str:
+                  k: int, state: dict | None = None, *, on: str = "") -> str:
     """Section 6: the centred sweep against plain scaling, its shape and whether the peak crosses eps."""
     peak_i = max(range(len(centred)), key=lambda i: centred[i])
     monotone = claim.measured.get("monotone")
@@ -162,7 +177,7 @@ def amplification(claim: Claim, lambdas: Sequence[float], centred: Sequence[floa
     resampled = (f" The verdict is judged over {claim.draws_of}: resamples of the same windows, not new windows, so "
                  f"they show how much the verdict rests on a few windows, not how it would fare on other text."
                  if "resample" in claim.draws_of else "")
-    return paragraph(f"variance amplification, k = {k}",
+    return paragraph(_title(f"variance amplification, k = {k}", on),
                      f"Amplifying token {k}'s variance around its own batch mean moves the later queries' attention to "
                      f"it from {num(centred[0])} to {num(centred[-1])} ({num(rise)}x) as lambda goes "
                      f"{num(lambdas[0])} -> {num(lambdas[-1])}; the curve {shape}. Plain scaling goes "
@@ -172,7 +187,8 @@ def amplification(claim: Claim, lambdas: Sequence[float], centred: Sequence[floa
                      f"{claim_line(claim)}.")
 
 
-def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict: bool, min_ratio: float) -> str:
+def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict: bool, min_ratio: float, *,
+                 on: str = "") -> str:
     """Section 7: perplexities with the massive activations set to their mean / to zero."""
     orig, mean, zero = ppl["original"], ppl["set to mean"], ppl["set to zero"]
     first_only = ppl.get("set to mean, position 0 only", float("nan"))
@@ -187,23 +203,26 @@ def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict:
     spread = claim.spread or {}
     draws = (f" Over {claim.draws_of}, ppl(mean) / ppl(original) spans {span(spread['values'], 3)}."
              if spread.get("values") and len(spread["values"]) > 1 else "")
-    return paragraph("massive activations as a bias",
+    return paragraph("massive activations as a bias" + (f", perplexity on {on}" if on else ""),
                      f"{criterion}. Every massive site set to its mean {mean_word} the perplexity "
                      f"({num(orig, 4)} -> {num(mean, 4)}; position 0 only: {num(first_only, 4)}); set to zero it "
                      f"becomes {num(zero, 4)} ({num(zero / orig)}x).{fixed}{draws}",
                      f"{claim_line(claim)}.")
 
 
-def sun_criterion(claim: Claim, sites) -> str:
+def sun_criterion(claim: Claim, sites, *, on: str = "") -> str:
     """Sun et al.'s criterion and "a few": where it holds, layer by layer (``sites``: a
-    :class:`~sinklib.interpretation.sun_sites.SunSites`), and the share of the tokens after position 0 meeting it."""
+    :class:`~sinklib.interpretation.sun_sites.SunSites`), and the share of the tokens after position 0 meeting it.
+    ``on`` defaults to the sites' own windows ("32 Bible windows of 64 tokens")."""
+    if not on and sites is not None:
+        on = windows(sites.n_seqs, "Bible windows", sites.seq_len)
     met = sites.met_layers if sites is not None else []
     if not met:
-        return paragraph("Sun et al.'s criterion", "No layer's output meets the criterion (|h| > 100 and > 1000x the "
+        return paragraph(_title("Sun et al.'s criterion", on), "No layer's output meets the criterion (|h| > 100 and > 1000x the "
                                                    "layer's median |h|).", f"{claim_line(claim)}.")
     worst, per_seq, share = sites.most_sites()
     first = sites.first_token_onset
-    return paragraph("Sun et al.'s criterion",
+    return paragraph(_title("Sun et al.'s criterion", on),
                      f"The criterion first holds in layer {met[0]}'s output"
                      + (f", at position 0 from layer {first}" if first is not None else ", never at position 0")
                      + f"; it holds in {num(len(met))} layers. Of the tokens after position 0, at most "
@@ -213,12 +232,12 @@ def sun_criterion(claim: Claim, sites) -> str:
 
 
 def implicit_bias(claim: Claim, n_sink_heads: int, medians: dict[str, tuple[float, float]],
-                  auc: dict[str, float]) -> str:
+                  auc: dict[str, float], *, on: str = "") -> str:
     """Section 7b: the first token's value and term in sink heads against the other heads."""
     if n_sink_heads == 0:
-        return paragraph("the sink as an implicit bias", "No sink head to compare.", f"{claim_line(claim)}.")
+        return paragraph(_title("the sink as an implicit bias", on), "No sink head to compare.", f"{claim_line(claim)}.")
     v, s = medians["value_norm_ratio"], medians["sink_term_spread"]
-    return paragraph("the sink as an implicit bias",
+    return paragraph(_title("the sink as an implicit bias", on),
                      f"In the {n_sink_heads} sink heads the first token's value is {num(v[0], 2)}x the other tokens' "
                      f"(median; other heads {num(v[1], 2)}x), {compare(v[0], v[1], 'larger', 'smaller', 'no smaller')}"
                      f" than in the other heads; its term's relative spread is {num(s[0], 2)} against {num(s[1], 2)}. "
@@ -231,7 +250,7 @@ def implicit_bias(claim: Claim, n_sink_heads: int, medians: dict[str, tuple[floa
                      f"{claim_line(claim)}.")
 
 
-def controls(claims: dict[str, Claim], label: str) -> str:
+def controls(claims: dict[str, Claim], label: str, *, on: str = "") -> str:
     """The random-weight controls: which rules hold on noise, against what the paper predicts at initialisation."""
     held = [cid for cid, c in claims.items() if c.holds is True]
     failed = [cid for cid, c in claims.items() if c.holds is False]
@@ -239,14 +258,15 @@ def controls(claims: dict[str, Claim], label: str) -> str:
     verdict = (f"Contradicting the paper's prediction: {', '.join(f'`{c}`' for c in contradict)} "
                f"hold{'s' if len(contradict) == 1 else ''} on noise." if contradict else
                "No rule for an effect that training makes holds on these weights.")
-    return paragraph("random-weight controls",
+    return paragraph(_title("random-weight controls", on),
                      f"On {label}, {len(held)} of {len(claims)} rules hold"
                      f"{' (' + ', '.join(f'`{c}`' for c in held) + ')' if held else ''} and {len(failed)} fail.",
                      verdict)
 
 
 def scorecard(claims: Sequence[Claim]) -> str:
-    """The scorecard: which structures hold, which do not, and how the controls came out."""
+    """The scorecard: which structures hold, which do not, and how the controls came out (its size: the number of
+    claims)."""
     held = [c.id for c in claims if c.holds is True]
     failed = [c.id for c in claims if c.holds is False]
     unsettled = [c.id for c in claims if c.holds is None]
@@ -259,4 +279,4 @@ def scorecard(claims: Sequence[Claim]) -> str:
         parts.append(f"Cannot be judged or unsettled: {', '.join(f'`{c}`' for c in unsettled)}.")
     parts.append("Every learned effect fails on random weights." if not noise else
                  f"On random weights {', '.join(f'`{c}`' for c in noise)} still hold: read those with care.")
-    return paragraph("scorecard", *parts)
+    return paragraph(f"scorecard, {windows(len(claims), 'claims')}", *parts)

@@ -38,13 +38,14 @@ WEAK_WORDS = frozenset({
 })
 XIAO, GU = "Xiao et al., StreamingLLM, arXiv 2309.17453", "Gu et al., arXiv 2410.10781"
 SUN = "Sun et al., Massive Activations in LLMs, arXiv 2402.17762"
+DELIMITER_CUT = 2.0  # the first-delimiter rule: its m_j over a content word's must exceed this (delimiter_claim)
 DELIMITER_FOLLOWS = ("Sun et al., Sec. 2.2 (massive activations at the starting token and the first period or newline) "
                      "and Sec. 4.1 (attention concentrates on the tokens that carry them); "
                      "locuslab/massive-activations:main_llm.py:exp4 (attention visualisation through "
                      "monkey_patch/modify_llama.py:enable_llama_custom_attention)")
 DELIMITER_ADAPTED = ("Sun et al. read the activation magnitude and plot one prompt's attention; here the rule reads the "
                      "attention mass m_j a first delimiter receives, mean over the sink layers, heads and windows, "
-                     "against content words' (> 2x); the first delimiter is Sun's (the first '.' or newline), the "
+                     f"against content words' (> {DELIMITER_CUT:g}x); the first delimiter is Sun's (the first '.' or newline), the "
                      "other punctuation is the extra 'delimiter' kind")
 POSITION_FOLLOWS = ("Xiao et al., Sec. 3.1, Table 1 (the first four tokens replaced by line breaks keep the perplexity "
                     "of a window cache: the sink is the initial position); Gu et al., Sec. 5; no public code for the "
@@ -147,13 +148,15 @@ def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last:
 
 def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
     """Sun et al. (Section 2): besides the starting token, massive activations -- and with them the attention -- sit
-    at the first delimiter ("." or "\\n"). Rule: the first delimiter's mean mass m_j is > 2x a content word's."""
+    at the first delimiter ("." or "\\n"). Rule: the first delimiter's mean mass m_j is > :data:`DELIMITER_CUT` (2x) a
+    content word's."""
     ratio = by_kind["first delimiter"] / by_kind["content"]
     return Claim(id=f"sun2024.first_delimiter_draws_attention.{model}", source=f"{SUN}, Section 2",
                  statement="after the first token, the first delimiter draws more attention than content words",
-                 rule="mean sink mass m_j of the first delimiter > 2x that of content-word keys (last 8 keys left out)",
+                 rule=f"mean sink mass m_j of the first delimiter > {DELIMITER_CUT:g}x that of content-word keys (last 8 "
+                      f"keys left out)",
                  published=None, measured={**by_kind, "first_delimiter_over_content": ratio},
-                 holds=None if math.isnan(ratio) else bool(ratio > 2),
+                 holds=None if math.isnan(ratio) else bool(ratio > DELIMITER_CUT),
                  note="no first delimiter or no content word among the scored keys" if math.isnan(ratio) else "",
                  follows=DELIMITER_FOLLOWS, adapted=DELIMITER_ADAPTED, at_init=False)
 

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from sinklib.architectures.llm.placement import KINDS
+from sinklib.architectures.llm.placement import DELIMITER_CUT, KINDS
+
+
+def wrap_label(name: str, width: int = 14) -> str:
+    """A model name broken after its hyphens into lines of at most about ``width`` characters, so that
+    side-by-side tick labels do not run into each other: "Qwen2.5-Coder-0.5B-Instruct" -> "Qwen2.5-Coder-" and
+    "0.5B-Instruct" on two lines."""
+    parts = re.split(r"(?<=-)", name)
+    lines, line = [], ""
+    for part in parts:
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    return "\n".join([*lines, line])
 
 
 def _colors(reports: Sequence) -> dict[str, str]:
@@ -57,16 +72,44 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
     return fig
 
 
-def mass_by_kind(reports: Sequence, title: str = "") -> Figure:
+def _labels(reports: Sequence) -> str:
+    return ", ".join(r.label for r in reports)
+
+
+def alpha_by_depth_caption(reports: Sequence, num_seqs: int, seq_len: int, eps: float = 0.3) -> str:
+    """The caption of :func:`alpha_by_depth`: one sentence per panel it draws -- (c) only where a report has its
+    sink rate against eps."""
+    caption = (f"(a) alpha_0 per layer on natural text, mean over heads and {num_seqs} sequences of {seq_len} tokens, "
+               f"against relative depth, for {_labels(reports)}; dashed: eps {eps:g}; shaded: the sink layers. (b) Gu "
+               f"et al.'s sink rate (eps {eps:g}) on natural text, random tokens and one token repeated ({num_seqs} "
+               f"sequences of {seq_len} tokens each).")
+    if any(getattr(r, "eps_curve", None) for r in reports):
+        caption += (f" (c) the sink rate on natural text against the threshold eps (the share of (sequence, layer, "
+                    f"head) with alpha_0 > eps); dashed: eps {eps:g}, the value (b) uses.")
+    return caption
+
+
+def mass_by_kind_caption(reports: Sequence, windows: int, seq_len: int, cut: float = DELIMITER_CUT) -> str:
+    """The caption of :func:`mass_by_kind`, naming the first-delimiter rule's cut it draws."""
+    return (f"Mean attention each key receives per query that sees it (m_j), sink layers, mean over heads and {windows} "
+            f"windows of {seq_len} tokens, by token kind, divided by a content word's, for {_labels(reports)}; grey "
+            f"dashed: a content word (1x); black dash-dotted: the first-delimiter rule's cut ({cut:g}x a content word: the "
+            f"claim holds where the first delimiter's bar is above it); linear axis cut above the largest ratio after "
+            f"the first position, whose value is written on its bar.")
+
+
+def mass_by_kind(reports: Sequence, title: str = "", cut: float = DELIMITER_CUT) -> Figure:
     """Each key kind's mean sink mass m_j divided by a content word's, one group of bars per kind, one bar per model,
     on a linear axis (bars on a cut log axis make their heights meaningless); the first position's ratio, far above
-    the others, is written on its bar and the axis is cut at the largest other ratio."""
+    the others, is written on its bar and the axis is cut at the largest other ratio (or above ``cut``). ``cut``: the
+    first-delimiter rule's (:data:`~sinklib.architectures.llm.placement.DELIMITER_CUT`), drawn as a black dash-dotted
+    line."""
     fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     colors = _colors(reports)
     width = 0.8 / len(reports)
     ratios = {r.name: [r.by_kind[k] / r.by_kind["content"] for k in KINDS] for r in reports}
     rest = [v for rs in ratios.values() for k, v in zip(KINDS, rs) if k != "first" and np.isfinite(v)]
-    top = 1.25 * max(rest + [1.0])
+    top = 1.25 * max(rest + [1.0, cut])
     for i, r in enumerate(reports):
         x = np.arange(len(KINDS)) + (i - (len(reports) - 1) / 2) * width
         heights = [min(v, top) if np.isfinite(v) else 0.0 for v in ratios[r.name]]
@@ -77,6 +120,7 @@ def mass_by_kind(reports: Sequence, title: str = "") -> Figure:
             elif not np.isfinite(v):
                 ax.text(xi, 0.02 * top, "none", ha="center", va="bottom", rotation=90, fontsize=7)
     ax.axhline(1.0, color="grey", ls="--", lw=1, label="a content word (1x)")
+    ax.axhline(cut, color="black", ls="-.", lw=1.2, label=f"first-delimiter cut ({cut:g}x)")
     ax.set_xticks(range(len(KINDS)), KINDS)
     ax.set_ylim(0, top)
     ax.set(ylabel="m_j / content word's m_j (sink layers)",
@@ -124,7 +168,7 @@ def context_and_chat(reports: Sequence, title: str = "") -> Figure:
     for i, r in enumerate(chat):
         bx.bar([i - 0.2, i + 0.2], list(r.raw_vs_chat.values()), 0.38, color=colors[r.name],
                hatch=[None, "//"], edgecolor="white")
-    bx.set_xticks(range(len(chat)), [r.label.split(" (")[0] for r in chat], fontsize=8)
+    bx.set_xticks(range(len(chat)), [wrap_label(r.label.split(" (")[0]) for r in chat], fontsize=8)
     without = [r.label.split(" (")[0] for r in reports if not r.raw_vs_chat]
     if without:
         bx.text(0.98, 0.97, "no chat template: " + ", ".join(without), transform=bx.transAxes, ha="right",

@@ -3,22 +3,31 @@
 Each function takes the notebook's :class:`~sinklib.architectures.llm.llm_survey.LlmReport` list and the recorded
 claims (ids end in the model name) and returns Markdown built with :func:`sinklib.core.takeaways.paragraph`: every
 number and every direction word ("holds", "falls", "above") is computed here, so the sentence stays true for any model
-list, profile or seed.
+list, profile or seed. Each heading names what its numbers were measured on (``on``: the run's windows and tokens,
+:func:`sinklib.interpretation.takeaways.windows`), and the chain's perplexities say their held-out windows in the
+sentence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sinklib.architectures.llm.placement import DELIMITER_CUT
 from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
 from sinklib.interpretation.sun_claims import RARE_SITES
+from sinklib.interpretation.takeaways import windows
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
-DELIMITER_RATIO = 2  # the first-delimiter rule's cut (placement.delimiter_claim)
+DELIMITER_RATIO = DELIMITER_CUT  # the first-delimiter rule's cut (placement.delimiter_claim)
 LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in",
          "sun2024.massive_activations_are_bias")
+
+
+def _title(title: str, on: str) -> str:
+    """A heading with what it was measured on: "mass by token kind, on 16 Bible windows of 64 tokens"."""
+    return f"{title}, on {on}" if on else title
 
 
 def _claim(claims: Sequence[Claim], claim_id: str, report) -> Claim | None:
@@ -43,7 +52,7 @@ def _verdicts(reports, claims: Sequence[Claim], claim_id: str) -> str:
     return "; ".join(f"{r.label}: {claim_line(_claim(claims, claim_id, r), claim_id)}" for r in reports)
 
 
-def sink_by_depth(reports, claims: Sequence[Claim]) -> str:
+def sink_by_depth(reports, claims: Sequence[Claim], *, on: str = "") -> str:
     """Section 1: Gu et al.'s sink rate on natural / random / repeated input per model against Table 1's
     Llama family, the shape's verdict, and where the sink layers (mean alpha_0 > eps) start."""
     rates = "; ".join(f"{r.label} {pct(r.sink_rate['natural'], 2)} / {pct(r.sink_rate['random'], 2)} / "
@@ -62,14 +71,14 @@ def sink_by_depth(reports, claims: Sequence[Claim]) -> str:
         layers.append(f"{r.label} from layer {sinking[0]} ({num(len(sinking))} of {num(r.n_layers)} layers)"
                       if sinking else f"{r.label} in no layer")
     return paragraph(
-        "sink rate by input",
+        _title("sink rate by input", on),
         f"Sink rate on natural text / random tokens / one repeated token: {rates}.{published}",
         f"Gu et al.'s Llama-family shape holds on {_who(holders, len(reports))} "
         f"({_verdicts(reports, claims, 'gu2024.llama_family_input_shape')}).",
         f"Mean alpha_0 passes eps {num(GU_EPS, 1)}: {'; '.join(layers)}.")
 
 
-def massive(reports, claims: Sequence[Claim]) -> str:
+def massive(reports, claims: Sequence[Claim], *, on: str = "") -> str:
     """Section 2: which models meet Sun et al.'s criterion, how far the others' peak falls from 1000x, and whether it
     is "a few": the share of the tokens after position 0 that meet it, layer by layer where it is met."""
     met = [f"{r.label} (dimensions {', '.join(map(str, r.massive.dims))})" for r in reports if r.massive.strict]
@@ -78,7 +87,7 @@ def massive(reports, claims: Sequence[Claim]) -> str:
              for r in reports if not r.massive.strict]
     shares = [_share(r) for r in reports if r.massive.strict and getattr(r, "sun_sites", None) is not None]
     return paragraph(
-        "Sun et al.'s criterion",
+        _title("Sun et al.'s criterion", on),
         f"The criterion is met on {_who(met, len(reports))}." if met else "No model meets the criterion.",
         f"{'; '.join(short)}." if short else "",
         f"Where it is met, the share of the tokens after position 0 that meet it, from its first layer on: "
@@ -102,7 +111,7 @@ def _share(report) -> str:
             + (f"position 0 from layer {first}" if first is not None else "never at position 0"))
 
 
-def mass_by_kind(reports, claims: Sequence[Claim]) -> str:
+def mass_by_kind(reports, claims: Sequence[Claim], *, on: str = "") -> str:
     """Section 3: the first position's mass against content words, the first delimiter's ratio to content words
     against the 2x cut (over the window draws), and the most attended later token per model."""
     first = [r.by_kind["first"] for r in reports]
@@ -115,7 +124,7 @@ def mass_by_kind(reports, claims: Sequence[Claim]) -> str:
                     f"occurrences, {num(r.secondary[0][2] / r.by_kind['content'], 2)}x a content word)"
                     for r in reports if r.secondary)
     return paragraph(
-        "mass by token kind",
+        _title("mass by token kind", on),
         f"The first position receives {span(first)} per query in the sink layers, {span(over, 2)}x a content word "
         f"({span([r.by_kind['content'] for r in reports], 2)}).",
         f"The first delimiter against a content word: {delim}. Sun et al.'s second sink: "
@@ -123,7 +132,7 @@ def mass_by_kind(reports, claims: Sequence[Claim]) -> str:
         f"The most attended token after position 0: {top}." if top else "")
 
 
-def position_or_token(reports, claims: Sequence[Claim]) -> str:
+def position_or_token(reports, claims: Sequence[Claim], *, on: str = "") -> str:
     """Section 4: per model the answer (position / token / neither / no sink) with the four alphas, the BOS-stripped
     run where there is a BOS, and Xiao et al.'s verdict."""
     rows = []
@@ -138,7 +147,7 @@ def position_or_token(reports, claims: Sequence[Claim]) -> str:
                 for r in reports if r.bos_stripped]
     position = _holders(reports, claims, "xiao2023.sink_is_the_position")
     return paragraph(
-        "position or token",
+        _title("position or token", on),
         f"{'; '.join(rows)}.",
         f"{'; '.join(stripped)}." if stripped else "",
         f"Xiao et al.'s initial position holds on {_who(position, len(reports))} "
@@ -150,7 +159,7 @@ def uniform_share(n: int) -> float:
     return sum(1 / k for k in range(1, n + 1)) / n
 
 
-def context_and_chat(reports) -> str:
+def context_and_chat(reports, *, on: str = "") -> str:
     """Section 5: alpha_0 in the sink layers from the shortest to the longest context (direction and the ratio to
     an even spread), and the sink rate raw vs in the chat template with its most attended token."""
     ctx = []
@@ -175,13 +184,14 @@ def context_and_chat(reports) -> str:
         top = f"; there the most attended token is {r.chat_top[0][0]!r} ({num(r.chat_top[0][2])})" if r.chat_top else ""
         chat.append(f"{r.label}'s sink rate {compare(templ, raw, 'rises', 'falls', 'stays')} from {pct(raw, 2)} raw "
                     f"to {pct(templ, 2)} in its template{top}")
-    return paragraph("context length and chat template",
+    return paragraph(_title("context length and chat template", on),
                      f"(a) alpha_0 in the sink layers: {'; '.join(ctx)}." if ctx else "",
                      f"(b) {'; '.join(chat)}.")
 
 
-def chain(reports, claims: Sequence[Claim]) -> str:
-    """Section 6: which links hold where, and the numbers behind them per model."""
+def chain(reports, claims: Sequence[Claim], *, on: str = "", heldout: str = "") -> str:
+    """Section 6: which links hold where, and the numbers behind them per model; ``heldout`` names the held-out
+    windows the perplexities were measured on ("16 held-out windows of 64 tokens"), in their sentence."""
     gated = [r for r in reports if r.chain_numbers]
     holds = [f"{link.split('.')[1].replace('_', ' ')} on {_who(_holders(gated, claims, link), len(gated))}"
              for link in LINKS]
@@ -196,7 +206,7 @@ def chain(reports, claims: Sequence[Claim]) -> str:
         sun = ""
         if bias:
             p = bias["ppl"]
-            sun = (f"; perplexity {num(p['original'], 3)} as is, {num(p['set to mean'], 3)} with the massive sites set "
+            sun = (f"; perplexity{' on ' + heldout + ':' if heldout else ''} {num(p['original'], 3)} as is, {num(p['set to mean'], 3)} with the massive sites set "
                    f"to their mean, {num(p['set to zero'], 3)} set to zero")
             if bias.get("first_token_relative_sd") is not None:
                 sun += (f" (the first token's massive values vary by at most {pct(bias['first_token_relative_sd'], 2)}"
@@ -212,7 +222,7 @@ def chain(reports, claims: Sequence[Claim]) -> str:
                     f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others{sun}")
     skipped = [r.label for r in reports if not r.chain_numbers]
     drawn = next((c.draws_of for r in gated for link in LINKS if (c := _claim(claims, link, r)) and c.draws_of), "")
-    return paragraph("the structural-origin chain",
+    return paragraph(_title("the structural-origin chain", on),
                      f"By its rule each link holds: {'; '.join(holds)}"
                      + (f" (each judged over {drawn}: it holds or fails only where every draw agrees)" if drawn else "")
                      + "." if gated else "",
@@ -261,7 +271,7 @@ def controls(claims: Sequence[Claim]) -> str:
     contradict = [c.id for c in on_noise if c.at_init is False]
     expected = [c.id for c in on_noise if c.at_init is True]
     return paragraph(
-        "draws and controls",
+        f"draws and controls, {windows(len(claims), 'verdicts')}",
         f"{num(len(drawn))} of {num(len(claims))} verdicts were judged over several draws; unsettled among them: "
         + (f"{num(len(unsettled))} ({', '.join(unsettled)})." if unsettled else "none."),
         f"On random weights {num(len(on_noise))} of {num(len(run))} controlled rules hold"

@@ -1,0 +1,217 @@
+"""What a reader sees in 02_interpretation and 10_llm (issue 46): a caption names every panel, the first-delimiter cut
+is drawn where the claim puts it, an infinite perplexity is a marked clipped bar, the bias claim's note agrees with
+its verdict, and every rendered takeaway names what its numbers were measured on. Unit level: the notebooks' own
+plotting / takeaway functions on small hand-built results."""
+
+import math
+import re
+from types import SimpleNamespace
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from sinklib.architectures.llm import placement as pl  # noqa: E402
+from sinklib.architectures.llm import placement_plots  # noqa: E402
+from sinklib.architectures.llm import takeaways as llm_tk  # noqa: E402
+from sinklib.core.analysis import MassiveDims  # noqa: E402
+from sinklib.core.claims import Claim, over_draws  # noqa: E402
+from sinklib.core.results import load_reference  # noqa: E402
+from sinklib.core.takeaways import unmeasured  # noqa: E402
+from sinklib.interpretation import origin_claims, origin_plots, sun_claims  # noqa: E402
+from sinklib.interpretation import takeaways as tk  # noqa: E402
+from sinklib.interpretation.origin import SuperNeuron  # noqa: E402
+from sinklib.interpretation.sun_sites import SunSites  # noqa: E402
+
+PAPER = load_reference("structural_origin")
+SUN = {"perplexity_wikitext": {"original": 5.47, "set_to_mean": 5.47, "set_to_zero": "inf"}}
+LONG = ("SmolLM2-135M-Instruct (4-bit GGUF, dequantised)", "Qwen2.5-Coder-0.5B-Instruct (AWQ, 4-bit GGUF, dequantised)")
+
+
+def _report(name: str, label: str = "", **over) -> SimpleNamespace:
+    base = dict(
+        name=name, label=label or name.upper(), n_layers=4, adds_bos=False,
+        sink_rate={"natural": 0.74, "random": 0.79, "repeated": 0.0}, alpha_by_layer=[0.1, 0.2, 0.5, 0.6],
+        eps_curve={"eps": [0.1, 0.3, 0.5], "rate": [0.9, 0.7, 0.4]},
+        massive=MassiveDims([7], True, 1000.0, 1500.0),
+        by_kind={"first": 0.5, "first delimiter": 0.024, "delimiter": 0.018, "weak": 0.02, "content": 0.015},
+        secondary=[(" the", 55, 0.048)],
+        position=pl.PositionOrToken(0.5, 0.5, 0.48, 0.01, shift=8, other_token="'\\n'", layers=[2, 3]),
+        bos_stripped=None, raw_vs_chat={"raw": 0.72, "chat template": 0.63}, chat_top=[("<|im_start|>", 2, 0.28)],
+        context={"lengths": [256, 1024, 2048], "alpha_first": [0.42, 0.36, 0.35], "low": [0.42, 0.36, 0.35],
+                 "high": [0.42, 0.36, 0.35], "uniform": [0.024, 0.007, 0.004]}, sun_sites=None,
+        chain_numbers={"variance_ratio_t0": 20.0, "super_neuron": {"layer": 1, "neuron": 83, "write_dims": [7]},
+                       "first_token_value_onset": [1], "sink_onset": 3, "dom_after_super": 59.0, "width": 576,
+                       "positive_sink_vs_other": [0.99, 0.76],
+                       "massive_bias": {"ppl": {"original": 58.7, "set to mean": 59.0, "set to zero": 2.3e6},
+                                        "first_token_relative_sd": 0.17, "later_sites": 0, "later_tokens": {}}},
+    )
+    return SimpleNamespace(**(base | over))
+
+
+def _panels(fig) -> list[str]:
+    """The panel letters a figure's axes titles carry: "(a) ..." -> "a"."""
+    return [m.group(1) for ax in fig.axes if (m := re.match(r"\((\w)\)", ax.get_title()))]
+
+
+# ----------------------------------------------------------------------------------------------- figures of 10
+def test_fig01_caption_names_every_panel():
+    reports = [_report("a"), _report("b")]
+    fig = placement_plots.alpha_by_depth(reports)
+    caption = placement_plots.alpha_by_depth_caption(reports, num_seqs=32, seq_len=64)
+    assert _panels(fig) == ["a", "b", "c"]
+    for letter in _panels(fig):
+        assert f"({letter})" in caption, f"panel ({letter}) is not in the caption: {caption}"
+    assert "32 sequences of 64 tokens" in caption
+
+
+def test_fig02_draws_the_first_delimiter_cut_where_the_claim_judges():
+    """The dashed cut line sits at the value the claim's rule uses: a ratio just above it holds, just below fails."""
+    fig = placement_plots.mass_by_kind([_report("a"), _report("b")])
+    ax = fig.axes[0]
+    cuts = [line for line in ax.get_lines() if "cut" in line.get_label()]
+    assert len(cuts) == 1, [line.get_label() for line in ax.get_lines()]
+    y = cuts[0].get_ydata()[0]
+    assert y == pytest.approx(pl.DELIMITER_CUT) and y <= ax.get_ylim()[1]
+    content = 0.01
+    above = pl.delimiter_claim({"first delimiter": content * y * 1.01, "content": content}, "m")
+    below = pl.delimiter_claim({"first delimiter": content * y * 0.99, "content": content}, "m")
+    assert above.holds is True and below.holds is False
+    assert f"{pl.DELIMITER_CUT:g}x" in above.rule
+    caption = placement_plots.mass_by_kind_caption([_report("a")], windows=16, seq_len=64)
+    assert f"{pl.DELIMITER_CUT:g}x" in caption and "cut" in caption
+
+
+def test_fig04_chat_labels_do_not_overlap():
+    fig = placement_plots.context_and_chat([_report("s", LONG[0]), _report("q", LONG[1])])
+    fig.canvas.draw()
+    bx = fig.axes[1]
+    boxes = [t.get_window_extent() for t in bx.get_xticklabels() if t.get_text()]
+    assert len(boxes) == 2
+    assert boxes[0].x1 <= boxes[1].x0, f"tick labels overlap: {boxes[0]} and {boxes[1]}"
+
+
+# ----------------------------------------------------------------------------------------------- fig08 of 02
+def test_fig08_draws_inf_as_a_marked_clipped_bar_with_readable_labels():
+    measured = {"original": 31.35, "set to mean": 31.36, "set to zero": 1368145.76, "set to mean, position 0 only": 31.84}
+    published = {"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}
+    fig = origin_plots.perplexities(measured, reference=published, reference_label="Sun et al.")
+    ax = fig.axes[0]
+    top = ax.get_ylim()[1]
+    measured_bars, paper_bars = ax.containers[0], ax.containers[1]
+    inf_bar = paper_bars[2]
+    assert inf_bar.get_y() + inf_bar.get_height() >= top * 0.999, "the infinite bar must reach the axis top (clipped)"
+    finite_bar = measured_bars[2]
+    assert finite_bar.get_height() == pytest.approx(1368145.76 / 31.35) and finite_bar.get_height() < top
+    texts = [t.get_text() for t in ax.texts]
+    assert not any("e+" in t for t in texts), texts  # no 1.368e+06
+    assert "1,368,146" in texts and "31.35" in texts
+    x_inf = inf_bar.get_x() + inf_bar.get_width() / 2
+    marks = [t for t in ax.texts if ("inf" in t.get_text() or "∞" in t.get_text())
+             and abs(t.xy[0] - x_inf) < 1e-6 if hasattr(t, "xy")]
+    assert marks and "off scale" in marks[0].get_text()
+
+
+# ----------------------------------------------------------------------------------------------- the bias claim's note
+def _answers(note: str) -> list[str]:
+    return re.findall(r":\s*(yes|no)\)", note)
+
+
+@pytest.mark.parametrize("ppl", [
+    {"original": 78.258, "set to mean": 77.850, "set to zero": 142.94},  # Qwen: the mean edit passes, zero < 2x
+    {"original": 32.0, "set to mean": 46.8, "set to zero": 6e5},  # the mean edit fails
+    {"original": 31.35, "set to mean": 31.36, "set to zero": 1368145.76},  # holds
+    {"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},  # Sun et al.'s Table 3
+])
+def test_the_bias_note_agrees_with_its_verdict(ppl):
+    claim = sun_claims.massive_bias(ppl, SUN)
+    answers = _answers(claim.note)
+    assert len(answers) == 2, claim.note  # one answer per half of the rule
+    assert claim.holds is all(a == "yes" for a in answers), (claim.holds, claim.note)
+
+
+def test_qwens_bias_note_states_the_failing_half_against_its_cut():
+    claim = sun_claims.massive_bias({"original": 78.258, "set to mean": 77.850, "set to zero": 142.94}, SUN)
+    assert claim.holds is False and claim.verdict() == "does NOT hold"
+    assert "0.995, within 5% of 1 (unchanged: yes)" in claim.note
+    assert "1.83x, not above the 2x cut (breaks: no)" in claim.note
+    drawn = over_draws([claim, sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": 300.0},
+                                                       SUN)], "2 draws")
+    assert drawn.verdict() == "unsettled" and "breaks: no" in drawn.note  # the failing draw's reason is kept
+
+
+# ----------------------------------------------------------------------------------------------- takeaways are sized
+def _claim(claim_id: str, holds=True, **over) -> Claim:
+    return Claim(**(dict(id=claim_id, statement="s", source="p", rule="r", published=None, measured={}, holds=holds)
+                    | over))
+
+
+def _interpretation_takeaways() -> list[str]:
+    on = tk.windows(32, "Bible windows", 64)
+    top, strong = SuperNeuron(1, 83, 18.4, 0.3, 500.0, [507, 330], 0.73), SuperNeuron(11, 1229, 2837.0, 3.0, 9e3,
+                                                                                    [507], 0.9)
+    ppl = {"original": 31.35, "set to mean": 31.36, "set to zero": 1368145.76, "set to mean, position 0 only": 31.84}
+    bias = sun_claims.massive_bias(ppl, SUN)
+    sites = SunSites(first=[0.0, 1.0, 1.0], later_share=[0.0, 0.0, 0.01], later_per_seq=[0.0, 0.0, 0.6],
+                     first_ratio=[5.0, 2000.0, 3000.0], n_seqs=32, seq_len=64)
+    lock = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0))
+    amp = origin_claims.amplification([1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010])
+    claims = [origin_claims.variance_discrepancy([18.6], [True]), lock, bias]
+    return [
+        tk.controls({"origin.lock_in": lock}, "SmolLM2 (random weights)", on=tk.windows(8, "windows", 64)),
+        tk.variance(claims[0], [0, 1, 2], [18.6, 4.69, 1.1], [True, True, False],
+                    on=tk.windows(32, "random-token sequences", 64)),
+        tk.super_neuron(origin_claims.super_neuron(top, [247, 507], PAPER), top, strong, [247, 507], 1, on=on),
+        tk.disparity(origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER), [1, 2], 3, 60.0, 263.0, 231.0, 11,
+                     27.0, on=on),
+        tk.lock_in(lock, 207, 270, (1.0, 0.755), (0.51, 0.24), on=tk.windows(16, "Bible windows", 64)),
+        tk.self_only(origin_claims.self_only_sink(0.0, 0.39, 10), 10, 0.0, 0.39, 0.0098, 0.25,
+                     {"dom_k": 27.0, "key_cos": 0.0}, {"dom_k": 188.0, "dom_0": 186.0, "key_cos": 0.99, "holds": True},
+                     on=on),
+        tk.amplification(amp, [1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010], 10, on=on),
+        tk.massive_bias(bias, ppl, False, True, 1000.0, on=tk.windows(16, "held-out windows", 256)),
+        tk.implicit_bias(sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207), 207,
+                         {"value_norm_ratio": (0.2, 0.8), "sink_term_spread": (0.38, 0.91), "sink_share": (0.51, 0.1)},
+                         {"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, on=tk.windows(16, "Bible windows", 64)),
+        tk.sun_criterion(sun_claims.massive_by_sun(MassiveDims([507], True, 1000.0, 3000.0), sites), sites),
+        tk.scorecard(claims),
+    ]
+
+
+def _llm_takeaways() -> list[str]:
+    reports = [_report("a"), _report("b")]
+    claims = [_claim(f"{cid}.{r.name}", draws=(True, True, True)) for r in reports
+              for cid in ("gu2024.llama_family_input_shape", "sun2024.massive_activations",
+                          "sun2024.first_delimiter_draws_attention", "xiao2023.sink_is_the_position", *llm_tk.LINKS)]
+    windows = tk.windows(16, "Bible windows", 64)
+    return [
+        llm_tk.sink_by_depth(reports, claims, on=tk.windows(32, "sequences", 64) + " per input"),
+        llm_tk.massive(reports, claims, on=tk.windows(32, "Bible windows", 64)),
+        llm_tk.mass_by_kind(reports, claims, on=windows),
+        llm_tk.position_or_token(reports, claims, on=windows),
+        llm_tk.context_and_chat(reports, on=f"(a) {tk.windows(1, 'passages')} of up to 2,048 tokens, (b) {windows}"),
+        llm_tk.chain(reports, claims, on=windows + " per draw", heldout=tk.windows(16, "held-out windows", 64)),
+        llm_tk.controls(claims),
+    ]
+
+
+def test_every_takeaway_of_02_names_its_measurement_size():
+    texts = _interpretation_takeaways()
+    assert len(texts) == 11
+    for text in texts:
+        assert not unmeasured(text), text[:160]
+    assert "16 held-out windows of 256 tokens" in texts[7] and "32 Bible windows of 64 tokens" in texts[9]
+
+
+def test_every_takeaway_of_10_names_its_measurement_size():
+    texts = _llm_takeaways()
+    for text in texts:
+        assert not unmeasured(text), text[:160]
+    # the chain's perplexities say, in the sentence, which held-out windows they were measured on
+    assert "perplexity on 16 held-out windows of 64 tokens: 58.7 as is" in texts[5]
+
+
+def test_windows_names_a_count_and_a_length():
+    assert tk.windows(16, "held-out windows", 256) == "16 held-out windows of 256 tokens"
+    assert tk.windows(1, "passages") == "1 passage"
