@@ -220,7 +220,8 @@ extra_seconds = time.perf_counter() - started
 print(f"random weights: sink rates {control_rates}; draws and control took {extra_seconds:.0f} s")
 
 # %%
-takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT2-XL"]["repeated"], random_draws))
+takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT2-XL"]["repeated"], random_draws,
+                                    run.num_seqs, run.seq_len))
 
 # %% [markdown]
 # **Reading it.** GPT2-XL's learned absolute position embeddings still single out the first position when every
@@ -240,8 +241,10 @@ with plotting.style():
     fig = plotting.massive_by_layer([e.value for e in ext], [e.median for e in ext], [e.dim for e in ext],
                                     title=f"Largest activation per layer, {title}")
     plotting.save(fig, fig_dir / "fig05_massive-activations",
-                  f"Largest |hidden-state entry| per layer of {title} over the natural batch, with the median |h| of "
-                  f"that layer's output (Sun et al.'s) and the dimension that holds it; dashed: Sun et al.'s |h| > 100.")
+                  f"Largest |hidden-state entry| per layer of {title} over the natural batch ({run.num_seqs} "
+                  f"windows of {run.seq_len} tokens), with the median |h| of that layer's output (Sun et al.'s); "
+                  f"{saw.massive_dims_caption([e.dim for e in ext])}; dotted: 1000 x the median; dashed: Sun et "
+                  f"al.'s |h| > 100.")
 peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
 top = ext[peak_layer]
 massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a stated fallback
@@ -249,11 +252,14 @@ print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.di
       f"layer {peak_layer}, {top.ratio:.0f}x the layer's median |h|. {massive.describe()}.")
 
 # %%
-takeaways.show(saw.tour_massive(top.value, top.dim, peak_layer, top.position, top.ratio, massive.strict, lm.label))
+takeaways.show(saw.tour_massive(top.value, top.dim, peak_layer, top.position, top.ratio, massive.strict, lm.label,
+                                [e.dim for e in ext], [e.position for e in ext], run.num_seqs, run.seq_len))
 
 # %% [markdown]
-# **Reading it.** On SmolLM2 one dimension holds the largest entry from the first layers on, always at the
-# first token, and it collapses for a couple of middle layers before growing much larger.
+# **Reading it.** On SmolLM2 one dimension holds the largest entry in almost every layer, at the first token (the
+# takeaway names it, and the layers where another dimension or another position holds it: the figure labels the
+# same dimensions); it collapses for a couple of middle layers, where the largest entry leaves the first token,
+# before growing much larger.
 # %% [markdown]
 # ## 5 · Dimension disparity: DomRatio
 # $$\mathrm{DomRatio}(h) = \frac{\max_j |h_j|}{\tfrac{1}{d}\sum_j |h_j|}$$
@@ -275,7 +281,7 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
       f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
 
 # %%
-takeaways.show(saw.tour_dom_ratio(first, rest, lm.label))
+takeaways.show(saw.tour_dom_ratio(first, rest, lm.label, run.num_seqs, run.seq_len))
 
 # %% [markdown]
 # **Reading it.** On SmolLM2 the first token's DomRatio dips in the middle layers together with the
@@ -329,7 +335,9 @@ takeaways.show(saw.tour_context(sweep.lengths, in_sink_layers, sweep.uniform_ove
 
 # %% [markdown]
 # **Reading it.** The band shows how far the passages differ. Compare the two shares kept: a sink that
-# does not dilute with length the way uniform attention does keeps far more of its short-context share.
+# does not dilute with length the way uniform attention does keeps far more of its short-context share. Both are
+# against the shortest length read, which the profile sets (the takeaway names it): a sweep that starts at a longer
+# length reports a larger share kept for the same model.
 
 # %% [markdown]
 # ## Headline numbers

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from sinklib.core.plotting import _np
 
@@ -67,15 +69,33 @@ def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mappi
     return fig
 
 
-def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32) -> Figure:
-    """Per generated token: wall time (moving average over ``smooth`` steps) and KV-cache size, per method."""
+def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32, timed_steps: int = 0) -> Figure:
+    """Per generated token: wall time (moving average over ``smooth`` steps) and KV-cache size, per method.
+
+    ``costs``: {method: DecodeCost, or a list of them, one per interleaved round
+    (:func:`sinklib.utilization.streaming.interleaved_decode`)}; with rounds the time drawn is each step's median
+    over the rounds (a slow spell of the machine in one round does not move it) and the cache size the first round's.
+    ``timed_steps``: the last steps the timing verdict reads (:func:`sinklib.utilization.streaming.decode_timing`),
+    shaded in the time panel.
+    """
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, layout="constrained")
+    n_rounds = 1
     for name, cost in costs.items():
-        secs = _np(cost.seconds) * 1000
-        kernel = np.ones(min(smooth, len(secs))) / min(smooth, len(secs))
-        axes[0].plot(np.convolve(secs, kernel, mode="valid"), label=name)
-        axes[1].plot(_np(cost.cache_bytes) / 2**20, label=name)
-    axes[0].set_ylabel(f"ms per token (mean of {smooth})"), axes[1].set_ylabel("KV cache (MiB)")
+        rounds = list(cost) if isinstance(cost, (list, tuple)) else [cost]
+        n_rounds = len(rounds)
+        secs = np.median(np.stack([_np(c.seconds) for c in rounds]), axis=0) * 1000
+        width = min(smooth, len(secs))
+        # each mean drawn at the last step it covers: the x-axis counts steps as the cache-size panel does
+        axes[0].plot(np.arange(width - 1, len(secs)), np.convolve(secs, np.ones(width) / width, mode="valid"),
+                     label=name)
+        axes[1].plot(_np(rounds[0].cache_bytes) / 2**20, label=name)
+        n_steps = len(secs)
+    if timed_steps:
+        axes[0].axvspan(n_steps - timed_steps, n_steps - 1, color="grey", alpha=0.12, lw=0,
+                        label=f"timed: last {timed_steps} steps")
+    # the mean over the last ``smooth`` steps belongs in the caption: a longer label is cut at the figure's edge
+    axes[0].set_ylabel(f"ms per token (median of {n_rounds} rounds)" if n_rounds > 1 else "ms per token")
+    axes[1].set_ylabel("KV cache (MiB)")
     for ax in axes:
         ax.set_xlabel("tokens generated")
     axes[0].legend()
@@ -145,3 +165,58 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
     if title:
         fig.suptitle(title)
     return fig
+
+
+# ------------------------------------------------------------------------------------ captions from what is drawn
+_MARKERS = {"o": ("a circle", "circles"), "s": ("a square", "squares"), "^": ("a triangle", "triangles"),
+            "v": ("a down-triangle", "down-triangles"), "D": ("a diamond", "diamonds"), "*": ("a star", "stars"),
+            "x": ("a cross", "crosses"), "+": ("a plus", "pluses"), ".": ("a dot", "dots"), "P": ("a plus", "pluses"),
+            "X": ("a cross", "crosses"), "d": ("a diamond", "diamonds"), "<": ("a triangle", "triangles"),
+            ">": ("a triangle", "triangles")}
+_LINES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+_GREYS = {to_hex(c) for c in ("grey", "dimgrey", "darkgrey", "lightgrey", "silver")}
+
+
+def line_words(line: Line2D) -> str:
+    """How one drawn line looks, in words, read off the artist: "dashed line, squares" (a line with markers),
+    "solid line", "a star" (one marker, no line), "stars" (markers, no line)."""
+    style = _LINES.get(line.get_linestyle())
+    marker = line.get_marker()
+    named = _MARKERS.get(marker) if isinstance(marker, str) else None
+    mark = (named[0] if len(line.get_xdata()) == 1 else named[1]) if named else ""
+    return ", ".join(w for w in (f"{style} line" if style else "", mark) if w)
+
+
+def _reference_line(line: Line2D) -> str:
+    """An unlabelled horizontal or vertical line (``axhline`` / ``axvline``): "dotted grey line at y = 1"."""
+    style = _LINES.get(line.get_linestyle(), "")
+    grey = " grey" if to_hex(line.get_color()) in _GREYS else ""
+    xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    if len(ys) >= 2 and np.all(ys == ys[0]):
+        return f"{style}{grey} line at y = {ys[0]:g}".strip()
+    if len(xs) >= 2 and np.all(xs == xs[0]):
+        return f"{style}{grey} line at x = {xs[0]:g}".strip()
+    return ""
+
+
+def describe_drawn(fig: Figure) -> str:
+    """Every line of ``fig`` in words, read off the artists that were drawn (so a caption cannot name a style the
+    figure does not use): "label: style" for each labelled line, then each unlabelled reference line ("dotted grey
+    line at y = 1"), joined by "; ". A figure of several panels prefixes each panel's part with its y-axis label."""
+    axes = [ax for ax in fig.axes if ax.get_lines()]
+    parts = []
+    for ax in axes:
+        items = [f"{ln.get_label()}: {line_words(ln)}" for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        items += [r for r in (_reference_line(ln) for ln in ax.get_lines() if ln.get_label().startswith("_")) if r]
+        text = "; ".join(items)
+        parts.append(f"panel '{ax.get_ylabel()}': {text}" if len(axes) > 1 else text)
+    return "; ".join(parts)
+
+
+def sink_sweep_caption(fig: Figure, budget: int, title: str, relative_to: int = 4) -> str:
+    """The caption of :func:`sink_sweep`'s figure: what is on each axis (the y-axis normalised to ``relative_to``
+    sinks) and, from :func:`describe_drawn`, every line and marker as drawn."""
+    return (f"Perplexity after the cache fills ({budget} tokens) of {title} against the number of sink tokens kept, "
+            f"each curve divided by its own perplexity with {relative_to} sinks (y-axis, log scale: 1 = as good as "
+            f"{relative_to} sinks), beside StreamingLLM's Table 2 (PG19); the newline tokens are prepended to the "
+            f"text and divided by the text's own {relative_to} sinks. Drawn: {describe_drawn(fig)}.")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
 from sinklib.utilization import kvquant
-from sinklib.utilization.streaming import PAIRED
+from sinklib.utilization.streaming import MIN_RESOLUTION, PAIRED, timing_verdict
 
 
 # ------------------------------------------------------------------------------------------------------ 00_tour
@@ -53,61 +53,122 @@ def tour_sink_rate(sink_rate: float, alpha_by_layer: Sequence[float], eps: float
         f"{compare(sink_rate, min(rates), 'higher than', 'lower than', 'equal to')} the lowest of them.")
 
 
+def _batch(model: str, n_seqs: int | None, seq_len: int | None, what: str = "natural windows", per: str = "") -> str:
+    """A heading's measurement size: "M, 100 natural windows of 64 tokens" (+ ``per``, e.g. " per input type");
+    just the model without sizes."""
+    return f"{model}, {num(n_seqs)} {what} of {num(seq_len)} tokens{per}" if n_seqs and seq_len else model
+
+
 def tour_input_shape(measured: Mapping[str, float], claim: Claim | None, model: str, gpt2_repeated: float,
-                     random_draws: Sequence[float] = ()) -> str:
-    """Section 3: the sink rate per input type, the Llama-family claim's verdict (with its draws and control), and
-    GPT2-XL's repeated-token rate from Gu et al.'s table."""
+                     random_draws: Sequence[float] = (), n_seqs: int | None = None, seq_len: int | None = None) -> str:
+    """Section 3: the sink rate per input type (each on ``n_seqs`` windows of ``seq_len`` tokens), the Llama-family
+    claim's verdict (with its draws and control), and GPT2-XL's repeated-token rate from Gu et al.'s table."""
     rnd = f"random tokens {pct(measured['random'], 3)}"
     if len(random_draws) > 1:
         rnd += f" ({span([100 * d for d in random_draws], 3)}% over {len(random_draws)} draws)"
     shape = "the Llama-family shape of Gu et al.'s Table 1" if claim is not None and claim.holds else \
         "not the Llama-family shape of Gu et al.'s Table 1"
     return paragraph(
-        model,
+        _batch(model, n_seqs, seq_len, "windows", " per input type"),
         f"Natural text {pct(measured['natural'], 3)}, {rnd}, one token repeated {pct(measured['repeated'], 3)}: {shape}.",
         f"{claim_line(claim)}.",
         f"GPT2-XL keeps {pct(gpt2_repeated)} even on repeated tokens in that table; this model keeps "
         f"{compare(measured['repeated'], gpt2_repeated, 'more', 'less', 'as much')} there.")
 
 
-def tour_massive(value: float, dim: int, layer: int, position: int, ratio: float, strict: bool, model: str) -> str:
-    """Section 4: the largest activation, where it sits, and whether Sun et al.'s criterion (|h| > 100 and > 1000x
-    the median |h| of the layer's output) is met."""
+def layer_ranges(layers: Sequence[int]) -> str:
+    """Layer indices as ranges: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    out, layers = [], sorted(layers)
+    start = prev = layers[0] if layers else None
+    for x in [*layers[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = x
+    return ", ".join(out)
+
+
+def _dims_by_layer(dims: Sequence[int]) -> list[tuple[int, list[int]]]:
+    """[(dimension, the layers whose largest entry it holds)], the dimension holding most layers first."""
+    groups: dict[int, list[int]] = {}
+    for layer, d in enumerate(dims):
+        groups.setdefault(int(d), []).append(layer)
+    return sorted(groups.items(), key=lambda g: (-len(g[1]), g[1][0]))
+
+
+def massive_dims_caption(dims: Sequence[int]) -> str:
+    """The part of the massive-activation figure's caption that says which dimension holds each layer's largest
+    entry (``dims``: per layer), as the labels of :func:`sinklib.core.plotting.massive_by_layer` do: "labels: the
+    dimension that holds it (507 in layers 1-29, 247 in layer 0)"."""
+    parts = [f"{d} in layer {ls[0]}" if len(ls) == 1 else f"{d} in layers {layer_ranges(ls)}"
+             for d, ls in _dims_by_layer(dims)]
+    return (f"labels: the dimension that holds it, once per run of layers ({', '.join(parts)}; a run of one layer "
+            f"between others may be left to the line)")
+
+
+def _where_massive(dims: Sequence[int], positions: Sequence[int]) -> str:
+    """Which dimension holds each layer's largest entry and at which position, in words."""
+    n = len(dims)
+    parts = [f"dimension {d} in layer {ls[0]}" if len(ls) == 1 else
+             f"dimension {d} in {len(ls)} of {n} layers ({layer_ranges(ls)})" for d, ls in _dims_by_layer(dims)]
+    text = f"Per layer the largest entry is on {', '.join(parts[:-1]) + ' and on ' + parts[-1] if len(parts) > 1 else parts[0]}"
+    if positions:
+        first = sum(p == 0 for p in positions)
+        away = [f"layer {i} (position {p})" for i, p in enumerate(positions) if p != 0]
+        text += (f"; it sits at the first token in {first} of {len(positions)} layers"
+                 + (f", elsewhere in {', '.join(away[:-1]) + ' and ' + away[-1] if len(away) > 1 else away[0]}" if away else ""))
+    return text + "."
+
+
+def tour_massive(value: float, dim: int, layer: int, position: int, ratio: float, strict: bool, model: str,
+                 dims: Sequence[int] = (), positions: Sequence[int] = (), n_seqs: int | None = None,
+                 seq_len: int | None = None) -> str:
+    """Section 4: the largest activation, where it sits, which dimension holds each layer's largest entry (``dims``,
+    ``positions``: per layer; the figure labels the same dimensions), and whether Sun et al.'s criterion (|h| > 100
+    and > 1000x the median |h| of the layer's output) is met, on ``n_seqs`` natural windows of ``seq_len`` tokens."""
     absolute = abs(value) > 100
     return paragraph(
-        model,
+        _batch(model, n_seqs, seq_len),
         f"The largest entry is {num(value)} on dimension {dim} at position {position}, layer {layer}, "
         f"{num(ratio)}x the median |h| of the layer's output.",
+        _where_massive(dims, positions) if dims else "",
         f"By the absolute rule (|h| > 100) it is {'massive' if absolute else 'not massive'}; by the relative one "
         f"(> 1000x the median) it is {'massive' if ratio > 1000 else 'not'}.",
         "Sun et al.'s criterion is met on this model." if strict else
         "Sun et al.'s full criterion is not met on this model; the notebooks say so wherever they use it.")
 
 
-def tour_dom_ratio(first: Sequence[float], rest: Sequence[float], model: str) -> str:
-    """Section 5: DomRatio of the first token against the other tokens, at the first token's peak layer."""
+def tour_dom_ratio(first: Sequence[float], rest: Sequence[float], model: str, n_seqs: int | None = None,
+                   seq_len: int | None = None) -> str:
+    """Section 5: DomRatio of the first token against the other tokens, at the first token's peak layer, on
+    ``n_seqs`` natural windows of ``seq_len`` tokens."""
     peak = max(range(len(first)), key=lambda i: first[i])
     return paragraph(
-        model,
+        _batch(model, n_seqs, seq_len),
         f"The first token's DomRatio peaks at {num(first[peak])} at layer {peak}; the other tokens reach "
-        f"{num(rest[peak])} in that layer, so the first token's is {num(first[peak] / rest[peak], 2)}x "
-        f"{compare(first[peak], rest[peak], 'larger', 'smaller', 'the same')}.",
+        f"{num(rest[peak])} in that layer (first / other tokens = {num(first[peak] / rest[peak], 2)}x: "
+        f"{compare(first[peak], rest[peak], 'larger', 'smaller', 'the same')}).",
         f"Across layers the first token's DomRatio spans {span(first)}, the others' {span(rest)}.")
 
 
 def tour_context(lengths: Sequence[int], sink_layers: Sequence[float], uniform_last: float, n_windows: int,
                  model: str) -> str:
-    """Section 6: alpha_0 in the sink layers at the shortest and the longest context, against uniform attention."""
+    """Section 6: alpha_0 in the sink layers at the shortest and the longest context, against uniform attention. The
+    share kept, alpha_0(longest) / alpha_0(shortest), depends on the shortest length (the profile's), so the sentence
+    names both lengths."""
     a, b = sink_layers[0], sink_layers[-1]
+    short, long = num(lengths[0]), num(lengths[-1])
     move = compare(b, a, "rises", "falls", "stays", rel_tol=0.02)
     return paragraph(
-        f"{model}, {num(n_windows)} passage(s), read at {num(lengths[0])} to {num(lengths[-1])} tokens",
+        f"{model}, {num(n_windows)} passage{'s' if n_windows != 1 else ''}, read at {short} to {long} tokens",
         f"In the sink layers the first token's share {move} from {num(a, 2)} to {num(b, 2)} as the context grows "
         f"{num(lengths[-1] / lengths[0])}-fold, while uniform attention would give it {num(uniform_last, 2)} at "
         f"{num(lengths[-1])} tokens -- {num(max(b, uniform_last) / min(b, uniform_last))} times "
         f"{compare(b, uniform_last, 'less', 'more', 'as much')}.",
-        f"The sink keeps {pct(b / a)} of its short-context share; uniform attention would keep "
-        f"{pct(uniform_last / _uniform(lengths[0]))}.")
+        f"Read at {long} tokens the sink keeps {pct(b / a)} of the share it has at {short} tokens (alpha_0 at {long} "
+        f"/ alpha_0 at {short} tokens = {num(b / a, 2)}); uniform attention would keep "
+        f"{pct(uniform_last / _uniform(lengths[0]))} between the same two lengths.")
 
 
 def _uniform(n: int) -> float:
@@ -116,6 +177,11 @@ def _uniform(n: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ 01_utilization
+def stream_size(model: str, n_tokens: int, budget: int, step: str) -> str:
+    """The heading of the streaming takeaways: "M, one held-out stream of 2,048 tokens, cache 256, <step>"."""
+    return f"{model}, one held-out stream of {num(n_tokens)} tokens, cache {num(budget)}, {step}"
+
+
 def streaming_ppl(post: Mapping[str, float], sinks_key: str, claim: Claim | None, model: str, n_tokens: int,
                   budget: int, step: str, paper_ratio: float) -> str:
     """Section 1: perplexity after the cache fills per method ("dense", "window only", ``sinks_key``, "recompute"),
@@ -124,47 +190,60 @@ def streaming_ppl(post: Mapping[str, float], sinks_key: str, claim: Claim | None
     paired = post.get(sinks_key + PAIRED)  # the sinks on recomputation's own tokens, where it ran at a sample
     ratio = window / sinks
     return paragraph(
-        f"{model}, one held-out stream of {num(n_tokens)} tokens, cache {num(budget)}, {step}",
+        stream_size(model, n_tokens, budget, step),
         f"Once the cache is full, the window-only cache reaches {num(window)} against {num(dense)} for the dense one "
-        f"({num(window / dense, 2)}x); keeping the sinks gives {num(sinks)}"
+        f"(window-only / dense perplexity = {num(window / dense, 2)}x); keeping the sinks gives {num(sinks)}"
         + (f" ({num(paired)} on the tokens where every window is recomputed from scratch), " if paired else ", ")
         + f"{compare(paired or sinks, recompute, 'above', 'below', 'the same as', rel_tol=0.005)} recomputing every window "
         f"from scratch ({num(recompute)}).",
         f"{claim_line(claim)}.",
-        f"The collapse is {num(ratio)}x here against {num(paper_ratio)}x in the paper (Llama-2-13B, a 1,024-token "
+        f"The collapse, window-only / sinks perplexity = {num(ratio)}x here against {num(paper_ratio)}x in the paper (Llama-2-13B, a 1,024-token "
         f"cache, a whole PG19 book): the direction can be compared, the size cannot.")
 
 
 def sink_count(ppl_by_sinks: Mapping[int, float], newline_ppl: float, few: Claim | None, positional: Claim | None,
-               paper_llama: Sequence[float], paper_n: Sequence[int]) -> str:
+               paper_llama: Sequence[float], paper_n: Sequence[int], measured_on: str = "same stream") -> str:
     """Section 2: perplexity by number of sinks kept, newline sinks, and both claims; ``paper_llama`` the paper's
-    Llama-2-7B row of Table 2 for ``paper_n`` sinks."""
+    Llama-2-7B row of Table 2 for ``paper_n`` sinks; ``measured_on``: the heading (:func:`stream_size`)."""
     n = sorted(ppl_by_sinks)
     own = ppl_by_sinks[4]
     one = ppl_by_sinks[1]
     gained = (ppl_by_sinks[0] - one) / (ppl_by_sinks[0] - own) if ppl_by_sinks[0] != own else float("nan")
     paper = dict(zip(paper_n, paper_llama))
     return paragraph(
-        "same stream",
+        measured_on,
         f"With {', '.join(str(k) for k in n)} sinks the perplexity is "
         f"{', '.join(num(ppl_by_sinks[k]) for k in n)}: one sink recovers {pct(gained)} of what four recover.",
-        f"Four newline tokens placed before the text give {num(newline_ppl)}, "
-        f"{num(newline_ppl / own, 3)}x the text's own first four.",
+        f"Four newline tokens placed before the text give {num(newline_ppl)} (newline sinks / the text's own first "
+        f"four, perplexity = {num(newline_ppl / own, 3)}x).",
         f"{claim_line(few)}; {claim_line(positional)}.",
         f"StreamingLLM's Llama-2-7B gives {num(paper[1])} with one sink and {num(paper[4])} with four; here one sink "
         f"is {compare(one, own, 'worse than', 'better than', 'as good as', rel_tol=0.01)} four.")
 
 
 def decode_cost(ms: Mapping[str, float], mib: Mapping[str, float], sinks_key: str, claim: Claim | None,
-                n_tokens: int) -> str:
-    """Section 3: time per token over the last quarter and final cache size, dense vs sinks + window."""
+                n_tokens: int, resolution: float = MIN_RESOLUTION, timed: str = "", model: str = "",
+                prompt_tokens: int = 0, ratio: float | None = None) -> str:
+    """Section 3: final cache size and time per token, dense vs sinks + window. ``ms``: per cache, ms per token
+    (:class:`sinklib.utilization.streaming.DecodeTiming`'s ``ms``); ``ratio``: the sink / dense time the verdict
+    reads (:meth:`DecodeTiming.ratio`, paired step by step; default ms[sinks] / ms[dense]); ``resolution``: the
+    relative difference at or below which the verdict is "no difference" (:func:`timing_verdict`); ``timed``: how
+    it was timed (:meth:`DecodeTiming.describe`)."""
+    ratio = ms[sinks_key] / ms["dense"] if ratio is None else ratio
+    verdict = timing_verdict(ratio, 1.0, resolution)
+    word = "about the same" if verdict == "no difference" else verdict
+    res = pct(resolution)
+    reading = (f"no difference, within the {res} resolution" if verdict == "no difference"
+               else f"a difference beyond the {res} resolution")
+    size = f"{num(n_tokens)} generated tokens" + (f" after a {num(prompt_tokens)}-token prompt" if prompt_tokens else "")
     return paragraph(
-        f"{num(n_tokens)} generated tokens",
+        f"{model}, {size}" if model else size,
         f"The sink cache ends at {num(mib[sinks_key])} MiB against {num(mib['dense'])} MiB for the dense cache, "
         f"which keeps growing; {claim_line(claim)}.",
-        f"Per token over the last quarter it takes {num(ms[sinks_key])} ms against {num(ms['dense'])} ms for dense "
-        f"({compare(ms[sinks_key], ms['dense'], 'slower', 'faster', 'about the same', rel_tol=0.05)}); wall times move "
-        f"with the machine's load.")
+        f"Per token the sink cache takes {num(ms[sinks_key])} ms against {num(ms['dense'])} ms for dense (each its "
+        f"fastest round), paired step by step sink / dense "
+        f"time = {num(ratio, 3)}x ({word}): {reading}"
+        + (f" (timed in {timed})." if timed else "."))
 
 
 def kv_quant(quant: Mapping[str, Mapping[str, float]], fp_ppl: float, kept_vs_all: Mapping[str, Sequence[float]],
