@@ -76,7 +76,7 @@ from sinklib.core import analysis, plotting
 from sinklib.core.adapters import find_layers
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.results import load_reference, number_matches
-from sinklib.core.takeaways import show
+from sinklib.core.takeaways import show, windows
 from sinklib.interpretation import (
     chain,
     controls,
@@ -89,7 +89,6 @@ from sinklib.interpretation import (
     takeaways,
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
-from sinklib.interpretation.takeaways import windows
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 

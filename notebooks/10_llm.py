@@ -61,7 +61,7 @@ from sinklib.architectures.llm import llm_survey, placement, placement_plots
 from sinklib.architectures.llm import takeaways as llm_takeaways
 from sinklib.core import plotting, takeaways
 from sinklib.core.results import load_reference
-from sinklib.interpretation.takeaways import windows
+from sinklib.core.takeaways import windows
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook

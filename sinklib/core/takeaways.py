@@ -43,6 +43,13 @@ def pct(x: float, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{num(100 * x, digits)}%"
 
 
+def windows(n: int, what: str = "windows", tokens: int | None = None) -> str:
+    """A measurement size from the run's own numbers: (16, "held-out windows", 256) -> "16 held-out windows of 256
+    tokens"; (1, "passages") -> "1 passage" (singular for one)."""
+    noun = what[:-1] if n == 1 and what.endswith("s") else what
+    return f"{num(n)} {noun}" + (f" of {num(tokens)} tokens" if tokens is not None else "")
+
+
 def span(values: Sequence[float], digits: int = 3) -> str:
     """"a-b" over ``values`` (one value: just it)."""
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]

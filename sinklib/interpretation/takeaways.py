@@ -12,16 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sinklib.core.claims import Claim
-from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span, windows  # noqa: F401 (windows: re-exported)
 
 EPS = 0.3
-
-
-def windows(n: int, what: str = "windows", tokens: int | None = None) -> str:
-    """A measurement size from the run's own numbers: (16, "held-out windows", 256) -> "16 held-out windows of 256
-    tokens"; (1, "passages") -> "1 passage" (singular for one)."""
-    noun = what[:-1] if n == 1 and what.endswith("s") else what
-    return f"{num(n)} {noun}" + (f" of {num(tokens)} tokens" if tokens is not None else "")
 
 
 def _title(title: str, on: str) -> str:
