@@ -116,6 +116,10 @@ def test_caption_problems_names_panels_and_styles_the_caption_leaves_out():
     b.scatter([0, 1], [2, 1], marker="D", label="own first 4")  # labelled in a legend: explained there
     b.legend(loc="upper left")
     assert caption_problems(fig, told) == []
+    a.plot([0, 1], [2, 3], ls="--", color="C3", label="gain 0.1")
+    b.plot([0, 1], [0.5, 0.6], ls="--", color="C3")  # the same variant in panel (b): the legend entry explains it
+    a.legend(loc="lower right")
+    assert caption_problems(fig, told) == []
     b.scatter([0, 1], [0, 0], marker="^")
     assert caption_problems(fig, told) == [
         "marker '^' in '(b) sinks' is explained by no caption word (triangle), legend entry or label"]

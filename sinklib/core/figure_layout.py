@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import matplotlib.collections
+import matplotlib.colors
 import matplotlib.lines
 import matplotlib.markers
 import matplotlib.patches
@@ -139,22 +140,36 @@ def _legend_labels(fig: Figure) -> set[str]:
     return {t.get_text() for legend in legends for t in legend.get_texts()}
 
 
+def _look(artist) -> tuple | None:
+    """A line's look -- colour, line style, marker -- by which a legend entry explains every line drawn like it
+    (e.g. the same variant's curve in a second panel); None for anything else."""
+    if not isinstance(artist, matplotlib.lines.Line2D):
+        return None
+    return (matplotlib.colors.to_hex(artist.get_color()), artist.get_linestyle(), str(artist.get_marker()))
+
+
+def _legend_looks(fig: Figure) -> set[tuple]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    return {look for legend in legends for h in legend.legend_handles if (look := _look(h)) is not None}
+
+
 def caption_problems(fig: Figure, caption: str) -> list[str]:
     """What the caption leaves unexplained: a panel "(x)" drawn in an axes title or text but not named in the
-    caption; a dashed / dotted line or a marker (star, diamond, triangle, ...) that no legend entry labels and whose
+    caption; a dashed / dotted line or a marker (star, diamond, triangle, ...) that no legend entry labels or looks
+    like (same colour, line style and marker) and whose
     style word appears neither in the caption nor in the figure's own texts (axis labels, titles, annotations).
     Returns one line per problem (empty: every panel and style is told)."""
     problems = []
     said = caption.lower()
     texts = " ".join(t.get_text() for t in _texts(fig)).lower()
-    legend = _legend_labels(fig)
+    legend, looks = _legend_labels(fig), _legend_looks(fig)
     panels = sorted({m.group(1) for t in _texts(fig) if (m := _PANEL.match(t.get_text().strip()))})
     problems += [f"panel ({p}) is not named in the caption" for p in panels if f"({p})" not in caption]
     for ax in fig.axes:
         if not ax.get_visible():
             continue
         for artist in [*ax.get_lines(), *ax.collections]:
-            if not artist.get_visible() or artist.get_label() in legend:
+            if not artist.get_visible() or artist.get_label() in legend or _look(artist) in looks:
                 continue
             wanted = []
             if isinstance(artist, matplotlib.lines.Line2D) and (style := _line_style(artist)):

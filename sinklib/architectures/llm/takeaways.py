@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from sinklib.architectures.llm.placement import DELIMITER_CUT
 from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
-from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span
+from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span, windows
 from sinklib.interpretation.sun_claims import RARE_SITES
-from sinklib.core.takeaways import windows
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
 DELIMITER_RATIO = DELIMITER_CUT  # the first-delimiter rule's cut (placement.delimiter_claim)
