@@ -152,3 +152,17 @@ def test_save_writes_the_figure_title_for_the_gallery(tmp_path):
     plotting.save(fig, tmp_path / "f", "caption")
     assert (tmp_path / "f.title.txt").read_text().strip() == "The whole figure"
     plt.close(fig)
+
+
+def test_attention_grid_labels_32_tokens_without_overlap():
+    """The gpu profile's 00 fig01 labels 32 tokens per panel: its panels grow so that no two labels collide."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from sinklib.core.figure_layout import layout_problems
+    from sinklib.core.plotting import attention_grid
+
+    maps = torch.softmax(torch.randn(2, 4, 32, 32), -1)
+    fig = attention_grid(maps, [0, 5], [0, 1, 2, 3], tokens=[f"tok{i}" for i in range(32)])
+    assert layout_problems(fig) == []
+    plt.close(fig)
