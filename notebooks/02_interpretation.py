@@ -206,7 +206,8 @@ if writers:
         plotting.save(fig, fig_dir / "fig02_super-neuron",
                       f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| by position, "
                       f"cosine of the normalised MLP input with its gate/up rows by position, and |W_down| column "
-                      f"by residual dimension (massive dimensions in orange).")
+                      f"by residual dimension (massive dimensions in orange); dots mark each position and, in the write panel, "
+                      f"the dimensions named.")
     neuron_claim = record.add(link2.claim, show=False, control=control["origin.super_neuron"])
     print(f"Verdict: neuron {top.neuron} of layer {top.layer} reaches {top.first_abs:.0f} on the first token, "
           f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column puts {100 * top.write_share:.0f}% "
@@ -306,7 +307,8 @@ with plotting.style():
                                title=f"Lock-in per head, {title}")
     plotting.save(fig, fig_dir / "fig04_lock-in",
                   f"Per head of {title}: |cos| between the first token's key and the queries' top singular direction, "
-                  f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0.")
+                  f"and the fraction of positive scores q_t . k_0 (t >= 1), against the head's alpha_0; dots: heads, "
+                  f"coloured by layer; dashed: eps = 0.3.")
 sink_heads = lock["alpha_first"] > 0.3
 lock_claim = record.add(link4.claim, show=False, control=control["origin.lock_in"])
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
@@ -488,7 +490,7 @@ with plotting.style():
                   f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
                   f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
                   f"(WikiText): {paper_ppl}. An infinite perplexity has no finite height: its bar is clipped at the "
-                  f"axis top and marked by an upward arrow and 'inf (off scale)'.")
+                  f"axis top and marked by an upward arrow (triangle) and 'inf (off scale)'; dotted: a ratio of 1.")
 started = time.perf_counter()
 bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper), onset, massive_dims, massive.min_ratio,
                                     tuple(natural.shape), tuple(heldout.shape), paper, run.seed, run.batch_size,
@@ -533,7 +535,8 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig09_sink-as-bias",
                   f"Per head of {title}: the first token's value norm relative to the other tokens' (left) and the "
                   f"spread of its term A_t0 v_0 over queries relative to the term's size (right), against alpha of the "
-                  f"first token; dashed: eps = 0.3 (sink heads to its right).")
+                  f"first token; dots: heads; dashed: eps = 0.3 (sink heads to its right); dotted: a value norm equal to "
+                  f"the others' mean.")
 heads = bias["alpha_first"] > 0.3
 medians = massive_activations.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
                                bias["alpha_first"], stat="median")

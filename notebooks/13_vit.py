@@ -193,7 +193,8 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig04_probe_redundancy",
                   f"{title}: (a) held-out accuracy of a logistic-regression probe of the digit label from the last "
                   f"layer's CLS, highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px, 60/40 "
-                  f"split; the highest-norm patch is an outlier in {outlier_share:.0%} of them); (b) mean cosine "
+                  f"split; the highest-norm patch is an outlier in {outlier_share:.0%} of them; dotted: chance); (b) mean "
+                  f"cosine "
                   f"similarity of a patch's embedding (the patch-embedding layer's output) to its 4 neighbours, for "
                   f"{similarity['label']} and for all patches.")
 control = random_weights(lm, seed=run.seed)
@@ -277,7 +278,8 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig06_cls_register_attention",
                   f"{title}, {len(names)} photos: per layer, the CLS query's attention (mean over heads and photos) "
                   f"to the {'highest-norm patch (stand-in for outliers)' if stand_in else 'outlier patches'}, to the "
-                  f"other patches and, with the test-time register, to the register (Jiang et al.'s before / after).")
+                  f"other patches and to the register: (a) as is, (b) with the test-time register (Jiang et al.'s "
+                  f"before / after).")
 print(f"CLS attention, last layer: before {({k: round(v[-1], 4) for k, v in split_before.items()})}; after "
       f"{({k: round(v[-1], 4) for k, v in split_after.items()})}")
 print(f"register neurons (layer, neuron, score): {[(a, b, round(c, 2)) for a, b, c in found]}")
