@@ -104,7 +104,7 @@ with plotting.style():
                   f"{len(summary['claims'])} distinct claims (each claim and model once), one labelled row each, "
                   f"grouped by quantity: the ratio of the two quantities the row names (log scale), this run's "
                   f"(filled; both numbers from the same model and the same text or training; colour: the claim's "
-                  f"verdict; shape: pretrained model, stand-in or model trained here) beside the paper's ratio of "
+                  f"verdict; shape: circle a pretrained model, square a stand-in, triangle a model trained here) beside the paper's ratio of "
                   f"the same two quantities from its own table (open diamond); dotted: ratio 1, the two quantities "
                   f"equal. {len(like['without'])} claims have no like-for-like ratio and are left out; "
                   f"{len(not_finite)} ratios are left out for a zero or infinite value on either side." + left_out)
