@@ -69,17 +69,23 @@ def _link_target_ok(href: str, page_path: Path, anchors: set[str]) -> bool:
     return target.exists()
 
 
-def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_ms: int = 60_000) -> PageReport:
-    """Load ``path`` (an HTML file) in headless Chromium; check every image decoded, every link resolves and no
-    console error was logged; save a full-page screenshot when asked."""
-    from playwright.sync_api import sync_playwright
-
+def _page_to_open(path: str | Path) -> Path:
+    """The page's absolute path, once Chromium can run and the page exists (else one line saying what to do)."""
     reason = why_unavailable()
     if reason:
         raise RuntimeError(reason)
     page_path = Path(path).resolve()
     if not page_path.exists():
         raise FileNotFoundError(f"{page_path} does not exist: build it with `python -m sinklib gallery`")
+    return page_path
+
+
+def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_ms: int = 60_000) -> PageReport:
+    """Load ``path`` (an HTML file) in headless Chromium; check every image decoded, every link resolves and no
+    console error was logged; save a full-page screenshot when asked."""
+    from playwright.sync_api import sync_playwright
+
+    page_path = _page_to_open(path)
     report = PageReport(url=page_path.as_uri())
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, headless=True)
@@ -166,12 +172,7 @@ def reading_report(path: str | Path, width: int = 1400, height: int = 900, scree
 
     from playwright.sync_api import sync_playwright
 
-    reason = why_unavailable()
-    if reason:
-        raise RuntimeError(reason)
-    page_path = Path(path).resolve()
-    if not page_path.exists():
-        raise FileNotFoundError(f"{page_path} does not exist: build it with `python -m sinklib gallery`")
+    page_path = _page_to_open(path)
     report = ReadingReport(url=page_path.as_uri(), width=width, height=height)
 
     def leaves(url: str) -> bool:

@@ -17,6 +17,18 @@ MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weig
 KIND_HATCH = {"pretrained": "", "stand-in": "//", "trained here": ".."}
 
 
+def _rows_on_log_axis(ax, ys: list[float], labels: list[str], rows: list, values: list[float]) -> None:
+    """One labelled row per entry (group headings -- the ``str`` rows -- in bold) on a log x-axis that shows 1 and
+    every value with a factor of 2 to spare."""
+    ax.set_yticks(ys, labels, fontsize=7)
+    for tick, row in zip(ax.get_yticklabels(), rows, strict=False):
+        if isinstance(row, str):
+            tick.set_fontweight("bold")
+    ax.set_xscale("log")
+    if values:
+        ax.set_xlim(min(min(values), 1.0) / 2, max(max(values), 1.0) * 2)
+
+
 def measured_over_published(pairs: Sequence[dict], title: str = "") -> Figure:
     """One labelled row per numeric claim value: measured / published (log x; 1 = the paper's number), grouped by
     quantity (perplexity, attention share or rate, activation ratio, other), coloured by the claim's verdict,
@@ -45,13 +57,7 @@ def measured_over_published(pairs: Sequence[dict], title: str = "") -> Figure:
                        color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=3)
             labels.append(row["id"] + (f" · {row['key']}" if row["key"] else ""))
         ys.append(y)
-    ax.set_yticks(ys, labels, fontsize=7)
-    for tick, row in zip(ax.get_yticklabels(), rows):
-        if isinstance(row, str):
-            tick.set_fontweight("bold")
-    ax.set_xscale("log")
-    if ratios:
-        ax.set_xlim(min(min(ratios), 1.0) / 2, max(max(ratios), 1.0) * 2)
+    _rows_on_log_axis(ax, ys, labels, rows, ratios)
     ax.axvline(1.0, color="black", lw=0.8, ls=":")
     ax.set(xlabel="measured here / published (log scale; 1 = the paper's value)",
            title=title or "Every numeric claim value against the paper's", ylim=(-0.8, len(rows) - 0.2))
@@ -99,13 +105,7 @@ def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
                    color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=4)
         model = row.get("model", "").split(" (")[0]
         labels.append(f"{row['id']} · {row['label']}" + (f" [{model}]" if model else ""))
-    ax.set_yticks(ys, labels, fontsize=7)
-    for tick, row in zip(ax.get_yticklabels(), rows):
-        if isinstance(row, str):
-            tick.set_fontweight("bold")
-    ax.set_xscale("log")
-    if values:
-        ax.set_xlim(min(min(values), 1.0) / 2, max(max(values), 1.0) * 2)
+    _rows_on_log_axis(ax, ys, labels, rows, values)
     ax.axvline(1.0, color="black", lw=0.6, ls=":")
     ax.set(xlabel="ratio of the two quantities the row names, each within one run (log scale)\n"
                   "open diamond: the paper's; filled: this run's; dotted: 1 (the two quantities equal)",
