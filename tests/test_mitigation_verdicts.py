@@ -52,7 +52,7 @@ def test_a_removal_whose_slope_sits_within_the_margin_is_unsettled():
     """Item 2: a slope within the measured cross-machine margin (0.022) of RISING (0.03) is unsettled, with the margin
     recorded -- not "holds" and not "cannot be judged" (softpick seed 1: +0.021 on one machine, 0.000 on another)."""
     for slope in (0.009, 0.021, 0.05):
-        runs, table = _one_seed(_ramp(0.05, slope, sink_rate=0.0))
+        runs, table = _one_seed(_ramp(0.02, slope, sink_rate=0.0))
         assert verdicts.sink_verdict("x", table, U).outcome == "removes"
         claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
         assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled", slope
@@ -62,7 +62,7 @@ def test_a_removal_whose_slope_sits_within_the_margin_is_unsettled():
     flat = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
     assert flat.verdict() == "holds" and flat.margin == {"value": pytest.approx(0.0, abs=1e-12), "cut": 0.03,
                                                          "spread": 0.022}
-    runs, table = _one_seed(_ramp(0.02, 0.08, sink_rate=0.0))  # well past the margin: removed or only delayed
+    runs, table = _one_seed(_ramp(0.0, 0.08, sink_rate=0.0))  # well past the margin: removed or only delayed
     late = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
     assert late.verdict() == "cannot be judged here" and "removed or only delayed" in late.note
     assert late.margin == {"value": pytest.approx(0.08), "cut": 0.03, "spread": 0.022}
@@ -192,3 +192,25 @@ def test_parity_claim_is_what_the_paper_claims_and_can_fail():
     assert c.holds is False and "the rank half does not" in c.note
     mixed = parity.parity_claim_over_seeds([better[0], worse[1]], soft, ref, [0, 1])
     assert mixed.verdict() == "unsettled"
+
+
+def test_a_share_within_its_margin_of_the_removal_cut_is_unsettled_on_either_side():
+    """The row-normalised share decides "removes" against "shrinks the rows", but had no margin: sink logit seed 1's
+    share 0.1153 against 1.5U = 0.1112 said "does not hold" by 0.004, and on an Intel/AMX host the same run's share
+    was 0.143. Within the per-seed margin (SEED_ALPHA_MARGIN: one seed's measured cross-machine spread), both sides of
+    the cut are unsettled; beyond it, settled."""
+    assert verdicts.SEED_ALPHA_MARGIN == 0.032 and 1.5 * U == pytest.approx(0.1112, abs=1e-4)
+    for share in (0.1153, 0.143, 0.100):  # above the cut by 0.004 and 0.032, below it by 0.011
+        runs, table = _one_seed(fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=share))
+        v = verdicts.sink_verdict("x", table, U)
+        assert not v.settled and "removes" in v.sides, share
+        claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+        assert claim.verdict() == "unsettled" and claim.margin == {
+            "value": pytest.approx(share), "cut": pytest.approx(1.5 * U), "spread": 0.032}, share
+        assert "row-normalised share" in claim.note and "not settled" in claim.note
+    far_above = fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=0.20)  # 0.089 above: shrinks the rows
+    runs, table = _one_seed(far_above)
+    assert verdicts.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
+    far_below = fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=0.06)  # 0.051 below: a removal
+    runs, table = _one_seed(far_below)
+    assert verdicts.sink_verdict("x", table, U).outcome == "removes" and verdicts.sink_verdict("x", table, U).settled

@@ -157,3 +157,32 @@ def test_makespan_and_best_order_by_hand():
     assert sorted(order) == [0, 1, 2, 3, 4] and makespan([seconds[i] for i in order], 2) == 6
     assert best_order(seconds, 1) == [0, 1, 2, 3, 4]  # one worker: any order ends at the sum; longest first kept
     assert best_order(list(range(10)), 2) == list(range(9, -1, -1))  # beyond 8 items: longest first
+
+
+GRANDPARENT = (
+    "import signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a child that does not stop when asked\n"
+    "kernel = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+    "print(kernel.pid, flush=True)\n"
+    "time.sleep(120)\n")
+
+
+def test_a_stop_kills_a_child_that_ignores_it_and_the_kernel_it_started_so_no_pipe_stays_open():
+    """A run's Ctrl-C waited as long as anything its children started still held its output pipes: a child that does
+    not leave when asked is killed after the grace, and so is the kernel it started in a session of its own."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", GRANDPARENT], stdout=subprocess.PIPE, text=True)
+    kernel = psutil.Process(int(child.stdout.readline()))
+    children = runner._Children()
+    children.procs["00_demo"] = child
+    started = time.perf_counter()
+    children.stop(grace_s=1.0)
+    assert child.poll() is not None and time.perf_counter() - started < 10
+    gone, alive = psutil.wait_procs([kernel], timeout=5)
+    assert not alive
+    assert child.stdout.read() == ""  # EOF: nothing holds the pipe any more

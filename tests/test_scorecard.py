@@ -7,6 +7,7 @@ import json
 import matplotlib.pyplot as plt
 import pytest
 
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, Recorder
 from sinklib.pipeline import scorecard, scorecard_plots
 from sinklib.pipeline.cli import main
@@ -29,7 +30,8 @@ def _figures(tmp_path):
     _write(tmp_path, "00_a", "SmolLM2-135M-Instruct", [
         _claim("a.one", "Xiao et al., arXiv 2309.17453, Table 2", True, {"ppl": 5.4, "layer": 2}, {"ppl": 34.5, "layer": 3},
                follows="Table 2; mit-han-lab/streaming-llm:streaming_llm/kv_cache.py:StartRecentKVCache",
-               at_init=False, control=False, draws=(True, True, True), draws_of="3 seeds"),
+               at_init=False, control=False, draws=(True, True, True), draws_of="3 seeds",
+               quantities={"ppl": q.loss("ppl"), "layer": q.identity("layer")}),
         _claim("a.two", "Xiao et al., arXiv 2309.17453", False, 0.5, 0.1)])
     _write(tmp_path, "11_b", "SmolLM2-MoE (upcycled stand-in, not a trained MoE)", [
         _claim("b.one", "Some workshop paper, Fig. 1", None, note="needs a large model", needs_gpu=True)])
@@ -51,9 +53,9 @@ def test_by_paper_counts_and_numeric_pairs(tmp_path):
     assert papers["Xiao et al., StreamingLLM (2309.17453)"] == {
         "paper": "Xiao et al., StreamingLLM (2309.17453)", "tested": 2, "holds": 1, "does NOT hold": 1,
         "unsettled": 0, "cannot be judged here": 0, "distinct": 2}
-    pairs = scorecard.numeric_pairs(rows)  # "layer" names which one, not how much: left out
+    pairs = scorecard.numeric_pairs(rows)  # "layer" is declared an identity (which one, not how much): left out
     assert [(p["id"], p["key"], p["published"], p["measured"], p["quantity"]) for p in pairs] == [
-        ("a.one", "ppl", 5.4, 34.5, "perplexity"), ("a.two", "", 0.5, 0.1, "other")]
+        ("a.one", "ppl", 5.4, 34.5, "loss or perplexity"), ("a.two", "", 0.5, 0.1, "other")]
     split = scorecard.by_paper_and_kind(rows)
     assert [(e["paper"][:5], e["kind"], e["tested"]) for e in split] == [("Xiao ", "pretrained", 2),
                                                                         ("Some ", "stand-in", 1)]

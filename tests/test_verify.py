@@ -8,15 +8,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from sinklib.pipeline import verify
+from sinklib.core import quantities as q
+from sinklib.pipeline import environment, verify
 
 KV_ID = "intactkv.keep_sinks_full_precision"
 
 
 def _claim(verdict="holds", measured=None, draws=(True, True), kind="pretrained", claim_id="xiao2023.bounded_cache",
-           control=None, control_measured=None, at_init=None, spread=None, margin=None, note="", unsettled=None):
+           control=None, control_measured=None, at_init=None, spread=None, margin=None, note="", unsettled=None,
+           quantities=None):
     """One reference record, made by :func:`verify.record` from a scorecard-like row."""
-    row = SimpleNamespace(
+    row = SimpleNamespace(quantities=quantities or {},
         notebook="01_utilization", id=claim_id, model="m", profile="cpu", kind=kind, verdict=verdict, reason=note,
         measured=measured if measured is not None else {"natural": 0.74, "ppl.dense": 23.8}, draws=tuple(draws),
         control=control, control_measured=control_measured, at_init=at_init, spread=spread, margin=margin,
@@ -29,20 +31,22 @@ def _run(env=None, **claims):
 
 
 def _env(**changes):
-    """An environment as :func:`verify.environment` records it, with ``changes``."""
+    """An environment as :func:`environment.environment` records it, with ``changes``."""
     env = {"python": "3.11.7", "torch": "2.14.1", "transformers": "5.23.0", "lock_sha256": "abc", "machine": "x86_64",
            "cpu_model": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_capability": "AVX512",
            "cpu_flags": ["avx512_bf16", "avx512f", "avx512_vnni", "avx2", "fma"],
            "onednn_isa": "Intel AVX-512 with Intel DL Boost and bfloat16 support",
            "onednn_bf16_matmul": "brg_matmul:avx512_core_bf16",
-           "kernel_variables": dict.fromkeys(verify.KERNEL_VARIABLES), "torch_threads": 2,
+           "kernel_variables": dict.fromkeys(environment.KERNEL_VARIABLES), "torch_threads": 2,
            "notebook_threads": {"03_mitigation": {"MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}, "commit": "a1"}
     return env | changes
 
 
-def test_flatten_keeps_every_number_with_its_path():
-    assert verify.flatten({"a": 1, "b": {"c": [2.5, True, "x", None]}, "d": 3.0}) == {"a": 1.0, "b.c.0": 2.5, "d": 3.0}
-    assert verify.flatten(0.5) == {"value": 0.5}
+def test_flatten_keeps_every_number_with_its_path_and_type():
+    assert list(q.flatten({"a": 1, "b": {"c": [2.5, True, "x", None]}, "d": 3.0})) == [
+        ("a", 1), ("b.c.0", 2.5), ("b.c.3", None), ("d", 3.0)]
+    assert list(q.flatten(0.5)) == [("value", 0.5)]
+    assert isinstance(dict(q.flatten({"a": 1}))["a"], int)
 
 
 def test_the_same_run_reproduces():
@@ -110,29 +114,71 @@ def test_unsettled_and_note_flags_are_compared_but_not_note_text():
     assert [d.what for d in verify.compare(_run(a=_claim(unsettled=True)), ref)] == ["unsettled"]
 
 
-def test_the_tolerance_is_chosen_by_kind_and_quantity():
-    assert verify.quantity(KV_ID, "2-bit.0") == verify.KV_RATIO
-    assert verify.quantity("xiao2023.bounded_cache", "dense") == verify.VALUE
-    assert verify.tolerance("pretrained", verify.KV_RATIO) == verify.TOLERANCES[("pretrained", verify.KV_RATIO)]
-    assert verify.tolerance("pretrained", verify.KV_RATIO)[0] > verify.tolerance("pretrained")[0] * 100
-    kv = _claim(claim_id=KV_ID, measured={"2-bit": [0.9458, 0.8952]})
-    assert kv["measured"]["2-bit.0"] == {"value": 0.9458, "quantity": verify.KV_RATIO, "rel_tol": 0.08, "abs_tol": 0.0}
+KV = q.Quantity(kind=q.Kind.RATIO, rel_tol=0.08, why="2-bit rounding: Intel AMX moved 0.946 -> 0.905")
+
+
+def test_a_quantity_declared_with_its_own_tolerance_is_checked_with_it_and_nothing_is_guessed_from_words():
+    kv = _claim(claim_id=KV_ID, measured={"2-bit": [0.9458, 0.8952]}, quantities={"2-bit": KV})
+    assert kv["measured"]["2-bit.0"] == {"value": 0.9458, "quantity": "ratio", "unit": "", "rel_tol": 0.08,
+                                         "abs_tol": 0.0}
     moved = {"2-bit": [0.9458 * 1.05, 0.8952]}  # 5%: 2-bit rounding of a 1e-5 float difference
-    assert verify.compare(_run(a=_claim(claim_id=KV_ID, measured=moved)), _run(a=kv)) == []
-    plain = _run(a=_claim(measured={"ratio": [0.9458, 0.8952]}))  # the same numbers from a float32 forward: moved
-    moved_plain = _run(a=_claim(measured={"ratio": moved["2-bit"]}))
+    assert verify.compare(_run(a=_claim(claim_id=KV_ID, measured=moved, quantities={"2-bit": KV})), _run(a=kv)) == []
+    # the same claim id and key without the declaration: a float32 forward's value, 1e-4 -- the words "intactkv",
+    # "2-bit" no longer pick a tolerance
+    plain = _run(a=_claim(claim_id=KV_ID, measured={"2-bit": [0.9458, 0.8952]}))
+    moved_plain = _run(a=_claim(claim_id=KV_ID, measured=moved))
     assert [d.what for d in verify.compare(moved_plain, plain)] == ["value"]
+    assert plain["claims"]["a"]["measured"]["2-bit.0"]["quantity"] == "value"
+
+
+def test_a_float_named_like_an_index_is_not_compared_exactly():
+    """dom_ratio_after_super_neuron printed the same digits on two CPUs and failed an exact check: "neuron" in its key
+    made it an identity."""
+    measured = {"dom_ratio_after_super_neuron": 83.21, "dom_share_after_super_neuron": 0.6512, "layer": 2}
+    declared = {"dom_ratio_after_super_neuron": q.ratio(), "dom_share_after_super_neuron": q.share(),
+                "layer": q.identity("layer")}
+    ref = _run(a=_claim(measured=measured, quantities=declared))
+    entries = ref["claims"]["a"]["measured"]
+    assert entries["dom_ratio_after_super_neuron"]["quantity"] == "ratio"
+    assert entries["dom_ratio_after_super_neuron"]["rel_tol"] > 0 and entries["layer"]["rel_tol"] == 0
+    near = {**measured, "dom_ratio_after_super_neuron": 83.21 * (1 + 5e-5), "dom_share_after_super_neuron": 0.65121}
+    assert verify.compare(_run(a=_claim(measured=near, quantities=declared)), ref) == []
+    undeclared = _run(a=_claim(measured=measured))  # no word makes a float an identity any more
+    assert undeclared["claims"]["a"]["measured"]["dom_ratio_after_super_neuron"]["quantity"] == "value"
+    with pytest.raises(ValueError, match="takes no tolerance"):
+        q.Quantity(kind=q.Kind.IDENTITY, rel_tol=0.1, why="x")  # an identity takes no tolerance either
+    from sinklib.core.claims import Claim, check_schema
+
+    with pytest.raises(ValueError, match="a float is never an identity"):
+        check_schema(Claim(id="a.b", statement="s", source="s", rule="r", published=None, follows="f", holds=True,
+                           measured={"dom_ratio_after_super_neuron": 83.21},
+                           quantities={"dom_ratio_after_super_neuron": q.identity("neuron")}))
 
 
 def test_identities_must_match_exactly_whatever_the_kind():
-    for path in ("layer", "first_reading_layer", "massive_onsets.1", "write_dims.0", "sink dims.1", "peak layer",
-                 "dimension of the largest", "calibration.layer", "super_experts.0.1", "position"):
-        assert verify.quantity("x.y", path) == verify.IDENTITY, path
-    for path in ("largest / layer median, peak", "sink_heads", "set to mean, position 0 only", "a of the super experts.0"):
-        assert verify.quantity("x.y", path) != verify.IDENTITY, path
-    ref = _run(a=_claim(kind="trained here", measured={"layer": 3, "loss": 2.0}))
-    diffs = verify.compare(_run(a=_claim(kind="trained here", measured={"layer": 4, "loss": 2.03})), ref)
-    assert len(diffs) == 1 and "layer 4 vs 3 (exact)" in diffs[0].detail and "loss" not in diffs[0].detail
+    declared = {"layer": q.identity("layer"), "loss": q.loss()}
+    ref = _run(a=_claim(kind="trained here", measured={"layer": 3, "loss": 2.0}, quantities=declared))
+    diffs = verify.compare(_run(a=_claim(kind="trained here", measured={"layer": 4, "loss": 2.03},
+                                         quantities=declared)), ref)
+    assert len(diffs) == 1 and "layer 4 vs 3 layer (exact: an identity)" in diffs[0].detail
+    assert "loss" not in diffs[0].detail.split("(exact")[1]
+    # an undeclared int is a count: on a trained model it moves within its tolerance
+    counts = _run(a=_claim(kind="trained here", measured={"tokens": 30}))
+    assert verify.compare(_run(a=_claim(kind="trained here", measured={"tokens": 31})), counts) == []
+
+
+def test_a_quantity_declared_not_comparable_is_reported_apart_and_never_fails():
+    declared = {"nll": q.Quantity(kind=q.Kind.LOSS, comparable=False, why="moved 0.466 -> 0.621 with the kernel"),
+                "other": q.loss()}
+    ref = _run(a=_claim(kind="stand-in", measured={"nll": 0.466, "other": 1.0}, quantities=declared))
+    here = _run(a=_claim(kind="stand-in", measured={"nll": 0.621, "other": 1.0}, quantities=declared))
+    diffs = verify.compare(here, ref)
+    assert [d.what for d in diffs] == ["apart"] and "0.621 vs 0.466" in diffs[0].detail and "kernel" in diffs[0].detail
+    text, ok = verify.report(here, ref)
+    assert ok and "not compared" in text and "reproduced" in text
+    flipped = _run(a=_claim("does NOT hold", kind="stand-in", measured={"nll": 0.621, "other": 1.0},
+                            quantities=declared))
+    assert not verify.report(flipped, ref)[1]  # its verdict is still compared
 
 
 def test_draw_outcomes_missing_and_new_claims_are_reported():
@@ -151,9 +197,9 @@ def test_environment_notes_name_cpu_flags_isa_variables_and_threads_with_both_va
     ref = _env()
     here = _env(cpu_flags=["amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx512_vnni", "avx2", "fma"],
                 onednn_isa="Intel AVX-512 with Intel DL Boost, bfloat16 and AMX", onednn_bf16_matmul="brg_matmul:avx512_core_amx",
-                kernel_variables=dict.fromkeys(verify.KERNEL_VARIABLES) | {"MKL_CBWR": "COMPATIBLE"}, torch_threads=4,
+                kernel_variables=dict.fromkeys(environment.KERNEL_VARIABLES) | {"MKL_CBWR": "COMPATIBLE"}, torch_threads=4,
                 notebook_threads={"03_mitigation": {"MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}})
-    notes = verify.environment_notes({"environment": here}, {"environment": ref})
+    notes = environment.environment_notes({"environment": here}, {"environment": ref})
     text = "\n".join(notes)
     assert "cpu flags differ: amx_bf16, amx_tile here, not in the reference" in text
     assert "onednn_isa: Intel AVX-512 with Intel DL Boost, bfloat16 and AMX here, Intel AVX-512 with Intel DL Boost " \
@@ -163,9 +209,9 @@ def test_environment_notes_name_cpu_flags_isa_variables_and_threads_with_both_va
     assert "torch_threads: 4 here, 2 in the reference" in text
     assert "threads of 03_mitigation: MKL_NUM_THREADS=2, OMP_NUM_THREADS=2 here, MKL_NUM_THREADS=1, OMP_NUM_THREADS=1 " \
            "in the reference" in text
-    assert verify.environment_notes({"environment": ref}, {"environment": ref}) == []
+    assert environment.environment_notes({"environment": ref}, {"environment": ref}) == []
     # a oneDNN field one side could not read (oneDNN printed its header earlier in that process) is not a difference
-    assert verify.environment_notes({"environment": _env(onednn_isa=None)}, {"environment": ref}) == []
+    assert environment.environment_notes({"environment": _env(onednn_isa=None)}, {"environment": ref}) == []
 
 
 def test_the_report_names_the_environment_first_and_the_setting_that_most_plausibly_moved_each_kind():
@@ -194,10 +240,10 @@ def test_cpu_info_reads_model_vendor_and_the_flags_that_move_numbers(tmp_path):
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
                        "flags\t\t: fpu sse avx2 fma avx512f avx512_bf16 amx_tile amx_bf16 amx_int8\n\n"
                        "processor\t: 1\nvendor_id\t: other\n")
-    assert verify.cpu_info(cpuinfo) == {
+    assert environment.cpu_info(cpuinfo) == {
         "cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "cpu_vendor": "GenuineIntel",
         "cpu_flags": ["amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512f", "avx2", "fma"]}
-    assert verify.cpu_info(tmp_path / "absent") == {"cpu_model": None, "cpu_vendor": None, "cpu_flags": []}
+    assert environment.cpu_info(tmp_path / "absent") == {"cpu_model": None, "cpu_vendor": None, "cpu_flags": []}
 
 
 def test_the_onednn_isa_is_parsed_from_its_verbose_lines():
@@ -206,12 +252,12 @@ def test_the_onednn_isa_is_parsed_from_its_verbose_lines():
             "onednn_verbose,v1,primitive,exec,cpu,reorder,jit_direct_copy:uni,undef,src:f32::blocked:ab::f0 dst:f32,,,\n"
             "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,src:bf16::blocked:ab::f0 "
             "wei:bf16::blocked:ba::f0 dst:bf16::blocked:ab::f0,attr-scratchpad:user,,32x48:48x32,18.9\n")
-    assert verify.parse_onednn_verbose(text) == {
+    assert environment.parse_onednn_verbose(text) == {
         "onednn_isa": "Intel AVX-512 with Intel DL Boost and bfloat16 support",
         "onednn_bf16_matmul": "brg_matmul:avx512_core_bf16"}
     header_only = "\n".join(text.splitlines()[:3])  # torch ran its bf16 matmul in ATen
-    assert verify.parse_onednn_verbose(header_only)["onednn_bf16_matmul"] == "ATen (not oneDNN)"
-    assert verify.parse_onednn_verbose("") == {"onednn_isa": None, "onednn_bf16_matmul": None}
+    assert environment.parse_onednn_verbose(header_only)["onednn_bf16_matmul"] == "ATen (not oneDNN)"
+    assert environment.parse_onednn_verbose("") == {"onednn_isa": None, "onednn_bf16_matmul": None}
 
 
 def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch):
@@ -224,7 +270,7 @@ def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
     (tmp_path / "figures" / "03_x").mkdir(parents=True)
     runner.write_takeaways(executed, tmp_path / "figures" / "03_x" / "takeaways.json")  # what the runner records
-    env = verify.environment(tmp_path / "figures")
+    env = environment.environment(tmp_path / "figures")
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     assert env["notebook_threads"] == {"03_x": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None,
@@ -232,7 +278,7 @@ def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch
                                                 "MKL_CBWR": "COMPATIBLE"}}
     assert env["kernel_variables"]["MKL_CBWR"] == "COMPATIBLE" and env["kernel_variables"]["ONEDNN_MAX_CPU_ISA"] is None
     assert isinstance(env["torch_threads"], int) and env["torch_threads"] >= 1
-    assert set(env["cpu_flags"]) <= set(verify.CPU_FLAGS)
+    assert set(env["cpu_flags"]) <= set(environment.CPU_FLAGS)
     assert {"cpu_model", "cpu_vendor", "onednn_isa", "onednn_bf16_matmul"} <= env.keys()
 
 
@@ -244,7 +290,8 @@ def test_write_then_verify_a_figures_folder(tmp_path, capsys):
     def record(holds: bool) -> None:
         rec = Recorder("00_tour", "SmolLM2", "cpu")
         rec.add(Claim(id="x.rate", statement="s", source="Gu et al., arXiv 2410.10781", rule="r", published=0.9,
-                      measured={"natural": 0.5, "layer": 2}, holds=holds, follows="Eq. 1"), show=False)
+                      measured={"natural": 0.5, "layer": 2}, holds=holds, follows="Eq. 1",
+                      quantities={"natural": q.share(), "layer": q.identity("layer")}), show=False)
         rec.write(folder)
 
     record(True)
@@ -253,8 +300,8 @@ def test_write_then_verify_a_figures_folder(tmp_path, capsys):
     stored = json.loads(ref.read_text())
     assert stored["schema"] == verify.SCHEMA
     assert stored["claims"]["00_tour/x.rate [SmolLM2]"]["measured"] == {
-        "natural": {"value": 0.5, "quantity": "value", "rel_tol": 1e-4, "abs_tol": 1e-9},
-        "layer": {"value": 2.0, "quantity": "identity", "rel_tol": 0.0, "abs_tol": 0.0}}
+        "natural": {"value": 0.5, "quantity": "share", "unit": "fraction", "rel_tol": 1e-4, "abs_tol": 1e-9},
+        "layer": {"value": 2.0, "quantity": "identity", "unit": "layer", "rel_tol": 0.0, "abs_tol": 0.0}}
     assert verify.verify(tmp_path / "figures", ref) == 0
     record(False)
     assert verify.verify(tmp_path / "figures", ref) == 1
@@ -288,19 +335,17 @@ def test_no_claims_is_a_one_line_error(tmp_path):
 def test_trained_values_are_checked_with_the_spread_measured_across_machines():
     """A trained TinyLM's alpha_0 moved by up to 0.026 between machines, its validation loss by < 1 %, a verdict's
     margin (the late slope) by 0.022: each quantity its own tolerance; a pretrained forward stays at 1e-4."""
-    assert verify.quantity("mitigation.softpick_removes_sink", "first_attention") == verify.SHARE
-    assert verify.quantity("mitigation.softpick_removes_sink", "sink_rate") == verify.SHARE
-    assert verify.quantity("origin.headwise_rmsnorm_converges_faster.bible", "final.candidate") == verify.VALUE
-    assert verify.quantity("mllm.x", "caption_nll") == verify.LOSS and verify.quantity("x", "val_loss") == verify.LOSS
-    assert verify.quantity("x", "value", "margin") == verify.MARGIN
+    declared = {"first_attention": q.share(), "val_loss": q.loss()}
+    assert q.declared(declared, "margin", "value", 0.1).kind == q.Kind.MARGIN
     tiny = {"first_attention": 0.0017, "val_loss": 3.1501}
-    ref = _run(a=_claim(kind="trained here", measured=tiny, margin={"value": -0.0018, "cut": 0.03, "spread": 0.022}))
+    ref = _run(a=_claim(kind="trained here", measured=tiny, margin={"value": -0.0018, "cut": 0.03, "spread": 0.022},
+                        quantities=declared))
     other_machine = {"first_attention": 0.0236, "val_loss": 3.1514}  # softpick seed 0 on the Intel/AMX host
     run = _run(a=_claim(kind="trained here", measured=other_machine,
-                        margin={"value": 0.0092, "cut": 0.03, "spread": 0.022}))
+                        margin={"value": 0.0092, "cut": 0.03, "spread": 0.022}, quantities=declared))
     assert verify.compare(run, ref) == []
     far = _run(a=_claim(kind="trained here", measured={"first_attention": 0.09, "val_loss": 3.30},
-                        margin={"value": -0.0018, "cut": 0.03, "spread": 0.022}))
+                        margin={"value": -0.0018, "cut": 0.03, "spread": 0.022}, quantities=declared))
     assert [d.what for d in verify.compare(far, ref)] == ["value"]
     assert "first_attention" in verify.compare(far, ref)[0].detail and "val_loss" in verify.compare(far, ref)[0].detail
     pretrained = _run(a=_claim(measured=tiny))
@@ -315,6 +360,6 @@ def test_a_notebook_run_under_another_instruction_set_is_named_as_such():
     ref = _run(env={"notebook_threads": {"03_mitigation": base}})
     run = _run(env={"notebook_threads": {"03_mitigation": base | {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
                                                                  "OMP_NUM_THREADS": "2"}}})
-    fields = {d.field: d.text for d in verify.environment_differences(run, ref)}
+    fields = {d.field: d.text for d in environment.environment_differences(run, ref)}
     assert fields["ONEDNN_MAX_CPU_ISA"] == "ONEDNN_MAX_CPU_ISA of 03_mitigation: AVX512_CORE_BF16 here, unset in the reference"
     assert fields["notebook_threads"].startswith("threads of 03_mitigation: OMP_NUM_THREADS=2 here")

@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sinklib.core import metrics
+from sinklib.core import quantities as q
 from sinklib.core.adapters import find_layers
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
@@ -394,6 +395,11 @@ def absolute_positions(lm: LoadedModel) -> bool:
                for name, m in lm.model.named_modules())
 
 
+# Gu et al.'s sink rate by input kind (the share of heads with alpha_0 > eps); over draws, the random-token rate's
+# spread (:func:`sinklib.architectures.llm.llm_survey.shape_over_draws`, 00_tour)
+GU_SHAPE_QUANTITIES = {kind: q.share("fraction of heads") for kind in ("natural", "random", "repeated", "@spread")}
+
+
 def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3,
                        absolute: bool = False) -> Claim:
     """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
@@ -411,7 +417,7 @@ def llama_family_shape(measured: dict[str, float], reference: dict, eps: float =
             id="gu2024.llama_family_input_shape",
             statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
             source=reference["source"], rule="not applied: the model has learned absolute position embeddings",
-            published={"GPT2-XL": gpt2}, measured=dict(measured), holds=None,
+            published={"GPT2-XL": gpt2}, measured=dict(measured), quantities=GU_SHAPE_QUANTITIES, holds=None,
             note=f"outside the Llama/Mistral families the paper states this for (learned absolute positions); "
                  f"its own repeated-token rate {measured['repeated']:.1%} against GPT2-XL's "
                  f"{gpt2.get('repeated', float('nan')):.2%}",
@@ -425,7 +431,7 @@ def llama_family_shape(measured: dict[str, float], reference: dict, eps: float =
         source=reference["source"],
         rule=f"sink rate (eps {eps}) > 30% on natural and random input and < 5% on a repeated token",
         published={m: reference["models"][m] for m in reference["llama_family"]},
-        measured=dict(measured), holds=bool(holds),
+        measured=dict(measured), quantities=GU_SHAPE_QUANTITIES, holds=bool(holds),
         follows="Table 1, Sec. 3 (alpha_k = sum_{t>=k} A[t, k] / (T - k + 1) for the first token k = 1; Sink^eps = "
                 "share of heads with alpha_1 > eps; eps 0.3, T 64); sail-sg/Attention-Sink:eval_sink_open_source.py:compute_attention_sink",
         adapted="the paper reports rates per model; the cut-offs (> 30% on natural and random input, < 5% on a "

@@ -20,6 +20,12 @@ the reason in ``note``). It also carries what makes a verdict trustworthy:
 * ``margin``: where a verdict rests on a number against a cut, the number, the cut and the spread the number is
   known to move by across machines and settings (:func:`against_cut`); a value within that spread of its cut is
   *unsettled*, never a flip between holds and fails.
+* ``quantities``: what each number is (:mod:`sinklib.core.quantities`: identity, count, share, ratio, loss, value),
+  declared by the rule that measured it, with its unit and -- where measured -- its own cross-machine tolerance.
+
+The record is a pydantic dataclass: ``claims.json`` is written and read through one schema (:data:`CLAIMS_FILE`,
+exported by :func:`json_schema`), checked strictly at the door -- ``holds: "yes"`` or ``id: 5`` is refused, not
+coerced.
 
 Four verdicts (:data:`VERDICTS`): **holds**, **does NOT hold**, **unsettled** (``holds`` None and ``unsettled``
 True: the judgeable draws disagree, or a value sits within its margin of the cut) and **cannot be judged here**
@@ -28,18 +34,35 @@ True: the judgeable draws disagree, or a value sits within its margin of the cut
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, field, fields, replace
+from enum import StrEnum
 from pathlib import Path
 
+from pydantic import TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+
+from sinklib.core import quantities as q
 from sinklib.core.errors import InputError
 from sinklib.core.results import write_json
 
-SCHEMA = 3  # 3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
+SCHEMA = 4  # 4: ``quantities`` (each number's declared kind, unit and tolerance), checked by a pydantic schema;
+#             3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
 
-VERDICTS = ("holds", "does NOT hold", "unsettled", "cannot be judged here")
+
+class Verdict(StrEnum):
+    """A claim's verdict (a str: compares equal to its words)."""
+
+    HOLDS = "holds"
+    FAILS = "does NOT hold"
+    UNSETTLED = "unsettled"
+    CANNOT_JUDGE = "cannot be judged here"
+
+
+VERDICTS = tuple(v.value for v in Verdict)
 
 # A record that is no paper's claim carries one of these in ``Claim.paper`` instead of an arXiv id: the scorecard lists
 # it apart and never counts it as a paper's claim. An implementation check tests that this project's code does what
@@ -78,12 +101,18 @@ class Claim:
     paper: str = ""  # the arXiv id of the paper the claim comes from, where ``source`` names several (else found
     # there); or a key of :data:`NOT_A_PAPER` for an implementation check / this project's own question
     margin: object = None  # {"value", "cut", "spread"} where the verdict is a value against a cut (:func:`against_cut`)
+    quantities: dict[str, q.Quantity] = field(default_factory=dict)  # what each number is (sinklib.core.quantities)
 
-    def verdict(self) -> str:
-        """One of :data:`VERDICTS`."""
+    def verdict(self) -> Verdict:
+        """One of :class:`Verdict`."""
         if self.holds is None and self.unsettled:
-            return "unsettled"
-        return {True: "holds", False: "does NOT hold", None: "cannot be judged here"}[self.holds]
+            return Verdict.UNSETTLED
+        return {True: Verdict.HOLDS, False: Verdict.FAILS, None: Verdict.CANNOT_JUDGE}[self.holds]
+
+    def quantity(self, group: str, path: str, number: float | int) -> q.Quantity:
+        """What the number at ``path`` of ``group`` ("measured", "control_measured", "spread", "margin") is
+        (:func:`sinklib.core.quantities.declared`)."""
+        return q.declared(self.quantities, group, path, number)
 
     @property
     def control_contradicts(self) -> bool:
@@ -259,6 +288,9 @@ def check_schema(claim: Claim) -> None:
     if claim.paper and claim.paper not in NOT_A_PAPER and not re.fullmatch(r"\d{4}\.\d{4,5}", claim.paper):
         raise ValueError(f"claim {claim.id!r} has paper={claim.paper!r}: give an arXiv id (e.g. '2309.17453') or one "
                          f"of {sorted(NOT_A_PAPER)}")
+    wrong = q.problems(claim.quantities, {g: getattr(claim, g) for g in q.GROUPS})
+    if wrong:
+        raise ValueError(f"claim {claim.id!r}: {'; '.join(wrong)}")
 
 
 class Recorder:
@@ -315,8 +347,35 @@ class Recorder:
         return bool(self.claims) and all(c.holds is True for c in self.claims)
 
     def write(self, folder: str | Path) -> Path:
-        return write_json(Path(folder) / "claims.json", {"schema": SCHEMA, "notebook": self.notebook,
-                                                          "claims": [asdict(c) for c in self.claims]})
+        return write_claims(Path(folder) / "claims.json", self.notebook, self.claims)
+
+
+CLAIM = TypeAdapter(Claim)
+
+
+def record_of(claim: Claim) -> dict:
+    """A claim as the JSON object ``claims.json`` holds (NaN -> null, numpy / torch values -> Python ones)."""
+    from sinklib.core.results import to_builtin
+
+    return to_builtin({**asdict(claim), "quantities": {k: v.model_dump(exclude_defaults=True)
+                                                       for k, v in claim.quantities.items()}})
+
+
+def write_claims(path: str | Path, notebook: str, claims: Sequence[Claim]) -> Path:
+    """``claims.json``: ``{"schema", "notebook", "claims": [record, ...]}``, each record checked against the schema
+    it will be read with (:func:`claim_from_record`) before anything is written."""
+    records = [record_of(c) for c in claims]
+    for record in records:
+        CLAIM.validate_json(json.dumps(record), strict=True)
+    return write_json(path, {"schema": SCHEMA, "notebook": notebook, "claims": records})
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a ``claims.json`` file (``python -m sinklib claims-schema``; ``docs/claims.schema.json``)."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "sinklib claims.json",
+            "type": "object", "required": ["schema", "notebook", "claims"],
+            "properties": {"schema": {"const": SCHEMA}, "notebook": {"type": "string"},
+                           "claims": {"type": "array", "items": CLAIM.json_schema(mode="serialization")}}}
 
 
 class UnknownClaimFieldWarning(UserWarning):
@@ -332,8 +391,6 @@ def _rerun(path: Path, notebook: object = None) -> str:
 def _read_claims_json(path: Path) -> dict:
     """The parsed ``claims.json`` object, or a one-line :class:`InputError` naming the file (unreadable text,
     invalid JSON, or JSON that is not an object with a ``claims`` list)."""
-    import json
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
@@ -362,9 +419,14 @@ def _claim_of(record: object, path: Path, index: int, notebook: object) -> tuple
         raise InputError(f"{path}: claim record {index} ({record.get('id', 'no id')!r}) lacks {', '.join(missing)}; "
                          f"{_rerun(path, notebook)}")
     known = {k: v for k, v in record.items() if k in CLAIM_FIELDS}
-    draws = known.get("draws", ())
-    known["draws"] = tuple(draws) if isinstance(draws, list | tuple) else ()
-    return Claim(**known), set(record) - set(CLAIM_FIELDS)
+    try:
+        claim = CLAIM.validate_json(json.dumps(known), strict=True)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"{path}: claim record {index} ({record.get('id', 'no id')!r}) has {where} = "
+                         f"{first.get('input')!r}: {first['msg'].lower()}; {_rerun(path, notebook)}") from None
+    return claim, set(record) - set(CLAIM_FIELDS)
 
 
 def load(path: str | Path) -> list[Claim]:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from sinklib.core.paths import REFERENCE_DIR, atomic_write_bytes
 
 
 def to_builtin(obj):
     """Tensors, numpy values, paths and dataclass-like objects -> JSON-friendly Python values (NaN -> None)."""
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # not imported here: reading and writing results needs no torch
+    if torch is not None and isinstance(obj, torch.Tensor):
         return to_builtin(obj.tolist())
     if isinstance(obj, np.ndarray | np.generic):
         return to_builtin(obj.tolist())

@@ -1,6 +1,7 @@
 """What each rule of ``02_interpretation`` transcribes (``follows``), how it departs from its paper (``adapted``) and
 what the paper predicts at random initialisation (``at_init``), with :func:`_claim`, which stamps them on a record
-(rules: :mod:`sinklib.interpretation.origin_claims` and :mod:`sinklib.interpretation.sun_claims`).
+(rules: :mod:`sinklib.interpretation.origin_claims` and :mod:`sinklib.interpretation.sun_claims`; each rule declares
+its numbers' kinds in ``quantities`` beside it, and stores an index through :func:`index`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ AT_INIT = {  # the chain: value aggregation is architectural; super neurons, mas
     "sun2024.massive_activations_are_bias": False,
     "origin.sink_is_implicit_bias": False,
 }
+
+
+def index(i) -> int | None:
+    """A layer / neuron / dimension index as a Python int -- an identity (:func:`sinklib.core.quantities.identity`)
+    compares exactly and must be an int in the record; None (not found, not measured) stays None."""
+    return None if i is None else int(i)
 
 
 def _claim(claim_id: str, **fields) -> Claim:

@@ -13,9 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
 from sinklib.core.results import number_matches
-from sinklib.interpretation.claim_sources import EPS, ORIGIN, _claim
+from sinklib.interpretation.claim_sources import EPS, ORIGIN, _claim, index
+
+# What each number of a claim is (:mod:`sinklib.core.quantities`): paths into ``measured`` (and ``control_measured``),
+# ``@spread`` the draws' values (:func:`~sinklib.core.claims.over_draws`' key, named where the draws are combined).
+VARIANCE_QUANTITIES = {
+    "ratio_t0_to_second_half": q.ratio(),  # Var_n[o_0] / mean Var_n[o_t] over the second half, per layer
+    "@spread": q.ratio(),  # layer 0's ratio in each draw of random tokens
+}
 
 
 def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -> Claim:
@@ -26,7 +34,16 @@ def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -
                   statement="the first position's head output varies most across inputs (first layer)",
                   rule="layer 0: Var at t = 0 is the largest position and > 2x the mean of the second half",
                   published=None, measured={"ratio_t0_to_second_half": list(ratio_t0), "t0_is_max": list(t0_is_max)},
-                  holds=bool(t0_is_max[0] and ratio_t0[0] > 2))
+                  holds=bool(t0_is_max[0] and ratio_t0[0] > 2), quantities=VARIANCE_QUANTITIES)
+
+
+SUPER_NEURON_QUANTITIES = {
+    "layer": q.identity("layer"), "neuron": q.identity("neuron"), "write_dims": q.identity("dim"),
+    "first_token_value_onset": q.identity("layer"),
+    "selectivity": q.ratio(),  # first-token |a| over its 95th percentile at t >= 1
+    "write_share": q.share(),  # share of the W_down column's squared norm in the write dims
+    "@spread": q.ratio(),  # the selectivity in each draw of windows (10_llm)
+}
 
 
 def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset: int | None = None) -> Claim:
@@ -40,7 +57,8 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
     ref = paper["super_neuron"]
     if neuron is None:
         return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
-                      published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion")
+                      published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion",
+                      quantities=SUPER_NEURON_QUANTITIES)
     in_order = massive_onset is None or neuron.layer <= massive_onset
     holds = (neuron.selectivity > 10 and neuron.write_share > SUPER_WRITE_SHARE
              and bool(set(neuron.write_dims) & set(massive_dims))
@@ -50,12 +68,12 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
              f"; the first token's value onset (|v| > 100, doubling) is layer {massive_onset}" + (
                  "" if in_order else ", before this neuron's layer: it cannot have written it first"))
     return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
-                  published=ref, measured={"layer": neuron.layer, "neuron": neuron.neuron,
-                                           "write_dims": list(neuron.write_dims), "selectivity": neuron.selectivity,
-                                           "write_share": neuron.write_share,
-                                           "first_token_value_onset": massive_onset},
+                  published=ref, measured={"layer": int(neuron.layer), "neuron": int(neuron.neuron),
+                                           "write_dims": [int(d) for d in neuron.write_dims],
+                                           "selectivity": neuron.selectivity, "write_share": neuron.write_share,
+                                           "first_token_value_onset": index(massive_onset)},
                   holds=bool(holds), note=f"layer {neuron.layer}: {same_layer}; neuron and dimension ids are "
-                                          f"model-specific{order}")
+                                          f"model-specific{order}", quantities=SUPER_NEURON_QUANTITIES)
 
 
 SUPER_WRITE_SHARE = 0.5  # a super neuron puts more than half its W_down column's squared norm into its top dims
@@ -70,6 +88,16 @@ def dom_share(dom_ratio: float, width: int) -> float:
     sum|h|, the largest entry's share of the L1 mass, in (0, 1]. Llama-2-7B's 263 at d = 4096 is 0.064; the same
     raw number at d = 576 would be 0.46."""
     return dom_ratio / width
+
+
+DISPARITY_QUANTITIES = {
+    "first_token_value_onsets": q.identity("layer"), "first_reading_layer": q.identity("layer"),
+    "sun_onset": q.identity("layer"), "sink_onset": q.identity("layer"),
+    "dom_first_over_rest_at_sink": q.ratio(),  # the first token's DomRatio over the other tokens' at the sink onset
+    "dom_ratio_after_super_neuron": q.ratio(),  # DomRatio = max_j |h_j| / mean_j |h_j|: a float, not the neuron's id
+    "dom_share_after_super_neuron": q.share(),  # DomRatio / d = max_j |h_j| / sum_j |h_j|, in (0, 1]
+    "@spread": q.ratio(),  # dom_first_over_rest_at_sink in each draw of windows (10_llm)
+}
 
 
 def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_at_sink_onset: float,
@@ -109,8 +137,9 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                        f"hidden_states[l] is block l's output); first-token DomRatio > {DISPARITY_AT_SINK:g}x the "
                        "others' there. Rests on the value onset, not on Sun et al.'s 1000x criterion (recorded beside)",
                   published={"dom_ratio_after_rmsnorm": ref},
-                  measured={"first_token_value_onsets": list(onset), "first_reading_layer": reader,
-                            **({"sun_onset": sun_onset} if sun_measured else {}), "sink_onset": sink_onset,
+                  measured={"first_token_value_onsets": [int(i) for i in onset], "first_reading_layer": index(reader),
+                            **({"sun_onset": index(sun_onset)} if sun_measured else {}),
+                            "sink_onset": index(sink_onset),
                             "sink_follows": follows_which(onset, sink_onset, sun_onset),
                             "dom_first_over_rest_at_sink": dom_ratio_at_sink_onset,
                             "dom_disparity_holds": bool(disparate), "order_holds": bool(in_order),
@@ -120,7 +149,8 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                   note="; ".join(x for x in (order, sun, f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
                                              f"others' at the sink onset" + ("" if disparate else
                                                                               f" (not > {DISPARITY_AT_SINK:g}x)"),
-                                             _dom_number(dom_after_super, ref, entry, width)) if x))
+                                             _dom_number(dom_after_super, ref, entry, width)) if x),
+                  quantities=DISPARITY_QUANTITIES)
 
 
 DISPARITY_AT_SINK = 3.0  # the first token's DomRatio over the others' at the sink onset
@@ -163,6 +193,15 @@ LOCK_AUC = 0.75  # a random sink head's |cos| above a random other head's at lea
 LOCK_LOW = 0.5  # ... and the bootstrap interval's low end above chance
 
 
+LOCK_QUANTITIES = {
+    "positive_sink_vs_other": q.share(),  # share of the scores q_t . k_0 > 0, (sink heads, other heads)
+    "cos_sink_vs_other": q.value("|cos|"),  # mean |cos(top query direction, k_0)|, (sink heads, other heads)
+    "cos_auc": q.share("AUC"), "cos_auc_interval": q.share("AUC"),  # P(a sink head's |cos| > an other head's)
+    "sink_heads": q.count("heads"),
+    "@spread": q.share("AUC"),  # cos_auc in each draw of windows (10_llm)
+}
+
+
 def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_heads: int,
             cos_separation: tuple[float, float, float] | None = None) -> Claim:
     """Link 4: once the first token's key is fixed, every query scores it positively in sink heads. Rule: > 90% of
@@ -181,7 +220,11 @@ def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_head
                   published=None, measured={"positive_sink_vs_other": list(positive), "cos_sink_vs_other": list(cos),
                                             "cos_auc": auc, "cos_auc_interval": [low, high],
                                             "sink_heads": n_sink_heads}, holds=bool(holds),
-                  note="" if cos_separation is not None else "cos separation not measured")
+                  note="" if cos_separation is not None else "cos separation not measured",
+                  quantities=LOCK_QUANTITIES)
+
+
+SELF_ONLY_QUANTITIES = {"sink_heads_before": q.share("heads"), "sink_heads_after": q.share("heads")}  # of all heads
 
 
 def self_only_sink(share_before: float, share_after: float, position: int) -> Claim:
@@ -192,7 +235,16 @@ def self_only_sink(share_before: float, share_after: float, position: int) -> Cl
                   statement=f"a token made to attend only to itself (position {position}) becomes a sink",
                   rule="sink heads for position k (mean alpha_k > 0.3): > 20% of heads, and > 5x as many as before",
                   published="becomes a sink", measured={"sink_heads_before": share_before,
-                                                        "sink_heads_after": share_after}, holds=bool(holds))
+                                                        "sink_heads_after": share_after}, holds=bool(holds),
+                  quantities=SELF_ONLY_QUANTITIES)
+
+
+AMPLIFICATION_QUANTITIES = {
+    "lambdas": q.value("lambda"),  # the amplification factors swept (inputs)
+    "centred": q.share(), "control": q.share(),  # mean attention of the later queries to token k, per lambda
+    "rise": q.ratio(), "control_rise": q.ratio(),  # last over first point of each curve
+    "@spread": q.ratio(),  # the centred curve's rise in each resample of the windows
+}
 
 
 def amplification(lambdas: Sequence[float], centred: Sequence[float], control: Sequence[float]) -> Claim:
@@ -210,4 +262,5 @@ def amplification(lambdas: Sequence[float], centred: Sequence[float], control: S
                                                        "control_rise": rise_ctl},
                   holds=bool(monotone and rise > 2 and rise_ctl < rise / 2),
                   note=f"peak {peak:.3f} is {'above' if peak > EPS else 'below'} eps {EPS}: "
-                       f"{'a sink' if peak > EPS else 'more attention, not a sink'}")
+                       f"{'a sink' if peak > EPS else 'more attention, not a sink'}",
+                  quantities=AMPLIFICATION_QUANTITIES)

@@ -5,11 +5,23 @@ with its "a few", the zero-vs-mean bias test, and the sink as an implicit bias -
 
 from __future__ import annotations
 
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import num
-from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim
+from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim, index
 
 RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
+
+
+# What each number of a claim is (:mod:`sinklib.core.quantities`): paths into ``measured`` (and ``control_measured``),
+# ``@spread`` the draws' values.
+MASSIVE_QUANTITIES = {
+    "dims": q.identity("dim"), "sun_onset": q.identity("layer"), "first_token_sun_onset": q.identity("layer"),
+    "peak_ratio_to_median": q.ratio(),  # the largest |h| over its layer's median |h|
+    "later_share": q.share("positions"),  # per met layer: share of the positions t >= 1 holding a massive entry
+    "most_later_sites_per_window": q.count("positions per window (mean)"),
+    "most_later_share": q.share("positions"),
+}
 
 
 def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> Claim:
@@ -23,7 +35,7 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
     activations at the starting token and the first delimiter (one later position); a criterion met by most tokens
     of a layer does not single out "a few" activations, however large they are (Gemma-3-270M: most tokens in its
     first layers). Without ``sites`` the rarity is not measured and the verdict cannot be given (None)."""
-    measured = {"dims": list(massive.dims), "peak_ratio_to_median": massive.peak_ratio}
+    measured = {"dims": [int(d) for d in massive.dims], "peak_ratio_to_median": massive.peak_ratio}
     rule = (f"Sun et al.'s criterion met in some layer, and in every layer where it is met at most "
             f"{max_later_sites:g} positions t >= 1 per window on average hold it ('a few': the starting token and "
             f"the first delimiter)")
@@ -34,7 +46,7 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
     else:
         worst, per_seq, share = sites.most_sites()
         met = sites.met_layers
-        measured |= {"sun_onset": sites.onset, "first_token_sun_onset": sites.first_token_onset,
+        measured |= {"sun_onset": index(sites.onset), "first_token_sun_onset": index(sites.first_token_onset),
                      "later_share": {str(i): sites.later_share[i] for i in met},
                      "most_later_sites_per_window": per_seq, "most_later_share": share}
         holds = per_seq <= max_later_sites
@@ -47,7 +59,7 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
                   statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's "
                             "output",
                   rule=rule, published="|h| > 100 and > 1000x median, at the starting token and the first delimiter",
-                  measured=measured, holds=holds, note=note)
+                  measured=measured, holds=holds, note=note, quantities=MASSIVE_QUANTITIES)
 
 
 MEAN_TOLERANCE = 0.05  # the mean edit leaves the model unchanged: |ppl(mean) / ppl(original) - 1| < this
@@ -71,6 +83,14 @@ def bias_halves(ppl: dict[str, float]) -> tuple[bool, bool, str]:
     return mean_ok, zero_breaks, note
 
 
+BIAS_QUANTITIES = {
+    # each edit's perplexity on the held-out windows (massive_activations.bias_test; any other edit in ``ppl`` too)
+    **{name: q.loss("ppl") for name in ("original", "set to mean", "set to zero", "set to mean, position 0 only")},
+    "later_sites": q.count("sites"),  # calibration entries at t >= 1 that met the criterion
+    "@spread": q.ratio(),  # ppl(set to mean) / ppl(original) in each draw
+}
+
+
 def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, later_sites: int | None = None
                  ) -> Claim:
     """Sun et al.: massive activations act as a bias -- set to their mean the model is unchanged, set to zero it
@@ -91,12 +111,14 @@ def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, 
             holds = None
             note = "cannot be judged here: no later site met the criterion, so the mean edit cannot fail; " + note
     measured = dict(ppl) | ({"first_token_fixed": True, "later_sites": later_sites} if first_fixed else {})
+    quantities = BIAS_QUANTITIES | {name: q.loss("ppl") for name in ppl}
     return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
                   statement="massive activations set to their mean leave the model unchanged; set to zero break it",
                   rule=f"ppl(mean) within {MEAN_TOLERANCE:.0%} of the original, ppl(zero) > {ZERO_BREAKS:g}x; on a "
                        f"model whose position 0 is the same BOS in every window the mean edit is judged on the later "
                        f"sites only",
-                  published=paper["perplexity_wikitext"], measured=measured, holds=holds, note=note)
+                  published=paper["perplexity_wikitext"], measured=measured, holds=holds, note=note,
+                  quantities=quantities)
 
 
 def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
@@ -104,12 +126,16 @@ def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
     constant. Rule: a random sink head lies below a random other head with probability >= 0.75 on both measures
     (:func:`sinklib.interpretation.massive_activations.separation`)."""
     holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
+    measured = {IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()}
     return _claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
                   statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
                   rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
-                  published=None, measured={IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()},
+                  published=None, measured=measured,
                   holds=bool(holds), note="the spread falls with alpha partly by construction: a head that gives the "
-                                          "first token most of every row has little room to vary")
+                                          "first token most of every row has little room to vary",
+                  quantities=IMPLICIT_QUANTITIES | {name: q.share("AUC") for name in measured})
 
 
 IMPLICIT_AUC_NAMES = {"value_norm_ratio": "value_norm_auc", "sink_term_spread": "term_spread_auc"}  # AUCs, not ratios
+# each a Mann-Whitney AUC: P(a random sink head lies below a random other head), a share of head pairs in [0, 1]
+IMPLICIT_QUANTITIES = {name: q.share("AUC") for name in IMPLICIT_AUC_NAMES.values()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, over_draws
 from sinklib.mitigation.verdicts import claim_source
 
@@ -19,6 +20,14 @@ PARITY_FOLLOWS = ("arXiv 2605.06611, the head-wise RMSNorm experiment (abstract:
 PARITY_ADAPTED = ("a 2-layer TinyLM trained here for a few hundred steps, DomRatio of the first token averaged over "
                   "layers and effective rank of the last layer's states at the final checkpoint; judged by direction "
                   "in each training seed (paired with softmax of the same seed), not by the paper's sizes")
+
+
+# What each number is (:mod:`sinklib.core.quantities`): ``measured`` holds [softmax, head-wise RMSNorm] per quantity.
+PARITY_QUANTITIES = {
+    "dom_ratio": q.ratio(),  # the first token's DomRatio = max_j |h_j| / mean_j |h_j|
+    "effective_rank": q.value("effective rank"),  # exp of the entropy of the normalised singular values
+    "@spread": q.ratio(),  # each seed's DomRatio, head-wise RMSNorm over softmax
+}
 
 
 def parity_one_seed(candidate: dict, baseline: dict, paper: dict) -> Claim:
@@ -51,7 +60,8 @@ def parity_one_seed(candidate: dict, baseline: dict, paper: dict) -> Claim:
                             "effective_rank": [base.get("effective_rank"), published.get("effective_rank")]},
                  measured={"dom_ratio": [b["dom_ratio_first"], c["dom_ratio_first"]],
                            "effective_rank": [b["effective_rank"], c["effective_rank"]]},
-                 holds=lower and higher, note=note, follows=PARITY_FOLLOWS, adapted=PARITY_ADAPTED, at_init=None)
+                 holds=lower and higher, note=note, follows=PARITY_FOLLOWS, adapted=PARITY_ADAPTED, at_init=None,
+                 quantities=PARITY_QUANTITIES)
 
 
 def parity_claim_over_seeds(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict,

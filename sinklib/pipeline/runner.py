@@ -286,13 +286,19 @@ class _Children:
             return NotebookResult(book.stem, False, time.perf_counter() - start,
                                   f"child exited {code} without a result")
 
-    def stop(self, grace_s: float = 30.0) -> None:
-        """Ask every running child to stop (SIGTERM: its kernel shuts down), then kill what is left after
-        ``grace_s``."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Ask every running child to stop (SIGTERM: it kills its kernel and leaves), then -- after ``grace_s`` --
+        SIGKILL what is left: the child and every process it started (its kernel runs in a session of its own, and
+        a kernel left alive would keep the run's output pipes open until its cell ends)."""
+        import psutil
+
         with self._lock:
             self.stopping.set()
             procs = list(self.procs.values())
+        family: list[psutil.Process] = []
         for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                family += psutil.Process(proc.pid).children(recursive=True)  # before the child can die and orphan them
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
         deadline = time.perf_counter() + grace_s
@@ -300,7 +306,13 @@ class _Children:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
             except subprocess.TimeoutExpired:
+                with contextlib.suppress(psutil.Error):
+                    family += psutil.Process(proc.pid).children(recursive=True)
                 proc.kill()
+                proc.wait()
+        for p in family:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 # The CPU profile's time budget per notebook once caches are warm (issue 15: all notebooks <= 12 minutes on the
@@ -543,9 +555,11 @@ def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], job
     wall = time.perf_counter() - started
     ordered = [results.get(b.stem) or NotebookResult(b.stem, False, 0.0, "not started: the run was interrupted")
                for b in books]
-    gallery = build_gallery(figures_dir)
-    print(summary_table(ordered, profile, wall=wall, jobs=jobs, cold=cold))
-    print(f"gallery: {gallery}")
+    print(summary_table(ordered, profile, wall=wall, jobs=jobs, cold=cold), flush=True)
+    if interrupted and not any(r.ok for r in ordered):  # nothing published: the gallery is as it was; a stop is at
+        print(f"gallery: unchanged ({figures_dir / 'index.html'})")  # once, not after a rebuild under load
+    else:
+        print(f"gallery: {build_gallery(figures_dir)}")
     if interrupted:
         import signal
 

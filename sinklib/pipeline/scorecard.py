@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sinklib.core import claims as claims_io
+from sinklib.core import quantities as q
 from sinklib.core.claims import IMPLEMENTATION_CHECK, NOT_A_PAPER, OWN_QUESTION  # noqa: F401 (re-exported)
 
 VERDICTS = claims_io.VERDICTS  # holds, does NOT hold, unsettled, cannot be judged here
-IDENTITY_KEYS = ("layer", "neuron", "dim", "dims", "head", "position", "index")  # which one, not how much: not plotted
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class Row:
     spread: object = None
     unsettled: bool = False
     margin: object = None
+    quantities: dict = field(default_factory=dict)  # what each number is, as its rule declared (Claim.quantities)
     also_in: tuple = ()  # other notebooks that judged the same claim on the same model (filled by :func:`distinct`)
 
     @property
@@ -132,7 +133,8 @@ def collect(figures_dir: str | Path) -> list[Row]:
                 verdict=counted.verdict(), reason=counted.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu,
                 follows=c.follows, adapted=c.adapted, at_init=c.at_init, control=c.control,
                 control_note=c.control_note, control_measured=c.control_measured, draws=tuple(c.draws),
-                draws_of=c.draws_of, spread=c.spread, unsettled=counted.unsettled, margin=c.margin))
+                draws_of=c.draws_of, spread=c.spread, unsettled=counted.unsettled, margin=c.margin,
+                quantities=dict(c.quantities)))
     return rows
 
 
@@ -221,40 +223,32 @@ def _number(x) -> float | None:
 
 def numeric_pairs(rows: list[Row]) -> list[dict]:
     """(published, measured) number pairs for the figure: the values themselves when both are numbers, and every
-    key both dictionaries share with a number on each side -- except keys that name *which* layer / neuron /
-    dimension (:data:`IDENTITY_KEYS`), whose ratio means nothing."""
+    key both dictionaries share with a number on each side -- except numbers their rule declares identities (which
+    layer / neuron / dimension), whose ratio means nothing."""
     pairs = []
     for r in rows:
         p, m = _number(r.published), _number(r.measured)
         if p is not None and m is not None:
             pairs.append({"id": r.id, "key": "", "published": p, "measured": m, "verdict": r.verdict,
-                          "kind": r.kind, "quantity": quantity(r.id, "")})
+                          "kind": r.kind, "quantity": quantity(r, "value", r.measured)})
         elif isinstance(r.published, dict) and isinstance(r.measured, dict):
             for key in sorted(r.published.keys() & r.measured.keys()):
-                if key in IDENTITY_KEYS:
+                if q.declared(r.quantities, "measured", key, r.measured[key]).kind == q.Kind.IDENTITY:
                     continue
                 p, m = _number(r.published[key]), _number(r.measured[key])
                 if p is not None and m is not None:
                     pairs.append({"id": r.id, "key": key, "published": p, "measured": m, "verdict": r.verdict,
-                                  "kind": r.kind, "quantity": quantity(r.id, key)})
+                                  "kind": r.kind, "quantity": quantity(r, key, r.measured[key])})
     return pairs
 
 
-QUANTITIES = (  # (what the number is, words in the claim id or key that say so), first match wins
-    ("perplexity", ("xiao2023", "ppl", "perplexity", "original", "set_to_mean", "set to mean", "val_loss")),
-    ("attention share or rate", ("first_attention", "sink_rate", "natural", "random", "repeated", "share",
-                                 "fraction", "alpha")),
-    ("activation ratio", ("ratio", "selectivity", "max_activation", "kurtosis", "norm")),
-)
+GROUP_OF_KIND = {q.Kind.LOSS: "loss or perplexity", q.Kind.SHARE: "attention share or rate", q.Kind.RATIO: "ratio"}
 
 
-def quantity(claim_id: str, key: str) -> str:
-    """What a number measures, for grouping: perplexity, attention share or rate, activation ratio, or other."""
-    text = f"{key} {claim_id}".lower()
-    for name, words in QUANTITIES:
-        if any(w in text for w in words):
-            return name
-    return "other"
+def quantity(row: Row, key: str, number) -> str:
+    """What a number measures, for grouping, from the kind its rule declared: loss or perplexity, attention share
+    or rate, ratio, or other."""
+    return GROUP_OF_KIND.get(q.declared(row.quantities, "measured", key, number).kind, "other")
 
 
 @dataclass(frozen=True)
@@ -282,7 +276,7 @@ class Term:
 class RatioSpec:
     """A like-for-like ratio of one claim: ``numerator`` / ``denominator`` (words), the run's from ``measured``
     (both numbers from the same run: same model, same text or training), the paper's from ``published`` (both
-    from the paper's own table). ``quantity`` groups the figure's rows (:data:`QUANTITIES`' names)."""
+    from the paper's own table). ``quantity`` names the figure's group of rows."""
     claim: str  # base id (:func:`base_id`)
     numerator: str
     denominator: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim
 from sinklib.core.intervention import Intervention
@@ -54,6 +55,10 @@ def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 
             if (heads := (frac[layer] >= min_fraction).nonzero().flatten().tolist())}
 
 
+ACT_QUANTITIES = {"heads": q.count("heads"), "of": q.count("heads"),  # heads calibrated, of all heads
+                  "original": q.loss("ppl"), "ACT": q.loss("ppl")}  # held-out perplexity without / with ACT
+
+
 def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> Claim:
     """ACT (Yu et al., arXiv 2406.15765): calibrating the heads with hidden (non-first) sinks improves the model.
 
@@ -64,7 +69,8 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> C
     return Claim(id="yu2024.act_calibration_helps", source="Yu et al., ACT, arXiv 2406.15765",
                  statement="calibrating attention in heads with non-first sinks improves the model without training",
                  rule="not applied: ACT's accuracy-based head search needs a labelled set that is not offline",
-                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, holds=None,
+                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, quantities=ACT_QUANTITIES,
+                 holds=None,
                  note=f"proxy head choice ({n_heads} heads with a non-first sink) "
                       f"{'lowers' if helped else 'does not lower'} held-out perplexity",
                  follows="Sec. 4 (a key j >= 1 is a sink when sum_t A[t, j] / (T - j) > 0.1; its attention becomes "

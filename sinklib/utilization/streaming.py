@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from sinklib.core import quantities as q
 from sinklib.core.claims import IMPLEMENTATION_CHECK, Claim
 from sinklib.core.evaluation import ppl, ppl_ratio_interval
 from sinklib.core.loaded import LoadedModel
@@ -309,6 +310,12 @@ _CODE = "mit-han-lab/streaming-llm:streaming_llm/kv_cache.py:StartRecentKVCache"
 _EVAL = "mit-han-lab/streaming-llm:examples/eval_long_ppl.py"
 _SIZES = "a 135M model, a smaller cache, a shorter held-out stream and several tokens per step"
 _COLLAPSE = 1.5  # window only must be this many times the sinks' perplexity for the sinks to matter at all
+# What the claims' numbers are: every streaming rule's measured value is a perplexity (keyed by cache, or by the
+# number of sinks kept); the bounded cache's, a KV-cache size in MiB.
+RESCUE_QUANTITIES = {"*": q.loss("ppl")}  # "window only", "<n> sinks + window" (and at the recompute positions), ...
+FEW_SINKS_QUANTITIES = {"*": q.loss("ppl")}  # number of sinks kept ("0", "1", "4", ...) -> perplexity
+POSITIONAL_QUANTITIES = {"4 newlines": q.loss("ppl"), "own first 4": q.loss("ppl"), "window only": q.loss("ppl")}
+BOUNDED_QUANTITIES = {"*": q.value("MiB")}  # "dense", "<n> sinks + window" -> final KV-cache size
 
 
 PAIRED = " at the recompute positions"  # post[sinks_key + PAIRED]: the sinks' perplexity on recomputation's tokens
@@ -339,7 +346,7 @@ def sinks_rescue_streaming(post: dict[str, float], sinks_key: str, paper: dict) 
                       "same tokens",
                  published={"window only": t1["window_only"], "4 sinks + window": t1["sink4_window1020"]},
                  measured={k: post[k] for k in ("window only", sinks_key, sinks_key + PAIRED, "recompute")
-                           if k in post}, holds=bool(holds),
+                           if k in post}, quantities=RESCUE_QUANTITIES, holds=bool(holds),
                  note=f"paper: Llama-2-13B, 1024-token cache, PG19; collapse here {post['window only'] / post[sinks_key]:.1f}x "
                       f"vs {t1['window_only'] / t1['sink4_window1020']:.0f}x there -- the size is not comparable",
                  follows=f"Table 1 and Sec. 3.2 (window attention vs 4 initial tokens + recent window vs sliding "
@@ -362,7 +369,8 @@ def one_sink_recovers_most(ppl_by_sinks: dict[int, float], paper: dict) -> Claim
                  statement="one to four initial tokens kept as sinks recover most of the window-only loss",
                  rule="ppl(0 sinks) > 1.5x ppl(4 sinks), and the drop 0 -> 1 sinks > 50% of the drop 0 -> 4 sinks",
                  published={"n_sink": t2["n_sink"], "Llama-2-7B": t2["Llama-2-7B"]},
-                 measured={str(k): v for k, v in sorted(ppl_by_sinks.items())}, holds=bool(holds),
+                 measured={str(k): v for k, v in sorted(ppl_by_sinks.items())}, quantities=FEW_SINKS_QUANTITIES,
+                 holds=bool(holds),
                  note="" if matters else "window only is within 1.5x of 4 sinks: the sinks do not matter here",
                  follows=f"Table 2 (0, 1, 2, 4, 8 initial tokens + recent window, PG19); {_CODE} (start_size)",
                  adapted=f"'most' read as more than half of the 4-sink gain, and the 1.5x collapse required first; "
@@ -384,7 +392,8 @@ def sink_is_positional(newline_ppl: float, own_ppl: float, paper: dict, window_o
                  statement="the sink is about position, not content: 4 newline tokens serve as well as the text's own",
                  rule="window only > 1.5x ppl with the text's first 4 tokens, and ppl with 4 newline sinks < 1.25x it",
                  published={"4 newlines": t1["newline4_window1020"], "own first 4": t1["sink4_window1020"]},
-                 measured=measured, holds=bool(matters and newline_ppl < 1.25 * own_ppl),
+                 measured=measured, quantities=POSITIONAL_QUANTITIES,
+                 holds=bool(matters and newline_ppl < 1.25 * own_ppl),
                  note="" if matters else "window only is within 1.5x of 4 sinks: there is no sink to replace here",
                  follows=f"Table 1 ('4 \\n' + 1020 recent vs 4 initial tokens + 1020 recent, Llama-2-13B, PG19); "
                          f"{_CODE} (the kept tokens are whatever sits first)",
@@ -400,7 +409,8 @@ def bounded_cache(cache_mib: dict[str, float], sinks_key: str) -> Claim:
     return Claim(id="xiao2023.bounded_cache", source=f"{_XIAO}, Section 3", paper=IMPLEMENTATION_CHECK,
                  statement="a sink + window cache keeps a fixed memory footprint while generating",
                  rule="final KV-cache size of the sink cache < the dense cache's",
-                 published=None, measured=dict(cache_mib), holds=bool(cache_mib[sinks_key] < cache_mib["dense"]),
+                 published=None, measured=dict(cache_mib), quantities=BOUNDED_QUANTITIES,
+                 holds=bool(cache_mib[sinks_key] < cache_mib["dense"]),
                  follows=f"Sec. 3.2 (the cache keeps start_size + recent_size entries); {_CODE} "
                          f"(cache_size = start_size + recent_size)",
                  adapted="",

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sinklib.core import metrics
+from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
@@ -146,6 +147,12 @@ def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last:
     return sorted(rows, key=lambda r: -r[2])[:top]
 
 
+# mean sink mass m_j (an average attention weight) per token kind; the first delimiter's over a content word's, and
+# its spread over the draws of windows (:func:`delimiter_over_draws`)
+DELIMITER_QUANTITIES = {**{kind: q.share("attention mass m_j") for kind in KINDS},
+                        "first_delimiter_over_content": q.ratio(), "@spread": q.ratio()}
+
+
 def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
     """Sun et al. (Section 2): besides the starting token, massive activations -- and with them the attention -- sit
     at the first delimiter ("." or "\\n"). Rule: the first delimiter's mean mass m_j is > :data:`DELIMITER_CUT` (2x) a
@@ -156,6 +163,7 @@ def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
                  rule=f"mean sink mass m_j of the first delimiter > {DELIMITER_CUT:g}x that of content-word keys (last 8 "
                       f"keys left out)",
                  published=None, measured={**by_kind, "first_delimiter_over_content": ratio},
+                 quantities=DELIMITER_QUANTITIES,
                  holds=None if math.isnan(ratio) else bool(ratio > DELIMITER_CUT),
                  note="no first delimiter or no content word among the scored keys" if math.isnan(ratio) else "",
                  follows=DELIMITER_FOLLOWS, adapted=DELIMITER_ADAPTED, at_init=False)
@@ -221,6 +229,12 @@ def position_or_token(lm: LoadedModel, ids: torch.Tensor, layers: list[int], shi
                            shift=shift, other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
 
 
+# alpha of the first position (as given, another token there, another text in front) and of the original first token
+# moved to position ``shift``; over the draws of windows, the spread of alpha_0 as given (:func:`position_over_draws`)
+POSITION_QUANTITIES = {"own": q.share("alpha"), "replaced": q.share("alpha"), "moved_first": q.share("alpha"),
+                       "moved_original": q.share("alpha"), "shift": q.identity("position"), "@spread": q.share("alpha")}
+
+
 def position_claim(result: PositionOrToken, model: str) -> Claim:
     """Xiao et al. (Section 3.1): the sink is the initial position, whatever token sits there. Rule in
     :meth:`PositionOrToken.verdict`."""
@@ -231,8 +245,10 @@ def position_claim(result: PositionOrToken, model: str) -> Claim:
                       "(reverse, or no sink at position 0: fails)",
                  published=None,
                  measured={"own": result.own, "replaced": result.replaced, "moved_first": result.moved_first,
-                           "moved_original": result.moved_original, "shift": result.shift, "answer": result.answer},
-                 holds=result.verdict(), follows=POSITION_FOLLOWS, adapted=POSITION_ADAPTED, at_init=False)
+                           "moved_original": result.moved_original, "shift": int(result.shift),
+                           "answer": result.answer},
+                 quantities=POSITION_QUANTITIES, holds=result.verdict(), follows=POSITION_FOLLOWS,
+                 adapted=POSITION_ADAPTED, at_init=False)
 
 
 def position_over_draws(results: list[PositionOrToken], model: str, draws_of: str) -> Claim:

@@ -318,6 +318,8 @@ def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
     hidden, VAR's change of the NLL. One run: its claims as they are (the Recorder records one evaluation)."""
     if len(runs) == 1:
         return [replace(c, draws_of=draws_of) for c in runs[0]]
+    # each claim's "@spread" is declared with its other numbers (kang_claims.sink_quantities, masking_quantities,
+    # var_quantities)
     keys = {"kang2025.visual_sink_tokens_exist": lambda c: c.measured["max fraction of image tokens"],
             "kang2025.masking_sinks_is_harmless": lambda c: c.measured["delta NLL sinks"],
             "kang2025.var_helps": lambda c: c.measured["VAR"] - c.measured["none"]}

@@ -13,6 +13,7 @@ import torch
 
 from sinklib.architectures.moe.moe_sinks import Routing, routing
 from sinklib.architectures.moe.super_experts import EFFECT, effect_size, super_experts
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.loaded import LoadedModel
 
@@ -54,6 +55,13 @@ def standin_verdict(claim: Claim) -> Claim:
                         + (f"; {claim.note}" if claim.note else ""))
 
 
+# What su2025.few_super_experts' numbers are; its spread (:func:`super_experts_over_draws`): the effect size over the
+# draws. A super expert is a (layer, expert) pair of ints (expert -1: a layer's shared expert).
+SUPER_EXPERT_QUANTITIES = {"super_experts": q.identity("(layer, expert)"), "share": q.share("fraction of experts"),
+                           "a of the super experts": q.value("|down_proj output|"), "effect size": q.ratio(),
+                           "authors' rule finds": q.count("super experts"), "@spread": q.ratio()}
+
+
 def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, effect: float = EFFECT,
                         note: str = "", shared: torch.Tensor | None = None) -> Claim:
     """Su et al.: a few super experts carry "rare but extreme activation outliers in the output of the down_proj"
@@ -73,7 +81,7 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                       f"super experts, at most 1% of all experts, and each has a >= {effect:g} x the median a of the "
                       f"other routed experts",
                  published={"Mixtral-8x7B": "1 of 256", "DeepSeek-V2-Lite": "2 of 1,782", "Qwen3-30B-A3B": "3 of 6,144"},
-                 measured={"super_experts": [list(s[:2]) for s in supers], "share": share,
+                 measured={"super_experts": [[int(s[0]), int(s[1])] for s in supers], "share": share,
                            "a of the super experts": [s[2] for s in supers], "effect size": size,
                            "authors' rule finds": len(supers)},
                  holds=bool(supers) and share <= 0.01 and size >= effect, note=note,
@@ -87,7 +95,7 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                          f"expert's a >= {effect:g} x the median a of the other routed experts), because with few "
                          f"layer-experts (the stand-in keeps 22 x 8 = 176) the 99.5th percentile lies between the two "
                          f"largest a and the rank rule alone passes exactly one expert for any weights",
-                 at_init=False)
+                 at_init=False, quantities=SUPER_EXPERT_QUANTITIES)
 
 
 def candidate_count(route: Routing) -> int:
@@ -125,6 +133,16 @@ def super_experts_over_draws(lm: LoadedModel, first: torch.Tensor, n_first: int,
                       key=lambda c: c.measured["effect size"])
 
 
+# What su2025.pruning_super_experts_breaks_the_sink's numbers are, for the model as is, with the super experts pruned
+# and with each random draw pruned (:meth:`~sinklib.architectures.moe.pruning.PruneRun.summary`); its spread
+# (:func:`pruning_over_draws`): each draw's largest relative perplexity change.
+PRUNING_QUANTITIES = {
+    **{f"{run}.alpha": q.share("alpha_0") for run in ("baseline", "prune super experts", "random.*")},
+    **{f"{run}.ppl": q.loss("ppl") for run in ("baseline", "prune super experts", "random.*")},
+    **{f"{run}.max_abs_first": q.value("|h|") for run in ("baseline", "prune super experts", "random.*")},
+    "@spread": q.ratio("relative change")}
+
+
 def pruning_claim(base: dict, pruned: dict, controls: list[dict], note: str = "") -> Claim:
     """Su et al.: pruning the super experts collapses the sink and the model; pruning as many random experts does
     not. Each dict: {"alpha": mean alpha_0 over layers, "ppl": perplexity}. Rule: the super-expert prune lowers alpha
@@ -150,7 +168,7 @@ def pruning_claim(base: dict, pruned: dict, controls: list[dict], note: str = ""
                  adapted="the paper reports numbers and no threshold: the cuts (alpha_0 down > 50%, perplexity up > "
                          "1.5x, each random control within 10%) are this project's; pruning zeroes the expert's "
                          "weights and leaves the router as it is",
-                 at_init=False)
+                 at_init=False, quantities=PRUNING_QUANTITIES)
 
 
 def pruning_over_draws(summary: dict[str, dict], note: str = "") -> Claim:

@@ -7,8 +7,10 @@ outliers sit on redundant patches, and they hold global information (a linear pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 from sinklib.architectures.vit.vit_sinks import (
     DARCET_CUT_VIT_G,
@@ -18,6 +20,7 @@ from sinklib.architectures.vit.vit_sinks import (
     first_outlier_layer,
     outlier_mask,
 )
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, over_draws
 
 # ------------------------------------------------------------------------------------------------------- claims
@@ -37,6 +40,45 @@ REGISTER_TWINS = {"facebook/dinov2-large": "facebook/dinov2-with-registers-large
 
 
 LARGE_FRACTION = (0.005, 0.10)  # a large model without registers: 0.5-10% outliers late (ViT-g: ~2.4%)
+
+
+# ---------------------------------------------------------------------------------------------- quantities
+# A fraction of discrete items (held-out digits, photos, patch tokens) moves in steps of 1/n when one item crosses a
+# cut on another machine: its tolerance is one step (:func:`fraction_of_items`), not the float forward's 1e-4.
+ONE_STEP = ("on an Intel AMX host the pretrained ONNX forward moved darcet2023.outliers_hold_global_information's "
+            "probe gap by one held-out digit, 0.0667 -> 0.0708 (1/240 of the CPU profile's 240 held-out digits)")
+PROBE_WHY = (f"a fraction of the held-out digits moves in steps of 1/n when one digit's prediction flips: {ONE_STEP}; "
+             f"the tolerance is one step, n read off the accuracies (their least common denominator)")
+PATCH_WHY = (f"a fraction of patch tokens (images x patches x layers) moves by one step when one patch crosses the "
+             f"outlier cut on another machine; the tolerance is one step (the float forward's default fails on a "
+             f"single patch; {ONE_STEP})")
+
+
+def item_step(fractions: Iterable[float | None], most: int = 100_000) -> float | None:
+    """The step that fractions k / n of n items move by when one item changes: 1 / n, n the least common denominator
+    of ``fractions`` (each read as the nearest k / n with n <= ``most``). Never finer than the true step (the n found
+    divides the true one); None when nothing tells it (no finite fraction, or only 0 and 1)."""
+    n = 1
+    for x in fractions:
+        if x is not None and math.isfinite(x):
+            n = math.lcm(n, Fraction(x).limit_denominator(most).denominator)
+    return 1 / n if n > 1 else None
+
+
+def fraction_of_items(step: float | None, why: str, unit: str = "fraction", kind: q.Kind = q.Kind.SHARE
+                      ) -> q.Quantity:
+    """A fraction of discrete items with the tolerance of one ``step`` (``why``: what the step is and the measurement
+    behind it), plus 1e-9 for float rounding (0.0708333 - 0.0666667 is 1/240 + 1e-17); the kind's default where the
+    step is unknown (None)."""
+    if step is None:
+        return q.Quantity(kind=kind, unit=unit)
+    return q.Quantity(kind=kind, unit=unit, abs_tol=step + 1e-9, why=why)
+
+
+def late_step(profile: VitProfile) -> float:
+    """One patch token's step in :func:`late_outlier_fraction`: 1 / (images x patches x layers of the last third)."""
+    n_layers, n_images, n_patches = profile.patch_norms().shape
+    return 1 / (n_images * n_patches * max(1, n_layers // 3))
 
 
 def late_outlier_fraction(profile: VitProfile) -> float:
@@ -90,6 +132,17 @@ def outliers_only_claim(profile: VitProfile, expect: str, calibration: dict | No
         raise ValueError(f"expect must be 'none', 'outliers' or 'registers', not {expect!r}")
     measured = {"outlier fraction, last third": late, "max / median patch norm": max(profile.max_norm_ratio()),
                 "layers with outliers": int((frac > 0).sum()), "first layer with outliers": first_outlier_layer(profile)}
+    n_layers, n_images, n_patches = profile.patch_norms().shape
+    one_layer = fraction_of_items(1 / (n_images * n_patches), PATCH_WHY, "fraction of patch tokens")  # calibration's
+    quantities = {"outlier fraction, last third": fraction_of_items(late_step(profile), PATCH_WHY,
+                                                                    "fraction of patch tokens"),
+                  "max / median patch norm": q.ratio(), "layers with outliers": q.count("layers"),
+                  "first layer with outliers": q.identity("layer"),
+                  # registers.calibration of the same profile, at Jiang et al.'s detection layer
+                  "calibration.layer": q.identity("layer"), "calibration.absolute cut": q.value("|h|"),
+                  "calibration.absolute cut / median patch norm": q.ratio(),
+                  "calibration.fraction over the absolute cut": one_layer,
+                  f"calibration.fraction over {OUTLIER_FACTOR:g} x the median": one_layer}
     return Claim(
         id="darcet2023.outliers_only_in_large_models", source=f"{DARCET}, Fig. 3-4",
         statement=statement,
@@ -104,7 +157,7 @@ def outliers_only_claim(profile: VitProfile, expect: str, calibration: dict | No
                 f"calibration in measured); expectation by model (:func:`expectation`): DINOv2-L/g, CLIP / OpenCLIP "
                 f"ViT-B/16 and other models of 24+ layers are expected to have 0.5-10% outliers in the last third of "
                 f"the layers, models with registers under 0.5%, small models none",
-        at_init=False)
+        at_init=False, quantities=quantities)
 
 
 def registers_remove_outliers_claim(pairs: dict[str, tuple[VitProfile, VitProfile]]) -> Claim:
@@ -116,6 +169,8 @@ def registers_remove_outliers_claim(pairs: dict[str, tuple[VitProfile, VitProfil
     measured = {name: {"without registers": late_outlier_fraction(a), "with registers": late_outlier_fraction(b)}
                 for name, (a, b) in pairs.items()}
     tested = {n: m for n, m in measured.items() if m["without registers"] >= low}
+    step = max((late_step(x) for pair in pairs.values() for x in pair), default=None)  # the coarsest profile's
+    quantities = {"*": fraction_of_items(step, PATCH_WHY, "fraction of patch tokens")}  # {name: {without, with}}
     holds = all(m["with registers"] < low for m in tested.values()) if tested else None
     return Claim(
         id="darcet2023.registers_remove_outliers", source=f"{DARCET}, Fig. 7",
@@ -128,7 +183,12 @@ def registers_remove_outliers_claim(pairs: dict[str, tuple[VitProfile, VitProfil
         needs_gpu=not tested,
         follows=f"Sec. 3, Fig. 7 (norm distributions with and without registers); {DARCET_CODE}",
         adapted=f"{RELATIVE_CUT}; pairs of the published checkpoints with and without registers (DINOv2-L / -g)",
-        at_init=False)
+        at_init=False, quantities=quantities)
+
+
+# darcet2023.outliers_on_redundant_patches: mean cosine similarities to the 4 grid neighbours, and the patches chosen
+REDUNDANT_QUANTITIES = {"selected": q.value("cosine"), "normal": q.value("cosine"), "all": q.value("cosine"),
+                        "k": q.count("patches")}
 
 
 def redundant_patches_claim(similarity: dict) -> Claim:
@@ -151,15 +211,34 @@ def redundant_patches_claim(similarity: dict) -> Claim:
                 f"after the patch embedding layer); {DARCET_CODE}",
         adapted=f"outliers by {OUTLIER_FACTOR:g} x the median patch norm at the last block (the paper: > 150 at the "
                 f"output of ViT-g); border patches average the neighbours they have",
-        at_init=False)
+        at_init=False, quantities=REDUNDANT_QUANTITIES)
 
 
-def global_information_claim(probe: dict[str, float], outlier_share: float) -> Claim:
+OUTLIER_SHARE = "probe images whose highest-norm patch is an outlier"
+OUTLIER_SHARE_WHY = (f"a fraction of all the probe digits (600 on the CPU profile) moves by one digit when a digit's "
+                     f"highest-norm patch crosses the outlier cut on another machine; the tolerance is one held-out "
+                     f"digit's step (1/240 there), the finest step the claim reads off its numbers ({ONE_STEP})")
+
+
+def global_information_quantities(probe: dict[str, float], step: float | None) -> dict[str, q.Quantity]:
+    """What ``darcet2023.outliers_hold_global_information``'s numbers are: held-out accuracies (one ``step`` =
+    one held-out digit), the share of probe digits whose highest-norm patch is an outlier (a fraction of all the
+    probe digits, whose step 1 / n_digits is finer than one held-out digit's: it gets that coarser step, the finest
+    the claim can read off its numbers), and its spread: the accuracy gap highest - median-norm patch per split."""
+    accuracy = fraction_of_items(step, PROBE_WHY, "accuracy")
+    return {**{name: accuracy for name in probe},
+            OUTLIER_SHARE: fraction_of_items(step, OUTLIER_SHARE_WHY, "fraction of probe digits"),
+            "@spread": fraction_of_items(step, PROBE_WHY, "accuracy difference", kind=q.Kind.VALUE)}
+
+
+def global_information_claim(probe: dict[str, float], outlier_share: float, step: float | None = None) -> Claim:
     """``darcet2023.outliers_hold_global_information`` (Table 1): a linear probe of the image label works from an
     outlier token (near CLS), not from a normal patch. Rule: in most probe images (>= 50%) the last layer's
     highest-norm patch is an outlier, and probe(highest-norm patch) - probe(median-norm patch) > 0.1; None when it
-    is an outlier in fewer (then the probe reads an ordinary patch)."""
+    is an outlier in fewer (then the probe reads an ordinary patch). ``step``: one held-out digit's step of the
+    accuracies (default: :func:`item_step` of ``probe``)."""
     has = outlier_share >= 0.5
+    step = item_step(probe.values()) if step is None else step
     return Claim(
         id="darcet2023.outliers_hold_global_information", source=f"{DARCET}, Table 1",
         statement="a linear probe of the image label works from an outlier token (near CLS) but not from a normal "
@@ -167,7 +246,7 @@ def global_information_claim(probe: dict[str, float], outlier_share: float) -> C
         rule="the highest-norm patch is an outlier in >= 50% of the probe images, and probe(highest-norm patch) - "
              "probe(median-norm patch) > 0.1",
         published="outlier ~ CLS >> normal patch",
-        measured=probe | {"probe images whose highest-norm patch is an outlier": outlier_share},
+        measured=probe | {OUTLIER_SHARE: outlier_share},
         holds=probe["highest-norm patch"] - probe["median-norm patch"] > 0.1 if has else None,
         note="" if has else (f"the highest-norm patch is an outlier in {outlier_share:.0%} of the probe images: the "
                              f"probe reads an ordinary patch"),
@@ -176,7 +255,7 @@ def global_information_claim(probe: dict[str, float], outlier_share: float) -> C
         adapted="scikit-learn's digits (upscaled) instead of image classification; the last layer's highest-norm "
                 "patch stands for the outlier (checked on the probe images themselves) and its median-norm patch for "
                 "a normal one; the 0.1 margin is this project's",
-        at_init=False)
+        at_init=False, quantities=global_information_quantities(probe, step))
 
 
 def high_norm_claims(profile: VitProfile, expect: str, similarity: dict | None = None,
@@ -194,7 +273,8 @@ def high_norm_claims(profile: VitProfile, expect: str, similarity: dict | None =
     if probe is not None:
         has = outlier_share >= 0.5
         probes = [probe] if isinstance(probe, dict) else list(probe)
-        draws = [global_information_claim(p, outlier_share) for p in probes]
+        step = item_step(x for p in probes for x in p.values())  # one held-out digit, read off every split
+        draws = [global_information_claim(p, outlier_share, step) for p in probes]
         if len(draws) == 1:
             claims.append(draws[0])
         else:

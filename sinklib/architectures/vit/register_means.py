@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from sinklib.architectures.vit.darcet_claims import PROBE_WHY, fraction_of_items, item_step
 from sinklib.architectures.vit.sun_claims import SUN
 from sinklib.architectures.vit.vit_sinks import vit_forward
+from sinklib.core import quantities as q
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
@@ -140,6 +142,9 @@ def fixed_bias_claim(accuracy: dict[str, float] | None, model: str = "") -> Clai
         drop = accuracy["as is"] - accuracy["fixed register mean"]
         measured = accuracy | {"drop": drop, "model": model}
         holds, note = abs(drop) <= FIXED_BIAS_MARGIN, ""
+    step = item_step((accuracy or {}).values())  # one held-out digit
+    quantities = {**{name: fraction_of_items(step, PROBE_WHY, "accuracy") for name in accuracy or {}},
+                  "drop": fraction_of_items(step, PROBE_WHY, "accuracy difference", kind=q.Kind.VALUE)}
     return Claim(
         id="sun2024.registers_are_fixed_biases", source=f"{SUN}, Sec. 5",
         statement="the registers of a ViT trained with them act as fixed biases: replacing them with their mean at "
@@ -153,4 +158,4 @@ def fixed_bias_claim(accuracy: dict[str, float] | None, model: str = "") -> Clai
         adapted="a logistic-regression probe of scikit-learn's digits trained on the unedited features instead of "
                 "the official ImageNet heads; the means over the probe's training images instead of 10k augmented "
                 "ImageNet training images; the 2-point margin is this project's",
-        at_init=False)
+        at_init=False, quantities=quantities)

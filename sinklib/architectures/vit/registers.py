@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from sinklib.architectures.vit.vit_sinks import OUTLIER_FACTOR, vit_forward
+from sinklib.core import quantities as q
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
 from sinklib.core.intervention import Intervention
@@ -95,7 +96,8 @@ def calibration(profile, config: JiangConfig) -> dict:
     pn = profile.patch_norms()[config.detect_outliers_layer]  # (B, P)
     median = pn.median(dim=-1, keepdim=True).values  # (B, 1)
     cut = config.register_norm_threshold
-    return {"config": config.source, "layer": config.detect_outliers_layer, "absolute cut": cut,
+    # its numbers' quantities: darcet_claims.outliers_only_claim, which records them under "calibration"
+    return {"config": config.source, "layer": int(config.detect_outliers_layer), "absolute cut": cut,
             "absolute cut / median patch norm": float((cut / median).median()),
             "fraction over the absolute cut": float((pn > cut).float().mean()),
             f"fraction over {OUTLIER_FACTOR:g} x the median": float((pn > OUTLIER_FACTOR * median).float().mean())}
@@ -281,6 +283,11 @@ def register_norm_ratio(after, layer: int = -1) -> float:
     return (after.norms[layer, :, -1] / median).mean().item()
 
 
+# jiang2025.test_time_register_takes_outliers: norms over the median patch norm, at the detection layer
+TEST_TIME_REGISTER_QUANTITIES = {"max/median patch norm before": q.ratio(), "after": q.ratio(),
+                                 "register norm / median patch norm": q.ratio(), "layer": q.identity("layer")}
+
+
 def test_time_register_claim(before, after, stand_in: bool, config: JiangConfig | None = None) -> Claim:
     """Jiang et al. (arXiv 2506.08010, Fig. 1 and Sec. 4): with a test-time register the high-norm outliers leave the
     image patches and sit on the extra token. Rule: where the model has outliers, it holds when no patch passes the
@@ -302,7 +309,7 @@ def test_time_register_claim(before, after, stand_in: bool, config: JiangConfig 
              f"median patch norm and the register token does",
         published="outliers move to the test-time register; attention maps lose their artefacts",
         measured={"max/median patch norm before": ratio_before, "after": ratio_after,
-                  "register norm / median patch norm": register, "layer": layer},
+                  "register norm / median patch norm": register, "layer": int(layer)},
         holds=holds,
         note="no outliers in this model: the register neurons were found at each image's highest-norm patch"
         if stand_in else "", needs_gpu=stand_in,
@@ -314,4 +321,4 @@ def test_time_register_claim(before, after, stand_in: bool, config: JiangConfig 
                  "recipe); judged on the norms at their detect_outliers_layer (relative cut "
                  f"{factor:g} x the median patch norm), not on attention maps; without outliers each image's "
                  "highest-norm patch stands in and the claim is not judged"),
-        at_init=False)
+        at_init=False, quantities=TEST_TIME_REGISTER_QUANTITIES)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from sinklib.architectures.vit.darcet_claims import ONE_STEP, fraction_of_items
 from sinklib.architectures.vit.vit_sinks import VitProfile, massive_ratio
+from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
 
 # Sun et al. report massive activations in these ViTs (Sec. 5, Fig. 10-11; timm ids in their lib/load_model.py):
@@ -19,6 +21,19 @@ SUN_MAGNITUDE, SUN_RATIO = 100.0, 1000.0
 
 
 SUN = "Sun et al., Massive Activations in Large Language Models, arXiv 2402.17762"
+
+
+IMAGES_WHY = (f"a fraction of the n images moves in steps of 1/n when one image's largest entry moves to another "
+              f"dimension or token on another machine; the tolerance is one step ({ONE_STEP})")
+
+
+def massive_quantities(n_images: int) -> dict[str, q.Quantity]:
+    """What ``sun2024.vit_massive_activations``' numbers are (``n_images``: the images they are fractions of)."""
+    images = fraction_of_items(1 / n_images if n_images else None, IMAGES_WHY, "fraction of images")
+    return {"largest / layer median, peak": q.ratio(), "peak layer": q.identity("layer"),
+            "largest |h| there": q.value("|h|"), "dimension of the largest": q.identity("dimension"),
+            "images with the largest in that dimension": images, "images with the largest on a prefix token": images,
+            "layers meeting the criterion": q.identity("layer")}
 
 
 def vit_massive_activations_claim(profile: VitProfile, name: str) -> Claim:
@@ -55,4 +70,4 @@ def vit_massive_activations_claim(profile: VitProfile, name: str) -> Claim:
                 "median of the whole block output, averaged over images); the 100 / 1000x criterion of Sec. 2",
         adapted="this run's photos instead of 10 ImageNet validation images; transformers checkpoints with the same "
                 "weights as the authors' timm ones",
-        at_init=False)
+        at_init=False, quantities=massive_quantities(dims.numel()))
