@@ -2,11 +2,14 @@
 cache (in parallel processes, one thread each), then compare caches trained on different machines or settings.
 
     python benchmarks/cross_machine.py train CACHE [--workers 8]     # on each machine / setting (SINKLIB_CACHE=CACHE)
-    python benchmarks/cross_machine.py compare NAME=CACHE NAME=CACHE ... [--write data/reference/cross_machine_03.json]
+    python benchmarks/cross_machine.py finals CACHE FINALS.json                # what to copy back from another machine
+    python benchmarks/cross_machine.py compare NAME=CACHE NAME=FINALS.json ... [--write data/reference/cross_machine_03.json]
 
-``compare`` prints, per run, the final validation loss, alpha_0, sink rate and the strongest head's late slope
-(:func:`sinklib.mitigation.verdicts.late_slope`) on every cache, and their spread; the largest spreads are what
-``verdicts.SLOPE_MARGIN`` / ``ALPHA_MARGIN`` and ``verify.TOLERANCES`` ("trained here") rest on. The committed
+``compare`` prints, per run, the final validation loss, alpha_0, the row-normalised first-token share, sink rate and
+the strongest head's late slope (:func:`sinklib.mitigation.verdicts.late_slope`) on every cache, and their spread --
+per run, and of each configuration's mean over its seeds; the largest spreads are what ``verdicts``' margins
+(SLOPE_MARGIN, SEED_ALPHA_MARGIN / ALPHA_MARGIN, SEED_SHARE_MARGIN / SHARE_MARGIN; held to them by
+tests/test_mitigation_verdicts.py) and ``sinklib.core.quantities.TOLERANCES`` ("trained here") rest on. The committed
 measurement (``data/reference/cross_machine_03.json``): this 2-core AMD EPYC (oneDNN avx512_core_bf16, torch 2.14.1)
 and an Intel Xeon with AMX (torch 2.11) with oneDNN on AMX and capped to AVX512_CORE_BF16.
 """
@@ -21,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-QUANTITIES = ("val_loss", "first_attention", "sink_rate", "late_slope")
+QUANTITIES = ("val_loss", "first_attention", "first_share", "sink_rate", "late_slope")
 
 
 def configs() -> list:
@@ -59,24 +62,56 @@ def final(path: Path) -> dict[str, float]:
 
     run = json.loads(path.read_text())
     last = run["checkpoints"][-1]
-    return {"val_loss": last["val_loss"], "first_attention": last["first_attention"], "sink_rate": last["sink_rate"],
+    return {"val_loss": last["val_loss"], "first_attention": last["first_attention"],
+            "first_share": last.get("first_share", last["first_attention"]), "sink_rate": last["sink_rate"],
             "late_slope": late_slope(run)}
 
 
-def compare(caches: dict[str, Path]) -> dict:
-    """Per run key (found in every cache): each quantity on every cache and its spread (max - min); and per quantity
-    the largest spread over the runs, with the run it came from."""
-    names = list(caches)
-    keys = sorted(set.intersection(*({p.stem for p in (c / "training").glob("*.json")} for c in caches.values())))
-    runs = {}
-    for key in keys:
-        values = {n: final(caches[n] / "training" / f"{key}.json") for n in names}
-        runs[key] = {q: {"values": {n: values[n][q] for n in names},
-                         "spread": max(v[q] for v in values.values()) - min(v[q] for v in values.values())}
-                     for q in QUANTITIES}
+def finals(source: Path) -> dict[str, dict[str, float]]:
+    """Run key -> :func:`final` of every training run in a cache (``<cache>/training/*.json`` holding checkpoints), or
+    the same mapping read from a JSON file that ``finals`` wrote on another machine (a cache's runs are too large to
+    copy back from it)."""
+    if source.suffix == ".json":
+        return json.loads(source.read_text())
+    out = {}
+    for path in sorted((source / "training").glob("*.json")):
+        run = json.loads(path.read_text())
+        if isinstance(run, dict) and "checkpoints" in run:
+            out[path.stem] = final(path)
+    return out
+
+
+def compare(sources: dict[str, Path]) -> dict:
+    """Per run key (found in every source: a cache or a ``finals`` JSON file): each quantity on every source and its
+    spread (max - min); and per quantity the largest spread over the runs, with the run it came from."""
+    names = list(sources)
+    values = {n: finals(p) for n, p in sources.items()}
+    keys = sorted(set.intersection(*(set(v) for v in values.values())))
+    runs = {key: {q: {"values": {n: values[n][key][q] for n in names},
+                      "spread": max(values[n][key][q] for n in names) - min(values[n][key][q] for n in names)}
+                  for q in QUANTITIES} for key in keys}
     largest = {q: max(((r[q]["spread"], k) for k, r in runs.items()), default=(0.0, None)) for q in QUANTITIES}
+    means = {}  # the spread of each configuration's mean over its seeds (what a verdict on seed means reads)
+    for group in seed_groups():
+        if all(k in runs for k in group):
+            means[" + ".join(group)] = {q: max(_mean(values, group, n, q) for n in names)
+                                        - min(_mean(values, group, n, q) for n in names) for q in QUANTITIES}
+    largest_mean = {q: max(((m[q], k) for k, m in means.items()), default=(0.0, None)) for q in QUANTITIES}
     return {"settings": names, "runs": runs,
-            "largest_spread": {q: {"spread": s, "run": k} for q, (s, k) in largest.items()}}
+            "largest_spread": {q: {"spread": s, "run": k} for q, (s, k) in largest.items()},
+            "largest_mean_spread": {q: {"spread": s, "runs": k} for q, (s, k) in largest_mean.items()}}
+
+
+def _mean(values: dict, group: tuple[str, ...], name: str, q: str) -> float:
+    return sum(values[name][k][q] for k in group) / len(group)
+
+
+def seed_groups() -> list[tuple[str, ...]]:
+    """The run keys of each configuration of :func:`configs` over its seeds (seed 0's config with every seed)."""
+    groups: dict[str, list[str]] = {}
+    for cfg in configs():
+        groups.setdefault(replace(cfg, seed=0).key(), []).append(cfg.key())
+    return [tuple(keys) for keys in groups.values() if len(keys) > 1]
 
 
 def main(argv: list[str]) -> None:
@@ -85,12 +120,18 @@ def main(argv: list[str]) -> None:
     t = sub.add_parser("train")
     t.add_argument("cache")
     t.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)))
+    f = sub.add_parser("finals")
+    f.add_argument("cache")
+    f.add_argument("out")
     c = sub.add_parser("compare")
-    c.add_argument("caches", nargs="+", help="NAME=CACHE_DIR")
+    c.add_argument("caches", nargs="+", help="NAME=CACHE_DIR or NAME=FINALS.json")
     c.add_argument("--write", default="")
     args = parser.parse_args(argv)
     if args.command == "train":
         train(args.cache, args.workers)
+        return
+    if args.command == "finals":
+        Path(args.out).write_text(json.dumps(finals(Path(args.cache)), indent=1) + "\n")
         return
     result = compare({n: Path(p) for n, p in (x.split("=", 1) for x in args.caches)})
     for key, r in result["runs"].items():

@@ -363,3 +363,16 @@ def test_a_notebook_run_under_another_instruction_set_is_named_as_such():
     fields = {d.field: d.text for d in environment.environment_differences(run, ref)}
     assert fields["ONEDNN_MAX_CPU_ISA"] == "ONEDNN_MAX_CPU_ISA of 03_mitigation: AVX512_CORE_BF16 here, unset in the reference"
     assert fields["notebook_threads"].startswith("threads of 03_mitigation: OMP_NUM_THREADS=2 here")
+
+
+def test_a_margin_value_is_checked_within_its_own_stated_spread():
+    """A verdict's number moves across machines by up to the spread its margin states (03: a seed's share by 0.068):
+    its value is reproduced within that spread, not the kind's default (0.03 for a model trained here)."""
+    def run(value):
+        return _run(a=_claim(kind="trained here", margin={"value": value, "cut": 0.111, "spread": 0.068}))
+
+    assert verify.compare(run(0.068 - 0.060), run(0.068)) == []
+    assert [d.what for d in verify.compare(run(0.068 - 0.070), run(0.068))] == ["value"]
+    small = _run(a=_claim(kind="trained here", margin={"value": 0.05, "cut": 0.03, "spread": 0.01}))
+    moved = _run(a=_claim(kind="trained here", margin={"value": 0.075, "cut": 0.03, "spread": 0.01}))
+    assert verify.compare(moved, small) == []  # the kind's 0.03 is larger than the stated 0.01

@@ -372,10 +372,12 @@ def write_claims(path: str | Path, notebook: str, claims: Sequence[Claim]) -> Pa
 
 def json_schema() -> dict:
     """The JSON Schema of a ``claims.json`` file (``python -m sinklib claims-schema``; ``docs/claims.schema.json``)."""
+    record = dict(CLAIM.json_schema(mode="serialization"))
+    defs = record.pop("$defs", {})  # its references ("#/$defs/Quantity") resolve from the document's root
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "sinklib claims.json",
-            "type": "object", "required": ["schema", "notebook", "claims"],
+            "type": "object", "required": ["schema", "notebook", "claims"], "$defs": defs,
             "properties": {"schema": {"const": SCHEMA}, "notebook": {"type": "string"},
-                           "claims": {"type": "array", "items": CLAIM.json_schema(mode="serialization")}}}
+                           "claims": {"type": "array", "items": record}}}
 
 
 class UnknownClaimFieldWarning(UserWarning):

@@ -114,6 +114,15 @@ def _cmd_verify(args) -> int:
     return verify(args.figures_dir, args.reference or REFERENCE, write=args.write, force=args.force)
 
 
+def _cmd_claims_schema(args) -> int:
+    import json
+
+    from sinklib.core.claims import json_schema
+
+    print(json.dumps(json_schema(), indent=1, sort_keys=True))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sinklib", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -174,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--force", action="store_true", help="with --write: replace the reference even from a partial or "
                                                         "non-CPU run (make reference FORCE=1)")
     v.set_defaults(func=_cmd_verify)
+    cs = sub.add_parser("claims-schema", help="print the JSON Schema of a notebook's claims.json (docs/claims.schema.json)")
+    cs.set_defaults(func=_cmd_claims_schema)
     return p
 
 

@@ -50,6 +50,9 @@ def numbers(value, quantities: Mapping[str, q.Quantity], group: str, measured_on
     for path, x in q.flatten(value):
         number = math.nan if x is None else x
         quantity = q.declared(quantities, group, path, number)
+        if group == "margin" and path == "value" and quantity.kind == q.Kind.MARGIN and isinstance(value, Mapping) \
+                and quantity.abs_tol is None and quantity.comparable:
+            quantity = _within_own_spread(quantity, value.get("spread"), measured_on)
         rel, absolute = quantity.tolerance(measured_on)
         entry = {"value": float(number), "quantity": quantity.kind.value, "unit": quantity.unit, "rel_tol": rel,
                  "abs_tol": absolute}
@@ -57,6 +60,18 @@ def numbers(value, quantities: Mapping[str, q.Quantity], group: str, measured_on
             entry |= {"comparable": False, "why": quantity.why}
         out[path] = entry
     return out
+
+
+def _within_own_spread(quantity: q.Quantity, spread, measured_on: str) -> q.Quantity:
+    """A verdict's number against its cut moves, by the margin's own statement, by up to ``spread`` (the measured
+    cross-machine spread or 2 seed sd's): it is reproduced within that, or its kind's tolerance if larger."""
+    if not isinstance(spread, int | float) or isinstance(spread, bool) or not math.isfinite(spread):
+        return quantity
+    rel, absolute = quantity.tolerance(measured_on)
+    if spread <= absolute:
+        return quantity
+    return quantity.model_copy(update={"rel_tol": rel, "abs_tol": float(spread),
+                                       "why": "the margin's own spread: how far its record says the number moves"})
 
 
 def claim_kind(model: str, kind: str) -> str:

@@ -1,0 +1,93 @@
+"""How far do the stand-ins' numbers (11's upcycled MoE and router, 12's LLaVA-style projector) move under another
+kernel setting? Run notebooks at the CPU profile under a setting into a folder of their own (a cache holding only the
+base conversions, so every stand-in is built again), then compare their claims with another run's, value by value.
+
+    python benchmarks/cross_setting.py run build/cross/avx512core --notebooks 11 12 --env ONEDNN_MAX_CPU_ISA=AVX512_CORE
+    python benchmarks/cross_setting.py compare NAME=figures NAME=build/cross/avx512core/figures \\
+        [--write data/reference/cross_setting_standins.json]
+
+``compare`` prints, per claim, every number (measured, control, spread, margin) that differs between the runs, its
+values and spread, and the largest spread of each claim's margin -- what ``kang_rules.MARGINS`` rests on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
+
+
+def run(folder: Path, notebooks: list[str], env: dict[str, str], jobs: int) -> int:
+    """The CPU profile of ``notebooks`` under ``env`` into ``folder/figures``, with a cache of its own that links
+    the base conversions already made here (nothing trained or stitched is shared)."""
+    from sinklib.models.conversion import converted_path
+
+    cache = folder / "cache" / "converted"
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in BASE_CONVERSIONS:
+        link = cache / name
+        if converted_path(name).exists() and not link.exists():
+            link.symlink_to(converted_path(name), target_is_directory=True)
+    cmd = [sys.executable, "-m", "sinklib", "figures", "--profile", "cpu", "--notebooks", *notebooks, "--jobs",
+           str(jobs), "--figures-dir", str(folder / "figures"), "--build-dir", str(folder / "build")]
+    return subprocess.call(cmd, env={**os.environ, "SINKLIB_CACHE": str(folder / "cache"), **env})
+
+
+def compare(runs: dict[str, Path], notebooks: set[str] | None = None) -> dict:
+    """Per claim found in every run: each number that is not equal in all of them, with its values and spread; per
+    claim the spread of its margin's value."""
+    from sinklib.pipeline import scorecard, verify
+
+    records = {name: {f"{r.notebook}/{r.id} [{r.model}]": verify.record(r) for r in scorecard.collect(path)
+                      if notebooks is None or r.notebook[:2] in notebooks} for name, path in runs.items()}
+    names = list(runs)
+    keys = sorted(set.intersection(*(set(r) for r in records.values())))
+    claims = {}
+    for key in keys:
+        moved = {}
+        for group in verify.GROUPS:
+            paths = set.intersection(*(set(records[n][key][group]) for n in names))
+            for path in sorted(paths):
+                values = {n: records[n][key][group][path]["value"] for n in names}
+                if len(set(values.values())) > 1:
+                    moved[f"{group}.{path}"] = {"values": values,
+                                                "spread": max(values.values()) - min(values.values())}
+        claims[key] = {"verdicts": {n: records[n][key]["verdict"] for n in names},
+                       "draws": {n: records[n][key]["draws"] for n in names}, "moved": moved}
+    return {"settings": names, "claims": claims}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("folder")
+    r.add_argument("--notebooks", nargs="+", default=["11", "12"])
+    r.add_argument("--env", nargs="*", default=[], help="NAME=VALUE")
+    r.add_argument("--jobs", type=int, default=2)
+    c = sub.add_parser("compare")
+    c.add_argument("runs", nargs="+", help="NAME=FIGURES_DIR")
+    c.add_argument("--notebooks", nargs="*", default=["11", "12"])
+    c.add_argument("--write", default="")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        env = dict(x.split("=", 1) for x in args.env)
+        return run(Path(args.folder), args.notebooks, env, args.jobs)
+    result = compare({n: Path(p) for n, p in (x.split("=", 1) for x in args.runs)}, set(args.notebooks))
+    for key, c in result["claims"].items():
+        print(f"{key}: verdicts {c['verdicts']}, draws {c['draws']}")
+        for path, m in c["moved"].items():
+            print(f"    {path:<60} " + " / ".join(f"{v:.4g}" for v in m["values"].values()) + f"  (±{m['spread']:.4g})")
+    if args.write:
+        Path(args.write).write_text(json.dumps(result, indent=1) + "\n")
+        print("wrote", args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
