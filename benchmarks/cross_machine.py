@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-QUANTITIES = ("val_loss", "first_attention", "first_share", "sink_rate", "late_slope")
+QUANTITIES = ("val_loss", "first_attention", "first_share", "sink_rate", "share_sink_rate", "late_slope")
 
 
 def configs() -> list:
@@ -64,7 +64,7 @@ def final(path: Path) -> dict[str, float]:
     last = run["checkpoints"][-1]
     return {"val_loss": last["val_loss"], "first_attention": last["first_attention"],
             "first_share": last.get("first_share", last["first_attention"]), "sink_rate": last["sink_rate"],
-            "late_slope": late_slope(run)}
+            "share_sink_rate": last.get("share_sink_rate", last["sink_rate"]), "late_slope": late_slope(run)}
 
 
 def finals(source: Path) -> dict[str, dict[str, float]]:
@@ -87,23 +87,29 @@ def compare(sources: dict[str, Path]) -> dict:
     names = list(sources)
     values = {n: finals(p) for n, p in sources.items()}
     keys = sorted(set.intersection(*(set(v) for v in values.values())))
-    runs = {key: {q: {"values": {n: values[n][key][q] for n in names},
-                      "spread": max(values[n][key][q] for n in names) - min(values[n][key][q] for n in names)}
-                  for q in QUANTITIES} for key in keys}
-    largest = {q: max(((r[q]["spread"], k) for k, r in runs.items()), default=(0.0, None)) for q in QUANTITIES}
+    runs = {}
+    for key in keys:  # a quantity a source did not record (an older finals file) is compared over the others
+        runs[key] = {}
+        for q in QUANTITIES:
+            got = {n: values[n][key][q] for n in names if q in values[n][key]}
+            runs[key][q] = {"values": got, "spread": max(got.values()) - min(got.values()) if len(got) > 1 else None}
+    largest = {q: max(((r[q]["spread"], k) for k, r in runs.items() if r[q]["spread"] is not None),
+                      default=(None, None)) for q in QUANTITIES}
     means = {}  # the spread of each configuration's mean over its seeds (what a verdict on seed means reads)
     for group in seed_groups():
         if all(k in runs for k in group):
-            means[" + ".join(group)] = {q: max(_mean(values, group, n, q) for n in names)
-                                        - min(_mean(values, group, n, q) for n in names) for q in QUANTITIES}
-    largest_mean = {q: max(((m[q], k) for k, m in means.items()), default=(0.0, None)) for q in QUANTITIES}
+            got = {q: [m for n in names if (m := _mean(values, group, n, q)) == m] for q in QUANTITIES}
+            means[" + ".join(group)] = {q: max(v) - min(v) if len(v) > 1 else None for q, v in got.items()}
+    largest_mean = {q: max(((m[q], k) for k, m in means.items() if m[q] is not None), default=(None, None))
+                    for q in QUANTITIES}
     return {"settings": names, "runs": runs,
             "largest_spread": {q: {"spread": s, "run": k} for q, (s, k) in largest.items()},
             "largest_mean_spread": {q: {"spread": s, "runs": k} for q, (s, k) in largest_mean.items()}}
 
 
 def _mean(values: dict, group: tuple[str, ...], name: str, q: str) -> float:
-    return sum(values[name][k][q] for k in group) / len(group)
+    return sum(values[name][k][q] for k in group) / len(group) if all(q in values[name][k] for k in group) \
+        else float("nan")
 
 
 def seed_groups() -> list[tuple[str, ...]]:
@@ -136,7 +142,8 @@ def main(argv: list[str]) -> None:
     result = compare({n: Path(p) for n, p in (x.split("=", 1) for x in args.caches)})
     for key, r in result["runs"].items():
         print(f"{key:<40}" + "  ".join(f"{q} " + "/".join(f"{v:.4f}" for v in r[q]["values"].values())
-                                          + f" (±{r[q]['spread']:.4f})" for q in QUANTITIES))
+                                          + (f" (±{r[q]['spread']:.4f})" if r[q]["spread"] is not None else "")
+                                          for q in QUANTITIES))
     print("largest spread:", json.dumps(result["largest_spread"]))
     if args.write:
         Path(args.write).write_text(json.dumps(result, indent=1) + "\n")

@@ -164,7 +164,7 @@ def moved_numbers(ref: Mapping[str, dict], new: Mapping[str, dict]) -> tuple[lis
             moved.append(f"{_entry_text(path, got['value'], entry)} ({tol})")
         elif got is None and comparable:
             moved.append(f"{path} missing (reference {entry['value']:.6g})")
-        elif got is None or got["value"] != entry["value"]:
+        elif got is None or not _close(got["value"], entry["value"], 0.0, 0.0):  # NaN equals NaN here
             apart.append(f"{_entry_text(path, None if got is None else got['value'], entry)} "
                          f"({entry.get('why') or got.get('why', '')})")
     for path, got in new.items():
@@ -316,7 +316,8 @@ def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENC
     if not run["claims"]:
         raise InputError(f"no claims under {figures_dir}; run `make figures` first")
     if write:
-        previous = load_reference(reference) if Path(reference).exists() else None
+        # the reference it replaces, read for its claims only (an older verify schema still names them)
+        previous = json.loads(Path(reference).read_text(encoding="utf-8")) if Path(reference).exists() else None
         problems = reference_problems(run, previous)
         if problems and not force:
             raise InputError(f"not replacing {reference}: {'; '.join(problems)}. Run a complete `make figures` "
