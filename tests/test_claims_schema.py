@@ -8,7 +8,8 @@ import json
 import jsonschema
 import pytest
 
-from sinklib.core import claims, quantities as q
+from sinklib.core import claims
+from sinklib.core import quantities as q
 from sinklib.core.errors import InputError
 from sinklib.core.paths import ROOT
 from sinklib.pipeline import scorecard

@@ -13,7 +13,6 @@ from sinklib.mitigation.variants import VARIANTS
 from sinklib.pipeline import profiles
 
 
-
 @pytest.fixture
 def rate_settled(monkeypatch):
     """The share sink rate taken as settled (no cross-machine margin on its 2% cut), for tests of the other gates: the
