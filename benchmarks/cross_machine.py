@@ -62,9 +62,9 @@ def final(path: Path) -> dict[str, float]:
 
     run = json.loads(path.read_text())
     last = run["checkpoints"][-1]
-    return {"val_loss": last["val_loss"], "first_attention": last["first_attention"],
-            "first_share": last.get("first_share", last["first_attention"]), "sink_rate": last["sink_rate"],
-            "share_sink_rate": last.get("share_sink_rate", last["sink_rate"]), "late_slope": late_slope(run)}
+    out = {"val_loss": last["val_loss"], "first_attention": last["first_attention"], "sink_rate": last["sink_rate"],
+           "late_slope": late_slope(run)}
+    return out | {k: last[k] for k in ("first_share", "share_sink_rate") if k in last}  # an older run has neither
 
 
 def finals(source: Path) -> dict[str, dict[str, float]]:

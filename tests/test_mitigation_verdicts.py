@@ -17,10 +17,11 @@ U = comparison.uniform_alpha(64)  # 1.5U = 0.111
 
 @pytest.fixture
 def rate_settled(monkeypatch):
-    """The share sink rate taken as settled (no cross-machine margin on its 2% cut), for tests of the other gates: the
+    """The sink rates taken as settled (no cross-machine margin on their 2% cuts), for tests of the other gates: the
     measured margin (verdicts.SEED_SHARE_RATE_MARGIN, 0.071) is wider than the cut itself, so with it no removal is
     ever settled at this scale (test_the_share_rate_margin_leaves_no_removal_settled_at_this_scale)."""
     monkeypatch.setitem(verdicts.MACHINE_MARGINS, "share sink rate", (0.0, 0.0))
+    monkeypatch.setitem(verdicts.MACHINE_MARGINS, "sink rate", (0.0, 0.0))
 
 
 def _ramp(start: float, per_100_steps: float, n: int = 9, **kw) -> dict:
@@ -233,7 +234,8 @@ def test_every_margin_is_the_measured_cross_machine_spread():
     one, mean = data["largest_spread"], data["largest_mean_spread"]
     for margin, spread in ((verdicts.SEED_ALPHA_MARGIN, one["first_attention"]), (verdicts.ALPHA_MARGIN,
                            mean["first_attention"]), (verdicts.SEED_SHARE_MARGIN, one["first_share"]),
-                           (verdicts.SHARE_MARGIN, mean["first_share"]), (verdicts.SLOPE_MARGIN, one["late_slope"])):
+                           (verdicts.SHARE_MARGIN, mean["first_share"]), (verdicts.SLOPE_MARGIN, one["late_slope"]),
+                           (verdicts.SEED_RATE_MARGIN, one["sink_rate"]), (verdicts.RATE_MARGIN, mean["sink_rate"])):
         assert spread["spread"] <= margin <= spread["spread"] + 0.002, (margin, spread)
     assert len(data["settings"]) >= 3 and len(data["runs"]) == 24
 
@@ -285,3 +287,21 @@ def test_a_loss_difference_is_checked_with_twice_a_loss_spread():
     data = load_reference("cross_machine_03")["largest_spread"]["val_loss"]["spread"]
     assert 2 * data <= verdicts.LOSS_DIFFERENCE.abs_tol <= 2 * data + 0.001
     assert verdicts.CONVERGENCE_QUANTITIES["final.candidate".split(".")[0]].kind == "loss"
+
+
+def test_one_gate_for_the_rates_and_a_removal_judged_only_by_its_own_cut():
+    """Review mends: a sink rate within its margin of 2% keeps a removal open (was a settled "reduces" with the rate
+    at 0.05, a removal on a machine whose rate was 0); alpha_0 near 1.5U with the weights' rate above 2% by more than
+    its margin names the cut it is near; a removal near half the baseline but not near 1.5U names 1.5U's side only."""
+    cut = 1.5 * U
+    base = [fake_run([2.0], [0.26], sink_rate=0.5)]
+    runs = {"softmax": base, "x": [fake_run([2.0], [0.05], sink_rate=0.03)]}  # rate 0.03: within 0.024 of 2%
+    v = verdicts.sink_verdict("x", comparison.final_table(runs), U)
+    assert not v.settled and "removes" in v.sides
+    high = {"softmax": [fake_run([2.0], [0.40], sink_rate=0.5)], "x": [fake_run([2.0], [cut + 0.01], sink_rate=0.1)]}
+    v = verdicts.sink_verdict("x", comparison.final_table(high), U)  # rate 0.1: no removal; 1.5U is no cut here
+    assert "removes" not in v.sides and (v.near is None or v.near["cut"] != pytest.approx(cut))
+    low_base = {"softmax": [fake_run([2.0], [0.16], sink_rate=0.5)], "x": [fake_run([2.0], [0.075], sink_rate=0.0)]}
+    v = verdicts.sink_verdict("x", comparison.final_table(low_base), U, baseline="softmax")
+    assert v.outcome == "removes" and v.sides[0] == "removes" and v.near["cut"] in (pytest.approx(0.02),
+                                                                                    pytest.approx(cut))

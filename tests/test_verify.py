@@ -376,3 +376,10 @@ def test_a_margin_value_is_checked_within_its_own_stated_spread():
     small = _run(a=_claim(kind="trained here", margin={"value": 0.05, "cut": 0.03, "spread": 0.01}))
     moved = _run(a=_claim(kind="trained here", margin={"value": 0.075, "cut": 0.03, "spread": 0.01}))
     assert verify.compare(moved, small) == []  # the kind's 0.03 is larger than the stated 0.01
+
+
+def test_a_wildcard_declaration_names_measured_values_only():
+    declared = {"*": q.loss("ppl")}
+    assert q.declared(declared, "measured", "dense", 1.0).kind == q.Kind.LOSS
+    assert q.declared(declared, "margin", "value", 1.0).kind == q.Kind.MARGIN
+    assert q.declared(declared, "spread", "min", 1.0).kind == q.Kind.VALUE

@@ -126,6 +126,8 @@ def _segments(path: str) -> list[str]:
 
 def _matches(pattern: str, path: str) -> bool:
     """``pattern`` (segments, ``*`` one segment) names ``path`` or a value above it."""
+    if pattern.startswith("@") != path.startswith("@"):  # "*" names measured values, never a group's "@spread"
+        return False
     pat, segs = _segments(pattern), _segments(path)
     return len(pat) <= len(segs) and all(fnmatch.fnmatchcase(s, p) for p, s in zip(pat, segs))
 

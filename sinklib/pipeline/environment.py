@@ -167,8 +167,11 @@ _PROBE = ("import json; from sinklib.pipeline.environment import onednn_isa; "
 def bf16_kernel(env: Mapping[str, str] | None = None) -> dict:
     """:func:`onednn_isa` in a fresh process whose environment is this one's plus ``env`` (the ISA cap is read once
     per process): ``{"onednn_isa", "onednn_bf16_matmul"}``, both None where the probe could not run."""
-    child = subprocess.run([sys.executable, "-c", _PROBE], env={**os.environ, **(env or {})}, capture_output=True,
-                           text=True, timeout=120)
+    try:
+        child = subprocess.run([sys.executable, "-c", _PROBE], env={**os.environ, **(env or {})}, capture_output=True,
+                               text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return {"onednn_isa": None, "onednn_bf16_matmul": None}
     line = next((x for x in child.stdout.splitlines() if x.startswith("BF16-KERNEL ")), None)
     return json.loads(line.split(" ", 1)[1]) if line else {"onednn_isa": None, "onednn_bf16_matmul": None}
 
