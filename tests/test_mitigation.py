@@ -13,15 +13,6 @@ from sinklib.mitigation.variants import VARIANTS
 from sinklib.pipeline import profiles
 
 
-@pytest.fixture
-def rate_settled(monkeypatch):
-    """The sink rates taken as settled (no cross-machine margin on their 2% cuts), for tests of the other gates: the
-    measured margin (verdicts.SEED_SHARE_RATE_MARGIN, 0.071) is wider than the cut itself, so with it no removal is
-    ever settled at this scale (test_the_share_rate_margin_leaves_no_removal_settled_at_this_scale)."""
-    monkeypatch.setitem(verdicts.MACHINE_MARGINS, "share sink rate", (0.0, 0.0))
-    monkeypatch.setitem(verdicts.MACHINE_MARGINS, "sink rate", (0.0, 0.0))
-
-
 def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None, share=None, by_head=None):
     """A run dict shaped like training.train's, with one checkpoint per entry of ``losses``.
 

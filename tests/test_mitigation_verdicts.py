@@ -15,14 +15,6 @@ U = comparison.uniform_alpha(64)  # 1.5U = 0.111
 
 
 
-@pytest.fixture
-def rate_settled(monkeypatch):
-    """The sink rates taken as settled (no cross-machine margin on their 2% cuts), for tests of the other gates: the
-    measured margin (verdicts.SEED_SHARE_RATE_MARGIN, 0.071) is wider than the cut itself, so with it no removal is
-    ever settled at this scale (test_the_share_rate_margin_leaves_no_removal_settled_at_this_scale)."""
-    monkeypatch.setitem(verdicts.MACHINE_MARGINS, "share sink rate", (0.0, 0.0))
-    monkeypatch.setitem(verdicts.MACHINE_MARGINS, "sink rate", (0.0, 0.0))
-
 
 def _ramp(start: float, per_100_steps: float, n: int = 9, **kw) -> dict:
     """A run of ``n`` checkpoints (steps 0, 10, ...) whose first-token attention and share climb linearly at

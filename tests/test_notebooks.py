@@ -25,7 +25,7 @@ WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigatio
 # forwards; its 2- and 4-bit KV ratios judged by paired intervals) gave the same verdicts under such a setting; its
 # second run (342 s) was dropped to keep make test within its 15 minutes; so was 11's (219 s): it trains its router in
 # float32 on one thread (MKL / ATen, which the oneDNN cap does not touch), so its rebuild ran the same kernels again --
-# it gave the same verdicts, every value within its tolerance, in the last make test that ran it (issue 52, f779400).
+# it gave the same verdicts, every value within its tolerance, in the last make test that ran it (f779400).
 VARIES = {"03_mitigation", "12_mllm"}  # the builds trained in bfloat16 autocast: oneDNN's kernels
 
 
@@ -41,7 +41,7 @@ def second_setting() -> tuple[dict[str, str], dict, dict]:
 # longest first. Measured by make test's "sinklib jobs" summary; only the order depends on them.
 SMOKE_SECONDS = {"00_tour": 33, "01_utilization": 46, "02_interpretation": 44, "03_mitigation": 25, "10_llm": 259,
                  "11_moe": 83, "12_mllm": 31, "13_vit": 28}
-REBUILD_SECONDS = {"03_mitigation": 37, "12_mllm": 245}  # under AVX512_CORE here (issue 52)
+REBUILD_SECONDS = {"03_mitigation": 37, "12_mllm": 245}  # under AVX512_CORE's jit gemm here
 BASE_CONVERSIONS = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "dinov2-s")  # dequantised / ONNX weights
 
 
