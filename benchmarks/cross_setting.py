@@ -4,7 +4,7 @@ base conversions, so every stand-in is built again), then compare their claims w
 
     python benchmarks/cross_setting.py run build/cross/avx512core --notebooks 11 12 --env ONEDNN_MAX_CPU_ISA=AVX512_CORE
     python benchmarks/cross_setting.py compare NAME=figures NAME=build/cross/avx512core/figures \\
-        [--write data/reference/cross_setting_standins.json]
+        --describe NAME="the CPU and its bf16 kernel" ... [--write data/reference/cross_setting_standins.json]
 
 ``compare`` prints, per claim, every number (measured, control, spread, margin) that differs between the runs, its
 values and spread, and the largest spread of each claim's margin -- what ``kang_rules.MARGINS`` rests on.
@@ -62,6 +62,42 @@ def compare(runs: dict[str, Path], notebooks: set[str] | None = None) -> dict:
     return {"settings": names, "claims": claims}
 
 
+def kang_margins(figures: Path) -> dict[str, dict[str, float]]:
+    """Per stand-in seed, the two numbers 12's Kang rules cut at 0 (nats, the digit token's NLL), from the run's
+    ``12_mllm/headline.json``: "masking" = min over the random draws of their NLL increase - the sinks' increase
+    (holds when > 0), "var" = NLL without VAR - with it (holds when > 0). A run older than the per-seed random draws
+    gives seed 0's masking number only."""
+    head = json.loads((figures / "12_mllm" / "headline.json").read_text())
+    changes, draws = head["nll_changes_per_seed"], head.get("random_changes_per_seed", {})
+    if not draws:  # seed 0's draws are in the headline itself
+        first = str(head["standin_seeds"][0])
+        draws = {first: [r - head["nll"]["image token"]["as is"] for r in head["random_draws"]["image token"]]}
+    out = {}
+    for seed, c in changes.items():
+        out[seed] = {"var": -c["VAR"]}
+        if seed in draws:
+            out[seed]["masking"] = min(draws[seed]) - c["sinks"]
+    return out
+
+
+def kang_spreads(runs: dict[str, Path]) -> dict:
+    """Each seed's masking and VAR numbers in every run, their spread across the runs, and the largest spread of each
+    over the seeds -- what ``kang_rules.MARGINS["stand-in"]`` must cover."""
+    values = {name: kang_margins(path) for name, path in runs.items()}
+    seeds = sorted(set.intersection(*(set(v) for v in values.values())), key=int)
+    per_seed, largest = {}, {}
+    for seed in seeds:
+        for kind in ("masking", "var"):
+            got = {n: v[seed][kind] for n, v in values.items() if kind in v[seed]}
+            if len(got) < 2:
+                continue
+            spread = max(got.values()) - min(got.values())
+            per_seed.setdefault(seed, {})[kind] = {"values": got, "spread": spread}
+            if spread > largest.get(kind, {"spread": -1.0})["spread"]:
+                largest[kind] = {"spread": spread, "seed": int(seed)}
+    return {"per_seed": per_seed, "largest_spread": largest}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -74,11 +110,19 @@ def main(argv: list[str]) -> int:
     c.add_argument("runs", nargs="+", help="NAME=FIGURES_DIR")
     c.add_argument("--notebooks", nargs="*", default=["11", "12"])
     c.add_argument("--write", default="")
+    c.add_argument("--describe", nargs="*", default=[], help="NAME=TEXT: the CPU and kernel setting of each run")
     args = parser.parse_args(argv)
     if args.command == "run":
         env = dict(x.split("=", 1) for x in args.env)
         return run(Path(args.folder), args.notebooks, env, args.jobs)
-    result = compare({n: Path(p) for n, p in (x.split("=", 1) for x in args.runs)}, set(args.notebooks))
+    runs = {n: Path(p) for n, p in (x.split("=", 1) for x in args.runs)}
+    result = {"describe": dict(x.split("=", 1) for x in args.describe), **compare(runs, set(args.notebooks))}
+    if "12" in args.notebooks:
+        result["kang"] = kang_spreads(runs)
+        for seed, kinds in result["kang"]["per_seed"].items():
+            for kind, m in kinds.items():
+                print(f"12 seed {seed} {kind}: " + " / ".join(f"{n} {v:+.4f}" for n, v in m["values"].items())
+                      + f"  (spread {m['spread']:.4f})")
     for key, c in result["claims"].items():
         print(f"{key}: verdicts {c['verdicts']}, draws {c['draws']}")
         for path, m in c["moved"].items():

@@ -399,6 +399,7 @@ nb.headline |= {"model": lm.name, "label": lm.label, "standin": standin, "zero_s
                 "sink_jaccard_across_captions": same_prompt, "sink_jaccard_across_images": across_images,
                 "visual_sinks_per_image": n_sinks.mean().item(), "standin_seeds": seeds,
                 "nll_changes_per_seed": {str(k): v for k, v in per_seed.items()},
+                "random_changes_per_seed": {str(k): v for k, v in draw_changes.items()},
                 "draw_seconds": round(draw_seconds, 1), "control_seconds": round(control_seconds, 1)}
 nb.close()
 
