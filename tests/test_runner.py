@@ -186,3 +186,21 @@ def test_a_stop_kills_a_child_that_ignores_it_and_the_kernel_it_started_so_no_pi
     gone, alive = psutil.wait_procs([kernel], timeout=5)
     assert not alive
     assert child.stdout.read() == ""  # EOF: nothing holds the pipe any more
+
+
+def test_a_relative_cache_names_the_folder_the_run_was_started_from(tmp_path, monkeypatch):
+    """A kernel runs in the notebooks' folder: SINKLIB_CACHE=build/cache given from the repository used to put the
+    models under notebooks/build/cache (benchmarks/cross_setting.py trained 12's stand-ins there)."""
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    write_notebook(books / "00_cache.ipynb", "from sinklib.core.paths import cache_dir\n"
+                                             "cache_dir().mkdir(parents=True, exist_ok=True)\n"
+                                             "(cache_dir() / 'marker').write_text('here')")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SINKLIB_CACHE", "run/cache")
+    assert runner.absolute_paths({"SINKLIB_CACHE": "run/cache", "OMP_NUM_THREADS": "1"}) == {
+        "SINKLIB_CACHE": str(tmp_path / "run" / "cache"), "OMP_NUM_THREADS": "1"}
+    status = runner.run_all(profile="smoke", figures_dir="figures", build_dir="build", notebook_dir=books, jobs=1)
+    assert status == 0
+    assert (tmp_path / "run" / "cache" / "marker").read_text() == "here"
+    assert not (books / "run").exists()

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -190,6 +190,17 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+# Folders named by the environment: a kernel runs in notebooks/, so a relative one would name another folder there
+PATH_VARIABLES = ("SINKLIB_CACHE", "HF_HOME", "HF_HUB_CACHE")
+
+
+def absolute_paths(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with each of :data:`PATH_VARIABLES` made absolute against this process's working directory (a run
+    started with ``SINKLIB_CACHE=build/cache`` from the repository used to build its models under
+    ``notebooks/build/cache``, where the kernel runs)."""
+    return {k: str(Path(v).expanduser().resolve()) if k in PATH_VARIABLES and v else v for k, v in env.items()}
+
+
 def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> NotebookResult:
     """:func:`run_notebook` (same keywords) in a child process whose environment is this one's plus ``env``.
 
@@ -199,7 +210,7 @@ def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> Not
     args = {"path": str(path), **{k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}}
     start = time.perf_counter()
     child = subprocess.run([sys.executable, "-m", "sinklib.pipeline.runner", json.dumps(args)],
-                           env={**os.environ, **(env or {})}, capture_output=True, text=True)
+                           env=absolute_paths({**os.environ, **(env or {})}), capture_output=True, text=True)
     lines = child.stdout.strip().splitlines()
     if child.returncode or not lines:
         err = (child.stderr.strip().splitlines() or ["no output"])[-1]
@@ -466,6 +477,7 @@ def run_all(
     # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     figures_dir, build_dir = Path(figures_dir).resolve(), Path(build_dir).resolve()
+    os.environ.update(absolute_paths({k: os.environ[k] for k in PATH_VARIABLES if os.environ.get(k)}))
     from sinklib.pipeline.profiles import PROFILES
 
     if profile not in PROFILES:  # refused here, before any kernel starts
