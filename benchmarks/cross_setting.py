@@ -3,8 +3,10 @@ kernel setting? Run notebooks at the CPU profile under a setting into a folder o
 base conversions, so every stand-in is built again), then compare their claims with another run's, value by value.
 
     python benchmarks/cross_setting.py run build/cross/avx512core --notebooks 11 12 --env ONEDNN_MAX_CPU_ISA=AVX512_CORE
-    python benchmarks/cross_setting.py compare NAME=figures NAME=build/cross/avx512core/figures \\
-        --describe NAME="the CPU and its bf16 kernel" ... [--write data/reference/cross_setting_standins.json]
+    python benchmarks/cross_setting.py run build/cross/aten-avx2 --notebooks 12 --env ATEN_CPU_CAPABILITY=avx2
+    python benchmarks/cross_setting.py compare amd-default=figures amd-avx512core=build/cross/avx512core/figures \\
+        amd-aten-avx2=build/cross/aten-avx2/figures --describe amd-default="the CPU and its kernels" ... \\
+        [--write data/reference/cross_setting_standins.json]
 
 ``compare`` prints, per claim, every number (measured, control, spread, margin) that differs between the runs, its
 values and spread, and the largest spread of each claim's margin -- what ``kang_rules.MARGINS`` rests on.
@@ -98,6 +100,21 @@ def kang_spreads(runs: dict[str, Path]) -> dict:
     return {"per_seed": per_seed, "largest_spread": largest}
 
 
+def record(runs: dict[str, Path], describe: dict[str, str]) -> dict:
+    """What ``data/reference/cross_setting_standins.json`` holds: per notebook (11, 12) the claims of the runs that
+    ran it, every number that moved; 12's two cut numbers per seed (:func:`kang_spreads`); how each run was made."""
+    from sinklib.pipeline.environment import environment
+
+    ran = {nb: {n: p for n, p in runs.items() if any((p / d).is_dir() for d in (f"{nb}_moe", f"{nb}_mllm"))}
+           for nb in ("11", "12")}
+    claims = {nb: compare(r, {nb})["claims"] for nb, r in ran.items() if len(r) > 1}
+    moved = {nb: sum(len(c["moved"]) for c in cl.values()) for nb, cl in claims.items()}
+    return {"source": "benchmarks/cross_setting.py: the CPU profile, seed 0, every stand-in built anew under each "
+                      "setting (a cache of its own holding only the base conversions)",
+            "commit": environment().get("commit"), "describe": describe, "ran": {nb: list(r) for nb, r in ran.items()},
+            "moved": moved, "kang": kang_spreads(ran["12"]) if len(ran["12"]) > 1 else {}, "claims": claims}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,19 +133,19 @@ def main(argv: list[str]) -> int:
         env = dict(x.split("=", 1) for x in args.env)
         return run(Path(args.folder), args.notebooks, env, args.jobs)
     runs = {n: Path(p) for n, p in (x.split("=", 1) for x in args.runs)}
-    result = {"describe": dict(x.split("=", 1) for x in args.describe), **compare(runs, set(args.notebooks))}
-    if "12" in args.notebooks:
-        result["kang"] = kang_spreads(runs)
-        for seed, kinds in result["kang"]["per_seed"].items():
-            for kind, m in kinds.items():
-                print(f"12 seed {seed} {kind}: " + " / ".join(f"{n} {v:+.4f}" for n, v in m["values"].items())
-                      + f"  (spread {m['spread']:.4f})")
-    for key, c in result["claims"].items():
+    for key, c in compare(runs, set(args.notebooks))["claims"].items():
         print(f"{key}: verdicts {c['verdicts']}, draws {c['draws']}")
         for path, m in c["moved"].items():
             print(f"    {path:<60} " + " / ".join(f"{v:.4g}" for v in m["values"].values()) + f"  (±{m['spread']:.4g})")
+    with_12 = {n: p for n, p in runs.items() if (p / "12_mllm").is_dir()}
+    if "12" in args.notebooks and len(with_12) > 1:
+        for seed, kinds in kang_spreads(with_12)["per_seed"].items():
+            for kind, m in kinds.items():
+                print(f"12 seed {seed} {kind}: " + " / ".join(f"{n} {v:+.4f}" for n, v in m["values"].items())
+                      + f"  (spread {m['spread']:.4f})")
     if args.write:
-        Path(args.write).write_text(json.dumps(result, indent=1) + "\n")
+        Path(args.write).write_text(json.dumps(record(runs, dict(x.split("=", 1) for x in args.describe)), indent=1)
+                                    + "\n")
         print("wrote", args.write)
     return 0
 

@@ -44,7 +44,9 @@ STANDIN_APART = ("a stand-in's projector is trained here in bfloat16 and its vis
                  "oneDNN on Intel AMX vs the same machine capped to AVX512_CORE_BF16 (smoke size) gave 148 vs 12 "
                  "visual sink tokens, a share on background of 0.38 vs 0.83, a masking delta NLL of +0.140 vs -0.061, "
                  "a VAR margin of +0.074 vs -0.104 and 1,628 vs 2,527 rows edited; at CPU size the reference (AMD "
-                 "EPYC) vs an Intel AMX host gave a caption NLL of 0.466 vs 0.621 and 55 vs 89 visual sink tokens")
+                 "EPYC) vs an Intel AMX host gave a caption NLL of 0.466 vs 0.621 and 55 vs 89 visual sink tokens, "
+                 "and on the AMD EPYC its default kernels vs oneDNN capped to AVX512_CORE vs ATen capped to AVX2 "
+                 "0.621 / 0.647 / 0.517 and 89 / 109 / 122 (data/reference/cross_setting_standins.json)")
 
 
 def _apart(quantity: q.Quantity, standin: bool) -> q.Quantity:
