@@ -492,14 +492,14 @@ with plotting.style():
                   f"(WikiText): {paper_ppl}. An infinite perplexity has no finite height: its bar is clipped at the "
                   f"axis top and marked by an upward arrow (triangle) and 'inf (off scale)'; dotted: a ratio of 1.")
 started = time.perf_counter()
-bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper), onset, massive_dims, massive.min_ratio,
+bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper, len(natural), onset), onset, massive_dims, massive.min_ratio,
                                     tuple(natural.shape), tuple(heldout.shape), paper, run.seed, run.batch_size,
                                     run.draws)
 bias_draw_seconds = time.perf_counter() - started
 bias_claim = record.add(bias_judged, show=False, control=control["sun2024.massive_activations_are_bias"])
 print(f"Verdict: perplexity {ppl['original']:.2f} original, {ppl['set to mean']:.2f} with every massive site set to "
       f"its mean ({ppl['set to mean, position 0 only']:.2f} with position 0 only), {ppl['set to zero']:.4g} set to "
-      f"zero -> {'borne out' if bias_claim.holds else 'NOT borne out'} (every site, as Sun et al.).")
+      f"zero -> {bias_claim.verdict()} (every site, as Sun et al.; 'breaks': more than {sun_claims.ZERO_BREAKS:g}x).")
 display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext"],  # noqa: F821
                       f"{lm.label} (held-out Bible)": {"original": ppl["original"],
                                                        "set_to_mean": ppl["set to mean"],

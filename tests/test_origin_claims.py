@@ -245,7 +245,7 @@ def test_disparity_records_its_condition_and_both_onsets():
 def test_mean_edit_on_a_bos_model_is_judged_on_the_later_sites():
     """Gemma-3: position 0 is the same BOS in every window, so the mean edit cannot fail there."""
     ref = {"perplexity_wikitext": SUN_PPL}
-    ppl = {"original": 20.0, "set to mean": 20.0, "set to zero": 500.0}
+    ppl = {"original": 20.0, "set to mean": 20.0, "set to zero": 5e5}
     none_later = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
     some = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
     assert none_later.holds is None and not none_later.unsettled and "cannot be judged here" in none_later.note
@@ -385,10 +385,13 @@ def test_bias_test_is_judged_over_equal_sized_draws(tiny):
 
     calibration = make_inputs(tiny, "natural", 2, 16, 0)
     heldout = text_windows(tiny.tokenizer, 2, 16, 0, split="heldout")
-    first = chain.bias_claim(massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2), PAPER)
+    first = chain.bias_claim(massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2), PAPER, 2,
+                             [0])
     judged = chain.bias_over_draws(tiny, first, [0], [1], 1.0, (2, 16), (2, 16), PAPER, seed=0, batch_size=2)
     assert len(judged.draws) == 3 and judged.draws_of == "3 draws of 2 calibration and 2 held-out windows (seeds 0-2)"
     lean = massive_activations.bias_test(tiny, calibration, heldout, [0], [1], 1.0, 2, first_only=False)
     assert set(lean.ppl) == {"original", "set to mean", "set to zero"}  # a redraw computes what the rule reads
     assert len(judged.spread["values"]) == 3 and judged.spread["values"][0] == pytest.approx(
         first.measured["set to mean"] / first.measured["original"])
+    assert len(judged.spread["zero_ratio"]) == 3 and judged.spread["zero_ratio"][0] == pytest.approx(
+        first.measured["set to zero"] / first.measured["original"])  # every draw's zero edit, not only the first

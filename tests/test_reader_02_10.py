@@ -135,10 +135,46 @@ def test_qwens_bias_note_states_the_failing_half_against_its_cut():
     claim = sun_claims.massive_bias({"original": 78.258, "set to mean": 77.850, "set to zero": 142.94}, SUN)
     assert claim.holds is False and claim.verdict() == "does NOT hold"
     assert "0.995, within 5% of 1 (unchanged: yes)" in claim.note
-    assert "1.83x, not above the 2x cut (breaks: no)" in claim.note
-    drawn = over_draws([claim, sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": 300.0},
+    assert "1.83x, not above the 1000x cut (breaks: no)" in claim.note
+    drawn = over_draws([claim, sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": 1e6},
                                                        SUN)], "2 draws")
     assert drawn.verdict() == "unsettled" and "breaks: no" in drawn.note  # the failing draw's reason is kept
+
+
+def test_breaks_is_sun_et_al_s_magnitude_not_a_doubling():
+    """Sun et al. Table 3: zeroing the massive activations takes LLaMA2-7B's perplexity 5.47 -> inf and 13B's 4.88 ->
+    5,729. A 2.5x rise (Gemma-like) does not "break" a model; the cut sits at or below the weaker published break and
+    within an order of magnitude of it, so both published rows hold and a doubling does not."""
+    ref = load_reference("structural_origin")
+    weaker = ref["perplexity_wikitext_13b"]["set_to_zero"] / ref["perplexity_wikitext_13b"]["original"]  # 1,174x
+    assert weaker / 10 <= sun_claims.ZERO_BREAKS <= weaker
+    for row in (ref["perplexity_wikitext"], ref["perplexity_wikitext_13b"]):
+        ppl = {"original": row["original"], "set to mean": row["set_to_mean"], "set to zero": float(row["set_to_zero"])}
+        assert sun_claims.massive_bias(ppl, SUN).holds is True
+    assert sun_claims.massive_bias({"original": 10.0, "set to mean": 10.0, "set to zero": 25.0}, SUN).holds is False
+
+
+def test_a_bias_test_on_sites_that_are_not_a_few_cannot_be_judged():
+    """Gemma-3-270M: the zero edit overwrote 1,185 later sites (',', ' the', ' of', ...), 52 of 63 later positions
+    per window in its densest edited layer -- not Sun et al.'s "a few" massive activations, so the test says nothing
+    about them; one site per window is judged as usual."""
+    ppl = {"original": 44.0, "set to mean": 43.9, "set to zero": 122.5, "set to mean, position 0 only": 44.0}
+    dense = sun_claims.massive_bias(ppl, SUN, first_fixed=True, later_sites=1185, densest_later=(1, 52.4))
+    assert dense.holds is None and dense.verdict() == "cannot be judged here"
+    assert "not 'a few'" in dense.note and "layer 1 holds 52.4 sites" in dense.note
+    assert dense.measured["densest_later_sites"] == {"layer": 1, "per_window": 52.4}
+    few = sun_claims.massive_bias({**ppl, "set to zero": 1e6}, SUN, first_fixed=True, later_sites=30,
+                                  densest_later=(4, 0.9))
+    assert few.holds is True
+
+
+def test_every_draw_keeps_its_zero_edit_ratio():
+    draws = [sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": z}, SUN)
+             for z in (142.9, 1e6, 156.0)]
+    judged = sun_claims.with_zero_ratios(over_draws(draws, "3 draws", key=lambda c: c.measured["set to mean"]
+                                                    / c.measured["original"]), draws)
+    assert judged.spread["zero_ratio"] == pytest.approx([142.9 / 78, 1e6 / 78, 156.0 / 78])
+    assert judged.spread["values"] == pytest.approx([78.1 / 78] * 3)
 
 
 # ----------------------------------------------------------------------------------------------- takeaways are sized

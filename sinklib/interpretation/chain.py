@@ -180,13 +180,22 @@ def natural_pass(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
 
 
 # ----------------------------------------------------------------------------------------------- Sun's bias test
-def bias_claim(bias: massive_activations.BiasTest, paper: dict) -> Claim:
-    """Sun et al.'s zero-vs-mean verdict of one :class:`~sinklib.interpretation.massive_activations.BiasTest`: on a
-    model whose position 0 is the same BOS in every window, the mean edit is judged on the later sites only
-    (:func:`~sinklib.interpretation.sun_claims.massive_bias`)."""
+def bias_claim(bias: massive_activations.BiasTest, paper: dict, windows: int, layers: list[int]) -> Claim:
+    """Sun et al.'s zero-vs-mean verdict of one :class:`~sinklib.interpretation.massive_activations.BiasTest` whose
+    site means came from ``windows`` calibration windows in ``layers`` (the rows of ``bias.means``): on a model whose
+    position 0 is the same BOS in every window, the mean edit is judged on the later sites only; where an edited
+    layer holds more than "a few" sites at t >= 1 per window, the test is not of massive activations
+    (:func:`~sinklib.interpretation.sun_claims.massive_bias`).
+
+    densest = max_l sum_d other_count[l, d] / windows  (later entries per window in the densest edited layer)"""
     fixed = bias.means is not None and bias.means.first_is_fixed
     later = None if bias.means is None else int(bias.means.other_count.sum())
-    return sun_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later)
+    densest = None
+    if bias.means is not None and bias.means.other_count.numel():
+        per_layer = bias.means.other_count.sum(-1) / max(windows, 1)  # (len(layers),)
+        i = int(per_layer.argmax())
+        densest = (int(layers[i]), float(per_layer[i]))
+    return sun_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later, densest_later=densest)
 
 
 def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list[int], min_ratio: float,
@@ -204,9 +213,11 @@ def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list
         calibration = make_inputs(lm, "natural", *calibration_shape, s)
         heldout = text_windows(lm.tokenizer, *heldout_shape, s, split="heldout")
         others.append(bias_claim(massive_activations.bias_test(lm, calibration, heldout, layers, dims, min_ratio,
-                                                               batch_size, first_only=False), paper))
-    return over_draws([first, *others],
-                      f"{n_draws} draws of {calibration_shape[0]} calibration and {heldout_shape[0]} held-out windows "
-                      f"(seeds {seed}-{seed + n_draws - 1})",
-                      key=lambda c: c.measured["set to mean"] / c.measured["original"])
+                                                               batch_size, first_only=False), paper,
+                                 calibration_shape[0], layers))
+    judged = over_draws([first, *others],
+                        f"{n_draws} draws of {calibration_shape[0]} calibration and {heldout_shape[0]} held-out "
+                        f"windows (seeds {seed}-{seed + n_draws - 1})",
+                        key=lambda c: c.measured["set to mean"] / c.measured["original"])
+    return sun_claims.with_zero_ratios(judged, [first, *others])
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span, windows  # noqa: F401 (windows: re-exported)
+from sinklib.interpretation.sun_claims import ZERO_BREAKS
 
 EPS = 0.3
 
@@ -194,12 +195,15 @@ def massive_bias(claim: Claim, ppl: dict[str, float], first_fixed: bool, strict:
              "by construction: the mean edit is judged on the "
              + (f"{num(later)} later sites" if later is not None else "later sites") + " only." if first_fixed else "")
     spread = claim.spread or {}
-    draws = (f" Over {claim.draws_of}, ppl(mean) / ppl(original) spans {span(spread['values'], 3)}."
-             if spread.get("values") and len(spread["values"]) > 1 else "")
+    draws = (f" Over {claim.draws_of}, ppl(mean) / ppl(original) spans {span(spread['values'], 3)}"
+             + (f" and ppl(zero) / ppl(original) {span(spread['zero_ratio'])}x" if spread.get("zero_ratio") else "")
+             + "." if spread.get("values") and len(spread["values"]) > 1 else "")
+    cut = (f" 'Breaks' means more than {num(ZERO_BREAKS)}x: Sun et al.'s Table 3 has 5.47 -> inf (LLaMA2-7B) and "
+           f"4.88 -> 5,729 (13B).")
     return paragraph("massive activations as a bias" + (f", perplexity on {on}" if on else ""),
                      f"{criterion}. Every massive site set to its mean {mean_word} the perplexity "
                      f"({num(orig, 4)} -> {num(mean, 4)}; position 0 only: {num(first_only, 4)}); set to zero it "
-                     f"becomes {num(zero, 4)} ({num(zero / orig)}x).{fixed}{draws}",
+                     f"becomes {num(zero, 4)} ({num(zero / orig)}x).{cut}{fixed}{draws}",
                      f"{claim_line(claim)}.")
 
 

@@ -13,7 +13,7 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import chain, massive_activations, origin
+from sinklib.interpretation import chain, massive_activations, origin, sun_claims
 from sinklib.interpretation.sun_sites import SunSites
 
 CHAIN_DRAWS = 3  # the run's windows and two more draws of the same size (seeds seed+1, seed+2)
@@ -66,7 +66,8 @@ def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], 
                "sink_follows": disparity.claim.measured["sink_follows"],
                "dom_after_super": disparity.dom_after_super, "width": lm.hidden_size,
                "positive_sink_vs_other": lock_link.sink_vs_other["positive_fraction"]}
-    return [variance.claim, neuron.claim, disparity.claim, lock_link.claim, chain.bias_claim(bias, paper)], numbers
+    return [variance.claim, neuron.claim, disparity.claim, lock_link.claim, chain.bias_claim(bias, paper, natural.shape[0],
+                                                                                  disparity.onset)], numbers
 
 
 def _key(claim: Claim) -> float | None:
@@ -106,5 +107,7 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
             f"{seed}-{seed + n_draws - 1})")
     judged = [over_draws([d[i] for d in draws], what, key=_key if _key(claims[i]) is not None else None)
               for i in range(len(claims))]
+    judged = [sun_claims.with_zero_ratios(c, [d[i] for d in draws]) if c.id == "sun2024.massive_activations_are_bias"
+              else c for i, c in enumerate(judged)]
     numbers = numbers | {"draws": {c.id: list(c.draws) for c in judged}}
     return judged, numbers
