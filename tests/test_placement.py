@@ -1,5 +1,6 @@
 """Where the sink sits: token kinds, mass by kind, secondary sinks, the position-or-token rule, on hand-built cases."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -342,3 +343,41 @@ def test_uniform_over_needs_a_layer():
 
     with pytest.raises(ValueError, match="at least one layer"):
         ContextSweep.uniform_over(type("S", (), {"windows": [None], "by_window": torch.zeros(1, 1, 1)})(), 8, [])
+
+
+def _windows(first_delimiter: list[float], content: float = 0.010) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, C) of kind_sums for windows with one key of each kind: the first delimiter's m_j as given."""
+    n = len(first_delimiter)
+    sums = torch.full((n, len(pl.KINDS)), 0.005, dtype=torch.float64)
+    sums[:, pl.KINDS.index("first delimiter")] = torch.tensor(first_delimiter, dtype=torch.float64)
+    sums[:, pl.KINDS.index("content")] = content
+    return sums, torch.ones_like(sums)
+
+
+def test_kind_sums_pool_to_the_mean_over_every_windows_keys():
+    mass = torch.tensor([[0.5, 0.1, 0.2, 0.3], [0.4, 0.2, 0.6, 0.9]])  # (N=2, T=4), last key skipped
+    kinds = [["first", "content", "content", "content"], ["first", "first delimiter", "content", "weak"]]
+    sums, counts = pl.kind_sums(mass, kinds, skip_last=1)
+    content = pl.KINDS.index("content")
+    assert sums[:, content].tolist() == pytest.approx([0.3, 0.6]) and counts[:, content].tolist() == [2, 1]
+    assert pl.mass_by_kind(mass, kinds, skip_last=1)["content"] == pytest.approx(0.9 / 3)
+    assert math.isnan(pl.mass_by_kind(mass, kinds, skip_last=1)["delimiter"])
+
+
+def test_a_pretrained_delimiter_claim_is_judged_on_pooled_windows_not_by_draws():
+    """Draw 0: 16 windows at 1.9x, draws 1-2: 16 windows each at 2.4x (content 0.010). By draws: unsettled (1.9 /
+    2.4 / 2.4 against the 2x cut); pooled: 2.23x with a bootstrap interval over the 48 windows wholly above 2 --
+    holds. Windows alternating 1.5x / 2.5x pool to 2.0x: the interval straddles the cut -- unsettled."""
+    draws = [_windows([0.019] * 16), _windows([0.024] * 16), _windows([0.024] * 16)]
+    by_draws = pl.delimiter_over_draws([pl.by_kind_of(*d) for d in draws], "m", "3 draws")
+    assert by_draws.verdict() == "unsettled"
+    pooled = pl.delimiter_pooled(draws, "m", "3 draws of 16 windows")
+    lo, hi = pooled.spread["interval"]
+    assert pooled.holds is True and not pooled.unsettled and 2.0 < lo < 2.234 < hi
+    assert pooled.measured["first_delimiter_over_content"] == pytest.approx(2.2333, abs=1e-3)
+    assert pooled.draws == (False, True, True) and pooled.spread["values"] == pytest.approx([1.9, 2.4, 2.4])
+    assert "48 windows pooled" in pooled.note and pooled.margin["cut"] == 2.0
+    mixed = pl.delimiter_pooled([_windows([0.015, 0.025] * 8), _windows([0.025, 0.015] * 8)], "m", "2 draws")
+    assert mixed.verdict() == "unsettled" and "straddles the 2x cut" in mixed.note
+    low = pl.delimiter_pooled([_windows([0.012, 0.014] * 8)] * 2, "m", "2 draws")
+    assert low.holds is False and not low.unsettled

@@ -98,10 +98,12 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     if ids_mass is None:
         ids_mass = placement.layer_mass(lm, ids, batch_size)
     mass = placement.over_layers(ids_mass, sink_layers)
-    by_kind = placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids))
+    sums = placement.kind_sums(mass, placement.token_kinds(lm.tokenizer, ids))  # (N, K) each
+    by_kind = placement.by_kind_of(*sums)
     position = placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass)
     start = time.perf_counter()
-    draws = {"seeds": [seed], "random": [rates["random"]], "by_kind": [by_kind], "position": [position],
+    draws = {"seeds": [seed], "random": [rates["random"]], "by_kind": [by_kind], "kind_sums": [sums],
+             "position": [position],
              "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
     if draw_seqs:
         draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size)
@@ -202,7 +204,9 @@ def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_w
         out["random"].append(placement.sink_rate(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size))
         ids = text_windows(lm.tokenizer, num_windows, seq_len, seed)
         mass = placement.key_mass(lm, ids, sink_layers, batch_size)
-        out["by_kind"].append(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)))
+        sums = placement.kind_sums(mass, placement.token_kinds(lm.tokenizer, ids))
+        out["kind_sums"].append(sums)
+        out["by_kind"].append(placement.by_kind_of(*sums))
         out["position"].append(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass))
         out["seeds"].append(seed)
         sizes.setdefault("random tokens", []).append(num_seqs)
@@ -293,7 +297,8 @@ def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     positions = report.draws.get("position") or [report.position]
     return [_named(shape_over_draws(report, gu), report.name),
             _named(sun_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
-            placement.delimiter_over_draws(by_kinds, report.name, windows),
+            (placement.delimiter_pooled(report.draws["kind_sums"], report.name, windows, report.draws["seeds"][0])
+             if report.draws.get("kind_sums") else placement.delimiter_over_draws(by_kinds, report.name, windows)),
             placement.position_over_draws(positions, report.name, windows),
             *[_named(c, report.name) for c in report.chain or []]]
 

@@ -123,15 +123,31 @@ def sink_rate(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: flo
     return metrics.sink_rate(layer_mass(lm, ids, batch_size, progress)[..., 0], eps)
 
 
-def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float]:
-    """Mean m_j over the keys of each kind. The last ``skip_last`` keys are left out: few queries see them, so
+def kind_sums(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per window n and kind k (in :data:`KINDS` order): S[n, k] = sum of m_j over the window's keys of kind k,
+    C[n, k] = how many; each (N, K), float64. The last ``skip_last`` keys are left out: few queries see them, so
     their mass is large by construction (key T-1 is seen only by itself)."""
     keep = mass.shape[1] - skip_last
-    out = {}
-    for kind in KINDS:
-        vals = [float(mass[n, j]) for n, row in enumerate(kinds) for j in range(keep) if row[j] == kind]
-        out[kind] = sum(vals) / len(vals) if vals else float("nan")
-    return out
+    sums = torch.zeros(mass.shape[0], len(KINDS), dtype=torch.float64)
+    counts = torch.zeros_like(sums)
+    for n, row in enumerate(kinds):
+        for j in range(keep):
+            k = KINDS.index(row[j])
+            sums[n, k] += float(mass[n, j])
+            counts[n, k] += 1
+    return sums, counts
+
+
+def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float]:
+    """Mean m_j over the keys of each kind, every window's keys together: sum_n S[n, k] / sum_n C[n, k]
+    (:func:`kind_sums`)."""
+    return by_kind_of(*kind_sums(mass, kinds, skip_last))
+
+
+def by_kind_of(sums: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+    """Kind -> mean m_j of the windows' pooled keys: sum_n S[n, k] / sum_n C[n, k] (NaN for a kind with no key)."""
+    s, c = sums.sum(0), counts.sum(0)
+    return {kind: float(s[k] / c[k]) if c[k] else float("nan") for k, kind in enumerate(KINDS)}
 
 
 def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last: int = 8, min_count: int = 3,
@@ -150,7 +166,7 @@ def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last:
 # mean sink mass m_j (an average attention weight) per token kind; the first delimiter's over a content word's, and
 # its spread over the draws of windows (:func:`delimiter_over_draws`)
 DELIMITER_QUANTITIES = {**{kind: q.share("attention mass m_j") for kind in KINDS},
-                        "first_delimiter_over_content": q.ratio(), "@spread": q.ratio()}
+                        "first_delimiter_over_content": q.ratio(), "@spread": q.ratio(), "@margin": q.ratio()}
 
 
 def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
@@ -174,6 +190,60 @@ def delimiter_over_draws(by_kinds: list[dict[str, float]], model: str, draws_of:
     only when every draw agrees (:func:`sinklib.core.claims.over_draws`)."""
     return over_draws([delimiter_claim(b, model) for b in by_kinds], draws_of,
                       key=lambda c: c.measured["first_delimiter_over_content"])
+
+
+BOOTSTRAP_DRAWS = 2000  # resamples of the windows for the pooled interval (delimiter_pooled)
+
+
+def delimiter_ratio_interval(sums: torch.Tensor, counts: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP_DRAWS,
+                             level: float = 0.95) -> tuple[float, float, float]:
+    """The first delimiter's m_j over a content word's on the pooled windows, and its percentile bootstrap interval
+    over windows: (ratio, low, high). Resample the N windows with replacement ``n_boot`` times (generator seeded with
+    ``seed``); each resample's ratio = (sum S[:, fd] / sum C[:, fd]) / (sum S[:, c] / sum C[:, c])."""
+    fd, c = KINDS.index("first delimiter"), KINDS.index("content")
+
+    def ratio(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:  # (..., N, K) -> (...)
+        return (s[..., fd].sum(-1) / n[..., fd].sum(-1)) / (s[..., c].sum(-1) / n[..., c].sum(-1))
+
+    point = float(ratio(sums, counts))
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, sums.shape[0], (n_boot, sums.shape[0]), generator=gen)  # (B, N)
+    boot = ratio(sums[idx], counts[idx])  # (B,)
+    boot = boot[~torch.isnan(boot)]
+    if not boot.numel():
+        return point, float("nan"), float("nan")
+    lo, hi = torch.quantile(boot, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=boot.dtype)).tolist()
+    return point, lo, hi
+
+
+def delimiter_pooled(draws: list[tuple[torch.Tensor, torch.Tensor]], model: str, draws_of: str, seed: int = 0
+                     ) -> Claim:
+    """Sun et al.'s first-delimiter rule on a pretrained model, judged on every draw's windows pooled: a fixed
+    model has no training noise, so what varies between draws is which windows were read. Holds when the pooled
+    ratio's 95 % bootstrap interval over windows (:func:`delimiter_ratio_interval`) lies above
+    :data:`DELIMITER_CUT`, fails when it lies below, and is unsettled only when it straddles the cut. Each draw's own
+    verdict is kept in ``draws``, its ratio in the spread. ``draws``: (S, C) of :func:`kind_sums` per draw."""
+    from dataclasses import replace
+
+    from sinklib.core.claims import against_cut
+
+    sums = torch.cat([s for s, _ in draws])
+    counts = torch.cat([c for _, c in draws])
+    pooled = delimiter_claim(by_kind_of(sums, counts), model)
+    per_draw = [delimiter_claim(by_kind_of(s, c), model) for s, c in draws]
+    ratio, lo, hi = delimiter_ratio_interval(sums, counts, seed)
+    if math.isnan(ratio) or math.isnan(lo):
+        return replace(pooled, draws=tuple(d.holds for d in per_draw), draws_of=draws_of)
+    reach = ratio - lo if ratio > DELIMITER_CUT else hi - ratio  # how far the interval reaches toward the cut
+    holds, unsettled, margin = against_cut(ratio, DELIMITER_CUT, reach)
+    values = [d.measured["first_delimiter_over_content"] for d in per_draw]
+    note = (f"judged on all {sums.shape[0]} windows pooled ({draws_of}): ratio {ratio:.3g}, 95% bootstrap interval "
+            f"[{lo:.3g}, {hi:.3g}] over windows ({BOOTSTRAP_DRAWS:,} resamples)"
+            + (f" -- it straddles the {DELIMITER_CUT:g}x cut" if unsettled else "")
+            + "; per draw " + " / ".join(f"{v:.3g}" for v in values))
+    return replace(pooled, holds=holds, unsettled=unsettled, margin=margin | {"of": "the pooled ratio"},
+                   draws=tuple(d.holds for d in per_draw), draws_of=draws_of, note=note,
+                   spread={"min": min(values), "max": max(values), "values": values, "interval": [lo, hi]})
 
 
 @dataclass

@@ -110,15 +110,27 @@ def _share(report) -> str:
             + (f"position 0 from layer {first}" if first is not None else "never at position 0"))
 
 
+def _delimiter(report, claims: Sequence[Claim]) -> str:
+    """One model's first-delimiter ratio: on every draw's windows pooled, with its bootstrap interval, where the
+    claim was judged so (:func:`~sinklib.architectures.llm.placement.delimiter_pooled`); else the run's own draw."""
+    claim = next((c for c in claims if c.id == f"sun2024.first_delimiter_draws_attention.{report.name}"), None)
+    interval = ((claim.spread or {}).get("interval") if claim is not None else None) or []
+    if len(interval) == 2 and interval[0] == interval[0]:
+        ratio, (lo, hi) = claim.measured["first_delimiter_over_content"], interval
+        where = ("above" if lo > DELIMITER_RATIO else "below" if hi < DELIMITER_RATIO else "across")
+        return (f"{report.label} {num(ratio, 2)}x on all windows pooled (95% interval {num(lo, 2)}-{num(hi, 2)}x, "
+                f"{where} the {num(DELIMITER_RATIO)}x cut)")
+    ratio = report.by_kind["first delimiter"] / report.by_kind["content"]
+    return (f"{report.label} {num(ratio, 2)}x ({compare(ratio, DELIMITER_RATIO, 'above', 'below', 'at')} the "
+            f"{num(DELIMITER_RATIO)}x cut)")
+
+
 def mass_by_kind(reports, claims: Sequence[Claim], *, on: str = "") -> str:
     """Section 3: the first position's mass against content words, the first delimiter's ratio to content words
     against the 2x cut (over the window draws), and the most attended later token per model."""
     first = [r.by_kind["first"] for r in reports]
     over = [r.by_kind["first"] / r.by_kind["content"] for r in reports]
-    delim = "; ".join(
-        f"{r.label} {num(ratio := r.by_kind['first delimiter'] / r.by_kind['content'], 2)}x "
-        f"({compare(ratio, DELIMITER_RATIO, 'above', 'below', 'at')} the {num(DELIMITER_RATIO)}x cut)"
-        for r in reports)
+    delim = "; ".join(_delimiter(r, claims) for r in reports)
     top = "; ".join(f"{r.label}: {r.secondary[0][0]!r} ({num(r.secondary[0][2])} over {num(r.secondary[0][1])} "
                     f"occurrences, {num(r.secondary[0][2] / r.by_kind['content'], 2)}x a content word)"
                     for r in reports if r.secondary)
