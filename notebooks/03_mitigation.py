@@ -316,8 +316,9 @@ takeaways.show(what_we_saw.final_metrics(table, uniform, agreement))
 # README, "Determinism") leaves the removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
 # figure shows every variant's strongest head over training. All runs train with weight decay on weight matrices only (gains,
 # biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
-# mean validation loss over training and the final loss are lower than softmax's in every seed and, on the mean, by
-# more than 2 seed sd's. **Controls:** each rule is also applied to the step-0 checkpoints -- the same TinyLM at
+# mean validation loss over training and the final loss are lower than softmax's -- each a difference paired by
+# training seed -- by more than its margin (2 sd of the paired differences, at least the 0.029 nats a loss difference
+# moved across machines); *slower* (the claim fails) if either is higher by more; else unsettled. **Controls:** each rule is also applied to the step-0 checkpoints -- the same TinyLM at
 # initialisation, untrained. "Grows a sink" must fail there (Gu et al.: the sink is learned); "removes" cannot be
 # judged there (an untrained softmax has no sink to remove), and convergence has no untrained counterpart. Where
 # `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.

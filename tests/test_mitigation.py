@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -301,8 +302,24 @@ def test_convergence_claim_needs_every_seed_and_the_margin():
     assert verdicts.convergence_claim_over_seeds(slow, fast, PAPER, "toy", [0, 1, 2]).holds is False
     mixed = [fast[0], slow[1], fast[2]]
     assert verdicts.convergence_claim_over_seeds(mixed, slow, PAPER, "toy", [0, 1, 2]).holds is None
-    # every seed a hair faster, but the seeds spread far more than the gap: unsettled
+    # every seed a hair faster (paired: -0.001 each), within the cross-machine floor of a loss difference: unsettled
     noisy = [fake_run([5, 3.0 + d, 2.5 + d], [0] * 3) for d in (0.0, 0.5, 1.0)]
     hair = [fake_run([5, 3.0 + d - 0.001, 2.5 + d - 0.001], [0] * 3) for d in (0.0, 0.5, 1.0)]
     tight = verdicts.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
-    assert tight.holds is None and "within 2 pooled seed sd's" in tight.note
+    assert tight.holds is None and tight.unsettled and "within its margin" in tight.note
+
+
+def test_one_convention_for_convergence_paired_by_seed():
+    """bible_g0=0.1 at c16eec0: both seeds slower (final +0.057, +0.031) but "unsettled" -- each seed alone had no
+    sd, the seeds pooled unpaired had a wide one. Paired by seed: final +0.044 against its margin max(2 x 0.0184,
+    0.029) = 0.037 -- slower, so "converges faster" does not hold. Paired differences that disagree in sign stay
+    unsettled however the seeds' own losses spread."""
+    base = [fake_run([5, 2.10, 1.918], [0] * 3), fake_run([5, 2.15, 1.967], [0] * 3)]
+    g0 = [fake_run([5, 2.214, 1.975], [0] * 3), fake_run([5, 2.1426, 1.998], [0] * 3)]
+    conv = verdicts.convergence(g0, base)
+    assert conv["final"]["paired"] == pytest.approx([0.057, 0.031]) and conv["verdict"] == "slower"
+    assert conv["final"]["margin"] == pytest.approx(2 * np.std([0.057, 0.031], ddof=1))
+    claim = verdicts.convergence_claim_over_seeds(g0, base, PAPER, "toy", [0, 1])
+    assert claim.verdict() == "does NOT hold" and claim.draws == (False, False)
+    split = [fake_run([5, 2.00, 1.818], [0] * 3), fake_run([5, 2.25, 2.067], [0] * 3)]  # -0.1 and +0.1 per seed
+    assert verdicts.convergence_claim_over_seeds(split, base, PAPER, "toy", [0, 1]).verdict() == "unsettled"

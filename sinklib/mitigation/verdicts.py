@@ -364,34 +364,42 @@ def _pooled_sd(table: pd.DataFrame, a: str, b: str, label: str) -> float:
     return float(math.sqrt((table.loc[a, (label, "sd")] ** 2 + table.loc[b, (label, "sd")] ** 2) / 2))
 
 
+# The smallest margin of a convergence measure: a difference of two validation losses moved by up to this across
+# machines (twice one loss's 0.0143 nats, data/reference/cross_machine_03.json); see LOSS_DIFFERENCE
+CONVERGENCE_FLOOR = 0.029
+
+
 def convergence(candidate: Sequence[dict], baseline: Sequence[dict], key: str = "val_loss",
                 margin_sds: float = 2.0) -> dict:
-    """Does ``candidate`` converge faster than ``baseline`` (same configuration but attention, several seeds)?
+    """Does ``candidate`` converge faster than ``baseline`` (same configuration but attention, trained with the same
+    seeds, paired by index)? The one convention of every convergence claim.
 
-    Two measures, each compared with the seed-to-seed spread (sd over seeds, pooled over the two variants):
+    Two measures per seed i, each a paired difference d_i = candidate_i - baseline_i:
     * ``auc``: mean validation loss over all checkpoints after step 0 (lower = faster convergence overall);
     * ``final``: validation loss at the last checkpoint.
-    Also the step at which each first reaches the baseline's final mean loss. Verdict: "faster" when both measures
-    are lower by more than ``margin_sds`` pooled sd's, "slower" when both are higher by more, else "no difference".
+    Per measure: diff = mean_i d_i, sd = sd_i d_i (ddof 1; NaN for one seed), margin = max(``margin_sds`` x sd,
+    :data:`CONVERGENCE_FLOOR`). Verdict: "faster" when every measure has diff + margin < 0; "slower" when some
+    measure has diff - margin > 0 (so "both lower" is refuted); else "no difference" (within the margins). Also
+    the step at which each first reaches the baseline's final mean loss.
     """
     def per_seed(runs, fn):
         return np.array([fn([c[key] for c in r["checkpoints"][1:]]) for r in runs], dtype=float)
 
+    n = min(len(candidate), len(baseline))
     out: dict = {}
     for name, fn in (("auc", np.mean), ("final", lambda xs: xs[-1])):
-        c, b = per_seed(candidate, fn), per_seed(baseline, fn)
-        sd = math.sqrt((c.var(ddof=1) + b.var(ddof=1)) / 2) if len(c) > 1 and len(b) > 1 else float("nan")
-        out[name] = {"candidate": float(c.mean()), "baseline": float(b.mean()), "diff": float(c.mean() - b.mean()),
-                     "sd": sd}
+        c, b = per_seed(candidate[:n], fn), per_seed(baseline[:n], fn)
+        d = c - b  # (n,) paired by seed
+        sd = float(d.std(ddof=1)) if n > 1 else float("nan")
+        out[name] = {"candidate": float(c.mean()), "baseline": float(b.mean()), "diff": float(d.mean()),
+                     "sd": sd, "margin": max(margin_sds * (0.0 if math.isnan(sd) else sd), CONVERGENCE_FLOOR),
+                     "paired": d.tolist()}
     target = out["final"]["baseline"]
     out["steps_to_baseline_final"] = {"candidate": [steps_to_reach(r, target, key) for r in candidate],
                                       "baseline": [steps_to_reach(r, target, key) for r in baseline]}
-    def beyond(m: str, sign: float) -> bool:  # diff past margin_sds sd's in the direction of ``sign``
-        sd = 0.0 if math.isnan(out[m]["sd"]) else out[m]["sd"]
-        return sign * out[m]["diff"] > margin_sds * sd
-
-    out["verdict"] = ("faster" if beyond("auc", -1) and beyond("final", -1) else
-                      "slower" if beyond("auc", 1) and beyond("final", 1) else "no difference")
+    lower = all(out[m]["diff"] + out[m]["margin"] < 0 for m in ("auc", "final"))
+    higher = any(out[m]["diff"] - out[m]["margin"] > 0 for m in ("auc", "final"))
+    out["verdict"] = "slower" if higher else "faster" if lower else "no difference"
     return out
 
 
@@ -402,8 +410,8 @@ def convergence_line(name: str, conv: dict, setting: str) -> str:
             "slower": f"{name} converges slower than softmax",
             "no difference": f"no difference in convergence between {name} and softmax at this scale"}[conv["verdict"]]
     return (f"{head} ({setting}): mean val loss over training {a['candidate']:.3f} vs {a['baseline']:.3f} "
-            f"(diff {a['diff']:+.3f}, seed sd {a['sd']:.3f}); final {f['candidate']:.3f} vs {f['baseline']:.3f} "
-            f"(diff {f['diff']:+.3f}, sd {f['sd']:.3f}); steps to reach the baseline's final loss "
+            f"(paired diff {a['diff']:+.3f}, margin {a['margin']:.3f}); final {f['candidate']:.3f} vs "
+            f"{f['baseline']:.3f} (paired diff {f['diff']:+.3f}, margin {f['margin']:.3f}); steps to reach the baseline's final loss "
             f"{conv['steps_to_baseline_final']['candidate']} vs {conv['steps_to_baseline_final']['baseline']}.")
 
 
@@ -452,8 +460,8 @@ ADAPTED = {
 CONVERGENCE_FOLLOWS = ("arXiv 2605.06611 (head-wise RMSNorm lowers validation loss at equal steps; 152M Llama-2-style, "
                        "20B OpenWebText tokens, 4 seeds): no public code")
 CONVERGENCE_ADAPTED = ("a 2-layer TinyLM on bigram-backcopy / Bible bytes for a few hundred steps; faster = mean loss "
-                       "over training and final loss both lower, in every seed (paired with softmax of the same "
-                       "seed) and by more than 2 pooled seed sd's")
+                       "over training and final loss both lower than softmax's, each a difference paired by training "
+                       "seed, by more than max(2 sd of the paired differences, 0.029 nats across machines)")
 
 
 REMOVES_RULE = ("sink_verdict says 'removes' (sink rate < 2%, alpha_0 and share <= 1.5x uniform); reduces / keeps / "
@@ -489,7 +497,9 @@ LOSS_DIFFERENCE = q.Quantity(kind=q.Kind.VALUE, unit="nats", abs_tol=0.029,
                                  "across machines (data/reference/cross_machine_03.json)")
 CONVERGENCE_QUANTITIES = {"final": q.loss(), "auc": q.loss(), "final.diff": LOSS_DIFFERENCE,
                           "auc.diff": LOSS_DIFFERENCE, "final.sd": LOSS_DIFFERENCE, "auc.sd": LOSS_DIFFERENCE,
-                          "@spread": LOSS_DIFFERENCE}
+                          "final.margin": LOSS_DIFFERENCE, "auc.margin": LOSS_DIFFERENCE,
+                          "final.paired.*": LOSS_DIFFERENCE, "auc.paired.*": LOSS_DIFFERENCE,
+                          "@spread": LOSS_DIFFERENCE, "@margin": LOSS_DIFFERENCE}
 
 
 # Variants whose paper does not claim that they remove the sink: "removes" is this project's own question there, and
@@ -629,56 +639,53 @@ def decisive_margin(claims: Sequence[Claim]) -> dict | None:
 
 def convergence_claim_over_seeds(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str,
                                  seeds: Sequence[int], margin_sds: float = 2.0) -> Claim:
-    """:func:`rmsnorm_convergence` judged seed by seed (candidate seed i against baseline seed i: both measures
-    lower = faster), then over the seeds; a verdict the seeds agree on must also clear :func:`convergence`'s
-    2-pooled-sd margin, else it is unsettled ("every seed agrees, but within 2 seed sd's"; ``margin``: the measure
-    closest to zero in pooled sd's, {"value": diff, "cut": 0, "spread": 2 sd}). ``measured``: the pooled
-    :func:`convergence` numbers (means over the seeds, as :func:`convergence_line` prints them); ``spread``: each
-    seed's final-loss difference."""
+    """:func:`rmsnorm_convergence` over the training seeds, by :func:`convergence`'s one convention (paired by seed,
+    each measure's margin max(2 sd of the paired differences, :data:`CONVERGENCE_FLOOR`)): "faster" holds,
+    "slower" does not, "no difference" is unsettled (``margin``: the measure closest to its margin). ``draws``: each
+    seed's own verdict by the same rule (its margin the floor alone); ``spread``: each seed's final-loss difference."""
     n = min(len(candidate), len(baseline))
     per_seed = [rmsnorm_convergence([candidate[i]], [baseline[i]], paper, setting) for i in range(n)]
-    claim = over_draws(per_seed, f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})",
-                       key=lambda c: c.measured["final"]["diff"])
     pooled = convergence(candidate[:n], baseline[:n], margin_sds=margin_sds)
-    holds, unsettled, margin = claim.holds, claim.unsettled, claim.margin
-    cleared = {"faster": True, "slower": False, "no difference": None}[pooled["verdict"]]
-    note = claim.note
-    if holds is not None and cleared != holds:
-        holds, unsettled = None, True
-        measure, margin = convergence_margin(pooled, margin_sds)
-        note = (f"every seed agrees ({'faster' if claim.holds else 'slower'}), but the gap in {measure} is within "
-                f"{margin_sds:g} pooled seed sd's; {note}")
-    rule = ("mean and final validation loss both lower (faster) / higher (slower) than softmax's in every training "
-            "seed (paired by seed) and, on the mean over seeds, by > 2 pooled seed sd's (else unsettled)")
+    claim = rmsnorm_convergence(candidate[:n], baseline[:n], paper, setting)
+    holds = {"faster": True, "slower": False, "no difference": None}[pooled["verdict"]]
+    measure, margin = convergence_margin(pooled)
+    finals = [c.measured["final"]["diff"] for c in per_seed]
+    what = f"{n} training seeds ({', '.join(str(s) for s in list(seeds)[:n])})"
+    note = (f"over {what}, paired by seed: " + "; ".join(
+        f"{m} {pooled[m]['diff']:+.3f} (margin {pooled[m]['margin']:.3f})" for m in ("auc", "final"))
+        + f" -> {pooled['verdict']}")
+    if holds is None:
+        note += f"; within its margin in {measure}: unsettled at {n} seed(s)"
+    rule = ("mean and final validation loss, each a difference paired by training seed, both lower than softmax's by "
+            f"more than its margin max(2 sd of the paired differences, {CONVERGENCE_FLOOR} nats across machines) "
+            "(faster: holds); either higher by more than its margin (slower: does not hold); else unsettled")
     measured = {"final": pooled["final"], "auc": pooled["auc"],
                 "over": f"mean over {n} seeds" if n > 1 else "one seed"}
-    return replace(claim, holds=holds, unsettled=unsettled, margin=margin, rule=rule, measured=measured,
-                   note=f"{note}; over seeds: {pooled['verdict']}", control_note=CONVERGENCE_CONTROL)
+    return replace(claim, holds=holds, unsettled=holds is None, margin=margin if holds is None else None, rule=rule,
+                   measured=measured, note=note, control_note=CONVERGENCE_CONTROL,
+                   draws=tuple(c.holds for c in per_seed), draws_of=what,
+                   spread={"min": min(finals), "max": max(finals), "values": finals})
 
 
-def convergence_margin(conv: dict, margin_sds: float = 2.0) -> tuple[str, dict]:
-    """The measure of :func:`convergence` ("auc" or "final") whose difference lies closest to zero in pooled seed
-    sd's, and its margin {"value": diff, "cut": 0, "spread": ``margin_sds`` x sd} (an undefined sd counts as 0)."""
-    def sds(m: str) -> float:
-        sd = 0.0 if math.isnan(conv[m]["sd"]) else conv[m]["sd"]
-        return abs(conv[m]["diff"]) / sd if sd > 0 else math.inf
-
-    m = min(("auc", "final"), key=sds)
-    sd = 0.0 if math.isnan(conv[m]["sd"]) else conv[m]["sd"]
-    return m, {"value": float(conv[m]["diff"]), "cut": 0.0, "spread": margin_sds * sd}
+def convergence_margin(conv: dict) -> tuple[str, dict]:
+    """The measure of :func:`convergence` ("auc" or "final") whose difference lies closest to its margin (in
+    margins), and {"value": diff, "cut": 0, "spread": its margin}."""
+    m = min(("auc", "final"), key=lambda k: abs(conv[k]["diff"]) / conv[k]["margin"])
+    return m, {"value": float(conv[m]["diff"]), "cut": 0.0, "spread": float(conv[m]["margin"])}
 
 
 def rmsnorm_convergence(candidate: Sequence[dict], baseline: Sequence[dict], paper: dict, setting: str) -> Claim:
     """The structural-origin paper: head-wise RMSNorm converges faster (lower validation loss) than softmax.
-    Rule: :func:`convergence` -- both the mean loss over training and the final loss lower by
-    more than 2 pooled seed sd's holds; both higher by as much does not; otherwise it cannot be judged.
+    Rule: :func:`convergence` -- both the mean loss over training and the final loss lower by more than their
+    margins holds; either higher by more than its margin does not; otherwise it cannot be judged.
     ``paper`` / ``source``: head-wise RMSNorm's (:func:`claim_source`)."""
     conv = convergence(candidate, baseline)
     holds = {"faster": True, "slower": False, "no difference": None}[conv["verdict"]]
     arxiv, source = claim_source(paper, "headwise_rmsnorm")
     return Claim(id=f"origin.headwise_rmsnorm_converges_faster.{setting.replace(' ', '_')}", source=source,
                  paper=arxiv, statement="head-wise RMSNorm reaches a lower validation loss than softmax",
-                 rule="mean and final validation loss both lower (faster) / higher (slower) by > 2 pooled seed sd's",
+                 rule="mean and final validation loss, paired by seed, both lower than softmax's by more than their "
+                      "margins (faster) / either higher by more (slower)",
                  published=paper["variants"]["headwise_rmsnorm"].get("val_loss"),
                  measured={"final": conv["final"], "auc": conv["auc"]}, holds=holds,
                  note=f"{conv['verdict']} ({setting})", follows=CONVERGENCE_FOLLOWS, adapted=CONVERGENCE_ADAPTED,
