@@ -21,7 +21,19 @@ MASSIVE_QUANTITIES = {
     "later_share": q.share("positions"),  # per met layer: share of the positions t >= 1 holding a massive entry
     "most_later_sites_per_window": q.count("positions per window (mean)"),
     "most_later_share": q.share("positions"),
+    "rare_layers.*": q.identity("layer"), "dense_layers.*": q.identity("layer"),  # where 'a few' holds / does not
 }
+
+
+def _layers(layers: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7"."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> Claim:
@@ -30,15 +42,16 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
     ``sites``: a :class:`~sinklib.interpretation.sun_sites.SunSites` of the same windows, where the criterion holds
     layer by layer.
 
-    Rule: the criterion is met in some layer, and it is rare there -- in every layer where it is met, at most
-    ``max_later_sites`` positions t >= 1 per window on average hold a qualifying entry. Sun et al. find the massive
-    activations at the starting token and the first delimiter (one later position); a criterion met by most tokens
-    of a layer does not single out "a few" activations, however large they are (Gemma-3-270M: most tokens in its
-    first layers). Without ``sites`` the rarity is not measured and the verdict cannot be given (None)."""
+    Rule, judged layer by layer: the criterion is met in some layer with "a few" sites -- at most ``max_later_sites``
+    positions t >= 1 per window on average (Sun et al.: the starting token and the first delimiter, one later
+    position). The verdict's note names the layers where the pattern holds and those where the criterion is met by
+    many tokens (Gemma-3-270M: position 0 only in layers 4-13, most tokens in layers 1-3 -- Sun et al. also report
+    "the starting token and semantically weak tokens" for LLaMA2-70B and Phi-2). Without ``sites`` the rarity is not
+    measured and the verdict cannot be given (None)."""
     measured = {"dims": [int(d) for d in massive.dims], "peak_ratio_to_median": massive.peak_ratio}
-    rule = (f"Sun et al.'s criterion met in some layer, and in every layer where it is met at most "
-            f"{max_later_sites:g} positions t >= 1 per window on average hold it ('a few': the starting token and "
-            f"the first delimiter)")
+    rule = (f"Sun et al.'s criterion met in some layer by 'a few' sites -- at most {max_later_sites:g} positions t >= 1 "
+            f"per window on average (the starting token and the first delimiter); judged layer by layer, the layers "
+            f"where many tokens meet it named")
     if not massive.strict:
         holds, note = False, massive.describe()
     elif sites is None:
@@ -49,12 +62,21 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
         measured |= {"sun_onset": index(sites.onset), "first_token_sun_onset": index(sites.first_token_onset),
                      "later_share": {str(i): sites.later_share[i] for i in met},
                      "most_later_sites_per_window": per_seq, "most_later_share": share}
-        holds = per_seq <= max_later_sites
+        rare = [i for i in met if sites.later_per_seq[i] <= max_later_sites]
+        dense = [i for i in met if i not in rare]
+        measured |= {"rare_layers": rare, "dense_layers": dense}
+        holds = bool(rare)
         where = ", ".join(f"{100 * sites.later_share[i]:.0f}%" for i in met[:4]) + (" ..." if len(met) > 4 else "")
-        note = (f"met in layers {met[0]}-{met[-1]} ({len(met)} layers); share of the tokens after position 0 that "
-                f"hold it, layer by layer from layer {met[0]}: {where}; at most {per_seq:.1f} of {sites.seq_len - 1} "
-                f"later positions per window (layer {worst})"
-                + ("" if holds else f": not 'a few' (more than {max_later_sites:g} per window)"))
+        if not dense:
+            head = f"'a few' in every layer where it is met ({_layers(met)})"
+        elif rare:
+            head = (f"'a few' in layers {_layers(rare)}; not in layers {_layers(dense)}, where up to "
+                    f"{per_seq:.1f} of {sites.seq_len - 1} later positions per window hold it (layer {worst})")
+        else:
+            head = (f"not 'a few' in any layer where it is met ({_layers(met)}): up to {per_seq:.1f} of "
+                    f"{sites.seq_len - 1} later positions per window (layer {worst})")
+        note = (f"{head}; share of the tokens after position 0 that hold it, layer by layer from layer {met[0]}: "
+                f"{where}")
     return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
                   statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's "
                             "output",

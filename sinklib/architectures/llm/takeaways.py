@@ -91,7 +91,8 @@ def massive(reports, claims: Sequence[Claim], *, on: str = "") -> str:
         f"{'; '.join(short)}." if short else "",
         f"Where it is met, the share of the tokens after position 0 that meet it, from its first layer on: "
         f"{'; '.join(shares)}. The rule asks for 'a few' (Sun et al.: the starting token and the first delimiter): "
-        f"at most {num(RARE_SITES)} later positions per window in every layer where it is met." if shares else "",
+        f"at most {num(RARE_SITES)} later positions per window, judged layer by layer (it holds where some layer "
+        f"shows it)." if shares else "",
         f"The claim holds on {num(len(_holders(reports, claims, 'sun2024.massive_activations')))} of "
         f"{num(len(reports))} models ({_verdicts(reports, claims, 'sun2024.massive_activations')}).")
 
