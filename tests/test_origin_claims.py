@@ -402,3 +402,15 @@ def test_bias_test_is_judged_over_equal_sized_draws(tiny):
         first.measured["set to mean"] / first.measured["original"])
     assert len(judged.spread["zero_ratio"]) == 3 and judged.spread["zero_ratio"][0] == pytest.approx(
         first.measured["set to zero"] / first.measured["original"])  # every draw's zero edit, not only the first
+
+
+def test_the_disparity_claim_says_first_which_onset_the_sink_follows():
+    """02 on SmolLM2: the sink follows the first-token value onset (|v| > 100), nine layers before Sun et al.'s 1000x
+    criterion first holds -- the claim's first words say so (c16eec0: "the first token's DomRatio jumps with the
+    massive activation and the sink follows", which reads as Sun's massive activation)."""
+    claim = origin_claims.disparity_then_sink([1], 3, 10.0, 100.0, PAPER, 576, sun_onset=10)
+    assert claim.statement.startswith("the sink follows the first token's value onset (|v| > 100")
+    assert claim.note.startswith("the sink follows the value onset (layer 1), 9 layers before Sun et al.'s "
+                                 "criterion first holds (layer 10)")
+    sun = origin_claims.disparity_then_sink([1], 11, 10.0, 100.0, PAPER, 576, sun_onset=10)
+    assert sun.note.startswith("the sink follows Sun et al.'s onset (layer 10), not the value onset")

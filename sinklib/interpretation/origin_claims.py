@@ -131,7 +131,8 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
     sun_measured = sun_onset is not None if sun_measured is None else sun_measured
     sun = _against_sun(sink_onset, sun_onset) if sun_measured else "where Sun et al.'s criterion holds was not measured"
     return _claim("origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
-                  statement="the first token's DomRatio jumps with the massive activation and the sink follows",
+                  statement="the sink follows the first token's value onset (|v| > 100 on a massive dimension, not "
+                            "Sun et al.'s 1000x criterion), where its DomRatio jumps",
                   rule="sink onset 0-2 layers after the first attention that reads the first token's value onset "
                        "(its first layer with |v| > 100 on a massive dimension, doubling; block onset + 1 reads it: "
                        f"hidden_states[l] is block l's output); first-token DomRatio > {DISPARITY_AT_SINK:g}x the "
@@ -146,7 +147,8 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                             "dom_ratio_after_super_neuron": dom_after_super,
                             **({"dom_share_after_super_neuron": dom_share(dom_after_super, width)} if width else {})},
                   holds=bool(in_order and disparate),
-                  note="; ".join(x for x in (order, sun, f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
+                  note="; ".join(x for x in (_which_onset(onset, sink_onset, sun_onset), order, sun,
+                                             f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
                                              f"others' at the sink onset" + ("" if disparate else
                                                                               f" (not > {DISPARITY_AT_SINK:g}x)"),
                                              _dom_number(dom_after_super, ref, entry, width)) if x),
@@ -164,6 +166,22 @@ def follows_which(onset: Sequence[int], sink_onset: int | None, sun_onset: int |
     value, sun = after(onset[0] if onset else None), after(sun_onset)
     return {(True, True): "both", (True, False): "the value onset", (False, True): "Sun's onset"}.get((value, sun),
                                                                                                     "neither")
+
+
+def _which_onset(onset: Sequence[int], sink_onset: int | None, sun_onset: int | None) -> str:
+    """The note's first words: which onset the sink follows (:func:`follows_which`) and how far Sun et al.'s onset
+    lies from the value onset -- "the sink follows the value onset (layer 1), 9 layers before Sun et al.'s criterion
+    first holds (layer 10)"."""
+    follows = follows_which(onset, sink_onset, sun_onset)
+    text = {"the value onset": f"the sink follows the value onset (layer {onset[0] if onset else '-'})",
+            "Sun's onset": f"the sink follows Sun et al.'s onset (layer {sun_onset}), not the value onset",
+            "both": "the sink follows both the value onset and Sun et al.'s onset",
+            "neither": "the sink follows neither the value onset nor Sun et al.'s onset"}[follows]
+    if follows == "the value onset" and sun_onset is not None and onset:
+        gap = sun_onset - onset[0]
+        text += (f", {abs(gap)} layer{'s' if abs(gap) != 1 else ''} {'before' if gap > 0 else 'after'} Sun et al.'s "
+                 f"criterion first holds (layer {sun_onset})")
+    return text
 
 
 def _against_sun(sink_onset: int | None, sun_onset: int | None) -> str:
