@@ -80,6 +80,9 @@ def test_streaming_claims():
     assert streaming.sink_is_positional(34.8, 34.5, XIAO).holds is True
     assert streaming.sink_is_positional(60.0, 34.5, XIAO).holds is False
     assert streaming.sink_is_positional(34.8, 34.5, XIAO, 40.0).holds is False  # window only barely worse: no sink
+    gemma = streaming.sink_is_positional(47.35, 19.21, XIAO, 46.62)  # c16eec0: "does NOT hold", no reason given
+    assert gemma.holds is False and gemma.note.startswith("4 newlines give ppl 47.4, 2.46x the text's own first 4")
+    assert "as bad as the window alone (46.6): the sink is the text's own first token" in gemma.note
     assert streaming.bounded_cache({"dense": 35.2, "4 sinks + window": 11.2}, "4 sinks + window").holds is True
     assert streaming.bounded_cache({"dense": 5.0, "4 sinks + window": 11.2}, "4 sinks + window").holds is False
 

@@ -172,6 +172,7 @@ def test_every_claim_records_what_it_follows_its_control_and_draws(executed, ste
         assert c.draws and c.draws_of, f"{c.id}: no draws recorded"
         assert c.control is not None or c.control_note, f"{c.id}: no random-weight control and no reason"
         assert not c.control_contradicts or c.control_note, f"{c.id} holds on random weights, unexplained"
+        assert c.holds is not False or (c.note or "").strip(), f"{c.id}: does NOT hold with no measured reason"
 
 
 def test_tour_headline_numbers(executed):

@@ -414,3 +414,12 @@ def test_the_disparity_claim_says_first_which_onset_the_sink_follows():
                                  "criterion first holds (layer 10)")
     sun = origin_claims.disparity_then_sink([1], 11, 10.0, 100.0, PAPER, 576, sun_onset=10)
     assert sun.note.startswith("the sink follows Sun et al.'s onset (layer 10), not the value onset")
+
+
+def test_a_lock_in_that_does_not_hold_names_the_failing_condition():
+    """Gemma and Qwen at c16eec0: "does NOT hold" with an empty note; the reason is the |cos| separation."""
+    gemma = origin_claims.lock_in((0.9999, 0.9943), (0.26, 0.23), 58, (0.538, 0.389, 0.666))
+    assert gemma.holds is False and "AUC 0.54 (95% interval 0.39-0.67)" in gemma.note
+    assert "positive (100% in sink heads, 99% in the others)" in gemma.note
+    held = origin_claims.lock_in((0.99, 0.6), (0.8, 0.2), 10, (0.9, 0.8, 0.97))
+    assert held.holds is True and held.note == ""

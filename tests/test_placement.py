@@ -381,3 +381,15 @@ def test_a_pretrained_delimiter_claim_is_judged_on_pooled_windows_not_by_draws()
     assert mixed.verdict() == "unsettled" and "straddles the 2x cut" in mixed.note
     low = pl.delimiter_pooled([_windows([0.012, 0.014] * 8)] * 2, "m", "2 draws")
     assert low.holds is False and not low.unsettled
+
+
+def test_a_sink_that_belongs_to_the_token_says_so_with_its_numbers():
+    """Gemma-3-270M (c16eec0's reference: "does NOT hold" with an empty note): alpha_0 0.50 as given, 0.033 with
+    another first token, 0.028 with another text in front, 0.49 for the BOS moved to position 8 -- the token."""
+    gemma = pl.PositionOrToken(0.502, 0.0327, 0.0284, 0.4916, shift=8, other_token="'\\n'", layers=[3])
+    claim = pl.position_claim(gemma, "gemma3-270m")
+    assert claim.holds is False and claim.note.startswith("the token, not the position: the original first token "
+                                                          "moved to position 8 keeps alpha 0.49 of 0.5")
+    assert "drops to 0.033" in claim.note
+    held = pl.position_claim(pl.PositionOrToken(0.5, 0.45, 0.44, 0.05, shift=8, other_token="x", layers=[3]), "m")
+    assert held.holds is True and held.note == ""

@@ -238,8 +238,28 @@ def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_head
                   published=None, measured={"positive_sink_vs_other": list(positive), "cos_sink_vs_other": list(cos),
                                             "cos_auc": auc, "cos_auc_interval": [low, high],
                                             "sink_heads": n_sink_heads}, holds=bool(holds),
-                  note="" if cos_separation is not None else "cos separation not measured",
+                  note=lock_reason(positive, n_sink_heads, cos_separation),
                   quantities=LOCK_QUANTITIES)
+
+
+def lock_reason(positive: tuple[float, float], n_sink_heads: int,
+                cos_separation: tuple[float, float, float] | None) -> str:
+    """The measured reason of a :func:`lock_in` that does not hold (empty when it holds): no sink head, too few
+    positive scores, or |cos| not separating the sink heads (its AUC and interval against the cuts)."""
+    if cos_separation is None:
+        return "cos separation not measured"
+    auc, low, high = cos_separation
+    reasons = []
+    if n_sink_heads <= 0:
+        reasons.append("no sink head")
+    if not positive[0] > 0.9:
+        reasons.append(f"only {positive[0]:.0%} of the scores q_t . k_0 are positive in sink heads (the cut is 90%)")
+    if not (auc >= LOCK_AUC and low > LOCK_LOW):
+        reasons.append(f"|cos(top query direction, k_0)| does not separate the sink heads: AUC {auc:.2f} (95% "
+                       f"interval {low:.2f}-{high:.2f}) against >= {LOCK_AUC} with a low end > {LOCK_LOW} -- the "
+                       f"scores are positive ({positive[0]:.0%} in sink heads, {positive[1]:.0%} in the others) "
+                       f"without the queries aligning with the fixed key")
+    return "; ".join(reasons)
 
 
 SELF_ONLY_QUANTITIES = {"sink_heads_before": q.share("heads"), "sink_heads_after": q.share("heads")}  # of all heads

@@ -394,7 +394,13 @@ def sink_is_positional(newline_ppl: float, own_ppl: float, paper: dict, window_o
                  published={"4 newlines": t1["newline4_window1020"], "own first 4": t1["sink4_window1020"]},
                  measured=measured, quantities=POSITIONAL_QUANTITIES,
                  holds=bool(matters and newline_ppl < 1.25 * own_ppl),
-                 note="" if matters else "window only is within 1.5x of 4 sinks: there is no sink to replace here",
+                 note=("window only is within 1.5x of 4 sinks: there is no sink to replace here" if not matters else
+                       "" if newline_ppl < 1.25 * own_ppl else
+                       f"4 newlines give ppl {newline_ppl:.3g}, {newline_ppl / own_ppl:.2f}x the text's own first 4 "
+                       f"({own_ppl:.3g}; the cut is 1.25x)"
+                       + (f", as bad as the window alone ({window_only_ppl:.3g}): the sink is the text's own first "
+                          f"token, not any token at the first positions" if window_only_ppl is not None
+                          and newline_ppl >= 0.8 * window_only_ppl else "")),
                  follows=f"Table 1 ('4 \\n' + 1020 recent vs 4 initial tokens + 1020 recent, Llama-2-13B, PG19); "
                          f"{_CODE} (the kept tokens are whatever sits first)",
                  adapted=f"the 1.25x and 1.5x cuts are ours; the newlines are prepended to the text; {_SIZES}",

@@ -318,7 +318,23 @@ def position_claim(result: PositionOrToken, model: str) -> Claim:
                            "moved_original": result.moved_original, "shift": int(result.shift),
                            "answer": result.answer},
                  quantities=POSITION_QUANTITIES, holds=result.verdict(), follows=POSITION_FOLLOWS,
-                 adapted=POSITION_ADAPTED, at_init=False)
+                 adapted=POSITION_ADAPTED, at_init=False, note=position_reason(result))
+
+
+def position_reason(result: PositionOrToken) -> str:
+    """The measured reason of a :func:`position_claim` that does not hold (empty when it holds): which of alpha's
+    moves decided it -- "the token: the original first token moved to position 8 keeps alpha 0.49 of 0.50, while
+    position 0 with another token drops to 0.033 (and 0.028 with another text in front)"."""
+    answer = result.answer
+    if answer == "position":
+        return ""
+    if answer == "no sink":
+        return f"no sink at position 0: alpha_0 {result.own:.3g} as given, not above {GU_EPS}"
+    moves = (f"the original first token moved to position {result.shift} keeps alpha {result.moved_original:.2g} of "
+             f"{result.own:.2g}, while position 0 with another token drops to {result.replaced:.2g} (and "
+             f"{result.moved_first:.2g} with another text in front)")
+    return (f"the token, not the position: {moves}" if answer == "token" else
+            f"neither cleanly (0.5x the own alpha is the cut): {moves}")
 
 
 def position_over_draws(results: list[PositionOrToken], model: str, draws_of: str) -> Claim:
