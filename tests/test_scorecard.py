@@ -248,3 +248,26 @@ def test_fig02_hatching_has_a_legend_entry():
     assert hatched == {"stand-in built here: hatched //": "//", "models trained here: dotted ..": ".."}
     assert "pretrained model: plain" in [t.get_text() for t in legend.get_texts()]
     plt.close(fig)
+
+
+def test_every_claim_that_neither_holds_nor_fails_says_what_would_settle_it(tmp_path):
+    """The scorecard JSON carries, for each claim that is not "holds" or "does NOT hold", what would settle it, read
+    from its own record: a stand-in names the trained models of the GPU profile; an unsettled value its distance
+    from the cut and its margin; disagreeing draws how many hold; a claim not judged here its note's reason."""
+    _write(tmp_path, "03_m", "TinyLM (trained here)", [
+        _claim("m.close", "Qiu et al., arXiv 2505.06708", None, unsettled=True, draws=(None, None),
+               draws_of="2 training seeds", margin={"value": 0.121, "cut": 0.111, "spread": 0.033}),
+        _claim("m.held", "Qiu et al., arXiv 2505.06708", True)])
+    _write(tmp_path, "10_l", "SmolLM2-135M-Instruct", [
+        _claim("l.draws", "Sun et al., arXiv 2402.17762", None, unsettled=True, draws=(True, False, False),
+               draws_of="3 draws"),
+        _claim("l.note", "Sun et al., arXiv 2402.17762", None, note="no later site met the criterion; more text")])
+    _write(tmp_path, "11_b", "SmolLM2-MoE (upcycled stand-in, not a trained MoE)", [
+        _claim("b.one", "Su et al., arXiv 2507.23279", None, note="not judgeable on the stand-in")])
+    out = {c["id"]: c["settle"] for c in scorecard.to_json(scorecard.collect(tmp_path))["claims"]}
+    assert out["m.held"] == ""
+    assert out["m.close"].startswith("a value clear of its margin: 0.121 lies 0.01 from the cut 0.111, within its "
+                                     "margin 0.033; more training seeds than 2")
+    assert out["l.draws"].startswith("draws that agree (now 1 of 3 judgeable draws hold)")
+    assert out["l.note"] == "what keeps it from being judged here: no later site met the criterion"
+    assert out["b.one"].startswith("a trained MoE in place of the stand-in: the GPU profile's allenai/OLMoE")

@@ -410,6 +410,40 @@ def like_for_like(rows: list[Row]) -> dict:
     return {"ratios": ratios, "without": [r.id for r in kept if r.id not in with_spec], "not_finite": not_finite}
 
 
+def what_would_settle(r: Row) -> str:
+    """For a claim that neither holds nor fails here, what would settle it, from its own record: a model that is not
+    a stand-in (which ones), the GPU profile (the paper's sizes), a control that fails, a value clear of its margin
+    (how far it is now, and what would move it: seeds for a model trained here, windows for a pretrained one), draws
+    that agree, or what the note names. Empty for "holds" and "does NOT hold"."""
+    from sinklib.pipeline.profiles import MLLM_MODELS, MOE_MODELS
+
+    if r.verdict in ("holds", "does NOT hold"):
+        return ""
+    if r.kind == "stand-in":
+        trained = {"11": ("a trained MoE", MOE_MODELS), "12": ("a pretrained LMM", MLLM_MODELS)}
+        what, models = trained.get(r.notebook[:2], ("a pretrained model", ()))
+        return (f"{what} in place of the stand-in: the GPU profile's {', '.join(models[:2])} (`make figures "
+                f"PROFILE=gpu`, or MODEL=<hub id>)" if models else f"{what} in place of the stand-in")
+    if r.needs_gpu:
+        return "the GPU profile (`make figures PROFILE=gpu`): the paper's model sizes"
+    if r.at_init is False and r.control is True:
+        return ("a model on which the random-weight control fails: here the rule holds on random weights too, so it "
+                "cannot show what training made")
+    margin = r.margin if isinstance(r.margin, dict) else {}
+    if r.verdict == "unsettled" and {"value", "cut", "spread"} <= set(margin):
+        away = abs(margin["value"] - margin["cut"])
+        more = (f"more training seeds than {len(r.draws)} or a larger model (the GPU profile)" if r.kind ==
+                "trained here" else "more windows or tokens than now")
+        return (f"a value clear of its margin: {margin['value']:.3g} lies {away:.3g} from the cut {margin['cut']:.3g}, "
+                f"within its margin {margin['spread']:.3g}; {more}")
+    if r.verdict == "unsettled":
+        judged = [d for d in r.draws if d is not None]
+        return (f"draws that agree (now {sum(d is True for d in judged)} of {len(judged)} judgeable draws hold): "
+                f"more windows per draw, or all windows pooled with an interval clear of the cut")
+    reason = (r.reason or "").split(";")[0].strip()
+    return f"what keeps it from being judged here: {reason}" if reason else "a record that says why it was not judged"
+
+
 def to_json(rows: list[Row]) -> dict:
     """Every distinct claim (a claim and model once; ``also_in``: the other notebooks that judged it) with its record
     (``follows``, ``at_init``, ``control``, ``draws``, ``margin`` among them), the per-paper summary and the four
@@ -425,6 +459,7 @@ def to_json(rows: list[Row]) -> dict:
         row.pop("draws_of")
         row.pop("spread")
         row["also_in"] = list(r.also_in)
+        row["settle"] = what_would_settle(r)  # "" for holds / does NOT hold
         claims.append(row)
     papers = [r for r in kept if r.paper_claim]
     return {"claims": claims, "by_paper": by_paper(rows), "counts": _counts(papers), "records": len(rows),
