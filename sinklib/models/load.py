@@ -348,7 +348,9 @@ def _placed(model: torch.nn.Module, placement: str | None) -> bool:
     return all(p.device == want for p in model.parameters())
 
 
-STITCH_OVERRIDES = {"llava-standin": {}, "llava-standin-smoke": {"steps": 4}}  # registry name -> StitchConfig fields
+STITCH_OVERRIDES = {"llava-standin": {},  # registry name -> StitchConfig fields
+                    # the smoke twin checks the plumbing: 4 steps of 16 pairs need no 1,416 encoded images (47 s)
+                    "llava-standin-smoke": {"steps": 4, "digits": 200, "photo_crops": 4}}
 
 
 def stitch_config(name: str):
