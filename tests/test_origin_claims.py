@@ -423,3 +423,16 @@ def test_a_lock_in_that_does_not_hold_names_the_failing_condition():
     assert "positive (100% in sink heads, 99% in the others)" in gemma.note
     held = origin_claims.lock_in((0.99, 0.6), (0.8, 0.2), 10, (0.9, 0.8, 0.97))
     assert held.holds is True and held.note == ""
+
+
+def test_disparity_is_read_in_the_state_the_sink_layer_reads():
+    """The paper reads the first token's DomRatio in the normalised state the sink layer's attention sees -- its
+    input h^(l-1) after RMSNorm -- not in the sink layer's output (c16eec0 read dom_first[sink_onset], the output)."""
+    from sinklib.interpretation import chain
+
+    dom = {"dom_first": torch.tensor([2.0, 50.0, 80.0]), "dom_rest": torch.tensor([2.0, 2.0, 2.0]),
+           "dom_normed_first": torch.tensor([3.0, 40.0, float("nan")]),
+           "dom_normed_rest": torch.tensor([1.5, 4.0, float("nan")])}
+    assert chain.dom_read_at(dom, 2) == pytest.approx(10.0)  # block 2 reads h^1 normalised: 40 / 4
+    assert chain.dom_read_at(dom, 1) == pytest.approx(2.0)  # block 1 reads h^0 normalised: 3 / 1.5 -- not 50 / 2
+    assert math.isnan(chain.dom_read_at(dom, 0)) and math.isnan(chain.dom_read_at(dom, None))

@@ -393,3 +393,24 @@ def test_a_sink_that_belongs_to_the_token_says_so_with_its_numbers():
     assert "drops to 0.033" in claim.note
     held = pl.position_claim(pl.PositionOrToken(0.5, 0.45, 0.44, 0.05, shift=8, other_token="x", layers=[3]), "m")
     assert held.holds is True and held.note == ""
+
+
+def test_each_chain_draw_measures_its_own_sink_onset_and_sun_sites(monkeypatch):
+    """c16eec0's chain draws reused the first draw's sink onset and Sun sites, so "3 of 3 draws hold" re-measured
+    only the value onset; each draw now measures both on its own windows."""
+    from types import SimpleNamespace
+
+    from sinklib.architectures.llm import survey_chain as sc
+
+    seen = []
+    claim = SimpleNamespace(id="origin.lock_in", measured={}, holds=True, draws=(True,))
+    monkeypatch.setattr(sc.origin, "require_gated_mlp", lambda lm, what: None)
+    monkeypatch.setattr(sc, "text_windows", lambda tok, n, t, seed: torch.full((n, t), seed))
+    monkeypatch.setattr(sc, "sink_onset_of", lambda lm, ids, bs: int(ids[0, 0]) + 10)  # seed s -> onset s + 10
+    monkeypatch.setattr(sc, "sun_sites_of", lambda lm, ids, bs: f"sites of seed {int(ids[0, 0])}")
+    monkeypatch.setattr(sc, "chain_draw", lambda lm, ids, dims, onset, paper, seed, bs, ratio, sites, first_only=True:
+                        seen.append((seed, onset, sites)) or ([claim], {}))
+    monkeypatch.setattr(sc, "over_draws", lambda claims, what, key=None: claims[0])
+    lm = SimpleNamespace(tokenizer=None)
+    sc.origin_chain(lm, torch.zeros(2, 8), [1], 3, {}, seed=0, batch_size=2, sun_sites="first draw's", n_draws=3)
+    assert seen == [(0, 3, "first draw's"), (1, 11, "sites of seed 1"), (2, 12, "sites of seed 2")]

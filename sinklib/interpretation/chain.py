@@ -91,6 +91,17 @@ class DisparityLink:
     claim: Claim
 
 
+def dom_read_at(chain: dict[str, torch.Tensor], layer: int | None) -> float:
+    """The first token's DomRatio over the other tokens' in the state block ``layer``'s attention reads: its input
+    h^(layer-1) after ``layer``'s RMSNorm, ``dom_normed_first[layer - 1] / dom_normed_rest[layer - 1]``
+    (:func:`~sinklib.interpretation.origin.disparity_by_layer` aligns the normalised input of block l+1 with h^l).
+    Where the paper reads it: the normalised state the sink layer's attention sees, not the sink layer's output.
+    NaN at layer 0 (its input is the embeddings, not measured) and when there is no sink layer."""
+    if layer is None or layer < 1:
+        return float("nan")
+    return float(chain["dom_normed_first"][layer - 1] / chain["dom_normed_rest"][layer - 1])
+
+
 def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], top: origin.SuperNeuron | None,
                    sink_onset: int | None, paper: dict, batch_size: int = 16,
                    measured: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None,
@@ -105,7 +116,7 @@ def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[in
     onset = massive_activations.onset_layers(first_vals)
     s_layer = top.layer if top is not None else 1
     dom_after = float(chain["dom_normed_first"][s_layer])
-    at_sink = float(chain["dom_first"][sink_onset] / chain["dom_rest"][sink_onset]) if sink_onset is not None else 0.0
+    at_sink = dom_read_at(chain, sink_onset)
     claim = origin_claims.disparity_then_sink(onset, sink_onset, at_sink, dom_after, paper, width=lm.hidden_size,
                                               sun_onset=None if sun_sites is None else sun_sites.onset,
                                               sun_measured=sun_sites is not None)

@@ -93,7 +93,7 @@ def dom_share(dom_ratio: float, width: int) -> float:
 DISPARITY_QUANTITIES = {
     "first_token_value_onsets": q.identity("layer"), "first_reading_layer": q.identity("layer"),
     "sun_onset": q.identity("layer"), "sink_onset": q.identity("layer"),
-    "dom_first_over_rest_at_sink": q.ratio(),  # the first token's DomRatio over the other tokens' at the sink onset
+    "dom_first_over_rest_at_sink": q.ratio(),  # the first token's DomRatio over the others' in the state the sink layer reads
     "dom_ratio_after_super_neuron": q.ratio(),  # DomRatio = max_j |h_j| / mean_j |h_j|: a float, not the neuron's id
     "dom_share_after_super_neuron": q.share(),  # DomRatio / d = max_j |h_j| / sum_j |h_j|, in (0, 1]
     "@spread": q.ratio(),  # dom_first_over_rest_at_sink in each draw of windows (10_llm)
@@ -114,8 +114,9 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
     by default whether ``sun_onset`` was given). ``sink_onset`` is the
     first layer whose *attention* gives alpha_0 > 0.3, and block l's attention reads h^(l-1). So the first attention
     that sees the value is block ``onset[0] + 1``, and a sink at ``onset[0]`` or earlier formed before its supposed
-    cause. Rule: 0 <= sink_onset - (onset[0] + 1) <= 2, and the first token's DomRatio at the sink onset > 3x the
-    other tokens'. ``dom_ratio_at_sink_onset``: that ratio, stored with the verdict of its condition.
+    cause. Rule: 0 <= sink_onset - (onset[0] + 1) <= 2, and the first token's DomRatio in the state the sink layer's
+    attention reads (its normalised input, :func:`~sinklib.interpretation.chain.dom_read_at`) > 3x the other
+    tokens'. ``dom_ratio_at_sink_onset``: that ratio, stored with the verdict of its condition.
 
     The record says which onset the link rests on (the first-token value onset) and where the sink sits against
     Sun et al.'s onset. The number is compared without its width (:func:`dom_share`, DomRatio / d against the
@@ -136,7 +137,8 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                   rule="sink onset 0-2 layers after the first attention that reads the first token's value onset "
                        "(its first layer with |v| > 100 on a massive dimension, doubling; block onset + 1 reads it: "
                        f"hidden_states[l] is block l's output); first-token DomRatio > {DISPARITY_AT_SINK:g}x the "
-                       "others' there. Rests on the value onset, not on Sun et al.'s 1000x criterion (recorded beside)",
+                       "others' in the normalised state the sink layer's attention reads (h^(l-1) after its RMSNorm). "
+                       "Rests on the value onset, not on Sun et al.'s 1000x criterion (recorded beside)",
                   published={"dom_ratio_after_rmsnorm": ref},
                   measured={"first_token_value_onsets": [int(i) for i in onset], "first_reading_layer": index(reader),
                             **({"sun_onset": index(sun_onset)} if sun_measured else {}),
@@ -149,13 +151,14 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                   holds=bool(in_order and disparate),
                   note="; ".join(x for x in (_which_onset(onset, sink_onset, sun_onset), order, sun,
                                              f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
-                                             f"others' at the sink onset" + ("" if disparate else
+                                             f"others' in the state the sink layer's attention reads"
+                                             + ("" if disparate else
                                                                               f" (not > {DISPARITY_AT_SINK:g}x)"),
                                              _dom_number(dom_after_super, ref, entry, width)) if x),
                   quantities=DISPARITY_QUANTITIES)
 
 
-DISPARITY_AT_SINK = 3.0  # the first token's DomRatio over the others' at the sink onset
+DISPARITY_AT_SINK = 3.0  # the first token's DomRatio over the others' in the state the sink layer's attention reads
 
 
 def follows_which(onset: Sequence[int], sink_onset: int | None, sun_onset: int | None) -> str:

@@ -15,6 +15,7 @@ from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import chain, massive_activations, origin, sun_claims
 from sinklib.interpretation.sun_sites import SunSites
+from sinklib.interpretation.sun_sites import sun_sites as sun_sites_of
 
 CHAIN_DRAWS = 3  # the run's windows and two more draws of the same size (seeds seed+1, seed+2)
 
@@ -84,6 +85,17 @@ def _key(claim: Claim) -> float | None:
         return None
 
 
+def sink_onset_of(lm: LoadedModel, ids: torch.Tensor, batch_size: int) -> int | None:
+    """The first layer whose alpha_0 (mean over the windows and heads) exceeds Gu et al.'s eps, on ``ids`` (N, T):
+    a chain draw's own sink onset, not the first draw's."""
+    from sinklib.architectures.llm.placement import layer_mass
+    from sinklib.core.analysis import first_layer_above
+    from sinklib.core.metrics import GU_EPS
+
+    alpha = layer_mass(lm, ids, batch_size)[..., 0].mean(dim=(0, 2))  # (N, L, H) -> (L,)
+    return first_layer_above(alpha.tolist(), GU_EPS)
+
+
 def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None,
                  paper: dict, seed: int, batch_size: int, min_ratio: float = 1000.0, sun_sites: SunSites | None = None,
                  n_draws: int = 1):
@@ -91,7 +103,8 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     None) when the model has no gated MLP (the chain's super neuron lives in one). With ``n_draws`` > 1 each claim
     is judged over ``n_draws`` equal-sized draws (:func:`~sinklib.core.claims.over_draws`): the run's ``natural``
     windows (seed ``seed``) and as many Bible windows of seeds seed+1, ... (with random tokens and held-out windows
-    of the same seeds); the numbers are the run's own draw's."""
+    of the same seeds), each draw with its own sink onset and Sun et al.'s sites measured on its windows
+    (:func:`sink_onset_of`; before, every draw reused the first's); the numbers are the run's own draw's."""
     try:
         origin.require_gated_mlp(lm, "the structural-origin chain")
     except WrongFamilyError:
@@ -100,9 +113,12 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     if n_draws <= 1:
         return claims, numbers
     num_seqs, seq_len = natural.shape
-    draws = [claims] + [chain_draw(lm, text_windows(lm.tokenizer, num_seqs, seq_len, seed + i), massive_dims,
-                                   sink_onset, paper, seed + i, batch_size, min_ratio, sun_sites, first_only=False)[0]
-                        for i in range(1, n_draws)]
+    draws = [claims]
+    for i in range(1, n_draws):  # each draw its own windows, and the sink onset and Sun's sites measured on them
+        ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed + i)
+        sites = sun_sites_of(lm, ids, batch_size) if sun_sites is not None else None
+        draws.append(chain_draw(lm, ids, massive_dims, sink_onset_of(lm, ids, batch_size), paper, seed + i,
+                                batch_size, min_ratio, sites, first_only=False)[0])
     what = (f"{n_draws} draws of {num_seqs} Bible windows, random-token sequences and held-out windows each (seeds "
             f"{seed}-{seed + n_draws - 1})")
     judged = [over_draws([d[i] for d in draws], what, key=_key if _key(claims[i]) is not None else None)
