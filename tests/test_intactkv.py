@@ -1,6 +1,8 @@
 """IntactKV's rule (issue 43 item 8): judged at the paper's INT4 KV-cache setting, against a position-matched control
 (as many non-initial tokens kept exact), with the random-weight explanation in the takeaway."""
 
+import math
+
 import torch
 from transformers import DynamicCache
 
@@ -81,3 +83,14 @@ def test_takeaway_reads_the_judged_setting_the_matched_control_and_the_random_we
     assert "intervals contain 1" not in text and f"judged at {AT}" in text
     assert "tokens 4-7" in text and kvquant.control_explanation(1024) in text
     assert "on random weights it holds" in text
+
+
+def test_an_interval_that_contains_1_says_how_many_tokens_would_tell():
+    """c16eec0's 01: [0.970, 1.008] on 1,024 tokens "cannot tell" -- with how many tokens would it? The half-width
+    (0.019) shrinks as 1/sqrt(tokens): at the ratio 0.989 about 1,024 (0.019 / 0.011)^2 = 3,056 tokens."""
+    iv = (0.989, 0.970, 1.008)
+    assert kvquant.tokens_to_tell(iv, 1024) == math.ceil(1024 * (0.019 / 0.011) ** 2)
+    assert kvquant.tokens_to_tell((0.95, 0.93, 0.97), 1024) is None  # 1 is already outside
+    claim = kvquant.sink_preservation_helps({kvquant.PAPER_SETTING: iv}, {kvquant.PAPER_SETTING: iv}, 1024)
+    assert claim.holds is None and "about 3,056 tokens would put 1 outside the interval" in claim.note
+    assert "whole head" in claim.adapted

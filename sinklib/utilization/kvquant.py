@@ -17,6 +17,8 @@ group is complete.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -133,8 +135,28 @@ KV_RATIO = q.Quantity(kind=q.Kind.RATIO, rel_tol=0.08, abs_tol=0.0,
 INTACTKV_QUANTITIES = {"vs all quantised": KV_RATIO, "vs tokens 4-7 kept": KV_RATIO}  # {setting: [ratio, low, high]}
 
 
+def tokens_to_tell(iv: Interval, n_tokens: int) -> int | None:
+    """About how many tokens would put 1 outside the interval ``iv`` = (ratio, low, high) measured on ``n_tokens``,
+    were the ratio the same: a bootstrap interval's half-width w shrinks as 1/sqrt(tokens), so it needs
+    n_tokens (w / |ratio - 1|)^2 (None when the ratio is 1, or 1 is already outside)."""
+    ratio, low, high = iv
+    if low > 1 or high < 1 or ratio == 1:
+        return None
+    half = (high - low) / 2
+    return int(math.ceil(n_tokens * (half / abs(ratio - 1)) ** 2))
+
+
 def _side(iv: Interval) -> str:
     return "below 1" if iv[2] < 1 else "above 1" if iv[1] > 1 else "contains 1"
+
+
+def _needs(iv: Interval, n_tokens: int) -> str:
+    """The note's clause on how many tokens would tell (:func:`tokens_to_tell`)."""
+    need = tokens_to_tell(iv, n_tokens)
+    if need is None:
+        return ""
+    return (f"; at the measured ratio {iv[0]:.3f} ([{iv[1]:.3f}, {iv[2]:.3f}]) about {need:,} tokens would put 1 "
+            f"outside the interval (its half-width shrinks as 1/sqrt(tokens))")
 
 
 def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: dict[str, Interval], n_tokens: int,
@@ -162,11 +184,11 @@ def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: d
         holds = None
         note = (f"at {setting} keeping the first 4 tokens exact lowers perplexity (interval below 1), but no more "
                 f"measurably than keeping tokens 4-7 exact (interval contains 1): on {n_tokens} tokens of one text "
-                f"the gain cannot be told from the gain of keeping any early tokens")
+                f"the gain cannot be told from the gain of keeping any early tokens" + _needs(b, n_tokens))
     else:
         holds = None
         note = (f"at {setting} the interval of ppl(sinks kept) / ppl(all quantised) contains 1: not measurable on "
-                f"{n_tokens} tokens of one text")
+                f"{n_tokens} tokens of one text" + _needs(a, n_tokens))
     return Claim(id="intactkv.keep_sinks_full_precision",
                  source="Liu et al., IntactKV, arXiv 2403.01241; Su and Yuan, KVSink, arXiv 2508.04257",
                  paper="2403.01241",
@@ -184,10 +206,11 @@ def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: d
                          "w3g128kv4; W4A4KV4 with QuaRot); ruikangliu/IntactKV:intactkv/inference_model.py:"
                          "IntactKVLlamaForCausalLM (pivot KV prepended) and LlamaAttentionKVQuantized (asymmetric "
                          "per-token min/max KV quantiser, utils/quantizer.py:UniformAffineQuantizer); KVSink Sec. 4",
-                 adapted="group-wise fake quantisation of the KV cache only (weights kept; the paper also quantises "
-                         "weights), groups of 32 channels instead of the whole head, the text's own first 4 tokens "
-                         "kept (SmolLM2 adds no BOS); judged by paired block-bootstrap intervals and against keeping "
-                         "tokens 4-7 exact (our control), not by a point difference",
+                 adapted="fake quantisation of the KV cache only (weights kept; the paper also quantises weights), "
+                         "per token over the whole head as the authors' quantiser; the text's own first 4 tokens kept "
+                         "as the pivot (SmolLM2 adds no BOS; IntactKV's pivot is [BOS] and the first tokens); judged by "
+                         "paired block-bootstrap intervals and against keeping tokens 4-7 exact (our control), not by "
+                         "a point difference",
                  at_init=False,  # the pivot tokens matter because training made them sinks with massive activations
                  draws_of=f"95% paired block-bootstrap interval over 64-token blocks of {n_tokens} tokens")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -461,8 +460,8 @@ def random_weight_controls(control: LoadedModel, ids: torch.Tensor, budget: int,
     mib = {k: cache_bytes(caches[k]) / 2**20 for k in ("dense", "4 sinks + window")}
     cfg = control.model.config.get_text_config()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    group = math.gcd(32, head_dim)  # 32, or what divides a small head
-    kv = quantised_nlls(control, ids, 4, "token", group, q_chunk, progress=False)  # the judged setting's layout
+    kv = quantised_nlls(control, ids, 4, "token", head_dim, q_chunk, progress=False)  # the judged setting: per token,
+    # the whole head (IntactKV's UniformAffineQuantizer)
     block = max(1, min(64, len(kv[ALL]) // 8))  # a short stream: smaller bootstrap blocks, at least 8 of them
     judged = {PAPER_SETTING: ppl_ratio_interval(kv[ALL], kv[SINKS], block=block)}
     matched = {PAPER_SETTING: ppl_ratio_interval(kv[MATCHED], kv[SINKS], block=block)}
