@@ -64,7 +64,7 @@ import torch
 
 from sinklib.core import analysis, plotting, takeaways
 from sinklib.core.data import text_windows
-from sinklib.core.evaluation import perplexity, ppl, ppl_ratio_interval
+from sinklib.core.evaluation import ppl, ppl_ratio_interval, token_nll
 from sinklib.core.results import load_reference
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
@@ -343,9 +343,12 @@ calib = text_windows(lm.tokenizer, run.probe_seqs, run.eval_seq_len, run.seed + 
 heads = non_first_sink_heads(lm, calib, threshold=0.1, min_queries=ACT_MIN_QUERIES)
 n_heads = sum(len(h) for h in heads.values())
 heldout = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed, split="heldout")
-act_ppl = {"original": perplexity(lm, heldout, run.batch_size),
-           "ACT": perplexity(lm, heldout, run.batch_size,
-                             AttentionCalibration(lm.model, heads, min_queries=ACT_MIN_QUERIES)) if heads else None}
+act_nll = {"original": token_nll(lm, heldout, run.batch_size).flatten(),  # (N (T-1),) per held-out token
+           "ACT": token_nll(lm, heldout, run.batch_size, AttentionCalibration(lm.model, heads,
+                                                                              min_queries=ACT_MIN_QUERIES)).flatten()
+           if heads else None}
+act_ppl = {k: ppl(v) if v is not None else None for k, v in act_nll.items()}
+act_interval = ppl_ratio_interval(act_nll["original"], act_nll["ACT"]) if heads else None  # ppl(ACT) / ppl(original)
 if heads:
     layer = sorted(heads)[len(heads) // 2]
     head = heads[layer][0]
@@ -370,10 +373,10 @@ if heads:
                       f"{ACT_MIN_QUERIES - 1} positions that pass 0.1 on an average of fewer than {ACT_MIN_QUERIES} "
                       f"queries (the authors' rule would damp them too), not sinks.")
     headline["act_figure"] = {"layer": layer, "head": head, "sink_keys": sink_keys, "edge_keys": edge_keys}
-act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads),
+act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads, act_interval),
                          control_note="control not run: the claim is not applied here (ACT's head search needs a "
                                       "labelled set), so a random-weight verdict would be None as well"))
-helps = bool(heads) and act_ppl["ACT"] < act_ppl["original"]
+helps = bool(heads) and act_interval[2] < 1  # lower, with its interval below 1
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
                    "helps": bool(helps)}
 

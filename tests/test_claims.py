@@ -199,6 +199,12 @@ def test_act_claim_is_never_judged_with_proxy_heads():
     better = calibration.act_claim({"original": 32.04, "ACT": 31.0}, 3, 270)
     assert worse.holds is None and better.holds is None
     assert "does not lower" in worse.note and "lowers" in better.note and "does not" not in better.note
+    # c16eec0: "does not lower perplexity" on 31.65 vs 31.35 with no interval; a change is one only when it excludes 1
+    same = calibration.act_claim({"original": 31.35, "ACT": 31.65}, 88, 270, (1.0096, 0.995, 1.024))
+    assert same.holds is None and "does not measurably change held-out perplexity" in same.note
+    assert "[0.995, 1.024]" in same.note and same.measured["ACT / original"] == [1.0096, 0.995, 1.024]
+    raised = calibration.act_claim({"original": 31.35, "ACT": 33.0}, 88, 270, (1.05, 1.03, 1.07))
+    assert "raises held-out perplexity" in raised.note
 
 
 def test_origin_claims_hold_and_fail():

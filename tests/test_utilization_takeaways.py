@@ -1,6 +1,8 @@
 """The rendered "What we saw" paragraphs of 00_tour and 01_utilization: each on two hand-built results that must give
 different direction words, and never a hand-typed number."""
 
+from dataclasses import replace
+
 from sinklib.core.claims import Claim
 from sinklib.utilization import takeaways as saw
 
@@ -108,3 +110,11 @@ def test_act_direction():
     nothing = saw.act({"original": 32.04, "ACT": None}, 0, 270, act, 32, 256, "M")
     assert "raises perplexity from 32.0 to 32.7 (+1.9%)" in worse and "lowers perplexity" in better
     assert "nothing was calibrated" in nothing
+
+
+def test_act_change_is_read_from_its_interval():
+    """A 1 % rise whose interval contains 1 is no change (c16eec0 said "does not lower" on 31.65 vs 31.35)."""
+    act = _claim("yu2024.act_calibration_helps", None, "proxy")
+    act = replace(act, measured={"ACT / original": [1.0096, 0.995, 1.024]})
+    text = saw.act({"original": 31.35, "ACT": 31.65}, 88, 270, act, 32, 256, "M")
+    assert "does not measurably change perplexity (31.4 -> 31.6; ratio 1.01, 95% interval 0.995-1.02)" in text

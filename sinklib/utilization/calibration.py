@@ -56,23 +56,34 @@ def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 
 
 
 ACT_QUANTITIES = {"heads": q.count("heads"), "of": q.count("heads"),  # heads calibrated, of all heads
-                  "original": q.loss("ppl"), "ACT": q.loss("ppl")}  # held-out perplexity without / with ACT
+                  "original": q.loss("ppl"), "ACT": q.loss("ppl"),  # held-out perplexity without / with ACT
+                  "ACT / original": q.ratio()}  # [ratio, low, high]: the paired block-bootstrap interval
 
 
-def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int) -> Claim:
+def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int,
+              interval: tuple[float, float, float] | None = None) -> Claim:
     """ACT (Yu et al., arXiv 2406.15765): calibrating the heads with hidden (non-first) sinks improves the model.
 
     Cannot be judged offline: ACT keeps a head only when calibrating it improves accuracy on a labelled set; here
     the heads are :func:`non_first_sink_heads` (a proxy), so the record carries the measured perplexities with
-    ``holds = None`` and says whether the proxy helped."""
-    helped = ppl.get("ACT") is not None and ppl["ACT"] < ppl["original"]
+    ``holds = None`` and says what the proxy did: ``interval`` = (ppl(ACT) / ppl(original), low, high), the paired
+    block-bootstrap interval over the held-out tokens (:func:`sinklib.core.evaluation.ppl_ratio_interval`) --
+    "lowers" or "raises" only when it excludes 1."""
+    if interval is not None:
+        ratio, low, high = interval
+        word = "lowers" if high < 1 else "raises" if low > 1 else "does not measurably change"
+        effect = f"{word} held-out perplexity (ppl(ACT) / ppl(original) {ratio:.3f}, 95% interval [{low:.3f}, {high:.3f}])"
+    else:
+        helped = ppl.get("ACT") is not None and ppl["ACT"] < ppl["original"]
+        effect = f"{'lowers' if helped else 'does not lower'} held-out perplexity"
     return Claim(id="yu2024.act_calibration_helps", source="Yu et al., ACT, arXiv 2406.15765",
                  statement="calibrating attention in heads with non-first sinks improves the model without training",
                  rule="not applied: ACT's accuracy-based head search needs a labelled set that is not offline",
-                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl}, quantities=ACT_QUANTITIES,
+                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl,
+                                           **({"ACT / original": list(interval)} if interval is not None else {})},
+                 quantities=ACT_QUANTITIES,
                  holds=None,
-                 note=f"proxy head choice ({n_heads} heads with a non-first sink) "
-                      f"{'lowers' if helped else 'does not lower'} held-out perplexity",
+                 note=f"proxy head choice ({n_heads} heads with a non-first sink) {effect}",
                  follows="Sec. 4 (a key j >= 1 is a sink when sum_t A[t, j] / (T - j) > 0.1; its attention becomes "
                          "beta A[t, j], beta 0.4, the rest redistributed; heads kept when calibrating them raises "
                          "accuracy on a calibration set); GATECH-EIC/ACT:models/llama_modelling_aug.py:"

@@ -302,10 +302,17 @@ def act(act_ppl: Mapping[str, float | None], n_heads: int, total_heads: int, cla
                  + (f"; {num(len(edge))} more pass 0.1 only at the window's end (positions "
                     f"{', '.join(str(k) for k in edge)}), on fewer than {num(min_queries)} queries, and are left out"
                     if edge else "") + ".")
+    iv = claim.measured.get("ACT / original") if claim is not None and isinstance(claim.measured, dict) else None
+    if iv:  # judged by its paired block-bootstrap interval: a change only when it excludes 1
+        word = "lowers" if iv[2] < 1 else "raises" if iv[1] > 1 else "does not measurably change"
+        change = (f"calibrating all of them {word} perplexity ({num(before)} -> {num(after)}; ratio {num(iv[0], 3)}, "
+                  f"95% interval {num(iv[1], 3)}-{num(iv[2], 3)}).")
+    else:
+        change = (f"calibrating all of them {compare(after, before, 'raises', 'lowers', 'leaves')} perplexity from "
+                  f"{num(before)} to {num(after)} ({_signed(after / before - 1)}).")
     return paragraph(
         head,
         f"{num(n_heads)} of {num(total_heads)} heads have a later key above 0.1{seen} on the calibration text; "
-        f"calibrating all of them {compare(after, before, 'raises', 'lowers', 'leaves')} perplexity from "
-        f"{num(before)} to {num(after)} ({_signed(after / before - 1)}).",
+        + change,
         shown,
         f"{claim_line(claim)}.")
