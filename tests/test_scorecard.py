@@ -271,3 +271,5 @@ def test_every_claim_that_neither_holds_nor_fails_says_what_would_settle_it(tmp_
     assert out["l.draws"].startswith("draws that agree (now 1 of 3 judgeable draws hold)")
     assert out["l.note"] == "what keeps it from being judged here: no later site met the criterion"
     assert out["b.one"].startswith("a trained MoE in place of the stand-in: the GPU profile's allenai/OLMoE")
+    apart = scorecard.to_json(scorecard.collect(tmp_path))["not_testable_here"]
+    assert [a["claim"].split(" ")[0] for a in apart] == ["l.note", "b.one"] and apart[1]["settle"] == out["b.one"]

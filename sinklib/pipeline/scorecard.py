@@ -450,7 +450,8 @@ def to_json(rows: list[Row]) -> dict:
     verdict counts of the papers' claims (``paper_claims`` of them; ``not_paper_claims``: the implementation checks
     and this project's own questions, listed by kind and counted nowhere else); ``unsettled``: the claims whose evidence disagrees or sits within its margin of a cut;
     ``controls_contradicting``: claims whose rule holds on random weights where the paper says training makes the
-    effect (counted as "cannot be judged here")."""
+    effect (counted as "cannot be judged here"); ``not_testable_here``: every "cannot be judged here" with what would
+    test it; each claim's ``settle``: :func:`what_would_settle`."""
     kept = distinct(rows)
     claims = []
     for r in kept:
@@ -465,6 +466,9 @@ def to_json(rows: list[Row]) -> dict:
     return {"claims": claims, "by_paper": by_paper(rows), "counts": _counts(papers), "records": len(rows),
             "paper_claims": len(papers), "not_paper_claims": not_paper_claims(rows),
             "unsettled": [f"{r.id} ({r.model})" for r in kept if r.verdict == "unsettled"],
+            # claims these weights cannot test, apart from the verdicts: each with what would test it
+            "not_testable_here": [{"claim": f"{r.id} ({r.model})", "settle": what_would_settle(r)}
+                                  for r in kept if r.verdict == "cannot be judged here"],
             "controls_contradicting": [f"{r.id} ({r.model})" for r in kept
                                        if r.at_init is False and r.control is True]}
 
