@@ -436,3 +436,10 @@ def test_disparity_is_read_in_the_state_the_sink_layer_reads():
     assert chain.dom_read_at(dom, 2) == pytest.approx(10.0)  # block 2 reads h^1 normalised: 40 / 4
     assert chain.dom_read_at(dom, 1) == pytest.approx(2.0)  # block 1 reads h^0 normalised: 3 / 1.5 -- not 50 / 2
     assert math.isnan(chain.dom_read_at(dom, 0)) and math.isnan(chain.dom_read_at(dom, None))
+
+
+def test_a_sink_at_layer_0_says_its_disparity_was_not_measured():
+    """Gemma-3's sink is on at layer 0, whose attention reads the embeddings: no DomRatio there ("nanx" before)."""
+    claim = origin_claims.disparity_then_sink([1], 0, float("nan"), 100.0, PAPER, 640, sun_onset=0)
+    assert claim.holds is False and "reads the embeddings (sink onset 0): DomRatio not measured there" in claim.note
+    assert "nan" not in claim.note

@@ -150,7 +150,9 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
                             **({"dom_share_after_super_neuron": dom_share(dom_after_super, width)} if width else {})},
                   holds=bool(in_order and disparate),
                   note="; ".join(x for x in (_which_onset(onset, sink_onset, sun_onset), order, sun,
-                                             f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
+                                             "the sink layer's attention reads the embeddings (sink onset 0): "
+                                             "DomRatio not measured there" if math.isnan(dom_ratio_at_sink_onset)
+                                             else f"first-token DomRatio {dom_ratio_at_sink_onset:.3g}x the "
                                              f"others' in the state the sink layer's attention reads"
                                              + ("" if disparate else
                                                                               f" (not > {DISPARITY_AT_SINK:g}x)"),
