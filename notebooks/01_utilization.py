@@ -378,7 +378,7 @@ act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads, a
                                       "labelled set), so a random-weight verdict would be None as well"))
 helps = bool(heads) and act_interval[2] < 1  # lower, with its interval below 1
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
-                   "helps": bool(helps)}
+                   "ppl_ratio_interval": act_interval, "helps": bool(helps)}
 
 # %%
 takeaways.show(saw.act(act_ppl, n_heads, lm.n_layers * lm.n_heads, act, run.eval_seqs, run.eval_seq_len, lm.label,

@@ -101,7 +101,7 @@ def measure_model(name: str):
     report = llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                                 placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
                                 context_windows=run.context_windows, paper=origin_paper, seed=run.seed,
-                                draw_seqs=run.draw_seqs)
+                                draw_seqs=run.draw_seqs, n_draws=run.draws)
     model_claims = []
     if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
         report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,

@@ -252,7 +252,9 @@ def test_utilization_json_shape_claims(executed):
     assert act["n_heads"] == sum(len(v) for v in act["heads"].values())
     if act["n_heads"]:
         assert act["ppl"]["ACT"] != act["ppl"]["original"]  # calibration changed the attention it was given
-        assert act["helps"] == (act["ppl"]["ACT"] < act["ppl"]["original"])
+        ratio, low, high = act["ppl_ratio_interval"]  # ppl(ACT) / ppl(original) with its paired interval
+        assert ratio == pytest.approx(act["ppl"]["ACT"] / act["ppl"]["original"], rel=1e-6) and low <= ratio <= high
+        assert act["helps"] == (high < 1)  # lower only when the interval lies below 1
 
 
 def test_mitigation_headline(executed):

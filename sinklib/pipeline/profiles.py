@@ -83,6 +83,7 @@ class LlmSizes:  # 10_llm
     context_lengths: tuple[int, ...]  # alpha_0 against context length (O(N) statistics)
     context_windows: int
     draw_seqs: int = 0  # random-token sequences in each of the two extra draws (seeds seed+1, seed+2)
+    draws: int = 3  # draws of windows in all (the run's own first) for the draws and the chain; smoke: 2 (plumbing)
     draw_windows: int = 0  # Bible windows in each extra draw (delimiter, position or token); 0: draw_seqs
     control_seqs: int = 0  # sequences per input on the random-weight control
     stream_tokens: int = 0  # Xiao et al.'s position test: held-out tokens streamed per model (0: not run)
@@ -223,7 +224,7 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "10_llm": {
         "smoke": LlmSizes(models=OFFLINE_LLMS, num_seqs=4, seq_len=32, batch_size=4, placement_seqs=4,
-                          context_lengths=(64, 128), context_windows=1, draw_seqs=2, draw_windows=2,
+                          context_lengths=(64, 128), context_windows=1, draw_seqs=2, draw_windows=2, draws=2,
                           control_seqs=2, stream_tokens=96, stream_budget=32, stream_chunk=8),
         "cpu": LlmSizes(models=OFFLINE_LLMS, num_seqs=32, seq_len=64, batch_size=16, placement_seqs=16,
                         context_lengths=(256, 1024, 2048), context_windows=1, draw_seqs=8, draw_windows=4,

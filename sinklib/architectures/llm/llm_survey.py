@@ -74,7 +74,7 @@ def sink_rate_by_eps(alphas: torch.Tensor, grid: tuple[float, ...] = EPS_GRID) -
 @torch.inference_mode()
 def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, placement_seqs: int,
             context_lengths: tuple[int, ...], context_windows: int, paper: dict, seed: int = 0,
-            draw_seqs: int = 0, progress: bool = True) -> LlmReport:
+            draw_seqs: int = 0, progress: bool = True, n_draws: int = CHAIN_DRAWS) -> LlmReport:
     """Gu et al.'s protocol on three input kinds; Sun et al.'s criterion; where the mass sits by token kind (in the
     sink layers: those whose alpha_0, mean over heads, exceeds eps -- all layers if none does); position or token;
     raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
@@ -106,7 +106,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
              "position": [position],
              "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
     if draw_seqs:
-        draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size)
+        draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size, n_draws)
     seconds = {"draws": time.perf_counter() - start}
     raw_vs_chat = chat_top = None
     chat = placement.chat_windows(lm, ids)
@@ -128,7 +128,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     sites = sun_sites(lm, natural_ids, batch_size)  # the same windows as the criterion: is it "a few"?
     start = time.perf_counter()
     links, numbers = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
-                                  batch_size, massive.min_ratio, sites, CHAIN_DRAWS if draw_seqs else 1)
+                                  batch_size, massive.min_ratio, sites, n_draws if draw_seqs else 1)
     seconds["chain"] = time.perf_counter() - start
     return LlmReport(
         name=lm.name, label=lm.label, n_layers=lm.n_layers, adds_bos=lm.adds_bos,
