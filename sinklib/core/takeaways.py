@@ -43,6 +43,17 @@ def pct(x: float, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{num(100 * x, digits)}%"
 
 
+def layer_ranges(layers: Sequence[int]) -> str:
+    """Layer indices as ranges: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (sorted first; "" for none)."""
+    runs: list[list[int]] = []
+    for i in sorted(layers):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
 def windows(n: int, what: str = "windows", tokens: int | None = None) -> str:
     """A measurement size from the run's own numbers: (16, "held-out windows", 256) -> "16 held-out windows of 256
     tokens"; (1, "passages") -> "1 passage" (singular for one)."""

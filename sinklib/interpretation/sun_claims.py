@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
-from sinklib.core.takeaways import num
+from sinklib.core.takeaways import layer_ranges, num
 from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim, index
 
 RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
@@ -23,17 +23,6 @@ MASSIVE_QUANTITIES = {
     "most_later_share": q.share("positions"),
     "rare_layers.*": q.identity("layer"), "dense_layers.*": q.identity("layer"),  # where 'a few' holds / does not
 }
-
-
-def _layers(layers: list[int]) -> str:
-    """[1, 2, 3, 7] -> "1-3, 7"."""
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> Claim:
@@ -68,12 +57,12 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
         holds = bool(rare)
         where = ", ".join(f"{100 * sites.later_share[i]:.0f}%" for i in met[:4]) + (" ..." if len(met) > 4 else "")
         if not dense:
-            head = f"'a few' in every layer where it is met ({_layers(met)})"
+            head = f"'a few' in every layer where it is met ({layer_ranges(met)})"
         elif rare:
-            head = (f"'a few' in layers {_layers(rare)}; not in layers {_layers(dense)}, where up to "
+            head = (f"'a few' in layers {layer_ranges(rare)}; not in layers {layer_ranges(dense)}, where up to "
                     f"{per_seq:.1f} of {sites.seq_len - 1} later positions per window hold it (layer {worst})")
         else:
-            head = (f"not 'a few' in any layer where it is met ({_layers(met)}): up to {per_seq:.1f} of "
+            head = (f"not 'a few' in any layer where it is met ({layer_ranges(met)}): up to {per_seq:.1f} of "
                     f"{sites.seq_len - 1} later positions per window (layer {worst})")
         note = (f"{head}; share of the tokens after position 0 that hold it, layer by layer from layer {met[0]}: "
                 f"{where}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
-from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.core.takeaways import claim_line, compare, layer_ranges, num, paragraph, pct, span
 from sinklib.utilization import kvquant
 from sinklib.utilization.streaming import MIN_RESOLUTION, PAIRED, timing_verdict
 
@@ -74,19 +74,6 @@ def tour_input_shape(measured: Mapping[str, float], claim: Claim | None, model: 
         f"{claim_line(claim)}.",
         f"GPT2-XL keeps {pct(gpt2_repeated)} even on repeated tokens in that table; this model keeps "
         f"{compare(measured['repeated'], gpt2_repeated, 'more', 'less', 'as much')} there.")
-
-
-def layer_ranges(layers: Sequence[int]) -> str:
-    """Layer indices as ranges: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
-    out, layers = [], sorted(layers)
-    start = prev = layers[0] if layers else None
-    for x in [*layers[1:], None]:
-        if x is not None and x == prev + 1:
-            prev = x
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = x
-    return ", ".join(out)
 
 
 def _dims_by_layer(dims: Sequence[int]) -> list[tuple[int, list[int]]]:

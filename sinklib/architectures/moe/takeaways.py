@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from sinklib.core.claims import Claim
-from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span
+from sinklib.core.takeaways import claim_line, compare, layer_ranges, num, paragraph, pct, span
 
 
 def windows(n: int, tokens: int, kind: str = "held-out windows") -> str:
@@ -20,17 +20,6 @@ def windows(n: int, tokens: int, kind: str = "held-out windows") -> str:
 def _heading(title: str, size: str) -> str:
     """The takeaway's heading: the model's label, then what it was measured on."""
     return f"{title}, {size}" if size else title
-
-
-def _layers(layers: Sequence[int]) -> str:
-    """[3, 4, 5, 8, 10, 11] -> "3-5, 8, 10-11"."""
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_first: Sequence[float],
@@ -46,7 +35,7 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], entropy_fir
     always = [layer for layer, s in zip(layers, same_first) if s == 1.0]
     first, rest = sum(same_first) / len(same_first), sum(same_rest) / len(same_rest)
     if always:
-        fixed = (f"In {len(always)} of the {len(same_first)} {kind} ({_layers(always)}) every window sends the "
+        fixed = (f"In {len(always)} of the {len(same_first)} {kind} ({layer_ranges(always)}) every window sends the "
                  f"first token to the same set of experts.")
     else:
         fixed = f"In none of the {len(same_first)} {kind} does every window send the first token to the same experts."
