@@ -1,13 +1,13 @@
 """What the GPU plan's clock is calibrated on: this project's code measured on a real GPU, per kind of step.
 
-Source: issue 44's run on one NVIDIA H200 (torch 2.11.0+cu130, transformers 5.23.0, commit a47419a, no network),
+Source: a run on one NVIDIA H200 (torch 2.11.0+cu130, transformers 5.23.0, commit a47419a, no network),
 ``../shared/gpu/bench.py``: synchronised, median of up to 3 rounds, batch 1 unless said. The plan
 (:mod:`sinklib.pipeline.plan`) turns these into constants of its time model and a test
 (``tests/test_gpu_plan.py``) pins every estimate within 1.5x of these measurements carried over to the plan's GPU:
 by its peak FLOPs for compute-bound kinds (training, long forwards), by nothing for host-bound ones (a decoded
 token of a small model is Python and kernel launches: the card does not change them).
 
-Issue 46's session measured on the same H200 (torch 2.11.0+cu130, triton 3.6.0) what issue 44 added after that run:
+A later session measured on the same H200 (torch 2.11.0+cu130, triton 3.6.0) what was added after that run:
 the statistics' fused-kernel path (``benchmarks/long_context.py --device cuda``) and 03's fused training steps
 (``bench.py train``). Per-layer costs of a 7B model's decode come from the bandwidth model, not a measurement.
 """
