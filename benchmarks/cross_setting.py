@@ -65,31 +65,35 @@ def compare(runs: dict[str, Path], notebooks: set[str] | None = None) -> dict:
 
 
 def kang_margins(figures: Path) -> dict[str, dict[str, float]]:
-    """Per stand-in seed, the two numbers 12's Kang rules cut at 0 (nats, the digit token's NLL), from the run's
-    ``12_mllm/headline.json``: "masking" = min over the random draws of their NLL increase - the sinks' increase
-    (holds when > 0), "var" = NLL without VAR - with it (holds when > 0). A run older than the per-seed random draws
-    gives seed 0's masking number only."""
+    """Per stand-in seed, the numbers 12's Kang rules cut, from the run's ``12_mllm/headline.json``: "masking" = min
+    over the random draws of their NLL increase - the sinks' increase (nats, the digit token's NLL; cut at 0), "var"
+    = NLL without VAR - with it (cut at 0), "phi" = the largest image-token phi (cut at tau = 20), "background" = the
+    visual sinks' share on background (cut at 0.9; a seed without sinks has none). A run older than the per-seed
+    records gives the run's own seed's masking and background numbers only."""
     head = json.loads((figures / "12_mllm" / "headline.json").read_text())
     changes, draws = head["nll_changes_per_seed"], head.get("random_changes_per_seed", {})
+    first = str(head["standin_seeds"][0])
     if not draws:  # seed 0's draws are in the headline itself
-        first = str(head["standin_seeds"][0])
         draws = {first: [r - head["nll"]["image token"]["as is"] for r in head["random_draws"]["image token"]]}
+    background = head.get("background_per_seed") or {first: head["sinks_on_background"]["share on background"]}
     out = {}
     for seed, c in changes.items():
-        out[seed] = {"var": -c["VAR"]}
+        out[seed] = {"var": -c["VAR"], "phi": c["max_phi"]}
         if seed in draws:
             out[seed]["masking"] = min(draws[seed]) - c["sinks"]
+        if background.get(seed) is not None:
+            out[seed]["background"] = background[seed]
     return out
 
 
 def kang_spreads(runs: dict[str, Path]) -> dict:
-    """Each seed's masking and VAR numbers in every run, their spread across the runs, and the largest spread of each
+    """Each seed's cut numbers (:func:`kang_margins`) in every run, their spread across the runs, and the largest spread of each
     over the seeds -- what ``kang_rules.MARGINS["stand-in"]`` must cover."""
     values = {name: kang_margins(path) for name, path in runs.items()}
     seeds = sorted(set.intersection(*(set(v) for v in values.values())), key=int)
     per_seed, largest = {}, {}
     for seed in seeds:
-        for kind in ("masking", "var"):
+        for kind in ("masking", "var", "phi", "background"):
             got = {n: v[seed][kind] for n, v in values.items() if kind in v[seed]}
             if len(got) < 2:
                 continue
@@ -100,9 +104,10 @@ def kang_spreads(runs: dict[str, Path]) -> dict:
     return {"per_seed": per_seed, "largest_spread": largest}
 
 
-def record(runs: dict[str, Path], describe: dict[str, str]) -> dict:
+def record(runs: dict[str, Path], describe: dict[str, str], commit: str = "") -> dict:
     """What ``data/reference/cross_setting_standins.json`` holds: per notebook (11, 12) the claims of the runs that
-    ran it, every number that moved; 12's two cut numbers per seed (:func:`kang_spreads`); how each run was made."""
+    ran it, every number that moved; 12's cut numbers per seed (:func:`kang_spreads`); how each run was made, and
+    ``commit``: the commit the runs were made at (default: this checkout's)."""
     from sinklib.pipeline.environment import environment
 
     ran = {nb: {n: p for n, p in runs.items() if any((p / d).is_dir() for d in (f"{nb}_moe", f"{nb}_mllm"))}
@@ -111,7 +116,7 @@ def record(runs: dict[str, Path], describe: dict[str, str]) -> dict:
     moved = {nb: sum(len(c["moved"]) for c in cl.values()) for nb, cl in claims.items()}
     return {"source": "benchmarks/cross_setting.py: the CPU profile, seed 0, every stand-in built anew under each "
                       "setting (a cache of its own holding only the base conversions)",
-            "commit": environment().get("commit"), "describe": describe, "ran": {nb: list(r) for nb, r in ran.items()},
+            "commit": commit or environment().get("commit"), "describe": describe, "ran": {nb: list(r) for nb, r in ran.items()},
             "moved": moved, "kang": kang_spreads(ran["12"]) if len(ran["12"]) > 1 else {}, "claims": claims}
 
 
@@ -127,6 +132,7 @@ def main(argv: list[str]) -> int:
     c.add_argument("runs", nargs="+", help="NAME=FIGURES_DIR")
     c.add_argument("--notebooks", nargs="*", default=["11", "12"])
     c.add_argument("--write", default="")
+    c.add_argument("--commit", default="", help="the commit the runs were made at (default: this checkout's)")
     c.add_argument("--describe", nargs="*", default=[], help="NAME=TEXT: the CPU and kernel setting of each run")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -144,7 +150,7 @@ def main(argv: list[str]) -> int:
                 print(f"12 seed {seed} {kind}: " + " / ".join(f"{n} {v:+.4f}" for n, v in m["values"].items())
                       + f"  (spread {m['spread']:.4f})")
     if args.write:
-        Path(args.write).write_text(json.dumps(record(runs, dict(x.split("=", 1) for x in args.describe)), indent=1)
+        Path(args.write).write_text(json.dumps(record(runs, dict(x.split("=", 1) for x in args.describe), args.commit), indent=1)
                                     + "\n")
         print("wrote", args.write)
     return 0

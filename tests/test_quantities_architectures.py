@@ -18,7 +18,7 @@ from sinklib.architectures.moe import su_claims
 from sinklib.architectures.vit import darcet_claims, register_means, registers, sun_claims
 from sinklib.architectures.vit.vit_sinks import VitProfile
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.paths import REFERENCE_DIR
 
 REFERENCE = REFERENCE_DIR / "cpu_profile_claims.json"
@@ -53,9 +53,8 @@ def _kang(standin: bool) -> dict[str, Claim]:
     bg = torch.tensor([[True, True, True, False]] * 2)
     sinks = torch.zeros(2, 4, dtype=torch.bool)
     sinks[:, 0] = True
-    untestable = (kang_claims.standin_cannot_test(prof), kang_claims.phi_peaks(prof)) if standin else ("", None)
-    background = [kang_claims.background_claim(sinks, bg, standin, *untestable) for _ in range(2)]
-    claims["kang2025.sinks_on_background"] = kang_claims.over_standins(
+    background = [kang_claims.background_claim(sinks, bg, standin) for _ in range(2)]
+    claims["kang2025.sinks_on_background"] = over_draws(
         background, "2 stand-ins", key=lambda c: c.measured["share on background"])
     return claims
 

@@ -6,8 +6,6 @@ the stand-ins.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from sinklib.architectures.mllm.kang_rules import (
@@ -15,16 +13,16 @@ from sinklib.architectures.mllm.kang_rules import (
     KANG_D_REF,
     KANG_FIRST_LAYER,
     KANG_TAU,
+    largest_sink_phi,
     margin,
     norm_share,
     phi_ceiling,
-    sink_tokens_hold,
     tau_sensitivity,
     width_matched_tau,
 )
-from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi
+from sinklib.architectures.mllm.visual_sinks import MllmProfile
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim, against_cut, over_draws
+from sinklib.core.claims import Claim, against_cut
 
 SOURCE = "Kang et al., See What You Are Told: Visual Attention Sink in LMMs, ICLR 2025, arXiv 2503.03321"
 CODE = "seilk/VisAttnSink:src/logic/logic.py"
@@ -66,6 +64,13 @@ def _phi_and_margin(standin: bool) -> dict[str, q.Quantity]:
             "@margin.spread": margin}
 
 
+def _margin_in(unit: str, standin: bool) -> dict[str, q.Quantity]:
+    """A margin whose cut is not in nats: the existence rule's (phi against tau) and the background rule's (a share
+    against 90%) -- its value, cut and spread, apart on a stand-in."""
+    margin = _apart(q.Quantity(kind=q.Kind.MARGIN, unit=unit), standin)
+    return {"@margin.value": margin, "@margin.cut": margin, "@margin.spread": margin}
+
+
 def sink_quantities(standin: bool) -> dict[str, q.Quantity]:
     """What ``kang2025.visual_sink_tokens_exist``'s numbers are; its spread: the max fraction over the draws
     (:func:`~sinklib.architectures.mllm.visual_attention.claims_over_draws`). A tau key such as "7.5" is two path
@@ -76,7 +81,7 @@ def sink_quantities(standin: bool) -> dict[str, q.Quantity]:
             "attention received, sink / non-sink": _apart(q.ratio(), standin), "width-matched tau": q.value("phi"),
             "by tau.*.max fraction": fraction, "by tau.*.*.max fraction": fraction,
             "by tau.*.sinks per image": per_image, "by tau.*.*.sinks per image": per_image, "@spread": fraction,
-            **_phi_and_margin(standin)}
+            **_phi_and_margin(standin), **_margin_in("phi", standin)}
 
 
 def masking_quantities(standin: bool) -> dict[str, q.Quantity]:
@@ -104,7 +109,7 @@ def background_quantities(standin: bool) -> dict[str, q.Quantity]:
     on_background = _apart(q.share("fraction of visual sink tokens"), standin)
     return {"visual sink tokens": _apart(q.count("image tokens"), standin), "share on background": on_background,
             "background share of all image tokens": q.share("fraction of image tokens"), "@spread": on_background,
-            **_phi_and_margin(standin)}
+            **_phi_and_margin(standin), **_margin_in("share", standin)}
 
 
 def _score_name(score: str) -> str:
@@ -112,69 +117,49 @@ def _score_name(score: str) -> str:
             "caption": "mean caption NLL"}.get(score, score)
 
 
-def standin_cannot_test(profile: MllmProfile) -> str:
-    """Why Kang et al.'s claims cannot be tested on a narrow stand-in, with what this profile measured: phi <= sqrt(d)
-    (:func:`~sinklib.architectures.mllm.kang_rules.phi_ceiling`), so the paper's tau = 20, set at d = 4096 where it
-    asks a token for 9.8% of its squared norm in one dimension, asks a d = 576 token for 69%; the largest phi of an
-    image token and of the first token (layers >= 2) against that ceiling; and at the width-matched tau (the same
-    9.8%) the largest fraction of image tokens in a layer that would count as sinks."""
+def width_note(profile: MllmProfile) -> str:
+    """What tau = 20 asks of this model's width: phi <= sqrt(d) (:func:`~sinklib.architectures.mllm.kang_rules.
+    phi_ceiling`), so tau asks a token for tau^2 / d of its squared norm in one dimension (9.8% at LLaVA-1.5-7B's
+    d = 4096, 69% at d = 576) -- a stricter test on a narrow model -- with the largest image-token phi measured in
+    the layers Kang et al. search, and how many image tokens would pass at the width-matched tau."""
     d = profile.first_hidden.shape[-1]
-    image_peak = float(torch.nan_to_num(profile.phi, nan=0).max())
-    inputs = profile.first_hidden[KANG_FIRST_LAYER - 1:-1]  # (L', d): block outputs that are inputs of layers >= 2
-    first_peak = float(phi(inputs, profile.dims).max()) if len(inputs) else float("nan")
     matched = width_matched_tau(d)
     every = tau_sensitivity(profile, [matched])[matched]["max fraction"]
-    return (f"not testable on the stand-in: phi <= sqrt(d) = {phi_ceiling(d):.1f} at its d = {d} and peaks at "
-            f"{image_peak:.1f} on its image tokens and {first_peak:.1f} on the first token (layers >= "
-            f"{KANG_FIRST_LAYER}), so tau = {KANG_TAU:g} asks a token for {norm_share(KANG_TAU, d):.0%} of its squared "
-            f"norm in one dimension ({norm_share(KANG_TAU, KANG_D_REF):.1%} at LLaVA-1.5-7B's d = {KANG_D_REF}), and "
-            f"at the width-matched tau = {matched:.3g} up to {every:.0%} of the image tokens in a layer pass -- "
-            f"neither threshold is Kang et al.'s definition on this model")
+    return (f"at d = {d}, phi <= sqrt(d) = {phi_ceiling(d):.1f} and tau = {KANG_TAU:g} asks a token for "
+            f"{norm_share(KANG_TAU, d):.0%} of its squared norm in one dimension ({norm_share(KANG_TAU, KANG_D_REF):.1%} "
+            f"at LLaVA-1.5-7B's d = {KANG_D_REF}): a stricter test than the paper's; its image tokens' phi peaks at "
+            f"{largest_sink_phi(profile):.1f} (layers >= {KANG_FIRST_LAYER}), and at the width-matched tau = "
+            f"{matched:.3g} up to {every:.0%} of them in a layer would pass")
 
 
-# :func:`phi_peaks`'s numbers, which :func:`cannot_test` adds to a record's ``measured``.
+# The numbers :func:`phi_peaks` adds to every Kang record's ``measured``.
 PEAK_QUANTITIES = {"largest image-token phi": q.value("phi"), "phi ceiling sqrt(d)": q.value("phi")}
 
 
 def phi_peaks(profile: MllmProfile) -> dict[str, float]:
-    """The numbers behind :func:`standin_cannot_test`: the largest phi of an image token (layers >= 2) and the
-    ceiling sqrt(d)."""
-    return {"largest image-token phi": float(torch.nan_to_num(profile.phi, nan=0).max()),
+    """The largest phi of an image token in layers >= 2 (:func:`largest_sink_phi`, what the existence rule cuts at
+    tau) and the ceiling sqrt(d)."""
+    return {"largest image-token phi": largest_sink_phi(profile),
             "phi ceiling sqrt(d)": phi_ceiling(profile.first_hidden.shape[-1])}
 
 
-def over_standins(claims: list[Claim], draws_of: str, key=None) -> Claim:
-    """:func:`~sinklib.core.claims.over_draws` over the stand-ins; where none of them could test the claim
-    (:func:`standin_cannot_test` on each), the note leads with every stand-in's largest image-token phi against
-    the ceiling, so the rendered reason says why, not only that no draw can be judged."""
-    combined = over_draws(claims, draws_of, key=key)
-    peaks = [c.measured.get("largest image-token phi") if isinstance(c.measured, dict) else None for c in claims]
-    if combined.holds is None and not combined.unsettled and all(p is not None for p in peaks):
-        ceiling = claims[0].measured["phi ceiling sqrt(d)"]
-        lead = (f"not testable on any of the {len(claims)} stand-ins: their image tokens' phi peaks at "
-                f"{' / '.join(f'{p:.1f}' for p in peaks)} against the ceiling sqrt(d) = {ceiling:.1f}, where tau = "
-                f"{KANG_TAU:g} was set for d = {KANG_D_REF} (its ceiling {phi_ceiling(KANG_D_REF):.0f})")
-        combined = replace(combined, note=f"{lead}; {combined.note}")
-    return combined
-
-
-def cannot_test(claim: Claim, reason: str, why: dict | None = None) -> Claim:
-    """``claim`` as measured where the paper's definition cannot be applied: the numbers kept, what the rule gave on
-    them recorded in ``measured`` (with ``why``: the numbers behind ``reason``), the verdict "cannot be judged here"
-    (holds None, not unsettled) with ``reason``."""
-    ruled = claim.verdict()
-    measured = (claim.measured if isinstance(claim.measured, dict) else {"value": claim.measured}) | (why or {}) | {
-        "the rule on these numbers": ruled}
-    quantities = {k: v for k, v in PEAK_QUANTITIES.items() if k in (why or {})} | claim.quantities
-    return replace(claim, holds=None, unsettled=False, measured=measured, quantities=quantities,
-                   note=reason + (f"; {claim.note}" if claim.note else ""))
+def exists_judged(peak: float, ratios: list[float], standin: bool) -> dict:
+    """Kang et al.'s test with its cross-machine margin: the largest image-token phi (layers >= 2) against tau
+    (:func:`against_cut` with :func:`margin` "phi": within it, unsettled); above by more, the claim holds when the
+    sinks also receive more attention than the other image tokens (mean ratio > 1, as :func:`sink_tokens_hold`);
+    below by more, no visual sink token exists here -- it does not hold. Returns the Claim fields."""
+    above, unsettled, cut = against_cut(peak, KANG_TAU, margin("phi", standin))
+    fields = {"margin": cut | {"of": "the largest image-token phi against tau"}, "unsettled": unsettled}
+    if unsettled:
+        return fields | {"holds": None}
+    return fields | {"holds": bool(above and ratios and sum(ratios) / len(ratios) > 1)}
 
 
 def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, var: dict[str, float] | None,
                        standin: bool, d_model: int | None = None) -> list[Claim]:
     """Kang et al.'s claims judged on one model (one stand-in seed).
 
-    * ``kang2025.visual_sink_tokens_exist`` (:func:`sink_tokens_hold`): some image tokens carry the LM's sink
+    * ``kang2025.visual_sink_tokens_exist`` (:func:`exists_judged`): some image tokens carry the LM's sink
       dimensions (phi >= 20) in the layers from 2 on and receive more attention than the other image tokens.
     * ``kang2025.masking_sinks_is_harmless`` (:func:`masking_holds`): hiding the visual sink tokens from the text
       raises the caption loss less than hiding as many random image tokens, in every random draw. masking:
@@ -182,8 +167,9 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
     * ``kang2025.var_helps``: VAR lowers the caption NLL (the paper: benchmark accuracy; here likelihood).
 
     All three are effects of training (``at_init=False``): a randomly initialised LM has no sink dimension for an
-    image token to carry. On a stand-in (``standin``) none can be tested (:func:`standin_cannot_test`): each is
-    recorded as "cannot be judged here" with the measured reason, the rule's own outcome kept in ``measured``.
+    image token to carry. A stand-in (``standin``) is judged by the same test, labelled as a stand-in, with the
+    stand-in's cross-machine margins (:data:`~sinklib.architectures.mllm.kang_rules.MARGINS`): a number within its
+    margin of the cut is unsettled. What tau = 20 asks of a narrow model is said in ``adapted`` (:func:`width_note`).
     """
     frac = [f for f in profile.sink_fraction() if f == f]  # drop the NaN layers
     ratio = [r for r in profile.received_ratio() if r is not None]
@@ -191,6 +177,7 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
     note = "stand-in: projector trained here, no instruction tuning" if standin else ""
     matched = width_matched_tau(d_model) if d_model else None
     sensitivity = tau_sensitivity(profile, [KANG_TAU] + ([matched] if matched else []))
+    peaks, width = phi_peaks(profile), width_note(profile)
     claims = [Claim(
         id="kang2025.visual_sink_tokens_exist", source=f"{SOURCE}, Sec. 3",
         statement="some image tokens carry the LM's sink dimensions (phi >= 20) and draw extra attention",
@@ -199,13 +186,13 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
         measured={"sink dims": [int(d) for d in profile.dims], "max fraction of image tokens": max(frac, default=0.0),
                   "attention received, sink / non-sink": (sum(ratio) / len(ratio)) if ratio else None,
                   "width-matched tau": matched,
-                  "by tau": {f"{t:.3g}": v for t, v in sensitivity.items()}},
-        holds=sink_tokens_hold(frac, ratio), note=note, follows=FOLLOWS_SINKS,
-        adapted="phi >= tau (the authors' code: phi > tau); the verdict uses the paper's tau = 20, and the same rule "
+                  "by tau": {f"{t:.3g}": v for t, v in sensitivity.items()}} | peaks,
+        **exists_judged(peaks["largest image-token phi"], ratio, standin), note=note, follows=FOLLOWS_SINKS,
+        adapted=f"{width} -- judged at the paper's tau all the same; the verdict uses the paper's tau = 20, and the same rule "
                 "at the width-matched tau 20 sqrt(d / 4096) (the same share of the squared norm as at LLaVA-1.5-7B's "
                 "d = 4096) is recorded beside it under 'by tau'; sink dims found from the first token's hidden states "
                 "(the paper: the LM's known massive-activation dims); the attention-received comparison is ours",
-        at_init=False, quantities=sink_quantities(standin))]
+        at_init=False, quantities=PEAK_QUANTITIES | sink_quantities(standin))]
     if masking is not None:
         scored = _score_name(masking.get("score", "caption"))
         d_sink, d_rand = masking["sinks"] - masking["none"], masking["random"] - masking["none"]
@@ -222,11 +209,11 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
             published="masking visual sinks: little change; random tokens: larger drop",
             measured={"scored on": scored, "delta NLL sinks": d_sink, "delta NLL random": d_rand,
                       "delta NLL random, min..max": [min(draws), max(draws)]}
-                     | ({"caption NLL": masking["caption NLL"]} if "caption NLL" in masking else {}),
+                     | ({"caption NLL": masking["caption NLL"]} if "caption NLL" in masking else {}) | peaks,
             **_judged(has, min(draws) - d_sink, margin("masking", standin),
                       "hiding the sinks vs the least harmful random draw"),
             note=(note or ("" if has else "no visual sink token")) + spread, follows=FOLLOWS_MASKING,
-            quantities=masking_quantities(standin),
+            quantities=PEAK_QUANTITIES | masking_quantities(standin),
             adapted=f"the {scored} of held-out digit captions instead of benchmark accuracy (the caption's other tokens "
                     f"do not depend on the image); the sinks must beat every random draw", at_init=False))
     if var is not None:
@@ -240,17 +227,14 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
                  f"margin; within it: unsettled), where VAR edited at least one row (the paper measures benchmark "
                  f"accuracy of instruction-tuned LMMs)",
             published="+0.5 to +3 points on general, hallucination and vision-centric benchmarks",
-            measured=var, **_judged(has and not idle, var["none"] - var["VAR"], margin("var", standin),
+            measured=var | peaks, **_judged(has and not idle, var["none"] - var["VAR"], margin("var", standin),
                                     "the NLL without VAR minus with it"),
             note=(note + "; " if note else "") + ("" if has else "no visual sink token; ")
                  + ("VAR found no image-centric row to edit; " if has and idle else "")
                  + "likelihood of held-out captions, not the paper's benchmarks",
             follows=FOLLOWS_VAR, adapted=f"the {scored} of a teacher-forced digit caption (one forward) instead of "
                                          f"benchmark accuracy of generated answers", at_init=False,
-            quantities=var_quantities(standin)))
-    if standin:
-        reason, peaks = standin_cannot_test(profile), phi_peaks(profile)
-        claims = [cannot_test(c, reason, peaks) for c in claims]
+            quantities=PEAK_QUANTITIES | var_quantities(standin)))
     return claims
 
 
@@ -263,30 +247,31 @@ def _judged(judgeable: bool, gain: float, spread: float, what: str) -> dict:
     return {"holds": holds if not unsettled else None, "unsettled": unsettled, "margin": cut | {"of": what}}
 
 
-def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool, untestable: str = "",
-                     untestable_peaks: dict | None = None) -> Claim:
+def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool) -> Claim:
     """``kang2025.sinks_on_background`` (Table 6: > 90% of visual sink tokens lie on background). sinks, background:
     (B, P) bool (:func:`sink_union`, :func:`plain_background`). Rule: at least 90% of the visual sink tokens sit on
-    background patches, more than the background's share of all image tokens; None without sinks.
-    ``untestable``: why the paper's definition of a visual sink cannot be applied on this model
-    (:func:`standin_cannot_test`): then the verdict is "cannot be judged here" (:func:`cannot_test`), with
-    ``untestable_peaks`` (:func:`phi_peaks`) in ``measured``.
+    background patches, more than the background's share of all image tokens; a share within its cross-machine
+    margin of 90% (:func:`margin` "background") is unsettled; None without sinks.
     """
     n = int(sinks.sum())
     share = (sinks & background).sum().item() / n if n else None
     base = background.float().mean().item()
-    claim = Claim(
+    judged: dict = {"holds": None}
+    if share is not None:
+        above, unsettled, cut = against_cut(share, KANG_BACKGROUND, margin("background", standin))
+        judged = {"holds": None if unsettled else bool(above and share > base), "unsettled": unsettled,
+                  "margin": cut | {"of": "the sinks' share on background against 90%"}}
+    return Claim(
         id="kang2025.sinks_on_background", source=f"{SOURCE}, Table 6",
         statement="visual sink tokens lie on the background, not on the objects",
         rule=f"at least {KANG_BACKGROUND:.0%} of the visual sink tokens (phi >= 20 in a layer >= 2) sit on plain "
              f"background, more than the background's share of all image tokens",
         published=f"> {KANG_BACKGROUND:.0%} of visual sink tokens on background (PASCAL VOC / COCO masks)",
         measured={"visual sink tokens": n, "share on background": share, "background share of all image tokens": base},
-        holds=None if share is None else (share >= KANG_BACKGROUND and share > base),
+        **judged,
         note=("stand-in: projector trained here, no instruction tuning; " if standin else "")
              + ("" if n else "no visual sink token"),
         follows=f"Table 6 (visual sink tokens against segmentation masks); sinks as {CODE}:DimProspector.run_logic",
         adapted="the digits' plain white background (a patch whose pixels stay within 5% of the border colour) "
                 "instead of segmentation masks",
         at_init=False, quantities=background_quantities(standin))
-    return cannot_test(claim, untestable, untestable_peaks) if untestable else claim

@@ -88,8 +88,8 @@ def sinks(dims: Sequence[int], fractions: Sequence[float], max_phi: Sequence[flo
         text.append(f"At the width-matched tau = {num(t)} (the share of the squared norm that tau = {num(tau)} asks "
                     f"for at d = 4096) up to {pct(v['max fraction'])} of the image tokens in a layer pass "
                     f"({num(v['sinks per image'], 2)} per image in some layer)"
-                    + (": a threshold every image token passes separates no sink from the rest, so it is no test "
-                       "of Kang et al.'s definition either." if every else "; the verdict uses the paper's tau = "
+                    + (": a threshold every image token passes separates no sink from the rest, so the verdict "
+                       f"uses the paper's tau = {num(tau)}." if every else "; the verdict uses the paper's tau = "
                        f"{num(tau)}."))
     if claim is not None:
         text.append(f"Claim {claim_line(claim)}.")

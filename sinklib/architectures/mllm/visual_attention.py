@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from sinklib.architectures.mllm.captions import caption_inputs, logits_kwargs, scores
-from sinklib.architectures.mllm.kang_claims import over_standins, visual_sink_claims
+from sinklib.architectures.mllm.kang_claims import visual_sink_claims
 from sinklib.architectures.mllm.kang_rules import (
     KANG_FIRST_LAYER,
     KANG_P,
@@ -25,7 +25,7 @@ from sinklib.architectures.mllm.kang_rules import (
     sink_union,
 )
 from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi, profile_forward, random_like
-from sinklib.core.claims import Claim
+from sinklib.core.claims import Claim, over_draws
 from sinklib.core.intervention import Intervention
 from sinklib.core.switch import eager_for
 
@@ -323,5 +323,5 @@ def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
     keys = {"kang2025.visual_sink_tokens_exist": lambda c: c.measured["max fraction of image tokens"],
             "kang2025.masking_sinks_is_harmless": lambda c: c.measured["delta NLL sinks"],
             "kang2025.var_helps": lambda c: c.measured["VAR"] - c.measured["none"]}
-    return [over_standins([run[i] for run in runs], draws_of, key=keys.get(claim.id))
+    return [over_draws([run[i] for run in runs], draws_of, key=keys.get(claim.id))
             for i, claim in enumerate(runs[0])]
