@@ -71,10 +71,11 @@ from sinklib.pipeline import notebook
 from sinklib.utilization import kvquant, streaming, streaming_plots
 from sinklib.utilization import takeaways as saw  # the "What we saw" paragraphs, rendered from the results
 from sinklib.utilization.calibration import (
-    ACT_MIN_QUERIES,
     AttentionCalibration,
     act_claim,
+    act_key_scores,
     act_sink_columns,
+    edge_min_queries,
     non_first_sink_heads,
 )
 from sinklib.utilization.sink_cache import SinkWindowCache
@@ -331,8 +332,10 @@ takeaways.show(saw.kv_quant(quant, fp_ppl, kept_vs_all, kept_vs_matched, intact,
 # it, $\sum_t A_{t,j}/(T-j)$, exceeds 0.1; each sink entry becomes exactly $\beta A_{t,j}$ ($\beta = 0.4$) and the
 # removed $(1-\beta)S_t$ goes to the other keys of row $t$ -- the first token included -- in proportion to their
 # weights. **The window's end:** a key near the end of the window is seen by few queries, so its score averages a
-# handful of weights (the last key's is one weight) and passes 0.1 without being a sink; here a key must be seen by
-# at least `ACT_MIN_QUERIES` = 16 queries -- in the head choice, the edit and the figure, which marks the rest apart.
+# handful of weights (the last key's is one weight) and passes 0.1 without being a sink. The authors' code flags
+# those keys too; here the cut is read off the calibration text (`edge_min_queries`): the keys of the window's last
+# quarter that pass 0.1 more often than *any* interior key are its edge, and a key must be seen by more queries than
+# the furthest of them -- in the head choice, the edit and the figure, which marks the rest apart.
 # **Which heads:** ACT keeps a head when calibrating it improves accuracy on a labelled calibration set.
 # There is no such set offline, so here the heads are those with a non-first sink on calibration text (the
 # training part of the Bible) -- a proxy, not ACT's selection. Perplexity on held-out text, and one head's attention
@@ -340,12 +343,15 @@ takeaways.show(saw.kv_quant(quant, fp_ppl, kept_vs_all, kept_vs_matched, intact,
 
 # %%
 calib = text_windows(lm.tokenizer, run.probe_seqs, run.eval_seq_len, run.seed + 1, split="train")
-heads = non_first_sink_heads(lm, calib, threshold=0.1, min_queries=ACT_MIN_QUERIES)
+calib_scores = act_key_scores(lm, calib, run.batch_size)  # (N, L, H, T): sum_t A[t, j] / (T - j)
+min_queries = edge_min_queries(calib_scores > 0.1)
+heads = non_first_sink_heads(calib_scores, threshold=0.1, min_queries=min_queries)
+print(f"a key must be seen by at least {min_queries} queries (read off {len(calib)} calibration windows)")
 n_heads = sum(len(h) for h in heads.values())
 heldout = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed, split="heldout")
 act_nll = {"original": token_nll(lm, heldout, run.batch_size).flatten(),  # (N (T-1),) per held-out token
            "ACT": token_nll(lm, heldout, run.batch_size, AttentionCalibration(lm.model, heads,
-                                                                              min_queries=ACT_MIN_QUERIES)).flatten()
+                                                                              min_queries=min_queries)).flatten()
            if heads else None}
 act_ppl = {k: ppl(v) if v is not None else None for k, v in act_nll.items()}
 act_interval = ppl_ratio_interval(act_nll["original"], act_nll["ACT"]) if heads else None  # ppl(ACT) / ppl(original)
@@ -355,34 +361,35 @@ if heads:
     one = heldout[:1]
     before = analysis.attention_maps(lm, one, [layer])[0, head]
     after_map = analysis.attention_maps(lm, one, [layer], AttentionCalibration(lm.model, {layer: [head]},
-                                                                                min_queries=ACT_MIN_QUERIES))[0, head]
+                                                                                min_queries=min_queries))[0, head]
     T = before.shape[-1]
     causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T)
-    sink_keys = act_sink_columns(before[None, None], causal, 0.1, ACT_MIN_QUERIES)[0, 0].nonzero().flatten().tolist()
+    sink_keys = act_sink_columns(before[None, None], causal, 0.1, min_queries)[0, 0].nonzero().flatten().tolist()
     raw = act_sink_columns(before[None, None], causal, 0.1)[0, 0].nonzero().flatten().tolist()  # the authors' rule
     edge_keys = [j for j in raw if j not in sink_keys]
     with plotting.style():
         fig = streaming_plots.key_mass_before_after(before, after_map, sink_keys,
                                                     title=f"ACT in layer {layer}, head {head}, {title}",
-                                                    min_queries=ACT_MIN_QUERIES, edge_keys=edge_keys)
+                                                    min_queries=min_queries, edge_keys=edge_keys)
         plotting.save(fig, fig_dir / "fig05_act-key-mass",
                       f"Attention each key receives per query that sees it, sum_t A[t, j] / (T - j), in layer {layer}, "
                       f"head {head} of {title} on a held-out window of {T} tokens, before and after attention "
                       f"calibration (beta 0.4); triangles: the {len(sink_keys)} keys treated as sinks (> 0.1 and seen "
-                      f"by at least {ACT_MIN_QUERIES} queries); crosses: {len(edge_keys)} keys in the shaded last "
-                      f"{ACT_MIN_QUERIES - 1} positions that pass 0.1 on an average of fewer than {ACT_MIN_QUERIES} "
+                      f"by at least {min_queries} queries); crosses: {len(edge_keys)} keys in the shaded last "
+                      f"{min_queries - 1} positions that pass 0.1 on an average of fewer than {min_queries} "
                       f"queries (the authors' rule would damp them too), not sinks.")
     headline["act_figure"] = {"layer": layer, "head": head, "sink_keys": sink_keys, "edge_keys": edge_keys}
-act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads, act_interval),
+act = record.add(replace(act_claim(act_ppl, n_heads, lm.n_layers * lm.n_heads, act_interval, min_queries),
                          control_note="control not run: the claim is not applied here (ACT's head search needs a "
                                       "labelled set), so a random-weight verdict would be None as well"))
 helps = bool(heads) and act_interval[2] < 1  # lower, with its interval below 1
 headline["act"] = {"heads": {str(k): v for k, v in heads.items()}, "n_heads": n_heads, "ppl": act_ppl,
+                   "min_queries": min_queries,
                    "ppl_ratio_interval": act_interval, "helps": bool(helps)}
 
 # %%
 takeaways.show(saw.act(act_ppl, n_heads, lm.n_layers * lm.n_heads, act, run.eval_seqs, run.eval_seq_len, lm.label,
-                       ACT_MIN_QUERIES, headline.get("act_figure")))
+                       min_queries, headline.get("act_figure")))
 
 # %% [markdown]
 # **Reading it.** The figure shows what ACT does to one head: the keys it treats as sinks keep a fraction $\beta$ of

@@ -18,12 +18,6 @@ from sinklib.core.intervention import Intervention
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.switch import eager_for
 
-# A key near the end of a causal window is seen by few queries, so its score sum_t A[t, j] / (T - j) averages 2-8
-# attention weights at j = T-8 .. T-2 (and is A[T-1, T-1] itself at the last key): above 0.1 without being a sink.
-# The authors' code flags such keys too (it applies ACT to whole prompts); here a key must be seen by at least this
-# many queries to count as a sink -- when choosing heads, in the edit and in the figure, which labels the edge.
-ACT_MIN_QUERIES = 16
-
 
 def later_sink_keys(score: torch.Tensor, threshold: float, min_queries: int = 1) -> torch.Tensor:
     """Keys j >= 1 with ACT's score sum_t A[t, j] / (T - j) above ``threshold`` and seen by at least ``min_queries``
@@ -36,39 +30,66 @@ def later_sink_keys(score: torch.Tensor, threshold: float, min_queries: int = 1)
 
 
 @torch.inference_mode()
-def non_first_sink_heads(lm: LoadedModel, ids: torch.Tensor, threshold: float = 0.1, min_fraction: float = 0.5,
-                         batch_size: int = 8, min_queries: int = ACT_MIN_QUERIES) -> dict[int, list[int]]:
-    """Heads in which some key j >= 1 passes ACT's sink test -- sum_t A[t, j] / (T - j), the column sum over the
-    queries that see key j (GATECH-EIC/ACT, ``atten_process_eval``) -- above ``threshold``, among the keys seen by at
-    least ``min_queries`` queries (:func:`later_sink_keys`: the window's last keys are not sinks), in at least
-    ``min_fraction`` of the calibration sequences. ids: (N, T) -> {layer: [head, ...]}."""
-    hits = None
+def act_key_scores(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> torch.Tensor:
+    """ACT's score of every key in every head (GATECH-EIC/ACT, ``atten_process_eval``): the attention key j receives
+    averaged over the queries that see it, sum_t A[t, j] / (T - j) under a causal mask.
+    ids: (N, T) -> (N, L, H, T) float32."""
+    out = []
     for start in range(0, len(ids), batch_size):
         batch = ids[start:start + batch_size].to(lm.device)
         with AttentionStats(lm.model) as st:
             lm.model(batch, use_cache=False, logits_to_keep=1)
-        mass = torch.stack([st.key_mass(i) for i in st.layers])  # (L, B, H, T): sum_t A[t, j] / (T - j)
-        h = later_sink_keys(mass, threshold, min_queries).any(dim=-1).float().sum(dim=1)  # (L, H) such sequences
-        hits = h if hits is None else hits + h
-    frac = hits / len(ids)
+        out.append(torch.stack([st.key_mass(i) for i in st.layers], dim=1).float().cpu())  # (B, L, H, T)
+    return torch.cat(out)
+
+
+def edge_min_queries(exceed: torch.Tensor) -> int:
+    """How many queries must see a key before ACT's test may call it a sink, read off the calibration data.
+
+    A key near the end of a causal window is seen by few queries, so its score sum_t A[t, j] / (T - j) averages a
+    handful of weights (the last key's is A[T-1, T-1] alone) and passes the threshold without being a sink; the
+    authors' code flags such keys too (it applies ACT to whole prompts). rate(j) = the share of (sequence, layer,
+    head) in which key j passes; the interior keys T/4 <= j < 3T/4 show how often a key passes away from either end.
+    A key of the last quarter whose rate exceeds *every* interior key's is the window's edge, not a sink; the cut is
+    one more than the largest number of queries, T - j, that such a key has (1 -- the authors' rule -- if none).
+    exceed: (..., T) bool, score > threshold -> int."""
+    T = exceed.shape[-1]
+    rate = exceed.reshape(-1, T).float().mean(0)  # (T,)
+    interior = rate[T // 4: (3 * T) // 4]
+    if not interior.numel():
+        return 1
+    tail = torch.arange((3 * T) // 4, T)
+    edge = tail[rate[tail] > interior.max()]
+    return int(T - edge.min()) + 1 if edge.numel() else 1
+
+
+def non_first_sink_heads(scores: torch.Tensor, threshold: float = 0.1, min_fraction: float = 0.5,
+                         min_queries: int = 1) -> dict[int, list[int]]:
+    """Heads in which some key j >= 1 passes ACT's sink test -- sum_t A[t, j] / (T - j) above ``threshold``
+    (:func:`act_key_scores`) -- among the keys seen by at least ``min_queries`` queries (:func:`later_sink_keys`,
+    :func:`edge_min_queries`), in at least ``min_fraction`` of the calibration sequences.
+    scores: (N, L, H, T) -> {layer: [head, ...]}."""
+    frac = later_sink_keys(scores, threshold, min_queries).any(dim=-1).float().mean(dim=0)  # (L, H)
     return {layer: heads for layer in range(frac.shape[0])
             if (heads := (frac[layer] >= min_fraction).nonzero().flatten().tolist())}
 
 
 ACT_QUANTITIES = {"heads": q.count("heads"), "of": q.count("heads"),  # heads calibrated, of all heads
+                  "min queries": q.count("queries"),  # edge_min_queries on the calibration text
                   "original": q.loss("ppl"), "ACT": q.loss("ppl"),  # held-out perplexity without / with ACT
                   "ACT / original": q.ratio()}  # [ratio, low, high]: the paired block-bootstrap interval
 
 
 def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int,
-              interval: tuple[float, float, float] | None = None) -> Claim:
+              interval: tuple[float, float, float] | None = None, min_queries: int = 1) -> Claim:
     """ACT (Yu et al., arXiv 2406.15765): calibrating the heads with hidden (non-first) sinks improves the model.
 
     Cannot be judged offline: ACT keeps a head only when calibrating it improves accuracy on a labelled set; here
     the heads are :func:`non_first_sink_heads` (a proxy), so the record carries the measured perplexities with
     ``holds = None`` and says what the proxy did: ``interval`` = (ppl(ACT) / ppl(original), low, high), the paired
     block-bootstrap interval over the held-out tokens (:func:`sinklib.core.evaluation.ppl_ratio_interval`) --
-    "lowers" or "raises" only when it excludes 1."""
+    "lowers" or "raises" only when it excludes 1. ``min_queries``: :func:`edge_min_queries` on the calibration
+    text, recorded."""
     if interval is not None:
         ratio, low, high = interval
         word = "lowers" if high < 1 else "raises" if low > 1 else "does not measurably change"
@@ -79,7 +100,7 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int,
     return Claim(id="yu2024.act_calibration_helps", source="Yu et al., ACT, arXiv 2406.15765",
                  statement="calibrating attention in heads with non-first sinks improves the model without training",
                  rule="not applied: ACT's accuracy-based head search needs a labelled set that is not offline",
-                 published=None, measured={"heads": n_heads, "of": total_heads, **ppl,
+                 published=None, measured={"heads": n_heads, "of": total_heads, "min queries": min_queries, **ppl,
                                            **({"ACT / original": list(interval)} if interval is not None else {})},
                  quantities=ACT_QUANTITIES,
                  holds=None,
@@ -90,7 +111,9 @@ def act_claim(ppl: dict[str, float | None], n_heads: int, total_heads: int,
                          "atten_process_eval",
                  adapted=f"heads chosen by a proxy (a non-first sink present), held-out perplexity instead of task "
                          f"accuracy, therefore never judged; a key counts as a sink only when at least "
-                         f"{ACT_MIN_QUERIES} queries see it (the authors' code also flags the window's last keys)",
+                         f"{min_queries} queries see it -- the cut read off the calibration text "
+                         f"(edge_min_queries: the last keys that pass more often than any interior key; the authors' "
+                         f"code also flags them)",
                  at_init=False)  # the hidden sinks ACT damps are made by training
 
 
@@ -98,8 +121,8 @@ def act_sink_columns(weights: torch.Tensor, allowed: torch.Tensor, threshold: fl
                      min_queries: int = 1) -> torch.Tensor:
     """ACT's sink test (GATECH-EIC/ACT, ``atten_process_eval``): key j >= 1 is a sink when its column sum divided by
     the number of queries that see it, sum_t A[t, j] / (T - j) under a causal mask, exceeds ``threshold``; here also
-    only when at least ``min_queries`` queries see it (1: the authors' rule; :data:`ACT_MIN_QUERIES` leaves out the
-    window's last keys, whose score averages a handful of weights).
+    only when at least ``min_queries`` queries see it (1: the authors' rule; :func:`edge_min_queries` leaves out
+    the window's last keys, whose score averages a handful of weights).
 
     weights: (B, H, T, N) probabilities; allowed: (B|1, 1, T, N) bool, may query t see key j -> (B, H, N) bool.
     The first key is never a sink here (the official code drops it with ``indices[1:]``).
