@@ -135,6 +135,11 @@ KV_RATIO = q.Quantity(kind=q.Kind.RATIO, rel_tol=0.08, abs_tol=0.0,
 INTACTKV_QUANTITIES = {"vs all quantised": KV_RATIO, "vs tokens 4-7 kept": KV_RATIO}  # {setting: [ratio, low, high]}
 
 
+# How many times a run's tokens a rerun could read within the budgets (make figures <= 30 min cold, section 4 of 01 is
+# a small part of it): beyond this, a note says the measurement that would tell was not made.
+AFFORDABLE_TOKENS = 8
+
+
 def tokens_to_tell(iv: Interval, n_tokens: int) -> int | None:
     """About how many tokens would put 1 outside the interval ``iv`` = (ratio, low, high) measured on ``n_tokens``,
     were the ratio the same: a bootstrap interval's half-width w shrinks as 1/sqrt(tokens), so it needs
@@ -155,8 +160,12 @@ def _needs(iv: Interval, n_tokens: int) -> str:
     need = tokens_to_tell(iv, n_tokens)
     if need is None:
         return ""
-    return (f"; at the measured ratio {iv[0]:.3f} ([{iv[1]:.3f}, {iv[2]:.3f}]) about {need:,} tokens would put 1 "
+    told = (f"; at the measured ratio {iv[0]:.3f} ([{iv[1]:.3f}, {iv[2]:.3f}]) about {need:,} tokens would put 1 "
             f"outside the interval (its half-width shrinks as 1/sqrt(tokens))")
+    if need <= n_tokens * AFFORDABLE_TOKENS:
+        return told
+    return (told + f"; not measured on that many: {need / n_tokens:,.0f}x this run's {n_tokens:,} tokens, beyond "
+                   f"the {AFFORDABLE_TOKENS}x a profile can afford -- the GPU profile's longer stream narrows it")
 
 
 def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: dict[str, Interval], n_tokens: int,
