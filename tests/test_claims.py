@@ -250,3 +250,22 @@ def test_a_control_that_cannot_be_judged_either_says_why_unless_told():
     assert claims.with_control(claim, control, "said otherwise").control_note == "said otherwise"
     judged = replace(control, holds=False)
     assert claims.with_control(claim, judged).control_note == ""
+
+
+def test_a_draw_within_its_margin_is_counted_as_such_not_as_one_that_cannot_be_judged():
+    """Issue 53 item 2 (12's stand-ins): seed 1's largest phi, 21.07, lies within the measured 2.656 of tau = 20 --
+    the note said "1 of 2 cannot be judged". A draw within its margin is counted apart, with its numbers."""
+    from sinklib.core.claims import Claim, against_cut, draw_summary, over_draws
+
+    def draw(value: float) -> "Claim":
+        holds, unsettled, margin = against_cut(value, 20.0, 2.656)
+        return Claim(id="x.exists", statement="s", source="p", rule="r", published=None, measured=value,
+                     holds=holds, unsettled=unsettled, margin=margin)
+
+    out = over_draws([draw(23.2), draw(21.07)], "2 stand-ins")
+    assert out.holds is None and out.unsettled
+    assert out.note.startswith("unsettled: 1 of 1 judged draw hold (1 of 2 within its margin of the cut) -- "
+                               "draw 2: 21.07 against the cut 20 (margin 2.656) (2 stand-ins)")
+    assert "cannot be judged" not in out.note
+    assert draw_summary((None, None), (True, True)).startswith("unsettled: no draw is clear of it (2 of 2 within")
+    assert draw_summary((True, None)) == "1 of 1 judgeable draw hold (1 of 2 cannot be judged)"  # unchanged

@@ -148,20 +148,41 @@ def _word(value: bool | None, none: str = "not run") -> str:
     return {True: "holds", False: "fails", None: none}[value]
 
 
-def draw_summary(draws: Sequence[bool | None]) -> str:
-    """Draws as words, counting only the judgeable ones: "3 of 3 draws hold", "1 of 1 judgeable draw fails (1 of 2
-    cannot be judged)", "unsettled: 2 of 3 draws hold", "no draw can be judged (2 draws)"."""
+def draw_summary(draws: Sequence[bool | None], unsettled: Sequence[bool] = ()) -> str:
+    """Draws as words, counting only the judged ones: "3 of 3 draws hold", "1 of 1 judgeable draw fails (1 of 2
+    cannot be judged)", "unsettled: 2 of 3 draws hold", "no draw can be judged (2 draws)". ``unsettled``: per draw,
+    whether its None is a value within its margin of the cut (counted apart, never as "cannot be judged"):
+    "unsettled: 1 of 1 judged draw holds (1 of 2 within its margin of the cut)"."""
+    flags = list(unsettled) + [False] * (len(draws) - len(unsettled))
+    close = sum(d is None and u for d, u in zip(draws, flags))
     held = sum(d is True for d in draws)
     judged = sum(d is not None for d in draws)
-    if judged == 0:  # nothing to judge in any draw (e.g. no outliers): not a disagreement
-        return f"no draw can be judged ({len(draws)} draw{'s' if len(draws) != 1 else ''})"
-    unjudged = len(draws) - judged
+    unjudged = len(draws) - judged - close
+    if not close:
+        if judged == 0:  # nothing to judge in any draw (e.g. no outliers): not a disagreement
+            return f"no draw can be judged ({len(draws)} draw{'s' if len(draws) != 1 else ''})"
+        if unjudged:
+            text = f"{held} of {judged} judgeable draw{'s' if judged > 1 else ''} hold"
+            text += f" ({unjudged} of {len(draws)} cannot be judged)"
+        else:
+            text = f"{held} of {judged} draws hold"
+        return text if held in (0, judged) else f"unsettled: {text}"
+    parts = [f"{close} of {len(draws)} within {'its' if close == 1 else 'their'} margin of the cut"]
     if unjudged:
-        text = f"{held} of {judged} judgeable draw{'s' if judged > 1 else ''} hold"
-        text += f" ({unjudged} of {len(draws)} cannot be judged)"
-    else:
-        text = f"{held} of {judged} draws hold"
-    return text if held in (0, judged) else f"unsettled: {text}"
+        parts.append(f"{unjudged} cannot be judged")
+    lead = (f"{held} of {judged} judged draw{'s' if judged != 1 else ''} hold" if judged else "no draw is clear of it")
+    return f"unsettled: {lead} ({'; '.join(parts)})"
+
+
+def _close_calls(claims: Sequence[Claim]) -> str:
+    """The draws within their margin of the cut, with their numbers: "draw 2: 21.07 against the cut 20 (margin
+    2.656)"."""
+    out = []
+    for i, c in enumerate(claims, 1):
+        m = c.margin if isinstance(c.margin, dict) else {}
+        if c.holds is None and c.unsettled and {"value", "cut", "spread"} <= set(m):
+            out.append(f"draw {i}: {m['value']:.4g} against the cut {m['cut']:.4g} (margin {m['spread']:.4g})")
+    return "; ".join(out)
 
 
 def against_cut(value: float, cut: float, spread: float, above: bool = True) -> tuple[bool | None, bool, dict]:
@@ -236,8 +257,10 @@ def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
     first = claims[0]
     note = first.note
     if holds is None or len(judged) < len(draws):  # say what was (not) judged; the first unjudgeable draw's reason
-        why = next((c.note for c in claims if c.holds is None and c.note), "")
-        note = f"{draw_summary(draws)} ({draws_of})"
+        close = [c.holds is None and c.unsettled for c in claims]
+        why = next((c.note for c, u in zip(claims, close) if c.holds is None and not u and c.note), "")
+        calls = _close_calls(claims)
+        note = f"{draw_summary(draws, close)}" + (f" -- {calls}" if calls else "") + f" ({draws_of})"
         if why and why != first.note:
             note += f"; a draw that cannot be judged: {why}"
         note += f"; {first.note}" if first.note else ""

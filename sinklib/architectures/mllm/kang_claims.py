@@ -270,7 +270,8 @@ def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: boo
         measured={"visual sink tokens": n, "share on background": share, "background share of all image tokens": base},
         **judged,
         note=("stand-in: projector trained here, no instruction tuning; " if standin else "")
-             + ("" if n else "no visual sink token"),
+             + (f"{share:.0%} of the {n} visual sink tokens sit on background, which is {base:.0%} of all image "
+                f"tokens" if n else "no visual sink token"),
         follows=f"Table 6 (visual sink tokens against segmentation masks); sinks as {CODE}:DimProspector.run_logic",
         adapted="the digits' plain white background (a patch whose pixels stay within 5% of the border colour) "
                 "instead of segmentation masks",
