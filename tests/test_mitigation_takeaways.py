@@ -108,8 +108,11 @@ def test_verdicts_mark_our_own_question_and_read_the_papers_parity_claim():
     own = replace(_claim("mitigation.headwise_rmsnorm_removes_sink", False, draws=(False, False)),
                   paper="own question")
     parity = replace(_claim("origin.headwise_rmsnorm_restores_parity", True, draws=(True, True)),
-                     measured={"dom_ratio": [3.5, 2.1], "effective_rank": [20.0, 24.0], "over": "mean over 2 seeds"})
-    text = tk.verdicts([_claim("mitigation.softmax_grows_sink", True, control=False), own, parity])
+                     measured={"variance_ratio": [13.5, 1.0], "layer": 0, "over": "mean over 2 seeds"})
+    table = replace(_claim("origin.headwise_rmsnorm_lowers_disparity_raises_rank", True, draws=(True, True)),
+                    measured={"dom_ratio": [3.5, 2.1], "effective_rank": [20.0, 24.0], "over": "mean over 2 seeds"})
+    text = tk.verdicts([_claim("mitigation.softmax_grows_sink", True, control=False), own, parity, table])
     assert "headwise_rmsnorm (our own question, not its paper's claim)" in text
     assert "DomRatio 2.10 against softmax's 3.50" in text and "effective rank 24 against 20" in text
-    assert "`origin.headwise_rmsnorm_restores_parity` holds" in text
+    assert "`origin.headwise_rmsnorm_restores_parity` holds" in text and "1x as much over a batch" in text
+    assert "`origin.headwise_rmsnorm_lowers_disparity_raises_rank` holds" in text

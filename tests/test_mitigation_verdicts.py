@@ -178,7 +178,7 @@ def _parity_run(dom: float, rank: float) -> dict:
     return run
 
 
-def test_parity_claim_is_what_the_paper_claims_and_can_fail():
+def test_the_table_claim_is_what_the_paper_reports_and_can_fail():
     from sinklib.mitigation import parity
 
     ref = load_reference("mitigations")
@@ -186,15 +186,18 @@ def test_parity_claim_is_what_the_paper_claims_and_can_fail():
     better = [_parity_run(33.0, 440.0), _parity_run(35.0, 450.0)]
     worse = [_parity_run(90.0, 300.0), _parity_run(95.0, 320.0)]
     split = [_parity_run(33.0, 300.0), _parity_run(35.0, 320.0)]
-    held = parity.parity_claim_over_seeds(better, soft, ref, [0, 1])
+    held = parity.table_claim_over_seeds(better, soft, ref, [0, 1])
     assert held.holds is True and held.paper == "2605.06611" and held.draws == (True, True)
     assert held.published == {"dom_ratio": [82.67, 33.74], "effective_rank": [343.7, 446.0]}
     assert held.measured["dom_ratio"] == [82.0, 34.0]
-    assert parity.parity_claim_over_seeds(worse, soft, ref, [0, 1]).holds is False
-    c = parity.parity_claim_over_seeds(split, soft, ref, [0, 1])  # DomRatio falls, effective rank falls too
+    assert parity.table_claim_over_seeds(worse, soft, ref, [0, 1]).holds is False
+    c = parity.table_claim_over_seeds(split, soft, ref, [0, 1])  # DomRatio falls, effective rank falls too
     assert c.holds is False and "the rank half does not" in c.note
-    mixed = parity.parity_claim_over_seeds([better[0], worse[1]], soft, ref, [0, 1])
+    mixed = parity.table_claim_over_seeds([better[0], worse[1]], soft, ref, [0, 1])
     assert mixed.verdict() == "unsettled"
+    # hand-built runs carry no attention outputs: the parity claim itself is not judged on them
+    unmeasured = parity.parity_claim_over_seeds(better, soft, ref, [0, 1])
+    assert unmeasured.holds is None and "with_parity" in unmeasured.note
 
 
 def test_a_share_within_its_margin_of_the_removal_cut_is_unsettled_on_either_side(rate_settled):

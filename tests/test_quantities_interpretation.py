@@ -37,7 +37,7 @@ def _claims():
                                      "set to mean, position 0 only": 31.8}, {"perplexity_wikitext": None},
                                     first_fixed=True, later_sites=5),
             sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207),
-            parity.parity_claim_over_seeds([run, run], [base, base], load_reference("mitigations"), [0, 1])]
+            parity.table_claim_over_seeds([run, run], [base, base], load_reference("mitigations"), [0, 1])]
 
 
 def _undeclared(claim) -> list[str]:
@@ -71,7 +71,7 @@ def test_indices_are_int_identities_and_dom_ratios_are_not():
     assert sun.quantity("measured", "dims.1", 507).kind == q.Kind.IDENTITY
     bias = by_id["sun2024.massive_activations_are_bias"]
     assert bias.quantity("measured", "set to mean, position 0 only", 31.8).kind == q.Kind.LOSS
-    assert by_id["origin.headwise_rmsnorm_restores_parity"].quantity("spread", "min", 0.57).kind == q.Kind.RATIO
+    assert by_id["origin.headwise_rmsnorm_lowers_disparity_raises_rank"].quantity("spread", "min", 0.57).kind == q.Kind.RATIO
 
 
 def test_a_numpy_or_float_index_is_stored_as_an_int():

@@ -154,6 +154,7 @@ def verdicts(claims: Sequence[Claim]) -> str:
     removes = [c for c in claims if c.id.endswith("_removes_sink")]
     grows = next((c for c in claims if c.id.endswith("_grows_sink")), None)
     parity = next((c for c in claims if c.id == "origin.headwise_rmsnorm_restores_parity"), None)
+    table = next((c for c in claims if c.id == "origin.headwise_rmsnorm_lowers_disparity_raises_rank"), None)
 
     def name(c: Claim) -> str:  # a removal no paper claims is marked as this project's own question
         own = " (our own question, not its paper's claim)" if c.paper == OWN_QUESTION else ""
@@ -174,12 +175,28 @@ def verdicts(claims: Sequence[Claim]) -> str:
         "On the untrained model (step 0) the softmax rule "
         + ({True: "holds -- see its control note", False: "fails, as it should: the sink is learned",
             None: "was not judged"}[grows.control if grows else None]) + ".",
-        (f"What arXiv 2605.06611 does claim of head-wise RMSNorm, statistical parity across positions: first-token "
-         f"DomRatio {num(parity.measured['dom_ratio'][1])} against softmax's {num(parity.measured['dom_ratio'][0])}, "
-         f"effective rank {num(parity.measured['effective_rank'][1])} against "
-         f"{num(parity.measured['effective_rank'][0])} ({parity.measured['over']}); {claim_line(parity)}."
-         if parity else ""),
+        _parity(parity, table) if parity or table else "",
     )
+
+
+def _parity(parity: Claim | None, table: Claim | None) -> str:
+    """The sentences of :func:`verdicts` on arXiv 2605.06611's two claims of head-wise RMSNorm
+    (:mod:`sinklib.mitigation.parity`): parity across positions on its direct measure, then the two numbers of the
+    paper's table, each said where it is read."""
+    out = []
+    if parity is not None and "variance_ratio" in parity.measured:
+        m = parity.measured
+        out.append(f"What arXiv 2605.06611 claims of head-wise RMSNorm, statistical parity across positions: layer "
+                   f"{m.get('layer', 0) + 1}'s attention outputs vary {num(m['variance_ratio'][1])}x as much over a "
+                   f"batch at position 0 as at the later positions, against softmax's {num(m['variance_ratio'][0])}x "
+                   f"(1 = parity; {m['over']}); {claim_line(parity)}.")
+    if table is not None:
+        m = table.measured
+        where = f" after the RMSNorm that reads layer {m['layer'] + 1}'s output" if "layer" in m else ""
+        out.append(f"The two numbers of its pre-training table: first-token DomRatio {num(m['dom_ratio'][1])} against "
+                   f"softmax's {num(m['dom_ratio'][0])}{where}, effective rank {num(m['effective_rank'][1])} against "
+                   f"{num(m['effective_rank'][0])} in the last layer's states ({m['over']}); {claim_line(table)}.")
+    return " ".join(out)
 
 
 def bible_check(text_table: pd.DataFrame, text_uniform: float, claims: Sequence[Claim]) -> str:

@@ -506,9 +506,11 @@ CONVERGENCE_QUANTITIES = {"final": q.loss(), "auc": q.loss(), "final.diff": LOSS
 # the record's ``paper`` says so (:data:`sinklib.core.claims.OWN_QUESTION`: not counted as the paper's claim).
 OWN_QUESTIONS = {
     "headwise_rmsnorm": "this project's own question, not a claim of arXiv 2605.06611: the paper claims that head-wise "
-                        "RMSNorm converges faster and restores statistical parity across positions (lower dimension "
-                        "disparity, higher effective rank), tested as origin.headwise_rmsnorm_converges_faster and "
-                        "origin.headwise_rmsnorm_restores_parity",
+                        "RMSNorm converges faster and restores statistical parity across positions (the attention "
+                        "outputs' variance at position 0 against the later positions'; in its table lower dimension "
+                        "disparity, higher effective rank), tested as origin.headwise_rmsnorm_converges_faster, "
+                        "origin.headwise_rmsnorm_restores_parity and "
+                        "origin.headwise_rmsnorm_lowers_disparity_raises_rank",
 }
 
 

@@ -323,10 +323,10 @@ RATIO_SPECS = (  # every claim whose paper and run each give two numbers of the 
     RatioSpec("mitigation.softmax_off_by_one_removes_sink", "softmax-off-by-one", "softmax",
               _same(("first_attention",), ("baseline_first_attention",)),
               (Term(("first_attention",)), _QIU_BASELINE), "attention share or rate"),
-    RatioSpec("origin.headwise_rmsnorm_restores_parity", "head-wise RMSNorm DomRatio", "softmax's",
+    RatioSpec("origin.headwise_rmsnorm_lowers_disparity_raises_rank", "head-wise RMSNorm DomRatio", "softmax's",
               _same(("dom_ratio", 1), ("dom_ratio", 0)), _same(("dom_ratio", 1), ("dom_ratio", 0)),
               "activation ratio"),
-    RatioSpec("origin.headwise_rmsnorm_restores_parity", "head-wise RMSNorm effective rank", "softmax's",
+    RatioSpec("origin.headwise_rmsnorm_lowers_disparity_raises_rank", "head-wise RMSNorm effective rank", "softmax's",
               _same(("effective_rank", 1), ("effective_rank", 0)),
               _same(("effective_rank", 1), ("effective_rank", 0)), "other"),
 )
