@@ -84,10 +84,16 @@ on_windows = windows(run.placement_seqs, "Bible windows", run.seq_len)  # sectio
 #
 # Two checks on every verdict. **Draws:** the verdicts that rest on a random draw -- Gu et al.'s shape (random
 # tokens, fewer sequences in the extra draws), the first delimiter, position-or-token and every link of the chain
-# with Sun et al.'s bias test (sampled Bible windows, the same number in every draw) -- are judged again on two more
-# seeds and hold or fail only when every draw agrees. **Control:** every rule runs once more on
-# `random_weights(lm)` -- the same configuration with freshly initialised weights, no training -- where a rule for an
-# effect that training makes (a sink, a massive activation, a super neuron) must fail.
+# with Sun et al.'s bias test (sampled Bible windows, the same number in every draw) -- are measured again on two more
+# seeds. A pretrained model has no training noise: the draws differ only in which windows were read. So where the
+# rule's number is a statistic of windows -- the random-token sink rate, the first delimiter's ratio, the four alphas
+# of position-or-token, the chain's layer-0 variance ratio and its DomRatio -- the verdict is taken on every draw's
+# windows pooled, with a 95% bootstrap interval over windows: it holds or fails when the interval lies on one side of
+# the cut, and is *unsettled* only when it straddles it; each draw's own verdict is kept beside. The chain's other
+# links (a neuron's identity, per-head statistics, perplexities under edits fitted on each draw's windows) hold or
+# fail only when every draw agrees, and their notes say why they are not pooled. **Control:** every rule runs once
+# more on `random_weights(lm)` -- the same configuration with freshly initialised weights, no training -- where a rule
+# for an effect that training makes (a sink, a massive activation, a super neuron) must fail.
 
 # %% [markdown]
 # > **Predict, then run.** Before running: will all three families sink in the same layers? Will Gemma-3, which puts a
@@ -303,8 +309,9 @@ takeaways.show(llm_takeaways.context_and_chat(
 # varies most across inputs; (2) an early MLP *super neuron* fires on the first token only and writes the massive
 # dimension; (3) the first token's DomRatio jumps with it and the sink follows within two layers of the first
 # attention that reads it; (4) in sink heads every query scores the first token's key positively (lock-in). The same
-# calls (`sinklib.interpretation.chain`) on each family, with the same rules (`origin_claims`), each link judged over
-# three equal-sized draws of windows; the table reads which links hold where.
+# calls (`sinklib.interpretation.chain`) on each family, with the same rules (`origin_claims`), each link measured on
+# three equal-sized draws of windows -- links 1 and 3 judged on the draws' windows pooled with a bootstrap interval,
+# the others where every draw agrees; the table reads which links hold where.
 #
 # Two onsets are kept apart. The chain's link 3 rests on the **first token's value onset**: the first layer whose
 # output holds a first-token value above 100 on a massive dimension, doubling -- *not* Sun et al.'s criterion, which

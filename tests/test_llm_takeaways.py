@@ -145,3 +145,36 @@ def test_notebook_states_suns_median_and_a_few_as_the_rule_does():
     text = (Path(__file__).parents[1] / "notebooks" / "10_llm.py").read_text()
     assert "median $|h|$ of its token" not in text
     assert "the median $|h|$ of the layer's output" in text and "at most 2 positions after position 0" in text
+
+
+def test_pooled_verdicts_render_their_intervals():
+    """Issue 53 item 3: where a verdict was judged on every draw's windows pooled, the takeaway renders the pooled
+    number with its 95% interval and where it lies against the cut, from the claim itself."""
+    import torch
+
+    from sinklib.architectures.llm import pooled
+
+    def windows(replaced: float, moved: float) -> pl.PositionOrToken:
+        w = torch.tensor([0.5, 0.5 * replaced, 0.45, 0.5 * moved]).repeat(16, 1)
+        w = w + 0.004 * torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+        return pl.PositionOrToken(*w.mean(0).tolist(), shift=8, other_token="x", layers=[3], windows=w)
+
+    claim = pl.position_pooled([windows(0.9, 0.1), windows(0.9, 0.1)], "a", "2 draws")
+    text = tk.position_or_token([_report("a")], [claim])
+    assert "On every draw's windows pooled: A -- the position: alpha_0 0.5" in text
+    assert "above the 0.300 cut" in text and "x, below the 0.500x cut) of it" in text
+    shape = replace(_claim("gu2024.llama_family_input_shape", "a", True), measured={"random": 0.62},
+                    spread={"intervals": {"random": [0.58, 0.66]}})
+    assert "random-token rate is A 62% (95% interval 58%-66%, above the 30% cut)" in tk.sink_by_depth(
+        [_report("a")], [shape])
+    variance = replace(_claim("origin.variance_discrepancy", "a", True), draws_of="3 draws of 16 windows",
+                       measured={"ratio_t0_to_second_half": [18.0]}, spread={"intervals": {"ratio": [15.0, 21.0]}})
+    dom = replace(_claim("origin.dimension_disparity", "a", None), unsettled=True, draws_of="3 draws of 16 windows",
+                  measured={"dom_first_over_rest_at_sink": 3.1}, spread={"intervals": {"disparity": [2.9, 3.3]}})
+    others = [_claim(link, "a", True, draws=(True, True, True)) for link in tk.LINKS[1:] if "disparity" not in link]
+    chain = tk.chain([_report("a")], [variance, dom, *others])
+    assert "variance discrepancy and dimension disparity judged on every draw's windows pooled" in chain
+    assert "super neuron, lock in, massive activations are bias hold or fail only where every draw agrees" in chain
+    assert "layer-0 variance ratio 18x (95% interval 15-21x, above the 2x cut)" in chain
+    assert "DomRatio where the sink layer reads 3.10x (95% interval 2.90-3.30x, across the 3x cut)" in chain
+    assert pooled.BOOTSTRAP_DRAWS == pl.BOOTSTRAP_DRAWS

@@ -195,8 +195,14 @@ def test_llm_survey_draws_and_random_weight_control(tiny):
         assert len(claims[link].draws) == 3 and claims[link].draws_of.startswith("3 draws of 2 Bible windows"), link
     assert claims["sun2024.massive_activations"].draws == ()  # judged once: the Recorder says so
     assert "sun_onset" in claims["origin.dimension_disparity"].measured
-    assert report.chain_numbers["first_token_value_onset"] == claims["origin.dimension_disparity"].measured[
-        "first_token_value_onsets"]
+    # a pretrained model has no training noise: the shape, position or token, links 1 and 3 are judged on every
+    # draw's sequences / windows pooled (issue 53 item 3); the other links over the draws, saying why
+    for pooled_id in ("gu2024.llama_family_input_shape", "xiao2023.sink_is_the_position",
+                      "origin.variance_discrepancy", "origin.dimension_disparity"):
+        assert claims[pooled_id].note.startswith("judged on all 6 "), pooled_id
+    assert set(report.chain_numbers["pooled"]) == {"origin.variance_discrepancy", "origin.dimension_disparity"}
+    assert "not on pooled windows" in claims["origin.lock_in"].note
+    assert len(report.draws["random_by_sequence"]) == 3 and report.position.windows.shape == (2, 4)
     controls = llm_survey.control_claims(random_weights(tiny, 0), report.name, num_seqs=2, seq_len=24, batch_size=2,
                                          paper=paper, gu=gu)
     assert set(controls) == {c.id for c in llm_survey.report_claims(report, gu)}
@@ -401,16 +407,19 @@ def test_each_chain_draw_measures_its_own_sink_onset_and_sun_sites(monkeypatch):
     from types import SimpleNamespace
 
     from sinklib.architectures.llm import survey_chain as sc
+    from sinklib.core.claims import Claim
 
     seen = []
-    claim = SimpleNamespace(id="origin.lock_in", measured={}, holds=True, draws=(True,))
+    claim = Claim(id="origin.lock_in", statement="s", source="p", rule="r", published=None, measured={}, holds=True)
     monkeypatch.setattr(sc.origin, "require_gated_mlp", lambda lm, what: None)
     monkeypatch.setattr(sc, "text_windows", lambda tok, n, t, seed: torch.full((n, t), seed))
     monkeypatch.setattr(sc, "sink_onset_of", lambda lm, ids, bs: int(ids[0, 0]) + 10)  # seed s -> onset s + 10
     monkeypatch.setattr(sc, "sun_sites_of", lambda lm, ids, bs: f"sites of seed {int(ids[0, 0])}")
     monkeypatch.setattr(sc, "chain_draw", lambda lm, ids, dims, onset, paper, seed, bs, ratio, sites, first_only=True:
-                        seen.append((seed, onset, sites)) or ([claim], {}))
+                        seen.append((seed, onset, sites)) or ([claim], {}, {}))
     monkeypatch.setattr(sc, "over_draws", lambda claims, what, key=None: claims[0])
     lm = SimpleNamespace(tokenizer=None)
-    sc.origin_chain(lm, torch.zeros(2, 8), [1], 3, {}, seed=0, batch_size=2, sun_sites="first draw's", n_draws=3)
+    judged, _ = sc.origin_chain(lm, torch.zeros(2, 8), [1], 3, {}, seed=0, batch_size=2, sun_sites="first draw's",
+                                n_draws=3)
     assert seen == [(0, 3, "first draw's"), (1, 11, "sites of seed 1"), (2, 12, "sites of seed 2")]
+    assert judged[0].note.startswith("judged over the draws, not on pooled windows: its numbers are per head")

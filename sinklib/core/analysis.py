@@ -400,6 +400,9 @@ def absolute_positions(lm: LoadedModel) -> bool:
 GU_SHAPE_QUANTITIES = {kind: q.share("fraction of heads") for kind in ("natural", "random", "repeated", "@spread")}
 
 
+SHAPE_CUTS = {"natural": 0.3, "random": 0.3, "repeated": 0.05}  # Gu et al.'s shape: > 0.3, > 0.3, < 0.05
+
+
 def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3,
                        absolute: bool = False) -> Claim:
     """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
@@ -424,7 +427,8 @@ def llama_family_shape(measured: dict[str, float], reference: dict, eps: float =
             follows="Table 1, Sec. 3 (GPT2-XL: 62.28% on a repeated token; LLaMA2/3, Mistral: 0%)",
             adapted="judged only for models with rotary positions and no absolute position embedding",
             at_init=False)
-    holds = measured["natural"] > 0.3 and measured["random"] > 0.3 and measured["repeated"] < 0.05
+    holds = (measured["natural"] > SHAPE_CUTS["natural"] and measured["random"] > SHAPE_CUTS["random"]
+             and measured["repeated"] < SHAPE_CUTS["repeated"])
     return Claim(
         id="gu2024.llama_family_input_shape",
         statement="Llama-family models sink on natural text and random tokens, not on one token repeated",

@@ -26,6 +26,9 @@ VARIANCE_QUANTITIES = {
 }
 
 
+VARIANCE_RATIO = 2.0  # link 1: Var at t = 0 > this x the mean of the second half
+
+
 def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -> Claim:
     """Link 1: under the causal mask o_0 = v_0, so the first position's head output varies most across inputs in
     the first layer. Rule: in layer 0, Var at t = 0 is the largest of all positions and > 2x the second half's mean.
@@ -34,7 +37,7 @@ def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -
                   statement="the first position's head output varies most across inputs (first layer)",
                   rule="layer 0: Var at t = 0 is the largest position and > 2x the mean of the second half",
                   published=None, measured={"ratio_t0_to_second_half": list(ratio_t0), "t0_is_max": list(t0_is_max)},
-                  holds=bool(t0_is_max[0] and ratio_t0[0] > 2), quantities=VARIANCE_QUANTITIES)
+                  holds=bool(t0_is_max[0] and ratio_t0[0] > VARIANCE_RATIO), quantities=VARIANCE_QUANTITIES)
 
 
 SUPER_NEURON_QUANTITIES = {

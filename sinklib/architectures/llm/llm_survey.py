@@ -2,8 +2,9 @@
 
 :func:`measure` loads nothing itself: it takes one loaded model and returns an :class:`LlmReport` with every number
 the notebook compares (so on a GPU the models can be loaded and freed one by one); :func:`report_claims` turns a
-report into its :class:`~sinklib.core.claims.Claim` records, judged over the report's draws (random tokens for Gu et
-al.'s shape; Bible windows for the first delimiter and position-or-token); :func:`control_claims` runs the same rules
+report into its :class:`~sinklib.core.claims.Claim` records, judged on all the report's draws pooled with a bootstrap
+interval (random-token sequences for Gu et al.'s shape; Bible windows for the first delimiter and position-or-token;
+:mod:`sinklib.architectures.llm.pooled`), each draw's verdict kept beside; :func:`control_claims` runs the same rules
 on randomly initialised weights of the model's own configuration (the negative control).
 """
 
@@ -14,9 +15,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from sinklib.architectures.llm import placement
+from sinklib.architectures.llm import placement, pooled
 from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
 from sinklib.core import analysis
+from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
@@ -48,7 +50,8 @@ class LlmReport:
     context: dict[str, list]  # lengths, alpha_0 (sink layers) per length, (low, high) over windows
     chain: list[Claim] | None  # the structural-origin chain's first four links; None: no gated MLP (GPT-2, OPT)
     chain_numbers: dict | None  # what each link measured, for the table
-    draws: dict = field(default_factory=dict)  # seeds, random-token sink rate, by_kind and position per draw
+    draws: dict = field(default_factory=dict)  # per draw: seeds, random-token sink rate (and per sequence, (N,)),
+    #                                            by_kind and kind_sums ((N, K) each), position (with its (N, 4) alphas)
     seconds: dict = field(default_factory=dict)  # what the draws cost
     absolute_positions: bool = False  # learned absolute position embeddings (GPT-2-style): outside Gu's Llama shape
     eps_curve: dict[str, list[float]] = field(default_factory=dict)  # natural text: {"eps": [...], "rate": [...]}
@@ -90,7 +93,8 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     read (:func:`placement.sink_rate`)."""
     natural_ids = make_inputs(lm, "natural", num_seqs, seq_len, seed)
     natural, natural_mass = profile_with_mass(lm, natural_ids, batch_size, progress)
-    rates = sink_rates(lm, natural, num_seqs, seq_len, seed, batch_size, progress)
+    random_rates = random_by_sequence(lm, num_seqs, seq_len, seed, batch_size, progress)  # (N,)
+    rates = sink_rates(lm, natural, num_seqs, seq_len, seed, batch_size, progress, random=random_rates)
     by_layer = [float(a) for a in natural.alpha_first_by_layer]
     sink_layers = [i for i, a in enumerate(by_layer) if a > GU_EPS] or list(range(lm.n_layers))
     ids = text_windows(lm.tokenizer, placement_seqs, seq_len, seed)
@@ -102,8 +106,8 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     by_kind = placement.by_kind_of(*sums)
     position = placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size, mass=mass)
     start = time.perf_counter()
-    draws = {"seeds": [seed], "random": [rates["random"]], "by_kind": [by_kind], "kind_sums": [sums],
-             "position": [position],
+    draws = {"seeds": [seed], "random": [rates["random"]], "random_by_sequence": [random_rates], "by_kind": [by_kind],
+             "kind_sums": [sums], "position": [position],
              "sizes": {"random tokens": [num_seqs], "Bible windows": [placement_seqs]}}
     if draw_seqs:
         draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size, n_draws)
@@ -161,12 +165,26 @@ def profile_with_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int, progr
 
 
 def sink_rates(lm: LoadedModel, natural: analysis.SinkProfile, num_seqs: int, seq_len: int, seed: int,
-               batch_size: int, progress: bool = False) -> dict[str, float]:
+               batch_size: int, progress: bool = False, random: torch.Tensor | None = None) -> dict[str, float]:
     """Input kind -> Gu et al.'s sink rate (:data:`INPUT_KINDS` in order): natural text from its profile, random and
-    repeated tokens (``num_seqs`` x ``seq_len``, ``seed``) from their attention alone (:func:`placement.sink_rate`)."""
-    return {kind: natural.sink_rate if kind == "natural" else
-            placement.sink_rate(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), batch_size,
-                                progress=f"{lm.name} / {kind}" if progress else None) for kind in INPUT_KINDS}
+    repeated tokens (``num_seqs`` x ``seq_len``, ``seed``) from their attention alone (:func:`placement.sink_rate`).
+    ``random``: the random tokens' rate per sequence (:func:`random_by_sequence`) when already measured; their mean."""
+    def rate(kind: str) -> float:
+        if kind == "natural":
+            return natural.sink_rate
+        if kind == "random" and random is not None:
+            return float(random.mean())
+        return placement.sink_rate(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), batch_size,
+                                   progress=f"{lm.name} / {kind}" if progress else None)
+    return {kind: rate(kind) for kind in INPUT_KINDS}
+
+
+def random_by_sequence(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int, batch_size: int,
+                       progress: bool = False) -> torch.Tensor:
+    """Gu et al.'s sink rate of each of ``num_seqs`` random-token sequences of ``seed`` (N,)
+    (:func:`placement.sink_rate_by_sequence`): their mean is the random-token rate, and the draws' sequences pool."""
+    return placement.sink_rate_by_sequence(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size,
+                                           progress=f"{lm.name} / random" if progress else None)
 
 
 def rows_of(ids: torch.Tensor, measured: torch.Tensor, values: torch.Tensor) -> torch.Tensor | None:
@@ -195,13 +213,16 @@ def bos_stripped(lm: LoadedModel, alphas_with_bos: torch.Tensor, num_seqs: int, 
 def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_windows: int, sink_layers: list[int],
                 batch_size: int, n: int = 3) -> dict:
     """``draws`` (the run's own draw first) extended to ``n`` draws: for seeds seed+1, ... , ``num_seqs`` random-token
-    sequences (Gu et al.'s sink rate) and ``num_windows`` Bible windows (mass by token kind, position or token, on
-    the run's sink layers). Two batches of forwards per window draw (the windows; the replaced and moved ones
-    stacked), one per random-token draw."""
+    sequences (Gu et al.'s sink rate, and per sequence for the pooled verdict) and ``num_windows`` Bible windows
+    (mass by token kind, position or token with its per-window alphas, on the run's sink layers). Two batches of
+    forwards per window draw (the windows; the replaced and moved ones stacked), one per random-token draw."""
     out = {k: list(v) for k, v in draws.items() if k != "sizes"}
     sizes = {k: list(v) for k, v in draws.get("sizes", {}).items()}
+    out.setdefault("random_by_sequence", [])
     for seed in range(draws["seeds"][0] + 1, draws["seeds"][0] + n):
-        out["random"].append(placement.sink_rate(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size))
+        per_sequence = random_by_sequence(lm, num_seqs, seq_len, seed, batch_size)  # (num_seqs,)
+        out["random_by_sequence"].append(per_sequence)
+        out["random"].append(float(per_sequence.mean()))
         ids = text_windows(lm.tokenizer, num_windows, seq_len, seed)
         mass = placement.key_mass(lm, ids, sink_layers, batch_size)
         sums = placement.kind_sums(mass, placement.token_kinds(lm.tokenizer, ids))
@@ -284,22 +305,66 @@ def shape_over_draws(report: LlmReport, gu: dict) -> Claim:
     return over_draws(claims, draws_of(report, "random tokens"), key=lambda c: c.measured["random"])
 
 
+# the pooled shape's spread: each seed's random-token rate and the pooled rate's interval (fractions of heads)
+SHAPE_POOLED_QUANTITIES = {"@spread": q.share("fraction of heads")}
+
+
+def shape_conditions(rates: dict[str, float], random: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
+    """Gu et al.'s shape as three conditions: natural > 0.3 and repeated < 0.05 as measured once (no draws: read
+    without an interval), random = mean_n r[n] over the pooled random-token sequences > 0.3 with its bootstrap
+    interval over sequences. random: (N,) per-sequence sink rates (:func:`random_by_sequence`)."""
+    return [pooled.Condition("natural", fixed=rates["natural"] > analysis.SHAPE_CUTS["natural"],
+                             label=f"natural-text rate {rates['natural']:.3g} > {analysis.SHAPE_CUTS['natural']:g}"),
+            pooled.Condition("repeated", fixed=rates["repeated"] < analysis.SHAPE_CUTS["repeated"],
+                             label=f"repeated-token rate {rates['repeated']:.3g} < {analysis.SHAPE_CUTS['repeated']:g}"),
+            pooled.Condition("random", analysis.SHAPE_CUTS["random"], pooled.mean_interval(random, seed),
+                             label="random-token sink rate")]
+
+
+def shape_pooled(report: LlmReport, gu: dict) -> Claim:
+    """Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape`) on a pretrained model, with
+    the random-token rate judged on every seed's sequences pooled: a fixed model has no training noise, only the
+    drawn sequences differ. rate = mean_n r[n] over the pooled sequences (r[n]: the share of sequence n's heads with
+    alpha_0 > eps); its 95 % bootstrap interval over sequences decides the random condition, unsettled only when it
+    straddles 0.3 (:func:`~sinklib.architectures.llm.pooled.pooled_claim`); natural text and the repeated token are
+    measured once. Each seed's own verdict stays in ``draws``, its rate in the spread. Without per-sequence rates
+    (an older report), or for a model outside the Llama shape (learned absolute positions), as
+    :func:`shape_over_draws`."""
+    per_seq = report.draws.get("random_by_sequence")
+    absolute = getattr(report, "absolute_positions", False)
+    if not per_seq or absolute:
+        return shape_over_draws(report, gu)
+    random = torch.cat([torch.as_tensor(r, dtype=torch.float64).flatten() for r in per_seq])  # (N,) every seed's
+    conditions = shape_conditions(report.sink_rate, random, report.draws["seeds"][0])
+    claim = analysis.llama_family_shape({**report.sink_rate, "random": conditions[-1].interval.value}, gu)
+    per_draw = [analysis.llama_family_shape({**report.sink_rate, "random": float(torch.as_tensor(r).mean())}, gu)
+                for r in per_seq]
+    claim = replace(claim, quantities={**claim.quantities, **SHAPE_POOLED_QUANTITIES})
+    return pooled.pooled_claim(claim, conditions, lambda c: c["natural"] and c["random"] and c["repeated"], per_draw,
+                               [c.measured["random"] for c in per_draw], draws_of(report, "random tokens"),
+                               f"{len(random)} random-token sequences", main="random", unit="sequences")
+
+
 def _named(claim: Claim, name: str) -> Claim:
     return replace(claim, id=f"{claim.id}.{name}")
 
 
 def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     """One model's records: Gu et al.'s Llama-family input shape, Sun et al.'s criterion, the first delimiter,
-    position or token, the chain's links -- each over the report's draws where it has them. Ids end in the model
-    name, so one notebook can hold every model's."""
+    position or token, the chain's links. Where the report has draws, the shape, the first delimiter and position or
+    token are judged on every draw's sequences / windows pooled with a bootstrap interval (:mod:`pooled`: a
+    pretrained model has no training noise), each draw's verdict kept beside; the chain's links as
+    :func:`~sinklib.architectures.llm.survey_chain.origin_chain` judged them. Ids end in the model name, so one
+    notebook can hold every model's."""
     windows = draws_of(report, "Bible windows")
     by_kinds = report.draws.get("by_kind") or [report.by_kind]
     positions = report.draws.get("position") or [report.position]
-    return [_named(shape_over_draws(report, gu), report.name),
+    seed = (report.draws.get("seeds") or [0])[0]
+    return [_named(shape_pooled(report, gu), report.name),
             _named(sun_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
-            (placement.delimiter_pooled(report.draws["kind_sums"], report.name, windows, report.draws["seeds"][0])
+            (placement.delimiter_pooled(report.draws["kind_sums"], report.name, windows, seed)
              if report.draws.get("kind_sums") else placement.delimiter_over_draws(by_kinds, report.name, windows)),
-            placement.position_over_draws(positions, report.name, windows),
+            placement.position_pooled(positions, report.name, windows, seed),
             *[_named(c, report.name) for c in report.chain or []]]
 
 

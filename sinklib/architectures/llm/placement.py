@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
 
+from sinklib.architectures.llm import pooled
 from sinklib.core import metrics
 from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
@@ -39,6 +40,7 @@ WEAK_WORDS = frozenset({
 })
 XIAO, GU = "Xiao et al., StreamingLLM, arXiv 2309.17453", "Gu et al., arXiv 2410.10781"
 SUN = "Sun et al., Massive Activations in LLMs, arXiv 2402.17762"
+POSITION_KEEP = 0.5  # the position-or-token rule's cut: alpha kept >= 0.5x its own value (PositionOrToken.verdict)
 DELIMITER_CUT = 2.0  # the first-delimiter rule: its m_j over a content word's must exceed this (delimiter_claim)
 DELIMITER_FOLLOWS = ("Sun et al., Sec. 2.2 (massive activations at the starting token and the first period or newline) "
                      "and Sec. 4.1 (attention concentrates on the tokens that carry them); "
@@ -123,6 +125,15 @@ def sink_rate(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: flo
     return metrics.sink_rate(layer_mass(lm, ids, batch_size, progress)[..., 0], eps)
 
 
+def sink_rate_by_sequence(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: float = GU_EPS,
+                          progress: str | None = None) -> torch.Tensor:
+    """Gu et al.'s sink rate of each sequence of ``ids`` (N, T): r[n] = share of (layer, head) with alpha_0 > eps,
+    (N,). Every sequence has the same L x H heads, so mean_n r[n] is :func:`sink_rate` of the same forwards -- and
+    the rate of sequences pooled from several draws is the mean of their r."""
+    alpha = layer_mass(lm, ids, batch_size, progress)[..., 0]  # (N, L, H)
+    return (alpha > eps).float().mean(dim=(1, 2)).cpu()
+
+
 def kind_sums(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """Per window n and kind k (in :data:`KINDS` order): S[n, k] = sum of m_j over the window's keys of kind k,
     C[n, k] = how many; each (N, K), float64. The last ``skip_last`` keys are left out: few queries see them, so
@@ -192,7 +203,7 @@ def delimiter_over_draws(by_kinds: list[dict[str, float]], model: str, draws_of:
                       key=lambda c: c.measured["first_delimiter_over_content"])
 
 
-BOOTSTRAP_DRAWS = 2000  # resamples of the windows for the pooled interval (delimiter_pooled)
+BOOTSTRAP_DRAWS = pooled.BOOTSTRAP_DRAWS  # resamples of the windows for the pooled interval (delimiter_pooled)
 
 
 def delimiter_ratio_interval(sums: torch.Tensor, counts: torch.Tensor, seed: int = 0, n_boot: int = BOOTSTRAP_DRAWS,
@@ -223,8 +234,6 @@ def delimiter_pooled(draws: list[tuple[torch.Tensor, torch.Tensor]], model: str,
     ratio's 95 % bootstrap interval over windows (:func:`delimiter_ratio_interval`) lies above
     :data:`DELIMITER_CUT`, fails when it lies below, and is unsettled only when it straddles the cut. Each draw's own
     verdict is kept in ``draws``, its ratio in the spread. ``draws``: (S, C) of :func:`kind_sums` per draw."""
-    from dataclasses import replace
-
     from sinklib.core.claims import against_cut
 
     sums = torch.cat([s for s, _ in draws])
@@ -257,18 +266,21 @@ class PositionOrToken:
     shift: int
     other_token: str
     layers: list[int]
+    windows: torch.Tensor | None = None  # (N, 4): the four alphas above per window, in that order (None: not kept)
 
-    def verdict(self, keep: float = 0.5, eps: float = GU_EPS) -> bool | None:
+    def conditions(self, keep: float = POSITION_KEEP, eps: float = GU_EPS) -> dict[str, bool]:
+        """The rule's four answers (:func:`position_rule`): own > eps; replaced, moved_first and moved_original each
+        >= ``keep`` x own."""
+        return {"sink": self.own > eps, "replaced": self.replaced >= keep * self.own,
+                "moved_first": self.moved_first >= keep * self.own,
+                "moved_original": self.moved_original >= keep * self.own}
+
+    def verdict(self, keep: float = POSITION_KEEP, eps: float = GU_EPS) -> bool | None:
         """True: the position (0 stays a sink with another token; the moved token loses it); False: the token (the
         moved token keeps it and the replaced position loses it), or no sink at all (own alpha_0 <= eps: nothing
         belongs to the position -- random weights spread attention evenly, and a causal mask alone gives key 0
         more alpha than key ``shift``); None: neither cleanly."""
-        if not self.own > eps:
-            return False
-        position = self.replaced >= keep * self.own and self.moved_first >= keep * self.own \
-            and self.moved_original < keep * self.own
-        token = self.replaced < keep * self.own and self.moved_original >= keep * self.own
-        return True if position else False if token else None
+        return position_rule(self.conditions(keep, eps))
 
     @property
     def answer(self) -> str:
@@ -276,6 +288,18 @@ class PositionOrToken:
         if not self.own > GU_EPS:
             return "no sink"
         return {True: "position", False: "token", None: "neither"}[self.verdict()]
+
+
+def position_rule(c: dict[str, bool]) -> bool | None:
+    """Xiao et al.'s answer from the four conditions: "sink" (alpha_0 > eps as given), "replaced", "moved_first",
+    "moved_original" (each alpha >= 0.5x the own alpha_0). No sink -> False; sink and replaced and moved_first and
+    not moved_original -> True (the position); sink and not replaced and moved_original -> False (the token); else
+    None (neither cleanly)."""
+    if not c["sink"]:
+        return False
+    if c["replaced"] and c["moved_first"] and not c["moved_original"]:
+        return True
+    return False if not c["replaced"] and c["moved_original"] else None
 
 
 @torch.inference_mode()
@@ -294,9 +318,9 @@ def position_or_token(lm: LoadedModel, ids: torch.Tensor, layers: list[int], shi
     runs = [replaced, moved] if mass is not None else [ids, replaced, moved]
     masses = key_mass(lm, torch.cat(runs), layers, batch_size).split(len(ids))  # each (N, T)
     own, replaced_mass, moved_mass = (mass, *masses) if mass is not None else masses
-    return PositionOrToken(own=float(own[:, 0].mean()), replaced=float(replaced_mass[:, 0].mean()),
-                           moved_first=float(moved_mass[:, 0].mean()), moved_original=float(moved_mass[:, shift].mean()),
-                           shift=shift, other_token=repr(lm.tokenizer.decode([other_id])), layers=list(layers))
+    windows = torch.stack([own[:, 0], replaced_mass[:, 0], moved_mass[:, 0], moved_mass[:, shift]], dim=1)  # (N, 4)
+    return PositionOrToken(*windows.mean(0).tolist(), shift=shift, other_token=repr(lm.tokenizer.decode([other_id])),
+                           layers=list(layers), windows=windows.float().cpu().clone())
 
 
 # alpha of the first position (as given, another token there, another text in front) and of the original first token
@@ -340,6 +364,48 @@ def position_reason(result: PositionOrToken) -> str:
 def position_over_draws(results: list[PositionOrToken], model: str, draws_of: str) -> Claim:
     """:func:`position_claim` judged on each draw of windows (``results[0]``: the run's own)."""
     return over_draws([position_claim(r, model) for r in results], draws_of, key=lambda c: c.measured["own"])
+
+
+# the pooled claim's spread: each draw's own alpha_0 and every condition's interval (alpha_0's; the others are ratios
+# to it)
+POSITION_POOLED_QUANTITIES = {"@spread.intervals": q.ratio(), "@spread.intervals.sink": q.share("alpha")}
+
+
+def position_conditions(windows: torch.Tensor, seed: int = 0, keep: float = POSITION_KEEP,
+                        eps: float = GU_EPS) -> list[pooled.Condition]:
+    """The rule's four conditions on pooled windows, each with its bootstrap interval over windows
+    (:func:`~sinklib.architectures.llm.pooled.mean_interval`, :func:`~sinklib.architectures.llm.pooled.ratio_interval`,
+    the same resamples for all four): "sink" = mean_n a_own[n] against eps; "replaced", "moved_first",
+    "moved_original" = sum_n a_x[n] / sum_n a_own[n] against ``keep``. windows: (N, 4) per-window alphas
+    (:attr:`PositionOrToken.windows`)."""
+    own = windows[:, 0]
+    ratios = [pooled.Condition(name, keep, pooled.ratio_interval(windows[:, i], own, seed), label=label)
+              for i, name, label in ((1, "replaced", "alpha_0 with another first token / as given"),
+                                     (2, "moved_first", "alpha_0 with another text in front / as given"),
+                                     (3, "moved_original", "the moved first token's alpha / alpha_0 as given"))]
+    return [pooled.Condition("sink", eps, pooled.mean_interval(own, seed), label="alpha_0 as given"), *ratios]
+
+
+def position_pooled(results: list[PositionOrToken], model: str, draws_of: str, seed: int = 0) -> Claim:
+    """Xiao et al.'s position-or-token rule on a pretrained model, judged on every draw's windows pooled (a fixed
+    model has no training noise: the draws differ only in which windows were read). Each of the rule's four
+    conditions (:func:`position_conditions`) is settled when its 95 % bootstrap interval over windows lies on one side
+    of its cut; the claim holds (the position) or fails (the token, or no sink) when the answer does not depend on an
+    open condition, and is unsettled only when it does (:func:`~sinklib.architectures.llm.pooled.settle`). Each draw's
+    own verdict is kept in ``draws``, its alpha_0 in the spread. ``results[0]``: the run's own draw; every result
+    must carry its per-window alphas (``windows``), else the draws are judged one by one
+    (:func:`position_over_draws`)."""
+    if any(r.windows is None for r in results):
+        return position_over_draws(results, model, draws_of)
+    windows = torch.cat([r.windows for r in results]).double()  # (N, 4), every draw's windows
+    mean = windows.mean(0).tolist()
+    first = results[0]
+    point = PositionOrToken(*mean, shift=first.shift, other_token=first.other_token, layers=first.layers)
+    claim = position_claim(point, model)
+    claim = replace(claim, quantities={**claim.quantities, **POSITION_POOLED_QUANTITIES})
+    return pooled.pooled_claim(claim, position_conditions(windows, seed), position_rule,
+                               [position_claim(r, model) for r in results], [r.own for r in results], draws_of,
+                               f"{len(windows)} windows", main="sink")
 
 
 _MARK = "\x00sinklib-content\x00"

@@ -1,23 +1,52 @@
 """``10_llm``'s structural-origin chain on one model: links 1-4 (:mod:`sinklib.interpretation.chain`) and Sun et al.'s
-zero-vs-mean test, each judged over equal-sized draws of windows (:func:`sinklib.core.claims.over_draws`).
+zero-vs-mean test, each measured on equal-sized draws of windows.
 
 One draw (:func:`chain_draw`) reads links 2-4 and the massive sites' means from one forward per batch of its windows
 (:func:`sinklib.interpretation.origin.measure`), then runs the variance link on random tokens and the perplexities.
+
+A pretrained model has no training noise, so where a link's number is a statistic of windows (or of random-token
+sequences) it is judged on every draw's windows pooled, with a 95 % bootstrap interval over them
+(:mod:`sinklib.architectures.llm.pooled`): link 1 (:func:`variance_pooled`, the per-position variance over all draws'
+random-token sequences) and link 3 (:func:`disparity_pooled`, the DomRatio over all draws' windows, with the onsets
+of the pooled means). The other links are judged over the draws (:func:`sinklib.core.claims.over_draws`), with the
+reason in :data:`NOT_POOLED`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from sinklib.architectures.llm import pooled
+from sinklib.core import metrics
+from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import make_inputs, text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import chain, massive_activations, origin, sun_claims
+from sinklib.interpretation import chain, massive_activations, origin, origin_claims, sun_claims
 from sinklib.interpretation.sun_sites import SunSites
 from sinklib.interpretation.sun_sites import sun_sites as sun_sites_of
 
 CHAIN_DRAWS = 3  # the run's windows and two more draws of the same size (seeds seed+1, seed+2)
+VARIANCE_LAYERS = 3  # link 1 reads the first layers' head outputs (chain.variance_link's n_layers)
+# why a link is judged over the draws rather than on the pooled windows (its note says so)
+NOT_POOLED = {
+    "origin.super_neuron": (
+        "judged over the draws, not on pooled windows: the rule reads an identity -- the earliest strong writer among "
+        "the neurons found on a draw's windows -- and its layer against the value-onset layer, and the selectivity "
+        "divides a mean over windows by a 95th percentile pooled over every later position, not a mean over windows; "
+        "pooling would hold every draw's MLP activations at once"),
+    "origin.lock_in": (
+        "judged over the draws, not on pooled windows: its numbers are per head (the sink heads by alpha_0, the "
+        "|cos| AUC over heads with its own bootstrap interval over heads), each from the top singular direction of "
+        "all of a draw's queries at once, not a mean over windows; pooling would hold every draw's captured queries"),
+    "sun2024.massive_activations_are_bias": (
+        "judged over the draws, not on pooled windows: each draw's mean edit uses the site means of its own "
+        "calibration windows, so the draws' held-out perplexities are of different edits, and each perplexity is one "
+        "number over its held-out windows"),
+}
 
 
 def massive_sites(lm: LoadedModel, means, tokenizer) -> dict:
@@ -35,18 +64,19 @@ def massive_sites(lm: LoadedModel, means, tokenizer) -> dict:
 
 def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], sink_onset: int | None, paper: dict,
                seed: int, batch_size: int, min_ratio: float = 1000.0, sun_sites: SunSites | None = None,
-               first_only: bool = True) -> tuple[list[Claim], dict]:
+               first_only: bool = True) -> tuple[list[Claim], dict, dict]:
     """Links 1-4 and the bias test on one draw: ``natural`` (N, T) windows and N random-token sequences of ``seed``
     (no BOS: position 0 must vary too); the bias test's held-out windows are N more of the same size
     (``first_only``: also the position-0-only edit, which the numbers show and the rule does not read). Returns
-    (claims, numbers)."""
+    (claims, numbers, windows): windows = link 3's per-window values (:class:`WindowDisparityStats`) and the super
+    neuron's layer ("super_layer"), for :func:`disparity_pooled`."""
     num_seqs, seq_len = natural.shape
-    random_ids = make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)
-    variance = chain.variance_link(lm, random_ids)
-    found, measured, lock, means = origin.measure(
-        lm, natural, [origin.SuperNeuronStats(lm), origin.DisparityStats(massive_dims),
+    variance = chain.variance_link(lm, random_tokens(lm, num_seqs, seq_len, seed))
+    found, (*measured, windows), lock, means = origin.measure(
+        lm, natural, [origin.SuperNeuronStats(lm), WindowDisparityStats(massive_dims),
                       origin.LockInStats(lm, chain.HEAD_SEQS),
                       massive_activations.MassiveMeanStats(massive_dims, min_ratio)], batch_size)
+    measured = tuple(measured)
     neuron = chain.super_neuron_link(lm, natural, massive_dims, paper, batch_size, found=found,
                                      massive_onset=chain.first_token_value_onset(measured))
     disparity = chain.disparity_link(lm, natural, massive_dims, neuron.top, sink_onset, paper, batch_size,
@@ -67,8 +97,26 @@ def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], 
                "sink_follows": disparity.claim.measured["sink_follows"],
                "dom_after_super": disparity.dom_after_super, "width": lm.hidden_size,
                "positive_sink_vs_other": lock_link.sink_vs_other["positive_fraction"]}
-    return [variance.claim, neuron.claim, disparity.claim, lock_link.claim, chain.bias_claim(bias, paper, natural.shape[0],
-                                                                                  disparity.onset)], numbers
+    claims = [variance.claim, neuron.claim, disparity.claim, lock_link.claim,
+              chain.bias_claim(bias, paper, natural.shape[0], disparity.onset)]
+    return claims, numbers, windows | {"super_layer": disparity.super_layer}
+
+
+def random_tokens(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int) -> torch.Tensor:
+    """A chain draw's random-token sequences (N, T) for link 1: no BOS, so position 0 varies across inputs too."""
+    return make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)
+
+
+class WindowDisparityStats(origin.DisparityStats):
+    """:class:`~sinklib.interpretation.origin.DisparityStats` that also hands back the per-window values its means
+    are taken over, so that draws of windows pool (:func:`disparity_pooled`): (means, first values, windows) with
+    windows = {"dom_normed_first", "dom_normed_rest", "alpha_first": (L, N) each; "first_values": (L, N, len(dims)),
+    float64}."""
+
+    def result(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+        means, firsts = super().result()
+        windows = {k: torch.cat(self.acc[k], dim=1) for k in ("dom_normed_first", "dom_normed_rest", "alpha_first")}
+        return means, firsts, windows | {"first_values": torch.cat(self.firsts, dim=1)}
 
 
 def _key(claim: Claim) -> float | None:
@@ -109,21 +157,150 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
         origin.require_gated_mlp(lm, "the structural-origin chain")
     except WrongFamilyError:
         return None, None
-    claims, numbers = chain_draw(lm, natural, massive_dims, sink_onset, paper, seed, batch_size, min_ratio, sun_sites)
+    claims, numbers, windows = chain_draw(lm, natural, massive_dims, sink_onset, paper, seed, batch_size, min_ratio,
+                                          sun_sites)
     if n_draws <= 1:
         return claims, numbers
     num_seqs, seq_len = natural.shape
-    draws = [claims]
+    draws, per_window = [claims], [windows]
     for i in range(1, n_draws):  # each draw its own windows, and the sink onset and Sun's sites measured on them
         ids = text_windows(lm.tokenizer, num_seqs, seq_len, seed + i)
         sites = sun_sites_of(lm, ids, batch_size) if sun_sites is not None else None
-        draws.append(chain_draw(lm, ids, massive_dims, sink_onset_of(lm, ids, batch_size), paper, seed + i,
-                                batch_size, min_ratio, sites, first_only=False)[0])
+        draw, _, windows = chain_draw(lm, ids, massive_dims, sink_onset_of(lm, ids, batch_size), paper, seed + i,
+                                      batch_size, min_ratio, sites, first_only=False)
+        draws.append(draw)
+        per_window.append(windows)
     what = (f"{n_draws} draws of {num_seqs} Bible windows, random-token sequences and held-out windows each (seeds "
             f"{seed}-{seed + n_draws - 1})")
-    judged = [over_draws([d[i] for d in draws], what, key=_key if _key(claims[i]) is not None else None)
-              for i in range(len(claims))]
-    judged = [sun_claims.with_zero_ratios(c, [d[i] for d in draws]) if c.id == "sun2024.massive_activations_are_bias"
-              else c for i, c in enumerate(judged)]
-    numbers = numbers | {"draws": {c.id: list(c.draws) for c in judged}}
+    judged = []
+    for i, first in enumerate(claims):
+        per_draw = [d[i] for d in draws]
+        if first.id == "origin.variance_discrepancy":
+            ids = torch.cat([random_tokens(lm, num_seqs, seq_len, seed + k) for k in range(n_draws)])
+            judged.append(variance_pooled(lm, ids, per_draw, what, seed, batch_size))
+        elif first.id == "origin.dimension_disparity":
+            judged.append(disparity_pooled(per_window, per_draw, paper, lm.hidden_size, sun_sites, what, seed))
+        else:
+            judged.append(over_draws_with_reason(per_draw, what))
+    numbers = numbers | {"draws": {c.id: list(c.draws) for c in judged},
+                         "pooled": {c.id: c.spread.get("intervals") for c in judged
+                                    if isinstance(c.spread, dict) and c.spread.get("intervals")}}
     return judged, numbers
+
+
+def over_draws_with_reason(per_draw: list[Claim], what: str) -> Claim:
+    """A link judged over its draws (:func:`~sinklib.core.claims.over_draws`, the spread of :func:`_key`), its note
+    ending in why it is not pooled (:data:`NOT_POOLED`); Sun et al.'s bias test with every draw's zero-edit ratio."""
+    first = per_draw[0]
+    judged = over_draws(per_draw, what, key=_key if _key(first) is not None else None)
+    if first.id == "sun2024.massive_activations_are_bias":
+        judged = sun_claims.with_zero_ratios(judged, per_draw)
+    why = NOT_POOLED.get(first.id, "")
+    return replace(judged, note="; ".join(x for x in (judged.note, why) if x)) if why else judged
+
+
+# ----------------------------------------------------------------------------------------------- link 1, pooled
+def head_outputs(lm: LoadedModel, ids: torch.Tensor, layers: list[int], batch_size: int = 16
+                 ) -> dict[int, torch.Tensor]:
+    """Each of ``layers``' head outputs before W_O, heads' channels pooled: layer -> (N, T, C) float32, C = H x hd
+    (what :func:`~sinklib.interpretation.origin.variance_by_position` reads as ``before_wo``); the forward stops
+    after the last of ``layers``."""
+    flat = {"head_outputs": lambda o, i: o.flatten(-2).float()}  # (B, T, H, hd) -> (B, T, C)
+    with Capture(lm.model, head_outputs=True, layers=layers, reduce=flat) as cap:
+        for batch in origin.batches(ids, batch_size):
+            origin.forward(lm, batch, last_layer=max(layers))
+    return {layer: cap.get("head_outputs", layer) for layer in layers}
+
+
+def position_variances(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per-position variance over weighted sequences, averaged over channels, for each row of ``weights``:
+    v[b, t] = (1/C) sum_c [ sum_n w[b, n] x[n, t, c]^2 / N - (sum_n w[b, n] x[n, t, c] / N)^2 ], with
+    sum_n w[b, n] = N (a resample's counts; all ones = :func:`sinklib.core.metrics.position_variance`). The second
+    term is w G_t w / N^2 with the Gram matrix G_t = X_t X_t^T, so no resample is ever materialised.
+    x: (N, T, C); weights: (B, N) -> (B, T), float64."""
+    n, _, c = x.shape
+    centred = (x.double() - x.double().mean(0)).float()  # the variance does not move; the sums stay small
+    squares = centred.double().pow(2).sum(-1)  # (N, T)
+    gram = torch.stack([(xt @ xt.T).double() for xt in centred.transpose(0, 1)])  # (T, N, N)
+    w = weights.double()
+    cross = torch.einsum("bn,tnm,bm->bt", w, gram, w)  # (B, T)
+    return (w @ squares / n - cross / n ** 2) / c
+
+
+def variance_conditions(x: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
+    """Link 1's two conditions on layer 0's pooled head outputs x (N, T, C), each with its bootstrap interval over
+    sequences (the same resamples): "ratio" = v_0 / mean_{t >= T/2} v_t against :data:`origin_claims.VARIANCE_RATIO`, "largest" =
+    v_0 / max_{t >= 1} v_t against 1 (t = 0 the largest), v = :func:`position_variances`."""
+    n, t = x.shape[:2]
+    v = position_variances(x, torch.cat([torch.ones(1, n, dtype=torch.float64),
+                                         pooled.counts(pooled.resamples(n, seed))]))  # (1 + B, T)
+    ratio = v[:, 0] / v[:, t // 2:].mean(-1)
+    largest = v[:, 0] / v[:, 1:].max(-1).values
+    return [pooled.Condition("ratio", origin_claims.VARIANCE_RATIO, pooled.interval_of(float(ratio[0]), ratio[1:]),
+                             label="layer 0: Var at t = 0 / mean Var of the second half"),
+            pooled.Condition("largest", 1.0, pooled.interval_of(float(largest[0]), largest[1:]),
+                             label="layer 0: Var at t = 0 / the largest Var at t >= 1")]
+
+
+def variance_pooled(lm: LoadedModel, random_ids: torch.Tensor, per_draw: list[Claim], what: str, seed: int = 0,
+                    batch_size: int = 16) -> Claim:
+    """Link 1 on every draw's random-token sequences pooled (``random_ids`` (N, T), all draws'): the rule of
+    :func:`~sinklib.interpretation.origin_claims.variance_discrepancy` on the pooled per-position variances of the
+    first layers' head outputs, settled by the bootstrap intervals over sequences of its two numbers
+    (:func:`variance_conditions`); unsettled only when an interval straddles its cut. One more forward of the pooled
+    sequences through the first :data:`VARIANCE_LAYERS` blocks (cheap: no later block runs). ``per_draw``: each
+    draw's own claim (its verdict in ``draws``, its layer-0 ratio in the spread)."""
+    layers = list(range(min(VARIANCE_LAYERS, lm.n_layers)))
+    outputs = head_outputs(lm, random_ids, layers, batch_size)
+    v = torch.stack([metrics.position_variance(outputs[layer]) for layer in layers])  # (len(layers), T)
+    half = v.shape[1] // 2
+    claim = origin_claims.variance_discrepancy((v[:, 0] / v[:, half:].mean(1)).tolist(),
+                                               (v[:, 0] >= v[:, 1:].max(1).values).tolist())
+    conditions = variance_conditions(outputs[0], seed)
+    return pooled.pooled_claim(claim, conditions, lambda c: c["ratio"] and c["largest"], per_draw,
+                               [_key(c) for c in per_draw], what, f"{len(random_ids)} random-token sequences",
+                               main="ratio", unit="sequences")
+
+
+# ----------------------------------------------------------------------------------------------- link 3, pooled
+def disparity_interval(windows: dict[str, torch.Tensor], sink_onset: int | None, seed: int = 0) -> pooled.Interval:
+    """The first token's DomRatio over the others' in the state the sink layer's attention reads, on pooled windows:
+    sum_n dom_normed_first[l-1, n] / sum_n dom_normed_rest[l-1, n] at l = ``sink_onset`` (the ratio of means
+    :func:`~sinklib.interpretation.chain.dom_read_at` reads), with its bootstrap interval over windows; NaN with no
+    sink layer or a sink at layer 0 (its attention reads the embeddings). windows: (L, N) tensors."""
+    if sink_onset is None or sink_onset < 1:
+        return pooled.Interval(float("nan"), float("nan"), float("nan"))
+    read = sink_onset - 1  # block l's attention reads h^(l-1)
+    return pooled.ratio_interval(windows["dom_normed_first"][read], windows["dom_normed_rest"][read], seed)
+
+
+def disparity_pooled(per_window: list[dict[str, torch.Tensor]], per_draw: list[Claim], paper: dict, width: int,
+                     sun_sites: SunSites | None, what: str, seed: int = 0) -> Claim:
+    """Link 3 on every draw's windows pooled, from the per-window values the draws already measured
+    (:class:`WindowDisparityStats`; no forward): the first token's value onset from the pooled mean of its values
+    (:func:`~sinklib.interpretation.massive_activations.onset_layers`), the sink onset from the pooled alpha_0 per
+    layer (the first layer whose mean over heads and windows passes eps), and the DomRatio where the sink layer reads
+    with its bootstrap interval over windows (:func:`disparity_interval`). The layer order is an index read from the
+    pooled means (no interval); the claim holds when the order holds and the DomRatio's interval lies above
+    :data:`~sinklib.interpretation.origin_claims.DISPARITY_AT_SINK`, fails when either fails, and is unsettled only
+    when the interval straddles the cut. Sun et al.'s onset is the run's own (``sun_sites``), and the DomRatio after
+    the super neuron is read at the run's own super-neuron layer."""
+    from sinklib.core.analysis import first_layer_above
+    from sinklib.core.metrics import GU_EPS
+
+    w = {k: torch.cat([d[k] for d in per_window], dim=1) for k in per_window[0] if k != "super_layer"}  # (L, N[, D])
+    onset = massive_activations.onset_layers(w["first_values"].mean(1).float())
+    sink_onset = first_layer_above(w["alpha_first"].mean(1).tolist(), GU_EPS)
+    dom = disparity_interval(w, sink_onset, seed)
+    after = float(w["dom_normed_first"][per_window[0]["super_layer"]].mean())
+    claim = origin_claims.disparity_then_sink(onset, sink_onset, dom.value, after, paper, width=width,
+                                              sun_onset=None if sun_sites is None else sun_sites.onset,
+                                              sun_measured=sun_sites is not None)
+    conditions = [pooled.Condition("order", fixed=claim.measured["order_holds"],
+                                   label="the sink onset 0-2 layers after the first attention that reads the value "
+                                         "onset (pooled means)"),
+                  pooled.Condition("disparity", origin_claims.DISPARITY_AT_SINK, dom,
+                                   label="first-token DomRatio over the others' where the sink layer reads")]
+    return pooled.pooled_claim(claim, conditions, lambda c: c["order"] and c["disparity"], per_draw,
+                               [_key(c) for c in per_draw], what, f"{w['alpha_first'].shape[1]} Bible windows",
+                               main="disparity")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sinklib.architectures.llm.placement import DELIMITER_CUT
+from sinklib.architectures.llm.placement import DELIMITER_CUT, POSITION_KEEP
+from sinklib.core.analysis import SHAPE_CUTS
 from sinklib.core.claims import Claim
 from sinklib.core.metrics import GU_EPS
 from sinklib.core.takeaways import claim_line, compare, find, num, paragraph, pct, span, windows
+from sinklib.interpretation.origin_claims import DISPARITY_AT_SINK, VARIANCE_RATIO
 from sinklib.interpretation.sun_claims import RARE_SITES
 
 SUN_RATIO = 1000  # Sun et al.'s criterion: > 1000x the layer's median |h|
@@ -46,6 +48,21 @@ def _holders(reports, claims: Sequence[Claim], claim_id: str) -> list[str]:
     return [r.label for r in reports if (c := _claim(claims, claim_id, r)) is not None and c.holds is True]
 
 
+def _bounds(claim: Claim | None, name: str) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval of condition ``name`` of a claim judged on pooled windows
+    (:func:`~sinklib.architectures.llm.pooled.pooled_claim`), or None (not pooled, or no finite interval)."""
+    spread = claim.spread if claim is not None and isinstance(claim.spread, dict) else {}
+    b = (spread.get("intervals") or {}).get(name)
+    return (float(b[0]), float(b[1])) if b and len(b) == 2 and b[0] is not None and b[0] == b[0] else None
+
+
+def _against(value: float, bounds: tuple[float, float], cut: float, fmt=num, unit: str = "") -> str:
+    """"0.79 (95% interval 0.75-0.82, above the 0.3 cut)": where the pooled interval lies against the cut."""
+    lo, hi = bounds
+    where = "above" if lo > cut else "below" if hi < cut else "across"
+    return f"{fmt(value)}{unit} (95% interval {fmt(lo)}-{fmt(hi)}{unit}, {where} the {fmt(cut)}{unit} cut)"
+
+
 def _verdicts(reports, claims: Sequence[Claim], claim_id: str) -> str:
     """One verdict per model: "SmolLM2: `id` holds (...); Gemma-3: ..."."""
     return "; ".join(f"{r.label}: {claim_line(_claim(claims, claim_id, r), claim_id)}" for r in reports)
@@ -69,9 +86,16 @@ def sink_by_depth(reports, claims: Sequence[Claim], *, on: str = "") -> str:
         sinking = [i for i, a in enumerate(r.alpha_by_layer) if a > GU_EPS]
         layers.append(f"{r.label} from layer {sinking[0]} ({num(len(sinking))} of {num(r.n_layers)} layers)"
                       if sinking else f"{r.label} in no layer")
+    pooled = []
+    for r in reports:
+        claim = _claim(claims, "gu2024.llama_family_input_shape", r)
+        if (b := _bounds(claim, "random")) is not None:
+            pooled.append(f"{r.label} {_against(claim.measured['random'], b, SHAPE_CUTS['random'], lambda x: pct(x, 2))}")
     return paragraph(
         _title("sink rate by input", on),
         f"Sink rate on natural text / random tokens / one repeated token: {rates}.{published}",
+        f"On every seed's random-token sequences pooled, the random-token rate is {'; '.join(pooled)}: the shape's "
+        f"random condition is judged on it." if pooled else "",
         f"Gu et al.'s Llama-family shape holds on {_who(holders, len(reports))} "
         f"({_verdicts(reports, claims, 'gu2024.llama_family_input_shape')}).",
         f"Mean alpha_0 passes eps {num(GU_EPS, 1)}: {'; '.join(layers)}.")
@@ -158,12 +182,30 @@ def position_or_token(reports, claims: Sequence[Claim], *, on: str = "") -> str:
                 f" from {num(r.bos_stripped['alpha_with_bos'])} to {num(r.bos_stripped['alpha_without_bos'])}"
                 for r in reports if r.bos_stripped]
     position = _holders(reports, claims, "xiao2023.sink_is_the_position")
+    pooled = [p for r in reports if (p := _position_pooled(r, claims))]
     return paragraph(
         _title("position or token", on),
         f"{'; '.join(rows)}.",
+        f"On every draw's windows pooled: {'; '.join(pooled)}." if pooled else "",
         f"{'; '.join(stripped)}." if stripped else "",
         f"Xiao et al.'s initial position holds on {_who(position, len(reports))} "
         f"({_verdicts(reports, claims, 'xiao2023.sink_is_the_position')}).")
+
+
+def _position_pooled(report, claims: Sequence[Claim]) -> str:
+    """One model's pooled position-or-token numbers with their intervals: "A -- the position: alpha_0 0.54 (95%
+    interval ...), the moved first token keeps 0.02x of it (...), another first token 0.98x (...)"; empty when the
+    claim was not judged on pooled windows (:func:`~sinklib.architectures.llm.placement.position_pooled`)."""
+    claim = _claim(claims, "xiao2023.sink_is_the_position", report)
+    bounds = {name: _bounds(claim, name) for name in ("sink", "replaced", "moved_original")}
+    if any(b is None for b in bounds.values()):
+        return ""
+    m = claim.measured
+    own = m["own"]
+    keep = POSITION_KEEP
+    return (f"{report.label} -- the {m['answer']}: alpha_0 {_against(own, bounds['sink'], GU_EPS)}, the moved first "
+            f"token keeps {_against(m['moved_original'] / own, bounds['moved_original'], keep, unit='x')} of it, "
+            f"another first token {_against(m['replaced'] / own, bounds['replaced'], keep, unit='x')}")
 
 
 def uniform_share(n: int) -> float:
@@ -231,15 +273,38 @@ def chain(reports, claims: Sequence[Claim], *, on: str = "", heldout: str = "") 
         rows.append(f"{r.label}: layer-0 variance ratio {num(n['variance_ratio_t0'], 2)}x; {neuron}; {order}; "
                     f"DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
                     f"{num(n.get('width', float('nan')))}); positive first-key scores "
-                    f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others{sun}")
+                    f"{pct(pos[0], 2)} in sink heads vs {pct(pos[1], 2)} in the others{sun}{_chain_pooled(r, claims)}")
     skipped = [r.label for r in reports if not r.chain_numbers]
     drawn = next((c.draws_of for r in gated for link in LINKS if (c := _claim(claims, link, r)) and c.draws_of), "")
+    pooled = [link for link in LINKS if any(_bounds(_claim(claims, link, r), POOLED_LINKS.get(link, "")) is not None
+                                           for r in gated)]
+    over = [link.split(".")[1].replace("_", " ") for link in LINKS if link not in pooled]
+    how = (f" (measured on {drawn}; "
+           + (f"{' and '.join(link.split('.')[1].replace('_', ' ') for link in pooled)} judged on every draw's "
+              f"windows pooled, with 95% bootstrap intervals; " if pooled else "")
+           + f"{', '.join(over)} hold or fail only where every draw agrees)") if drawn else ""
     return paragraph(_title("the structural-origin chain", on),
-                     f"By its rule each link holds: {'; '.join(holds)}"
-                     + (f" (each judged over {drawn}: it holds or fails only where every draw agrees)" if drawn else "")
-                     + "." if gated else "",
+                     f"By its rule each link holds: {'; '.join(holds)}{how}." if gated else "",
                      f"{'. '.join(rows)}." if rows else "",
                      f"No gated MLP, chain not run: {', '.join(skipped)}." if skipped else "")
+
+
+POOLED_LINKS = {"origin.variance_discrepancy": "ratio", "origin.dimension_disparity": "disparity"}  # the number cut
+
+
+def _chain_pooled(report, claims: Sequence[Claim]) -> str:
+    """"; on all draws' windows pooled: layer-0 variance ratio 18.3x (95% interval ...), DomRatio where the sink
+    layer reads 3.12x (...)" -- the pooled links' numbers against their cuts; empty where none was pooled."""
+    parts = []
+    for link, name, words, cut in (("origin.variance_discrepancy", "ratio", "layer-0 variance ratio", VARIANCE_RATIO),
+                                   ("origin.dimension_disparity", "disparity", "DomRatio where the sink layer reads",
+                                    DISPARITY_AT_SINK)):
+        claim = _claim(claims, link, report)
+        if (b := _bounds(claim, name)) is not None:
+            value = (claim.measured["ratio_t0_to_second_half"][0] if name == "ratio"
+                     else claim.measured["dom_first_over_rest_at_sink"])
+            parts.append(f"{words} {_against(value, b, cut, unit='x')}")
+    return f"; on all draws' windows pooled: {', '.join(parts)}" if parts else ""
 
 
 def _onsets(report, numbers: dict) -> str:
