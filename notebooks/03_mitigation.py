@@ -353,9 +353,13 @@ if "headwise_rmsnorm" in runs:
     # the later ones' (random tokens), the first token's DomRatio after the second layer's input norm falls, the last
     # layer's effective rank rises -- measured on the final weights (parity.with_parity); "removes the sink" above
     # is this project's own question for head-wise RMSNorm (its record says so; the scorecard does not count it)
+    # control: the same comparison on the weights each run started from (step 0)
     parity_runs = {v: parity.with_parity(runs[v], dev) for v in ("headwise_rmsnorm", "softmax")}
-    record.add(parity.parity_claim_over_seeds(parity_runs["headwise_rmsnorm"], parity_runs["softmax"], paper, seeds))
-    record.add(parity.table_claim_over_seeds(parity_runs["headwise_rmsnorm"], parity_runs["softmax"], paper, seeds))
+    parity_init = {v: parity.with_parity(runs[v], dev, at_init=True) for v in ("headwise_rmsnorm", "softmax")}
+    for judge in (parity.parity_claim_over_seeds, parity.table_claim_over_seeds):
+        claim = judge(parity_runs["headwise_rmsnorm"], parity_runs["softmax"], paper, seeds)
+        at_init = judge(parity_init["headwise_rmsnorm"], parity_init["softmax"], paper, seeds)
+        record.add(claim, control=at_init, control_note=parity.control_notes(claim) if at_init.holds else "")
     headline["rmsnorm_convergence"] = conv
 takeaways.show(what_we_saw.verdicts(record.claims))
 
@@ -400,12 +404,15 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
             show=False))
         print("-", verdicts.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
                                                text_conv[name], "Bible bytes"))
-    text_parity = {v: parity.with_parity(rs, dev) for v, rs in text_runs.items()}  # the parity claim on real text
+    text_parity = {v: parity.with_parity(rs, dev) for v, rs in text_runs.items()}  # the parity claims on real text
+    text_init = {v: parity.with_parity(rs, dev, at_init=True) for v, rs in text_runs.items()}  # and their controls
     for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
         parity_setting = "bible" + name.replace("headwise_rmsnorm", "")
         for judge in (parity.parity_claim_over_seeds, parity.table_claim_over_seeds):
-            text_claims.append(record.add(judge(text_parity[name], text_parity["softmax"], paper, text_seeds,
-                                                parity_setting), show=False))
+            claim = judge(text_parity[name], text_parity["softmax"], paper, text_seeds, parity_setting)
+            at_init = judge(text_init[name], text_init["softmax"], paper, text_seeds, parity_setting)
+            text_claims.append(record.add(claim, show=False, control=at_init,
+                                          control_note=parity.control_notes(claim) if at_init.holds else ""))
     with plotting.style():
         fig = comparison_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
                                            note=setting.replace(base.data, "bible"))

@@ -156,6 +156,19 @@ def test_measure_parity_reads_a_cached_run(tmp_path, monkeypatch):
     assert m["dom_ratio"] == m["dom_ratio_by_layer"][0] and m["layer"] == 0
     assert m["effective_rank"] == run["checkpoints"][-1]["effective_rank"] and "parity" not in run
     assert all(math.isfinite(v) for v in m["variance_ratio_by_layer"] + m["dom_ratio_by_layer"])
+    [start] = parity.with_parity([run], n_random=8, at_init=True)  # the control: the weights training started from
+    assert start["parity"]["step"] == 0 and start["parity"]["effective_rank"] == run["checkpoints"][0]["effective_rank"]
+    assert start["parity"]["variance_ratio"] != m["variance_ratio"]
+
+
+def test_the_parity_control_is_the_untrained_weights_and_says_why_it_holds():
+    """The parity claim says what its control shows: at step 0 head-wise RMSNorm's outputs are at parity already (the
+    norm sets each head output's RMS to 1 by construction): an architectural effect, at_init True."""
+    soft, rms = [_measured(17.0, 5.0, 40.0)], [_measured(1.3, 2.6, 45.0)]
+    c = parity.parity_claim_over_seeds(rms, soft, REF, [0])
+    assert c.at_init is True
+    assert "by construction" in parity.control_notes(c) and parity.control_notes(
+        parity.table_claim_over_seeds(rms, soft, REF, [0])) == ""
 
 
 def test_the_takeaway_says_where_each_number_is_read():
