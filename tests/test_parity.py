@@ -180,3 +180,8 @@ def test_the_takeaway_says_where_each_number_is_read():
     assert "against softmax's 12x (1 = parity" in text
     assert "DomRatio 2.60 against softmax's 5 after the RMSNorm that reads layer 1's output" in text
     assert "effective rank 45 against 40 in the last layer's states" in text and "holds" in text
+    from dataclasses import replace
+
+    c = replace(parity.parity_claim_over_seeds(*runs), control=True,
+                control_measured={"variance_ratio": [17.0, 1.5], "layer": 0})
+    assert "already 1.50x against softmax's 17x" in tk._parity(c, None) and "by construction" in tk._parity(c, None)

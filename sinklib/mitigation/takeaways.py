@@ -190,6 +190,11 @@ def _parity(parity: Claim | None, table: Claim | None) -> str:
                    f"{m.get('layer', 0) + 1}'s attention outputs vary {num(m['variance_ratio'][1])}x as much over a "
                    f"batch at position 0 as at the later positions, against softmax's {num(m['variance_ratio'][0])}x "
                    f"(1 = parity; {m['over']}); {claim_line(parity)}.")
+        c = parity.control_measured if isinstance(parity.control_measured, dict) else {}
+        if parity.control is True and "variance_ratio" in c:
+            out.append(f"On the weights training started from it is already {num(c['variance_ratio'][1])}x against "
+                       f"softmax's {num(c['variance_ratio'][0])}x: the norm sets every head output's RMS to 1 by "
+                       f"construction, so the parity is the architecture's, not learned.")
     if table is not None:
         m = table.measured
         where = f" after the RMSNorm that reads layer {m['layer'] + 1}'s output" if "layer" in m else ""
