@@ -152,7 +152,7 @@ def test_pooled_verdicts_render_their_intervals():
     number with its 95% interval and where it lies against the cut, from the claim itself."""
     import torch
 
-    from sinklib.architectures.llm import pooled
+    from sinklib.core import pooled
 
     def windows(replaced: float, moved: float) -> pl.PositionOrToken:
         w = torch.tensor([0.5, 0.5 * replaced, 0.45, 0.5 * moved]).repeat(16, 1)

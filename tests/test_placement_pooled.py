@@ -8,14 +8,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sinklib.architectures.llm import llm_survey, pooled
+from sinklib.architectures.llm import llm_survey
 from sinklib.architectures.llm import placement as pl
 from sinklib.architectures.llm import survey_chain as sc
-from sinklib.core import metrics
+from sinklib.core import metrics, pooled
 from sinklib.core import quantities as q
 from sinklib.core.claims import over_draws
 from sinklib.core.results import load_reference
-from sinklib.interpretation import origin_claims
+from sinklib.interpretation import chain, origin_claims
 
 GU = load_reference("gu2024_sink_rates")
 PAPER = load_reference("structural_origin")
@@ -137,10 +137,10 @@ def test_shape_pooled_is_unsettled_on_its_cut_and_fails_on_a_repeated_token():
 def test_position_variances_is_metrics_position_variance_for_every_resample():
     x = torch.randn(6, 5, 4, generator=torch.Generator().manual_seed(0)) + 3.0
     ones = torch.ones(1, 6)
-    torch.testing.assert_close(sc.position_variances(x, ones)[0], metrics.position_variance(x).double(),
+    torch.testing.assert_close(chain.position_variances(x, ones)[0], metrics.position_variance(x).double(),
                                rtol=1e-5, atol=1e-7)
     idx = torch.tensor([[0, 0, 2, 3, 5, 5]])
-    torch.testing.assert_close(sc.position_variances(x, pooled.counts(idx))[0],
+    torch.testing.assert_close(chain.position_variances(x, pooled.counts(idx))[0],
                                metrics.position_variance(x[idx[0]]).double(), rtol=1e-5, atol=1e-7)
 
 
@@ -162,8 +162,8 @@ def test_variance_pooled_holds_where_the_draws_disagree(monkeypatch):
     per_draw = [_variance_claim(1.9), _variance_claim(2.8), _variance_claim(2.8)]
     assert over_draws(per_draw, "3 draws").verdict() == "unsettled"
     x = _head_outputs(2.6)
-    monkeypatch.setattr(sc, "head_outputs", lambda lm, ids, layers, bs: {0: x})
-    claim = sc.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16), per_draw, "3 draws", seed=0)
+    monkeypatch.setattr(chain, "head_outputs", lambda lm, ids, layers, bs: {0: x})
+    claim = chain.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16), per_draw, "3 draws", seed=0)
     lo, hi = claim.spread["interval"]
     assert claim.holds is True and claim.draws == (False, True, True) and 2.0 < lo < 2.6 < hi
     assert claim.measured["ratio_t0_to_second_half"][0] == pytest.approx(2.6, rel=1e-4)
@@ -173,13 +173,13 @@ def test_variance_pooled_holds_where_the_draws_disagree(monkeypatch):
 
 def test_variance_pooled_is_unsettled_on_its_cut(monkeypatch):
     x = _head_outputs(2.0)
-    monkeypatch.setattr(sc, "head_outputs", lambda lm, ids, layers, bs: {0: x})
-    claim = sc.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16),
+    monkeypatch.setattr(chain, "head_outputs", lambda lm, ids, layers, bs: {0: x})
+    claim = chain.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16),
                                [_variance_claim(2.2), _variance_claim(1.8)], "2 draws")
     assert claim.verdict() == "unsettled" and claim.margin["of"] == "ratio"
     quiet = _head_outputs(1.2)  # far below 2x: fails, though one draw held
-    monkeypatch.setattr(sc, "head_outputs", lambda lm, ids, layers, bs: {0: quiet})
-    assert sc.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16),
+    monkeypatch.setattr(chain, "head_outputs", lambda lm, ids, layers, bs: {0: quiet})
+    assert chain.variance_pooled(SimpleNamespace(n_layers=1), torch.zeros(48, 16),
                               [_variance_claim(2.2), _variance_claim(1.8)], "2 draws").holds is False
 
 

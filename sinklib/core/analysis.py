@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 from tqdm.auto import tqdm
 
-from sinklib.core import metrics
+from sinklib.core import metrics, pooled
 from sinklib.core import quantities as q
 from sinklib.core.adapters import find_layers
 from sinklib.core.attnstats import AttentionStats
@@ -43,6 +44,12 @@ class SinkProfile:
     @property
     def sink_rate(self) -> float:
         return metrics.sink_rate(self.alphas, self.eps)
+
+    @property
+    def sink_rate_by_sequence(self) -> torch.Tensor:
+        """(N,) float64: r[n] = the share of sequence n's (layer, head) pairs with alpha_0 > eps; their mean is
+        :attr:`sink_rate`, and draws' sequences pool (:func:`llama_family_shape_pooled`)."""
+        return (self.alphas > self.eps).double().flatten(1).mean(1)
 
     @property
     def alpha_first_by_layer(self) -> list[float]:
@@ -396,7 +403,7 @@ def absolute_positions(lm: LoadedModel) -> bool:
 
 
 # Gu et al.'s sink rate by input kind (the share of heads with alpha_0 > eps); over draws, the random-token rate's
-# spread (:func:`sinklib.architectures.llm.llm_survey.shape_over_draws`, 00_tour)
+# spread (:func:`llama_family_shape_pooled`: each seed's rate and the pooled rate's interval)
 GU_SHAPE_QUANTITIES = {kind: q.share("fraction of heads") for kind in ("natural", "random", "repeated", "@spread")}
 
 
@@ -443,3 +450,50 @@ def llama_family_shape(measured: dict[str, float], reference: dict, eps: float =
                 "decoder with rotary positions and no absolute position embedding (Qwen2, Gemma-3 too), not to "
                 "GPT-2-style models",
         at_init=False)  # Gu et al., Sec. 4: the sink emerges during pre-training once the model is optimised
+
+
+# the pooled shape's spread: each seed's random-token rate and the pooled rate's interval (fractions of heads)
+SHAPE_POOLED_QUANTITIES = {"@spread": q.share("fraction of heads")}
+
+
+def shape_conditions(measured: Mapping[str, float], random: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
+    """Gu et al.'s shape as three conditions: natural > 0.3 and repeated < 0.05 as measured once (no draws: read
+    without an interval), random = mean_n r[n] over the pooled random-token sequences > 0.3 with its bootstrap
+    interval over sequences. random: (N,) per-sequence sink rates (:attr:`SinkProfile.sink_rate_by_sequence`)."""
+    natural, repeated = measured["natural"], measured["repeated"]
+    return [pooled.Condition("natural", fixed=natural > SHAPE_CUTS["natural"],
+                             label=f"natural-text rate {natural:.3g} > {SHAPE_CUTS['natural']:g}"),
+            pooled.Condition("repeated", fixed=repeated < SHAPE_CUTS["repeated"],
+                             label=f"repeated-token rate {repeated:.3g} < {SHAPE_CUTS['repeated']:g}"),
+            pooled.Condition("random", SHAPE_CUTS["random"], pooled.mean_interval(random, seed),
+                             label="random-token sink rate")]
+
+
+def shape_rule(answers: Mapping[str, bool]) -> bool:
+    """The shape's rule on its conditions' answers (:func:`shape_conditions`): all three hold."""
+    return answers["natural"] and answers["random"] and answers["repeated"]
+
+
+def llama_family_shape_pooled(measured: Mapping[str, float], random: Sequence[torch.Tensor], reference: dict,
+                              seed: int, draws_of: str, per_draw: Sequence[Claim] | None = None,
+                              eps: float = 0.3) -> Claim:
+    """Gu et al.'s Llama-family shape (:func:`llama_family_shape`) on a pretrained model, the random-token rate
+    judged on every seed's sequences pooled: a fixed model has no training noise, only the drawn sequences differ.
+    rate = mean_n r[n] over the pooled N = sum_s N_s sequences (r[n]: the share of sequence n's heads with alpha_0 >
+    eps); its 95 % bootstrap interval over sequences decides the random condition -- holds / fails when it is clear
+    of 0.3, unsettled only when it straddles 0.3 and the other two hold (:func:`~sinklib.core.pooled.pooled_claim`).
+
+    ``measured``: {"natural", "repeated"} -> sink rate, measured once (a "random" entry is replaced by the pooled
+    rate); ``random``: per seed s its sequences' rates r, (N_s,) each; ``reference``: the ``gu2024_sink_rates`` file;
+    ``seed``: the bootstrap's; ``draws_of``: what was redrawn, in words; ``per_draw``: each seed's own claim
+    (default: :func:`llama_family_shape` on each seed's mean rate) -- its verdict in ``draws``, its rate in the
+    spread."""
+    pooled_rates = torch.cat([torch.as_tensor(r, dtype=torch.float64).flatten() for r in random])  # (N,)
+    conditions = shape_conditions(measured, pooled_rates, seed)
+    claim = llama_family_shape({**measured, "random": conditions[-1].interval.value}, reference, eps)
+    if per_draw is None:
+        per_draw = [llama_family_shape({**measured, "random": float(torch.as_tensor(r, dtype=torch.float64).mean())},
+                                       reference, eps) for r in random]
+    claim = replace(claim, quantities={**claim.quantities, **SHAPE_POOLED_QUANTITIES})
+    return pooled.pooled_claim(claim, conditions, shape_rule, per_draw, [c.measured["random"] for c in per_draw],
+                               draws_of, f"{len(pooled_rates)} random-token sequences", main="random", unit="sequences")

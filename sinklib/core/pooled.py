@@ -10,10 +10,14 @@ conditions (:func:`settle`) holds or fails when every way the open conditions co
 *unsettled* only when they do not. Each draw's own verdict stays in ``Claim.draws`` and its number in
 ``Claim.spread`` (:func:`pooled_claim`).
 
-Used by :func:`sinklib.architectures.llm.placement.position_pooled`,
-:func:`sinklib.architectures.llm.llm_survey.shape_pooled` and the chain links of
-:mod:`sinklib.architectures.llm.survey_chain`; :func:`sinklib.architectures.llm.placement.delimiter_pooled` is the
-same judgement for one ratio.
+Used by Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape_pooled`: ``00_tour`` and,
+through :func:`sinklib.architectures.llm.llm_survey.shape_pooled`, ``10_llm``), link 1 of the structural-origin chain
+(:func:`sinklib.interpretation.chain.variance_pooled_over_draws` in ``02_interpretation``,
+:func:`sinklib.interpretation.chain.variance_pooled` in ``10_llm``), link 3 in ``10_llm``
+(:func:`sinklib.architectures.llm.survey_chain.disparity_pooled`) and
+:func:`sinklib.architectures.llm.placement.position_pooled`;
+:func:`sinklib.architectures.llm.placement.delimiter_pooled` is the same judgement for one ratio. It lives in ``core``
+so that every layer above may use it.
 """
 
 from __future__ import annotations

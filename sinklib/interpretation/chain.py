@@ -3,19 +3,29 @@
 ``02_interpretation`` draws each link on one model; ``10_llm`` runs the same calls on every family to see which links
 hold where. Each function returns a small record with what the figure needs and the link's
 :class:`~sinklib.core.claims.Claim` (rules in :mod:`sinklib.interpretation.origin_claims`).
+
+Link 1 on a pretrained model is judged on every draw's random-token sequences pooled, with a 95 % bootstrap interval
+over sequences (:func:`variance_pooled_over_draws` in ``02``, :func:`variance_pooled` in ``10``;
+:mod:`sinklib.core.pooled`): a fixed model has no training noise, only the drawn sequences differ.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from sinklib.core import metrics, pooled
+from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
+from sinklib.core.data import make_inputs
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import massive_activations, origin, origin_claims, sun_claims
 from sinklib.interpretation.intervention_effects import ScoreStats
 from sinklib.interpretation.sun_sites import SunSites, SunSiteStats
+
+VARIANCE_LAYERS = 3  # link 1 reads the first layers' head outputs
 
 
 @dataclass
@@ -27,7 +37,7 @@ class VarianceLink:
     claim: Claim
 
 
-def variance_link(lm: LoadedModel, random_ids: torch.Tensor, n_layers: int = 3) -> VarianceLink:
+def variance_link(lm: LoadedModel, random_ids: torch.Tensor, n_layers: int = VARIANCE_LAYERS) -> VarianceLink:
     """Link 1: the first position's head output varies most across inputs (first layers, random tokens)."""
     layers = list(range(min(n_layers, lm.n_layers)))
     var = origin.variance_by_position(lm, random_ids, layers)
@@ -146,18 +156,113 @@ def lock_link(lm: LoadedModel, natural: torch.Tensor, max_seqs: int = 16,
     return LockLink(lock, stats, n, origin_claims.lock_in(stats["positive_fraction"], stats["key_query_cos"], n, sep))
 
 
-def variance_over_draws(lm: LoadedModel, first: VarianceLink, num_seqs: int, seq_len: int, seed: int,
-                        n_draws: int = 3) -> Claim:
-    """Link 1 judged over ``n_draws`` draws of random tokens (seeds seed, seed+1, ...; ``first`` is the run's own,
-    already measured): holds only if every draw holds (:func:`sinklib.core.claims.over_draws`); the spread is that
-    of layer 0's ratio Var(t = 0) / mean Var(second half)."""
-    from sinklib.core.claims import over_draws
-    from sinklib.core.data import make_inputs
+# ----------------------------------------------------------------------------------------------- link 1, pooled
+def random_tokens(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int) -> torch.Tensor:
+    """One draw's random-token sequences (N, T) for link 1: no BOS, so position 0 varies across inputs too."""
+    return make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)
 
-    others = [variance_link(lm, make_inputs(lm, "random", num_seqs, seq_len, seed + i, bos=False)).claim
-              for i in range(1, n_draws)]
-    return over_draws([first.claim, *others], f"{n_draws} seeds of random tokens (seeds {seed}-{seed + n_draws - 1})",
-                      key=lambda c: c.measured["ratio_t0_to_second_half"][0])
+
+def head_outputs(lm: LoadedModel, ids: torch.Tensor, layers: list[int], batch_size: int = 16
+                 ) -> dict[int, torch.Tensor]:
+    """Each of ``layers``' head outputs before W_O, heads' channels pooled: layer -> (N, T, C) float32, C = H x hd
+    (what :func:`~sinklib.interpretation.origin.variance_by_position` reads as ``before_wo``); the forward stops
+    after the last of ``layers``."""
+    flat = {"head_outputs": lambda o, i: o.flatten(-2).float()}  # (B, T, H, hd) -> (B, T, C)
+    with Capture(lm.model, head_outputs=True, layers=layers, reduce=flat) as cap:
+        for batch in origin.batches(ids, batch_size):
+            origin.forward(lm, batch, last_layer=max(layers))
+    return {layer: cap.get("head_outputs", layer) for layer in layers}
+
+
+def variance_claim(outputs: dict[int, torch.Tensor]) -> Claim:
+    """Link 1's rule (:func:`~sinklib.interpretation.origin_claims.variance_discrepancy`) on head outputs by layer
+    (layer -> (N, T, C)): per layer v = :func:`~sinklib.core.metrics.position_variance` (T,), the ratio
+    v_0 / mean_{t >= T/2} v_t and whether v_0 >= max_{t >= 1} v_t -- what :func:`variance_link` reads."""
+    v = torch.stack([metrics.position_variance(outputs[layer]) for layer in sorted(outputs)])  # (len(layers), T)
+    half = v.shape[1] // 2
+    return origin_claims.variance_discrepancy((v[:, 0] / v[:, half:].mean(1)).tolist(),
+                                              (v[:, 0] >= v[:, 1:].max(1).values).tolist())
+
+
+def position_variances(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per-position variance over weighted sequences, averaged over channels, for each row of ``weights``:
+    v[b, t] = (1/C) sum_c [ sum_n w[b, n] x[n, t, c]^2 / N - (sum_n w[b, n] x[n, t, c] / N)^2 ], with
+    sum_n w[b, n] = N (a resample's counts; all ones = :func:`sinklib.core.metrics.position_variance`). The second
+    term is w G_t w / N^2 with the Gram matrix G_t = X_t X_t^T, so no resample is ever materialised.
+    x: (N, T, C); weights: (B, N) -> (B, T), float64."""
+    n, _, c = x.shape
+    centred = (x.double() - x.double().mean(0)).float()  # the variance does not move; the sums stay small
+    squares = centred.double().pow(2).sum(-1)  # (N, T)
+    gram = torch.stack([(xt @ xt.T).double() for xt in centred.transpose(0, 1)])  # (T, N, N)
+    w = weights.double()
+    cross = torch.einsum("bn,tnm,bm->bt", w, gram, w)  # (B, T)
+    return (w @ squares / n - cross / n ** 2) / c
+
+
+def variance_conditions(x: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
+    """Link 1's two conditions on layer 0's pooled head outputs x (N, T, C), each with its bootstrap interval over
+    sequences (the same resamples): "ratio" = v_0 / mean_{t >= T/2} v_t against
+    :data:`~sinklib.interpretation.origin_claims.VARIANCE_RATIO`, "largest" = v_0 / max_{t >= 1} v_t against 1
+    (t = 0 the largest), v = :func:`position_variances`."""
+    n, t = x.shape[:2]
+    v = position_variances(x, torch.cat([torch.ones(1, n, dtype=torch.float64),
+                                         pooled.counts(pooled.resamples(n, seed))]))  # (1 + B, T)
+    ratio = v[:, 0] / v[:, t // 2:].mean(-1)
+    largest = v[:, 0] / v[:, 1:].max(-1).values
+    return [pooled.Condition("ratio", origin_claims.VARIANCE_RATIO, pooled.interval_of(float(ratio[0]), ratio[1:]),
+                             label="layer 0: Var at t = 0 / mean Var of the second half"),
+            pooled.Condition("largest", 1.0, pooled.interval_of(float(largest[0]), largest[1:]),
+                             label="layer 0: Var at t = 0 / the largest Var at t >= 1")]
+
+
+def ratio_t0(claim: Claim) -> float | None:
+    """A link-1 claim's layer-0 ratio Var(t = 0) / mean Var(second half) (None when it has none)."""
+    try:
+        return float(claim.measured["ratio_t0_to_second_half"][0])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def variance_judged(outputs: dict[int, torch.Tensor], per_draw: Sequence[Claim], draws_of: str,
+                    seed: int = 0) -> Claim:
+    """Link 1 on every draw's random-token sequences pooled, from their head outputs (layer -> (N, T, C), N = all
+    draws' sequences): the rule of :func:`variance_claim` on the pooled per-position variances, settled by the
+    bootstrap intervals over sequences of its two numbers in the first layer (:func:`variance_conditions`): holds /
+    fails when both intervals are clear of their cuts, unsettled only when one straddles its cut and decides the
+    answer (:func:`~sinklib.core.pooled.pooled_claim`). ``per_draw``: each draw's own claim (its verdict in
+    ``draws``, its layer-0 ratio in the spread)."""
+    first = outputs[min(outputs)]  # (N, T, C)
+    return pooled.pooled_claim(variance_claim(outputs), variance_conditions(first, seed),
+                               lambda c: c["ratio"] and c["largest"], per_draw, [ratio_t0(c) for c in per_draw],
+                               draws_of, f"{len(first)} random-token sequences", main="ratio", unit="sequences")
+
+
+def variance_layers(lm: LoadedModel) -> list[int]:
+    """The layers link 1 reads: the first :data:`VARIANCE_LAYERS`."""
+    return list(range(min(VARIANCE_LAYERS, lm.n_layers)))
+
+
+def variance_pooled(lm: LoadedModel, random_ids: torch.Tensor, per_draw: Sequence[Claim], draws_of: str,
+                    seed: int = 0, batch_size: int = 16) -> Claim:
+    """:func:`variance_judged` on ``random_ids`` (N, T), every draw's random-token sequences, whose own claims
+    ``per_draw`` are already measured (``10_llm``'s chain draws): one more forward of the pooled sequences through
+    the first :data:`VARIANCE_LAYERS` blocks (cheap: no later block runs)."""
+    return variance_judged(head_outputs(lm, random_ids, variance_layers(lm), batch_size), per_draw, draws_of, seed)
+
+
+def variance_pooled_over_draws(lm: LoadedModel, first: VarianceLink, num_seqs: int, seq_len: int, seed: int,
+                               n_draws: int = 3, batch_size: int = 16) -> Claim:
+    """Link 1 on a pretrained model (``02_interpretation``): ``n_draws`` draws of ``num_seqs`` random-token sequences
+    (seeds seed, seed+1, ...; ``first`` is the run's own, already measured by :func:`variance_link`) judged on all
+    their sequences pooled (:func:`variance_judged`): a fixed model has no training noise, only the drawn sequences
+    differ. One forward of the pooled sequences (n_draws x N, T) through the first :data:`VARIANCE_LAYERS` blocks;
+    draw i's own claim is the rule on its slice of them (:func:`variance_claim`), the first draw's is ``first``'s."""
+    ids = torch.cat([random_tokens(lm, num_seqs, seq_len, seed + i) for i in range(n_draws)])  # (n_draws N, T)
+    outputs = head_outputs(lm, ids, variance_layers(lm), batch_size)  # layer -> (n_draws N, T, C)
+    per_draw = [first.claim] + [variance_claim({layer: o[i * num_seqs:(i + 1) * num_seqs]
+                                                for layer, o in outputs.items()}) for i in range(1, n_draws)]
+    return variance_judged(outputs, per_draw,
+                           f"{n_draws} seeds of random tokens (seeds {seed}-{seed + n_draws - 1})", seed)
 
 
 # ----------------------------------------------------------------------------------------------- one pass for all links

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import claim_line, compare, num, paragraph, pct, span, windows  # noqa: F401 (windows: re-exported)
+from sinklib.interpretation.origin_claims import VARIANCE_RATIO
 from sinklib.interpretation.sun_claims import ZERO_BREAKS
 
 EPS = 0.3
@@ -23,14 +24,29 @@ def _title(title: str, on: str) -> str:
     return f"{title}, on {on}" if on else title
 
 
+def _pooled_ratio(claim: Claim) -> str:
+    """" On all draws' sequences pooled it is 2.6x (95% interval 2.3-2.9x, above the 2x cut)." ("" when not
+    pooled)."""
+    bounds = ((claim.spread or {}).get("intervals") or {}).get("ratio") if isinstance(claim.spread, dict) else None
+    if not bounds or bounds[0] != bounds[0]:
+        return ""
+    lo, hi = bounds
+    where = "above" if lo > VARIANCE_RATIO else "below" if hi < VARIANCE_RATIO else "straddling"
+    value = claim.measured["ratio_t0_to_second_half"][0]
+    return (f" On all draws' sequences pooled it is {num(value)}x (95% interval {num(lo)}-{num(hi)}x, {where} the "
+            f"{VARIANCE_RATIO:g}x cut).")
+
+
 def variance(claim: Claim, layers: Sequence[int], ratios: Sequence[float], is_max: Sequence[bool], *,
              on: str = "") -> str:
-    """Section 1: Var at t = 0 over the second half's mean, per early layer, and whether t = 0 is the largest."""
+    """Section 1: Var at t = 0 over the second half's mean, per early layer, and whether t = 0 is the largest; where
+    the claim was judged on every draw's sequences pooled (:func:`sinklib.interpretation.chain.variance_judged`),
+    the pooled ratio with its 95% interval against the cut."""
     per_layer = "; ".join(f"layer {li}: {num(r)}x, {'the largest position' if m else 'not the largest'}"
                           for li, r, m in zip(layers, ratios, is_max))
     spread = claim.spread or {}
     draws = (f" Over the random-token draws layer 0's ratio spans {span(spread['values'])}."
-             if spread.get("values") and len(spread["values"]) > 1 else "")
+             if spread.get("values") and len(spread["values"]) > 1 else "") + _pooled_ratio(claim)
     kept = [li for li, m in zip(layers, is_max) if m]
     where = (f"The discrepancy is kept in layers {kept}" if kept else "No early layer keeps t = 0 the largest")
     return paragraph(_title("variance discrepancy", on),

@@ -62,12 +62,22 @@ def _batch(model: str, n_seqs: int | None, seq_len: int | None, what: str = "nat
 def tour_input_shape(measured: Mapping[str, float], claim: Claim | None, model: str, gpt2_repeated: float,
                      random_draws: Sequence[float] = (), n_seqs: int | None = None, seq_len: int | None = None) -> str:
     """Section 3: the sink rate per input type (each on ``n_seqs`` windows of ``seq_len`` tokens), the Llama-family
-    claim's verdict (with its draws and control), and GPT2-XL's repeated-token rate from Gu et al.'s table."""
+    claim's verdict (with its draws and control), and GPT2-XL's repeated-token rate from Gu et al.'s table. Where the
+    claim was judged on every draw's sequences pooled (:func:`sinklib.core.analysis.llama_family_shape_pooled`), the
+    pooled rate and its 95% interval, which decide the verdict."""
     rnd = f"random tokens {pct(measured['random'], 3)}"
+    spread = claim.spread if claim is not None and isinstance(claim.spread, dict) else {}
+    bounds = (spread.get("intervals") or {}).get("random")
     if len(random_draws) > 1:
-        rnd += f" ({span([100 * d for d in random_draws], 3)}% over {len(random_draws)} draws)"
-    shape = "the Llama-family shape of Gu et al.'s Table 1" if claim is not None and claim.holds else \
-        "not the Llama-family shape of Gu et al.'s Table 1"
+        pooled = (f"; {pct((claim.measured or {}).get('random', measured['random']), 3)} on all draws' sequences "
+                  f"pooled, 95% interval "
+                  f"{pct(bounds[0], 3)}-{pct(bounds[1], 3)}" if bounds and bounds[0] == bounds[0] else "")
+        rnd += f" ({span([100 * d for d in random_draws], 3)}% over {len(random_draws)} draws{pooled})"
+    shape = "not the Llama-family shape of Gu et al.'s Table 1"
+    if claim is not None and claim.unsettled:
+        shape = "whether this is the Llama-family shape of Gu et al.'s Table 1 is unsettled"
+    elif claim is not None and claim.holds:
+        shape = "the Llama-family shape of Gu et al.'s Table 1"
     return paragraph(
         _batch(model, n_seqs, seq_len, "windows", " per input type"),
         f"Natural text {pct(measured['natural'], 3)}, {rnd}, one token repeated {pct(measured['repeated'], 3)}: {shape}.",

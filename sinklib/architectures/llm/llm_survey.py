@@ -4,7 +4,7 @@
 the notebook compares (so on a GPU the models can be loaded and freed one by one); :func:`report_claims` turns a
 report into its :class:`~sinklib.core.claims.Claim` records, judged on all the report's draws pooled with a bootstrap
 interval (random-token sequences for Gu et al.'s shape; Bible windows for the first delimiter and position-or-token;
-:mod:`sinklib.architectures.llm.pooled`), each draw's verdict kept beside; :func:`control_claims` runs the same rules
+:mod:`sinklib.core.pooled`), each draw's verdict kept beside; :func:`control_claims` runs the same rules
 on randomly initialised weights of the model's own configuration (the negative control).
 """
 
@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from sinklib.architectures.llm import placement, pooled
+from sinklib.architectures.llm import placement
 from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
 from sinklib.core import analysis
-from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
@@ -305,44 +304,18 @@ def shape_over_draws(report: LlmReport, gu: dict) -> Claim:
     return over_draws(claims, draws_of(report, "random tokens"), key=lambda c: c.measured["random"])
 
 
-# the pooled shape's spread: each seed's random-token rate and the pooled rate's interval (fractions of heads)
-SHAPE_POOLED_QUANTITIES = {"@spread": q.share("fraction of heads")}
-
-
-def shape_conditions(rates: dict[str, float], random: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
-    """Gu et al.'s shape as three conditions: natural > 0.3 and repeated < 0.05 as measured once (no draws: read
-    without an interval), random = mean_n r[n] over the pooled random-token sequences > 0.3 with its bootstrap
-    interval over sequences. random: (N,) per-sequence sink rates (:func:`random_by_sequence`)."""
-    return [pooled.Condition("natural", fixed=rates["natural"] > analysis.SHAPE_CUTS["natural"],
-                             label=f"natural-text rate {rates['natural']:.3g} > {analysis.SHAPE_CUTS['natural']:g}"),
-            pooled.Condition("repeated", fixed=rates["repeated"] < analysis.SHAPE_CUTS["repeated"],
-                             label=f"repeated-token rate {rates['repeated']:.3g} < {analysis.SHAPE_CUTS['repeated']:g}"),
-            pooled.Condition("random", analysis.SHAPE_CUTS["random"], pooled.mean_interval(random, seed),
-                             label="random-token sink rate")]
-
-
 def shape_pooled(report: LlmReport, gu: dict) -> Claim:
-    """Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape`) on a pretrained model, with
-    the random-token rate judged on every seed's sequences pooled: a fixed model has no training noise, only the
-    drawn sequences differ. rate = mean_n r[n] over the pooled sequences (r[n]: the share of sequence n's heads with
-    alpha_0 > eps); its 95 % bootstrap interval over sequences decides the random condition, unsettled only when it
-    straddles 0.3 (:func:`~sinklib.architectures.llm.pooled.pooled_claim`); natural text and the repeated token are
-    measured once. Each seed's own verdict stays in ``draws``, its rate in the spread. Without per-sequence rates
-    (an older report), or for a model outside the Llama shape (learned absolute positions), as
-    :func:`shape_over_draws`."""
+    """Gu et al.'s Llama-family shape on a pretrained model, the random-token rate judged on every seed's sequences
+    pooled with a bootstrap interval over sequences (:func:`sinklib.core.analysis.llama_family_shape_pooled`: rate =
+    mean_n r[n] over the pooled sequences, r[n] the share of sequence n's heads with alpha_0 > eps; unsettled only
+    when its interval straddles 0.3); natural text and the repeated token are measured once. Each seed's own verdict
+    stays in ``draws``, its rate in the spread. Without per-sequence rates (an older report), or for a model outside
+    the Llama shape (learned absolute positions), as :func:`shape_over_draws`."""
     per_seq = report.draws.get("random_by_sequence")
-    absolute = getattr(report, "absolute_positions", False)
-    if not per_seq or absolute:
+    if not per_seq or getattr(report, "absolute_positions", False):
         return shape_over_draws(report, gu)
-    random = torch.cat([torch.as_tensor(r, dtype=torch.float64).flatten() for r in per_seq])  # (N,) every seed's
-    conditions = shape_conditions(report.sink_rate, random, report.draws["seeds"][0])
-    claim = analysis.llama_family_shape({**report.sink_rate, "random": conditions[-1].interval.value}, gu)
-    per_draw = [analysis.llama_family_shape({**report.sink_rate, "random": float(torch.as_tensor(r).mean())}, gu)
-                for r in per_seq]
-    claim = replace(claim, quantities={**claim.quantities, **SHAPE_POOLED_QUANTITIES})
-    return pooled.pooled_claim(claim, conditions, lambda c: c["natural"] and c["random"] and c["repeated"], per_draw,
-                               [c.measured["random"] for c in per_draw], draws_of(report, "random tokens"),
-                               f"{len(random)} random-token sequences", main="random", unit="sequences")
+    return analysis.llama_family_shape_pooled(report.sink_rate, per_seq, gu, report.draws["seeds"][0],
+                                              draws_of(report, "random tokens"))
 
 
 def _named(claim: Claim, name: str) -> Claim:
@@ -352,8 +325,8 @@ def _named(claim: Claim, name: str) -> Claim:
 def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     """One model's records: Gu et al.'s Llama-family input shape, Sun et al.'s criterion, the first delimiter,
     position or token, the chain's links. Where the report has draws, the shape, the first delimiter and position or
-    token are judged on every draw's sequences / windows pooled with a bootstrap interval (:mod:`pooled`: a
-    pretrained model has no training noise), each draw's verdict kept beside; the chain's links as
+    token are judged on every draw's sequences / windows pooled with a bootstrap interval
+    (:mod:`sinklib.core.pooled`: a pretrained model has no training noise), each draw's verdict kept beside; the chain's links as
     :func:`~sinklib.architectures.llm.survey_chain.origin_chain` judged them. Ids end in the model name, so one
     notebook can hold every model's."""
     windows = draws_of(report, "Bible windows")

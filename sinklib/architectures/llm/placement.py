@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from sinklib.architectures.llm import pooled
-from sinklib.core import metrics
+from sinklib.core import metrics, pooled
 from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
@@ -374,7 +373,7 @@ POSITION_POOLED_QUANTITIES = {"@spread.intervals": q.ratio(), "@spread.intervals
 def position_conditions(windows: torch.Tensor, seed: int = 0, keep: float = POSITION_KEEP,
                         eps: float = GU_EPS) -> list[pooled.Condition]:
     """The rule's four conditions on pooled windows, each with its bootstrap interval over windows
-    (:func:`~sinklib.architectures.llm.pooled.mean_interval`, :func:`~sinklib.architectures.llm.pooled.ratio_interval`,
+    (:func:`~sinklib.core.pooled.mean_interval`, :func:`~sinklib.core.pooled.ratio_interval`,
     the same resamples for all four): "sink" = mean_n a_own[n] against eps; "replaced", "moved_first",
     "moved_original" = sum_n a_x[n] / sum_n a_own[n] against ``keep``. windows: (N, 4) per-window alphas
     (:attr:`PositionOrToken.windows`)."""
@@ -391,7 +390,7 @@ def position_pooled(results: list[PositionOrToken], model: str, draws_of: str, s
     model has no training noise: the draws differ only in which windows were read). Each of the rule's four
     conditions (:func:`position_conditions`) is settled when its 95 % bootstrap interval over windows lies on one side
     of its cut; the claim holds (the position) or fails (the token, or no sink) when the answer does not depend on an
-    open condition, and is unsettled only when it does (:func:`~sinklib.architectures.llm.pooled.settle`). Each draw's
+    open condition, and is unsettled only when it does (:func:`~sinklib.core.pooled.settle`). Each draw's
     own verdict is kept in ``draws``, its alpha_0 in the spread. ``results[0]``: the run's own draw; every result
     must carry its per-window alphas (``windows``), else the draws are judged one by one
     (:func:`position_over_draws`)."""

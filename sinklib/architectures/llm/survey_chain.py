@@ -6,10 +6,10 @@ One draw (:func:`chain_draw`) reads links 2-4 and the massive sites' means from 
 
 A pretrained model has no training noise, so where a link's number is a statistic of windows (or of random-token
 sequences) it is judged on every draw's windows pooled, with a 95 % bootstrap interval over them
-(:mod:`sinklib.architectures.llm.pooled`): link 1 (:func:`variance_pooled`, the per-position variance over all draws'
-random-token sequences) and link 3 (:func:`disparity_pooled`, the DomRatio over all draws' windows, with the onsets
-of the pooled means). The other links are judged over the draws (:func:`sinklib.core.claims.over_draws`), with the
-reason in :data:`NOT_POOLED`.
+(:mod:`sinklib.core.pooled`): link 1 (:func:`sinklib.interpretation.chain.variance_pooled`, the per-position
+variance over all draws' random-token sequences) and link 3 (:func:`disparity_pooled`, the DomRatio over all draws'
+windows, with the onsets of the pooled means). The other links are judged over the draws
+(:func:`sinklib.core.claims.over_draws`), with the reason in :data:`NOT_POOLED`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from dataclasses import replace
 
 import torch
 
-from sinklib.architectures.llm import pooled
-from sinklib.core import metrics
-from sinklib.core.capture import Capture
+from sinklib.core import pooled
 from sinklib.core.claims import Claim, over_draws
-from sinklib.core.data import make_inputs, text_windows
+from sinklib.core.data import text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation import chain, massive_activations, origin, origin_claims, sun_claims
@@ -30,7 +28,6 @@ from sinklib.interpretation.sun_sites import SunSites
 from sinklib.interpretation.sun_sites import sun_sites as sun_sites_of
 
 CHAIN_DRAWS = 3  # the run's windows and two more draws of the same size (seeds seed+1, seed+2)
-VARIANCE_LAYERS = 3  # link 1 reads the first layers' head outputs (chain.variance_link's n_layers)
 # why a link is judged over the draws rather than on the pooled windows (its note says so)
 NOT_POOLED = {
     "origin.super_neuron": (
@@ -71,7 +68,7 @@ def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], 
     (claims, numbers, windows): windows = link 3's per-window values (:class:`WindowDisparityStats`) and the super
     neuron's layer ("super_layer"), for :func:`disparity_pooled`."""
     num_seqs, seq_len = natural.shape
-    variance = chain.variance_link(lm, random_tokens(lm, num_seqs, seq_len, seed))
+    variance = chain.variance_link(lm, chain.random_tokens(lm, num_seqs, seq_len, seed))
     found, (*measured, windows), lock, means = origin.measure(
         lm, natural, [origin.SuperNeuronStats(lm), WindowDisparityStats(massive_dims),
                       origin.LockInStats(lm, chain.HEAD_SEQS),
@@ -100,11 +97,6 @@ def chain_draw(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int], 
     claims = [variance.claim, neuron.claim, disparity.claim, lock_link.claim,
               chain.bias_claim(bias, paper, natural.shape[0], disparity.onset)]
     return claims, numbers, windows | {"super_layer": disparity.super_layer}
-
-
-def random_tokens(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int) -> torch.Tensor:
-    """A chain draw's random-token sequences (N, T) for link 1: no BOS, so position 0 varies across inputs too."""
-    return make_inputs(lm, "random", num_seqs, seq_len, seed, bos=False)
 
 
 class WindowDisparityStats(origin.DisparityStats):
@@ -176,8 +168,8 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
     for i, first in enumerate(claims):
         per_draw = [d[i] for d in draws]
         if first.id == "origin.variance_discrepancy":
-            ids = torch.cat([random_tokens(lm, num_seqs, seq_len, seed + k) for k in range(n_draws)])
-            judged.append(variance_pooled(lm, ids, per_draw, what, seed, batch_size))
+            ids = torch.cat([chain.random_tokens(lm, num_seqs, seq_len, seed + k) for k in range(n_draws)])
+            judged.append(chain.variance_pooled(lm, ids, per_draw, what, seed, batch_size))
         elif first.id == "origin.dimension_disparity":
             judged.append(disparity_pooled(per_window, per_draw, paper, lm.hidden_size, sun_sites, what, seed))
         else:
@@ -197,69 +189,6 @@ def over_draws_with_reason(per_draw: list[Claim], what: str) -> Claim:
         judged = sun_claims.with_zero_ratios(judged, per_draw)
     why = NOT_POOLED.get(first.id, "")
     return replace(judged, note="; ".join(x for x in (judged.note, why) if x)) if why else judged
-
-
-# ----------------------------------------------------------------------------------------------- link 1, pooled
-def head_outputs(lm: LoadedModel, ids: torch.Tensor, layers: list[int], batch_size: int = 16
-                 ) -> dict[int, torch.Tensor]:
-    """Each of ``layers``' head outputs before W_O, heads' channels pooled: layer -> (N, T, C) float32, C = H x hd
-    (what :func:`~sinklib.interpretation.origin.variance_by_position` reads as ``before_wo``); the forward stops
-    after the last of ``layers``."""
-    flat = {"head_outputs": lambda o, i: o.flatten(-2).float()}  # (B, T, H, hd) -> (B, T, C)
-    with Capture(lm.model, head_outputs=True, layers=layers, reduce=flat) as cap:
-        for batch in origin.batches(ids, batch_size):
-            origin.forward(lm, batch, last_layer=max(layers))
-    return {layer: cap.get("head_outputs", layer) for layer in layers}
-
-
-def position_variances(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Per-position variance over weighted sequences, averaged over channels, for each row of ``weights``:
-    v[b, t] = (1/C) sum_c [ sum_n w[b, n] x[n, t, c]^2 / N - (sum_n w[b, n] x[n, t, c] / N)^2 ], with
-    sum_n w[b, n] = N (a resample's counts; all ones = :func:`sinklib.core.metrics.position_variance`). The second
-    term is w G_t w / N^2 with the Gram matrix G_t = X_t X_t^T, so no resample is ever materialised.
-    x: (N, T, C); weights: (B, N) -> (B, T), float64."""
-    n, _, c = x.shape
-    centred = (x.double() - x.double().mean(0)).float()  # the variance does not move; the sums stay small
-    squares = centred.double().pow(2).sum(-1)  # (N, T)
-    gram = torch.stack([(xt @ xt.T).double() for xt in centred.transpose(0, 1)])  # (T, N, N)
-    w = weights.double()
-    cross = torch.einsum("bn,tnm,bm->bt", w, gram, w)  # (B, T)
-    return (w @ squares / n - cross / n ** 2) / c
-
-
-def variance_conditions(x: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
-    """Link 1's two conditions on layer 0's pooled head outputs x (N, T, C), each with its bootstrap interval over
-    sequences (the same resamples): "ratio" = v_0 / mean_{t >= T/2} v_t against :data:`origin_claims.VARIANCE_RATIO`, "largest" =
-    v_0 / max_{t >= 1} v_t against 1 (t = 0 the largest), v = :func:`position_variances`."""
-    n, t = x.shape[:2]
-    v = position_variances(x, torch.cat([torch.ones(1, n, dtype=torch.float64),
-                                         pooled.counts(pooled.resamples(n, seed))]))  # (1 + B, T)
-    ratio = v[:, 0] / v[:, t // 2:].mean(-1)
-    largest = v[:, 0] / v[:, 1:].max(-1).values
-    return [pooled.Condition("ratio", origin_claims.VARIANCE_RATIO, pooled.interval_of(float(ratio[0]), ratio[1:]),
-                             label="layer 0: Var at t = 0 / mean Var of the second half"),
-            pooled.Condition("largest", 1.0, pooled.interval_of(float(largest[0]), largest[1:]),
-                             label="layer 0: Var at t = 0 / the largest Var at t >= 1")]
-
-
-def variance_pooled(lm: LoadedModel, random_ids: torch.Tensor, per_draw: list[Claim], what: str, seed: int = 0,
-                    batch_size: int = 16) -> Claim:
-    """Link 1 on every draw's random-token sequences pooled (``random_ids`` (N, T), all draws'): the rule of
-    :func:`~sinklib.interpretation.origin_claims.variance_discrepancy` on the pooled per-position variances of the
-    first layers' head outputs, settled by the bootstrap intervals over sequences of its two numbers
-    (:func:`variance_conditions`); unsettled only when an interval straddles its cut. One more forward of the pooled
-    sequences through the first :data:`VARIANCE_LAYERS` blocks (cheap: no later block runs). ``per_draw``: each
-    draw's own claim (its verdict in ``draws``, its layer-0 ratio in the spread)."""
-    layers = list(range(min(VARIANCE_LAYERS, lm.n_layers)))
-    outputs = head_outputs(lm, random_ids, layers, batch_size)
-    v = torch.stack([metrics.position_variance(outputs[layer]) for layer in layers])  # (len(layers), T)
-    half = v.shape[1] // 2
-    claim = origin_claims.variance_discrepancy((v[:, 0] / v[:, half:].mean(1)).tolist(),
-                                               (v[:, 0] >= v[:, 1:].max(1).values).tolist())
-    conditions = variance_conditions(outputs[0], seed)
-    return pooled.pooled_claim(claim, conditions, lambda c: c["ratio"] and c["largest"], per_draw,
-                               [_key(c) for c in per_draw], what, f"{len(random_ids)} random-token sequences",
-                               main="ratio", unit="sequences")
 
 
 # ----------------------------------------------------------------------------------------------- link 3, pooled

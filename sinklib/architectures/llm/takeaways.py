@@ -50,7 +50,7 @@ def _holders(reports, claims: Sequence[Claim], claim_id: str) -> list[str]:
 
 def _bounds(claim: Claim | None, name: str) -> tuple[float, float] | None:
     """The 95 % bootstrap interval of condition ``name`` of a claim judged on pooled windows
-    (:func:`~sinklib.architectures.llm.pooled.pooled_claim`), or None (not pooled, or no finite interval)."""
+    (:func:`~sinklib.core.pooled.pooled_claim`), or None (not pooled, or no finite interval)."""
     spread = claim.spread if claim is not None and isinstance(claim.spread, dict) else {}
     b = (spread.get("intervals") or {}).get(name)
     return (float(b[0]), float(b[1])) if b and len(b) == 2 and b[0] is not None and b[0] == b[0] else None
