@@ -78,7 +78,7 @@ def test_explorer_renders_in_jupyterlab(tmp_path):
     import nbformat
 
     from sinklib.core.paths import ROOT
-    from sinklib.pipeline import browser
+    from tests import browser
 
     if (reason := browser.why_unavailable()) is not None:
         pytest.skip(reason)

@@ -10,7 +10,8 @@ import pytest
 from sinklib.core import plotting
 from sinklib.core.claims import Claim, Recorder
 from sinklib.core.results import write_json
-from sinklib.pipeline import browser, gallery, runner
+from sinklib.pipeline import gallery, runner
+from tests import browser
 
 
 def _notebook(path, *cells):

@@ -12,7 +12,8 @@ import pytest
 from sinklib.core import plotting
 from sinklib.core.claims import Claim, Recorder
 from sinklib.core.results import write_json
-from sinklib.pipeline import browser, gallery
+from sinklib.pipeline import gallery
+from tests import browser
 
 pytestmark = pytest.mark.skipif(browser.why_unavailable() is not None, reason=str(browser.why_unavailable()))
 
@@ -74,7 +75,7 @@ def _gallery(tmp_path):
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory):
-    """The gallery's :class:`~sinklib.pipeline.browser.ReadingReport` at 1,400 x 900 (one browser session for every
+    """The gallery's :class:`tests.browser.ReadingReport` at 1,400 x 900 (one browser session for every
     check below); the first screen is saved beside it."""
     tmp = tmp_path_factory.mktemp("gallery")
     page = _gallery(tmp)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sinklib.core import claims
-from sinklib.pipeline import browser, gallery, runner
+from sinklib.pipeline import gallery, runner
+from tests import browser
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
