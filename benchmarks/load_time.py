@@ -6,7 +6,7 @@ The first load runs with an empty temporary ``SINKLIB_CACHE`` so it really conve
 that cache. ``load_model`` is timed inside the process after the one-off library imports (torch, transformers and
 its modeling modules, ~3 s that every process pays whatever it loads), which are reported in their own column; the
 whole process is timed outside.
-Target (issue 2): a cached SmolLM2 load within 3 s on a 2-core CPU.
+Target: a cached SmolLM2 load within 3 s on a 2-core CPU.
 """
 
 from __future__ import annotations

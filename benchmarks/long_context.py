@@ -7,7 +7,7 @@ On CUDA (``--device cuda``; see :func:`cuda_main`) one process times, per length
 the first key's statistics, every key's, and eager maps where they fit, on random weights of SmolLM2's shape
 (``--model random-smollm2``, the default there) or a model id: synchronised, the median of up to ``--rounds``, with
 peak CUDA memory -- how a GPU run reports. Targets: first key <= 1.5x sdpa in bfloat16 and <= 1.1x in float32 from
-4k to 32k tokens, every key <= 3x, 131,072 tokens at O(N) memory on an 80 GB GPU (issue 44). Without a CUDA device it
+4k to 32k tokens, every key <= 3x, 131,072 tokens at O(N) memory on an 80 GB GPU. Without a CUDA device it
 says so and runs the CPU rows below; ``--fake`` rehearses the CUDA rows on the fake device (CPU transcriptions of
 the CUDA kernels, Triton's interpreter), for the code path only.
 
@@ -25,7 +25,7 @@ one above; eager's time is its own process's.
 
 Prints a table with the ratios (c)/(a) and (d)/(a) time and (b)/(c) peak memory, and writes it with a plot to
 ``figures/benchmarks/``. Targets (2-core CPU): (c)/(a) time <= 1.2 at every N up to 8192 with (c) <= 2 GiB at
-8192 (issue 15); at N=2048 (b)/(c) memory >= 3 (issue 4).
+8192; at N=2048 (b)/(c) memory >= 3.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def cuda_main(args) -> None:
     import torch
 
     from sinklib.core.results import write_json
-    from sinklib.pipeline.plan_calibration import STATS_TARGETS as CUDA_TARGETS  # issue 44's targets
+    from sinklib.pipeline.plan_calibration import STATS_TARGETS as CUDA_TARGETS  # the path's targets
 
     fake = contextlib.nullcontext()
     if args.fake:

@@ -14,12 +14,12 @@ SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/co
 * **free of side effects on the caller's random numbers**: it runs under ``torch.random.fork_rng``, so a model
   converted during a run leaves the global torch RNG exactly where a run that found the cache warm leaves it. (It did
   not: the DINOv2 conversion draws from the global RNG, and 12_mllm's first cold build then initialised its projector
-  from another state than every warm build -- issue 27.)
+  from another state than every warm build.)
 * **verified**: its manifest (:mod:`sinklib.core.manifest`: every file's size and sha256, the recipe and
   :data:`CONVERSION_VERSION`) is written last, inside the temporary folder; a load checks the folder against it (sizes
   and mtimes; a file with a new mtime is hashed) and rebuilds once, with a one-line note, a build that does not match
   -- bytes zeroed, a file truncated, deleted or emptied, another recipe -- or stops with one line naming the file and
-  the command. (A corrupted ``model.safetensors`` loaded silently and gave wrong sink rates -- issue 45.)
+  the command. (A corrupted ``model.safetensors`` loaded silently and gave wrong sink rates.)
 """
 
 from __future__ import annotations

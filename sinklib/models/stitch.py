@@ -44,7 +44,7 @@ class StitchConfig:
     image_size: int = 84  # 6 x 6 = 36 image tokens
     digits: int = 1200  # training digits (the rest of the 1,797 are held out)
     photo_crops: int = 24  # random crops + flips per photo
-    steps: int = 60  # 90 before recipe 3 (issue 27: the cold-cache budget)
+    steps: int = 60  # 90 before recipe 3 (the cold-cache budget)
     batch_size: int = 16
     lr: float = 3e-3
     seed: int = 0
@@ -52,11 +52,11 @@ class StitchConfig:
     # every measurement in float32 afterwards), as LLaVA trains: about half of float32's step on a CPU with AVX512-BF16
     precision: str = "bf16"
     # 2: the projector is initialised from ``seed`` (before, from whatever state the global RNG was in when the
-    # stand-in was assembled, so a cold build that converted DINOv2 first got another projector -- issue 27)
+    # stand-in was assembled, so a cold build that converted DINOv2 first got another projector)
     # 3: the language model's forward and backward in ``precision`` with eager attention while the projector trains
     # (PyTorch's CPU flash-attention backward in bfloat16 cost a fifth of each step); half of recipe 2's time
     # 4: ``images.digits`` permutes by ``seed`` also without ``n`` (before, every stand-in trained on the same 1,200
-    # digits in the same order -- issue 43 item 13): a recipe-3 projector was trained on other digits
+    # digits in the same order): a recipe-3 projector was trained on other digits
     recipe: int = 4
 
     def key(self) -> str:

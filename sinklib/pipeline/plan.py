@@ -23,11 +23,11 @@ for one forward, checked against ``host_gb``.
 
 Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of :data:`MARGIN`
 covers the rest) and timed by a model calibrated on this project's code measured on a real GPU
-(:mod:`sinklib.pipeline.plan_calibration`, issue 44's H200 run), carried over to :data:`GPU` (an H100 SXM 80 GB) by
+(:mod:`sinklib.pipeline.plan_calibration`, the H200 run), carried over to :data:`GPU` (an H100 SXM 80 GB) by
 published peaks: a forward (:func:`call_seconds`) is its matmul FLOPs and attention FLOPs over the peak at each
 one's measured utilisation, plus a per-layer cost; a decoded token the larger of its FLOPs and bytes (weights, KV
 cache) over the card, plus the measured per-layer host cost of a decode step in its dtype; a statistics forward an
-sdpa forward times the statistics' cost over sdpa (issue 44's target until measured: said in the output); a
+sdpa forward times the statistics' cost over sdpa (its target until measured: said in the output); a
 training step (:func:`train_step_seconds`) the measured step of its attention variant, scaled by FLOPs.
 
 Access: every hub id is checked (:func:`sinklib.models.hub_access.access_problem`): online by asking the hub,
@@ -508,7 +508,7 @@ def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:
                      f"on an {calibration.MEASURED_ON.name} (issues 44 and 46; carried over by published peaks), x{MARGIN:g} "
                      f"for the steps not listed"
                      + ("" if calibration.STATS_MEASURED else
-                        "; statistics forwards at issue 44's target cost over sdpa (not yet measured on a GPU)"))
+                        "; statistics forwards at their target cost over sdpa (not yet measured on a GPU)"))
     gated = sorted({m for p in plans for m in p.access})
     if gated:
         lines.append(f"before the run: {len(gated)} hub id(s) need access -- {', '.join(gated)} (lines marked ACCESS)")

@@ -33,9 +33,9 @@ H200 = Card("H200 141 GB", 989.0, 67.0, 4.8)
 MEASURED_ON = H200
 
 # 03's training step, seconds per optimizer step (steps 6-30) at the gpu profile's setting: TinyLM 12 x 768,
-# 16 x 1024 tokens, bf16 autocast, micro-batches of 8. Softmax-like variants run torch's fused attention (issue 44):
-# measured so in issue 46 for softmax, off-by-one, sink logit, KV bias and the head-wise gate; head-wise RMSNorm and
-# the element-wise gate keep issue 44's measurement with materialised maps (an upper bound); sigmoid and softpick
+# 16 x 1024 tokens, bf16 autocast, micro-batches of 8. Softmax-like variants run torch's fused attention:
+# measured so (a second H200 run) for softmax, off-by-one, sink logit, KV bias and the head-wise gate; head-wise RMSNorm and
+# the element-wise gate keep the first H200 run's measurement with materialised maps (an upper bound); sigmoid and softpick
 # are not softmax and keep their maps (softpick re-measured: 0.320).
 TRAIN_REFERENCE = {"layers": 12, "d_model": 768, "batch": 16, "seq_len": 1024, "precision": "bf16"}
 TRAIN_STEP_S = {"softmax": 0.0937, "headwise_rmsnorm": 0.145, "gated_headwise": 0.118, "gated_elementwise": 0.141,
@@ -61,7 +61,7 @@ FORWARD_LAYER_S = 3e-4
 DECODE_LAYER_S = {dtype: s / SMOLLM2_SHAPE["layers"] for dtype, s in DECODE_TOKEN_S.items()}
 BW_EFF = 0.6  # share of memory bandwidth a memory-bound decode reaches (assumed: SmolLM2's decode is host-bound)
 
-# the statistics' fused-kernel path over one sdpa forward (issue 46, random weights of SmolLM2's shape, batch 1):
+# the statistics' fused-kernel path over one sdpa forward (the second H200 run, random weights of SmolLM2's shape, batch 1):
 #   N       dtype     sdpa     first key  every key
 #   4,096   bfloat16  16 ms    3.32x      2.22x      host-bound: the statistics' Python per layer
 #   32,768  bfloat16  125 ms   1.53x      2.43x
@@ -74,5 +74,5 @@ STATS_OVER_SDPA = {"first key": {"bfloat16": 1.53, "float16": 1.53, "float32": 0
                    "every key": {"bfloat16": 2.6, "float16": 2.6, "float32": 0.94}}
 STATS_LAYER_S = {"first key": 1.77e-3, "every key": 1.18e-3}  # 3.32 x 16 ms / 30 layers; 2.22 x 16 ms / 30
 STATS_MEASURED = True
-# issue 44's targets for that path, which benchmarks/long_context.py reports met or MISSED against
+# the targets set for that path, which benchmarks/long_context.py reports met or MISSED against
 STATS_TARGETS = {"first key": {"bfloat16": 1.5, "float16": 1.5, "float32": 1.1}, "every key": 3.0}

@@ -152,10 +152,10 @@ _TRAIN_CPU = TrainConfig(model=TinyConfig(d_model=64, n_layers=2, n_heads=2, d_f
                          steps=600, batch_size=64, seq_len=64, lr=3e-3, warmup=40, weight_decay=0.1, eval_every=50,
                          eval_seqs=32, data="bigram_backcopy", precision="bf16")
 # bfloat16 autocast as the GPU profile (weights and AdamW float32; measurements read the float32 weights outside it):
-# a step costs about half of float32's on a CPU with AVX512-BF16, the largest part of the cold-cache budget (issue 27).
+# a step costs about half of float32's on a CPU with AVX512-BF16, the largest part of the cold-cache budget.
 # GPU: the structural-origin paper's scale by parameter (Llama-2-style, 12 x 768, RoPE, T = 1024; ~85M parameters
 # with a byte vocabulary). Point ``data`` at an OpenWebText-like dump with data="file:<path>". Sized to the 6
-# GPU-hour budget by the plan calibrated on an H200 (issue 44: a step took 0.11-0.32 s there, 2-3x the former
+# GPU-hour budget by the plan calibrated on an H200 (a step took 0.11-0.32 s there, 2-3x the former
 # assumption; CUTS below): 3,000 steps of 16 x 1024 tokens in bfloat16 autocast, in micro-batches of 8 so that
 # softpick's saved (B, H, T, T) tensors fit 80 GB (151 GB at 32 x 1024 in one piece; `make figures PROFILE=gpu
 # DRYRUN=1` counts them per variant).
@@ -194,7 +194,7 @@ SIZES: dict[str, dict[str, object]] = {
     "00_tour": {
         "smoke": TourSizes(num_seqs=8, seq_len=32, batch_size=8, map_seq_len=16, context_lengths=(64, 256),
                            context_windows=2, control_seqs=4),
-        # 128..4096 tokens, 32-fold as the GPU profile's 1k..32k (an 8k passage cost ~60 s more per window: issue 27)
+        # 128..4096 tokens, 32-fold as the GPU profile's 1k..32k (an 8k passage cost ~60 s more per window)
         "cpu": TourSizes(num_seqs=100, seq_len=64, batch_size=20, map_seq_len=24,
                          context_lengths=(128, 256, 512, 1024, 2048, 4096), context_windows=2, control_seqs=25),
         "gpu": TourSizes(num_seqs=100, seq_len=64, batch_size=10, map_seq_len=32,
@@ -205,7 +205,7 @@ SIZES: dict[str, dict[str, object]] = {
         "smoke": UtilizationSizes(batch_size=8, probe_seqs=8, eval_seqs=4, eval_seq_len=64, stream_tokens=160,
                                   cache_budget=48, stream_chunk=8, recompute_points=8, decode_tokens=24,
                                   control_tokens=64, control_budget=16),
-        # 2,048 streamed tokens (7x the cache once it is full), the recompute baseline at 128 of them (issue 27: 3,072
+        # 2,048 streamed tokens (7x the cache once it is full), the recompute baseline at 128 of them (within the cold-cache budget: 3,072
         # and 192 before; every streaming verdict had a 2x margin)
         "cpu": UtilizationSizes(batch_size=20, probe_seqs=32, eval_seqs=16, eval_seq_len=256, stream_tokens=2048,
                                 cache_budget=256, stream_chunk=16, recompute_points=128, decode_tokens=256,
@@ -237,7 +237,7 @@ SIZES: dict[str, dict[str, object]] = {
         "smoke": MoeSizes(models=("smollm2-moe-smoke",), num_seqs=4, seq_len=32, batch_size=4, eval_seqs=2, eval_seq_len=64,
                           random_draws=1, control_seqs=2, draw_seqs=2, router_train=replace(_TRAIN_SMOKE, steps=20),
                           router_seeds=2),
-        # the trained router (a table, no verdict) on 2 seeds: issue 27's cold-cache budget
+        # the trained router (a table, no verdict) on 2 seeds: the cold-cache budget
         "cpu": MoeSizes(models=("smollm2-moe",), num_seqs=32, seq_len=64, batch_size=8, eval_seqs=8, eval_seq_len=256,
                         random_draws=3, control_seqs=4, draw_seqs=4, router_train=_TRAIN_CPU, router_seeds=2),
         "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
@@ -255,7 +255,7 @@ SIZES: dict[str, dict[str, object]] = {
     "12_mllm": {
         "smoke": MllmSizes(models=("llava-standin-smoke",), heldout_digits=8, zero_shot_digits=4, batch_size=8,
                            random_draws=1, standin_seeds=1, draw_digits=8, draw_random_draws=1),
-        # 2 stand-ins (projectors trained with seeds 0 and 1), 3 before issue 27's cold-cache budget
+        # 2 stand-ins (projectors trained with seeds 0 and 1), 3 before the cold-cache budget
         "cpu": MllmSizes(models=("llava-standin",), heldout_digits=64, zero_shot_digits=40, batch_size=16,
                          random_draws=5, standin_seeds=2, draw_digits=16, draw_random_draws=2),
         "gpu": MllmSizes(models=MLLM_MODELS, heldout_digits=256, zero_shot_digits=0, batch_size=8, random_draws=10,
@@ -263,7 +263,7 @@ SIZES: dict[str, dict[str, object]] = {
     },
     "03_mitigation": {
         "smoke": MitigationSizes(train=_TRAIN_SMOKE, train_seeds=2, text_check=replace(_TRAIN_SMOKE, data="bible")),
-        # 2 seeds a variant (the GPU profile 3): issue 27's cold-cache budget; each verdict of the 3-seed reference run
+        # 2 seeds a variant (the GPU profile 3): the cold-cache budget; each verdict of the 3-seed reference run
         # was the same on its first two seeds
         "cpu": MitigationSizes(train=_TRAIN_CPU, train_seeds=2, text_check=replace(_TRAIN_CPU, data="bible"),
                                text_seeds=2),

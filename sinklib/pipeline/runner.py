@@ -326,11 +326,11 @@ class _Children:
                 p.kill()
 
 
-# The CPU profile's time budget per notebook once caches are warm (issue 15: all notebooks <= 12 minutes on the
+# The CPU profile's time budget per notebook once caches are warm (all notebooks <= 12 minutes on the
 # 2-core machine, <= 30 from empty caches); the summary prints each notebook's time against it.
 CPU_BUDGET_S = {"00_tour": 90, "01_utilization": 150, "02_interpretation": 90, "03_mitigation": 60, "10_llm": 120,
                 "11_moe": 60, "12_mllm": 90, "13_vit": 45, "90_scorecard": 15}
-# ... and every notebook together from empty caches (issue 27: make figures, its setup included, <= 30 minutes).
+# ... and every notebook together from empty caches (make figures, its setup included, <= 30 minutes).
 COLD_BUDGET_S = 30 * 60
 
 
@@ -419,7 +419,7 @@ def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
 
 
 # Seconds each notebook takes on the 2-core machine from empty caches (CPU profile, two at a time; measured in a fresh
-# clone's make figures at 5c2e695, issue 27), for the order of a first run, when figures/ holds no times yet
+# clone's make figures), for the order of a first run, when figures/ holds no times yet
 # (:func:`best_order`: 03's 24 trainings and 10's conversions start at once, not last), and for its progress estimate.
 FIRST_RUN_S = {"03_mitigation": 1028, "10_llm": 806, "12_mllm": 476, "11_moe": 339, "01_utilization": 311,
                "02_interpretation": 197, "00_tour": 161, "13_vit": 62}
