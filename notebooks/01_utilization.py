@@ -260,7 +260,7 @@ takeaways.show(saw.decode_cost(ms, mib, sinks_name, bounded, run.decode_tokens, 
 # %% [markdown]
 # **Reading it.** A dense cache of a few hundred tokens is still cheap to attend over; `benchmarks/streaming_decode.py`
 # follows both to 8k tokens, where the dense cache's time per token keeps growing and the sink cache's stays flat
-# (README). The speed-up StreamingLLM reports is against recomputation, which section 1's baseline shows is far
+# (benchmarks/README.md). The speed-up StreamingLLM reports is against recomputation, which section 1's baseline shows is far
 # slower (it reruns a whole window per position).
 
 # %% [markdown]

@@ -313,7 +313,7 @@ takeaways.show(what_we_saw.final_metrics(table, uniform, agreement))
 # step may only be slower to grow one. A *removal* whose strongest head is still rising over the last quarter of
 # training (faster than `verdicts.RISING` per 100 steps in any seed, `verdicts.late_slope`) cannot be judged at this
 # budget; a slope within `verdicts.SLOPE_MARGIN` of that cut (how far bfloat16 training on another CPU moved it:
-# README, "Determinism") leaves the removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
+# docs/reproducibility.md, "Determinism") leaves the removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
 # figure shows every variant's strongest head over training. All runs train with weight decay on weight matrices only (gains,
 # biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
 # mean validation loss over training and the final loss are lower than softmax's -- each a difference paired by

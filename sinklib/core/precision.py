@@ -4,8 +4,8 @@
 autocast lists them; weights, gradients and AdamW stay float32 (mixed precision, as the papers train). On a CPU
 with AVX512-BF16 a step of 03's tiny LM or of the stand-in projector costs about half of float32's.
 
-What moves a CPU training run (measured: README, "Determinism"; ``benchmarks/determinism.py``): the oneDNN kernel
-the bfloat16 matmuls run on (AMX vs AVX512-BF16 vs AVX2: ~4e-5 on the tiny LM's loss after 120 steps, growing with
+What moves a CPU training run (measured: docs/reproducibility.md, "Determinism"; ``benchmarks/determinism.py``): the
+oneDNN kernel the bfloat16 matmuls run on (AMX vs AVX512-BF16 vs AVX2: ~4e-5 on the tiny LM's loss after 120 steps, growing with
 training), ATen's and MKL's instruction set (ATEN_CPU_CAPABILITY, MKL_CBWR: ~2-4e-5), and -- on some CPUs and
 shapes -- the number of threads (an Intel/AMX host: the tiny LM bit-identical at 1 and 2 threads, not at 4; 12's
 projector not at 2). The threads are fixed here (:func:`training_threads`: every CPU training loop runs on one

@@ -100,7 +100,8 @@ def value(unit: str = "") -> Quantity:
 
 
 # (relative, absolute) tolerance by (what the claim was measured on, what the number is): a value is reproduced when
-# |new - ref| <= abs + rel * |ref|. From spreads measured across machines and settings (README, "Determinism"):
+# |new - ref| <= abs + rel * |ref|. From spreads measured across machines and settings (docs/reproducibility.md,
+# "Determinism"):
 _FORWARD = (1e-4, 1e-9)  # a float32 forward of fixed weights: ATEN_CPU_CAPABILITY=avx2 / MKL_CBWR moved SmolLM2's
 #                          logits by <= 7e-5 (benchmarks/determinism.py), a tiny LM's by 8e-7 on an Intel host
 TOLERANCES: dict[tuple[str, Kind], tuple[float, float]] = {

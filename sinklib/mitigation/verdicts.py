@@ -218,8 +218,8 @@ _HEADS = {"grows": "grows a first-token sink", "no_sink": "does NOT grow a first
 
 RISING = 0.03  # per 100 steps: a strongest-head share still climbing faster than this has not settled (above the
 # slope's cross-machine spread below, so that a flat head is settled; it was 0.01, under what the slope can resolve)
-# Cross-machine margins, measured (README, "Determinism"): every run of 03's CPU profile (9 variants x 2 seeds, and the
-# Bible-byte runs) trained here (AMD EPYC, oneDNN avx512_core_bf16, torch 2.14.1) and on an Intel Xeon with AMX
+# Cross-machine margins, measured (docs/reproducibility.md, "Determinism"): every run of 03's CPU profile (9 variants
+# x 2 seeds, and the Bible-byte runs) trained here (AMD EPYC, oneDNN avx512_core_bf16, torch 2.14.1) and on an Intel Xeon with AMX
 # (torch 2.11), oneDNN on AMX and capped to AVX512_CORE_BF16 (benchmarks/cross_machine.py, the numbers in
 # data/reference/cross_machine_03.json). The strongest head's late slope moved by up to 0.022 per 100 steps (softpick
 # seed 1: +0.021 here, -0.000 / +0.000 there; seed 0: -0.002 / +0.009 / +0.006; every other run by <= 0.008), so a
