@@ -49,7 +49,7 @@
 # projector, about 3 min apiece on one core); 30-45 min to work through.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/architectures/mllm/protocol.py)
 model = ""  # empty: the profile's MLLM(s); else one registry name or hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0
@@ -245,13 +245,15 @@ for score in visual_attention.SCORES:
           [round(v, 4) for v in edits.random_draws[score]])
 
 
-runs = [visual_attention.edit_claims(prof, edits, standin, d_model)]
+kind = kang_rules.standin_kind(lm.name) if standin else False  # which measured margins its verdicts take
+runs = [visual_attention.edit_claims(prof, edits, kind, d_model)]
 per_seed = {run.seed: edits.nll_changes()}
 draw_changes = {run.seed: [r - means["as is"] for r in random_means]}  # each random draw's NLL change
 
 
 background_runs = {run.seed: kang_claims.background_claim(  # Kang et al.'s Table 6, per stand-in (section 4)
-    kang_rules.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), standin)}
+    kang_rules.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), kind,
+    kang_rules.largest_sink_phi(edits.profile))}
 background_digits = {run.seed: len(digits[:run.batch_size])}  # digits each stand-in's background share is measured on
 t0 = time.perf_counter()
 for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells, fewer digits and random draws
@@ -259,13 +261,13 @@ for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells
     d, y = stitch.heldout_digits(replace(base, seed=s), run.draw_digits)
     e = visual_attention.compare_edits(other, d, [stitch.digit_caption(v) for v in y], prof.dims, run.batch_size,
                                        run.draw_random_draws, run.seed)
-    runs.append(visual_attention.edit_claims(e.profile, e, standin, d_model))
+    runs.append(visual_attention.edit_claims(e.profile, e, kind, d_model))
     per_seed[s] = e.nll_changes()
     draw_changes[s] = [r - e.means[SCORE]["as is"] for r in e.random_draws[SCORE]]
     background_digits[s] = len(d[:run.batch_size])
     background_runs[s] = kang_claims.background_claim(kang_rules.sink_union(e.profile),
                                                        visual_sinks.plain_background(d[:run.batch_size], layout),
-                                                       standin)
+                                                       kind, kang_rules.largest_sink_phi(e.profile))
     del other
     gc.collect()
 draw_seconds = time.perf_counter() - t0
@@ -310,11 +312,12 @@ control_phi = float(torch.nan_to_num(control_prof.phi, nan=0).max())
 if kang_rules.sink_union(control_prof).any():  # sinks to hide and redistribute: run the edits too
     control_edits = visual_attention.compare_edits(control, cd, cy, control_prof.dims, run.batch_size,
                                                    run.draw_random_draws, run.seed)
-    control_claims = visual_attention.edit_claims(control_prof, control_edits, standin, d_model)
+    control_claims = visual_attention.edit_claims(control_prof, control_edits, kind, d_model)
 else:  # nothing to hide: the edit claims cannot be judged on the control
-    control_claims = kang_claims.visual_sink_claims(control_prof, None, None, standin, d_model)
+    control_claims = kang_claims.visual_sink_claims(control_prof, None, None, kind, d_model)
 control_background = kang_claims.background_claim(
-    kang_rules.sink_union(control_prof), visual_sinks.plain_background(cd, layout), standin)
+    kang_rules.sink_union(control_prof), visual_sinks.plain_background(cd, layout), kind,
+    kang_rules.largest_sink_phi(control_prof))
 control_claims = {c.id: c for c in control_claims}
 del control
 gc.collect()

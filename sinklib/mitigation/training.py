@@ -453,7 +453,7 @@ def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
     problem = run_problem(cfg)
     if problem is None:
         try:
-            state = torch.load(weights_path, map_location=device, weights_only=True)
+            state = torch.load(weights_path, map_location="cpu", weights_only=True)  # then moved: a fake device too
         except Exception as err:  # torch raises several kinds (RuntimeError, UnpicklingError, EOFError) for one fault
             problem = f"{weights_path} cannot be read ({manifest.first_line(err)})"
     if problem is not None:

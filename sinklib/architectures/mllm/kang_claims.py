@@ -6,6 +6,8 @@ the stand-ins.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from sinklib.architectures.mllm.kang_rules import (
@@ -17,6 +19,7 @@ from sinklib.architectures.mllm.kang_rules import (
     margin,
     norm_share,
     phi_ceiling,
+    sinks_unsettled,
     tau_sensitivity,
     width_matched_tau,
 )
@@ -48,14 +51,14 @@ STANDIN_APART = ("a stand-in's projector is trained here in bfloat16 and its vis
                  "size there, its default kernels vs AVX512_CORE: largest image-token phi 22.68 vs 18.71")
 
 
-def _apart(quantity: q.Quantity, standin: bool) -> q.Quantity:
+def _apart(quantity: q.Quantity, standin: bool | str) -> q.Quantity:
     """``quantity`` as it is, or on a stand-in not comparable across machines (:data:`STANDIN_APART`)."""
     if not standin:
         return quantity
     return q.Quantity(kind=quantity.kind, unit=quantity.unit, comparable=False, why=STANDIN_APART)
 
 
-def _phi_and_margin(standin: bool) -> dict[str, q.Quantity]:
+def _phi_and_margin(standin: bool | str) -> dict[str, q.Quantity]:
     """The numbers every Kang claim carries that follow the stand-in's training: the largest image-token phi (at smoke
     size 22.68 vs 18.71 under AVX512_CORE's kernels on the AMD EPYC -- above and below tau = 20), and the margin's cut
     and spread, which a claim has only where the stand-in found visual sinks to judge."""
@@ -64,14 +67,14 @@ def _phi_and_margin(standin: bool) -> dict[str, q.Quantity]:
             "@margin.spread": margin}
 
 
-def _margin_in(unit: str, standin: bool) -> dict[str, q.Quantity]:
+def _margin_in(unit: str, standin: bool | str) -> dict[str, q.Quantity]:
     """A margin whose cut is not in nats: the existence rule's (phi against tau) and the background rule's (a share
     against 90%) -- its value, cut and spread, apart on a stand-in."""
     margin = _apart(q.Quantity(kind=q.Kind.MARGIN, unit=unit), standin)
     return {"@margin.value": margin, "@margin.cut": margin, "@margin.spread": margin}
 
 
-def sink_quantities(standin: bool) -> dict[str, q.Quantity]:
+def sink_quantities(standin: bool | str) -> dict[str, q.Quantity]:
     """What ``kang2025.visual_sink_tokens_exist``'s numbers are; its spread: the max fraction over the draws
     (:func:`~sinklib.architectures.mllm.visual_attention.claims_over_draws`). A tau key such as "7.5" is two path
     segments, hence the two patterns under "by tau"."""
@@ -84,7 +87,7 @@ def sink_quantities(standin: bool) -> dict[str, q.Quantity]:
             **_phi_and_margin(standin), **_margin_in("phi", standin)}
 
 
-def masking_quantities(standin: bool) -> dict[str, q.Quantity]:
+def masking_quantities(standin: bool | str) -> dict[str, q.Quantity]:
     """What ``kang2025.masking_sinks_is_harmless``'s numbers are: NLL changes (nats), the NLLs themselves, and its
     margin's value (min random increase - the sinks'); spread: the sinks' NLL increase over the draws."""
     delta = _apart(q.value("nats"), standin)
@@ -93,7 +96,7 @@ def masking_quantities(standin: bool) -> dict[str, q.Quantity]:
             "@margin.value": _apart(q.Quantity(kind=q.Kind.MARGIN, unit="nats"), standin), **_phi_and_margin(standin)}
 
 
-def var_quantities(standin: bool) -> dict[str, q.Quantity]:
+def var_quantities(standin: bool | str) -> dict[str, q.Quantity]:
     """What ``kang2025.var_helps``'s numbers are: the scored NLL without and with VAR, the caption NLLs, the rows VAR
     edited (of those it could: fixed by the shapes), its margin's value (none - VAR); spread: VAR - none."""
     nll = _apart(q.loss("nats"), standin)
@@ -103,7 +106,7 @@ def var_quantities(standin: bool) -> dict[str, q.Quantity]:
             "@margin.value": _apart(q.Quantity(kind=q.Kind.MARGIN, unit="nats"), standin), **_phi_and_margin(standin)}
 
 
-def background_quantities(standin: bool) -> dict[str, q.Quantity]:
+def background_quantities(standin: bool | str) -> dict[str, q.Quantity]:
     """What ``kang2025.sinks_on_background``'s numbers are; the background's share of all image tokens is read off
     the pictures alone. Spread: the share on background over the stand-ins."""
     on_background = _apart(q.share("fraction of visual sink tokens"), standin)
@@ -143,7 +146,7 @@ def phi_peaks(profile: MllmProfile) -> dict[str, float]:
             "phi ceiling sqrt(d)": phi_ceiling(profile.first_hidden.shape[-1])}
 
 
-def exists_judged(peak: float, ratios: list[float], standin: bool) -> dict:
+def exists_judged(peak: float, ratios: list[float], standin: bool | str) -> dict:
     """Kang et al.'s test with its cross-machine margin: the largest image-token phi (layers >= 2) against tau
     (:func:`against_cut` with :func:`margin` "phi": within it, unsettled); above by more, the claim holds when the
     sinks also receive more attention than the other image tokens (mean ratio > 1, as :func:`sink_tokens_hold`);
@@ -156,7 +159,7 @@ def exists_judged(peak: float, ratios: list[float], standin: bool) -> dict:
 
 
 def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, var: dict[str, float] | None,
-                       standin: bool, d_model: int | None = None) -> list[Claim]:
+                       standin: bool | str, d_model: int | None = None) -> list[Claim]:
     """Kang et al.'s claims judged on one model (one stand-in seed).
 
     * ``kang2025.visual_sink_tokens_exist`` (:func:`exists_judged`): some image tokens carry the LM's sink
@@ -235,7 +238,20 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
             follows=FOLLOWS_VAR, adapted=f"the {scored} of a teacher-forced digit caption (one forward) instead of "
                                          f"benchmark accuracy of generated answers", at_init=False,
             quantities=PEAK_QUANTITIES | var_quantities(standin)))
-    return claims
+    return [c if c.id == "kang2025.visual_sink_tokens_exist" else _open_sinks(c, peaks["largest image-token phi"], standin)
+            for c in claims]
+
+
+def _open_sinks(claim: Claim, peak: float | None, standin: bool | str) -> Claim:
+    """``claim`` (one that needs visual sinks) as "cannot be judged here" when whether there are any depends on the
+    kernels (:func:`~sinklib.architectures.mllm.kang_rules.sinks_unsettled`: the largest image-token phi within its
+    margin of tau): one machine would judge it on its sinks, another find none. The existence claim itself is then
+    unsettled; a claim that needs the sinks has no settled sinks to be judged on, on any machine."""
+    if peak is None or not sinks_unsettled(peak, standin):
+        return claim
+    why = (f"whether there are visual sink tokens at all depends on the kernels: the largest image-token phi "
+           f"{peak:.2f} lies within {margin('phi', standin):g} of tau = {KANG_TAU:g}")
+    return replace(claim, holds=None, unsettled=False, note=f"{why}; {claim.note}" if claim.note else why)
 
 
 def _judged(judgeable: bool, gain: float, spread: float, what: str) -> dict:
@@ -247,11 +263,13 @@ def _judged(judgeable: bool, gain: float, spread: float, what: str) -> dict:
     return {"holds": holds if not unsettled else None, "unsettled": unsettled, "margin": cut | {"of": what}}
 
 
-def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool) -> Claim:
+def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: bool | str,
+                     peak: float | None = None) -> Claim:
     """``kang2025.sinks_on_background`` (Table 6: > 90% of visual sink tokens lie on background). sinks, background:
     (B, P) bool (:func:`sink_union`, :func:`plain_background`). Rule: at least 90% of the visual sink tokens sit on
     background patches, more than the background's share of all image tokens; a share within its cross-machine
-    margin of 90% (:func:`margin` "background") is unsettled; None without sinks.
+    margin of 90% (:func:`margin` "background") is unsettled; None without sinks. ``peak``: the largest image-token
+    phi (:func:`largest_sink_phi`); within its margin of tau the claim is unsettled (:func:`_open_sinks`).
     """
     n = int(sinks.sum())
     share = (sinks & background).sum().item() / n if n else None
@@ -261,7 +279,7 @@ def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: boo
         above, unsettled, cut = against_cut(share, KANG_BACKGROUND, margin("background", standin))
         judged = {"holds": None if unsettled else bool(above and share > base), "unsettled": unsettled,
                   "margin": cut | {"of": "the sinks' share on background against 90%"}}
-    return Claim(
+    claim = Claim(
         id="kang2025.sinks_on_background", source=f"{SOURCE}, Table 6",
         statement="visual sink tokens lie on the background, not on the objects",
         rule=f"at least {KANG_BACKGROUND:.0%} of the visual sink tokens (phi >= 20 in a layer >= 2) sit on plain "
@@ -276,3 +294,4 @@ def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: boo
         adapted="the digits' plain white background (a patch whose pixels stay within 5% of the border colour) "
                 "instead of segmentation masks",
         at_init=False, quantities=background_quantities(standin))
+    return _open_sinks(claim, peak, standin)

@@ -299,7 +299,7 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
     return EditComparison(means, random_means, torch.cat(n_sinks), first, tuple(var_rows))
 
 
-def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool, d_model: int | None = None,
+def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool | str, d_model: int | None = None,
                 score: str = SCORES[0]) -> list[Claim]:
     """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits, judged on ``score``
     (the image-dependent token by default); the other score is recorded beside it."""
