@@ -31,11 +31,11 @@ def configs() -> list:
     """Every TrainConfig 03_mitigation's CPU profile trains (seed 0): 9 variants x 2 seeds on bigram-backcopy and the
     Bible-byte check (softmax, head-wise RMSNorm, head-wise RMSNorm with gain 0.1) x 2 seeds."""
     from sinklib.mitigation import comparison
+    from sinklib.mitigation.protocol import TRAIN_CPU
     from sinklib.mitigation.variants import VARIANTS
-    from sinklib.pipeline.profiles import _TRAIN_CPU
 
-    out = [comparison.variant_config(_TRAIN_CPU, v, s) for v in VARIANTS for s in (0, 1)]
-    text = replace(_TRAIN_CPU, data="bible")
+    out = [comparison.variant_config(TRAIN_CPU, v, s) for v in VARIANTS for s in (0, 1)]
+    text = replace(TRAIN_CPU, data="bible")
     small = replace(text.model, attention="headwise_rmsnorm", options=(("gain_init", 0.1),))
     for s in (0, 1):
         out += [comparison.variant_config(text, "softmax", s), comparison.variant_config(text, "headwise_rmsnorm", s),

@@ -119,10 +119,10 @@ def probes(out: Path) -> None:
     from sinklib.core.data import text_windows
     from sinklib.core.evaluation import ppl_ratio_interval
     from sinklib.mitigation import training
+    from sinklib.mitigation.protocol import TRAIN_CPU
     from sinklib.models import stitch
     from sinklib.models.conversion import converted_path
     from sinklib.models.load import load_model
-    from sinklib.pipeline.profiles import _TRAIN_CPU
     from sinklib.utilization import streaming
     from sinklib.utilization.kvquant import QuantizedKVCache
 
@@ -188,7 +188,7 @@ def probes(out: Path) -> None:
     del model
     lap("projector")
 
-    cfg = replace(_TRAIN_CPU, steps=TRAIN_STEPS, eval_every=TRAIN_STEPS)
+    cfg = replace(TRAIN_CPU, steps=TRAIN_STEPS, eval_every=TRAIN_STEPS)
     if precision:
         cfg = replace(cfg, precision=precision)
     run = training.train(cfg, progress=False)  # seeds itself from cfg.seed
@@ -198,7 +198,7 @@ def probes(out: Path) -> None:
     scalars[f"tinylm step-{TRAIN_STEPS} val loss"] = run["checkpoints"][-1]["val_loss"]
     lap("tinylm")
 
-    moe = trained_router.moe_config(replace(_TRAIN_CPU, steps=TRAIN_STEPS, eval_every=TRAIN_STEPS), seed=0)
+    moe = trained_router.moe_config(replace(TRAIN_CPU, steps=TRAIN_STEPS, eval_every=TRAIN_STEPS), seed=0)
     if precision:
         moe = replace(moe, precision=precision)
     measured = trained_router.measure(moe, n_seqs=32)

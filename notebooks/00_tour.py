@@ -47,7 +47,7 @@
 # **Time.** about 2.5 min on the CPU profile; 60-90 min to work through (exercises: `exercises/00_tour`).
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/utilization/tour_protocol.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

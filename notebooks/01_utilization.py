@@ -48,7 +48,7 @@
 # **Time.** about 5 min on the CPU profile; 60-90 min to work through (exercises: `exercises/01_utilization`).
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/utilization/protocol.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

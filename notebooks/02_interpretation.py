@@ -58,7 +58,7 @@
 # through (exercises: `exercises/02_interpretation`).
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/interpretation/protocol.py)
 model = ""  # empty: the profile default; else a registry name (python -m sinklib models) or a hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

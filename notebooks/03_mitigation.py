@@ -37,7 +37,7 @@
 # fixed bigram chain, except that after one of three *trigger* tokens the next token copies the token before the
 # trigger. An attention head is needed only on trigger queries; everywhere else it has nothing to do -- exactly the
 # situation in which softmax parks attention on BOS. On the World English Bible as bytes, no sink grew within a CPU
-# budget (section 6 shows it; `sinklib/pipeline/profiles.py` lists the settings tried), so real text is the *check* here,
+# budget (section 6 shows it; `sinklib/mitigation/protocol.py` lists the settings tried), so real text is the *check* here,
 # not the main run. The GPU profile trains a Llama-2-style 12 x 768 model on text (`train_data="file:<path>"` for an
 # OpenWebText dump); it has not been run here, because no accelerator was available.
 #
@@ -68,7 +68,7 @@
 # min to work through (exercises: `exercises/03_mitigation`).
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (training sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (training sizes live in sinklib/mitigation/protocol.py)
 model = ""  # not used: this notebook trains its own small models from scratch
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0  # seeds used: seed, seed + 1, ... (the profile sets how many)
@@ -99,7 +99,7 @@ from sinklib.pipeline import notebook
 nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
 run, fig_dir = nb.run, nb.fig_dir
 if model:
-    print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch (sizes in sinklib/pipeline/profiles.py)")
+    print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch (sizes in sinklib/mitigation/protocol.py)")
 dev = str(resolve_device(run.device))
 base = run.train
 if train_data:

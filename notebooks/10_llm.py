@@ -44,7 +44,7 @@
 # min to work through.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/architectures/llm/protocol.py)
 model = ""  # empty: the profile's list of models; else one registry name or hub id
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

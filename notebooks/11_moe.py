@@ -42,7 +42,7 @@
 # work through.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/architectures/moe/protocol.py)
 model = ""  # empty: the profile's MoE model(s); else one registry name or hub id of an MoE
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

@@ -39,7 +39,7 @@
 # **Time.** under 1 min on the CPU profile; 30-45 min to work through.
 
 # %% tags=["parameters"]
-profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/pipeline/profiles.py)
+profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/architectures/vit/protocol.py)
 model = ""  # empty: the profile's ViT(s); else one registry name, hub id or timm/<name>
 device = ""  # empty: the profile default; else cpu, cuda or auto
 seed = 0

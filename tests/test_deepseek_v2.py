@@ -55,7 +55,7 @@ def eager_attentions(deepseek):
 
 def test_the_tiny_model_is_shaped_like_deepseek_v2_lite(deepseek):
     from sinklib.models.load import infer_family
-    from sinklib.pipeline.routing import model_family
+    from sinklib.pipeline.protocols import model_family
 
     model, _, _ = deepseek
     cfg, attn = model.config, model.model.layers[0].self_attn

@@ -14,9 +14,9 @@ from sinklib.mitigation import training
 from sinklib.mitigation.comparison import variant_config
 from sinklib.mitigation.tinylm import TinyConfig
 from sinklib.models import hub_access
-from sinklib.pipeline import plan, profiles
+from sinklib.pipeline import plan, profiles, protocols
 
-GPU_TRAIN = profiles.SIZES["03_mitigation"]["gpu"].train
+GPU_TRAIN = protocols.PROTOCOLS["03_mitigation"].sizes["gpu"].train
 
 
 def test_saved_tensors_are_counted_per_variant_and_match_the_issue():
@@ -70,7 +70,7 @@ def test_the_gpu_plan_for_the_readme_headline_fits_6_gpu_hours_and_names_the_gat
     assert all(e.fits_batch == e.step.batch for e in plans["03_mitigation"].estimates)
     streams = {e.step.what: e for e in plans["01_utilization"].estimates}
     dense = streams["streaming, dense reference cache"]
-    assert dense.step.kv_tokens == profiles.SIZES["01_utilization"]["gpu"].stream_tokens
+    assert dense.step.kv_tokens == protocols.PROTOCOLS["01_utilization"].sizes["gpu"].stream_tokens
     assert "8.59 GB" in dense.note  # 2 x 32 layers x 4096 x 16,384 tokens x 2 bytes
     assert plans["01_utilization"].cut and plans["03_mitigation"].cut
     text = plan.format_plans(list(plans.values()))

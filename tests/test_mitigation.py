@@ -9,9 +9,8 @@ from torch import nn
 
 from sinklib.core import metrics
 from sinklib.core.errors import InputError
-from sinklib.mitigation import comparison, training, verdicts
+from sinklib.mitigation import comparison, protocol, training, verdicts
 from sinklib.mitigation.variants import VARIANTS
-from sinklib.pipeline import profiles
 
 
 def fake_run(losses, alphas, seconds=1.0, row_mass=1.0, sink_rate=None, share=None, by_head=None):
@@ -169,7 +168,7 @@ def test_active_dormant_on_a_hand_built_head():
 
 def test_train_variants_trains_each_variant_and_seed(tmp_path, monkeypatch):
     monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
-    base = profiles.SIZES["03_mitigation"]["smoke"].train
+    base = protocol.SIZES["smoke"].train
     runs = comparison.train_variants(base, ["softmax", "sink_logit"], [0, 1], progress=False)
     assert [r["config"]["model"]["attention"] for r in runs["sink_logit"]] == ["sink_logit"] * 2
     assert [r["config"]["seed"] for r in runs["softmax"]] == [0, 1]
@@ -180,7 +179,7 @@ def test_train_variants_trains_each_variant_and_seed(tmp_path, monkeypatch):
 
 
 def test_every_profile_trains_a_valid_configuration():
-    for p in profiles.SIZES["03_mitigation"].values():
+    for p in protocol.SIZES.values():
         training.check_config(p.train)
         assert p.train_seeds >= 2
         if p.text_check is not None:

@@ -157,12 +157,12 @@ def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     """10_llm's GPU list (GPT-2 XL, OPT, Pythia, Llama, ...): the whole recipe on tiny random models of the same
     classes, so a GPU user's first run does not die on a layout, shape or dtype."""
     from sinklib.architectures.llm import llm_survey
+    from sinklib.architectures.llm.protocol import SIZES
     from sinklib.core.adapters import adapter_for
     from sinklib.core.results import load_reference
     from sinklib.models import tiny
-    from sinklib.pipeline import profiles
 
-    assert len(profiles.SIZES["10_llm"]["gpu"].models) >= 6
+    assert len(SIZES["gpu"].models) >= 6
     lm, _ = tiny.loaded(family)
     assert adapter_for(lm.model).family == "llm"
     report = llm_survey.measure(lm, num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from sinklib.architectures.llm.protocol import GU_FAMILIES
+from sinklib.architectures.mllm.protocol import MLLM_MODELS
+from sinklib.architectures.moe.protocol import MOE_MODELS
+from sinklib.architectures.vit.protocol import VIT_MODELS
 from sinklib.core.errors import InputError
 from sinklib.core.memory import activation_bytes
-from sinklib.pipeline import plan, profiles, runner
+from sinklib.pipeline import plan, profiles, protocols, runner
 from sinklib.pipeline.cli import main
 
 
@@ -17,8 +21,8 @@ def test_every_notebook_has_a_plan_and_the_gpu_profile_fits_80_gb():
         assert p.estimates or p.notebook == "90_scorecard", p.notebook
         assert p.fits, (p.notebook, p.problems)
     downloads = {m for p in plans for m in p.downloads}
-    listed = {profiles.PROFILES["gpu"].model, *profiles.GU_FAMILIES, profiles.MOE_MODELS[0], *profiles.VIT_MODELS,
-              profiles.MLLM_MODELS[0]}  # 11_moe and 12_mllm run their list's first model (MODEL= another)
+    # 11_moe and 12_mllm run their list's first model (MODEL= another)
+    listed = {profiles.PROFILES["gpu"].model, *GU_FAMILIES, MOE_MODELS[0], *VIT_MODELS, MLLM_MODELS[0]}
     assert downloads == listed  # every hub id the gpu profile would download, each with its size
     assert all(p.dtype == "float32" for p in plans if p.notebook in ("00_tour", "10_llm", "03_mitigation"))
     assert next(p for p in plans if p.notebook == "01_utilization").dtype == "bfloat16"
@@ -73,17 +77,15 @@ def test_model_goes_only_to_the_notebooks_of_its_family(capsys):
     """Issue item 2: MODEL=meta-llama/Llama-2-7b-hf (the README's headline) is for the LLM notebooks; the MoE, MLLM
     and ViT notebooks keep their lists (they loaded the 7B LLM, then stopped at their family check) and the plan
     says so."""
-    from sinklib.pipeline import routing
-
     books = [b.stem for b in runner.discover()]
-    chosen, line = routing.route("meta-llama/Llama-2-7b-hf", books, explicit=False)
+    chosen, line = protocols.route("meta-llama/Llama-2-7b-hf", books, explicit=False)
     assert {nb for nb, m in chosen.items() if m} == {"00_tour", "01_utilization", "02_interpretation", "10_llm"}
     assert line.endswith("; 11_moe, 12_mllm, 13_vit run their profile's own models")
-    assert routing.model_family("facebook/dinov2-giant") == "vit" and routing.model_family("dinov2-s") == "vit"
+    assert protocols.model_family("facebook/dinov2-giant") == "vit" and protocols.model_family("dinov2-s") == "vit"
     plans = {p.notebook: p for p in plan.plan_run("gpu", model="meta-llama/Llama-2-7b-hf", gpu_gb=80)}
     assert "meta-llama/Llama-2-7b-hf" not in plans["13_vit"].downloads and plans["13_vit"].downloads
     assert "meta-llama/Llama-2-7b-hf" in plans["10_llm"].downloads
     with pytest.raises(InputError, match="none of the chosen notebooks"):
-        routing.route("meta-llama/Llama-2-7b-hf", ["13_vit"], explicit=True)
+        protocols.route("meta-llama/Llama-2-7b-hf", ["13_vit"], explicit=True)
     assert main(["figures", "--profile", "gpu", "--dry-run", "--model", "meta-llama/Llama-2-7b-hf"]) == 0
     assert "MODEL=meta-llama/Llama-2-7b-hf (llm) runs in 00_tour, 01_utilization" in capsys.readouterr().out

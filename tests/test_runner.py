@@ -53,7 +53,8 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     import json as _json
     from pathlib import Path as _Path
 
-    from sinklib.pipeline.runner import FIRST_RUN_S, progress
+    from sinklib.pipeline.protocols import PROTOCOLS
+    from sinklib.pipeline.runner import progress
 
     (tmp_path / "00_a").mkdir()
     (tmp_path / "00_a" / "headline.json").write_text(_json.dumps({"profile": "cpu", "seconds": 120}))
@@ -63,16 +64,18 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     assert line == "-- elapsed 1.5 min, ~2.0 min to go (+1 never timed here)"
     # a notebook never run here counts with its first-run time on the 2-core machine (CPU profile only)
     line = progress([_Path("00_a.ipynb"), _Path("03_mitigation.ipynb")], tmp_path, "cpu", elapsed=0, jobs=2)
-    assert line == f"-- elapsed 0.0 min, ~{(120 + FIRST_RUN_S['03_mitigation']) / 2 / 60:.1f} min to go (1 from a first run on 2 cores)"
+    assert line == f"-- elapsed 0.0 min, ~{(120 + PROTOCOLS['03_mitigation'].first_run_s) / 2 / 60:.1f} min to go (1 from a first run on 2 cores)"
     line = progress([_Path("03_mitigation.ipynb")], tmp_path, "smoke", elapsed=0)
     assert line == "-- elapsed 0.0 min, ~0.0 min to go (+1 never timed here)"
 
 
 def test_summary_prints_time_against_the_cpu_budget():
-    from sinklib.pipeline.runner import CPU_BUDGET_S, NotebookResult, summary_table
+    from sinklib.pipeline.protocols import PROTOCOLS
+    from sinklib.pipeline.runner import NotebookResult, summary_table
 
-    assert sum(CPU_BUDGET_S.values()) <= 12 * 60  # the issue's warm-cache budget for every notebook together
-    table = summary_table([NotebookResult("00_tour", True, 3 * CPU_BUDGET_S["00_tour"]),
+    budgets = {name: p.cpu_budget_s for name, p in PROTOCOLS.items()}
+    assert all(budgets.values()) and sum(budgets.values()) <= 12 * 60  # the warm-cache budget for every notebook
+    table = summary_table([NotebookResult("00_tour", True, 3 * budgets["00_tour"]),
                            NotebookResult("13_vit", True, 1.0)], profile="cpu")
     assert "over budget (3.0x)" in table and table.count("over budget") == 1
     assert "budget" not in summary_table([NotebookResult("00_tour", True, 500.0)], profile="gpu").splitlines()[2]
@@ -81,18 +84,13 @@ def test_summary_prints_time_against_the_cpu_budget():
 def test_a_run_from_empty_caches_is_judged_against_the_cold_budget(tmp_path):
     """The same 1,500 s wall clock is over the warm budget (720 s) and within the 30-minute one from empty caches;
     the cache counts as empty while it holds no file (folders alone do not count)."""
-    from sinklib.pipeline.runner import (
-        COLD_BUDGET_S,
-        CPU_BUDGET_S,
-        NotebookResult,
-        caches_empty,
-        summary_table,
-    )
+    from sinklib.pipeline.protocols import PROTOCOLS
+    from sinklib.pipeline.runner import COLD_BUDGET_S, NotebookResult, caches_empty, summary_table
 
-    results = [NotebookResult(name, True, 100.0) for name in CPU_BUDGET_S]
+    results = [NotebookResult(name, True, 100.0) for name in PROTOCOLS]
     warm = summary_table(results, "cpu", wall=1500.0, jobs=2).splitlines()[-1]
     cold = summary_table(results, "cpu", wall=1500.0, jobs=2, cold=True).splitlines()[-1]
-    assert warm.endswith(f"budget {sum(CPU_BUDGET_S.values())} s with warm caches: over (2.1x)")
+    assert warm.endswith(f"budget {sum(p.cpu_budget_s for p in PROTOCOLS.values())} s with warm caches: over (2.1x)")
     assert cold.endswith(f"budget {COLD_BUDGET_S:,} s from empty caches, setup not counted here: kept")
     assert "over (1.1x)" in summary_table(results, "cpu", wall=1.1 * COLD_BUDGET_S, jobs=2, cold=True)
     assert caches_empty(tmp_path / "absent")
@@ -133,13 +131,16 @@ def test_two_at_a_time_with_a_thread_each_and_the_reader_last(tmp_path, capsys):
 
 
 def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_soonest(tmp_path):
-    """With no times in figures/ (a fresh clone), the order comes from FIRST_RUN_S: 03's trainings start first, the
-    two workers end no later than longest-first would (every order tried), 90_scorecard last."""
-    from sinklib.pipeline.runner import FIRST_RUN_S, _schedule, discover, makespan
+    """With no times in figures/ (a fresh clone), the order comes from the protocols' first-run seconds: 03's
+    trainings start first, the two workers end no later than longest-first would (every order tried), 90_scorecard
+    last."""
+    from sinklib.pipeline.protocols import PROTOCOLS
+    from sinklib.pipeline.runner import _schedule, discover, makespan
 
     first, last = _schedule(discover(), tmp_path / "figures", "cpu", jobs=2)
-    seconds = [FIRST_RUN_S[b.stem] for b in first]
-    assert sorted(b.stem for b in first) == sorted(FIRST_RUN_S) and [b.stem for b in last] == ["90_scorecard"]
+    seconds = [PROTOCOLS[b.stem].first_run_s for b in first]
+    timed = sorted(name for name, p in PROTOCOLS.items() if p.first_run_s)
+    assert sorted(b.stem for b in first) == timed and [b.stem for b in last] == ["90_scorecard"]
     assert first[0].stem == "03_mitigation"
     assert makespan(seconds, 2) <= makespan(sorted(seconds, reverse=True), 2)
     assert makespan(seconds, 2) == min(makespan(p, 2) for p in itertools.permutations(seconds))

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from sinklib.architectures.moe import trained_router
 from sinklib.mitigation import training
+from sinklib.mitigation.protocol import TRAIN_CPU, TRAIN_SMOKE
 from sinklib.mitigation.tinylm import MoE, TinyConfig, TinyLM
-from sinklib.pipeline.profiles import _TRAIN_CPU, _TRAIN_SMOKE
 
 
 def test_moe_equals_sparse_dispatch():
@@ -33,15 +33,15 @@ def test_moe_equals_sparse_dispatch():
 
 def test_dense_runs_keep_their_cache_keys():
     """The MoE fields must not change the key of 03's dense runs (their cached weights would be orphaned)."""
-    assert replace(_TRAIN_CPU, precision="float32").key() == "softmax-s0-2e79b71f20fe"  # float32: as before the field
-    assert _TRAIN_CPU.key() == "softmax-s0-1c98512c4a6d"  # the CPU profile's bfloat16 autocast (issue 27)
-    moe = trained_router.moe_config(_TRAIN_CPU, seed=0)
-    assert moe.key() != _TRAIN_CPU.key() and moe.model.d_ff == _TRAIN_CPU.model.d_ff // 2
+    assert replace(TRAIN_CPU, precision="float32").key() == "softmax-s0-2e79b71f20fe"  # float32: as before the field
+    assert TRAIN_CPU.key() == "softmax-s0-1c98512c4a6d"  # the CPU profile's bfloat16 autocast (issue 27)
+    moe = trained_router.moe_config(TRAIN_CPU, seed=0)
+    assert moe.key() != TRAIN_CPU.key() and moe.model.d_ff == TRAIN_CPU.model.d_ff // 2
 
 
 def test_router_trains_and_is_measured(tmp_path, monkeypatch):
     monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
-    cfg = trained_router.moe_config(replace(_TRAIN_SMOKE, steps=6, eval_every=3), seed=1)
+    cfg = trained_router.moe_config(replace(TRAIN_SMOKE, steps=6, eval_every=3), seed=1)
     model = TinyLM(cfg.model)
     assert model.balance_loss().item() == 0.0  # no forward yet: the stored loss is zero
     r = trained_router.measure(cfg, n_seqs=8)

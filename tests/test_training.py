@@ -8,8 +8,8 @@ import torch
 
 from sinklib.core.errors import InputError
 from sinklib.mitigation import training
+from sinklib.mitigation.protocol import TRAIN_SMOKE
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
-from sinklib.pipeline.profiles import _TRAIN_SMOKE
 
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32)
 
@@ -139,9 +139,9 @@ def test_shared_batches_train_exactly_like_batches_drawn_step_by_step(monkeypatc
     """The variants of one seed share their drawn batches (issue 27); a run then equals one that draws each step."""
     from dataclasses import replace
 
-    from sinklib.pipeline.profiles import _TRAIN_SMOKE
+    from sinklib.mitigation.protocol import TRAIN_SMOKE
 
-    cfg = replace(_TRAIN_SMOKE, steps=12, eval_every=6)
+    cfg = replace(TRAIN_SMOKE, steps=12, eval_every=6)
     shared = training.train(cfg, use_cache=False, progress=False)
     monkeypatch.setattr(training, "SHARE_LIMIT", 0)  # every batch drawn in the loop
     drawn = training.train(cfg, use_cache=False, progress=False)
@@ -180,7 +180,7 @@ def test_training_loops_run_on_one_thread_whatever_the_notebook_has(monkeypatch,
         seen = []
         monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
         monkeypatch.setattr(training, "_train", lambda *a, **k: seen.append(torch.get_num_threads()) or {})
-        training.train(replace(_TRAIN_SMOKE, steps=2), use_cache=False, progress=False)
+        training.train(replace(TRAIN_SMOKE, steps=2), use_cache=False, progress=False)
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -67,7 +67,7 @@ def _cmd_figures(args) -> int:
     if args.dry_run:  # the plan only: nothing is downloaded or run
         from sinklib.core.errors import InputError
         from sinklib.pipeline.plan import format_plans, plan_run
-        from sinklib.pipeline.routing import route
+        from sinklib.pipeline.protocols import route
 
         plans = plan_run(args.profile, args.model, args.gpu_gb, args.notebooks, args.host_gb)
         try:

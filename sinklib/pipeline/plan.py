@@ -6,9 +6,9 @@
 Nothing is downloaded: model shapes come from ``data/hub_models.json`` (transcribed from each model's config.json);
 a hub id that is not listed there is read from its ``config.json`` alone when the profile may use the network, else
 the plan cannot be checked and says so. Each notebook is described by the steps that dominate its memory (what it
-runs, batch, tokens, whether attention maps are kept), read from the same :data:`sinklib.pipeline.profiles.SIZES`
-the notebook uses. A step's estimate is the weights in the notebook's dtype plus
-:func:`sinklib.core.memory.activation_bytes` (training: weights, gradients and AdamW's two moments in float32, plus
+runs, batch, tokens, whether attention maps are kept): its protocol module's ``steps`` (:mod:`sinklib.pipeline.
+protocols`), counted from the same sizes the notebook uses. A step's estimate is the weights in the notebook's dtype
+plus :func:`sinklib.core.memory.activation_bytes` (training: weights, gradients and AdamW's two moments in float32, plus
 Korthikanti et al.'s per-layer activations ``B T (34 d + 5 H T)`` bytes at 16 bits, doubled for float32).
 
 Training (03) is counted per attention variant on the meta device (:func:`sinklib.mitigation.training.
@@ -43,24 +43,20 @@ from functools import cache
 from sinklib.core.errors import InputError
 from sinklib.core.memory import activation_bytes
 from sinklib.core.paths import ROOT
+from sinklib.core.protocol import Step
 from sinklib.models.hub_access import access_problem
 from sinklib.pipeline import plan_calibration as calibration
-from sinklib.pipeline import profiles
+from sinklib.pipeline import profiles, protocols
 
 GB = 1e9
 HEADROOM = 0.9  # usable share of the device: the CUDA context, the allocator's fragmentation
 TEXT_TOKENS = 40  # a caption prompt's text tokens beside an MLLM's image tokens
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-GU_PROTOCOL = ("00_tour", "10_llm")  # float32 attention on every device (Gu et al.'s protocol)
 HOST_GB = 128.0  # host RAM assumed beside the GPU (make figures HOST_GB=...)
 
 
 GPU = calibration.H100  # the card the plan's hours are for
 BW_EFF = calibration.BW_EFF
-# 10's structural-origin chain (sinklib.architectures.llm.survey_chain, CHAIN_DRAWS draws of the placement windows):
-# ~8 forwards of a draw's windows (random tokens, the measuring pass, the super neuron's ablations, held-out
-# perplexity as it is, at the mean, at zero, position 0 only)
-CHAIN_FORWARDS = 8
 MARGIN = 1.25  # the notebook's other forwards (figures, controls, smaller steps), beyond its dominant steps
 
 
@@ -83,27 +79,6 @@ class Shape:
     offline: bool = False
     gated: bool = False  # a licence to accept on the hub page before the files can be read
     active_b: float | None = None  # MoE: parameters one token passes through (None: params_b)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One memory-dominant step of a notebook."""
-
-    what: str
-    model: str
-    batch: int
-    tokens: int
-    maps: bool = False  # attention probabilities of every layer formed (eager capture)
-    host_maps: bool = True  # ... and copied whole to the host (False: reduced on the device first)
-    hidden_states: bool = False
-    logits: bool = False
-    kv_tokens: int = 0  # a KV cache of this many tokens (decoding)
-    train: bool = False
-    calls: int = 1  # forwards of this shape (training: optimizer steps of every run)
-    call_tokens: tuple[int, ...] = ()  # when the forwards differ in length: each one's tokens (calls ignored)
-    growing: bool = False  # the KV cache grows from 0 to kv_tokens over the calls (time at the mean)
-    variant: str = ""  # training: the attention variant
-    stats: str = ""  # sink statistics taken in the forward: "first key" or "every key" (AttentionStats)
 
 
 @dataclass
@@ -172,99 +147,12 @@ def shape_of(name: str, offline: bool) -> Shape:
     return shape_from_config(name)
 
 
-def _models(run: profiles.Run, model: str, first_only: bool = False) -> tuple[str, ...]:
-    """The models a notebook loads: MODEL= alone, else the profile's list (11_moe and 12_mllm run its first)."""
-    if model:
-        return (model,)
-    models = tuple(getattr(run.sizes, "models", None) or (run.profile.model,))
-    return models[:1] if first_only else models
-
-
-def _n(items: int, batch: int) -> int:
-    return max(1, -(-items // max(1, batch)))
-
-
-def notebook_steps(notebook: str, run: profiles.Run, model: str = "") -> list[Step]:
-    """The steps of ``notebook`` that dominate its memory and time, with the run's sizes and how many forwards
-    each makes (see the module docstring): counted from the profile's sizes as the notebook spends them."""
-    r, steps = run, []
-    if notebook == "00_tour":
-        m = model or r.profile.model
-        steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
-                       calls=_n(4 * (r.num_seqs + r.control_seqs), r.batch_size)),
-                  Step("long context (O(N) statistics)", m, 1, max(r.context_lengths), stats="first key",
-                       call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
-    elif notebook == "01_utilization":
-        m = model or r.profile.model
-        per_stream = _n(r.stream_tokens, r.stream_chunk)
-        quant = _n(min(r.stream_tokens, 1024), r.stream_chunk)
-        steps += [Step("held-out perplexity", m, r.batch_size, r.eval_seq_len, logits=True,
-                       calls=_n(r.eval_seqs, r.batch_size) * 3),
-                  Step("ACT head choice (O(N) statistics)", m, r.batch_size, r.eval_seq_len, stats="every key",
-                       calls=_n(r.probe_seqs, r.batch_size)),
-                  Step("streaming, 6 sink/window caches", m, 1, r.stream_chunk, kv_tokens=r.cache_budget,
-                       calls=6 * per_stream),
-                  Step("streaming, dense reference cache", m, 1, r.stream_chunk, kv_tokens=r.stream_tokens,
-                       calls=per_stream, growing=True),
-                  Step("KV quantisation, 6 streams", m, 1, r.stream_chunk, kv_tokens=min(r.stream_tokens, 1024),
-                       calls=7 * quant, growing=True),
-                  Step("recompute baseline (window forwards)", m, 1, r.cache_budget, calls=r.recompute_points),
-                  Step("dense decoding (full KV cache)", m, 1, 1, kv_tokens=r.decode_tokens, calls=2 * r.decode_tokens,
-                       growing=True)]
-    elif notebook == "02_interpretation":
-        m = model or r.profile.model
-        steps += [Step("probe (statistics + hidden states)", m, r.batch_size, r.seq_len, hidden_states=True,
-                       calls=_n(r.probe_seqs, r.batch_size) * (4 + r.draws)),
-                  Step("perplexity under interventions", m, r.batch_size, r.eval_seq_len, logits=True,
-                       calls=_n(r.eval_seqs, r.batch_size) * (len(r.lambdas) + 4))]
-    elif notebook == "03_mitigation":
-        from sinklib.mitigation.comparison import parse_variants
-
-        for v in parse_variants(""):
-            steps.append(Step(f"training {v}, {r.train_seeds} seeds", "tinylm", r.train.batch_size, r.train.seq_len,
-                              train=True, calls=r.train_seeds * r.train.steps, variant=v))
-    elif notebook == "10_llm":
-        for m in _models(r, model):
-            steps += [Step("sink rates (attention maps)", m, r.batch_size, r.seq_len, maps=True,
-                           calls=_n(4 * (r.num_seqs + r.control_seqs) + 3 * r.placement_seqs
-                                    + 2 * (r.draw_seqs + (r.draw_windows or r.draw_seqs)), r.batch_size)),
-                      Step("long context (O(N) statistics)", m, 1, max(r.context_lengths), stats="first key",
-                           call_tokens=tuple(n for n in r.context_lengths for _ in range(r.context_windows)))]
-            from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS
-
-            chain_draws = CHAIN_DRAWS if r.draw_seqs else 1
-            steps.append(Step(f"origin chain + bias test, {chain_draws} draws", m, r.batch_size, r.seq_len,
-                              hidden_states=True, logits=True,
-                              calls=chain_draws * CHAIN_FORWARDS * _n(r.placement_seqs, r.batch_size)))
-            if r.stream_tokens:  # the trained model's three streams, then the same three on its random weights
-                steps.append(Step("Xiao et al.'s position test (2 x 3 streams)", m, 1, r.stream_chunk,
-                                  kv_tokens=r.stream_budget, calls=6 * _n(r.stream_tokens, r.stream_chunk)))
-    elif notebook == "11_moe":
-        for m in _models(r, model, first_only=True):
-            steps += [Step("routing + statistics + hidden states", m, r.batch_size, r.seq_len, hidden_states=True,
-                           calls=_n(r.num_seqs + 2 * r.draw_seqs + r.control_seqs, r.batch_size) * 2),
-                      Step("perplexity with experts pruned", m, r.batch_size, r.eval_seq_len, logits=True,
-                           calls=_n(r.eval_seqs, r.batch_size) * (r.random_draws + 4))]
-    elif notebook == "12_mllm":
-        for m in _models(r, model, first_only=True):
-            steps.append(Step("caption forward (attention maps)", m, r.batch_size, -1, maps=True, host_maps=False,
-                              calls=_n(r.heldout_digits * (3 + r.random_draws)
-                                       + 2 * r.draw_digits * (3 + r.draw_random_draws), r.batch_size)))
-    elif notebook == "13_vit":
-        for m in _models(r, model):
-            steps += [Step("photos (attention maps)", m, r.batch_size, -r.image_size, maps=True,
-                           calls=_n(len(r.photos), r.batch_size) * 6),
-                      Step("probe features", m, r.batch_size, -r.probe_size, hidden_states=True,
-                           calls=_n(r.probe_digits, r.batch_size) * 3)]
-    return steps
-
-
 def _dtype(notebook: str, run: profiles.Run) -> str:
-    """As the notebooks load: float32 for Gu et al.'s protocol and 03's training, else the profile's dtype, else
-    the device's default (:func:`sinklib.models.load.default_dtype`: bfloat16 on CUDA, float32 elsewhere)."""
-    if notebook in GU_PROTOCOL or notebook == "03_mitigation":
-        return "float32"
-    return run.dtype or ("bfloat16" if run.device.startswith("cuda") else "float32")
+    """As the notebooks load: the dtype the notebook's protocol fixes (float32 for Gu et al.'s protocol and 03's
+    training), else the profile's dtype, else the device's default (:func:`sinklib.models.load.default_dtype`:
+    bfloat16 on CUDA, float32 elsewhere)."""
+    return (protocols.protocol(notebook).dtype or run.dtype
+            or ("bfloat16" if run.device.startswith("cuda") else "float32"))
 
 
 def _tokens(step: Step, shape: Shape) -> tuple[int, str]:
@@ -408,9 +296,9 @@ def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float, h
                   check_access: bool = True) -> NotebookPlan:
     run = profiles.resolve(profile, model, None, 0, ROOT / "build" / "plan", notebook=notebook)
     dtype = _dtype(notebook, run)
-    plan = NotebookPlan(notebook, dtype, capacity_gb, cut=profiles.CUTS.get((profile, notebook), ""))
+    plan = NotebookPlan(notebook, dtype, capacity_gb, cut=protocols.protocol(notebook).cuts.get(profile, ""))
     limit = HEADROOM * capacity_gb * GB
-    for step in notebook_steps(notebook, run, model):
+    for step in protocols.protocol(notebook).steps(run, model):
         shape = None
         if not step.train:
             try:
@@ -455,12 +343,10 @@ def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}.")
     if gpu_gb <= 0:
         raise InputError(f"GPU_GB must be a positive number of GB, got {gpu_gb!r}.")
-    from sinklib.pipeline.routing import route
-
     capacity = gpu_gb if profiles.PROFILES[profile].device == "cuda" else psutil.virtual_memory().total / GB
     books = [book.stem for book in discover(only=notebooks)]
     try:
-        models, _ = route(model, books, explicit=notebooks is not None)  # MODEL= only where its family fits
+        models, _ = protocols.route(model, books, explicit=notebooks is not None)  # MODEL= only where its family fits
         unknown = ""
     except InputError as err:  # a model whose family nobody knows: every notebook is planned with it, and refused
         models, unknown = {b: model for b in books}, str(err)

@@ -326,11 +326,9 @@ class _Children:
                 p.kill()
 
 
-# The CPU profile's time budget per notebook once caches are warm (all notebooks <= 12 minutes on the
-# 2-core machine, <= 30 from empty caches); the summary prints each notebook's time against it.
-CPU_BUDGET_S = {"00_tour": 90, "01_utilization": 150, "02_interpretation": 90, "03_mitigation": 60, "10_llm": 120,
-                "11_moe": 60, "12_mllm": 90, "13_vit": 45, "90_scorecard": 15}
-# ... and every notebook together from empty caches (make figures, its setup included, <= 30 minutes).
+# Each notebook's time budget on the CPU profile once caches are warm is its protocol's ``cpu_budget_s`` (all
+# notebooks <= 12 minutes on the 2-core machine; the summary prints each notebook's time against it); every notebook
+# together from empty caches (make figures, its setup included) has <= 30 minutes.
 COLD_BUDGET_S = 30 * 60
 
 
@@ -344,18 +342,20 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
                   jobs: int = 1, cold: bool = False) -> str:
     """Notebook, status, seconds and -- on the CPU profile -- the budget and whether it was kept; with ``wall`` the
     run's wall-clock time (notebooks ran ``jobs`` at a time) against the whole budget: the warm one (the notebooks'
-    :data:`CPU_BUDGET_S` summed), or with ``cold`` (the run started from empty caches) :data:`COLD_BUDGET_S`."""
-    budgets = CPU_BUDGET_S if profile == "cpu" and jobs == 1 else {}  # two at a time: judge the wall clock
+    protocols' ``cpu_budget_s`` summed), or with ``cold`` (the run started from empty caches) :data:`COLD_BUDGET_S`."""
+    from sinklib.pipeline.protocols import protocol
+
+    judged = profile == "cpu" and jobs == 1  # two at a time: judge the wall clock
     lines = [f"{'notebook':<22}{'status':<8}{'seconds':>9}{'budget':>8}  note", "-" * 70]
     for r in results:
-        budget = budgets.get(r.name)
+        budget = protocol(r.name).cpu_budget_s if judged else None
         over = f"over budget ({r.seconds / budget:.1f}x) " if budget and r.ok and r.seconds > budget else ""
         lines.append(f"{r.name:<22}{'ok' if r.ok else 'FAILED':<8}{r.seconds:>9.1f}"
                      f"{budget if budget else '-':>8}  {over}{r.message}")
     total = sum(r.seconds for r in results)
     failed = sum(not r.ok for r in results)
     lines.append("-" * 70)
-    warm_budget = sum(CPU_BUDGET_S.get(r.name, 0) for r in results)
+    warm_budget = sum(protocol(r.name).cpu_budget_s or 0 for r in results)
     in_budget = (COLD_BUDGET_S if cold else warm_budget) if profile == "cpu" else 0
     lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s of notebook time"
                  + (f" ({jobs} at a time)" if jobs > 1 else ""))
@@ -380,10 +380,13 @@ def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
 def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float, jobs: int = 1) -> str:
     """"elapsed 3.2 min, ~5.0 min to go": the estimate sums the last run times of the notebooks still to run, divided
     by the notebooks run at once. On the CPU profile a notebook never run here counts with its time from empty caches
-    on the 2-core machine (:data:`FIRST_RUN_S`), and the estimate says how many it took from there; others are left
-    out, and the estimate says so."""
+    on the 2-core machine (its protocol's ``first_run_s``), and the estimate says how many it took from there; others
+    are left out, and the estimate says so."""
+    from sinklib.pipeline.protocols import protocol
+
     known = [last_seconds(figures_dir, b.stem, profile) for b in remaining]
-    first = [FIRST_RUN_S.get(b.stem) if t is None and profile == "cpu" else None for b, t in zip(remaining, known)]
+    first = [protocol(b.stem).first_run_s if t is None and profile == "cpu" else None
+             for b, t in zip(remaining, known)]
     estimate = (sum(t for t in known if t is not None) + sum(f for f in first if f is not None)) / jobs
     guessed = sum(f is not None for f in first)
     missing = sum(t is None and f is None for t, f in zip(known, first))
@@ -418,13 +421,6 @@ def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
     return [f"cuda:{i}" for i in range(n)] if n > 1 else []
 
 
-# Seconds each notebook takes on the 2-core machine from empty caches (CPU profile, two at a time; measured in a fresh
-# clone's make figures), for the order of a first run, when figures/ holds no times yet
-# (:func:`best_order`: 03's 24 trainings and 10's conversions start at once, not last), and for its progress estimate.
-FIRST_RUN_S = {"03_mitigation": 1028, "10_llm": 806, "12_mllm": 476, "11_moe": 339, "01_utilization": 311,
-               "02_interpretation": 197, "00_tour": 161, "13_vit": 62}
-
-
 def makespan(seconds: Sequence[float], jobs: int) -> float:
     """When the last of ``seconds`` (in this order) ends if each starts on the first of ``jobs`` workers to be free --
     what a pool of ``jobs`` threads does with a list of notebooks."""
@@ -453,14 +449,18 @@ def best_order(seconds: Sequence[float], jobs: int, exhaustive: int = 8) -> list
 
 
 def _schedule(books: list[Path], figures_dir: Path, profile: str, jobs: int = 2) -> tuple[list[Path], list[Path]]:
-    """(notebooks that can run side by side, in the order that finishes soonest by their last run's seconds
-    (:func:`best_order`; a notebook never timed here goes first); notebooks that read the others' results, run after
-    them in their numbered order -- 90_scorecard)."""
+    """(notebooks that can run side by side, in the order that finishes soonest by their last run's seconds, else
+    their protocol's ``first_run_s`` -- the seconds each takes on the 2-core machine from empty caches, two at a time,
+    measured in a fresh clone's make figures, so that in a first run 03's 24 trainings and 10's conversions start at
+    once, not last (:func:`best_order`; a notebook never timed goes first); notebooks that read the others' results,
+    run after them in their numbered order -- 90_scorecard)."""
     import papermill as pm
+
+    from sinklib.pipeline.protocols import protocol
 
     last = [b for b in books if "figures_dir" in pm.inspect_notebook(str(b))]
     first = [b for b in books if b not in last]
-    seconds = [last_seconds(figures_dir, b.stem, profile) or FIRST_RUN_S.get(b.stem) for b in first]
+    seconds = [last_seconds(figures_dir, b.stem, profile) or protocol(b.stem).first_run_s for b in first]
     unknown = [b for b, s in zip(first, seconds) if s is None]
     timed = [(b, s) for b, s in zip(first, seconds) if s is not None]
     order = best_order([s for _, s in timed], jobs)
@@ -483,7 +483,7 @@ def run_all(
     if profile not in PROFILES:  # refused here, before any kernel starts
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
     books = discover(notebook_dir, only)
-    from sinklib.pipeline.routing import route
+    from sinklib.pipeline.protocols import route
 
     models, line = route(model, [b.stem for b in books], explicit=only is not None)
     if line:

@@ -415,7 +415,8 @@ def what_would_settle(r: Row) -> str:
     a stand-in (which ones), the GPU profile (the paper's sizes), a control that fails, a value clear of its margin
     (how far it is now, and what would move it: seeds for a model trained here, windows for a pretrained one), draws
     that agree, or what the note names. Empty for "holds" and "does NOT hold"."""
-    from sinklib.pipeline.profiles import MLLM_MODELS, MOE_MODELS
+    from sinklib.architectures.mllm.protocol import MLLM_MODELS
+    from sinklib.architectures.moe.protocol import MOE_MODELS
 
     if r.verdict in ("holds", "does NOT hold"):
         return ""

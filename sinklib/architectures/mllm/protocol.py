@@ -11,7 +11,9 @@ from sinklib.models import tiny_hub
 
 
 @dataclass(frozen=True)
-class MllmSizes:  # 12_mllm
+class MllmSizes:
+    """12_mllm's size knobs in one profile (a :class:`~sinklib.pipeline.profiles.Run` reads them through)."""
+
     models: tuple[str, ...]  # MLLMs: the notebook runs the first; MODEL= runs another
     heldout_digits: int  # digits the projector never saw, with their captions
     zero_shot_digits: int  # digits scored against the 10 digit captions (stand-in sanity check)
