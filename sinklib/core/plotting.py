@@ -101,7 +101,8 @@ def figure_title(fig: Figure) -> str:
     return next((" ".join(t.split()) for t in texts if t and t.strip()), "")
 
 
-def _np(x) -> np.ndarray:
+def to_numpy(x) -> np.ndarray:
+    """A tensor (any device, any dtype) or array-like as a float NumPy array, for matplotlib."""
     return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
 
 
@@ -124,7 +125,7 @@ def attention_grid(
 
     maps: (len(layers), H, T, T) probabilities; ``heads`` picks the columns shown.
     """
-    A = _np(maps)
+    A = to_numpy(maps)
     T = A.shape[-1]
     labelled = tokens is not None and T <= 32
     # inches per panel: room for one readable 6-pt label per token (8.5 pt a row), at least 2.6
@@ -156,7 +157,7 @@ def attention_grid(
 
 def alpha_heatmap(alphas, title: str = "", eps: float | None = 0.3, key_label: str = "first token") -> Figure:
     """Layer x head heatmap of alpha_k (mean attention to key k); cells above ``eps`` are dotted."""
-    a = _np(alphas)  # (L, H)
+    a = to_numpy(alphas)  # (L, H)
     L, H = a.shape
     fig, ax = plt.subplots(figsize=(min(1.0 + 0.45 * H, 8), 1.2 + 0.17 * L))
     im = ax.imshow(a, aspect="auto", vmin=0, vmax=1, cmap="viridis", interpolation="nearest")

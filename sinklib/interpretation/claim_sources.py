@@ -1,5 +1,5 @@
 """What each rule of ``02_interpretation`` transcribes (``follows``), how it departs from its paper (``adapted``) and
-what the paper predicts at random initialisation (``at_init``), with :func:`_claim`, which stamps them on a record
+what the paper predicts at random initialisation (``at_init``), with :func:`notebook_claim`, which stamps them on a record
 (rules: :mod:`sinklib.interpretation.origin_claims` and :mod:`sinklib.interpretation.sun_claims`; each rule declares
 its numbers' kinds in ``quantities`` beside it, and stores an index through :func:`index`).
 """
@@ -91,7 +91,7 @@ def index(i) -> int | None:
     return None if i is None else int(i)
 
 
-def _claim(claim_id: str, **fields) -> Claim:
+def notebook_claim(claim_id: str, **fields) -> Claim:
     """A :class:`Claim` of this notebook, with its rule's ``follows`` / ``adapted`` / ``at_init``."""
     return Claim(id=claim_id, follows=FOLLOWS[claim_id], adapted=ADAPTED[claim_id], at_init=AT_INIT[claim_id],
                  **fields)

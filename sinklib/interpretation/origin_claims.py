@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
 from sinklib.core.results import number_matches
-from sinklib.interpretation.claim_sources import EPS, ORIGIN, _claim, index
+from sinklib.interpretation.claim_sources import EPS, ORIGIN, index, notebook_claim
 
 # What each number of a claim is (:mod:`sinklib.core.quantities`): paths into ``measured`` (and ``control_measured``),
 # ``@spread`` the draws' values (:func:`~sinklib.core.claims.over_draws`' key, named where the draws are combined).
@@ -33,7 +33,7 @@ def variance_discrepancy(ratio_t0: Sequence[float], t0_is_max: Sequence[bool]) -
     """Link 1: under the causal mask o_0 = v_0, so the first position's head output varies most across inputs in
     the first layer. Rule: in layer 0, Var at t = 0 is the largest of all positions and > 2x the second half's mean.
     ``ratio_t0``, ``t0_is_max``: per early layer."""
-    return _claim("origin.variance_discrepancy", source=f"{ORIGIN}, Section 3",
+    return notebook_claim("origin.variance_discrepancy", source=f"{ORIGIN}, Section 3",
                   statement="the first position's head output varies most across inputs (first layer)",
                   rule="layer 0: Var at t = 0 is the largest position and > 2x the mean of the second half",
                   published=None, measured={"ratio_t0_to_second_half": list(ratio_t0), "t0_is_max": list(t0_is_max)},
@@ -59,7 +59,7 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
     judged (``massive_onset=None``)."""
     ref = paper["super_neuron"]
     if neuron is None:
-        return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
+        return notebook_claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
                       published=ref, measured=None, holds=False, note="no neuron meets the super-neuron criterion",
                       quantities=SUPER_NEURON_QUANTITIES)
     in_order = massive_onset is None or neuron.layer <= massive_onset
@@ -70,7 +70,7 @@ def super_neuron(neuron, massive_dims: Sequence[int], paper: dict, massive_onset
     order = ("" if massive_onset is None else
              f"; the first token's value onset (|v| > 100, doubling) is layer {massive_onset}" + (
                  "" if in_order else ", before this neuron's layer: it cannot have written it first"))
-    return _claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
+    return notebook_claim("origin.super_neuron", source=f"{ORIGIN}, Section 4", statement=_SUPER, rule=_SUPER_RULE,
                   published=ref, measured={"layer": int(neuron.layer), "neuron": int(neuron.neuron),
                                            "write_dims": [int(d) for d in neuron.write_dims],
                                            "selectivity": neuron.selectivity, "write_share": neuron.write_share,
@@ -134,7 +134,7 @@ def disparity_then_sink(onset: Sequence[int], sink_onset: int | None, dom_ratio_
              + (" (the sink forms before the value it is said to follow)" if sink_onset < reader else ""))
     sun_measured = sun_onset is not None if sun_measured is None else sun_measured
     sun = _against_sun(sink_onset, sun_onset) if sun_measured else "where Sun et al.'s criterion holds was not measured"
-    return _claim("origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
+    return notebook_claim("origin.dimension_disparity", source=f"{ORIGIN}, Section 4",
                   statement="the sink follows the first token's value onset (|v| > 100 on a massive dimension, not "
                             "Sun et al.'s 1000x criterion), where its DomRatio jumps",
                   rule="sink onset 0-2 layers after the first attention that reads the first token's value onset "
@@ -239,7 +239,7 @@ def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_head
     auc, low, high = cos_separation if cos_separation is not None else (float("nan"),) * 3
     separated = auc >= LOCK_AUC and low > LOCK_LOW  # False for NaN (no sink head, or not measured)
     holds = n_sink_heads > 0 and positive[0] > 0.9 and separated
-    return _claim("origin.lock_in", source=f"{ORIGIN}, Section 4",
+    return notebook_claim("origin.lock_in", source=f"{ORIGIN}, Section 4",
                   statement="in sink heads the queries align with the first token's fixed key and score it positively",
                   rule=f"> 90% positive q_t . k_0 in sink heads, and sink heads' |cos(top query direction, k_0)| "
                        f"above the others' (AUC >= {LOCK_AUC}, 95% bootstrap low end > {LOCK_LOW})",
@@ -277,7 +277,7 @@ def self_only_sink(share_before: float, share_after: float, position: int) -> Cl
     """Intervention (i): token k attending only to itself becomes a sink. Rule: > 20% of heads have mean alpha_k
     > 0.3 after the edit, and more than 5x as many as before."""
     holds = share_after > 0.2 and share_after > 5 * share_before
-    return _claim("origin.self_only_creates_sink", source=f"{ORIGIN}, Section 5",
+    return notebook_claim("origin.self_only_creates_sink", source=f"{ORIGIN}, Section 5",
                   statement=f"a token made to attend only to itself (position {position}) becomes a sink",
                   rule="sink heads for position k (mean alpha_k > 0.3): > 20% of heads, and > 5x as many as before",
                   published="becomes a sink", measured={"sink_heads_before": share_before,
@@ -300,7 +300,7 @@ def amplification(lambdas: Sequence[float], centred: Sequence[float], control: S
     monotone = all(b >= a - 0.005 for a, b in zip(centred, centred[1:]))
     rise, rise_ctl = centred[-1] / max(centred[0], 1e-9), control[-1] / max(control[0], 1e-9)
     peak = max(centred)
-    return _claim("origin.amplification_monotone", source=f"{ORIGIN}, Section 5",
+    return notebook_claim("origin.amplification_monotone", source=f"{ORIGIN}, Section 5",
                   statement="amplifying token k's variance raises its sink score monotonically; plain scaling does not",
                   rule="monotone (no drop > 0.005), > 2x rise, control's rise < half of it",
                   published="monotone rise", measured={"lambdas": list(lambdas), "centred": list(centred),

@@ -12,14 +12,14 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, _np
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, to_numpy
 
 
 def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
     """Per-position variance of head outputs before W_O (left) and after W_O (right), one line per layer, each
     divided by its value at t = 0, with the 1/(t+1) an average of t+1 independent values would give (dashed)."""
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, sharey=True, layout="constrained")
-    for ax, data, name in zip(axes, (_np(before), _np(after)), ("before W_O (head outputs)", "after W_O")):
+    for ax, data, name in zip(axes, (to_numpy(before), to_numpy(after)), ("before W_O (head outputs)", "after W_O")):
         T = data.shape[-1]
         for row, layer in zip(data, layers):
             ax.semilogy(row / row[0], label=f"layer {layer}")
@@ -37,16 +37,16 @@ def super_neuron(by_position: Mapping[str, object], w_down, label: str, massive_
     """A super neuron: |activation| by position, cosine of the normalised input with its gate/up rows by position,
     and its W_down column by residual dimension (largest entries labelled; massive dimensions marked)."""
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0))
-    act = _np(by_position["activation"])
+    act = to_numpy(by_position["activation"])
     axes[0].semilogy(act, "o-", ms=2.5, color=SINK_COLOR)
     axes[0].set_xlabel("position t"), axes[0].set_ylabel("mean |activation|"), axes[0].set_title("activation")
     for key, name in (("cos_gate", "gate row"), ("cos_up", "up row")):
         if key in by_position:
-            axes[1].plot(_np(by_position[key]), "o-", ms=2.5, label=name)
+            axes[1].plot(to_numpy(by_position[key]), "o-", ms=2.5, label=name)
     axes[1].axhline(0, color="grey", lw=0.8)
     axes[1].set_xlabel("position t"), axes[1].set_ylabel("cos(x_t, w)"), axes[1].set_title("alignment")
     axes[1].legend()
-    w = np.abs(_np(w_down))
+    w = np.abs(to_numpy(w_down))
     axes[2].plot(w, lw=0.7, color="grey")
     for rank, d in enumerate(np.argsort(-w)[:top]):
         color = SINK_COLOR if d in massive_dims else "black"
@@ -65,7 +65,7 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
     layer l; dotted lines at the layers where the massive activation appears or jumps; a solid line at the super
     neuron's layer, when given."""
     fig, axes = plt.subplots(3, 1, figsize=(7.5, 6.5), sharex=True)
-    c = {k: _np(v) for k, v in chain.items()}
+    c = {k: to_numpy(v) for k, v in chain.items()}
     axes[0].semilogy(c["dom_first"], "o-", ms=3, color=SINK_COLOR, label="first token: $h^l$")
     axes[0].semilogy(c["dom_normed_first"], "^--", ms=3, color=SINK_COLOR, alpha=0.6,
                      label="first token: RMSNorm($h^l$), input of layer l+1")
@@ -100,8 +100,8 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
 
 def lock_in(cos, positive, alpha, title: str = "") -> Figure:
     """Per head: |cos(top query direction, k_0)| and the fraction of positive q_t . k_0 against the head's alpha_0."""
-    a, c, p = _np(alpha).ravel(), _np(cos).ravel(), _np(positive).ravel()
-    layers = np.repeat(np.arange(_np(alpha).shape[0]), _np(alpha).shape[1])
+    a, c, p = to_numpy(alpha).ravel(), to_numpy(cos).ravel(), to_numpy(positive).ravel()
+    layers = np.repeat(np.arange(to_numpy(alpha).shape[0]), to_numpy(alpha).shape[1])
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True)
     for ax, y, name in zip(axes, (c, p), ("|cos(top query direction, k_0)|", "fraction of q_t . k_0 > 0")):
         sc = ax.scatter(a, y, c=layers, s=10, cmap="viridis")
@@ -117,7 +117,7 @@ def attention_before_after(before, after, key: int, title: str = "", floor: floa
     """One head's attention map before and after an intervention; columns 0 and ``key`` outlined."""
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.8), layout="constrained")
     norm = LogNorm(vmin=floor, vmax=1.0)
-    for ax, A, name in zip(axes, (_np(before), _np(after)), ("before", "after")):
+    for ax, A, name in zip(axes, (to_numpy(before), to_numpy(after)), ("before", "after")):
         T = A.shape[-1]
         masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, floor, 1))
         im = ax.imshow(masked, norm=norm, interpolation="nearest")
@@ -134,7 +134,7 @@ def alpha_before_after(series: Mapping[str, Sequence[float]], key: int, title: s
     """alpha_key per layer (mean over heads) for several conditions (before / after interventions)."""
     fig, ax = plt.subplots(figsize=(7.0, 3.0))
     for name, vals in series.items():
-        ax.plot(_np(vals), "o-", ms=3, label=name)
+        ax.plot(to_numpy(vals), "o-", ms=3, label=name)
     ax.axhline(0.3, ls="--", lw=1, color="grey", label="eps = 0.3")
     ax.set_xlabel("layer"), ax.set_ylabel(f"alpha of position {key}\n(mean over heads)"), ax.set_ylim(0, 1)
     ax.legend()
@@ -214,13 +214,13 @@ def perplexities(values: Mapping[str, float], title: str = "", reference: Mappin
 def sink_as_bias(value_norm_ratio, sink_term_spread, alpha, title: str = "") -> Figure:
     """Per head against alpha_0: the sink's value norm relative to other tokens', and the spread of its term
     c_t = A_t0 v_0 over queries relative to the term's size (0 = a constant vector, an exact bias)."""
-    a = _np(alpha).ravel()
+    a = to_numpy(alpha).ravel()
     sink = a > 0.3
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.4), sharex=True, layout="constrained")
     panels = ((value_norm_ratio, "|v_0| / mean_j |v_j|", 1.0), (sink_term_spread, "spread of c_t / |c_t|  (c_t = A_t0 v_0)",
                                                                 None))
     for ax, (vals, label, ref) in zip(axes, panels):
-        v = _np(vals).ravel()
+        v = to_numpy(vals).ravel()
         ax.scatter(a[~sink], v[~sink], s=10, color="grey", alpha=0.6, label="other heads")
         ax.scatter(a[sink], v[sink], s=10, color=SINK_COLOR, label="sink heads (alpha > 0.3)")
         if ref is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
 from sinklib.core.takeaways import layer_ranges, num
-from sinklib.interpretation.claim_sources import ORIGIN, SUN, _claim, index
+from sinklib.interpretation.claim_sources import ORIGIN, SUN, index, notebook_claim
 
 RARE_SITES = 2.0  # "a few": at most this many positions t >= 1 per window, on average, in every layer where it is met
 
@@ -66,7 +66,7 @@ def massive_by_sun(massive, sites=None, max_later_sites: float = RARE_SITES) -> 
                     f"{sites.seq_len - 1} later positions per window (layer {worst})")
         note = (f"{head}; share of the tokens after position 0 that hold it, layer by layer from layer {met[0]}: "
                 f"{where}")
-    return _claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
+    return notebook_claim("sun2024.massive_activations", source=f"{SUN}, Section 2",
                   statement="a few hidden-state entries exceed |h| > 100 and 1000x the median |h| of their layer's "
                             "output",
                   rule=rule, published="|h| > 100 and > 1000x median, at the starting token and the first delimiter",
@@ -149,7 +149,7 @@ def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, 
     if densest_later is not None:
         measured["densest_later_sites"] = {"layer": densest_later[0], "per_window": densest_later[1]}
     quantities = BIAS_QUANTITIES | {name: q.loss("ppl") for name in ppl}
-    return _claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
+    return notebook_claim("sun2024.massive_activations_are_bias", source=f"{SUN}, Table 3",
                   statement="massive activations set to their mean leave the model unchanged; set to zero break it",
                   rule=f"ppl(mean) within {MEAN_TOLERANCE:.0%} of the original, ppl(zero) > {ZERO_BREAKS:g}x; on a "
                        f"model whose position 0 is the same BOS in every window the mean edit is judged on the later "
@@ -164,7 +164,7 @@ def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
     (:func:`sinklib.interpretation.massive_activations.separation`)."""
     holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
     measured = {IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()}
-    return _claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
+    return notebook_claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
                   statement="a sink head's first-token term is small in value and nearly constant: an additive bias",
                   rule="separation (Mann-Whitney AUC) of sink vs other heads >= 0.75 for |v_0| and the term's spread",
                   published=None, measured=measured,

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, _np
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, to_numpy
 from sinklib.mitigation.comparison import curve, rate_band
 
 
@@ -204,7 +204,7 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
                              layout="constrained")
     norm, im = LogNorm(vmin=floor, vmax=1.0), None
     for ax, (name, A) in zip(axes.flat, maps.items()):
-        A = _np(A)
+        A = to_numpy(A)
         T = A.shape[-1]
         rest = np.clip(1 - np.tril(A).sum(-1), 0, 1)  # (T,)
         wide = np.full((T, T + 2), np.nan)

@@ -144,7 +144,7 @@ def qwen2_vl():
     return Qwen2VLForConditionalGeneration(config), inputs
 
 
-def _byte_lm(config_cls, model_cls, **fields):
+def byte_lm(config_cls, model_cls, **fields):
     """A tiny causal LM over the byte tokenizer's 258 ids, for code paths that need real text (GPU-profile families)."""
     config = config_cls(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257, **fields)
     return model_cls(config), {"input_ids": _ids()}
@@ -153,28 +153,28 @@ def _byte_lm(config_cls, model_cls, **fields):
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return _byte_lm(GPT2Config, GPT2LMHeadModel, n_embd=32, n_layer=2, n_head=4, n_positions=2048)
+    return byte_lm(GPT2Config, GPT2LMHeadModel, n_embd=32, n_layer=2, n_head=4, n_positions=2048)
 
 
 def opt():
     from transformers import OPTConfig, OPTForCausalLM
 
-    return _byte_lm(OPTConfig, OPTForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    return byte_lm(OPTConfig, OPTForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     ffn_dim=48, word_embed_proj_dim=32, max_position_embeddings=2048)
 
 
 def gpt_neox():
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    return _byte_lm(GPTNeoXConfig, GPTNeoXForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    return byte_lm(GPTNeoXConfig, GPTNeoXForCausalLM, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=48, max_position_embeddings=2048)
 
 
 def byte_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    ids = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")  # the byte tokenizer's, set by _byte_lm
-    return _byte_lm(LlamaConfig, LlamaForCausalLM, **{k: v for k, v in _text().items() if k not in ids})
+    ids = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")  # the byte tokenizer's, set by byte_lm
+    return byte_lm(LlamaConfig, LlamaForCausalLM, **{k: v for k, v in _text().items() if k not in ids})
 
 
 BYTE_LMS = {"gpt2": gpt2, "opt": opt, "gpt_neox": gpt_neox, "byte_llama": byte_llama}

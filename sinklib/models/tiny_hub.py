@@ -40,10 +40,10 @@ def _snapshot(cache: Path, repo_id: str) -> Path:
 
 
 def _byte_causal_lm(config_cls, model_cls, **fields):
-    """:func:`tiny._byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
+    """:func:`tiny.byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
     from sinklib.models.bytetok import byte_tokenizer
 
-    model, _ = tiny._byte_lm(config_cls, model_cls, **fields)
+    model, _ = tiny.byte_lm(config_cls, model_cls, **fields)
     return model, byte_tokenizer()
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sinklib.core.figure_layout import describe_drawn
-from sinklib.core.plotting import _np
+from sinklib.core.plotting import to_numpy
 
 # a fixed colour and style per method, so the dense reference is never hidden under another line
 METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
@@ -82,12 +82,12 @@ def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32, 
     for name, cost in costs.items():
         rounds = list(cost) if isinstance(cost, (list, tuple)) else [cost]
         n_rounds = len(rounds)
-        secs = np.median(np.stack([_np(c.seconds) for c in rounds]), axis=0) * 1000
+        secs = np.median(np.stack([to_numpy(c.seconds) for c in rounds]), axis=0) * 1000
         width = min(smooth, len(secs))
         # each mean drawn at the last step it covers: the x-axis counts steps as the cache-size panel does
         axes[0].plot(np.arange(width - 1, len(secs)), np.convolve(secs, np.ones(width) / width, mode="valid"),
                      label=name)
-        axes[1].plot(_np(rounds[0].cache_bytes) / 2**20, label=name)
+        axes[1].plot(to_numpy(rounds[0].cache_bytes) / 2**20, label=name)
         n_steps = len(secs)
     if timed_steps:
         axes[0].axvspan(n_steps - timed_steps, n_steps - 1, color="grey", alpha=0.12, lw=0,
@@ -140,7 +140,7 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
     end: an average of a handful of weights), marked apart and not counted as sinks; the edge is shaded.
     One line per condition shows, at a glance, how much each key lost or gained -- a whole T x T map would not.
     """
-    b, a = _np(before), _np(after)
+    b, a = to_numpy(before), to_numpy(after)
     T = b.shape[-1]
     seen = T - np.arange(T)  # queries that see key j under a causal mask
     mb, ma = b.sum(0) / seen, a.sum(0) / seen
