@@ -165,6 +165,47 @@ def unmeasured(markdown: str) -> bool:
     return bool(re.search(r"\d", body)) and measurement_size(markdown) is None
 
 
+def say(title: str, *sentences: str) -> str:
+    """Write a takeaway in the notebook cell it concludes and display it: ``say(f"{model}, {num(n)} windows",
+    f"The sink rate is {pct(rate)} ...", ...)`` shows "**What we saw (title).** s1 s2 ..." and returns it. Every
+    number in it is formatted from the run's values (``num``, ``pct``, ``span``, ``compare``, ``verdict``); digits
+    typed into its literal text are refused by the tests (:func:`typed_numbers`) unless they cite a paper."""
+    markdown = paragraph(title, *sentences)
+    show(markdown)
+    return markdown
+
+
+# digits a takeaway's literal text may carry: citations of a paper's table, figure, equation, year or model size,
+# and the notebook's own section numbers -- never a measured value
+CITED = re.compile(r"(?:Table|Tables|Figure|Fig\.|Eq\.|equation|section|sections|Section|arXiv:?|et al\.,?)\s*[\d.]+"
+                   r"(?:\s*(?:and|-|,)\s*\d+)*|\b\d+(?:\.\d+)?[BM]\b|\b\d+-\d+B\b|\b(?:19|20)\d\d[a-z]?\b")
+
+
+def typed_numbers(source: str, calls: Sequence[str] = ("say", "paragraph")) -> list[str]:
+    """The digits typed into the literal text of every ``say(...)`` / ``paragraph(...)`` call in ``source`` (a
+    notebook's code), beyond those :data:`CITED` allows, and every literal number formatted into one (``{num(0.7)}``):
+    a takeaway's numbers must come from the run. Returns one line per offence (empty: fine)."""
+    import ast
+
+    problems: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in calls):
+            continue
+        for arg in node.args:
+            for part in ast.walk(arg):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    typed = re.findall(r"\d[\d.,]*", CITED.sub("", part.value))
+                    if typed:
+                        problems.append(f"line {part.lineno}: typed {typed} in {part.value[:60]!r}")
+                elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Constant) \
+                        and isinstance(part.value.value, (int, float)):
+                    problems.append(f"line {part.lineno}: a literal {part.value.value} formatted into a takeaway")
+                elif isinstance(part, ast.Call) and getattr(part.func, "id", "") in ("num", "pct") and part.args \
+                        and isinstance(part.args[0], ast.Constant):
+                    problems.append(f"line {part.lineno}: {part.func.id}({part.args[0].value!r}) of a literal")
+    return problems
+
+
 def show(markdown: str) -> None:
     """Display a rendered takeaway as Markdown in the notebook (print it outside IPython)."""
     try:
