@@ -54,15 +54,14 @@ seed = 0
 out_dir = "../figures/00_tour"
 
 # %%
-import gc
-import time
-
-from sinklib.core import analysis, plotting, takeaways
+from sinklib.core import analysis, plotting
 from sinklib.core.data import INPUT_KINDS, make_inputs
+from sinklib.core.metrics import SUN_MIN_ABS, SUN_MIN_RATIO
+from sinklib.core.pooled import LEVEL
 from sinklib.core.results import load_reference, sink_rate_table
-from sinklib.models.random_init import random_weights
+from sinklib.core.takeaways import claim_line, compare, layer_ranges, num, pct, say, span, windows
 from sinklib.pipeline import notebook
-from sinklib.utilization import takeaways as saw  # the "What we saw" paragraphs, rendered from the results
+from sinklib.utilization import tour
 
 nb = notebook.start("00_tour", profile, model, device, seed, out_dir, families="llm",
                     dtype="float32")  # Gu et al.'s protocol: float32 attention
@@ -90,7 +89,15 @@ print("mean attention to the first token (queries 1..T-1) in the layers shown:",
       {layer: round(float(v), 3) for layer, v in zip(layers, first_col)})
 
 # %%
-takeaways.show(saw.tour_maps(dict(zip(layers, first_col.tolist())), len(ids), lm.label))
+share = dict(zip(layers, first_col.tolist()))  # {layer shown: mean attention of the later queries to the first token}
+most, least, first_layer, last_layer = max(share, key=share.get), min(share, key=share.get), layers[0], layers[-1]
+say(f"{lm.label}, one {num(len(ids))}-token window",
+    f"In the layers shown the later queries give the first token {span(list(share.values()), 2)} of their attention: "
+    f"most in layer {most} ({num(share[most], 2)}), least in layer {least} ({num(share[least], 2)}).",
+    f"The first layer shown, {first_layer}, gives it "
+    f"{compare(share[first_layer], share[last_layer], 'more', 'less', 'as much')} than the last, {last_layer} "
+    f"({num(share[first_layer], 2)} against {num(share[last_layer], 2)}).",
+    "One window, so read the pattern, not the exact values; section 2 averages many.")
 
 # %% [markdown]
 # **Reading it.** On SmolLM2 the first layers attend mostly locally (a bright diagonal), while in the deep
@@ -155,11 +162,20 @@ print(f"Takeaway: sink rate {100 * natural.sink_rate:.1f}% on natural text (head
          else "no layer's mean alpha_0 exceeds 0.3."))
 
 # %%
-gu_ref = load_reference("gu2024_sink_rates")
-takeaways.show(saw.tour_sink_rate(natural.sink_rate, natural.alpha_first_by_layer, natural.eps,
-                                  analysis.ContextSweep.uniform_baseline(run.seq_len), onset, run.num_seqs,
-                                  run.seq_len, lm.label,
-                                  {m: gu_ref["models"][m]["natural"] for m in gu_ref["llama_family"]}))
+gu = load_reference("gu2024_sink_rates")
+gu_natural = [gu["models"][m]["natural"] for m in gu["llama_family"]]  # Gu et al.'s Llama-family rates
+eps, uniform = natural.eps, analysis.ContextSweep.uniform_baseline(run.seq_len)
+quiet = [i for i, a in enumerate(natural.alpha_first_by_layer) if a <= eps]  # layers whose mean stays at or below
+say(f"{lm.label}, {num(run.num_seqs)} natural windows of {num(run.seq_len)} tokens",
+    f"The sink rate is {pct(natural.sink_rate, 3)}: that share of (sequence, layer, head) triples gives the first "
+    f"token more than {eps:g} of its attention, where uniform attention would give it {num(uniform, 2)} -- "
+    f"{compare(uniform, eps, 'above', 'below', 'at')} the threshold.",
+    (f"The layer means first exceed {eps:g} at layer {onset}; " if onset is not None
+     else f"No layer's mean alpha of the first token exceeds {eps:g}; ")
+    + (f"{len(quiet)} of {lm.n_layers} layers stay at or below it (layers {quiet})." if quiet
+       else "from there on every layer stays above it."),
+    f"Gu et al. report {pct(min(gu_natural), 3)}-{pct(max(gu_natural), 3)} for 7-8B Llama-family models; this rate "
+    f"is {compare(natural.sink_rate, min(gu_natural), 'higher than', 'lower than', 'equal to')} the lowest of them.")
 
 # %% [markdown]
 # **Reading it.** The heatmap shows where the sink lives: almost no head in the first layers, most heads
@@ -174,7 +190,6 @@ takeaways.show(saw.tour_sink_rate(natural.sink_rate, natural.alpha_first_by_laye
 
 # %%
 measured = {kind: p.sink_rate for kind, p in profiles_by_kind.items()}
-gu = load_reference("gu2024_sink_rates")
 table = sink_rate_table(measured, lm.label, gu)
 display(table)  # noqa: F821 -- IPython builtin
 with plotting.style():
@@ -202,29 +217,26 @@ with plotting.style():
 # the sink emerges in training, so the rule must fail there.
 
 # %%
-started = time.perf_counter()
-random_profiles = [profiles_by_kind["random"]] + [
-    analysis.profile_sinks(lm, make_inputs(lm, "random", run.control_seqs, run.seq_len, s), input_name="random",
-                           batch_size=run.batch_size)
-    for s in (run.seed + 1, run.seed + 2)]
-random_draws = [p.sink_rate for p in random_profiles]  # each seed's rate
-shape_pooled = analysis.llama_family_shape_pooled(  # every seed's sequences pooled, a bootstrap interval over them
-    measured, [p.sink_rate_by_sequence for p in random_profiles], gu, run.seed,
-    f"3 seeds of random tokens ({run.num_seqs}, {run.control_seqs}, {run.control_seqs} sequences)")
-control_lm = random_weights(lm, run.seed)
-control_rates = {kind: analysis.profile_sinks(control_lm, make_inputs(control_lm, kind, run.control_seqs, run.seq_len,
-                                                                      run.seed),
-                                              input_name=kind, batch_size=run.batch_size).sink_rate
-                 for kind in INPUT_KINDS}
-del control_lm
-gc.collect()
-shape = record.add(shape_pooled, control=analysis.llama_family_shape(control_rates, gu))
-extra_seconds = time.perf_counter() - started
-print(f"random weights: sink rates {control_rates}; draws and control took {extra_seconds:.0f} s")
+judged = tour.judge_input_shape(lm, profiles_by_kind, gu, run.seed, run.seq_len, run.control_seqs, run.batch_size)
+shape = record.add(judged.claim, control=judged.control)
+print(f"random weights: sink rates {judged.control_rates}; draws and control took {judged.seconds:.0f} s")
 
 # %%
-takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT2-XL"]["repeated"], random_draws,
-                                    run.num_seqs, run.seq_len))
+pooled_rate, (low, high) = shape.measured["random"], shape.spread["intervals"]["random"]  # all draws' sequences
+draws = judged.random_draws
+table1 = "the Llama-family shape of Gu et al.'s Table 1"
+verdict_words = (f"whether this is {table1} is unsettled" if shape.unsettled else table1 if shape.holds
+                 else f"not {table1}")
+contrast = "GPT2-XL"  # Gu et al.'s model that keeps its sink on a repeated token
+contrast_repeated = gu["models"][contrast]["repeated"]
+say(f"{lm.label}, {num(run.num_seqs)} windows of {num(run.seq_len)} tokens per input type",
+    f"Natural text {pct(measured['natural'], 3)}, random tokens {pct(measured['random'], 3)} "
+    f"({span([100 * d for d in draws], 3)}% over {len(draws)} draws; {pct(pooled_rate, 3)} on all draws' sequences "
+    f"pooled, {pct(LEVEL)} interval {pct(low, 3)}-{pct(high, 3)}), one token repeated "
+    f"{pct(measured['repeated'], 3)}: {verdict_words}.",
+    f"{claim_line(shape)}.",
+    f"{contrast} keeps {pct(contrast_repeated)} even on repeated tokens in that table; this model keeps "
+    f"{compare(measured['repeated'], contrast_repeated, 'more', 'less', 'as much')} there.")
 
 # %% [markdown]
 # **Reading it.** GPT2-XL's learned absolute position embeddings still single out the first position when every
@@ -233,21 +245,25 @@ takeaways.show(saw.tour_input_shape(measured, shape, lm.label, gu["models"]["GPT
 # %% [markdown]
 # ## 4 · Massive activations (Sun et al., arXiv 2402.17762)
 # Sun et al. find a few hidden-state entries that are enormous: $|h_j| > 100$ and about $1000\times$ the median
-# $|h|$ of the layer's output (their code takes `torch.median` over the whole $(1, T, d)$ output), on a few fixed dimensions, at the first token and the first delimiter; they argue that
-# they act as a bias. Whether they *cause* the sink is `02_interpretation`'s question; here we only look. Below:
-# per layer, the largest $|h^l_{t,j}|$ over the natural batch and the median $|h|$ of that layer's output, labelled with the
-# dimension $j$ (found automatically, not given).
+# $|h|$ of the layer's output (their code takes `torch.median` over the whole $(1, T, d)$ output), on a few fixed
+# dimensions, at the first token and the first delimiter; they argue that they act as a bias. Whether they *cause*
+# the sink is `02_interpretation`'s question; here we only look. Below: per layer, the largest $|h^l_{t,j}|$ over the
+# natural batch and the median $|h|$ of that layer's output, labelled with the dimension $j$ (found automatically, not
+# given).
 
 # %%
 ext = natural.extremes
 with plotting.style():
     fig = plotting.massive_by_layer([e.value for e in ext], [e.median for e in ext], [e.dim for e in ext],
                                     title=f"Largest activation per layer, {title}")
+    held = tour.dims_by_layer([e.dim for e in ext])  # [(dimension, the layers whose largest entry it holds)]
+    labels = ", ".join(f"{d} in layer {ls[0]}" if len(ls) == 1 else f"{d} in layers {layer_ranges(ls)}"
+                       for d, ls in held)
     plotting.save(fig, fig_dir / "fig05_massive-activations",
-                  f"Largest |hidden-state entry| per layer of {title} over the natural batch ({run.num_seqs} "
-                  f"windows of {run.seq_len} tokens), with the median |h| of that layer's output (Sun et al.'s); "
-                  f"{saw.massive_dims_caption([e.dim for e in ext])}; dotted: 1000 x the median; dashed: Sun et "
-                  f"al.'s |h| > 100.")
+                  f"Largest |h| per layer of {title} over {run.num_seqs} natural windows of {run.seq_len} tokens, "
+                  f"and the median |h| of the layer's output; labels: the dimension holding it, once per run of "
+                  f"layers ({labels}; a lone layer may be left to the line); dotted: {SUN_MIN_RATIO:g}x the median; "
+                  f"dashed: |h| = {SUN_MIN_ABS:g} (Sun et al.).")
 peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
 top = ext[peak_layer]
 massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a stated fallback
@@ -255,8 +271,20 @@ print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.di
       f"layer {peak_layer}, {top.ratio:.0f}x the layer's median |h|. {massive.describe()}.")
 
 # %%
-takeaways.show(saw.tour_massive(top.value, top.dim, peak_layer, top.position, top.ratio, massive.strict, lm.label,
-                                [e.dim for e in ext], [e.position for e in ext], run.num_seqs, run.seq_len))
+where = [f"dimension {d} in layer {ls[0]}" if len(ls) == 1 else
+         f"dimension {d} in {len(ls)} of {len(ext)} layers ({layer_ranges(ls)})" for d, ls in held]
+away = [f"layer {i} (position {e.position})" for i, e in enumerate(ext) if e.position != 0]
+at_first = sum(e.position == 0 for e in ext)  # layers whose largest entry sits at the first token
+absolute, relative = abs(top.value) > SUN_MIN_ABS, top.ratio > SUN_MIN_RATIO  # Sun et al.'s two conditions
+say(f"{lm.label}, {num(run.num_seqs)} natural windows of {num(run.seq_len)} tokens",
+    f"The largest entry is {num(top.value)} on dimension {top.dim} at position {top.position}, layer {peak_layer}, "
+    f"{num(top.ratio)}x the median |h| of the layer's output.",
+    f"Per layer the largest entry is on {', '.join(where)}; it sits at the first token in {at_first} of {len(ext)} "
+    "layers" + (f", elsewhere in {', '.join(away)}." if away else "."),
+    f"By the absolute rule (|h| > {SUN_MIN_ABS:g}) it is {'massive' if absolute else 'not massive'}; by the relative "
+    f"one (> {SUN_MIN_RATIO:g}x the median) it is {'massive' if relative else 'not'}.",
+    "Sun et al.'s criterion is met on this model." if massive.strict else
+    "Sun et al.'s full criterion is not met on this model; the notebooks say so wherever they use it.")
 
 # %% [markdown]
 # **Reading it.** On SmolLM2 one dimension holds the largest entry in almost every layer, at the first token (the
@@ -284,7 +312,11 @@ print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {
       f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
 
 # %%
-takeaways.show(saw.tour_dom_ratio(first, rest, lm.label, run.num_seqs, run.seq_len))
+say(f"{lm.label}, {num(run.num_seqs)} natural windows of {num(run.seq_len)} tokens",
+    f"The first token's DomRatio peaks at {num(first[peak])} at layer {peak}; the other tokens reach "
+    f"{num(rest[peak])} in that layer (first / other tokens = {num(first[peak] / rest[peak], 2)}x: "
+    f"{compare(first[peak], rest[peak], 'larger', 'smaller', 'the same')}).",
+    f"Across layers the first token's DomRatio spans {span(first)}, the others' {span(rest)}.")
 
 # %% [markdown]
 # **Reading it.** On SmolLM2 the first token's DomRatio dips in the middle layers together with the
@@ -300,9 +332,9 @@ takeaways.show(saw.tour_dom_ratio(first, rest, lm.label, run.num_seqs, run.seq_l
 # curve follows one passage as it grows. The statistics come from torch's flash-attention kernel, which returns the
 # layer's output and each query's log-sum-exp $\mathrm{lse}_t$, plus one column: $A_{t,0} = \exp(q_t \cdot k_0 /
 # \sqrt{d} - \mathrm{lse}_t)$ (`sinklib.core.attnstats`). Memory grows like $N$, not $N^2$ -- `output_attentions`
-# would need about 18 GiB for SmolLM2 at 4k tokens (72 GiB at 8k). Dashed: what the first token would get under uniform causal
-# attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes are logarithmic, so that this baseline
-# is visible; bands: the range over the passages.
+# would need about 18 GiB for SmolLM2 at 4k tokens (72 GiB at 8k). Dashed: what the first token would get under
+# uniform causal attention, $\frac{1}{N}\sum_t \frac{1}{t+1} \approx \ln N / N$. Both axes are logarithmic, so
+# that this baseline is visible; bands: the range over the passages.
 
 # %% [markdown]
 # > **Predict, then run.** Before running: as the context grows 32-fold, will alpha_0 in the sink layers fall like
@@ -320,21 +352,30 @@ with plotting.style():
     fig = plotting.mass_vs_context(sweep.lengths, series, [sweep.uniform_over(n) for n in sweep.lengths],
                                    title=f"First-token attention vs context length, {title}", spread=spread)
     plotting.save(fig, fig_dir / "fig07_mass-vs-context",
-                  f"Mean alpha of the first token (over heads; all layers, and the layers that sink at T = "
-                  f"{run.seq_len}) of {title} on {run.context_windows} natural-text passage(s) of {sweep.lengths[-1]} "
-                  f"tokens, each length N read off the passage's first N queries {sweep.lengths} (band: lowest to "
-                  f"highest passage), computed with O(N)-memory attention statistics; "
-                  f"dashed: uniform causal attention; log-log axes."
-                  + (f" Sliding-window layers {sweep.sliding_layers}: alpha_0 over the queries that see the first "
-                     f"token (the first min(N, W))." if sweep.sliding_layers else ""))
+                  f"Mean alpha of the first token over heads of {title}, in all layers and in the layers that sink at "
+                  f"T = {run.seq_len}, on {run.context_windows} natural passage(s) read at N = {sweep.lengths} tokens "
+                  f"(each N: a passage's first N queries; band: lowest to highest passage); dashed: uniform causal "
+                  f"attention; log-log axes."
+                  + (f" Sliding-window layers {sweep.sliding_layers}: over the first min(N, W) queries, those that "
+                     f"see the first token." if sweep.sliding_layers else ""))
 print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.2f} of the attention at N = "
       f"{sweep.lengths[-1]} (vs {in_sink_layers[0]:.2f} at N = {sweep.lengths[0]}); uniform attention would give it "
       f"{sweep.uniform_over(sweep.lengths[-1], sink_layers):.4f}."
       + (f" Skipped (beyond the model's limit): {sweep.skipped}." if sweep.skipped else ""))
 
 # %%
-takeaways.show(saw.tour_context(sweep.lengths, in_sink_layers, sweep.uniform_over(sweep.lengths[-1], sink_layers),
-                                run.context_windows, lm.label))
+short, long = sweep.lengths[0], sweep.lengths[-1]
+a, b = in_sink_layers[0], in_sink_layers[-1]  # alpha of the first token in the sink layers, shortest / longest
+uniform_long = sweep.uniform_over(long, sink_layers)
+uniform_kept = uniform_long / analysis.ContextSweep.uniform_baseline(short)  # what uniform attention keeps
+say(f"{lm.label}, {windows(run.context_windows, 'passages')}, read at {num(short)} to {num(long)} tokens",
+    f"In the sink layers the first token's share {compare(b, a, 'rises', 'falls', 'stays', rel_tol=0.02)} from "
+    f"{num(a, 2)} to {num(b, 2)} as the context grows {num(long / short)}-fold, while uniform attention would give "
+    f"it {num(uniform_long, 2)} at {num(long)} tokens -- {num(max(b, uniform_long) / min(b, uniform_long))} times "
+    f"{compare(b, uniform_long, 'less', 'more', 'as much')}.",
+    f"Read at {num(long)} tokens the sink keeps {pct(b / a)} of the share it has at {num(short)} tokens "
+    f"(first-token alpha at {num(long)} / at {num(short)} tokens = {num(b / a, 2)}); uniform attention would keep "
+    f"{pct(uniform_kept)} between the same two lengths.")
 
 # %% [markdown]
 # **Reading it.** The band shows how far the passages differ. Compare the two shares kept: a sink that
@@ -355,8 +396,8 @@ headline = nb.headline | {
                 "ratio_to_median": top.ratio, "sun_criterion_met": massive.strict, "dims": massive.dims,
                 "criterion": massive.describe()},
     "dom_ratio_first_peak": first[peak], "dom_ratio_rest_at_peak": rest[peak], "dom_ratio_peak_layer": peak,
-    "llama_family_shape_holds": shape.holds, "random_token_sink_rate_draws": random_draws,
-    "random_weights_sink_rate": control_rates, "draws_and_control_seconds": extra_seconds,
+    "llama_family_shape_holds": shape.holds, "random_token_sink_rate_draws": judged.random_draws,
+    "random_weights_sink_rate": judged.control_rates, "draws_and_control_seconds": judged.seconds,
     "context_lengths": sweep.lengths, "alpha_first_vs_length_sink_layers": in_sink_layers,
     "alpha_first_vs_length_all_layers": series["all layers"],
     "reference": gu["source"],

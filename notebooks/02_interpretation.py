@@ -31,10 +31,10 @@
 # 8. the sink itself acts as an implicit **bias** in the heads that have one;
 # 9. Sun et al.'s **criterion** for a massive activation, with its "a few".
 #
-# **Papers.** *The Structural Origin of Attention Sink: Variance Discrepancy, Super Neurons, and Dimension
-# Disparity*, arXiv 2605.06611 (sections 1-6). Sun et al., *Massive Activations in Large Language Models*, arXiv
-# 2402.17762 (sections 7-9: the bias view and the massive-activation criterion). Gu et al., *When Attention Sink Emerges in Language
-# Models: An Empirical View*, arXiv 2410.10781 (alpha, eps = 0.3, the sink rate).
+# **Papers.** *The Structural Origin of Attention Sink: Variance Discrepancy, Super Neurons, and Dimension Disparity*,
+# arXiv 2605.06611 (sections 1-6). Sun et al., *Massive Activations in Large Language Models*, arXiv 2402.17762
+# (sections 7-9: the bias view and the massive-activation criterion). Gu et al., *When Attention Sink Emerges in
+# Language Models: An Empirical View*, arXiv 2410.10781 (alpha, eps = 0.3, the sink rate).
 #
 # **Notation and words.** Positions count from 0; "the first token" is position 0 and $\alpha_j$ is the mean
 # attention key $j$ receives from the queries that see it (`00_tour`, section 2); a *sink head* has $\alpha_0 > 0.3$
@@ -75,18 +75,19 @@ import pandas as pd
 from sinklib.core import analysis, plotting
 from sinklib.core.adapters import find_layers
 from sinklib.core.data import make_inputs, text_windows
+from sinklib.core.metrics import GU_EPS, SUN_MIN_ABS, SUN_MIN_RATIO
+from sinklib.core.pooled import LEVEL
 from sinklib.core.results import load_reference, number_matches
-from sinklib.core.takeaways import show, windows
+from sinklib.core.takeaways import claim_line, compare, num, pct, say, span, windows
 from sinklib.interpretation import (
     chain,
     controls,
     intervention_effects,
     massive_activations,
+    massive_claims,
     origin,
     origin_claims,
     origin_plots,
-    sun_claims,
-    takeaways,
 )
 from sinklib.interpretation.interventions import HeadOutputAmplification, SelfOnlyAttention
 from sinklib.models.random_init import random_weights
@@ -137,7 +138,13 @@ gc.collect()
 control_seconds = time.perf_counter() - started
 display(pd.DataFrame([{"claim": cid, "holds on random weights": c.holds, "paper at init": c.at_init}  # noqa: F821
                       for cid, c in control.items()]))
-show(takeaways.controls(control, control_label, on=windows(run.control_seqs, "windows", run.seq_len)))
+held = [f"`{cid}`" for cid, c in control.items() if c.holds is True]
+on_noise = [f"`{cid}`" for cid, c in control.items() if c.holds is True and c.at_init is False]  # paper: not at init
+say(f"random-weight controls, on {windows(run.control_seqs, 'windows', run.seq_len)}",
+    f"On {control_label}, {len(held)} of {len(control)} rules hold" + (f" ({', '.join(held)})" if held else "")
+    + f" and {sum(c.holds is False for c in control.values())} fail.",
+    f"Contradicting the paper's prediction: {', '.join(on_noise)} hold{'s' if len(on_noise) == 1 else ''} on noise."
+    if on_noise else "No rule for an effect that training makes holds on these weights.")
 headline["random_weight_control"] = {"model": control_label, "holds": controls.control_summary(control),
                                      "seconds": control_seconds}
 
@@ -178,8 +185,21 @@ print("Verdict: " + "; ".join(f"layer {li}: Var at t=0 is {r:.1f}x the second ha
 headline["variance"] = {"layers": early, "ratio_t0_to_second_half": ratio0, "t0_is_max": is_max,
                         "holds": variance_claim.holds, "draws": list(variance_claim.draws),
                         "spread": variance_claim.spread}
-show(takeaways.variance(variance_claim, early, ratio0, is_max,
-                        on=windows(len(random_ids), "random-token sequences", run.seq_len)))
+spread, cut = variance_claim.spread or {}, origin_claims.VARIANCE_RATIO
+lo, hi = (spread.get("intervals") or {}).get("ratio") or (float("nan"), float("nan"))  # every draw's sequences pooled
+kept = [li for li, m in zip(early, is_max) if m]
+pooled_ratio = variance_claim.measured["ratio_t0_to_second_half"][0]  # on every draw's sequences pooled
+say(f"variance discrepancy, on {windows(len(random_ids), 'random-token sequences', run.seq_len)}",
+    "The head outputs at the first position vary across random sequences, relative to the second half's mean: "
+    + "; ".join(f"layer {li}: {num(r)}x, {'the largest position' if m else 'not the largest'}"
+                for li, r, m in zip(early, ratio0, is_max)) + ".",
+    f"Over the random-token draws layer {early[0]}'s ratio spans {span(spread['values'])}."
+    if len(spread.get("values") or []) > 1 else "",
+    f"On all draws' sequences pooled it is {num(pooled_ratio)}x "
+    f"({pct(LEVEL)} interval {num(lo)}-{num(hi)}x, "
+    f"{'above' if lo > cut else 'below' if hi < cut else 'straddling'} the {num(cut)}x cut)." if lo == lo else "",
+    f"The discrepancy is kept in layers {kept}." if kept else "No early layer keeps the first position the largest.",
+    f"{claim_line(variance_claim)}.")
 
 # %% [markdown]
 # **Reading it.** The discrepancy belongs to the first layers, as the chain needs: it exists before any sink
@@ -212,14 +232,15 @@ if writers:
         fig = origin_plots.super_neuron(by_pos, w_down, f"Super neuron {top.neuron} of layer {top.layer}, {title}",
                                         massive_dims)
         plotting.save(fig, fig_dir / "fig02_super-neuron",
-                      f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| by position, "
-                      f"cosine of the normalised MLP input with its gate/up rows by position, and |W_down| column "
-                      f"by residual dimension (massive dimensions in orange); dots mark each position and, in the write panel, "
-                      f"the dimensions named.")
+                      f"Super neuron {top.neuron} (layer {top.layer}) of {title}: mean |activation| and the cosine "
+                      f"of the normalised MLP input with its gate/up rows by position, and its |W_down| column by "
+                      f"residual dimension (massive dimensions in orange); dots mark each position and, in the write "
+                      f"panel, the dimensions named.")
     neuron_claim = record.add(link2.claim, show=False, control=control["origin.super_neuron"])
     print(f"Verdict: neuron {top.neuron} of layer {top.layer} reaches {top.first_abs:.0f} on the first token, "
-          f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column puts {100 * top.write_share:.0f}% "
-          f"of its squared norm in dims {top.write_dims} (massive: {massive_dims}) -> "
+          f"{top.selectivity:.0f}x its activation elsewhere (95th percentile over later positions); its W_down column "
+          f"puts {100 * top.write_share:.0f}% of its squared norm in dims {top.write_dims} (massive: {massive_dims}) "
+          f"-> "
           f"{'borne out' if neuron_claim.holds else 'NOT borne out'}. Paper (Llama-2-7B): neuron "
           f"{paper['super_neuron']['neuron']} of layer {paper['super_neuron']['layer']} writes dim "
           f"{paper['super_neuron']['writes_dim']}."
@@ -234,8 +255,24 @@ headline["super_neurons"] = {"found": [s.as_dict() for s in supers[:10]], "holds
                              "chain_neuron": top.as_dict() if writers else None,
                              "earliest_writer": next(({"layer": s.layer, "neuron": s.neuron, "write_dims": s.write_dims}
                                                       for s in sorted(writers, key=lambda s: s.layer)), None)}
-show(takeaways.super_neuron(neuron_claim, top if writers else None, strongest, massive_dims,
-                            paper["super_neuron"]["layer"], on=on_natural))
+paper_layer = paper["super_neuron"]["layer"]
+if writers:
+    second = ""
+    if (strongest.layer, strongest.neuron) != (top.layer, top.neuron):
+        second = (f"The strongest writer, neuron {strongest.neuron} of layer {strongest.layer} "
+                  f"({num(strongest.first_abs)} on the first token), comes "
+                  f"{'after' if strongest.layer > top.layer else 'at or before'} the chain's neuron.")
+    say(f"super neurons, on {on_natural}",
+        f"The chain's neuron is neuron {top.neuron} of layer {top.layer} -- "
+        f"{'the same layer as' if top.layer == paper_layer else 'a different layer from'} the paper's Llama-2-7B "
+        f"neuron (layer {paper_layer}). It reaches {num(top.first_abs)} on the first token, "
+        f"{num(top.selectivity)}x its {num(100 * origin.REST_QUANTILE)}th percentile elsewhere, and puts "
+        f"{pct(top.write_share)} of its W_down column's squared norm into dimensions {list(top.write_dims)}, "
+        f"{'which include a massive one' if set(top.write_dims) & set(massive_dims) else 'none of them massive'} "
+        f"(massive: {list(massive_dims)}).", second, f"{claim_line(neuron_claim)}.")
+else:
+    say(f"super neurons, on {on_natural}", "No neuron meets the super-neuron criterion on this model.",
+        f"{claim_line(neuron_claim)}.")
 
 # %% [markdown]
 # **Reading it.** Only the structure can be compared with the paper (an early-layer neuron writing one massive
@@ -251,11 +288,11 @@ show(takeaways.super_neuron(neuron_claim, top if writers else None, strongest, m
 # first token) switches on there. Dotted lines: the first token's **value onsets** -- layers where its value on a
 # massive dimension first exceeds 100 or more than doubles. This is not Sun et al.'s criterion (which also asks for
 # 1000x the layer's median); the layer where that criterion first holds is recorded beside it, and the verdict says
-# which of the two the sink follows. Every curve at $x = l$ describes the residual $h^l$ *after* layer $l$ (0-based): solid as it is, dashed
-# after RMSNorm, i.e. as layer $l+1$'s attention reads it. The paper reports DomRatio about 263 "after RMSNorm at the
-# second layer" of Llama-2-7B, whose super neuron sits in layer 1: the comparable number here is the first token's
-# $\mathrm{DomRatio}(\mathrm{RMSNorm}_{s+1}(h^{s}))$ with $s$ the super neuron's layer -- the first normalised input
-# after it writes.
+# which of the two the sink follows. Every curve at $x = l$ describes the residual $h^l$ *after* layer $l$ (0-based):
+# solid as it is, dashed after RMSNorm, i.e. as layer $l+1$'s attention reads it. The paper reports DomRatio about 263
+# "after RMSNorm at the second layer" of Llama-2-7B, whose super neuron sits in layer 1: the comparable number here is
+# the first token's $\mathrm{DomRatio}(\mathrm{RMSNorm}_{s+1}(h^{s}))$ with $s$ the super neuron's layer -- the first
+# normalised input after it writes.
 
 # %%
 link3 = chain.disparity_link(lm, natural, massive_dims, top, sink_onset, paper, measured=shared.disparity,
@@ -289,9 +326,41 @@ headline["disparity"] = {"onset_layers": onset, "sun_onset": link3.sun_onset,
                          "dom_normed_first_after_super": dom_after_super,
                          "dom_normed_tensor": f"DomRatio(RMSNorm_{s_layer + 1}(h^{s_layer}) * g), first token",
                          "first_token_values": first_vals.tolist(), "holds": disparity_claim.holds}
-show(takeaways.disparity(disparity_claim, onset, sink_onset, dom_after_super,
-                         paper["dom_ratio_first_after_rmsnorm"]["value"], float(dom_first[peak]), peak,
-                         float(dom_rest[peak]), on=on_natural))
+measured, paper_dom = disparity_claim.measured, paper["dom_ratio_first_after_rmsnorm"]
+if onset and sink_onset is not None:
+    reader = onset[0] + 1  # block l's attention reads h^(l-1): the first attention that can see the value
+    lag = sink_onset - reader
+    order = (f"the sink switches on {lag} layer{'s' if lag != 1 else ''} after the first attention that reads it "
+             f"(layer {reader}), at layer {sink_onset}" if lag > 0 else
+             f"the sink switches on in the first attention that reads it, layer {sink_onset}" if lag == 0 else
+             f"the sink is already on at layer {sink_onset}, before layer {reader}, the first attention that can "
+             f"read the value -- so it did not form from it")
+    sun, follows = measured.get("sun_onset"), measured.get("sink_follows", "neither")
+    sun_lag = None if sun is None else sink_onset - (sun + 1)
+    onsets = (f"The first token's value onset (a value above {SUN_MIN_ABS:g} on a massive dimension, doubling -- not "
+              f"Sun et al.'s {SUN_MIN_RATIO:g}x criterion) is in the output of layer {onset[0]} (it appears or jumps "
+              f"at {list(onset)}); {order}."
+              + ("" if "sun_onset" not in measured else
+                 " Sun et al.'s criterion is met in no layer." if sun is None else
+                 f" Sun et al.'s criterion first holds in layer {sun}'s output: the sink switches on {abs(sun_lag)} "
+                 f"layer{'s' if abs(sun_lag) != 1 else ''} {'after' if sun_lag >= 0 else 'before'} the first "
+                 f"attention that reads it.")
+              + ("" if "sun_onset" not in measured else
+                 f" The sink follows {follows}{' of the two onsets' if follows == 'neither' else ''}."))
+else:
+    onsets = (f"The massive value appears at {list(onset) or 'no layer'}; the sink onset is "
+              f"{'layer ' + str(sink_onset) if sink_onset is not None else 'never reached (alpha stays below eps)'}.")
+share = measured.get("dom_share_after_super_neuron")  # DomRatio / d: the largest entry's share of |h|'s sum
+paper_share = origin_claims.dom_share(paper_dom["value"], paper_dom["hidden_size"])
+say(f"dimension disparity, on {on_natural}", onsets,
+    f"The residual's DomRatio of the first token peaks at {num(float(dom_first[peak]))} (layer {peak}; the others: "
+    f"{num(float(dom_rest[peak]))}). The first normalised input after the super neuron has DomRatio "
+    f"{num(dom_after_super)}, {compare(dom_after_super, paper_dom['value'])} the paper's {num(paper_dom['value'])} "
+    f"for Llama-2-7B ({num(dom_after_super / paper_dom['value'])}x)"
+    + ("" if share is None else
+       f"; but DomRatio is at most the width d, so the comparable number is DomRatio / d, the largest entry's share "
+       f"of |h|'s sum: {num(share, 2)} here against {num(paper_share, 2)} ({num(share / paper_share, 2)}x)") + ".",
+    f"{claim_line(disparity_claim)}.")
 
 # %% [markdown]
 # **Reading it.** Attention in layer $l$ reads the residual after layer $l-1$, so a one-layer lag between the
@@ -325,8 +394,24 @@ print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top qu
       f"{'borne out' if lock_claim.holds else 'NOT borne out'}.")
 headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other": stats["key_query_cos"],
                        "positive_sink_vs_other": stats["positive_fraction"], "holds": lock_claim.holds}
-show(takeaways.lock_in(lock_claim, int(sink_heads.sum()), sink_heads.numel(), stats["positive_fraction"],
-                       stats["key_query_cos"], on=on_heads))
+positive, cos, auc_lock = stats["positive_fraction"], stats["key_query_cos"], lock_claim.measured.get("cos_auc")
+if not sink_heads.any():
+    say(f"lock-in, on {on_heads}", f"No head has alpha of the first token above eps = {GU_EPS:g} "
+        f"({sink_heads.numel()} heads): there is no sink head to compare.", f"{claim_line(lock_claim)}.")
+else:
+    lo, hi = lock_claim.measured.get("cos_auc_interval") or (float("nan"), float("nan"))
+    say(f"lock-in, on {on_heads}",
+        f"In the {int(sink_heads.sum())} sink heads (of {sink_heads.numel()}) {pct(positive[0], 4)} of the queries' "
+        f"scores q_t . k against the first token's key k are positive, "
+        f"{compare(positive[0], positive[1], 'more than', 'fewer than', 'as many as')} in the other heads "
+        f"({pct(positive[1], 3)}). The queries' top direction is "
+        f"{compare(cos[0], cos[1], 'closer to', 'farther from', 'as close to')} that key in sink heads "
+        f"(|cos| {num(cos[0], 2)} vs {num(cos[1], 2)})"
+        + ("" if auc_lock is None or auc_lock != auc_lock else
+           f"; a random sink head's |cos| is above a random other head's with probability {num(auc_lock, 2)} "
+           f"({pct(LEVEL)} bootstrap interval {num(lo, 2)}-{num(hi, 2)}; the rule asks >= "
+           f"{origin_claims.LOCK_AUC:g} with the low end above {origin_claims.LOCK_LOW:g})") + ".",
+        f"{claim_line(lock_claim)}.")
 
 # %% [markdown]
 # **Reading it.** A cosine well below one means the queries lean toward $k_0$ without pointing at it; the sign of
@@ -377,7 +462,8 @@ with plotting.style():
 rate_before, rate_after = effect.rate_before, effect.rate_after
 self_only_claim = record.add(origin_claims.self_only_sink(rate_before, rate_after, k), show=False,
                              control=control["origin.self_only_creates_sink"])
-print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 0.3): {100 * rate_before:.1f}% before, {100 * rate_after:.1f}% after; mean "
+print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 0.3): {100 * rate_before:.1f}% "
+      f"before, {100 * rate_after:.1f}% after; mean "
       f"alpha_{k} {float(alpha_before.mean()):.3f} -> {float(alpha_after.mean()):.3f} -> token {k} "
       f"{'becomes a sink: borne out' if self_only_claim.holds else 'does NOT become a sink'}.")
 # Why it does or does not work here: does token k take on the first token's state in the sink layers?
@@ -403,8 +489,16 @@ headline["self_only"] = {"alpha_k_before": float(alpha_before.mean()), "alpha_k_
                          "sink_heads_k_before": rate_before, "sink_heads_k_after": rate_after,
                          "alpha_k_by_layer_before": alpha_before.mean(1).tolist(),
                          "alpha_k_by_layer_after": alpha_after.mean(1).tolist(), "holds": self_only_claim.holds}
-show(takeaways.self_only(self_only_claim, k, rate_before, rate_after, float(alpha_before.mean()),
-                         float(alpha_after.mean()), state_k["before"], state_k["after"], on=on_natural))
+before, after = state_k["before"], state_k["after"]
+dom_first_token = after["dom_0"]
+say(f"self-only edit, k = {k}, on {on_natural}",
+    f"Heads giving token {k} more than {GU_EPS:g} of the later queries' attention: {pct(rate_before)} before the "
+    f"edit, {pct(rate_after)} after (mean alpha_{k} {num(float(alpha_before.mean()))} -> "
+    f"{num(float(alpha_after.mean()))}). In the sink layers token {k}'s DomRatio goes {num(before['dom_k'])} -> "
+    f"{num(after['dom_k'])} (the first token's: {num(dom_first_token)}) and its key's cosine with the first token's "
+    f"{num(before['key_cos'], 2)} -> {num(after['key_cos'], 2)}: token {k} "
+    f"{'takes on' if after.get('holds') else 'does not take on'} the first token's state.",
+    f"{claim_line(self_only_claim)}.")
 
 # %% [markdown]
 # **Reading it.** On a model without BOS (a positional sink, as SmolLM2's) a token that aggregates like position 0
@@ -440,12 +534,15 @@ monotone, rise, rise_ctl = (amp_claim.measured[key] for key in ("monotone", "ris
 peak_lam = max(range(len(cen)), key=lambda i: cen[i])
 print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
       f"{'monotone' if monotone else 'not monotone'}) as lambda goes {run.lambdas[0]:g} -> {run.lambdas[-1]:g}; "
-      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> {'borne out' if amp_claim.holds else 'NOT borne out'}. "
+      f"the control goes {ctl[0]:.3f} -> {ctl[-1]:.3f} ({rise_ctl:.1f}x) -> "
+      f"{'borne out' if amp_claim.holds else 'NOT borne out'}. "
       f"Its peak, {cen[peak_lam]:.3f} at lambda = {run.lambdas[peak_lam]:g}, is "
       f"{'above' if cen[peak_lam] > 0.3 else 'below'} eps = 0.3: the amplification "
-      f"{'makes token k a sink' if cen[peak_lam] > 0.3 else 'raises the attention token k gets, but does not make it a sink'}.")
+      + ("makes token k a sink." if cen[peak_lam] > 0.3 else
+         "raises the attention token k gets, but does not make it a sink."))
 state_amp = intervention_effects.takes_first_token_state(
-    intervention_effects.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)), sink_layers)
+    intervention_effects.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)),
+    sink_layers)
 print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {state_amp['dom_k']:.0f} "
       f"(first token {state_amp['dom_0']:.0f}), cos(key_{k}, key_0) {state_amp['key_cos']:.2f} -> "
       f"{'first-token-like' if state_amp['holds'] else 'NOT first-token-like'}.")
@@ -453,7 +550,22 @@ headline["amplification_mechanism"] = state_amp
 headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers, "centered": cen, "scale": ctl,
                              "mu": "token k's batch mean", "monotone": monotone, "holds": amp_claim.holds,
                              "draws": list(amp_claim.draws), "spread_of_rise": amp_claim.spread}
-show(takeaways.amplification(amp_claim, list(run.lambdas), cen, ctl, k, state_amp, on=on_natural))
+lams = list(run.lambdas)
+say(f"variance amplification, k = {k}, on {on_natural}",
+    f"Amplifying token {k}'s variance around its own batch mean moves the later queries' attention to it from "
+    f"{num(cen[0])} to {num(cen[-1])} ({num(rise)}x) as lambda goes {num(lams[0])} -> {num(lams[-1])}; the curve "
+    + ("rises monotonically" if monotone else f"peaks at lambda = {num(lams[peak_lam])} and then drops (not monotone)")
+    + f". Plain scaling goes {num(ctl[0])} -> {num(ctl[-1])} ({num(rise_ctl)}x), "
+    f"{compare(rise_ctl, rise, 'more than', 'less than', 'as much as')} the centred edit. The peak, "
+    f"{num(cen[peak_lam])}, "
+    + (f"crosses eps = {GU_EPS:g}: token k becomes a sink." if cen[peak_lam] > GU_EPS
+       else f"stays below eps = {GU_EPS:g}: more attention, not a sink."),
+    f"At lambda = {num(lams[-1])} token {k} {'takes on' if state_amp.get('holds') else 'does not take on'} the first "
+    f"token's state (key cosine {num(state_amp['key_cos'], 2)}).",
+    f"The verdict is judged over {amp_claim.draws_of}: resamples of the same windows, not new windows, so they show "
+    f"how much the verdict rests on a few windows, not how it would fare on other text."
+    if "resample" in amp_claim.draws_of else "",
+    f"{claim_line(amp_claim)}.")
 
 # %% [markdown]
 # **Reading it.** With the mean pooled over positions as well (`HeadOutputAmplification(mu="pooled")`) the edit also
@@ -493,29 +605,49 @@ with plotting.style():
     fig = origin_plots.perplexities(ppl, title=f"Massive activations zeroed vs set to mean, {title}",
                                     reference=published, reference_label="Sun et al., Llama-2-7B (WikiText)")
     plotting.save(fig, fig_dir / "fig08_massive-bias-ppl",
-                  f"Perplexity of {title} on {len(heldout)} held-out Bible windows of {run.eval_seq_len} tokens: "
-                  f"original, massive activations (dims {massive_dims}, layers {onset}, every position meeting "
-                  f"|h| > 100 and > {massive.min_ratio:.0f}x the token's median) set to their per-site mean, and "
-                  f"set to zero, relative to the original (bar labels: perplexities); hatched: Sun et al. on Llama-2-7B "
-                  f"(WikiText): {paper_ppl}. An infinite perplexity has no finite height: its bar is clipped at the "
-                  f"axis top and marked by an upward arrow (triangle) and 'inf (off scale)'; dotted: a ratio of 1.")
+                  f"Perplexity of {title} on {len(heldout)} held-out Bible windows of {run.eval_seq_len} tokens, "
+                  f"relative to the original (bar labels: perplexities): the massive activations (dims {massive_dims}, "
+                  f"layers {onset}) set to their per-site mean and to zero. Hatched: Sun et al., Llama-2-7B "
+                  f"(WikiText): {paper_ppl}; an infinite one is clipped at the top, marked by a triangle and "
+                  f"'inf (off scale)'. Dotted: a ratio of 1.")
 started = time.perf_counter()
-bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper, len(natural), onset), onset, massive_dims, massive.min_ratio,
-                                    tuple(natural.shape), tuple(heldout.shape), paper, run.seed, run.batch_size,
-                                    run.draws)
+bias_judged = chain.bias_over_draws(lm, chain.bias_claim(bias_test, paper, len(natural), onset), onset, massive_dims,
+                                    massive.min_ratio, tuple(natural.shape), tuple(heldout.shape), paper, run.seed,
+                                    run.batch_size, run.draws)
 bias_draw_seconds = time.perf_counter() - started
 bias_claim = record.add(bias_judged, show=False, control=control["sun2024.massive_activations_are_bias"])
 print(f"Verdict: perplexity {ppl['original']:.2f} original, {ppl['set to mean']:.2f} with every massive site set to "
       f"its mean ({ppl['set to mean, position 0 only']:.2f} with position 0 only), {ppl['set to zero']:.4g} set to "
-      f"zero -> {bias_claim.verdict()} (every site, as Sun et al.; 'breaks': more than {sun_claims.ZERO_BREAKS:g}x).")
+      f"zero -> {bias_claim.verdict()} (every site, as Sun et al.; 'breaks': more than "
+      f"{massive_claims.ZERO_BREAKS:g}x).")
 display(pd.DataFrame({"paper (Llama-2-7B, WikiText)": paper["perplexity_wikitext"],  # noqa: F821
                       f"{lm.label} (held-out Bible)": {"original": ppl["original"],
                                                        "set_to_mean": ppl["set to mean"],
                                                        "set_to_zero": ppl["set to zero"],
                                                        "set_to_mean_position_0_only":
                                                            ppl["set to mean, position 0 only"]}}))
-show(takeaways.massive_bias(bias_claim, ppl, fixed_first, massive.strict, massive.min_ratio,
-                           on=windows(len(heldout), "held-out windows", run.eval_seq_len)))
+orig, at_mean, at_zero = ppl["original"], ppl["set to mean"], ppl["set to zero"]
+later_sites, spread = bias_claim.measured.get("later_sites"), bias_claim.spread or {}
+first_only = ppl["set to mean, position 0 only"]
+sun7, sun13 = paper["perplexity_wikitext"], paper["perplexity_wikitext_13b"]  # Sun et al.'s Table 3
+say(f"massive activations as a bias, perplexity on {windows(len(heldout), 'held-out windows', run.eval_seq_len)}",
+    (f"Sun et al.'s {SUN_MIN_RATIO:g}x rule is met." if massive.strict else
+     f"Sun et al.'s {SUN_MIN_RATIO:g}x rule is not met, so the sites are those over {SUN_MIN_ABS:g} and "
+     f"{num(massive.min_ratio)}x the layer's median |h|.")
+    + f" Every massive site set to its mean "
+    f"{compare(at_mean, orig, 'raises', 'lowers', 'leaves', rel_tol=massive_claims.MEAN_TOLERANCE)} the perplexity "
+    f"({num(orig, 4)} -> {num(at_mean, 4)}; the first position only: "
+    f"{num(first_only, 4)}); set to zero it becomes {num(at_zero, 4)} "
+    f"({num(at_zero / orig)}x).",
+    f"'Breaks' means more than {num(massive_claims.ZERO_BREAKS)}x: Sun et al.'s Table 3 has {sun7['original']} -> "
+    f"{sun7['set_to_zero']} (Llama-2-7B) and {num(sun13['original'])} -> {num(sun13['set_to_zero'])} (13B).",
+    "The first position holds the same token in every sequence here, so setting it to its mean changes nothing by "
+    f"construction: the mean edit is judged on the {'' if later_sites is None else num(later_sites) + ' '}later "
+    "sites only." if fixed_first else "",
+    f"Over {bias_claim.draws_of}, ppl(mean) / ppl(original) spans {span(spread['values'], 3)}"
+    + (f" and ppl(zero) / ppl(original) {span(spread['zero_ratio'])}x" if spread.get("zero_ratio") else "") + "."
+    if len(spread.get("values") or []) > 1 else "",
+    f"{claim_line(bias_claim)}.")
 
 # %% [markdown]
 # **Reading it.** Where Sun et al.'s rule is not met, the later sites found by the looser cut need not be the
@@ -541,28 +673,43 @@ with plotting.style():
     fig = origin_plots.sink_as_bias(bias["value_norm_ratio"], bias["sink_term_spread"], bias["alpha_first"],
                                     title=f"The sink as an implicit bias, {title}")
     plotting.save(fig, fig_dir / "fig09_sink-as-bias",
-                  f"Per head of {title}: the first token's value norm relative to the other tokens' (left) and the "
-                  f"spread of its term A_t0 v_0 over queries relative to the term's size (right), against alpha of the "
-                  f"first token; dots: heads; dashed: eps = 0.3 (sink heads to its right); dotted: a value norm equal to "
-                  f"the others' mean.")
+                  f"Per head of {title} (dots), against alpha of the first token: its value norm over the other "
+                  f"tokens' (left) and the relative spread of its term A_t0 v_0 over queries (right); dashed: eps = "
+                  f"0.3 (sink heads to its right); dotted: a value norm equal to the others' mean.")
 heads = bias["alpha_first"] > 0.3
-medians = massive_activations.sink_vs_other({k: bias[k] for k in ("value_norm_ratio", "sink_term_spread", "sink_share")},
-                               bias["alpha_first"], stat="median")
+medians = massive_activations.sink_vs_other(
+    {key: bias[key] for key in ("value_norm_ratio", "sink_term_spread", "sink_share")}, bias["alpha_first"],
+    stat="median")
 auc, n_bias_heads = massive_activations.implicit_bias_separation(bias)
-implicit_claim = record.add(sun_claims.implicit_bias(auc, n_bias_heads), show=False,
+implicit_claim = record.add(massive_claims.implicit_bias(auc, n_bias_heads), show=False,
                             control=control["origin.sink_is_implicit_bias"])
 print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
       f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
       f"the term {medians['sink_term_spread'][0]:.2f} vs {medians['sink_term_spread'][1]:.2f} (separation "
       f"{auc['sink_term_spread']:.2f}); in sink heads the term supplies {100 * medians['sink_share'][0]:.0f}% of the "
-      f"output norm -> {'a small value and a steadier term in sink heads: borne out' if implicit_claim.holds else 'NOT borne out'}.")
+      f"output norm -> "
+      + ("a small value and a steadier term in sink heads: borne out." if implicit_claim.holds else "NOT borne out."))
 headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": bias_claim.holds, "entries_edited": bias_test.edited,
                     "first_token_fixed": fixed_first, "criterion_min_ratio": massive.min_ratio,
                     "later_site_tokens": later_tokens, "value_norm_ratio_sink_vs_other": medians["value_norm_ratio"],
                     "sink_term_spread_sink_vs_other": medians["sink_term_spread"],
                     "sink_share_sink_heads": medians["sink_share"][0], "separation": auc,
                     "holds_implicit_bias": implicit_claim.holds}
-show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc, on=on_heads))
+value_ratio, term_spread = medians["value_norm_ratio"], medians["sink_term_spread"]  # (sink heads, others)
+if n_bias_heads == 0:
+    say(f"the sink as an implicit bias, on {on_heads}", "No sink head to compare.", f"{claim_line(implicit_claim)}.")
+else:
+    say(f"the sink as an implicit bias, on {on_heads}",
+        f"In the {n_bias_heads} sink heads the first token's value is {num(value_ratio[0], 2)}x the other tokens' "
+        f"(median; other heads {num(value_ratio[1], 2)}x), "
+        f"{compare(value_ratio[0], value_ratio[1], 'larger', 'smaller', 'no smaller')} than in the other heads; its "
+        f"term's relative spread is {num(term_spread[0], 2)} against {num(term_spread[1], 2)}. A random sink head "
+        f"lies below a random other head with probability {num(auc['value_norm_ratio'], 2)} and "
+        f"{num(auc['sink_term_spread'], 2)} (Mann-Whitney AUCs, not ratios). In sink heads the term supplies "
+        f"{pct(medians['sink_share'][0], 2)} of the output norm. The spread falls with alpha partly by "
+        "construction: a head that gives the first token most of every row leaves that attention little room to "
+        "vary, so the second separation is not independent of the sink itself.",
+        f"{claim_line(implicit_claim)}.")
 
 # %% [markdown]
 # **Reading it.** Read the spread with care: a head that gives the first token most of every row has little room to
@@ -578,10 +725,25 @@ show(takeaways.implicit_bias(implicit_claim, n_bias_heads, medians, auc, on=on_h
 # token and the first delimiter; a criterion met by most tokens of a layer does not single out a few activations.
 
 # %%
-sun_claim = record.add(sun_claims.massive_by_sun(massive, shared.sun_sites), show=False,
+sun_claim = record.add(massive_claims.massive_by_sun(massive, shared.sun_sites), show=False,
                        control=control["sun2024.massive_activations"])
 headline["sun_sites"] = shared.sun_sites.as_dict()
-show(takeaways.sun_criterion(sun_claim, shared.sun_sites))
+sites = shared.sun_sites
+met = sites.met_layers
+on_sites = windows(sites.n_seqs, "Bible windows", sites.seq_len)
+if not met:
+    say(f"Sun et al.'s criterion, on {on_sites}", f"No layer's output meets the criterion (|h| > {SUN_MIN_ABS:g} and "
+        f"> {SUN_MIN_RATIO:g}x the layer's median |h|).", f"{claim_line(sun_claim)}.")
+else:
+    densest, per_window, share = sites.most_sites()  # the layer where the most later positions meet it
+    say(f"Sun et al.'s criterion, on {on_sites}",
+        f"The criterion first holds in layer {met[0]}'s output"
+        + (f", at the first position from layer {sites.first_token_onset}" if sites.first_token_onset is not None
+           else ", never at the first position")
+        + f"; it holds in {num(len(met))} layers. Of the tokens after the first, at most {pct(share, 2)} meet it in "
+        f"one layer (layer {densest}: {num(per_window, 2)} of {num(sites.seq_len - 1)} per window); 'a few' allows "
+        f"{num(massive_claims.RARE_SITES)} per window.",
+        f"{claim_line(sun_claim)}.")
 
 # %% [markdown]
 # ## Scorecard
@@ -605,7 +767,17 @@ headline["holds_all"] = record.all_hold
 headline["scorecard"] = score.to_dict(orient="records")
 headline["seconds_controls_and_draws"] = {"control": control_seconds, "variance_draws": draw_seconds,
                                           "bias_draws": bias_draw_seconds}
-show(takeaways.scorecard(record.claims))
+held = [f"`{c.id}`" for c in record.claims if c.holds is True]
+failed = [f"`{c.id}`" for c in record.claims if c.holds is False]
+unsettled = [f"`{c.id}`" for c in record.claims if c.holds is None]
+on_noise = [f"`{c.id}`" for c in record.claims if c.control_contradicts]
+say(f"scorecard, {windows(len(record.claims), 'claims')}",
+    f"The structure holds for {len(held)} of {len(record.claims)} claims" + (f" ({', '.join(held)})" if held else "")
+    + ".",
+    f"It does not hold for {', '.join(failed)}." if failed else "",
+    f"Cannot be judged or unsettled: {', '.join(unsettled)}." if unsettled else "",
+    f"On random weights {', '.join(on_noise)} still hold: read those with care." if on_noise
+    else "Every learned effect fails on random weights.")
 nb.close()
 
 # %% [markdown]

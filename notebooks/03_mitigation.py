@@ -17,9 +17,9 @@
 # # 03 · Removing the sink: eight attention variants trained side by side
 #
 # A sink is something softmax attention *learns*. This notebook trains the same small Llama-style decoder
-# (`sinklib.mitigation.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions -- the
-# softmax baseline and eight mitigations -- on the same data, seeds and budget, and measures what each does to the
-# sink and to the loss:
+# (`sinklib.mitigation.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions
+# -- the softmax baseline and eight mitigations -- on the same data, seeds and budget, and measures what each does to
+# the sink and to the loss:
 #
 # | variant | attention / head output | from |
 # |---|---|---|
@@ -33,13 +33,13 @@
 # | `sink_logit` | softmax over $[l_t, s_h]$, learned $s_h$ per head, sink column dropped | gpt-oss |
 # | `kv_bias` | a learnable key $k'$ and value $v'$ per head, always visible | Sun et al., arXiv 2402.17762 |
 #
-# **The setting.** The CPU profile trains on **bigram-backcopy** (Guo et al., arXiv 2410.13835): tokens follow a
-# fixed bigram chain, except that after one of three *trigger* tokens the next token copies the token before the
-# trigger. An attention head is needed only on trigger queries; everywhere else it has nothing to do -- exactly the
-# situation in which softmax parks attention on BOS. On the World English Bible as bytes, no sink grew within a CPU
-# budget (section 6 shows it; `sinklib/mitigation/protocol.py` lists the settings tried), so real text is the *check* here,
-# not the main run. The GPU profile trains a Llama-2-style 12 x 768 model on text (`train_data="file:<path>"` for an
-# OpenWebText dump); it has not been run here, because no accelerator was available.
+# **The setting.** The CPU profile trains on **bigram-backcopy** (Guo et al., arXiv 2410.13835): tokens follow a fixed
+# bigram chain, except that after one of three *trigger* tokens the next token copies the token before the trigger. An
+# attention head is needed only on trigger queries; everywhere else it has nothing to do -- exactly the situation in
+# which softmax parks attention on BOS. On the World English Bible as bytes, no sink grew within a CPU budget (section 6
+# shows it; `sinklib/mitigation/protocol.py` lists the settings tried), so real text is the *check* here, not the main
+# run. The GPU profile trains a Llama-2-style 12 x 768 model on text (`train_data="file:<path>"` for an OpenWebText
+# dump); it has not been run here, because no accelerator was available.
 #
 # **Papers.** Qiu et al., *Gated Attention for Large Language Models: Non-linearity, Sparsity, and Attention-Sink-Free*,
 # arXiv 2505.06708. Zuhri et al., *Softpick: No Attention Sink, No Massive Activations with Rectified Softmax*, arXiv
@@ -84,22 +84,33 @@ train_steps = 0  # 0: the profile default
 # %%
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from sinklib.core import plotting, takeaways
+from sinklib.core import plotting
+from sinklib.core.claims import OWN_QUESTION
 from sinklib.core.loaded import resolve_device
-from sinklib.core.metrics import GU_EPS
+from sinklib.core.metrics import GU_EPS, SUN_MIN_ABS
 from sinklib.core.results import load_reference
-from sinklib.mitigation import comparison, comparison_plots, parity, training, verdicts
-from sinklib.mitigation import takeaways as what_we_saw
+from sinklib.core.takeaways import claim_line, compare, num, pct, say, span
+from sinklib.mitigation import (
+    comparison,
+    comparison_plots,
+    convergence,
+    training,
+    training_data,
+    verdicts,
+)
+from sinklib.mitigation.seed_claims import judge
 from sinklib.pipeline import notebook
 
 nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
 run, fig_dir = nb.run, nb.fig_dir
 if model:
-    print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch (sizes in sinklib/mitigation/protocol.py)")
+    print(f"model={model!r} is ignored: 03_mitigation trains small models from scratch "
+          f"(sizes in sinklib/mitigation/protocol.py)")
 dev = str(resolve_device(run.device))
 base = run.train
 if train_data:
@@ -126,8 +137,8 @@ headline |= {"setting": setting, "seeds": seeds, "variants": names, "uniform_alp
 # %% [markdown]
 # ## 1 · A sink emerges in the softmax baseline
 # $\alpha_0$ is the mean attention every query pays to position 0 (BOS), per layer and head (Gu et al.); uniform
-# attention over $T$ causal keys gives $H_T/T$ (printed below for this run's $T$). The sink rate is the fraction of (sequence,
-# layer, head) triples with $\alpha_0 > \epsilon = 0.3$.
+# attention over $T$ causal keys gives $H_T/T$ (printed below for this run's $T$). The sink rate is the fraction of
+# (sequence, layer, head) triples with $\alpha_0 > \epsilon = 0.3$.
 
 # %%
 base_runs = runs["softmax"]
@@ -138,25 +149,24 @@ with plotting.style():
     fig = comparison_plots.emergence(base_runs, uniform, GU_EPS,
                                      title=f"Sink emergence in the softmax baseline ({base.data}, {len(seeds)} seeds)")
     plotting.save(fig, fig_dir / "fig01_sink-emergence",
-                  f"Sink emergence while training the softmax baseline ({setting}). (a) attention to BOS of every "
-                  f"head, mean over {len(seeds)} seeds (band: range over seeds); dotted: uniform attention "
-                  f"({uniform:.3f}); dashed: eps 0.3. (b) sink rate (mean over {len(seeds)} seeds, band: range over "
-                  f"seeds, so it stays in [0, 1]) and validation loss (black, right axis).")
+                  f"Sink emergence in the softmax baseline ({setting}), mean over {len(seeds)} seeds, band: range "
+                  f"over seeds. (a) every head's attention to BOS; dotted: uniform ({uniform:.3f}); dashed: eps "
+                  f"{GU_EPS}. (b) sink rate and validation loss (black, right axis).")
 final = base_runs[-1]["checkpoints"][-1]
-print(f"final alpha_0 per layer x head (seed {seeds[-1]}): {[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
+print(f"final alpha_0 per layer x head (seed {seeds[-1]}): "
+      f"{[[round(a, 3) for a in r] for r in final['alpha_by_head']]}")
 print("strongest head per seed (heads of different seeds are unrelated): "
       + "; ".join(f"seed {s}: layer {li} head {h}, alpha_0 {a:.3f}" for s, (li, h, a) in zip(seeds, heads_by_seed))
       + f" (uniform {uniform:.3f}); first step with a head above eps {GU_EPS} per seed: {crossing}")
 headline["emergence"] = {"first_step_above_eps": crossing, "strongest_head_by_seed": heads_by_seed,
                          "final_alpha_by_head": [r["checkpoints"][-1]["alpha_by_head"] for r in base_runs],
                          "late_slope_per_100_steps": [verdicts.late_slope(r) for r in base_runs]}
+start = [a for r in base_runs for row in r["checkpoints"][0]["alpha_by_head"] for a in row]  # every head at step 0
+rising = [s for s, r in zip(seeds, base_runs) if verdicts.late_slope(r, key="alpha_by_head") > verdicts.RISING]
 # The claim, judged on every training seed alone (then over the seeds); its random-weight control is the same
 # TinyLM at step 0 -- seeded like each run, untrained -- judged by the same rule (Gu et al.: no sink before training).
 paper = load_reference("mitigations")
-init_runs = verdicts.at_init(runs)
-grows = record.add(verdicts.sink_claim_over_seeds("softmax", runs, uniform, paper, seeds),
-                   control=verdicts.sink_claim_over_seeds("softmax", init_runs, uniform, paper, seeds),
-                   control_note=verdicts.control_note("softmax", init_runs, uniform))
+[grows] = judge(record, "sink", runs, paper, seeds, variants=["softmax"], uniform=uniform, show=True)
 
 # %% [markdown]
 # Every variant is compared at the same step; where the baseline's sink is still forming at the last checkpoint,
@@ -168,7 +178,7 @@ grows = record.add(verdicts.sink_claim_over_seeds("softmax", runs, uniform, pape
 # seed's final model, on that model's own strongest head:
 
 # %%
-val_ids = training.make_batch(base, "heldout", 64, torch.Generator().manual_seed(4321))
+val_ids = training_data.make_batch(base, "heldout", 64, torch.Generator().manual_seed(4321))
 probe = f"{val_ids.shape[0]} held-out sequences of {val_ids.shape[1]} tokens"
 ads = []
 if base.data == "bigram_backcopy":
@@ -182,7 +192,31 @@ if base.data == "bigram_backcopy":
     display(pd.DataFrame(ads).set_index("seed").round(3))
     headline["active_dormant"] = ads
 # section 1's one takeaway: the emergence above and, where the data has triggers, the active-dormant probe
-takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows, ads, probe))
+cut = verdicts.REMOVES_UNIFORM  # "no sink": every head at most this many times uniform attention
+crossed = [f"{c} in seed {s}" for s, c in zip(seeds, crossing) if c is not None]
+probed = {k: [a[k] for a in ads] for k in ("bos_trigger", "bos_other", "prev_trigger", "prev_other",
+                                           "trigger_fraction")}
+mean = {k: np.mean(v) for k, v in probed.items() if v}  # empty where the data has no triggers
+say(f"softmax baseline, {len(seeds)} seeds",
+    f"Before training, the heads' first-token attention is {span(start)} against uniform attention's "
+    f"{num(uniform)}: " + (f"no head is above {cut:g}x uniform, the untrained model has no sink."
+                           if max(start) <= cut * uniform else
+                           f"some head is already above {cut:g}x uniform before training."),
+    f"At the last step each seed's strongest head reaches {span([a for _, _, a in heads_by_seed])}; "
+    f"{len(crossed)} of {len(seeds)} seeds have a head above eps = {GU_EPS:g}"
+    + (f" (first at step {', '.join(crossed)})." if crossed else "."),
+    (f"The strongest head is still rising over the last quarter of training in seed(s) "
+     f"{', '.join(str(s) for s in rising)}: the budget catches the sink while it forms." if rising else
+     "No seed's strongest head is still rising over the last quarter of training."),
+    f"{claim_line(grows)}.",
+    (f"In {sum(a['holds'] for a in ads)} of {len(ads)} seeds the strongest head is active-dormant as Guo et al. "
+     f"describe, measured on {probe}. On trigger queries ({pct(mean['trigger_fraction'])} of them) it gives BOS "
+     f"{span(probed['bos_trigger'])} and the token to copy (the previous one) {span(probed['prev_trigger'])}; on "
+     f"the other queries BOS gets {span(probed['bos_other'])} "
+     f"({compare(mean['bos_other'], mean['bos_trigger'], 'more', 'less', 'as much')} than on triggers) and the "
+     f"previous token {span(probed['prev_other'])} (triggers give it "
+     f"{compare(mean['prev_trigger'], mean['prev_other'], 'more', 'less', 'as much')})."
+     if ads else "Active-dormant probe not measured: the training data has no trigger tokens."))
 
 # %% [markdown]
 # Read as Guo et al. do: the sink is the head's way of doing nothing when there is nothing to copy.
@@ -198,7 +232,7 @@ takeaways.show(what_we_saw.emergence(base_runs, seeds, uniform, GU_EPS, grows, a
 # %%
 show = min(32, base.seq_len)
 maps, own_heads, missing = {}, {}, {}
-row, triggers = training.most_triggers(val_ids[:, :show], base.data)  # the sequence with the most triggers
+row, triggers = training_data.most_triggers(val_ids[:, :show], base.data)  # the sequence with the most triggers
 with torch.no_grad():
     for v in names:
         li, h, share = comparison.strongest_head(runs[v][0], key="share_by_head")
@@ -214,14 +248,21 @@ with plotting.style():
                                           missing=missing,
                                           title="Final attention of each variant's strongest first-token head")
     plotting.save(fig, fig_dir / "fig02_attention-maps",
-                  f"Attention after training ({setting}; seed {seeds[0]}) on the first {show} tokens of a held-out "
-                  f"sequence: one panel per attention variant, each on that model's own head with the largest "
-                  f"row-normalised first-token share (layer, head and share in the panel title); log colour scale; "
-                  f"outlined: the BOS column; the 'rest' strip: 1 - row sum, the weight each query gives to no token "
-                  f"(where it goes is named in the title); green triangles: trigger queries {triggers}.")
+                  f"Each variant's strongest first-token head after training ({setting}; seed {seeds[0]}), on the "
+                  f"first {show} tokens of a held-out sequence, log colour scale; outlined: BOS; 'rest' strip: the "
+                  f"weight a query gives to no token; green triangles: trigger queries {triggers}.")
 headline["strongest_head_by_variant"] = own_heads
 table = comparison.final_table(runs)
-takeaways.show(what_we_saw.attention_maps(own_heads, table))
+mass = table[("attention row mass", "mean")]  # mean row sum over seeds
+short = [f"{v} {num(1 - m)}" for v, m in mass.items() if v != "sigmoid" and m < verdicts.FULL_ROW]
+lo, hi = min(own_heads, key=lambda v: own_heads[v][2]), max(own_heads, key=lambda v: own_heads[v][2])
+n_seeds = int(table[("seeds", "")].min())
+say(f"each variant's own strongest head, {n_seeds} seed{'s' if n_seeds > 1 else ''}",
+    f"In the first seed, the strongest head's first-token share ranges from {num(own_heads[lo][2])} ({lo}) to "
+    f"{num(own_heads[hi][2])} ({hi}).",
+    (f"Averaged over seeds, rows that sum to less than one give part of each query's attention to no token: "
+     f"{', '.join(short)} (mean share of the row)." if short else "Every normalised variant's rows sum to about one."),
+    f"Sigmoid rows are unnormalised: their mean row sum is {num(mass['sigmoid'])}." if "sigmoid" in mass else "")
 
 # %% [markdown]
 # **How to read the maps.** A softmax sink head shows the active-dormant pattern row by row: on the trigger rows
@@ -232,13 +273,13 @@ takeaways.show(what_we_saw.attention_maps(own_heads, table))
 
 # %% [markdown]
 # ## 3 · Loss curves
-# (a) Validation loss of every variant (mean over seeds, band $\pm$ 1 sd) with the task's **entropy floor**: the
-# loss of a model that knows the data process exactly (`training.bigram_backcopy_entropy`), below which no model can
-# go; (b) each variant's loss minus softmax's, seed by seed. The step-0 checkpoint is left out so the end stays
-# readable. Each variant keeps its colour in every figure of this notebook.
+# (a) Validation loss of every variant (mean over seeds, band $\pm$ 1 sd) with the task's **entropy floor**: the loss of
+# a model that knows the data process exactly (`training_data.bigram_backcopy_entropy`), below which no model can go;
+# (b) each variant's loss minus softmax's, seed by seed. The step-0 checkpoint is left out so the end stays readable.
+# Each variant keeps its colour in every figure of this notebook.
 
 # %%
-floor = training.bigram_backcopy_entropy(base.seq_len) if base.data == "bigram_backcopy" else None
+floor = training_data.bigram_backcopy_entropy(base.seq_len) if base.data == "bigram_backcopy" else None
 with plotting.style():
     fig = comparison_plots.loss_curves(runs, title=f"Validation loss per variant ({base.data})", note=setting,
                                        floor=floor)
@@ -251,7 +292,16 @@ if floor is not None:
     print(f"softmax ends {sm - floor:.3f} nats above the entropy floor ({sm:.3f} vs {floor:.3f}): that gap is all "
           f"any variant could win; the differences between variants below are measured against it.")
 headline["entropy_floor"] = floor
-takeaways.show(what_we_saw.loss_curves(table, floor))
+b = table.loc["softmax", ("val loss", "mean")]
+sds = comparison.LOSS_GAP_SDS  # a gap counts beyond this many pooled seed sd's
+gaps = {side: ", ".join(f"{v} ({d:+.3f})" for v, d in group.items()) or "none"
+        for side, group in comparison.loss_against_baseline(table, "softmax", sds).items()}
+say(f"{int(table.loc['softmax', ('seeds', '')])} seeds",
+    (f"Softmax ends {num(b - floor)} nats {compare(b, floor, 'above', 'below', 'at')} the task's entropy floor "
+     f"({num(b)} vs {num(floor)}): that gap is all any variant could win." if floor is not None else
+     f"Softmax ends at {num(b)} nats."),
+    f"More than {sds:g} seed sd's above softmax at the end: {gaps['above']}. Within {sds:g} sd's: "
+    f"{gaps['within']}. More than {sds:g} sd's below: {gaps['below']}.")
 
 # %% [markdown]
 # Panel (b) shows whether a gap is still *widening* at the last step; a small model on a synthetic task says what a
@@ -286,82 +336,121 @@ with plotting.style():
     fig = comparison_plots.final_bars(table, labels, uniform=uniform, title=f"Final metrics per variant ({base.data})",
                                       verdicts=verdict_lines)
     plotting.save(fig, fig_dir / "fig04_final-metrics",
-                  f"Final metrics per attention variant ({setting}), one panel per metric ({', '.join(labels)}): "
-                  f"mean over {len(seeds)} seeds, bars +- 1 sd (for the proportions -- "
-                  f"{', '.join(x for x in labels if x in comparison_plots.PROPORTIONS)} -- clipped to [0, 1]), "
-                  f"coloured by the section-5 verdict; dotted: first-token attention under uniform attention "
-                  f"({uniform:.3f}). Table: final_table.md.")
+                  f"Final metrics per attention variant ({setting}): {', '.join(labels)}; mean over {len(seeds)} "
+                  f"seeds, bars +- 1 sd (proportions clipped to [0, 1]), coloured by the section-5 verdict; dotted: "
+                  f"uniform attention ({uniform:.3f}). Table: final_table.md.")
 headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
                      for v in names}
 agreement = comparison.published_agreement(table, paper)
-takeaways.show(what_we_saw.final_metrics(table, uniform, agreement))
+fa = table[("first-token attention", "mean")].astype(float)
+act = table[("max activation", "mean")].astype(float)
+massive = act.max() > SUN_MIN_ABS  # Sun et al.'s |h| > 100
+agrees = sum(line.endswith("-> agrees.") for line in agreement)
+say(f"{int(table[('seeds', '')].iloc[0])} seeds",
+    f"First-token attention ranges from {num(fa.min())} ({fa.idxmin()}) to {num(fa.max())} ({fa.idxmax()}); "
+    f"uniform attention gives {num(uniform)}.",
+    f"The largest |h| is {span(act.tolist())} across variants: this model {'has' if massive else 'has no'} massive "
+    f"activations in Sun et al.'s sense (above {SUN_MIN_ABS:g})"
+    + ("" if massive else ", so the activation columns cannot test the papers' claims about outliers") + ".",
+    (f"Against the published directions: {agrees} of {len(agreement)} comparisons agree." if agreement else
+     "No published number to compare a direction with."))
 
 # %% [markdown]
 # ## 5 · Verdicts, computed from the table
 # Rules in `sinklib.mitigation.verdicts.sink_verdict`: a variant *removes* the sink when its sink rate is under 2% and
-# $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in
-# rows that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$;
-# *keeps* it within $0.5$-$1.5\times$. Four verdicts: *holds*, *does NOT hold*, *unsettled* (the seeds disagree, or a
-# number sits within its stated margin of a cut) and *cannot be judged here*. **Seeds first:** every claim is judged
-# on each training seed alone (the variant's run against the softmax run of the same seed) and holds, or fails, only
-# when every seed agrees; otherwise it is unsettled, with "k of n draws hold". Each record's measured values are the
-# means over the seeds (the table of section 4), the seeds' own values beside them, and it names its own paper. The
-# printed lines below are the pooled verdicts (mean over seeds): when $\alpha_0$ lies within two seed sd's of the cut
-# that decides -- or within `verdicts.ALPHA_MARGIN`, how far the same seeds' mean moved when trained on another CPU --
-# they name both sides ("removes or reduces"), and a removal left open that way is unsettled.
-# **Removed or delayed:** the softmax sink forms late in training (section 1), so a variant with no sink at the last
-# step may only be slower to grow one. A *removal* whose strongest head is still rising over the last quarter of
-# training (faster than `verdicts.RISING` per 100 steps in any seed, `verdicts.late_slope`) cannot be judged at this
-# budget; a slope within `verdicts.SLOPE_MARGIN` of that cut (how far bfloat16 training on another CPU moved it:
-# docs/reproducibility.md, "Determinism") leaves the removal unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new
-# figure shows every variant's strongest head over training. All runs train with weight decay on weight matrices only (gains,
-# biases, sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence (`sinklib.mitigation.verdicts.convergence`): head-wise RMSNorm is *faster* only if both the
-# mean validation loss over training and the final loss are lower than softmax's -- each a difference paired by
-# training seed -- by more than its margin (2 sd of the paired differences, at least the 0.029 nats a loss difference
-# moved across machines); *slower* (the claim fails) if either is higher by more; else unsettled. **Controls:** each rule is also applied to the step-0 checkpoints -- the same TinyLM at
-# initialisation, untrained. "Grows a sink" must fail there (Gu et al.: the sink is learned); "removes" cannot be
-# judged there (an untrained softmax has no sink to remove), and convergence has no untrained counterpart. Where
-# `mitigations.json` gives a number for a variant and for softmax, the measured ratio is set beside the published one.
+# $\alpha_0 \le 1.5\times$ uniform **both** on the weights and on the row-normalised shares (a small $\alpha_0$ in rows
+# that carry little mass only *shrinks the rows*); *reduces* it at $\le 0.5\times$ the baseline's $\alpha_0$; *keeps* it
+# within $0.5$-$1.5\times$. Four verdicts: *holds*, *does NOT hold*, *unsettled* (the seeds disagree, or a number sits
+# within its stated margin of a cut) and *cannot be judged here*. **Seeds first:** every claim is judged on each
+# training seed alone (the variant's run against the softmax run of the same seed) and holds, or fails, only when every
+# seed agrees; otherwise it is unsettled, with "k of n draws hold". Each record's measured values are the means over the
+# seeds (the table of section 4), the seeds' own values beside them, and it names its own paper. The printed lines below
+# are the pooled verdicts (mean over seeds): when $\alpha_0$ lies within two seed sd's of the cut that decides -- or
+# within `verdicts.ALPHA_MARGIN`, how far the same seeds' mean moved when trained on another CPU -- they name both sides
+# ("removes or reduces"), and a removal left open that way is unsettled. **Removed or delayed:** the softmax sink forms
+# late in training (section 1), so a variant with no sink at the last step may only be slower to grow one. A *removal*
+# whose strongest head is still rising over the last quarter of training (faster than `verdicts.RISING` per 100 steps in
+# any seed, `verdicts.late_slope`) cannot be judged at this budget; a slope within `verdicts.SLOPE_MARGIN` of that cut
+# (how far bfloat16 training on another CPU moved it: docs/reproducibility.md, "Determinism") leaves the removal
+# unsettled. A *reduction* whose head still rises is moving away from removal: it does not hold. The new figure shows
+# every variant's strongest head over training. All runs train with weight decay on weight matrices only (gains, biases,
+# sink logits and the KV bias are not decayed toward zero, i.e. toward the baseline). Convergence
+# (`sinklib.mitigation.convergence.convergence`): head-wise RMSNorm is *faster* only if both the mean validation loss
+# over training and the final loss are lower than softmax's -- each a difference paired by training seed -- by more than
+# its margin (2 sd of the paired differences, at least the 0.029 nats a loss difference moved across machines); *slower*
+# (the claim fails) if either is higher by more; else unsettled. **Controls:** each rule is also applied to the step-0
+# checkpoints -- the same TinyLM at initialisation, untrained. "Grows a sink" must fail there (Gu et al.: the sink is
+# learned); "removes" cannot be judged there (an untrained softmax has no sink to remove), and convergence has no
+# untrained counterpart. Where `mitigations.json` gives a number for a variant and for softmax, the measured ratio is
+# set beside the published one.
 
 # %%
-for v, line in verdict_lines.items():
+for line in verdict_lines.values():
     print("-", line)
-    if v != "softmax":  # softmax's "grows a sink" was recorded in section 1
-        record.add(verdicts.sink_claim_over_seeds(v, runs, uniform, paper, seeds), show=False,
-                   control=verdicts.sink_claim_over_seeds(v, init_runs, uniform, paper, seeds),
-                   control_note=verdicts.control_note(v, init_runs, uniform))
+# softmax's "grows a sink" was recorded in section 1; every other variant's "removes it", with its step-0 control
+removes = judge(record, "sink", runs, paper, seeds, variants=[v for v in names if v != "softmax"], uniform=uniform)
 with plotting.style():
     fig = comparison_plots.strongest_head_over_training(runs, GU_EPS, uniform,
                                                         title=f"Removed or delayed? The strongest head per variant "
                                                               f"({base.data})")
     plotting.save(fig, fig_dir / "fig06_strongest-head",
-                  f"The strongest head's row-normalised first-token share (max over layers and heads) against training "
-                  f"step for every variant ({setting}); mean over {len(seeds)} seeds, band: range over seeds; dashed: "
-                  f"eps = {GU_EPS}; dotted: uniform attention ({uniform:.3f}).")
+                  f"The strongest head's row-normalised first-token share against training step, per variant "
+                  f"({setting}); mean over {len(seeds)} seeds, band: range over seeds; dashed: eps = {GU_EPS}; "
+                  f"dotted: uniform attention ({uniform:.3f}).")
 headline["verdicts"] = verdict_lines
 headline["baseline_grows_sink"] = verdicts.grows_sink(table, "softmax", uniform)
 print("\nAgainst the published direction (paper-scale models; only where both numbers exist):")
 for line in agreement:
     print("-", line)
 headline["published_agreement"] = agreement
+parity_claim = table_claim = None
 if "headwise_rmsnorm" in runs:
-    conv = verdicts.convergence(runs["headwise_rmsnorm"], runs["softmax"])
-    print("-", verdicts.convergence_line("head-wise RMSNorm", conv, base.data))
-    record.add(verdicts.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], paper, base.data,
-                                                     seeds), show=False)
+    conv = convergence.convergence(runs["headwise_rmsnorm"], runs["softmax"])
+    print("-", convergence.convergence_line("head-wise RMSNorm", conv, base.data))
+    judge(record, "convergence", runs, paper, seeds, setting=base.data)
     # the paper's other claim: parity across positions -- the first layer's attention outputs at position 0 vary as
     # the later ones' (random tokens), the first token's DomRatio after the second layer's input norm falls, the last
-    # layer's effective rank rises -- measured on the final weights (parity.with_parity); "removes the sink" above
-    # is this project's own question for head-wise RMSNorm (its record says so; the scorecard does not count it)
-    # control: the same comparison on the weights each run started from (step 0)
-    parity_runs = {v: parity.with_parity(runs[v], dev) for v in ("headwise_rmsnorm", "softmax")}
-    parity_init = {v: parity.with_parity(runs[v], dev, at_init=True) for v in ("headwise_rmsnorm", "softmax")}
-    for judge in (parity.parity_claim_over_seeds, parity.table_claim_over_seeds):
-        claim = judge(parity_runs["headwise_rmsnorm"], parity_runs["softmax"], paper, seeds)
-        at_init = judge(parity_init["headwise_rmsnorm"], parity_init["softmax"], paper, seeds)
-        record.add(claim, control=at_init, control_note=parity.control_notes(claim) if at_init.holds else "")
+    # layer's effective rank rises -- measured on the final weights, its control on the weights each run started
+    # from; "removes the sink" above is this project's own question for head-wise RMSNorm (the record says so)
+    parity_claim, table_claim = judge(record, "parity", runs, paper, seeds, device=dev, show=True)
     headline["rmsnorm_convergence"] = conv
-takeaways.show(what_we_saw.verdicts(record.claims))
+by_verdict = {v: [] for v in ("holds", "does NOT hold", "unsettled", "cannot be judged here")}
+for c in removes:  # a removal no paper claims is marked as this project's own question
+    by_verdict[c.verdict()].append(c.id.split(".")[1].removesuffix("_removes_sink")
+                                   + (" (our own question, not its paper's claim)" if c.paper == OWN_QUESTION else ""))
+listed = {v: ", ".join(items) or "none" for v, items in by_verdict.items()}
+parity_said = []
+if parity_claim is not None and "variance_ratio" in parity_claim.measured:
+    m = parity_claim.measured
+    parity_said.append(
+        f"What arXiv 2605.06611 claims of head-wise RMSNorm, statistical parity across positions: layer "
+        f"{m.get('layer', 0) + 1}'s attention outputs vary {num(m['variance_ratio'][1])}x as much over a batch at the "
+        f"first position as at the later positions, against softmax's {num(m['variance_ratio'][0])}x (parity: equal "
+        f"variance; {m['over']}); {claim_line(parity_claim)}.")
+    c = parity_claim.control_measured if isinstance(parity_claim.control_measured, dict) else {}
+    if parity_claim.control is True and "variance_ratio" in c:
+        parity_said.append(f"On the weights training started from it is already {num(c['variance_ratio'][1])}x "
+                           f"against softmax's {num(c['variance_ratio'][0])}x: the norm sets every head output's RMS "
+                           f"to one by construction, so the parity is the architecture's, not learned.")
+if table_claim is not None:
+    m = table_claim.measured
+    where = f" after the RMSNorm that reads layer {m['layer'] + 1}'s output" if "layer" in m else ""
+    parity_said.append(
+        f"The two numbers of its pre-training table: first-token DomRatio {num(m['dom_ratio'][1])} against softmax's "
+        f"{num(m['dom_ratio'][0])}{where}, effective rank {num(m['effective_rank'][1])} against "
+        f"{num(m['effective_rank'][0])} in the last layer's states ({m['over']}); {claim_line(table_claim)}.")
+say(f"{len(grows.draws) if grows.draws else 1} training seeds",
+    f"{claim_line(grows)}.",
+    f"Removes the sink in every seed: {listed['holds']}.",
+    f"Does not, in every seed: {listed['does NOT hold']}.",
+    (f"Unsettled (the seeds disagree, or a number sits within its margin of a cut): {listed['unsettled']}."
+     if by_verdict["unsettled"] else ""),
+    (f"Cannot be judged here (e.g. a removal whose strongest head is still rising): "
+     f"{listed['cannot be judged here']}." if by_verdict["cannot be judged here"] else ""),
+    "On the untrained model (before the first step) the softmax rule "
+    + {True: "holds -- see its control note", False: "fails, as it should: the sink is learned",
+       None: "was not judged"}[grows.control] + ".",
+    *parity_said)
 
 # %% [markdown]
 # **Removed or delayed, measured once with twice the budget** (seed 0, outside this run; reproduce with
@@ -396,36 +485,34 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
     display(comparison.format_table(text_table))
     text_uniform = comparison.uniform_alpha(text_cfg.seq_len)
     print("-", verdicts.sink_verdict("softmax", text_table, text_uniform).line)
-    text_conv, text_claims = {}, []
-    for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
-        text_conv[name] = verdicts.convergence(text_runs[name], text_runs["softmax"])
-        text_claims.append(record.add(verdicts.convergence_claim_over_seeds(
-            text_runs[name], text_runs["softmax"], paper, "bible" + name.replace("headwise_rmsnorm", ""), text_seeds),
-            show=False))
-        print("-", verdicts.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
-                                               text_conv[name], "Bible bytes"))
-    text_parity = {v: parity.with_parity(rs, dev) for v, rs in text_runs.items()}  # the parity claims on real text
-    text_init = {v: parity.with_parity(rs, dev, at_init=True) for v, rs in text_runs.items()}  # and their controls
-    for name in ("headwise_rmsnorm", "headwise_rmsnorm g0=0.1"):
-        parity_setting = "bible" + name.replace("headwise_rmsnorm", "")
-        for judge in (parity.parity_claim_over_seeds, parity.table_claim_over_seeds):
-            claim = judge(text_parity[name], text_parity["softmax"], paper, text_seeds, parity_setting)
-            at_init = judge(text_init[name], text_init["softmax"], paper, text_seeds, parity_setting)
-            text_claims.append(record.add(claim, show=False, control=at_init,
-                                          control_note=parity.control_notes(claim) if at_init.holds else ""))
+    gains = ["headwise_rmsnorm", "headwise_rmsnorm g0=0.1"]
+    text_conv = {name: convergence.convergence(text_runs[name], text_runs["softmax"]) for name in gains}
+    for name in gains:
+        print("-", convergence.convergence_line(name.replace("headwise_rmsnorm", "head-wise RMSNorm"),
+                                                text_conv[name], "Bible bytes"))
+    # the convergence and parity claims on real text, each gain recorded under its own setting ("bible g0=0.1")
+    text_claims = (judge(record, "convergence", text_runs, paper, text_seeds, variants=gains, setting="bible")
+                   + judge(record, "parity", text_runs, paper, text_seeds, variants=gains, setting="bible",
+                           device=dev))
     with plotting.style():
         fig = comparison_plots.loss_curves(text_runs, title="Bible bytes: softmax vs head-wise RMSNorm",
                                            note=setting.replace(base.data, "bible"))
         plotting.save(fig, fig_dir / "fig05_bible-check",
-                      f"(a) Validation loss on World English Bible bytes: softmax vs head-wise RMSNorm with its gain "
-                      f"initialised at 1 and at 0.1; same model and budget as above ({len(text_seeds)} seeds, band +- 1 "
-                      f"sd); (b) the difference to softmax, paired by seed. First-token attention at the end: "
-                      f"{text_table.loc['softmax', ('first-token attention', 'mean')]:.3f} (softmax) vs uniform "
-                      f"{text_uniform:.3f}.")
+                      f"(a) Validation loss on World English Bible bytes: softmax vs head-wise RMSNorm, gain "
+                      f"initialised at 1 and at 0.1 ({len(text_seeds)} seeds, band +- 1 sd); (b) the difference to "
+                      f"softmax, paired by seed.")
     headline["bible_check"] = {"final": {v: {k: text_table.loc[v, (lab, "mean")]
                                               for k, lab in comparison.FINAL_METRICS.items()} for v in text_runs},
                                "rmsnorm_convergence": text_conv}
-    takeaways.show(what_we_saw.bible_check(text_table, text_uniform, text_claims))
+    text_fa = text_table.loc["softmax", ("first-token attention", "mean")]
+    losses = ", ".join(f"{v} {num(loss)}" for v, loss in text_table[("val loss", "mean")].items())
+    say(f"Bible bytes, {int(text_table.loc['softmax', ('seeds', '')])} seeds",
+        f"Softmax {'grows a' if verdicts.grows_sink(text_table, 'softmax', text_uniform) else 'grows no'} "
+        f"first-token sink here: first-token attention {num(text_fa)}, "
+        f"{compare(text_fa, text_uniform, 'above', 'below', 'at')} the uniform {num(text_uniform)}, sink rate "
+        f"{pct(text_table.loc['softmax', ('sink rate', 'mean')])}.",
+        f"Final validation loss: {losses}.",
+        " ".join(f"{claim_line(c)}." for c in text_claims))
 
 # %% [markdown]
 # The second gain initialisation separates the method from its start: if head-wise RMSNorm with a small gain lands

@@ -51,19 +51,19 @@ seed = 0
 out_dir = "../figures/10_llm"
 
 # %%
-import gc
-import time
-from dataclasses import replace
 
 import pandas as pd
 
 from sinklib.architectures.llm import llm_survey, placement, placement_plots
-from sinklib.architectures.llm import takeaways as llm_takeaways
-from sinklib.core import plotting, takeaways
+from sinklib.architectures.llm.llm_survey import pooled_interval, uniform_share
+from sinklib.architectures.llm.survey_chain import LINKS, POOLED_CUTS, RARE_SITES
+from sinklib.core import plotting
+from sinklib.core.analysis import SHAPE_CUTS
+from sinklib.core.metrics import GU_EPS, SUN_MIN_ABS, SUN_MIN_RATIO
+from sinklib.core.pooled import LEVEL
 from sinklib.core.results import load_reference
-from sinklib.core.takeaways import windows
+from sinklib.core.takeaways import claim_line, compare, find, num, pct, say, span, windows
 from sinklib.models.load import load_model, require_family
-from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
 nb = notebook.start("10_llm", profile, model, device, seed, out_dir, families=None, label="several models")
@@ -74,6 +74,37 @@ streaming_paper = load_reference("streamingllm")
 print(f"models: {', '.join(names)}; {run.num_seqs} sequences x {run.seq_len} tokens per input kind")
 # what each takeaway's numbers were measured on, from the run's sizes
 on_windows = windows(run.placement_seqs, "Bible windows", run.seq_len)  # sections 3, 4 and 6 (per draw)
+
+
+def claim_of(claim_id: str, report):
+    """A model's record of a claim: its id ends in the model's name."""
+    return find(record.claims, f"{claim_id}.{report.name}")
+
+
+def holders(claim_id: str, among=None) -> list[str]:
+    """The models on which a claim holds."""
+    return [r.label for r in (among or reports) if (c := claim_of(claim_id, r)) is not None and c.holds is True]
+
+
+def verdicts(claim_id: str) -> str:
+    """One verdict per model: "SmolLM2: `id` holds (...); Gemma-3: ..."."""
+    return "; ".join(f"{r.label}: {claim_line(claim_of(claim_id, r), claim_id)}" for r in reports)
+
+
+def who(names: list[str], total: int) -> str:
+    """"all three models" / "SmolLM2 and Qwen" / "none of the models"."""
+    if not names:
+        return "none of the models"
+    if len(names) == total and total > 1:
+        return f"all {num(total)} models" if total > 3 else f"all {('two', 'three')[total - 2]} models"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def against(value: float, bounds: tuple[float, float], cut: float, fmt=num, unit: str = "") -> str:
+    """"0.79 (95% interval 0.75-0.82, above the 0.3 cut)": a pooled number, its interval and where it lies."""
+    lo, hi = bounds
+    where = "above" if lo > cut else "below" if hi < cut else "across"
+    return f"{fmt(value)}{unit} ({pct(LEVEL)} interval {fmt(lo)}-{fmt(hi)}{unit}, {where} the {fmt(cut)}{unit} cut)"
 
 # %% [markdown]
 # ## Measure every model once
@@ -100,37 +131,16 @@ on_windows = windows(run.placement_seqs, "Bible windows", run.seq_len)  # sectio
 # > BOS first, sink on the BOS token or on position 0? Pass `model=` to add another model.
 
 # %%
+def load(name: str):
+    """One model, float32 attention (Gu et al.'s protocol), on the run's device."""
+    lm = nb.placed(load_model(name, device=run.device, dtype="float32"))
+    require_family(lm, ("llm", "moe"), "10_llm")
+    return lm
+
+
 def measure_model(name: str):
     """One model's report, its claims as (claim, Recorder.add's keywords) and the seconds its draws and control took."""
-    lm = nb.placed(load_model(name, device=run.device, dtype="float32"))  # Gu et al.'s protocol: float32 attention
-    require_family(lm, ("llm", "moe"), "10_llm")
-    report = llm_survey.measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
-                                placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
-                                context_windows=run.context_windows, paper=origin_paper, seed=run.seed,
-                                draw_seqs=run.draw_seqs, n_draws=run.draws)
-    model_claims = []
-    if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
-        report.xiao, xiao_claim = llm_survey.xiao_position_test(lm, run.stream_tokens, run.stream_budget,
-                                                                run.stream_chunk, streaming_paper, run.seed)
-    start = time.perf_counter()
-    control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
-    if run.stream_tokens:  # the same protocol on the random weights: no first token should matter there
-        model_claims.append((replace(xiao_claim, id=f"{xiao_claim.id}.{report.name}"), {
-            "control": llm_survey.xiao_control(control, report.name, run.stream_tokens, run.stream_budget,
-                                               run.stream_chunk, streaming_paper, run.seed)}))
-    del lm
-    gc.collect()
-    controls = llm_survey.control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
-                                         batch_size=run.batch_size, paper=origin_paper, gu=gu, seed=run.seed)
-    del control
-    gc.collect()
-    seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
-               "control": round(time.perf_counter() - start, 1)}
-    for claim in llm_survey.report_claims(report, gu):
-        model_claims.append((claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls
-                                     else "no random-weight control here: 02_interpretation runs this rule's "
-                                          "control on SmolLM2's configuration"}))
-    return report, model_claims, seconds
+    return llm_survey.measure_and_judge(lambda: load(name), run, gu=gu, paper=origin_paper, streaming=streaming_paper)
 
 
 reports, added_seconds = [], {}
@@ -159,10 +169,25 @@ for r in reports:
     onset = r.sink_layers[0] if r.sink_layers and max(r.alpha_by_layer) > 0.3 else None
     print(f"{r.label}: sink rate {rates}; first sink layer {onset} of {r.n_layers}")
 record.show("gu2024.llama_family_input_shape")
-
-# %%
-takeaways.show(llm_takeaways.sink_by_depth(reports, record.claims,
-                                           on=windows(run.num_seqs, "sequences", run.seq_len) + " per input"))
+shape_id = "gu2024.llama_family_input_shape"
+shape = next((c for r in reports if (c := claim_of(shape_id, r))), None)
+table1 = list(shape.published.values()) if shape is not None and isinstance(shape.published, dict) else []
+pooled_random = [f"{r.label} {against(c.measured['random'], b, SHAPE_CUTS['random'], lambda x: pct(x, 2))}"
+                 for r in reports if (b := pooled_interval(c := claim_of(shape_id, r), "random")) is not None]
+sinking = {r.label: [i for i, a in enumerate(r.alpha_by_layer) if a > GU_EPS] for r in reports}
+say(f"sink rate by input, on {windows(run.num_seqs, 'sequences', run.seq_len)} per input",
+    "Sink rate on natural text / random tokens / one repeated token: "
+    + "; ".join(f"{r.label} {pct(r.sink_rate['natural'], 2)} / {pct(r.sink_rate['random'], 2)} / "
+                f"{pct(r.sink_rate['repeated'], 2)}" for r in reports) + "."
+    + (" Gu et al.'s Table 1 gives " + " / ".join(span([p[kind] for p in table1], 2)
+                                                   for kind in ("natural", "random", "repeated"))
+       + f" for {', '.join(shape.published)} (as fractions)." if table1 else ""),
+    f"On every seed's random-token sequences pooled, the random-token rate is {'; '.join(pooled_random)}: the shape's "
+    "random condition is judged on it." if pooled_random else "",
+    f"Gu et al.'s Llama-family shape holds on {who(holders(shape_id), len(reports))} ({verdicts(shape_id)}).",
+    f"Mean alpha of the first token passes eps {num(GU_EPS, 1)}: "
+    + "; ".join(f"{r.label} from layer {sinking[r.label][0]} ({num(len(sinking[r.label]))} of {num(r.n_layers)} "
+                f"layers)" if sinking[r.label] else f"{r.label} in no layer" for r in reports) + ".")
 
 # %% [markdown]
 # None of the offline models is in Gu et al.'s Table 1, so only the *shape* -- sinking on natural and random input,
@@ -182,9 +207,31 @@ takeaways.show(llm_takeaways.sink_by_depth(reports, record.claims,
 for r in reports:
     print(f"{r.label}: {r.massive.describe()}")
 record.show("sun2024.massive_activations")
-
-# %%
-takeaways.show(llm_takeaways.massive(reports, record.claims, on=windows(run.num_seqs, "Bible windows", run.seq_len)))
+massive_id = "sun2024.massive_activations"
+met = [f"{r.label} (dimensions {', '.join(map(str, r.massive.dims))})" for r in reports if r.massive.strict]
+short = [f"{r.label} peaks at {num(r.massive.peak_ratio)}x its layer's median |h|, "
+         f"{compare(r.massive.peak_ratio, SUN_MIN_RATIO, 'above', 'short of', 'at')} {num(SUN_MIN_RATIO)}x"
+         for r in reports if not r.massive.strict]
+shares = []  # where the criterion is met: the share of later tokens meeting it in its first (up to three) layers
+for r in reports:
+    sites = r.sun_sites if r.massive.strict else None
+    if sites is None:
+        continue
+    shown, (densest, per_window, _) = sites.met_layers[:3], sites.most_sites()
+    shares.append(f"{r.label}: {' / '.join(pct(sites.later_share[i]) for i in shown)} in "
+                  f"layer{'s' if len(shown) > 1 else ''} {' / '.join(map(str, shown))}"
+                  f"{' ...' if len(sites.met_layers) > len(shown) else ''} (at most {num(per_window, 2)} of "
+                  f"{num(sites.seq_len - 1)} later positions per window, layer {densest}); "
+                  + (f"the first position from layer {sites.first_token_onset}"
+                     if sites.first_token_onset is not None else "never at the first position"))
+say(f"Sun et al.'s criterion, on {windows(run.num_seqs, 'Bible windows', run.seq_len)}",
+    f"The criterion is met on {who(met, len(reports))}." if met else "No model meets the criterion.",
+    f"{'; '.join(short)}." if short else "",
+    f"Where it is met, the share of the tokens after the first position that meet it, from its first layer on: "
+    f"{'; '.join(shares)}. The rule asks for 'a few' (Sun et al.: the starting token and the first delimiter): at "
+    f"most {num(RARE_SITES)} later positions per window, judged layer by layer (it holds where some layer shows it)."
+    if shares else "",
+    f"The claim holds on {num(len(holders(massive_id)))} of {num(len(reports))} models ({verdicts(massive_id)}).")
 
 # %% [markdown]
 # A model that misses the 1000x cut may still have one activation far above the rest: the later sections use the
@@ -193,10 +240,11 @@ takeaways.show(llm_takeaways.massive(reports, record.claims, on=windows(run.num_
 
 # %% [markdown]
 # ## 3 · Where the attention goes, by token kind
-# The mass each key receives, $m_j = \sum_t A_{t,j} / \#\{t: t \ge j\}$, averaged over heads and the sink layers
-# and grouped by what the key is: the first position, the first delimiter as Sun et al. name it (the first "." or
-# line break), the other delimiters (later ones, and the ",", ";", ":", "!", "?" the project adds), weak-semantic tokens (articles, prepositions, conjunctions, other punctuation) and
-# content words. The last 8 keys are left out: few queries see them, so their $m_j$ is large by construction.
+# The mass each key receives, $m_j = \sum_t A_{t,j} / \#\{t: t \ge j\}$, averaged over heads and the sink layers and
+# grouped by what the key is: the first position, the first delimiter as Sun et al. name it (the first "." or line
+# break), the other delimiters (later ones, and the ",", ";", ":", "!", "?" the project adds), weak-semantic tokens
+# (articles, prepositions, conjunctions, other punctuation) and content words. The last 8 keys are left out: few
+# queries see them, so their $m_j$ is large by construction.
 
 # %%
 with plotting.style():
@@ -211,9 +259,29 @@ for r in reports:
     print("   most attended tokens after position 0:",
           ", ".join(f"{t!r} {m:.3f} (x{n})" for t, n, m in r.secondary))
 record.show("sun2024.first_delimiter")
-
-# %%
-takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims, on=on_windows))
+delimiter_id = "sun2024.first_delimiter_draws_attention"
+cut, delimiter = placement.DELIMITER_CUT, []  # the first delimiter's m_j over a content word's, per model
+for r in reports:
+    c = claim_of(delimiter_id, r)
+    lo, hi = ((c.spread or {}).get("interval") if c is not None else None) or (float("nan"), float("nan"))
+    if lo == lo:  # judged on every draw's windows pooled, with its interval
+        delimiter.append(f"{r.label} {num(c.measured['first_delimiter_over_content'], 2)}x on all windows pooled "
+                         f"({pct(LEVEL)} interval {num(lo, 2)}-{num(hi, 2)}x, "
+                         f"{'above' if lo > cut else 'below' if hi < cut else 'across'} the {num(cut)}x cut)")
+    else:
+        ratio = r.by_kind["first delimiter"] / r.by_kind["content"]
+        delimiter.append(f"{r.label} {num(ratio, 2)}x ({compare(ratio, cut, 'above', 'below', 'at')} the "
+                         f"{num(cut)}x cut)")
+top = "; ".join(f"{r.label}: {token!r} ({num(mass)} over {num(count)} occurrences, "
+                f"{num(mass / r.by_kind['content'], 2)}x a content word)"
+                for r in reports if r.secondary for token, count, mass in r.secondary[:1])
+say(f"mass by token kind, on {on_windows}",
+    f"The first position receives {span([r.by_kind['first'] for r in reports])} per query in the sink layers, "
+    f"{span([r.by_kind['first'] / r.by_kind['content'] for r in reports], 2)}x a content word "
+    f"({span([r.by_kind['content'] for r in reports], 2)}).",
+    f"The first delimiter against a content word: {'; '.join(delimiter)}. Sun et al.'s second sink: "
+    f"{verdicts(delimiter_id)}.",
+    f"The most attended token after the first position: {top}." if top else "")
 
 # %% [markdown]
 # Sun et al. find the second massive activation at the first delimiter of larger models and longer prompts; the
@@ -232,9 +300,9 @@ takeaways.show(llm_takeaways.mass_by_kind(reports, record.claims, on=on_windows)
 #
 # Beside it, Xiao et al.'s own protocol: held-out text streamed through 01's cache of 4 sinks + recent tokens, as it
 # is, with its first four tokens replaced by line breaks (a BOS among them), and with no sink at all -- perplexity
-# after the cache fills. Its control is the same protocol on each model's random weights, where no first token
-# should matter and the rule must fail. Their test asks whether *any* first tokens work as sinks for streaming, ours which token the
-# attention follows inside one window: the two can disagree on a BOS model, and both are shown.
+# after the cache fills. Its control is the same protocol on each model's random weights, where no first token should
+# matter and the rule must fail. Their test asks whether *any* first tokens work as sinks for streaming, ours which
+# token the attention follows inside one window: the two can disagree on a BOS model, and both are shown.
 
 # %%
 with plotting.style():
@@ -254,9 +322,30 @@ for r in reports:
         b = r.bos_stripped
         print(f"{r.label}, BOS stripped (the text's first word at position 0): alpha_0 {b['alpha_with_bos']:.3f} with "
               f"BOS -> {b['alpha_without_bos']:.3f} without; largest activations then at {b['largest_moved_to'][:4]}")
-
-# %%
-takeaways.show(llm_takeaways.position_or_token(reports, record.claims, on=on_windows))
+position_id, keep = "xiao2023.sink_is_the_position", placement.POSITION_KEEP
+pooled_position = []  # on every draw's windows pooled: the four alphas' intervals against the rule's cuts
+for r in reports:
+    c = claim_of(position_id, r)
+    bounds = {name: pooled_interval(c, name) for name in ("sink", "replaced", "moved_original")}
+    if all(b is not None for b in bounds.values()):
+        m = c.measured
+        kept, other = m["moved_original"] / m["own"], m["replaced"] / m["own"]  # of the first position's alpha
+        pooled_position.append(
+            f"{r.label} -- the {m['answer']}: alpha of the first position {against(m['own'], bounds['sink'], GU_EPS)}, "
+            f"the moved first token keeps {against(kept, bounds['moved_original'], keep, unit='x')} of it, another "
+            f"first token {against(other, bounds['replaced'], keep, unit='x')}")
+stripped = [f"{r.label} without its BOS: alpha of the first position "
+            f"{compare(without, with_bos, 'rises', 'falls', 'stays')} from {num(with_bos)} to {num(without)}"
+            for r in reports if r.bos_stripped
+            for with_bos, without in [(r.bos_stripped["alpha_with_bos"], r.bos_stripped["alpha_without_bos"])]]
+say(f"position or token, on {on_windows}",
+    "; ".join(f"{r.label} -- the {r.position.answer}: alpha at the first position {num(r.position.own)} as given, "
+              f"{num(r.position.replaced)} with {r.position.other_token} there, {num(r.position.moved_first)} with "
+              f"another text in front; the original first token moved to position {num(r.position.shift)} gets "
+              f"{num(r.position.moved_original)}" for r in reports) + ".",
+    f"On every draw's windows pooled: {'; '.join(pooled_position)}." if pooled_position else "",
+    f"{'; '.join(stripped)}." if stripped else "",
+    f"Xiao et al.'s initial position holds on {who(holders(position_id), len(reports))} ({verdicts(position_id)}).")
 
 # %% [markdown]
 # How to read the answer: a model trained without a BOS sees a different word first in every window, so only the
@@ -266,14 +355,14 @@ takeaways.show(llm_takeaways.position_or_token(reports, record.claims, on=on_win
 # %% [markdown]
 # ## 5 · Longer contexts and the chat template
 # (a) $\alpha_0$ in the sink layers at growing context lengths, with the O(N)-memory statistics (no $N \times N$
-# matrix is kept; one forward of the longest passage gives every shorter length, as in `00_tour`). In a
-# sliding-window layer (Gemma-3: five of every six, W = 512) the queries past the window cannot see the first token,
-# so there $\alpha_0$ averages over the first $\min(N, W)$ queries only -- Gu et al.'s $T - k$ generalised to windows;
-# counting the others would make $\alpha_0$ fall with $N$ by construction. (b) Gu et al. compare base and chat checkpoints; with one checkpoint we can compare the same text
-# raw and wrapped as a user message in the model's chat template (whose first token is then a template token). The
-# content is token-for-token the same in both (the template's default system prompt comes on top, not instead of
-# part of the text), and both rates read $\alpha_0$ from the queries of the same content tokens (the second to the
-# last): the difference is the format's, not the text's.
+# matrix is kept; one forward of the longest passage gives every shorter length, as in `00_tour`). In a sliding-window
+# layer (Gemma-3: five of every six, W = 512) the queries past the window cannot see the first token, so there
+# $\alpha_0$ averages over the first $\min(N, W)$ queries only -- Gu et al.'s $T - k$ generalised to windows; counting
+# the others would make $\alpha_0$ fall with $N$ by construction. (b) Gu et al. compare base and chat checkpoints;
+# with one checkpoint we can compare the same text raw and wrapped as a user message in the model's chat template
+# (whose first token is then a template token). The content is token-for-token the same in both (the template's
+# default system prompt comes on top, not instead of part of the text), and both rates read $\alpha_0$ from the
+# queries of the same content tokens (the second to the last): the difference is the format's, not the text's.
 
 # %%
 with plotting.style():
@@ -291,11 +380,30 @@ for r in reports:
     if r.chat_top:
         print("   in the chat template the most attended tokens are",
               ", ".join(f"{t!r} {m:.3f} (x{k})" for t, k, m in r.chat_top))
-
-# %%
-takeaways.show(llm_takeaways.context_and_chat(
-    reports, on=f"(a) {windows(run.context_windows, 'passages')} of up to {max(run.context_lengths):,} tokens, (b) "
-                f"{windows(run.placement_seqs, 'windows', run.seq_len)}"))
+by_length, chat = [], []  # (a) alpha of the first token from the shortest to the longest context; (b) raw vs chat
+for r in reports:
+    lengths, alpha = r.context["lengths"], r.context["alpha_first"]
+    if lengths:
+        even = r.context.get("uniform") or [uniform_share(n) for n in lengths]  # an even spread of attention
+        sliding = r.context.get("sliding_layers") or []
+        by_length.append(
+            f"{r.label} {compare(alpha[-1], alpha[0], 'rises', 'falls', 'stays')} from {num(alpha[0])} at "
+            f"{num(lengths[0])} tokens to {num(alpha[-1])} at {num(lengths[-1])} ({num(alpha[0] / even[0], 2)}x -> "
+            f"{num(alpha[-1] / even[-1], 2)}x an even spread"
+            + (f"; its {len(sliding)} sliding-window layers (W = {num(r.context['window'])}) count only the queries "
+               "that see the first token" if sliding else "") + ")")
+    if not r.raw_vs_chat:
+        chat.append(f"{r.label} has no chat template")
+        continue
+    raw, templ = r.raw_vs_chat["raw"], r.raw_vs_chat["chat template"]
+    chat.append(f"{r.label}'s sink rate {compare(templ, raw, 'rises', 'falls', 'stays')} from {pct(raw, 2)} raw to "
+                f"{pct(templ, 2)} in its template"
+                + "".join(f"; there the most attended token is {token!r} ({num(mass)})"
+                          for token, _, mass in (r.chat_top or [])[:1]))
+say(f"context length and chat template, on (a) {windows(run.context_windows, 'passages')} of up to "
+    f"{max(run.context_lengths):,} tokens, (b) {windows(run.placement_seqs, 'windows', run.seq_len)}",
+    f"(a) alpha of the first token in the sink layers: {'; '.join(by_length)}." if by_length else "",
+    f"(b) {'; '.join(chat)}.")
 
 # %% [markdown]
 # An even spread of each query's attention gives the first key less and less as the context grows, so a first
@@ -326,10 +434,79 @@ chain_table = pd.DataFrame({r.label: {link.split(".")[1]: next((c.verdict() for 
 display(chain_table)  # noqa: F821
 for r in reports:
     print(f"{r.label}: {r.chain_numbers}")
-
-# %%
-takeaways.show(llm_takeaways.chain(reports, record.claims, on=f"{on_windows} per draw",
-                                   heldout=windows(run.placement_seqs, "held-out windows", run.seq_len)))
+gated = [r for r in reports if r.chain_numbers]
+heldout = windows(run.placement_seqs, "held-out windows", run.seq_len)  # where the perplexities were measured
+rows = []  # per model: each link's number, the two onsets and the bias test
+for r in gated:
+    n, sites = r.chain_numbers, r.sun_sites
+    sn, pos, bias = n["super_neuron"], n["positive_sink_vs_other"], n.get("massive_bias")
+    value = n.get("first_token_value_onset", n.get("massive_onset")) or []
+    onset, sun, sink = (value[0] if value else None), n.get("sun_onset"), n["sink_onset"]
+    if onset is None:
+        onsets = f"no first-token value onset (no value above {SUN_MIN_ABS:g} on a massive dimension)"
+    else:
+        onsets = (f"the first token's value onset (|v| > {SUN_MIN_ABS:g} on a massive dimension) in layer {onset}'s "
+                  "output" + ("" if sites is None else
+                              f" ({num(sites.first_ratio[onset])}x its layer median at the first position, "
+                              f"{compare(sites.first_ratio[onset], SUN_MIN_RATIO, 'above', 'under', 'at')} "
+                              f"Sun et al.'s {num(SUN_MIN_RATIO)}x)"))
+    onsets += "; " + (f"Sun et al.'s criterion first met in layer {sun}'s output" if sun is not None
+                      else "Sun et al.'s criterion met in no layer")
+    if sink is None:
+        onsets += "; no sink layer"
+    else:
+        lags = [(name, sink - (layer + 1)) for name, layer in (("the value onset", onset), ("Sun's onset", sun))
+                if layer is not None]  # block l's attention reads h^(l-1)
+        follows = n.get("sink_follows")
+        onsets += (f"; sink at layer {sink}"
+                   + (": " + ", ".join(f"{num(abs(lag))} layer{'s' if abs(lag) != 1 else ''} "
+                                       f"{'after' if lag >= 0 else 'before'} the first attention that reads {name}"
+                                       for name, lag in lags) if lags else "")
+                   + (f" -- it follows {follows}" if follows else ""))
+    sun_test = ""
+    if bias:
+        p, sd = bias["ppl"], bias.get("first_token_relative_sd")
+        sun_test = (f"; perplexity on {heldout}: {num(p['original'], 3)} as is, {num(p['set to mean'], 3)} with the "
+                    f"massive sites set to their mean, {num(p['set to zero'], 3)} set to zero")
+        if sd is not None:
+            sun_test += (f" (the first token's massive values vary by at most {pct(sd, 2)} of their mean across "
+                         f"windows; {num(bias['later_sites'])} later sites"
+                         + (f", mostly {', '.join(map(repr, list(bias['later_tokens'])[:3]))}"
+                            if bias["later_tokens"] else "") + ")"
+                         + (": the first position is the same BOS state in every window, so setting it to its mean "
+                            "rewrites it with itself and only the later sites can fail the mean edit"
+                            if sd < 1e-3 else ""))
+    pooled_links = []  # the links judged on every draw's windows pooled, against their cuts
+    for link, words in (("origin.variance_discrepancy", "first-layer variance ratio"),
+                        ("origin.dimension_disparity", "DomRatio where the sink layer reads")):
+        c = claim_of(link, r)
+        condition, link_cut = POOLED_CUTS[link]
+        if (b := pooled_interval(c, condition)) is not None:
+            number = (c.measured["ratio_t0_to_second_half"][0] if condition == "ratio"
+                      else c.measured["dom_first_over_rest_at_sink"])
+            pooled_links.append(f"{words} {against(number, b, link_cut, unit='x')}")
+    rows.append(f"{r.label}: first-layer variance ratio {num(n['variance_ratio_t0'], 2)}x; "
+                + (f"super neuron {sn['neuron']} of layer {sn['layer']}" if sn else "no super neuron")
+                + f"; {onsets}; DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
+                f"{num(n.get('width', float('nan')))}); positive first-key scores {pct(pos[0], 2)} in sink heads vs "
+                f"{pct(pos[1], 2)} in the others{sun_test}"
+                + (f"; on all draws' windows pooled: {', '.join(pooled_links)}" if pooled_links else ""))
+short_name = {link: link.split(".")[1].replace("_", " ") for link in LINKS}
+drawn = next((c.draws_of for r in gated for link in LINKS if (c := claim_of(link, r)) and c.draws_of), "")
+pooled = [link for link in LINKS if any(pooled_interval(claim_of(link, r), POOLED_CUTS.get(link, ("",))[0])
+                                        is not None for r in gated)]
+how = (f" (measured on {drawn}; "
+       + (f"{' and '.join(short_name[link] for link in pooled)} judged on every draw's windows pooled, with "
+          f"{pct(LEVEL)} bootstrap intervals; " if pooled else "")
+       + f"{', '.join(short_name[link] for link in LINKS if link not in pooled)} hold or fail only where every draw "
+       "agrees)") if drawn else ""
+say(f"the structural-origin chain, on {on_windows} per draw",
+    f"By its rule each link holds: "
+    f"{'; '.join(f'{short_name[link]} on {who(holders(link, gated), len(gated))}' for link in LINKS)}{how}."
+    if gated else "",
+    f"{'. '.join(rows)}." if rows else "",
+    f"No gated MLP, chain not run: {', '.join(r.label for r in reports if not r.chain_numbers)}."
+    if len(gated) < len(reports) else "")
 
 # %% [markdown]
 # Read how a link holds, not only that it does. Where the massive value and the sink are already there at layer 0,
@@ -342,7 +519,19 @@ takeaways.show(llm_takeaways.chain(reports, record.claims, on=f"{on_windows} per
 
 # %%
 display(record.table())  # noqa: F821
-takeaways.show(llm_takeaways.controls(record.claims))
+claims = record.claims
+drawn = [c for c in claims if len(c.draws) > 1]
+unsettled = [c.id for c in drawn if c.holds is None]
+controlled = [c for c in claims if c.control is not None]
+on_noise = [c for c in controlled if c.control]  # rules that hold on random weights
+expected = [c.id for c in on_noise if c.at_init is True]  # the paper predicts it: an architectural effect
+contradict = [c.id for c in on_noise if c.at_init is False]  # the paper says training makes the effect
+say(f"draws and controls, {windows(len(claims), 'verdicts')}",
+    f"{num(len(drawn))} of {num(len(claims))} verdicts were judged over several draws; unsettled among them: "
+    + (f"{num(len(unsettled))} ({', '.join(unsettled)})." if unsettled else "none."),
+    f"On random weights {num(len(on_noise))} of {num(len(controlled))} controlled rules hold"
+    + (f"; where the paper predicts it (an architectural effect): {', '.join(expected)}" if expected else "")
+    + (f"; where the paper says training makes the effect: {', '.join(contradict)}" if contradict else "") + ".")
 nb.headline |= {"models": names, "reports": [r.as_dict() for r in reports], "holds_all": record.all_hold,
                 "added_seconds": added_seconds}
 nb.close()

@@ -51,15 +51,14 @@ out_dir = "../figures/11_moe"
 # %%
 import gc
 import math
-from dataclasses import replace
 
 import pandas as pd
 
 from sinklib.architectures.moe import moe_plots, moe_sinks, pruning, su_claims, trained_router
-from sinklib.architectures.moe import takeaways as moe_takeaways
-from sinklib.architectures.moe.super_experts import super_experts
-from sinklib.core import analysis, plotting, takeaways
+from sinklib.architectures.moe.super_experts import EFFECT, super_experts
+from sinklib.core import analysis, plotting
 from sinklib.core.data import text_windows
+from sinklib.core.takeaways import claim_line, compare, layer_ranges, num, pct, say, span, windows
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
@@ -72,8 +71,8 @@ record.model, title = lm.label, f"{lm.label}"
 ids = text_windows(lm.tokenizer, run.num_seqs, run.seq_len, run.seed, split="heldout")
 held = text_windows(lm.tokenizer, run.eval_seqs, run.eval_seq_len, run.seed + 1, split="heldout")
 standin = "stand-in" in lm.label
-note = su_claims.STAND_IN_NOTE if standin else ""
-print(lm, f"\n{len(ids)} held-out windows of {run.seq_len} tokens; perplexity on {len(held)} x {run.eval_seq_len}")
+measured_on = windows(len(ids), "held-out windows", run.seq_len)  # what sections 1-3 measured on
+print(lm, f"\n{measured_on}; perplexity on {len(held)} x {run.eval_seq_len}")
 
 # %% [markdown]
 # ## 1 · Does the sink token take a route of its own?
@@ -92,19 +91,32 @@ with plotting.style():
     fig = moe_plots.routing(route.same_set_first, route.same_set_rest, route.load_first,
                             title=f"Routing of the first token, {title}", layers=route.moe_layers)
     plotting.save(fig, fig_dir / "fig01_routing",
-                  f"{title}: (a) per layer, the share of {len(ids)} held-out windows whose first token gets the most "
-                  f"common set of top-k experts, and the same for the middle token; (b) the share of the first "
-                  f"token's top-k slots each expert takes.")
+                  f"{title}, {measured_on}: (a) per layer, the share of windows whose first token gets its most "
+                  f"common set of top-k experts, and the same for the middle token; (b) each expert's share of the "
+                  f"first token's top-k slots.")
 always = [layer for layer, s in zip(route.moe_layers, route.same_set_first) if s == 1.0]  # the model's layer index
+n_layers, n_experts = len(route.moe_layers), route.load_first.shape[1]
+first, rest = sum(route.same_set_first) / n_layers, sum(route.same_set_rest) / n_layers  # mean over layers
+h_first, h_rest = sum(route.entropy_first) / n_layers, sum(route.entropy_rest) / n_layers
+uniform = math.log(n_experts)  # the entropy of a uniform router
+near_uniform = abs(h_first - uniform) < 0.01 * uniform and abs(h_rest - uniform) < 0.01 * uniform
 print(f"layers where every window sends the first token to the same experts: {always}")
-n_experts = route.load_first.shape[1]
-print(f"router entropy (nats), mean over layers: first token {sum(route.entropy_first) / len(route.entropy_first):.3f}, "
-      f"others {sum(route.entropy_rest) / len(route.entropy_rest):.3f}; uniform over {n_experts}: {math.log(n_experts):.3f}")
+print(f"router entropy (nats), mean over layers: first token {h_first:.3f}, others {h_rest:.3f}; "
+      f"uniform over {n_experts}: {uniform:.3f}")
 
 # %%
-windows = moe_takeaways.windows(len(ids), run.seq_len)  # what sections 1-3 measured on
-takeaways.show(moe_takeaways.routing(route.same_set_first, route.same_set_rest, route.entropy_first, route.entropy_rest,
-                                     n_experts, title, layers=route.moe_layers, size=windows))
+kind = "layers" if route.moe_layers == list(range(n_layers)) else "layers with routed experts"  # DeepSeek-V2: 0 dense
+say(f"{title}, {measured_on}",
+    f"In {len(always)} of the {n_layers} {kind} ({layer_ranges(always)}) every window sends the first token to the "
+    f"same set of experts." if always else
+    f"In none of the {n_layers} {kind} does every window send the first token to the same experts.",
+    f"A token in the middle of the window gets its most common set in {pct(min(route.same_set_rest))}-"
+    f"{pct(max(route.same_set_rest))} of the windows, depending on the layer; averaged over layers the first token "
+    f"gets its most common set {compare(first, rest, 'more often than', 'less often than', 'as often as')} the "
+    f"middle token ({pct(first)} of the windows against {pct(rest)}).",
+    f"The router entropy is {num(h_first, 4)} nats on the first token and {num(h_rest, 4)} on the others, against "
+    f"ln {n_experts} = {num(uniform, 4)}" + (": the router's probabilities are near-uniform, so the entropy cannot "
+                                             "tell tokens apart here." if near_uniform else "."))
 
 # %% [markdown]
 # Where every window sends the first token to the same experts, the first token's route is as fixed as its hidden
@@ -129,8 +141,8 @@ with plotting.style():
     fig = moe_plots.expert_maxima(route.output_max, supers,
                                   title=f"Largest expert output per layer, {title} (circled: super experts)")
     plotting.save(fig, fig_dir / "fig02_expert-maxima",
-                  f"{title}: largest |down_proj output| of each expert over {len(ids)} held-out windows (log colour); "
-                  f"circled: the super experts by Su et al.'s rule ({len(supers)} of {n_total}).")
+                  f"{title}, {measured_on}: each expert's largest |down_proj output| (log colour); circled: the "
+                  f"super experts by Su et al.'s rule ({len(supers)} of {n_total}).")
 for layer, e, a in supers:
     print(f"super expert: layer {layer}, expert {e}, a = {a:,.0f}")
 # the authors' hook keeps output[0].abs().max() per expert call -- on transformers' 2-D expert calls the earliest
@@ -149,17 +161,23 @@ control = random_weights(lm, seed=run.seed)
 control_ids = ids[:run.control_seqs]
 control_route = moe_sinks.routing(control, control_ids, batch_size=run.batch_size)
 control_supers = super_experts(control_route.output_max, shared=control_route.shared_max)
-se_claim = su_claims.super_experts_over_draws(lm, route.output_max, len(ids), run.seed, run.draw_seqs, run.seq_len,
-                                              run.batch_size, note, shared=route.shared_max)
-se_claim = record.add(su_claims.standin_verdict(se_claim) if standin else se_claim,
-                      control=su_claims.super_experts_claim(control_route.output_max, note=note,
-                                                            shared=control_route.shared_max))
+se_claim = su_claims.record_super_experts(record, lm, route, control_route, len(ids), run.seed, run.draw_seqs,
+                                          run.seq_len, run.batch_size, standin)
 print(f"the authors' rule alone finds {len(supers)} super expert(s) here and {len(control_supers)} on random weights; "
       f"effect size {se_claim.measured['effect size']:,.1f} here, {se_claim.control_measured['effect size']:,.2f} on "
       f"random weights")
 
 # %%
-takeaways.show(moe_takeaways.super_experts(se_claim, n_total, title, size=windows))
+found, a_found, effect = (se_claim.measured[k] for k in ("super_experts", "a of the super experts", "effect size"))
+where = "; ".join(f"{'the shared expert' if e == -1 else f'expert {e}'} of layer {layer} (a = {num(a)})"
+                  for (layer, e), a in zip(found, a_found))
+say(f"{title}, {measured_on}",
+    f"The authors' rule finds {len(found)} super expert{'s' if len(found) > 1 else ''} of {num(n_total)}: {where}."
+    if found else f"The authors' rule finds no super expert among {num(n_total)} experts.",
+    f"{'The smallest of them' if len(found) > 1 else 'It'} is {num(effect)} x the median a of the other routed "
+    f"experts, {compare(effect, EFFECT, 'above', 'below', 'at')} the cut of {num(EFFECT)} x that makes an output "
+    f"extreme." if found else "",
+    f"{claim_line(se_claim)}.")
 
 # %% [markdown]
 # On the stand-in, the expert split put the neurons that write SmolLM2's massive activation into one expert, in a
@@ -178,16 +196,15 @@ chosen = [(layer, e) for layer, e, _ in supers]
 runs = pruning.compare_pruning(lm, chosen, ids, held, run.random_draws, run.seed, run.batch_size,
                                  as_is=route.first_state)  # the model as is was measured while routing
 summary = {name: r.summary() for name, r in runs.items()}
+ppl_on = windows(len(held), "held-out windows", run.eval_seq_len)
 with plotting.style():
     fig = moe_plots.pruning({k: r.alpha_first for k, r in runs.items()}, {k: r.max_abs_first for k, r in runs.items()},
                             {k: r.ppl for k, r in runs.items()},
                             title=f"Pruning super experts vs random experts, {title}")
     plotting.save(fig, fig_dir / "fig03_pruning",
-                  f"{title}: (a) alpha_0 per layer (mean over heads and {len(ids)} windows) and (b) the first token's "
-                  f"largest |h| per layer (mean over windows, log scale) as is, with the super experts "
-                  f"{chosen} pruned, and with as many random experts of the same layers pruned "
-                  f"({run.random_draws} draws); perplexity on {len(held)} held-out windows of {run.eval_seq_len} tokens "
-                  f"in the legend.")
+                  f"{title}, {measured_on}: (a) alpha_0 per layer (mean over heads) and (b) the first token's "
+                  f"largest |h| per layer (log scale) as is, with the super experts {chosen} pruned, and with as "
+                  f"many random experts pruned ({run.random_draws} draws); the legend: perplexity on {ppl_on}.")
 for name, s in summary.items():
     print(f"{name}: alpha_0 {s['alpha']:.3f}, first token max |h| {s['max_abs_first']:,.0f}, perplexity {s['ppl']:.1f}")
 if chosen:  # Su et al. (Sec. 4): the attention sink decays by about 90% or more in every layer
@@ -198,24 +215,31 @@ if chosen:  # Su et al. (Sec. 4): the attention sink decays by about 90% or more
           [round(d, 2) for d in drop])
     print(f"layers after the super expert: median drop {sorted(after)[len(after) // 2]:.0%} "
           f"(Su et al.: about 90% or more)" if after else "no layer after the super expert")
-prune_claim = None
-if chosen:
-    control_chosen = [(layer, e) for layer, e, _ in control_supers]
-    control_prune = None
-    if control_chosen:  # the same comparison on random weights: fewer and shorter windows, one draw
-        control_runs = pruning.compare_pruning(control, control_chosen, control_ids[:max(1, run.control_seqs // 2)],
-                                                 held[:1, :run.eval_seq_len // 2], 1, run.seed, run.batch_size)
-        control_prune = su_claims.pruning_over_draws({k: r.summary() for k, r in control_runs.items()}, note)
-    why = "" if control_prune else "control not run: the authors' rule found no expert on random weights"
-    prune_claim = replace(su_claims.pruning_over_draws(summary, note), control_note=why)
-    prune_claim = record.add(su_claims.standin_verdict(prune_claim) if standin else prune_claim,
-                             control=control_prune, control_note=why)
+prune_claim = su_claims.record_pruning(record, summary, control, [(layer, e) for layer, e, _ in control_supers],
+                                       control_ids, held, run.seed, run.batch_size, standin)  # None: nothing pruned
 del control, control_route
 gc.collect()
 
 # %%
-takeaways.show(moe_takeaways.pruning(summary, prune_claim, title, size=windows,
-                                     ppl_size=moe_takeaways.windows(len(held), run.eval_seq_len)))
+base, pruned = summary["as is"], summary.get("super experts pruned")
+draws = [v for k, v in summary.items() if k.startswith("random")]  # each random-expert draw
+heading = f"{title}, α₀ and |h| on {measured_on}, perplexity on {ppl_on}"
+if pruned is None or prune_claim is None:
+    say(heading, "No super expert was found, so nothing was pruned.")
+else:
+    moved = compare(pruned["alpha"], base["alpha"], "a rise", "a fall", "no change")
+    say(heading,
+        f"Pruning the super experts moves α₀ (the attention on the first token) averaged over layers from "
+        f"{num(base['alpha'])} to {num(pruned['alpha'])} ({moved} of "
+        f"{pct(abs(pruned['alpha'] / base['alpha'] - 1))}), perplexity from {num(base['ppl'])} to "
+        f"{num(pruned['ppl'])} ({num(pruned['ppl'] / base['ppl'], 2)}x), and the first token's largest |h| over "
+        f"layers from {num(base['max_abs_first'])} to {num(pruned['max_abs_first'])}.",
+        f"{len(draws)} draw{'s' if len(draws) > 1 else ''} of as many random experts of the same layers "
+        f"change{'' if len(draws) > 1 else 's'} α₀ by at most "
+        f"{pct(max(abs(d['alpha'] / base['alpha'] - 1) for d in draws))} and perplexity by at most "
+        f"{pct(max(abs(d['ppl'] / base['ppl'] - 1) for d in draws))} (perplexity {span([d['ppl'] for d in draws])})."
+        if draws else "No random-expert draw was run.",
+        f"{claim_line(prune_claim)}.")
 
 # %% [markdown]
 # Where the super-expert prune removes the first token's late massive value, the sink of the later layers goes with
@@ -241,8 +265,16 @@ if run.router_train is not None:
                            "first / other tokens' max |h|": round(r.max_abs_first / r.max_abs_rest, 2)}
                           for r in routers])
     display(table)  # noqa: F821 (display: Jupyter's)
-    takeaways.show(moe_takeaways.trained_router(routers, trained_router.LABEL, moe_takeaways.windows(
-        trained_router.HELDOUT_SEQS, run.router_train.seq_len, "held-out sequences")))
+    n = len(routers)
+    each_on = windows(trained_router.HELDOUT_SEQS, "held-out sequences", run.router_train.seq_len)
+    say(f"{trained_router.LABEL}, {n} seed{'s' if n != 1 else ''}, each on {each_on}",
+        "; ".join(f"seed {r.seed}: sink rate {pct(r.sink_rate)}, first token on its most common expert set in "
+                  f"{pct(min(r.same_set_first))}-{pct(max(r.same_set_first))} of sequences by layer, a middle token "
+                  f"in {pct(min(r.same_set_middle))}-{pct(max(r.same_set_middle))}" for r in routers) + ".",
+        f"A sink (sink rate above {pct(trained_router.SINK_RATE)}) formed in {num(sum(r.formed_sink for r in routers))}"
+        f" of {num(n)} seeds; the first token took a fixed route (the same expert set in over "
+        f"{pct(trained_router.FIXED_FIRST)} of sequences in every layer, a middle token under "
+        f"{pct(trained_router.LOOSE_MIDDLE)}) in {num(sum(r.fixed_route for r in routers))} of {num(n)}.")
     nb.headline["trained_router"] = table.to_dict(orient="records")
 
 # %% [markdown]

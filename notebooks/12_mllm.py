@@ -31,7 +31,8 @@
 # (`sinklib/models/stitch.py`, cached by its configuration). It has never seen an instruction; its images are
 # 84 px (36 image tokens, LLaVA-1.5: 576). What it can show: how a language model that was never trained on images
 # treats projected image tokens. What it cannot: anything that needs instruction tuning or a trained MLLM's
-# benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B (MODEL= SmolVLM or Qwen2-VL).
+# benchmarks (the paper's accuracy gains). The GPU profile runs the same code on LLaVA-1.5-7B (MODEL= SmolVLM or
+# Qwen2-VL).
 #
 # **One stand-in is one draw.** The projector's training is random (its initialisation, the batches, the photo
 # crops), and a verdict read off one trained projector can flip with the next. So the CPU profile trains and caches
@@ -56,8 +57,7 @@ seed = 0
 out_dir = "../figures/12_mllm"
 
 # %%
-import gc
-import time
+import math
 from dataclasses import replace
 
 import torch
@@ -71,12 +71,10 @@ from sinklib.architectures.mllm import (
     visual_sink_plots,
     visual_sinks,
 )
-from sinklib.architectures.mllm import takeaways as mllm_takeaways
-from sinklib.core import plotting, takeaways
-from sinklib.core.claims import over_draws
+from sinklib.core import plotting
+from sinklib.core.takeaways import claim_line, compare, num, pct, say, span
 from sinklib.models import stitch
 from sinklib.models.load import load_model, require_family, stitch_config
-from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
 
 nb = notebook.start("12_mllm", profile, model, device, seed, out_dir, families=None, label="MLLM")
@@ -100,21 +98,34 @@ print(lm)
 # held-out digits, score the ten captions "a handwritten digit 0" ... "9" by their likelihood and take the best.
 
 # %%
-zero_shot, losses, train_seconds, n_scored = None, [], 0.0, 0  # a model not trained here: nothing to report
+zero_shot, chance = None, 0.1  # chance: one of the ten digit captions; None: a model not trained here
 if standin and run.zero_shot_digits:
     zs_labels = labels[:run.zero_shot_digits]
     zero_shot = captions.digit_accuracy(lm, digits[:run.zero_shot_digits], zs_labels, run.batch_size)
     log = stitch.training_log(stitch.standin_path(config))
+    losses, n_scored = log["losses"], len(zs_labels)
     with plotting.style():
-        fig = visual_sink_plots.standin_training(log["losses"], zero_shot, 0.1, len(zs_labels), title=title)
+        fig = visual_sink_plots.standin_training(losses, zero_shot, chance, n_scored, title=title)
         plotting.save(fig, fig_dir / "fig01_standin_training",
                       f"{title}: (a) caption loss per projector step ({config.steps} steps of {config.batch_size}, "
-                      f"{log['train_seconds']:.0f} s on this machine); (b) accuracy on {len(zs_labels)} held-out digits "
+                      f"{log['train_seconds']:.0f} s on this machine); (b) accuracy on {n_scored} held-out digits "
                       f"when the lowest-loss of the ten digit captions is taken as the answer.")
-    print(f"projector trained in {log['train_seconds']:.0f} s; final loss {log['losses'][-1]:.3f}; "
-          f"held-out digit accuracy {zero_shot:.2f} (chance 0.10)")
-    losses, train_seconds, n_scored = log["losses"], log["train_seconds"], len(zs_labels)
-takeaways.show(mllm_takeaways.training(losses, train_seconds, zero_shot, n_scored))
+    print(f"projector trained in {log['train_seconds']:.0f} s; final loss {losses[-1]:.3f}; "
+          f"held-out digit accuracy {zero_shot:.2f} (chance {chance:.2f})")
+
+# %%
+if zero_shot is None:
+    say("projector", "This model's projector was not trained here, so there is no training curve or digit check to "
+                     "report.")
+else:
+    learned = (("tell the language model which digit it is looking at, though far from perfectly" if zero_shot < 0.9
+                else "tell the language model which digit it is looking at") if zero_shot > chance
+               else "do not tell the language model which digit it sees")
+    say(f"projector, {len(losses):,} training steps, {n_scored:,} held-out digits scored",
+        f"The caption loss {compare(losses[-1], losses[0], 'rises', 'falls', 'stays')} from {num(losses[0])} to "
+        f"{num(losses[-1])} in {len(losses):,} steps ({num(log['train_seconds'])} s on this machine), and the "
+        f"lowest-loss digit caption is the right one for {num(zero_shot)} of {n_scored:,} held-out digits (chance "
+        f"{num(chance)}): the projected image tokens {learned}.")
 
 # %% [markdown]
 # ## 1 · Where do the text queries look?
@@ -142,9 +153,21 @@ with plotting.style():
                   f"the text queries' attention (mean over heads and queries after the image) on the {start} tokens "
                   f"before the image, the {n_image} image tokens and the text.")
 sh = prof.shares.numpy()
+mean_share = [sum(part) / len(part) for part in zip(*sh.tolist())]  # [before the image, image, text], over layers
+before = sh[:, 0].tolist()  # per layer
+hi, lo = before.index(max(before)), before.index(min(before))
+largest = ["the tokens before the image take", "the image tokens take", "the text takes"][
+    mean_share.index(max(mean_share))]
 print(f"before the image / image / text, mean over layers: {sh.mean(0).round(3).tolist()}")
 print(f"per layer, before-image share: {sh[:, 0].round(2).tolist()}")
-takeaways.show(mllm_takeaways.shares(sh.tolist(), start, n_image, len(inputs["input_ids"])))
+
+# %%
+say(f"{len(inputs['input_ids']):,} held-out digits",
+    f"Averaged over layers, text queries give {num(mean_share[0])} of their attention to the {start:,} tokens before "
+    f"the image, {num(mean_share[1])} to the {n_image:,} image tokens and {num(mean_share[2])} to the text, so "
+    f"{largest} the largest share.",
+    f"The before-image share is highest in layer {hi} ({num(before[hi])}) and lowest in layer {lo} "
+    f"({num(before[lo])}).")
 
 # %% [markdown]
 # Compare the layers where the before-image share lapses with those where SmolLM2 alone lets its first-token sink
@@ -169,9 +192,9 @@ takeaways.show(mllm_takeaways.shares(sh.tolist(), start, n_image, len(inputs["in
 # %%
 ratio = prof.received_ratio()
 d_model = getattr(lm.model.config, "text_config", lm.model.config).hidden_size
-tau_d = kang_rules.width_matched_tau(d_model)
-taus = {f"tau = {kang_rules.KANG_TAU:g} (paper)": kang_rules.KANG_TAU, f"width-matched tau = {tau_d:.3g}": tau_d}
-sensitivity = kang_rules.tau_sensitivity(prof, [kang_rules.KANG_TAU, tau_d])
+tau, tau_d = kang_rules.KANG_TAU, kang_rules.width_matched_tau(d_model)  # the paper's, and at this width
+taus = {f"tau = {tau:g} (paper)": tau, f"width-matched tau = {tau_d:.3g}": tau_d}
+sensitivity = kang_rules.tau_sensitivity(prof, [tau, tau_d])
 example_layer = max(range(kang_rules.KANG_FIRST_LAYER, len(prof.phi)),
                     key=lambda i: torch.nan_to_num(prof.phi[i, 0], nan=0).max().item())
 # every stand-in, not only the run's: the others' first held-out batch, profiled with the same sink dimensions
@@ -184,30 +207,54 @@ for s in seeds[1:]:
         others[s], d[:run.batch_size], [stitch.digit_caption(v) for v in y[:run.batch_size]])[0], dims=prof.dims)
 name = f"seed {run.seed}" if standin else lm.name
 with plotting.style():
-    fig = visual_sink_plots.visual_sinks(prof.phi, taus, kang_rules.KANG_TAU, ratio, digits[0],
+    fig = visual_sink_plots.visual_sinks(prof.phi, taus, tau, ratio, digits[0],
                                          prof.phi[example_layer, 0], example_layer,
                                          title=f"Visual sink tokens, sink dims {prof.dims}, {title}", layout=layout,
                                          others={f"seed {s}": (p.phi, p.received_ratio())
                                                  for s, p in other_profiles.items()},
                                          ceiling=kang_rules.phi_ceiling(d_model), label=name)
     plotting.save(fig, fig_dir / "fig03_visual_sinks",
-                  f"{title}{f' and the stand-ins of seeds {seeds[1:]}' if len(seeds) > 1 else ''}: (a) the largest "
-                  f"phi = max over the sink dimensions {prof.dims} of |x_d| / RMS(x) among image tokens per layer, "
-                  f"per model, against the paper's tau = 20, the width-matched tau = {tau_d:.3g} and the ceiling "
-                  f"sqrt(d) = {d_model ** 0.5:.3g} (d = {d_model}); (b) the fraction of image tokens at or above "
-                  f"each ({name}; the others at tau = 20, dotted); (c) mean attention a visual sink token (tau = 20) "
-                  f"receives from text queries over that of a non-sink image token, per model; (d) one held-out "
-                  f"digit and (e) phi of each of its image tokens at layer {example_layer} ({name}), the tokens at or "
-                  f"above tau = 20 outlined.")
-print(f"sink dims {prof.dims}; fraction of image tokens with phi >= 20 per layer: "
+                  f"{title}{f' and the stand-ins of seeds {seeds[1:]}' if len(seeds) > 1 else ''}, phi = max over "
+                  f"the sink dimensions {prof.dims} of |x_d| / RMS(x): (a) the largest phi of an image token per "
+                  f"layer against tau = {tau:g} (paper), tau = {tau_d:.3g} (width-matched) and sqrt(d) = "
+                  f"{d_model ** 0.5:.3g}; (b) the share of image tokens at or above each tau (the other stand-ins "
+                  f"dotted); (c) the attention a visual sink receives over a non-sink image token's; (d) a digit and "
+                  f"(e) its image tokens' phi at layer {example_layer} ({name}), sinks outlined.")
+fraction = {i: f for i, f in enumerate(prof.sink_fraction()) if not math.isnan(f)}  # the layers from 2 on
+with_sinks = [i for i, f in fraction.items() if f > 0]  # layers where an image token reaches tau
+max_phi = [float(torch.nan_to_num(p, nan=-1).max()) for p in prof.phi]  # per layer; -1: no phi before layer 2
+first_phi = visual_sinks.phi(prof.first_hidden, prof.dims).tolist()  # per block output
+first_in = {i: first_phi[i - 1] for i in range(1, len(first_phi))}  # layer i's input is block i - 1's output
+received = [ratio[i] for i in with_sinks if ratio[i] is not None and not math.isnan(ratio[i])]
+print(f"sink dims {prof.dims}; fraction of image tokens with phi >= {tau:g} per layer: "
       f"{[round(f, 3) for f in prof.sink_fraction()]}")
 print(f"largest image-token phi per layer: {[round(float(torch.nan_to_num(p, nan=0).max()), 1) for p in prof.phi]}")
-print(f"first token's phi per layer: {visual_sinks.phi(prof.first_hidden, prof.dims).round().tolist()}")
+print(f"first token's phi per layer: {[round(v) for v in first_phi]}")
 print(f"d = {d_model}: phi <= sqrt(d) = {d_model ** 0.5:.1f}; by tau: {sensitivity}")
-max_phi = [float(torch.nan_to_num(p, nan=-1).max()) for p in prof.phi]  # NaN before layer 2 -> -1 -> NaN
-takeaways.show(mllm_takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 0 else float("nan") for v in max_phi],
-                               visual_sinks.phi(prof.first_hidden, prof.dims).tolist(), ratio, None,
-                               kang_rules.KANG_TAU, sensitivity, n_digits=len(inputs["input_ids"]), n_image=n_image))
+
+# %%
+if with_sinks:
+    peak = max(fraction, key=fraction.get)  # the layer with the largest share of sinks
+    found = (f"In {len(with_sinks)} of {len(fraction)} layers (layers {span(with_sinks)}) image tokens reach phi >= "
+             f"{num(tau)}: at most {pct(fraction[peak])} of them (layer {peak}), with a largest phi of "
+             f"{span([max_phi[i] for i in with_sinks])} there against the first token's "
+             f"{span([first_in[i] for i in with_sinks])}.")
+else:
+    found = (f"No image token reaches phi >= {num(tau)} in any layer from {kang_rules.KANG_FIRST_LAYER} on (largest "
+             f"phi {span([v for v in max_phi if v >= 0])}; the first token's "
+             f"{span([v for i, v in first_in.items() if i >= kang_rules.KANG_FIRST_LAYER])}).")
+matched = sensitivity.get(tau_d, {})  # the width-matched tau (none where it is the paper's: d = 4096)
+say(f"visual sink tokens, {len(inputs['input_ids']):,} held-out digits of {n_image:,} image tokens each",
+    f"The sink dimensions are {', '.join(str(d) for d in prof.dims)}.",
+    found,
+    f"They receive {span(received)}x the attention of the other image tokens, "
+    f"{compare(sum(received) / len(received), 1, 'more', 'less', 'less')} on average." if received else "",
+    f"At the width-matched tau = {num(tau_d)} (the share of the squared norm that tau = {num(tau)} asks for at d = "
+    f"{kang_rules.KANG_D_REF}) up to {pct(matched['max fraction'])} of the image tokens in a layer pass "
+    f"({num(matched['sinks per image'], 2)} per image in some layer)"
+    + (f": a threshold every image token passes separates no sink from the rest, so the verdict uses the paper's "
+       f"tau = {num(tau)}." if matched["max fraction"] >= 1 else f"; the verdict uses the paper's tau = {num(tau)}.")
+    if tau_d != tau else "")
 
 # %% [markdown]
 # Compare the sink dimensions with SmolLM2's massive-activation dimension in `00_tour`. The language model never saw
@@ -230,6 +277,14 @@ takeaways.show(mllm_takeaways.sinks(prof.dims, prof.sink_fraction(), [v if v >= 
 # to 1.
 
 # %% [markdown]
+# **The random-weight control.** Kang et al.'s visual sinks are made by training: a language model with random
+# weights has no sink dimension, so no image token can carry one. The same cells run once more on the stand-in's
+# architecture with every weight drawn fresh (vision tower, projector and language model; `random_weights`), on
+# fewer digits. Randomising only the projector would not do: the language model's trained sink dimensions would
+# still be there, and the control would test the projector, not the claim. The other stand-ins (section 2) run the
+# same edits on fewer digits; `kang_claims.judge_over_standins` judges each claim over all of them, with the control.
+
+# %% [markdown]
 # > **Predict, then run.** Before running: which hurts the caption's likelihood more -- hiding the visual sink tokens,
 # > or hiding as many random image tokens?
 
@@ -243,103 +298,67 @@ print(f"visual sink tokens per image: mean {n_sinks.mean():.1f} of {n_image} (mi
 for score in visual_attention.SCORES:
     print(score, {k: round(v, 4) for k, v in edits.means[score].items()}, "random draws:",
           [round(v, 4) for v in edits.random_draws[score]])
-
-
 kind = kang_rules.standin_kind(lm.name) if standin else False  # which measured margins its verdicts take
-runs = [visual_attention.edit_claims(prof, edits, kind, d_model)]
-per_seed = {run.seed: edits.nll_changes()}
-draw_changes = {run.seed: [r - means["as is"] for r in random_means]}  # each random draw's NLL change
-
-
-background_runs = {run.seed: kang_claims.background_claim(  # Kang et al.'s Table 6, per stand-in (section 4)
-    kang_rules.sink_union(edits.profile), visual_sinks.plain_background(digits[:run.batch_size], layout), kind,
-    kang_rules.largest_sink_phi(edits.profile))}
-background_digits = {run.seed: len(digits[:run.batch_size])}  # digits each stand-in's background share is measured on
-t0 = time.perf_counter()
-for s in seeds[1:]:  # the other stand-ins (loaded in section 2): the same cells, fewer digits and random draws
-    other = others.pop(s)
-    d, y = stitch.heldout_digits(replace(base, seed=s), run.draw_digits)
-    e = visual_attention.compare_edits(other, d, [stitch.digit_caption(v) for v in y], prof.dims, run.batch_size,
-                                       run.draw_random_draws, run.seed)
-    runs.append(visual_attention.edit_claims(e.profile, e, kind, d_model))
-    per_seed[s] = e.nll_changes()
-    draw_changes[s] = [r - e.means[SCORE]["as is"] for r in e.random_draws[SCORE]]
-    background_digits[s] = len(d[:run.batch_size])
-    background_runs[s] = kang_claims.background_claim(kang_rules.sink_union(e.profile),
-                                                       visual_sinks.plain_background(d[:run.batch_size], layout),
-                                                       kind, kang_rules.largest_sink_phi(e.profile))
-    del other
-    gc.collect()
-draw_seconds = time.perf_counter() - t0
+judged = kang_claims.judge_over_standins(record, lm, prof, edits, digits, digit_captions, layout, others, base, run,
+                                         run.seed, kind, d_model)  # every stand-in, the control; recorded
+per_seed, draw_changes = judged.nll_changes, judged.random_changes  # seed -> NLL changes against its own "as is"
+print({s: {k: round(v, 4) for k, v in c.items()} for s, c in per_seed.items()}, f"({judged.draw_seconds:.0f} s)")
+print(f"control: sink dims {judged.control_dims}, largest image-token phi {judged.control_phi:.1f} "
+      f"({judged.control_seconds:.0f} s)")
 with plotting.style():
     if len(per_seed) > 1:  # every stand-in, each against its own "as is"
         fig = visual_sink_plots.changes_per_model(
             {f"seed {s}": c for s, c in per_seed.items()}, {f"seed {s}": v for s, v in draw_changes.items()},
             title="Hiding visual sinks vs random image tokens, and VAR, per stand-in",
             ylabel="change of the digit token's NLL (nats)")
-        detail = (f"per stand-in (projector seeds {seeds[0]}-{seeds[-1]}; seed {seeds[0]}: {len(digits)} digits, "
-                  f"{run.random_draws} random draws; the others: {run.draw_digits} digits, {run.draw_random_draws} "
-                  f"draws), the change of the digit token's mean NLL against that stand-in's own")
+        detail = (f"per stand-in (seed {seeds[0]}: {len(digits)} digits, {run.random_draws} random draws; the others: "
+                  f"{run.draw_digits} digits, {run.draw_random_draws} draws), the change of the digit token's NLL")
     else:
         fig = visual_sink_plots.masking_and_var(means, random_means,
                                                 title=f"Hiding visual sinks vs random image tokens, and VAR, {title}",
                                                 ylabel="NLL of the digit token (nats)")
-        detail = f"mean NLL of the digit token of {len(digits)} held-out digits' captions as is"
+        detail = f"the digit token's mean NLL over {len(digits)} held-out digits' captions"
     plotting.save(fig, fig_dir / "fig04_masking_var",
-                  f"{title}: {detail}, with the visual sink tokens hidden from the text queries in every layer, with "
-                  f"as many random image tokens hidden (dots: each draw), and with VAR (p = 0.6, rho = 0.5, image "
-                  f"share >= 0.2). A stand-in without visual sinks has nothing to hide: its sink and VAR bars are 0.")
-draws_of = (f"{len(seeds)} stand-ins, projector seeds {seeds[0]}-{seeds[-1]} (seed {seeds[0]}: {len(digits)} digits, "
-            f"{run.random_draws} random-token draws; the others: {run.draw_digits} digits, {run.draw_random_draws} each)"
-            if len(seeds) > 1 else f"one model; the masking rule compares with each of {run.random_draws} random-token "
-                                    f"draw(s)")
-claims = visual_attention.claims_over_draws(runs, draws_of)
-print({s: {k: round(v, 4) for k, v in c.items()} for s, c in per_seed.items()}, f"({draw_seconds:.0f} s)")
-
-# %% [markdown]
-# **The random-weight control.** Kang et al.'s visual sinks are made by training: a language model with random
-# weights has no sink dimension, so no image token can carry one. The same cells run once more on the stand-in's
-# architecture with every weight drawn fresh (vision tower, projector and language model; `random_weights`), on
-# fewer digits. Randomising only the projector would not do: the language model's trained sink dimensions would
-# still be there, and the control would test the projector, not the claim.
+                  f"{title}: {detail} as is, with the visual sinks hidden from the text, with as many random image "
+                  f"tokens hidden (dots: each draw) and with VAR. Without visual sinks the sink and VAR bars are 0.")
 
 # %%
-t0 = time.perf_counter()
-control = random_weights(lm, seed=run.seed)
-cd, cy = digits[:run.draw_digits], digit_captions[:run.draw_digits]
-control_prof = visual_sinks.profile_mllm(control.model, captions.caption_inputs(control, cd, cy)[0])
-control_phi = float(torch.nan_to_num(control_prof.phi, nan=0).max())
-if kang_rules.sink_union(control_prof).any():  # sinks to hide and redistribute: run the edits too
-    control_edits = visual_attention.compare_edits(control, cd, cy, control_prof.dims, run.batch_size,
-                                                   run.draw_random_draws, run.seed)
-    control_claims = visual_attention.edit_claims(control_prof, control_edits, kind, d_model)
-else:  # nothing to hide: the edit claims cannot be judged on the control
-    control_claims = kang_claims.visual_sink_claims(control_prof, None, None, kind, d_model)
-control_background = kang_claims.background_claim(
-    kang_rules.sink_union(control_prof), visual_sinks.plain_background(cd, layout), kind,
-    kang_rules.largest_sink_phi(control_prof))
-control_claims = {c.id: c for c in control_claims}
-del control
-gc.collect()
-control_seconds = time.perf_counter() - t0
-no_sinks = (f"control run: on random weights no image token reaches phi >= {kang_rules.KANG_TAU:g} (largest "
-            f"{control_phi:.1f}), so there is nothing to hide or redistribute")
-print(f"control: sink dims {control_prof.dims}, largest image-token phi {control_phi:.1f} ({control_seconds:.0f} s)")
-
-# a control that cannot be judged says why: its own reason, else that the random weights grow no sink
-recorded = {c.id: record.add(c, control=replace(control_claims[c.id], note=control_claims[c.id].note or no_sinks))
-            if c.id in control_claims else record.add(replace(c, control_note=no_sinks)) for c in claims}
-
-# %%
-# section 3's one takeaway: the run's stand-in, then every stand-in's changes, each with what it was measured on
-seed_sizes = {s: (f"{len(digits)} digits, {run.random_draws} draws" if s == run.seed else
-                  f"{run.draw_digits} digits, {run.draw_random_draws} draws") for s in per_seed}
-takeaways.show(mllm_takeaways.edits(means, random_means, n_sinks.mean().item(), n_image, len(digits),
-                               recorded.get("kang2025.masking_sinks_is_harmless"), recorded.get("kang2025.var_helps"),
-                               recorded.get("kang2025.visual_sink_tokens_exist"), "NLL of the digit token",
-                               edits.var_rows,
-                               more=mllm_takeaways.seed_sentences(per_seed, kang_rules.KANG_TAU,
-                                                                  kang_rules.phi_ceiling(d_model), seed_sizes)))
+ids = ("kang2025.visual_sink_tokens_exist", "kang2025.masking_sinks_is_harmless", "kang2025.var_helps")
+exist, masking, var = (claim_line(judged.claims.get(cid), cid) for cid in ids)  # each verdict in words
+has_sinks = bool(n_sinks.sum())  # the run's stand-in has visual sinks to hide
+base_nll = means["as is"]
+d_sink, d_rand = means["sinks hidden"] - base_nll, [r - base_nll for r in random_means]
+effect = ("more than any random draw" if d_sink > max(d_rand) else
+          "less than every random draw" if d_sink < min(d_rand) else "inside the random draws' range")
+var_moved = compare(means["VAR"], base_nll, "raises", "lowers", "leaves")
+var_change = (f"{var_moved} the NLL of the digit token by {num(abs(means['VAR'] - base_nll))} nats (from "
+              f"{num(base_nll)})" if var_moved != "leaves" else f"leaves the NLL of the digit token at {num(base_nll)}")
+unjudged = next((c.control_note for c in judged.claims.values() if c.id != ids[0] and c.control is None
+                 and c.control_note), "")  # why the control could not judge the edits
+changes = "; ".join(  # every stand-in's NLL changes against its own "as is"
+    f"seed {s} ({len(digits) if s == run.seed else run.draw_digits} digits, "
+    f"{run.random_draws if s == run.seed else run.draw_random_draws} draws): "
+    + ", ".join(f"{k} {'+' if c[k] >= 0 else ''}{num(c[k])}" for k in ("sinks", "random", "VAR"))
+    for s, c in per_seed.items())
+below = {s: c["max_phi"] for s, c in per_seed.items() if c["max_phi"] < tau}  # stand-ins without a visual sink
+say(f"{len(digits):,} held-out digits" + (f", {num(n_sinks.mean().item(), 2)} visual sinks per image of "
+                                           f"{n_image:,} image tokens" if has_sinks else ""),
+    f"Hiding the visual sinks {compare(d_sink, 0, 'raises', 'lowers', 'leaves')} the NLL of the digit token by "
+    f"{num(abs(d_sink))} nats; hiding as many random image tokens changes it by {span(d_rand)} (mean "
+    f"{num(sum(d_rand) / len(d_rand))}, {len(d_rand)} draw{'s' if len(d_rand) > 1 else ''}): the sinks' effect is "
+    f"{effect}." if has_sinks else
+    "No image token is a visual sink here, so there is nothing to hide or redistribute: hiding the sinks and VAR "
+    "leave the NLL of the digit token as it is.",
+    f"VAR {var_change}, redistributing in {edits.var_rows[0]:,} of the {edits.var_rows[1]:,} (head, text query, "
+    f"layer) rows it could edit ({pct(edits.var_rows[0] / max(edits.var_rows[1], 1))})." if has_sinks else "",
+    f"Claim {exist}; claim {masking}; claim {var}.",
+    f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged and has_sinks else "",
+    f"NLL changes per projector seed -- {changes}." if len(per_seed) > 1 else "",
+    f"No image token reaches phi >= {num(tau)} on " + ", ".join(
+        f"seed {s} (largest phi {num(v)}, {num(tau - v)} below tau = {num(tau)}, whose ceiling sqrt(d) is "
+        f"{num(kang_rules.phi_ceiling(d_model))})" for s, v in below.items())
+    + ": the same language model with a projector trained from another seed -- with nothing to hide, its masking "
+      "and VAR draws have no sink to act on." if below and len(per_seed) > 1 else "")
 
 # %% [markdown]
 # ## 4 · Where the visual sinks sit
@@ -349,25 +368,37 @@ takeaways.show(mllm_takeaways.edits(means, random_means, n_sinks.mean().item(), 
 # hidden state -- so whether it is a sink -- cannot depend on the caption: the same images under other captions must
 # keep the same sinks (checked, not assumed); between two different digits, the overlap says whether sinks are tied
 # to positions or to content. The caption check cannot fail unless the code is wrong (it is a check, not a finding),
-# and with no sink in the batch there is no overlap to measure (recorded as None, not 1).
+# and with no sink in the batch there is no overlap to measure (recorded as None, not 1). Each stand-in's sinks
+# were counted in section 3, where the claim was recorded.
 
 # %%
 sink_sets = kang_rules.sink_union(prof)  # (B, P) the section-1 batch
-others = [digit_captions[(i + 1) % len(digit_captions)] for i in range(len(sink_sets))]  # another digit's caption
-reprompted = visual_sinks.profile_mllm(lm.model, captions.caption_inputs(lm, digits[:len(sink_sets)], others)[0],
-                                       dims=prof.dims)
+other_captions = [digit_captions[(i + 1) % len(digit_captions)] for i in range(len(sink_sets))]  # the next digit's
+reprompted = visual_sinks.profile_mllm(lm.model, captions.caption_inputs(lm, digits[:len(sink_sets)],
+                                                                         other_captions)[0], dims=prof.dims)
 same_prompt = visual_sinks.sink_jaccard(sink_sets, kang_rules.sink_union(reprompted))
 across_images = visual_sinks.sink_jaccard(sink_sets, sink_sets.roll(1, dims=0))
-background_of = f"{len(seeds)} stand-in(s), projector seeds {seeds[0]}-{seeds[-1]}, the first {run.batch_size} digits of each"
-background_claim = (over_draws(list(background_runs.values()), background_of,
-                               key=lambda c: c.measured["share on background"])
-                    if len(background_runs) > 1 else replace(background_runs[run.seed], draws_of=background_of))
-background_record = record.add(background_claim, control=control_background,
-                               control_note="" if control_background.holds is not None else no_sinks)
-print(f"sinks on background per stand-in: { {s: c.measured for s, c in background_runs.items()} }; Jaccard across "
-      f"captions {same_prompt}, across images {across_images} (None: no sink in the batch)")
-takeaways.show(mllm_takeaways.kang_extras(background_record, background_runs, same_prompt, across_images, 1,
-                                          bool(sink_sets.any()), n_digits=min(background_digits.values())))
+print(f"sinks on background per stand-in: { {s: c.measured for s, c in judged.background_per_seed.items()} }; "
+      f"Jaccard across captions {same_prompt}, across images {across_images} (None: no sink in the batch)")
+
+# %%
+on_background = []  # per stand-in
+for s, c in judged.background_per_seed.items():
+    m = c.measured
+    on_background.append(f"seed {s}: {pct(m['share on background'])} of {m['visual sink tokens']:,} sinks on "
+                         f"background (all image tokens: {pct(m['background share of all image tokens'])})"
+                         if m["visual sink tokens"] else f"seed {s}: no visual sink token")
+say(f"where the sinks sit, {min(judged.background_digits.values()):,} held-out digits per stand-in",
+    "Visual sink tokens on the plain background, per stand-in -- " + "; ".join(on_background) + ".",
+    f"Two different digits share {num(across_images)} of their sink positions on average (Jaccard). The same "
+    f"images under another digit's caption keep their sink set with a Jaccard overlap of {num(same_prompt)}: "
+    + ("a check of the code, not a finding: the image comes before the caption and attention is causal, so the "
+       "image tokens never see it and the sink sets must be identical" if same_prompt == 1 else
+       "which causality forbids -- the image tokens never see the caption -- so something in the pipeline leaks "
+       "the caption into them") + "."
+    if sink_sets.any() and across_images is not None else
+    "The run's own stand-in has no visual sink token in this batch, so there are no positions to compare.",
+    f"Claim {claim_line(judged.background)}.")
 
 # %% [markdown]
 # How to read this. Kang et al. find, in trained LLaVA-style models, that the visual sinks are inert: hiding them
@@ -395,13 +426,14 @@ nb.headline |= {"model": lm.name, "label": lm.label, "standin": standin, "zero_s
                 "span": list(prof.span), "shares_by_layer": prof.shares.tolist(), "sink_dims": prof.dims,
                 "sink_fraction": prof.sink_fraction(), "nll": edits.means, "random_draws": edits.random_draws,
                 "width_matched_tau": tau_d, "by_tau": {str(k): v for k, v in sensitivity.items()},
-                "var_rows": list(edits.var_rows), "sinks_on_background": background_record.measured,
+                "var_rows": list(edits.var_rows), "sinks_on_background": judged.background.measured,
                 "sink_jaccard_across_captions": same_prompt, "sink_jaccard_across_images": across_images,
                 "visual_sinks_per_image": n_sinks.mean().item(), "standin_seeds": seeds,
                 "nll_changes_per_seed": {str(k): v for k, v in per_seed.items()},
                 "random_changes_per_seed": {str(k): v for k, v in draw_changes.items()},
-                "background_per_seed": {str(k): c.measured["share on background"] for k, c in background_runs.items()},
-                "draw_seconds": round(draw_seconds, 1), "control_seconds": round(control_seconds, 1)}
+                "background_per_seed": {str(k): c.measured["share on background"]
+                                        for k, c in judged.background_per_seed.items()},
+                "draw_seconds": round(judged.draw_seconds, 1), "control_seconds": round(judged.control_seconds, 1)}
 nb.close()
 
 # %% [markdown]

@@ -47,6 +47,7 @@ out_dir = "../figures/13_vit"
 
 # %%
 import gc
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -57,12 +58,13 @@ from sinklib.architectures.vit import (
     probe,
     register_means,
     registers,
-    sun_claims,
+    vit_massive_claims,
     vit_plots,
     vit_sinks,
 )
-from sinklib.architectures.vit import takeaways as vit_takeaways
-from sinklib.core import images, plotting, takeaways
+from sinklib.architectures.vit.vit_massive_claims import SUN_MAGNITUDE, SUN_RATIO
+from sinklib.core import images, plotting
+from sinklib.core.takeaways import claim_line, compare, num, pct, say, span
 from sinklib.models.load import load_model, require_family
 from sinklib.models.random_init import random_weights
 from sinklib.pipeline import notebook
@@ -75,7 +77,7 @@ require_family(lm, "vit", "13_vit")
 record.model, title = lm.label, lm.label
 shots = images.photos(list(run.photos))
 names = [p.name for p in shots]
-pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=lm.pixel_norm)  # the model's own mean, std
+pixels = images.to_pixels([p.image for p in shots], size=run.image_size, norm=lm.pixel_norm)  # the model's mean, std
 prof = vit_sinks.profile_vit(lm, pixels, batch_size=run.batch_size)
 L, T = len(prof.entropy), prof.n_tokens
 photos = f"{len(shots)} photos"  # what every takeaway but section 4's probe was measured on
@@ -97,7 +99,14 @@ with plotting.style():
                   f"{title}: the CLS query's attention over the {prof.grid[0]} x {prof.grid[1]} patches (mean over "
                   f"heads, each map scaled to its maximum) for {len(show)} photos at layers {map_layers}.")
 cls_peak = (prof.cls_map.flatten(2).max(-1).values / prof.cls_map.flatten(2).sum(-1)).mean(-1)  # (L,) top patch share
-takeaways.show(vit_takeaways.cls_maps(cls_peak.tolist(), map_layers, prof.grid[0] * prof.grid[1], title, photos))
+peak = cls_peak.tolist()
+shown = [peak[i] for i in map_layers]
+n_patches = prof.grid[0] * prof.grid[1]
+say(f"{title}, {photos}",
+    f"At the layers shown, the CLS query's most-attended patch takes {span(shown)} of its attention to the patches "
+    f"({span([x * n_patches for x in shown], 2)} x the uniform share), most in layer "
+    f"{max(map_layers, key=lambda i: peak[i])}; each map is scaled to its own maximum, so a uniform-looking map "
+    f"and a peaked one can share a colour.")
 
 # %% [markdown]
 # ## 2 · Where does everyone's attention go?
@@ -119,11 +128,22 @@ first_top = prof.patch_received()[0].argmax(-1).tolist()
 print(f"CLS share per layer: {[round(x, 3) for x in prefix_share]} (uniform 1/T = {1 / T:.4f})")
 print(f"most-attended patch / uniform: {[round(x, 1) for x in top_ratio]}; largest at layer {busiest}")
 print(f"layer 0's most-attended patch index per photo: {first_top}")
-print(f"entropy (nats) per layer: {[round(x, 2) for x in prof.entropy.tolist()]}; log T = {torch.log(torch.tensor(T)).item():.2f}")
+print(f"entropy (nats) per layer: {[round(x, 2) for x in prof.entropy.tolist()]}; "
+      f"log T = {torch.log(torch.tensor(T)).item():.2f}")
 
 # %%
-takeaways.show(vit_takeaways.where_attention_goes(prefix_share, top_ratio, prof.entropy.tolist(), T, first_top, title,
-                                                  photos))
+entropy, log_t = prof.entropy.tolist(), math.log(T)
+distinct = len(set(first_top))  # layer 0's most-attended patch: one position across photos, or several?
+say(f"{title}, {photos}",
+    f"CLS receives {span(prefix_share)} of all attention per layer, {span([x * T for x in prefix_share], 2)} x its "
+    f"uniform share, most in layer {max(range(L), key=lambda i: prefix_share[i])}.",
+    f"The most-attended patch gets {span(top_ratio, 2)} x the uniform share, most in layer {busiest}; the first "
+    f"layer's most-attended patch is " + ("the same patch in every photo, a fixed position." if distinct == 1 else
+                                          f"{distinct} different patches over {len(first_top)} photos, so not a fixed "
+                                          f"position."),
+    f"The attention entropy is {span(entropy)} nats against log T = {num(log_t)}: "
+    + ("below the uniform maximum in every layer, so attention is concentrated." if max(entropy) < 0.95 * log_t else
+       "near the uniform maximum in some layers."))
 
 # %% [markdown]
 # Where layer 0's most-attended patch changes from photo to photo, attention is concentrated on content-dependent
@@ -163,8 +183,23 @@ print("calibration against Jiang et al.'s absolute cut:", {k: round(v, 4) if isi
                                                          for k, v in calibration.items()})
 
 # %%
-takeaways.show(vit_takeaways.token_norms(max_ratio, vit_sinks.OUTLIER_FACTOR, title, vit_sinks.first_outlier_layer(prof),
-                                         calibration, photos))
+factor = vit_sinks.OUTLIER_FACTOR
+worst = max(range(L), key=lambda i: max_ratio[i])
+passing = sum(r > factor for r in max_ratio)  # layers with a patch past the cut
+whose = ("Jiang et al.'s absolute cut" if "configs/" in str(calibration.get("config", "")) else
+         "The absolute cut adapted for this model (Jiang et al. did not configure it; set at the relative cut's "
+         "median multiple, so the two agree by construction)")
+norms_said = (f"The largest patch norm is at most {num(max_ratio[worst])} x the image's median (layer {worst}): "
+              + (f"no patch token passes the {num(factor)}x cut in any layer." if passing == 0 else
+                 f"patch tokens pass the {num(factor)}x cut in {passing} of {len(max_ratio)} layers, first in layer "
+                 f"{vit_sinks.first_outlier_layer(prof)}."))
+say(f"{title}, {photos}",
+    norms_said,
+    (f"{whose} ({num(calibration['absolute cut'])} at layer {calibration['layer']}) is "
+     f"{num(calibration['absolute cut / median patch norm'])} x this model's median patch norm there; "
+     f"{num(100 * calibration['fraction over the absolute cut'])}% of patches pass it and "
+     f"{num(100 * calibration[f'fraction over {num(factor)} x the median'])}% pass the relative cut."
+     if calibration else ""))
 
 # %% [markdown]
 # ## 4 · Are the high-norm patches redundant, and do they hold global information?
@@ -191,11 +226,9 @@ with plotting.style():
     fig = vit_plots.probe_and_redundancy(probe_accuracy, 0.1, similarity,
                                          title=f"Global information and redundancy, {title}")
     plotting.save(fig, fig_dir / "fig04_probe_redundancy",
-                  f"{title}: (a) held-out accuracy of a logistic-regression probe of the digit label from the last "
-                  f"layer's CLS, highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px, 60/40 "
-                  f"split; the highest-norm patch is an outlier in {outlier_share:.0%} of them; dotted: chance); (b) mean "
-                  f"cosine "
-                  f"similarity of a patch's embedding (the patch-embedding layer's output) to its 4 neighbours, for "
+                  f"{title}: (a) held-out accuracy of a linear probe of the digit label from the last layer's CLS, "
+                  f"highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px, 60/40 split; "
+                  f"dotted: chance); (b) mean cosine similarity of a patch embedding to its 4 neighbours, for "
                   f"{similarity['label']} and for all patches.")
 control = random_weights(lm, seed=run.seed)
 control_pixels = images.to_pixels([p.image for p in shots], size=run.control_image_size, norm=lm.pixel_norm)
@@ -225,10 +258,29 @@ print(f"random weights: largest / median patch norm per layer "
       f"{ {k: round(control_similarity[k], 3) for k in ('selected', 'all')} }")
 
 # %%
-takeaways.show(vit_takeaways.high_norm(max_ratio, vit_sinks.OUTLIER_FACTOR, probes, similarity, norm_claims, title,
-                                        outlier_share, vit_sinks.first_outlier_layer(prof), calibration,
-                                        with_norms=False,  # section 3 said it
-                                        size=f"the probe on {len(labels)} digits, the neighbours on {photos}"))
+acc = {k: [p[k] for p in probes] for k in probes[0]}  # accuracy per token, one per split
+mean_acc = {k: sum(v) / len(v) for k, v in acc.items()}
+than = ("better than", "worse than", "as well as")  # the probe's direction words
+alike = vit_sinks.neighbour_gap(similarity)  # "no different" (within the resolution), "more", "less" or "as"
+resolution = similarity["resolution"]
+means = (f"{num(similarity['selected'])} against {num(similarity['all'])} mean cosine similarity"
+         + ("" if math.isnan(resolution) else
+            f", a gap of {num(abs(similarity['selected'] - similarity['all']))} "
+            f"{'below' if alike == 'no different' else 'beyond'} the resolution of {num(resolution)} (two standard "
+            f"errors of the per-image gap over {similarity['images']:,} images)"))
+say(f"{title}, the probe on {len(labels)} digits, the neighbours on {photos}",
+    f"A linear probe reads the digit from CLS at {span(acc['CLS'])}, from the highest-norm patch at "
+    f"{span(acc['highest-norm patch'])} and from the median-norm patch at {span(acc['median-norm patch'])}"
+    + (f" over {len(probes)} train / test splits" if len(probes) > 1 else "") + ": on average the highest-norm patch "
+    f"reads it {compare(mean_acc['highest-norm patch'], mean_acc['median-norm patch'], *than)} the median-norm one "
+    f"and {compare(mean_acc['highest-norm patch'], mean_acc['CLS'], *than)} CLS; the digits' highest-norm patch is "
+    f"an outlier in {num(100 * outlier_share)}% of them.",
+    (f"The {similarity['label']} are no different from patches overall in how like their four neighbours they are in "
+     f"the patch embeddings: {means}." if alike == "no different" else
+     f"The {similarity['label']} are {alike} like their four neighbours in the patch embeddings "
+     f"{'as' if alike == 'as' else 'than'} patches overall: {means}."),
+    "; ".join(claim_line(c) for c in norm_claims) + ".",
+    " ".join(f"`{c.id}` on random weights: {c.control_note}." for c in norm_claims if c.control_contradicts))
 
 # %% [markdown]
 # Darcet et al. report no high-norm tokens in small models; where this model has none, the claims that need
@@ -264,10 +316,10 @@ with plotting.style():
                                            title=f"Test-time register, {title}", norm=lm.pixel_norm)
     plotting.save(fig, fig_dir / "fig05_test_time_register",
                   f"{title}: the change of the CLS query's attention over the patches in the last layer when one "
-                  f"test-time register is added (Jiang et al.; {len(found)} register neurons "
-                  f"{'found at each photo’s highest-norm patch, this model has no outliers' if stand_in else 'found at the outliers'}"
-                  f"), one photo per panel, on one symmetric colour scale set by the largest |change| over the "
-                  f"panels (its limit, and the unedited maps' largest value, on the colour bar).")
+                  f"test-time register is added (Jiang et al.; {len(found)} register neurons found "
+                  f"{'at each photo’s highest-norm patch' if stand_in else 'at the outliers'}), one photo per panel, "
+                  f"on one symmetric colour scale (its limit, and the unedited maps' largest value, on the colour "
+                  f"bar).")
 change = (after.cls_map - prof.cls_map).abs().sum(dim=(-1, -2)).mean(-1)  # (L,) total variation of the CLS map
 chosen = positions[:, prof.n_prefix:prof.n_prefix + prof.grid[0] * prof.grid[1]]  # (B, P) the outlier patches
 split_before = vit_sinks.cls_attention_split(prof, chosen)
@@ -299,15 +351,29 @@ register_control = registers.test_time_register_claim(control_prof, control_afte
 register_claim = record.add(registers.test_time_register_claim(prof, after, stand_in, jiang), control=register_control,
                             control_note="control run: it cannot be judged on random weights either (no outliers "
                                          "there)" if register_control.holds is None else "")
-sun_control = sun_claims.vit_massive_activations_claim(control_prof, lm.name)  # section 6's control
+sun_control = vit_massive_claims.vit_massive_activations_claim(control_prof, lm.name)  # section 6's control
 del control, control_prof, control_after
 gc.collect()
 
 # %%
-takeaways.show(vit_takeaways.registers(found, prof.max_norm_ratio()[detect], after.max_norm_ratio()[detect],
-                                       registers.register_norm_ratio(after, detect), change.tolist(),
-                                       vit_sinks.OUTLIER_FACTOR, stand_in, register_claim, title, split_before,
-                                       split_after, layer=L + detect, size=photos))
+found_in = sorted({layer for layer, _, _ in found})
+before_ratio, after_ratio = prof.max_norm_ratio()[detect], after.max_norm_ratio()[detect]
+register_ratio = registers.register_norm_ratio(after, detect)  # the register token's norm over the median patch's
+moved = compare(after_ratio, before_ratio, "rises", "falls", "stays", rel_tol=0.005)
+say(f"{title}, {photos}",
+    f"The {len(found)} register neurons, found "
+    + ("at each photo's highest-norm patch (no outliers to find them at)" if stand_in else "at the outliers")
+    + f", sit in layer{'s' if len(found_in) > 1 else ''} {', '.join(str(x) for x in found_in)}.",
+    f"With the register, the largest patch norm over the median at layer {L + detect} (the detection layer) "
+    + (f"{moved} from {num(before_ratio)}x to {num(after_ratio)}x" if moved != "stays" else
+       f"stays at {num(after_ratio)}x")
+    + f", and the register token ends at {num(register_ratio)}x the median patch norm, "
+    f"{compare(register_ratio, factor, 'above', 'below', 'at')} the {num(factor)}x outlier cut.",
+    f"The CLS map's summed absolute change per layer is {span(change.tolist())}. In the last layer the CLS query "
+    f"gives {'the highest-norm patch' if stand_in else 'the outlier patches'} {num(split_before['chosen'][-1])} of "
+    f"its attention without the register and {num(split_after['chosen'][-1])} with it, and the register "
+    f"{num(split_after['extra'][-1])}.",
+    f"{claim_line(register_claim)}.")
 
 # %% [markdown]
 # A register token that ends below the outlier cut was given nothing to carry: there was no outlier to move. Whether
@@ -318,9 +384,9 @@ takeaways.show(vit_takeaways.registers(found, prof.max_norm_ratio()[detect], aft
 # Sun et al. (*Massive Activations in Large Language Models*, arXiv 2402.17762, Sec. 5) find massive activations in
 # CLIP ViT-L and in DINOv2-reg ViT-G (there in a register token): per layer, the largest |activation| of the block
 # output against the median |activation| of the whole output (all tokens, all dimensions; their `main_vit.py`),
-# each averaged over images before the two are compared. And replacing DINOv2-reg's registers at every block's input by their mean over images keeps
-# ImageNet accuracy (81.9 -> 81.7 for ViT-S): the registers act as fixed biases. The first is measured on every
-# model (judged on the two they report); the second needs a model with registers (GPU profile).
+# each averaged over images before the two are compared. And replacing DINOv2-reg's registers at every block's input by
+# their mean over images keeps ImageNet accuracy (81.9 -> 81.7 for ViT-S): the registers act as fixed biases. The first
+# is measured on every model (judged on the two they report); the second needs a model with registers (GPU profile).
 
 # %%
 sun_ratio = vit_sinks.massive_ratio(prof)
@@ -331,15 +397,25 @@ with plotting.style():
                                     title=f"Largest activation per layer against the layer median, {title}")
     plotting.save(fig, fig_dir / "fig07_massive_activations",
                   f"{title}, {len(names)} photos: per layer, the largest |activation| of the block output and the "
-                  f"median |activation| of the whole output (Sun et al.'s layer statistics, mean over photos), labelled "
+                  f"median |activation| of the whole output (Sun et al.'s layer statistics, mean over photos), "
+                  f"labelled "
                   f"with the dimension of the largest (most common over photos); dashed: |h| = 100.")
-sun_claim = record.add(sun_claims.vit_massive_activations_claim(prof, lm.name), control=sun_control,
+sun_claim = record.add(vit_massive_claims.vit_massive_activations_claim(prof, lm.name), control=sun_control,
                        control_note="" if sun_control.holds is not None else
                        "control run on random weights (numbers kept); not judged there either, as Sun et al. report "
                        "no result for this model")
 print(f"largest / layer median per layer: {[round(x) for x in sun_ratio]}; (token, dim) of the largest in the peak "
       f"layer per photo: {prof.top_site[max(range(L), key=lambda i: sun_ratio[i])].tolist()}")
-takeaways.show(vit_takeaways.massive(sun_claim, title, photos))
+m = sun_claim.measured
+criterion = f"(> {SUN_MAGNITUDE:g} and > {SUN_RATIO:g} x the median)"
+say(f"{title}, {photos}",
+    f"The largest activation reaches {num(m['largest / layer median, peak'])} x the layer median in layer "
+    f"{m['peak layer']} (|h| = {num(m['largest |h| there'])}), in dimension {m['dimension of the largest']} in "
+    f"{pct(m['images with the largest in that dimension'])} of the photos and on a prefix token in "
+    f"{pct(m['images with the largest on a prefix token'])}.",
+    (f"Sun et al.'s criterion {criterion} is met in layers {span(m['layers meeting the criterion'])}."
+     if m["layers meeting the criterion"] else f"No layer meets Sun et al.'s criterion {criterion}."),
+    f"{claim_line(sun_claim)}.")
 
 # %% [markdown]
 # ## 7 · Models with and without registers (GPU profile)
@@ -371,7 +447,7 @@ def measure_model(name: str):
     model_claims = darcet_claims.high_norm_claims(
         other_prof, darcet_claims.expectation(name, other.n_layers, other_prof.n_prefix),
         vit_sinks.high_norm_similarity(other_prof), calibration=registers.calibration(other_prof, other_jiang))
-    model_claims.append(sun_claims.vit_massive_activations_claim(other_prof, name))
+    model_claims.append(vit_massive_claims.vit_massive_activations_claim(other_prof, name))
     if register_means.n_registers(other.model):  # Sun et al.'s fix-reg-mean on the digits probe
         means = register_means.register_input_means(other, other_probe[train], run.batch_size)
         as_is = register_means.head_features(other, other_probe, run.batch_size)

@@ -210,8 +210,8 @@ def test_act_claim_is_never_judged_with_proxy_heads():
 def test_origin_claims_hold_and_fail():
     from types import SimpleNamespace
 
+    from sinklib.interpretation import massive_claims
     from sinklib.interpretation import origin_claims as oc
-    from sinklib.interpretation import sun_claims
     from sinklib.interpretation.origin import SuperNeuron
 
     paper = load_reference("structural_origin")
@@ -224,7 +224,7 @@ def test_origin_claims_hold_and_fail():
     d = oc.disparity_then_sink([1, 2, 11], 3, 8.0, 60.0, paper)
     assert d.holds is True and "no: 60 vs 263 (0.23x)" in d.note
     assert oc.disparity_then_sink([1, 2], 7, 8.0, 60.0, paper).holds is False  # sink 6 layers after the onset
-    assert sun_claims.massive_by_sun(SimpleNamespace(dims=[507], strict=False, peak_ratio=525.0,
+    assert massive_claims.massive_by_sun(SimpleNamespace(dims=[507], strict=False, peak_ratio=525.0,
                                              describe=lambda: "not met")).holds is False
     assert oc.lock_in((0.9999, 0.75), (0.51, 0.24), 207, (0.9, 0.8, 1.0)).holds is True
     assert oc.lock_in((0.80, 0.75), (0.51, 0.24), 207, (0.9, 0.8, 1.0)).holds is False
@@ -233,10 +233,10 @@ def test_origin_claims_hold_and_fail():
     assert amp.holds is False and "below eps" in amp.note  # rises, then drops: not monotone
     assert oc.amplification([1, 8, 64], [0.01, 0.2, 0.4], [0.01, 0.01, 0.012]).holds is True
     ppl = {"original": 32.04, "set to mean": 46.77, "set to zero": 595928.0}
-    assert sun_claims.massive_bias(ppl, paper).holds is False
-    assert sun_claims.massive_bias({**ppl, "set to mean": 32.5}, paper).holds is True
-    assert sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207).holds is True
-    assert sun_claims.implicit_bias({"value_norm_ratio": 0.6, "sink_term_spread": 0.97}, 207).holds is False
+    assert massive_claims.massive_bias(ppl, paper).holds is False
+    assert massive_claims.massive_bias({**ppl, "set to mean": 32.5}, paper).holds is True
+    assert massive_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207).holds is True
+    assert massive_claims.implicit_bias({"value_norm_ratio": 0.6, "sink_term_spread": 0.97}, 207).holds is False
 
 
 def test_a_control_that_cannot_be_judged_either_says_why_unless_told():

@@ -10,7 +10,7 @@ from sinklib.core import memory
 from sinklib.core.capture import Capture, float32_inputs
 from sinklib.models.load import device_map_for
 from sinklib.pipeline.fake_cuda import FAKE_MEMORY, fake_cuda
-from sinklib.utilization.streaming import device_synchronizer
+from sinklib.utilization.decode_timing import device_synchronizer
 
 
 def _probabilities(q, k, mask=None):

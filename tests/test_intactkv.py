@@ -1,5 +1,5 @@
 """IntactKV's rule (issue 43 item 8): judged at the paper's INT4 KV-cache setting, against a position-matched control
-(as many non-initial tokens kept exact), with the random-weight explanation in the takeaway."""
+(as many non-initial tokens kept exact), with the random-weight explanation in its control note."""
 
 import math
 
@@ -9,7 +9,6 @@ from transformers import DynamicCache
 from sinklib.core.claims import Claim
 from sinklib.core.results import load_reference
 from sinklib.utilization import kvquant, streaming
-from sinklib.utilization import takeaways as saw
 from sinklib.utilization.kvquant import QuantizedKVCache, fake_quantize
 
 AT = kvquant.PAPER_SETTING
@@ -73,16 +72,17 @@ def _claim(holds, note="", control=None):
                  measured={}, holds=holds, note=note, control=control, at_init=False, follows="f")
 
 
-def test_takeaway_reads_the_judged_setting_the_matched_control_and_the_random_weight_explanation():
-    quant = {b: {kvquant.ALL: 40.0, kvquant.SINKS: 39.0, kvquant.MATCHED: 39.2} for b in ("4-bit", "2-bit", AT)}
-    kept = {"4-bit": (1.0, 0.99, 1.01), "2-bit": (0.91, 0.85, 0.98), AT: (0.99, 0.97, 1.01)}
-    matched = {"4-bit": (1.0, 0.99, 1.01), "2-bit": (0.99, 0.95, 1.03), AT: (1.0, 0.98, 1.02)}
-    text = saw.kv_quant(quant, 30.4, kept, matched, _claim(None, "n", control=True), 1024, "M",
-                        control_measured={AT: [0.95, 0.93, 0.97]})
-    assert "2-bit: -9.0% [-15%, -2.0%], an interval below 1" in text
-    assert "intervals contain 1" not in text and f"judged at {AT}" in text
-    assert "tokens 4-7" in text and kvquant.control_explanation(1024) in text
-    assert "on random weights it holds" in text
+def test_an_interval_reads_as_signed_changes_on_its_side_of_1():
+    assert kvquant.change_interval((0.91, 0.85, 0.98)) == "-9.0% [-15%, -2.0%], an interval below 1"
+    assert kvquant.change_interval((1.009, 0.996, 1.021)) == "+0.90% [-0.40%, +2.1%], an interval containing 1"
+    assert kvquant.change_interval((1.05, 1.02, 1.08)).endswith("an interval above 1")
+
+
+def test_the_control_note_explains_a_control_that_holds_and_only_then():
+    holds, fails = _claim(True), _claim(False)
+    assert kvquant.control_note(holds, 1024) == f"on random weights the rule holds too: " \
+                                               f"{kvquant.control_explanation(1024)}"
+    assert kvquant.control_note(fails, 1024) == ""
 
 
 def test_an_interval_that_contains_1_says_how_many_tokens_would_tell():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinklib.architectures.llm import llm_survey
+from sinklib.architectures.llm import first_key_rates, llm_survey
 from sinklib.architectures.llm import placement as pl
 from sinklib.core import analysis, metrics
 from sinklib.core.attnstats import AttentionStats
@@ -50,7 +50,7 @@ def test_sink_rate_from_layer_mass_equals_the_profile(tiny):
     mass = pl.layer_mass(tiny, ids, batch_size=2)
     rate = analysis.profile_sinks(tiny, ids, batch_size=2, progress=False).sink_rate
     assert metrics.sink_rate(mass[..., 0]) == pytest.approx(rate, abs=1e-12)
-    assert pl.sink_rate(tiny, ids, batch_size=2, progress="random") == pytest.approx(rate, abs=1e-12)
+    assert first_key_rates.sink_rate(tiny, ids, batch_size=2, progress="random") == pytest.approx(rate, abs=1e-12)
     for eps in (0.05, 0.1, 0.2):  # the same alphas, not only the same rate at one cut
         assert metrics.sink_rate(mass[..., 0], eps) == pytest.approx(
             analysis.profile_sinks(tiny, ids, eps=eps, batch_size=2, progress=False).sink_rate, abs=1e-12)

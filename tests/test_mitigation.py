@@ -9,7 +9,16 @@ from torch import nn
 
 from sinklib.core import metrics
 from sinklib.core.errors import InputError
-from sinklib.mitigation import comparison, protocol, training, verdicts
+from sinklib.mitigation import (
+    comparison,
+    convergence,
+    protocol,
+    seed_claims,
+    sink_claims,
+    training,
+    training_data,
+    verdicts,
+)
 from sinklib.mitigation.variants import VARIANTS
 
 
@@ -74,7 +83,8 @@ def test_sink_verdicts_follow_the_rules():
     assert "removes the first-token sink" in v["gated_headwise"] and "val loss -0.100" in v["gated_headwise"]
     assert "reduces" in v["softpick"]
     assert "keeps" in v["sigmoid"] and "not normalised" in v["sigmoid"]
-    assert "keeps" in v["sink_logit"] and "40% of each query's attention goes to the learned sink logit" in v["sink_logit"]
+    assert "keeps" in v["sink_logit"]
+    assert "40% of each query's attention goes to the learned sink logit" in v["sink_logit"]
     assert "strengthens" in v["kv_bias"]
     flat = comparison.final_table({"softmax": [fake_run([2.0], [0.08])], "softpick": [fake_run([2.0], [0.07])]})
     assert "does NOT grow" in verdicts.sink_verdict("softmax", flat, u).line
@@ -125,12 +135,12 @@ def test_convergence_verdicts():
     base = [fake_run([5, 3.0, 2.50, 2.30], [0] * 4), fake_run([5, 3.1, 2.52, 2.31], [0] * 4)]
     fast = [fake_run([5, 2.5, 2.20, 2.10], [0] * 4), fake_run([5, 2.6, 2.22, 2.12], [0] * 4)]
     same = [fake_run([5, 3.05, 2.49, 2.31], [0] * 4), fake_run([5, 3.02, 2.53, 2.30], [0] * 4)]
-    c = verdicts.convergence(fast, base)
+    c = convergence.convergence(fast, base)
     assert c["verdict"] == "faster" and c["auc"]["diff"] < 0
     assert c["steps_to_baseline_final"] == {"candidate": [20, 20], "baseline": [30, None]}
-    assert verdicts.convergence(base, fast)["verdict"] == "slower"
-    assert verdicts.convergence(same, base)["verdict"] == "no difference"
-    line = verdicts.convergence_line("head-wise RMSNorm", verdicts.convergence(same, base), "bible")
+    assert convergence.convergence(base, fast)["verdict"] == "slower"
+    assert convergence.convergence(same, base)["verdict"] == "no difference"
+    line = convergence.convergence_line("head-wise RMSNorm", convergence.convergence(same, base), "bible")
     assert line.startswith("no difference in convergence between head-wise RMSNorm and softmax at this scale (bible)")
 
 
@@ -142,7 +152,7 @@ def test_heads_and_crossings():
     a = fake_run([1], [0.5], by_head=[[0.1, 0.9]])
     b = fake_run([1], [0.5], by_head=[[0.8, 0.05]])
     assert comparison.strongest_head(a)[:2] == (0, 1) and comparison.strongest_head(b)[:2] == (0, 0)
-    assert verdicts.steps_to_reach(runs[0], 2.0) == 10 and verdicts.steps_to_reach(runs[0], 0.5) is None
+    assert convergence.steps_to_reach(runs[0], 2.0) == 10 and convergence.steps_to_reach(runs[0], 0.5) is None
 
 
 class FixedAttention(nn.Module):
@@ -151,7 +161,7 @@ class FixedAttention(nn.Module):
     def forward(self, ids, record=False):
         N, T = ids.shape
         A = torch.zeros(1, N, 1, T, T)
-        trig = torch.isin(ids, torch.tensor(training.BBC_TRIGGERS))
+        trig = torch.isin(ids, torch.tensor(training_data.BBC_TRIGGERS))
         for n in range(N):
             for t in range(T):
                 A[0, n, 0, t, t - 1 if (trig[n, t] and t >= 1) else 0] = 1.0
@@ -159,7 +169,7 @@ class FixedAttention(nn.Module):
 
 
 def test_active_dormant_on_a_hand_built_head():
-    ids = training.bigram_backcopy_batch(8, 40, torch.Generator().manual_seed(0))
+    ids = training_data.bigram_backcopy_batch(8, 40, torch.Generator().manual_seed(0))
     ad = comparison.active_dormant(FixedAttention(), ids, 0, 0)
     assert ad["bos_other"] == 1.0 and ad["bos_trigger"] == 0.0
     assert ad["prev_trigger"] == 1.0 and ad["prev_other"] == 0.0 and ad["holds"]
@@ -218,16 +228,16 @@ def test_mitigation_claims_map_verdicts_to_holds(rate_settled):
             "softpick": [fake_run([2.0], [0.002], sink_rate=0.0, share=0.05, row_mass=0.05)] * 2}
     table = comparison.final_table(runs)
     paper = {"source": "test", "variants": {"softmax": {"first_attention": 0.467}, "headwise_rmsnorm": {}}}
-    base = verdicts.sink_claim("softmax", table, u, runs["softmax"], paper)
+    base = sink_claims.sink_claim("softmax", table, u, runs["softmax"], paper)
     assert base.id == "mitigation.softmax_grows_sink" and base.holds is True
     assert verdicts.sink_verdict("softpick", table, u).outcome == "removes"
-    sp = verdicts.sink_claim("softpick", table, u, runs["softpick"], paper)
+    sp = sink_claims.sink_claim("softpick", table, u, runs["softpick"], paper)
     assert sp.holds is True and sp.published is None and sp.note.startswith("softpick: removes")
     slow = [fake_run([5, 3.5, 3.0], [0] * 3), fake_run([5, 3.6, 3.1], [0] * 3)]
     fast = [fake_run([5, 3.0, 2.5], [0] * 3), fake_run([5, 3.1, 2.6], [0] * 3)]
-    assert verdicts.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
-    assert verdicts.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
-    assert verdicts.rmsnorm_convergence(slow, slow, paper, "toy").holds is None
+    assert convergence.rmsnorm_convergence(fast, slow, paper, "toy").holds is True
+    assert convergence.rmsnorm_convergence(slow, fast, paper, "toy").holds is False
+    assert convergence.rmsnorm_convergence(slow, slow, paper, "toy").holds is None
 
 
 def _seeded_runs(softpick_alphas, softmax_alpha=0.45):
@@ -247,14 +257,14 @@ PAPER = {"source": "test", "variants": {"softmax": {"first_attention": 0.467},
 def test_sink_claims_are_judged_per_seed_and_over_the_seeds(rate_settled):
     u = comparison.uniform_alpha(64)
     runs = _seeded_runs([0.02, 0.03, 0.04])  # each more than a seed's cross-machine margins below 1.5U = 0.111
-    clean = verdicts.sink_claim_over_seeds("softpick", runs, u, PAPER, [0, 1, 2])
+    clean = sink_claims.sink_claim_over_seeds("softpick", runs, u, PAPER, [0, 1, 2])
     assert clean.holds is True and clean.draws == (True, True, True)
     assert clean.draws_of == "3 training seeds (0, 1, 2)" and clean.spread["values"] == [0.02, 0.03, 0.04]
     assert clean.note.startswith("per seed: seed 0: removes, seed 1: removes, seed 2: removes; over seeds:")
-    split = verdicts.sink_claim_over_seeds("softpick", _seeded_runs([0.02, 0.03, 0.40]), u, PAPER, [0, 1, 2])
+    split = sink_claims.sink_claim_over_seeds("softpick", _seeded_runs([0.02, 0.03, 0.40]), u, PAPER, [0, 1, 2])
     assert split.holds is None and split.draws == (True, True, False)
     assert split.note.startswith("unsettled: 2 of 3 draws hold (3 training seeds (0, 1, 2))")
-    grows = verdicts.sink_claim_over_seeds("softmax", runs, u, PAPER, [0, 1, 2])
+    grows = sink_claims.sink_claim_over_seeds("softmax", runs, u, PAPER, [0, 1, 2])
     assert grows.holds is True and grows.at_init is False and grows.id == "mitigation.softmax_grows_sink"
     assert "compute_attention_sink" in grows.follows and "2x uniform" in grows.adapted
     assert clean.at_init is None and "softpick-attention" in clean.follows
@@ -264,17 +274,17 @@ def test_step_zero_control_fails_for_grows_and_cannot_judge_removes():
     """The random-weight control is the same TinyLM at step 0: Gu et al. predict no sink before training."""
     u = comparison.uniform_alpha(64)
     runs = _seeded_runs([0.05, 0.06, 0.07])
-    init = verdicts.at_init(runs)
+    init = seed_claims.at_init(runs)
     assert all(len(r["checkpoints"]) == 1 for rs in init.values() for r in rs)
     assert all(len(r["checkpoints"]) == 2 for rs in runs.values() for r in rs)  # the runs themselves untouched
-    grows = verdicts.sink_claim_over_seeds("softmax", init, u, PAPER, [0, 1, 2])
-    assert grows.holds is False and verdicts.control_note("softmax", init, u) == ""
-    removes = verdicts.sink_claim_over_seeds("softpick", init, u, PAPER, [0, 1, 2])
+    grows = sink_claims.sink_claim_over_seeds("softmax", init, u, PAPER, [0, 1, 2])
+    assert grows.holds is False and sink_claims.control_note("softmax", init, u) == ""
+    removes = sink_claims.sink_claim_over_seeds("softpick", init, u, PAPER, [0, 1, 2])
     assert removes.holds is None
-    assert "no sink to remove" in verdicts.control_note("softpick", init, u)
+    assert "no sink to remove" in sink_claims.control_note("softpick", init, u)
     # a step-0 model that already had a sink: the note says so (and the record would warn without it)
     sunk = {"softmax": [fake_run([4.0], [0.5])] * 3}
-    assert verdicts.control_note("softmax", sunk, u).startswith("the rule holds on the same TinyLM at step 0")
+    assert sink_claims.control_note("softmax", sunk, u).startswith("the rule holds on the same TinyLM at step 0")
 
 
 def test_gu_sink_rate_transcribes_the_authors_code():
@@ -294,17 +304,17 @@ def test_gu_sink_rate_transcribes_the_authors_code():
 def test_convergence_claim_needs_every_seed_and_the_margin():
     slow = [fake_run([5, 3.5, 3.0 + d], [0] * 3) for d in (0.0, 0.01, 0.02)]
     fast = [fake_run([5, 3.0, 2.5 + d], [0] * 3) for d in (0.0, 0.01, 0.02)]
-    claim = verdicts.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1, 2])
+    claim = convergence.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1, 2])
     assert claim.holds is True and claim.draws == (True,) * 3 and claim.draws_of == "3 training seeds (0, 1, 2)"
     assert claim.at_init is None and claim.follows.startswith("arXiv 2605.06611")
     assert claim.control is None and claim.control_note.startswith("control not run: ")
-    assert verdicts.convergence_claim_over_seeds(slow, fast, PAPER, "toy", [0, 1, 2]).holds is False
+    assert convergence.convergence_claim_over_seeds(slow, fast, PAPER, "toy", [0, 1, 2]).holds is False
     mixed = [fast[0], slow[1], fast[2]]
-    assert verdicts.convergence_claim_over_seeds(mixed, slow, PAPER, "toy", [0, 1, 2]).holds is None
+    assert convergence.convergence_claim_over_seeds(mixed, slow, PAPER, "toy", [0, 1, 2]).holds is None
     # every seed a hair faster (paired: -0.001 each), within the cross-machine floor of a loss difference: unsettled
     noisy = [fake_run([5, 3.0 + d, 2.5 + d], [0] * 3) for d in (0.0, 0.5, 1.0)]
     hair = [fake_run([5, 3.0 + d - 0.001, 2.5 + d - 0.001], [0] * 3) for d in (0.0, 0.5, 1.0)]
-    tight = verdicts.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
+    tight = convergence.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
     assert tight.holds is None and tight.unsettled and "within its margin" in tight.note
 
 
@@ -315,10 +325,47 @@ def test_one_convention_for_convergence_paired_by_seed():
     unsettled however the seeds' own losses spread."""
     base = [fake_run([5, 2.10, 1.918], [0] * 3), fake_run([5, 2.15, 1.967], [0] * 3)]
     g0 = [fake_run([5, 2.214, 1.975], [0] * 3), fake_run([5, 2.1426, 1.998], [0] * 3)]
-    conv = verdicts.convergence(g0, base)
+    conv = convergence.convergence(g0, base)
     assert conv["final"]["paired"] == pytest.approx([0.057, 0.031]) and conv["verdict"] == "slower"
     assert conv["final"]["margin"] == pytest.approx(2 * np.std([0.057, 0.031], ddof=1))
-    claim = verdicts.convergence_claim_over_seeds(g0, base, PAPER, "toy", [0, 1])
+    claim = convergence.convergence_claim_over_seeds(g0, base, PAPER, "toy", [0, 1])
     assert claim.verdict() == "does NOT hold" and claim.draws == (False, False)
     split = [fake_run([5, 2.00, 1.818], [0] * 3), fake_run([5, 2.25, 2.067], [0] * 3)]  # -0.1 and +0.1 per seed
-    assert verdicts.convergence_claim_over_seeds(split, base, PAPER, "toy", [0, 1]).verdict() == "unsettled"
+    assert convergence.convergence_claim_over_seeds(split, base, PAPER, "toy", [0, 1]).verdict() == "unsettled"
+
+
+def test_judge_records_each_claim_over_the_seeds_with_its_step_zero_control():
+    """seed_claims.judge is the bookkeeping of 03 and nothing else: the records it adds are the rules' own, each with
+    the same rule on the step-0 checkpoints as its control and the control's note."""
+    from sinklib.core.claims import Recorder
+
+    u = comparison.uniform_alpha(64)
+    runs = _seeded_runs([0.02, 0.03, 0.04])
+    record = Recorder("03_mitigation", "TinyLM trained here", "smoke")
+    grows, removes = seed_claims.judge(record, "sink", runs, PAPER, [0, 1, 2], variants=["softmax", "softpick"],
+                                       uniform=u)
+    assert [c.id for c in record.claims] == ["mitigation.softmax_grows_sink", "mitigation.softpick_removes_sink"]
+    direct = sink_claims.sink_claim_over_seeds("softpick", runs, u, PAPER, [0, 1, 2])
+    assert (removes.holds, removes.draws, removes.measured) == (direct.holds, direct.draws, direct.measured)
+    assert grows.control is False and removes.control is None  # Gu et al.: no sink before training to remove
+    assert "no sink to remove" in removes.control_note
+    conv_runs = {"softmax": runs["softmax"], "headwise_rmsnorm g0=0.1": runs["softpick"]}
+    [conv] = seed_claims.judge(record, "convergence", conv_runs, PAPER, [0, 1, 2],
+                               variants=["headwise_rmsnorm g0=0.1"], setting="bible")
+    assert conv.id == "origin.headwise_rmsnorm_converges_faster.bible_g0=0.1" and conv.control is None
+    assert conv.control_note == convergence.CONVERGENCE_CONTROL
+    with pytest.raises(ValueError, match="unknown rule"):
+        seed_claims.judge(record, "removes", runs, PAPER, [0, 1, 2])
+
+
+def test_loss_against_baseline_groups_variants_by_their_gap_in_seed_sds():
+    runs = {v: [fake_run([2.0 + d], [0.1]) for d in (0.0, 0.01)] for v in ("softmax", "softpick", "kv_bias")}
+    table = comparison.final_table(runs)
+    table.loc["softpick", ("val loss", "mean")] += 0.5  # far above softmax's, in pooled seed sd's (0.00707)
+    table.loc["kv_bias", ("val loss", "mean")] += 0.01  # within 2 sd's
+    groups = comparison.loss_against_baseline(table)
+    assert list(groups["above"]) == ["softpick"] and groups["above"]["softpick"] == pytest.approx(0.5)
+    assert list(groups["within"]) == ["kv_bias"] and groups["below"] == {}
+    table.loc["softpick", ("val loss", "mean")] -= 1.0
+    assert list(comparison.loss_against_baseline(table)["below"]) == ["softpick"]
+    assert list(comparison.loss_against_baseline(table, sds=0.5)["above"]) == ["kv_bias"]

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from sinklib.core.results import load_reference
-from sinklib.mitigation import comparison, verdicts
+from sinklib.mitigation import comparison, convergence, sink_claims, verdicts
 from sinklib.mitigation.variants import VARIANTS
 from tests.test_mitigation import PAPER, _seeded_runs, fake_run
 
@@ -34,10 +34,10 @@ def test_a_reduction_whose_head_still_rises_does_not_hold():
     v = verdicts.sink_verdict("x", table, U, runs=runs["x"])
     assert v.outcome == "reduces" and v.removes is False and not v.delayed
     assert v.slope == pytest.approx(0.2) and "growing back, away from removal" in v.line
-    claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    claim = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
     assert claim.holds is False and claim.verdict() == "does NOT hold"
     both = {"softmax": [fake_run([2.0], [0.40])] * 2, "x": [rising, _ramp(0.06, 0.15, sink_rate=0.0)]}
-    over = verdicts.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
+    over = sink_claims.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
     assert over.holds is False and over.draws == (False, False)
 
 
@@ -56,23 +56,23 @@ def test_a_removal_whose_slope_sits_within_the_margin_is_unsettled(rate_settled)
     for slope in (0.009, 0.021, 0.05):
         runs, table = _one_seed(_ramp(0.0, slope, sink_rate=0.0))
         assert verdicts.sink_verdict("x", table, U).outcome == "removes"
-        claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+        claim = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
         assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled", slope
         assert claim.margin == {"value": pytest.approx(slope), "cut": 0.03, "spread": 0.022}
         assert "whether it is still rising is unsettled" in claim.note
     runs, table = _one_seed(_ramp(0.02, 0.0, sink_rate=0.0))  # flat: well below the margin
-    flat = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    flat = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
     assert flat.verdict() == "holds" and flat.margin == {"value": pytest.approx(0.0, abs=1e-12), "cut": 0.03,
                                                          "spread": 0.022}
     runs, table = _one_seed(_ramp(0.0, 0.08, n=5, sink_rate=0.0))  # well past the margin: removed or only delayed
-    late = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    late = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
     assert late.verdict() == "cannot be judged here" and "removed or only delayed" in late.note
     assert late.margin == {"value": pytest.approx(0.08), "cut": 0.03, "spread": 0.022}
     assert verdicts.SLOPE_MARGIN == 0.022 and verdicts.RISING == 0.03
     # over the seeds: one seed within the margin, one clean -> unsettled, and the record keeps that seed's margin
     both = {"softmax": [fake_run([2.0], [0.40])] * 2,
             "x": [_ramp(0.02, 0.0, sink_rate=0.0), _ramp(0.0, 0.021, sink_rate=0.0)]}
-    over = verdicts.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
+    over = sink_claims.sink_claim_over_seeds("x", both, U, PAPER, [0, 1])
     assert over.draws == (True, None) and over.verdict() == "unsettled"
     assert over.margin["value"] == pytest.approx(0.021)
 
@@ -83,24 +83,24 @@ def test_an_alpha_cut_the_seeds_cannot_settle_is_unsettled():
     runs = {"softmax": [fake_run([2.0], [0.35]), fake_run([2.0], [0.36])],
             "a": [fake_run([2.0], [0.08], sink_rate=0.0), fake_run([2.0], [0.14], sink_rate=0.0)]}  # 0.110 +- 0.04
     table = comparison.final_table(runs)
-    claim = verdicts.sink_claim("a", table, U, runs["a"], PAPER)
+    claim = sink_claims.sink_claim("a", table, U, runs["a"], PAPER)
     assert claim.holds is None and claim.unsettled and claim.verdict() == "unsettled"
     sd = (table.loc["a", ("first-token attention", "sd")] ** 2 + table.loc["softmax", ("first-token attention", "sd")]
           ** 2) / 2
     assert claim.margin == {"value": pytest.approx(0.11), "cut": pytest.approx(1.5 * U),
                             "spread": pytest.approx(2 * sd ** 0.5)}
     flat = {"softmax": [fake_run([2.0], [0.08])], "a": [fake_run([2.0], [0.07])]}
-    none = verdicts.sink_claim("a", comparison.final_table(flat), U, flat["a"], PAPER)
+    none = sink_claims.sink_claim("a", comparison.final_table(flat), U, flat["a"], PAPER)
     assert none.holds is None and not none.unsettled and none.verdict() == "cannot be judged here"
 
 
 def test_convergence_within_the_seeds_margin_is_unsettled():
     noisy = [fake_run([5, 3.0 + d, 2.5 + d], [0] * 3) for d in (0.0, 0.5, 1.0)]
     hair = [fake_run([5, 3.0 + d - 0.001, 2.5 + d - 0.001], [0] * 3) for d in (0.0, 0.5, 1.0)]
-    tight = verdicts.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
+    tight = convergence.convergence_claim_over_seeds(hair, noisy, PAPER, "toy", [0, 1, 2])
     assert tight.verdict() == "unsettled" and tight.margin["cut"] == 0.0
     assert tight.margin["value"] == pytest.approx(-0.001)  # paired by seed: -0.001 in every seed, sd 0
-    assert tight.margin["spread"] == pytest.approx(verdicts.CONVERGENCE_FLOOR)  # the cross-machine floor
+    assert tight.margin["spread"] == pytest.approx(convergence.CONVERGENCE_FLOOR)  # the cross-machine floor
 
 
 def test_every_claim_names_its_own_paper():
@@ -113,12 +113,12 @@ def test_every_claim_names_its_own_paper():
     seeded = _seeded_runs([0.05, 0.06])
     runs = {v: seeded["softpick"] for v in VARIANTS} | {"softmax": seeded["softmax"]}
     for variant, paper in expected.items():
-        claim = verdicts.sink_claim_over_seeds(variant, runs, U, ref, [0, 1])
-        own = variant in verdicts.OWN_QUESTIONS  # removal is our question there: the record says so (item 10)
+        claim = sink_claims.sink_claim_over_seeds(variant, runs, U, ref, [0, 1])
+        own = variant in sink_claims.OWN_QUESTIONS  # removal is our question there: the record says so (item 10)
         assert claim.paper == ("own question" if own else paper), variant
         ids = re.findall(r"\d{4}\.\d{5}", claim.source)
         assert (ids[0] == paper) if paper else claim.source.startswith("Miller 2023"), variant
-    conv = verdicts.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], ref, "toy", [0, 1])
+    conv = convergence.convergence_claim_over_seeds(runs["headwise_rmsnorm"], runs["softmax"], ref, "toy", [0, 1])
     assert conv.paper == "2605.06611" and re.findall(r"\d{4}\.\d{5}", conv.source)[0] == "2605.06611"
 
 
@@ -127,18 +127,18 @@ def test_measured_values_are_the_seed_means_the_notebook_shows():
     ``spread``."""
     runs = _seeded_runs([0.05, 0.06, 0.10])
     runs["softmax"] = [fake_run([4.0, 2.0], [U, a]) for a in (0.30, 0.40, 0.50)]
-    pick = verdicts.sink_claim_over_seeds("softpick", runs, U, PAPER, [0, 1, 2])
+    pick = sink_claims.sink_claim_over_seeds("softpick", runs, U, PAPER, [0, 1, 2])
     assert pick.measured["first_attention"] == pytest.approx(0.07) and pick.measured["over"] == "mean over 3 seeds"
     assert pick.spread["values"] == pytest.approx([0.05, 0.06, 0.10])
     assert pick.spread["per_seed"]["first_attention"] == pytest.approx([0.05, 0.06, 0.10])
-    grows = verdicts.sink_claim_over_seeds("softmax", runs, U, PAPER, [0, 1, 2])
+    grows = sink_claims.sink_claim_over_seeds("softmax", runs, U, PAPER, [0, 1, 2])
     assert grows.measured["first_attention"] == pytest.approx(0.40)
     assert grows.measured["sink_rate"] == pytest.approx(2 / 3) and grows.spread["per_seed"]["sink_rate"] == [0, 1, 1]
     table = comparison.final_table(runs)
     assert grows.measured["first_attention"] == pytest.approx(table.loc["softmax", ("first-token attention", "mean")])
     slow = [fake_run([5, 3.5, 3.0 + d], [0] * 3) for d in (0.0, 0.1)]
     fast = [fake_run([5, 3.0, 2.5 + d], [0] * 3) for d in (0.0, 0.3)]
-    conv = verdicts.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1])
+    conv = convergence.convergence_claim_over_seeds(fast, slow, PAPER, "toy", [0, 1])
     assert conv.measured["final"]["candidate"] == pytest.approx(2.65) and conv.measured["over"] == "mean over 2 seeds"
     assert conv.spread["values"] == pytest.approx([-0.5, -0.3])
 
@@ -152,9 +152,9 @@ def test_a_share_clearly_above_the_cut_rules_out_removal_however_close_alpha_com
     table = comparison.final_table(runs)
     v = verdicts.sink_verdict("x", table, U)
     assert not v.could_remove and v.removes is False
-    assert verdicts.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
+    assert sink_claims.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
     near = {"softmax": runs["softmax"], "x": [fake_run([2.0], [cut + 0.01], sink_rate=0.0, share=cut + 0.01)]}
-    assert verdicts.sink_claim("x", comparison.final_table(near), U, near["x"], PAPER).verdict() == "unsettled"
+    assert sink_claims.sink_claim("x", comparison.final_table(near), U, near["x"], PAPER).verdict() == "unsettled"
 
 
 def test_headwise_rmsnorm_removal_is_our_own_question_not_the_papers_claim():
@@ -164,11 +164,11 @@ def test_headwise_rmsnorm_removal_is_our_own_question_not_the_papers_claim():
     ref = load_reference("mitigations")
     runs = {"softmax": [fake_run([2.0], [0.40])], "headwise_rmsnorm": [fake_run([2.0], [0.05], sink_rate=0.0)]}
     table = comparison.final_table(runs)
-    own = verdicts.sink_claim("headwise_rmsnorm", table, U, runs["headwise_rmsnorm"], ref)
+    own = sink_claims.sink_claim("headwise_rmsnorm", table, U, runs["headwise_rmsnorm"], ref)
     assert own.paper == OWN_QUESTION and "own question" in own.source and "2605.06611" in own.source
     assert own.statement.startswith("(this project's question)")
     runs["gated_headwise"] = runs.pop("headwise_rmsnorm")
-    other = verdicts.sink_claim("gated_headwise", comparison.final_table(runs), U, runs["gated_headwise"], ref)
+    other = sink_claims.sink_claim("gated_headwise", comparison.final_table(runs), U, runs["gated_headwise"], ref)
     assert other.paper == "2505.06708"
 
 
@@ -210,13 +210,13 @@ def test_a_share_within_its_margin_of_the_removal_cut_is_unsettled_on_either_sid
         runs, table = _one_seed(fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=share))
         v = verdicts.sink_verdict("x", table, U)
         assert not v.settled and "removes" in v.sides, share
-        claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+        claim = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
         assert claim.verdict() == "unsettled" and claim.margin == {
             "value": pytest.approx(share), "cut": pytest.approx(1.5 * U), "spread": 0.068}, share
         assert "row-normalised share" in claim.note and "not settled" in claim.note
     far_above = fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=0.20)  # 0.089 above: shrinks the rows
     runs, table = _one_seed(far_above)
-    assert verdicts.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
+    assert sink_claims.sink_claim("x", table, U, runs["x"], PAPER).verdict() == "does NOT hold"
     far_below = fake_run([2.0], [0.060], row_mass=0.5, sink_rate=0.0, share=0.03)  # 0.081 below: a removal
     runs, table = _one_seed(far_below)
     assert verdicts.sink_verdict("x", table, U).outcome == "removes" and verdicts.sink_verdict("x", table, U).settled
@@ -246,7 +246,7 @@ def test_a_removal_stays_possible_while_its_cut_is_within_the_margin_though_anot
     v = verdicts.sink_verdict("x", table, U)
     assert v.sides == ("removes", "reduces", "keeps") and v.could_remove and not v.settled
     assert v.line.startswith("x: removes, reduces or keeps the first-token sink")
-    claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    claim = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
     assert claim.verdict() == "unsettled" and claim.margin["cut"] == pytest.approx(cut)
 
 
@@ -259,12 +259,12 @@ def test_the_share_rate_margin_leaves_no_removal_settled_at_this_scale():
     runs, table = _one_seed(_ramp(0.0, 0.0, sink_rate=0.0))
     v = verdicts.sink_verdict("x", table, U)
     assert v.outcome == "removes" and not v.settled and v.sides == ("removes", "reduces")
-    claim = verdicts.sink_claim("x", table, U, runs["x"], PAPER)
+    claim = sink_claims.sink_claim("x", table, U, runs["x"], PAPER)
     assert claim.verdict() == "unsettled" and claim.margin == {"value": 0.0, "cut": 0.02, "spread": 0.071}
     assert "sink rate on shares 0.0% is within 0.071 of 2%" in claim.note
     high = {"softmax": [fake_run([2.0], [0.40])], "x": [fake_run([2.0], [0.0], sink_rate=0.0, share=0.05)]}
     high["x"][0]["checkpoints"][-1]["share_sink_rate"] = 0.2  # well above 2% + the margin
-    assert verdicts.sink_claim("x", comparison.final_table(high), U, high["x"], PAPER).verdict() == "does NOT hold"
+    assert sink_claims.sink_claim("x", comparison.final_table(high), U, high["x"], PAPER).verdict() == "does NOT hold"
 
 
 def test_the_share_rate_margin_is_the_measured_flip():
@@ -281,8 +281,8 @@ def test_the_share_rate_margin_is_the_measured_flip():
 
 def test_a_loss_difference_is_checked_with_twice_a_loss_spread():
     data = load_reference("cross_machine_03")["largest_spread"]["val_loss"]["spread"]
-    assert 2 * data <= verdicts.LOSS_DIFFERENCE.abs_tol <= 2 * data + 0.001
-    assert verdicts.CONVERGENCE_QUANTITIES["final.candidate".split(".")[0]].kind == "loss"
+    assert 2 * data <= convergence.LOSS_DIFFERENCE.abs_tol <= 2 * data + 0.001
+    assert convergence.CONVERGENCE_QUANTITIES["final.candidate".split(".")[0]].kind == "loss"
 
 
 def test_one_gate_for_the_rates_and_a_removal_judged_only_by_its_own_cut():

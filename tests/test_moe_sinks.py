@@ -135,3 +135,25 @@ def test_expert_channels_and_sink_drop():
         assert channel == flat % y.shape[-1] and value == pytest.approx(float(y.abs().max()))
     drop = pruning.sink_drop_by_layer([0.5, 0.8, 0.0], [0.05, 0.8, 0.0])
     assert drop[0] == pytest.approx(0.9) and drop[1] == 0.0 and drop[2] != drop[2]
+
+
+def test_pruning_is_recorded_with_its_control_or_why_there_is_none():
+    """11_moe's record of su2025.pruning_super_experts_breaks_the_sink: the verdict of pruning_over_draws, with the
+    random-weight control where the rule found a super expert there (else a note saying it did not), and on the
+    stand-in "cannot be judged here" with the numbers kept."""
+    from sinklib.core.claims import Recorder
+
+    lm, inputs = tiny.loaded("mixtral")
+    ids = inputs["input_ids"]
+    base, good = {"alpha": 0.5, "ppl": 40.0, "max_abs_first": 2e4}, {"alpha": 0.5, "ppl": 41.0, "max_abs_first": 2e4}
+    summary = {"as is": base, "super experts pruned": {"alpha": 0.2, "ppl": 150.0, "max_abs_first": 7e2},
+               "random experts [a]": good, "random experts [b]": good}
+    record = Recorder("11_moe", "m", "test")
+    assert su_claims.record_pruning(record, {"as is": base}, lm, [], ids, ids, 0, 2, False) is None
+    claim = su_claims.record_pruning(record, summary, lm, [], ids, ids, 0, 2, False)
+    assert claim.holds is True and claim.draws == (True, True) and claim.control is None
+    assert claim.control_note.startswith("control not run") and record.claims == [claim]
+    record = Recorder("11_moe", "m", "test")
+    judged = su_claims.record_pruning(record, summary, lm, [(1, 2)], ids, ids, 0, 2, True)
+    assert judged.holds is None and "not judgeable on the stand-in" in judged.note
+    assert judged.measured == claim.measured and judged.control is not None and not judged.control_note

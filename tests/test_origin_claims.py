@@ -1,5 +1,5 @@
 """The rules of 02_interpretation (origin_claims): provenance on every claim, each paper's definition transcribed on a
-hand-built case, the resampled amplification verdict, the random-weight controls, and the rendered takeaways."""
+hand-built case, the resampled amplification verdict and the random-weight controls."""
 
 import math
 
@@ -14,9 +14,8 @@ from sinklib.interpretation import (
     controls,
     intervention_effects,
     massive_activations,
+    massive_claims,
     origin_claims,
-    sun_claims,
-    takeaways,
 )
 from sinklib.interpretation.origin import SuperNeuron
 
@@ -32,12 +31,12 @@ def _all_claims():
     massive = MassiveDims([2533], True, 1000.0, 2500.0)
     return [origin_claims.variance_discrepancy([18.0], [True]), origin_claims.super_neuron(_neuron(), [2533], PAPER),
             origin_claims.super_neuron(None, [2533], PAPER),
-            origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), sun_claims.massive_by_sun(massive),
+            origin_claims.disparity_then_sink([1], 2, 50.0, 263.0, PAPER), massive_claims.massive_by_sun(massive),
             origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0)), origin_claims.self_only_sink(0.0, 0.4, 10),
             origin_claims.amplification([1, 2], [0.01, 0.1], [0.01, 0.01]),
-            sun_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
+            massive_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},
                                        {"perplexity_wikitext": SUN_PPL}),
-            sun_claims.implicit_bias({"a": 0.9, "b": 0.9}, 3)]
+            massive_claims.implicit_bias({"a": 0.9, "b": 0.9}, 3)]
 
 
 def test_every_claim_says_what_it_follows_how_it_adapts_and_what_the_paper_predicts_at_init():
@@ -167,10 +166,10 @@ def test_amplification_over_resamples_holds_only_when_every_resample_agrees():
 def test_massive_bias_transcribes_suns_table():
     """Sun et al. Table 3 (Llama-2-7B, WikiText): 5.47 original, 5.47 set to mean, inf set to zero."""
     ref = {"perplexity_wikitext": SUN_PPL}
-    assert sun_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}, ref).holds
-    assert not sun_claims.massive_bias({"original": 32.0, "set to mean": 46.8, "set to zero": 6e5}, ref).holds
+    assert massive_claims.massive_bias({"original": 5.47, "set to mean": 5.47, "set to zero": math.inf}, ref).holds
+    assert not massive_claims.massive_bias({"original": 32.0, "set to mean": 46.8, "set to zero": 6e5}, ref).holds
     same = {"original": 5e4, "set to mean": 5e4, "set to zero": 5e4}  # nothing to edit (random weights)
-    assert sun_claims.massive_bias(same, ref).holds is False
+    assert massive_claims.massive_bias(same, ref).holds is False
 
 
 def test_massive_by_sun_transcribes_the_criterion():
@@ -179,9 +178,9 @@ def test_massive_by_sun_transcribes_the_criterion():
     h[0, 0, 3] = 2000.0
     mask = metrics.massive_mask(h)
     assert mask[0, 0, 3] and mask.sum() == 1
-    assert sun_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
+    assert massive_claims.massive_by_sun(MassiveDims([], False, 100.0, 7.7)).holds is False
     # met, but "a few" was not measured: no verdict
-    assert sun_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is None
+    assert massive_claims.massive_by_sun(MassiveDims([3], True, 1000.0, 2000.0)).holds is None
 
 
 def _sites(first, later_per_seq, seq_len=64):
@@ -197,8 +196,8 @@ def test_a_few_is_judged_layer_by_layer():
     4 on: Sun's pattern holds there, and the note names both (c16eec0 failed the whole claim on layers 1-3). A model
     whose every met layer is dense does not hold."""
     massive = MassiveDims([3], True, 1000.0, 2000.0)
-    few = sun_claims.massive_by_sun(massive, _sites([0, 0, 1, 1], [0, 0, 1.0, 0.5]))
-    gemma = sun_claims.massive_by_sun(massive, _sites([0, 0, 0, 0, 1, 1, 1], [0, 52.3, 34.0, 17.0, 0, 0, 0]))
+    few = massive_claims.massive_by_sun(massive, _sites([0, 0, 1, 1], [0, 0, 1.0, 0.5]))
+    gemma = massive_claims.massive_by_sun(massive, _sites([0, 0, 0, 0, 1, 1, 1], [0, 52.3, 34.0, 17.0, 0, 0, 0]))
     assert few.holds is True and few.measured["sun_onset"] == 2 and few.measured["most_later_sites_per_window"] == 1.0
     assert "'a few' in every layer where it is met (2-3)" in few.note
     assert gemma.holds is True and gemma.measured["rare_layers"] == [4, 5, 6] and gemma.measured["dense_layers"] == [
@@ -206,7 +205,7 @@ def test_a_few_is_judged_layer_by_layer():
     assert gemma.note.startswith("'a few' in layers 4-6; not in layers 1-3") and "83%" in gemma.note
     assert gemma.measured["later_share"]["1"] == pytest.approx(52.3 / 63) and gemma.measured["sun_onset"] == 1
     assert "at most 2 positions t >= 1 per window" in gemma.rule and "first delimiter" in gemma.rule
-    dense = sun_claims.massive_by_sun(massive, _sites([0, 0, 0, 0], [0, 52.3, 34.0, 17.0]))
+    dense = massive_claims.massive_by_sun(massive, _sites([0, 0, 0, 0], [0, 52.3, 34.0, 17.0]))
     assert dense.holds is False and "not 'a few' in any layer where it is met (1-3)" in dense.note
 
 
@@ -253,13 +252,13 @@ def test_mean_edit_on_a_bos_model_is_judged_on_the_later_sites():
     """Gemma-3: position 0 is the same BOS in every window, so the mean edit cannot fail there."""
     ref = {"perplexity_wikitext": SUN_PPL}
     ppl = {"original": 20.0, "set to mean": 20.0, "set to zero": 5e5}
-    none_later = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
-    some = sun_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
+    none_later = massive_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=0)
+    some = massive_claims.massive_bias(ppl, ref, first_fixed=True, later_sites=1185)
     assert none_later.holds is None and not none_later.unsettled and "cannot be judged here" in none_later.note
     assert some.holds is True and "judged on the 1185 later sites only" in some.note
-    assert some.measured["first_token_fixed"] is True and sun_claims.massive_bias(ppl, ref).holds is True
+    assert some.measured["first_token_fixed"] is True and massive_claims.massive_bias(ppl, ref).holds is True
     broken = {"original": 20.0, "set to mean": 20.0, "set to zero": 21.0}
-    assert sun_claims.massive_bias(broken, ref, first_fixed=True, later_sites=0).holds is False
+    assert massive_claims.massive_bias(broken, ref, first_fixed=True, later_sites=0).holds is False
 
 
 def test_implicit_bias_transcribes_a_small_constant_sink_term():
@@ -269,9 +268,9 @@ def test_implicit_bias_transcribes_a_small_constant_sink_term():
             "sink_term_spread": torch.tensor([[0.3, 0.4, 0.9, 0.95]]), "alpha_first": alpha}
     auc, n = massive_activations.implicit_bias_separation(bias)
     assert auc == {"value_norm_ratio": 1.0, "sink_term_spread": 1.0} and n == 2
-    assert sun_claims.implicit_bias(auc, n).holds is True
-    assert set(sun_claims.implicit_bias(auc, n).measured) == {"value_norm_auc", "term_spread_auc"}  # AUCs
-    assert sun_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
+    assert massive_claims.implicit_bias(auc, n).holds is True
+    assert set(massive_claims.implicit_bias(auc, n).measured) == {"value_norm_auc", "term_spread_auc"}  # AUCs
+    assert massive_claims.implicit_bias({"value_norm_ratio": 0.5, "sink_term_spread": 0.9}, 2).holds is False
 
 
 def test_random_weight_controls_run_every_rule_on_the_tiny_model(tiny):
@@ -284,76 +283,6 @@ def test_random_weight_controls_run_every_rule_on_the_tiny_model(tiny):
     assert all(c.holds in (True, False, None) for c in got.values())
     assert got["origin.variance_discrepancy"].holds is True  # architectural: it holds before any training
     assert controls.control_lambdas([1, 2, 4, 8, 16]) == [1, 4, 16]
-
-
-# ----------------------------------------------------------------------------------------------- takeaways
-def test_takeaways_follow_the_numbers():
-    var_yes = origin_claims.variance_discrepancy([18.0, 4.0, 1.1], [True, True, False])
-    var_no = origin_claims.variance_discrepancy([1.1, 1.0, 1.0], [False, False, False])
-    a = takeaways.variance(var_yes, [0, 1, 2], [18.0, 4.0, 1.1], [True, True, False])
-    b = takeaways.variance(var_no, [0, 1, 2], [1.1, 1.0, 1.0], [False, False, False])
-    assert a.startswith("**What we saw") and "holds" in a and "layers [0, 1]" in a
-    assert "does not hold" in b and "No early layer" in b
-
-    lk = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0))
-    assert "more than" in takeaways.lock_in(lk, 10, 20, (1.0, 0.75), (0.5, 0.2))
-    assert "fewer than" in takeaways.lock_in(lk, 10, 20, (0.7, 0.75), (0.1, 0.2))
-    assert "no sink head" in takeaways.lock_in(origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0), 0, 20,
-                                               (math.nan, 0.5), (math.nan, 0.1))
-
-    lam = [1, 2, 4]
-    up = origin_claims.amplification(lam, [0.01, 0.05, 0.4], [0.01, 0.01, 0.01])
-    peak = origin_claims.amplification(lam, [0.01, 0.1, 0.05], [0.01, 0.01, 0.01])
-    t_up = takeaways.amplification(up, lam, [0.01, 0.05, 0.4], [0.01, 0.01, 0.01], 10)
-    t_peak = takeaways.amplification(peak, lam, [0.01, 0.1, 0.05], [0.01, 0.01, 0.01], 10)
-    assert "rises monotonically" in t_up and "becomes a sink" in t_up
-    assert "not monotone" in t_peak and "not a sink" in t_peak
-
-    ref = {"perplexity_wikitext": SUN_PPL}
-    ok = {"original": 20.0, "set to mean": 20.4, "set to zero": 167.0, "set to mean, position 0 only": 20.0}
-    bad = {"original": 32.0, "set to mean": 46.8, "set to zero": 6e5, "set to mean, position 0 only": 32.7}
-    assert "leaves the perplexity" in takeaways.massive_bias(sun_claims.massive_bias(ok, ref), ok, True, True, 1e3)
-    assert "raises the perplexity" in takeaways.massive_bias(sun_claims.massive_bias(bad, ref), bad, False, False,
-                                                             100.0)
-
-    dis = takeaways.disparity(origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER), [1, 2], 3, 60.0, 263.0,
-                              231.0, 11, 27.0)
-    dis2 = takeaways.disparity(origin_claims.disparity_then_sink([0], 0, 9.0, 300.0, PAPER), [0], 0, 300.0, 263.0,
-                               400.0, 5, 20.0)
-    assert "1 layer after the first attention that reads it (layer 2)" in dis and "lower than the paper's" in dis
-    assert "before layer 1" in dis2 and "did not form from it" in dis2 and "higher than the paper's" in dis2
-    dis3 = takeaways.disparity(origin_claims.disparity_then_sink([1], 2, 9.0, 60.0, PAPER), [1], 2, 60.0, 263.0,
-                               231.0, 11, 27.0)
-    assert "in the first attention that reads it, layer 2" in dis3
-    smol = origin_claims.disparity_then_sink([1, 2], 3, 9.0, 60.0, PAPER, sun_onset=11)
-    dis4 = takeaways.disparity(smol, [1, 2], 3, 60.0, 263.0, 231.0, 11, 27.0)
-    assert "value onset" in dis4 and "not Sun et al.'s 1000x criterion" in dis4
-    assert "Sun et al.'s criterion first holds in layer 11's output: the sink switches on 9 layers before" in dis4
-    assert "The sink follows the value onset." in dis4
-
-
-def test_takeaways_super_neuron_self_only_bias_controls_scorecard():
-    top, strong = _neuron(), _neuron(layer=11, first=2837.0)
-    a = takeaways.super_neuron(origin_claims.super_neuron(top, [2533], PAPER), top, strong, [2533], 1)
-    b = takeaways.super_neuron(origin_claims.super_neuron(None, [], PAPER), None, None, [], 1)
-    assert "the same layer as" in a and "comes after" in a and "No neuron" in b
-    state_yes = {"dom_k": 188.0, "dom_0": 186.0, "key_cos": 0.99, "holds": True}
-    state_no = {"dom_k": 93.0, "dom_0": 434.0, "key_cos": 0.27, "holds": False}
-    s1 = takeaways.self_only(origin_claims.self_only_sink(0.0, 0.39, 10), 10, 0.0, 0.39, 0.01, 0.25,
-                             {"dom_k": 27.0, "key_cos": 0.0}, state_yes)
-    s2 = takeaways.self_only(origin_claims.self_only_sink(0.0, 0.0, 10), 10, 0.0, 0.0, 0.01, 0.02,
-                             {"dom_k": 27.0, "key_cos": 0.0}, state_no)
-    assert "takes on" in s1 and "holds" in s1 and "does not take on" in s2 and "does not hold" in s2
-    med = {"value_norm_ratio": (0.2, 0.8), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
-    med2 = {"value_norm_ratio": (0.9, 0.5), "sink_term_spread": (0.4, 0.9), "sink_share": (0.5, 0.1)}
-    ib = sun_claims.implicit_bias({"value_norm_ratio": 0.9, "sink_term_spread": 0.9}, 5)
-    assert "smaller than" in takeaways.implicit_bias(ib, 5, med, {"value_norm_ratio": 0.9, "sink_term_spread": 0.9})
-    assert "larger than" in takeaways.implicit_bias(ib, 5, med2, {"value_norm_ratio": 0.2, "sink_term_spread": 0.9})
-    noisy = {"origin.lock_in": origin_claims.lock_in((1.0, 0.5), (0.5, 0.1), 3, (0.9, 0.8, 1.0))}  # a learned rule holding on noise
-    quiet = {"origin.lock_in": origin_claims.lock_in((0.0, 0.5), (0.0, 0.1), 0)}
-    assert "Contradicting" in takeaways.controls(noisy, "m (random weights)")
-    assert "No rule for an effect that training makes holds" in takeaways.controls(quiet, "m (random weights)")
-    assert "holds for 1 of 2" in takeaways.scorecard([noisy["origin.lock_in"], quiet["origin.lock_in"]])
 
 
 def test_dom_ratio_is_compared_without_its_width():

@@ -14,7 +14,7 @@ from sinklib.core import metrics
 from sinklib.core import quantities as q
 from sinklib.core.claims import check_schema
 from sinklib.core.results import load_reference
-from sinklib.mitigation import parity, training
+from sinklib.mitigation import evaluation, parity, training, training_data
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 
 REF = load_reference("mitigations")
@@ -73,7 +73,7 @@ def test_dom_ratio_is_read_after_the_second_layers_input_norm():
     ``dom_ratio_first`` (mean over the layers) reads -- the old claim's number."""
     model = _model("softmax")
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-    ids[:, 0] = training.BOS
+    ids[:, 0] = training_data.BOS
     with torch.no_grad():
         model.blocks[1].norm1.weight[5] = 200.0
     dom = parity.first_token_dom_ratio_by_layer(model, ids)
@@ -83,7 +83,7 @@ def test_dom_ratio_is_read_after_the_second_layers_input_norm():
         last = model.norm(H[1])  # what the output head reads
     assert dom[0] == pytest.approx(float(metrics.dom_ratio(x[:, 0]).mean()), rel=1e-5)
     assert dom[1] == pytest.approx(float(metrics.dom_ratio(last[:, 0]).mean()), rel=1e-5)
-    old = training.evaluate(model, ids)["dom_ratio_first"]
+    old = evaluation.evaluate(model, ids)["dom_ratio_first"]
     assert dom[0] > 20 > 3 * old
 
 
@@ -170,18 +170,3 @@ def test_the_parity_control_is_the_untrained_weights_and_says_why_it_holds():
     assert "by construction" in parity.control_notes(c) and parity.control_notes(
         parity.table_claim_over_seeds(rms, soft, REF, [0])) == ""
 
-
-def test_the_takeaway_says_where_each_number_is_read():
-    from sinklib.mitigation import takeaways as tk
-
-    runs = ([_measured(1.05, 2.6, 45.0)], [_measured(12.0, 5.0, 40.0)], REF, [0])
-    text = tk._parity(parity.parity_claim_over_seeds(*runs), parity.table_claim_over_seeds(*runs))
-    assert "layer 1's attention outputs vary 1.05x as much over a batch at position 0" in text
-    assert "against softmax's 12x (1 = parity" in text
-    assert "DomRatio 2.60 against softmax's 5 after the RMSNorm that reads layer 1's output" in text
-    assert "effective rank 45 against 40 in the last layer's states" in text and "holds" in text
-    from dataclasses import replace
-
-    c = replace(parity.parity_claim_over_seeds(*runs), control=True,
-                control_measured={"variance_ratio": [17.0, 1.5], "layer": 0})
-    assert "already 1.50x against softmax's 17x" in tk._parity(c, None) and "by construction" in tk._parity(c, None)

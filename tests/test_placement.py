@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sinklib.architectures.llm import first_key_rates
 from sinklib.architectures.llm import placement as pl
 
 
@@ -149,7 +150,7 @@ def test_position_or_token_and_key_mass_on_a_tiny_model(tiny):
     assert r.own == pytest.approx(float(alpha_at(tiny, ids, 0)[[0, 1]].mean()), rel=1e-4)
     assert pl.position_or_token(tiny, ids, [0, 1], shift=4, mass=pl.key_mass(tiny, ids, [0, 1])).own == \
         pytest.approx(r.own)
-    assert pl.chat_windows(tiny, ids) is None  # the byte tokenizer has no chat template
+    assert first_key_rates.chat_windows(tiny, ids) is None  # the byte tokenizer has no chat template
 
 
 @pytest.mark.parametrize("family", ["gpt2", "opt", "gpt_neox", "byte_llama"])
@@ -253,11 +254,11 @@ def test_chat_windows_keep_the_same_content_tokens():
 
     ids = torch.tensor([[0, 1, 2, 3, 4], [0, 6, 7, 8, 9]])
     for adds_bos, start in ((True, 1), (False, 0)):
-        w = pl.chat_windows(SimpleNamespace(tokenizer=ChatWords(), adds_bos=adds_bos), ids)
+        w = first_key_rates.chat_windows(SimpleNamespace(tokenizer=ChatWords(), adds_bos=adds_bos), ids)
         assert (w.raw_start, w.chat_start, w.n_content) == (start, 2, 5 - start)
         assert w.chat[:, :2].tolist() == [[11, 12]] * 2 and w.chat[:, -1].tolist() == [13, 13]
         assert torch.equal(w.chat[:, w.chat_start:w.chat_start + w.n_content], ids[:, start:])
-    assert pl.chat_windows(SimpleNamespace(tokenizer=Words(), adds_bos=False), ids) is None  # no template
+    assert first_key_rates.chat_windows(SimpleNamespace(tokenizer=Words(), adds_bos=False), ids) is None  # no template
 
 
 def test_first_key_rate_reads_alpha_over_the_chosen_queries(tiny):
@@ -265,7 +266,7 @@ def test_first_key_rate_reads_alpha_over_the_chosen_queries(tiny):
     from sinklib.core.data import make_inputs
 
     ids = make_inputs(tiny, "natural", 3, 12, 0)
-    rate, alpha = pl.first_key_rate(tiny, ids, slice(4, 10), batch_size=2)
+    rate, alpha = first_key_rates.first_key_rate(tiny, ids, slice(4, 10), batch_size=2)
     with torch.no_grad(), Capture(tiny.model, attentions=True) as cap:
         tiny.model(ids)
     attn = cap.stack("attentions")  # (L, N, H, T, T)
@@ -423,3 +424,27 @@ def test_each_chain_draw_measures_its_own_sink_onset_and_sun_sites(monkeypatch):
                                 n_draws=3)
     assert seen == [(0, 3, "first draw's"), (1, 11, "sites of seed 1"), (2, 12, "sites of seed 2")]
     assert judged[0].note.startswith("judged over the draws, not on pooled windows: its numbers are per head")
+
+
+def test_measure_and_judge_attaches_every_claims_control(tiny):
+    """10_llm's one call per model: the report, Xiao et al.'s streaming claim named after the model, and each claim
+    with the Recorder's keywords -- its random-weight control where one was run, else a note saying why not."""
+    from types import SimpleNamespace
+
+    from sinklib.architectures.llm import llm_survey
+    from sinklib.core.results import load_reference
+
+    run = SimpleNamespace(num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),
+                          context_windows=1, seed=0, draw_seqs=2, draws=1, stream_tokens=48, stream_budget=16,
+                          stream_chunk=8, control_seqs=2)
+    loaded = []
+    report, judged, seconds = llm_survey.measure_and_judge(
+        lambda: loaded.append(tiny) or tiny, run, gu=load_reference("gu2024_sink_rates"),
+        paper=load_reference("structural_origin"), streaming=load_reference("streamingllm"))
+    assert len(loaded) == 1 and set(seconds) == {"draws", "chain", "control"}
+    ids = [claim.id for claim, _ in judged]
+    assert ids[0] == f"xiao2023.sink_is_positional.{report.name}" and report.xiao
+    assert ids[1:] == [c.id for c in llm_survey.report_claims(report, load_reference("gu2024_sink_rates"))]
+    for claim, how in judged:
+        assert how["control"] is not None or how["control_note"], claim.id
+        assert how["control"] is None or how["control"].id == claim.id

@@ -3,6 +3,7 @@ windows -- holds / fails when the interval lies on one side of the cut, unsettle
 case is hand-built: the draws disagree (majority of draws: unsettled) while the pooled interval is clearly on one
 side, and a pooled number that sits on its cut."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -240,3 +241,23 @@ def test_window_disparity_stats_keep_what_their_means_are_taken_over(tiny):
         torch.testing.assert_close(windows[k].mean(1), means[k], equal_nan=True)
         assert windows[k].shape == (tiny.n_layers, 3)
     torch.testing.assert_close(windows["first_values"].mean(1).float(), firsts)
+
+
+def test_pooled_interval_reads_a_pooled_claims_condition():
+    """10_llm renders a pooled verdict's number with its interval: the interval of the named condition, or None where
+    the claim was not pooled (no interval, or a NaN one)."""
+    claim = pl.position_pooled([_draw(0.7, 0.3, seed=0), _draw(0.7, 0.3, seed=10)], "m", "2 draws")
+    lo, hi = llm_survey.pooled_interval(claim, "replaced")
+    assert [lo, hi] == pytest.approx(claim.spread["intervals"]["replaced"]) and lo < hi
+    assert llm_survey.pooled_interval(claim, "no such condition") is None
+    assert llm_survey.pooled_interval(pl.position_claim(_draw(0.7, 0.3), "m"), "replaced") is None  # one draw
+    assert llm_survey.pooled_interval(None, "replaced") is None
+    nan = replace(claim, spread={"intervals": {"replaced": [float("nan"), float("nan")]}})
+    assert llm_survey.pooled_interval(nan, "replaced") is None
+    assert pooled.BOOTSTRAP_DRAWS == pl.BOOTSTRAP_DRAWS
+
+
+def test_uniform_share_is_the_even_spread_of_each_query():
+    """alpha_0 if every query t spread its attention evenly over its t + 1 keys: H_N / N."""
+    assert abs(llm_survey.uniform_share(256) - 0.0239) < 1e-3
+    assert llm_survey.uniform_share(1) == 1.0 and llm_survey.uniform_share(2) == pytest.approx(0.75)

@@ -15,7 +15,7 @@ from sinklib.architectures.mllm import kang_claims
 from sinklib.architectures.mllm import visual_attention as va
 from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.architectures.moe import su_claims
-from sinklib.architectures.vit import darcet_claims, register_means, registers, sun_claims
+from sinklib.architectures.vit import darcet_claims, register_means, registers, vit_massive_claims
 from sinklib.architectures.vit.vit_sinks import VitProfile
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, over_draws
@@ -48,8 +48,8 @@ def _edits(profile: vs.MllmProfile) -> va.EditComparison:
 
 def _kang(standin: bool) -> dict[str, Claim]:
     prof = _mllm_profile()
-    runs = [va.edit_claims(prof, _edits(prof), standin=standin, d_model=576) for _ in range(2)]
-    claims = {c.id: c for c in va.claims_over_draws(runs, "2 stand-ins")}
+    runs = [kang_claims.edit_claims(prof, _edits(prof), standin=standin, d_model=576) for _ in range(2)]
+    claims = {c.id: c for c in kang_claims.claims_over_draws(runs, "2 stand-ins")}
     bg = torch.tensor([[True, True, True, False]] * 2)
     sinks = torch.zeros(2, 4, dtype=torch.bool)
     sinks[:, 0] = True
@@ -95,7 +95,7 @@ def _vit() -> dict[str, Claim]:
     claims = {c.id: c for c in darcet_claims.high_norm_claims(prof, "none", sim, probes, "3 splits", 0.0, cal)}
     claims["jiang2025.test_time_register_takes_outliers"] = registers.test_time_register_claim(
         prof, _vit_profile(torch.ones(3, 3, 6) * 10), True, registers.JIANG_CONFIGS["facebook/dinov2-large"])
-    claims["sun2024.vit_massive_activations"] = sun_claims.vit_massive_activations_claim(prof, "dinov2-s")
+    claims["sun2024.vit_massive_activations"] = vit_massive_claims.vit_massive_activations_claim(prof, "dinov2-s")
     claims["sun2024.registers_are_fixed_biases"] = register_means.fixed_bias_claim(
         {"as is": 0.9, "fixed register mean": 0.8875}, "dinov2-reg-s")
     claims["darcet2023.registers_remove_outliers"] = darcet_claims.registers_remove_outliers_claim(

@@ -9,7 +9,7 @@ from sinklib.core import quantities as q
 from sinklib.core.analysis import MassiveDims
 from sinklib.core.claims import check_schema, over_draws, with_control
 from sinklib.core.results import load_reference
-from sinklib.interpretation import origin_claims, sun_claims
+from sinklib.interpretation import massive_claims, origin_claims
 from sinklib.interpretation.origin import SuperNeuron
 from sinklib.interpretation.sun_sites import SunSites
 from sinklib.mitigation import parity
@@ -32,11 +32,11 @@ def _claims():
             origin_claims.lock_in((0.9999, 0.75), (0.51, 0.24), 207, (0.87, 0.82, 0.92)),
             origin_claims.self_only_sink(0.0, 0.39, 10),
             origin_claims.amplification([1, 8, 64], [0.01, 0.2, 0.4], [0.01, 0.01, 0.012]),
-            sun_claims.massive_by_sun(MassiveDims([247, 507], True, 1000.0, 14399.0), _sites()),
-            sun_claims.massive_bias({"original": 31.3, "set to mean": 31.4, "set to zero": 1.4e6,
+            massive_claims.massive_by_sun(MassiveDims([247, 507], True, 1000.0, 14399.0), _sites()),
+            massive_claims.massive_bias({"original": 31.3, "set to mean": 31.4, "set to zero": 1.4e6,
                                      "set to mean, position 0 only": 31.8}, {"perplexity_wikitext": None},
                                     first_fixed=True, later_sites=5),
-            sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207),
+            massive_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207),
             parity.table_claim_over_seeds([run, run], [base, base], load_reference("mitigations"), [0, 1])]
 
 
@@ -82,7 +82,7 @@ def test_a_numpy_or_float_index_is_stored_as_an_int():
     check_schema(with_control(claim, claim))
     assert all(type(claim.measured[k]) is int for k in ("layer", "neuron", "first_token_value_onset"))
     assert type(claim.measured["write_dims"][0]) is int
-    massive = sun_claims.massive_by_sun(MassiveDims([np.int64(3)], True, 1000.0, 2000.0))
+    massive = massive_claims.massive_by_sun(MassiveDims([np.int64(3)], True, 1000.0, 2000.0))
     assert type(massive.measured["dims"][0]) is int
 
 

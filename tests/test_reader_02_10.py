@@ -1,7 +1,7 @@
 """What a reader sees in 02_interpretation and 10_llm (issue 46): a caption names every panel, the first-delimiter cut
-is drawn where the claim puts it, an infinite perplexity is a marked clipped bar, the bias claim's note agrees with
-its verdict, and every rendered takeaway names what its numbers were measured on. Unit level: the notebooks' own
-plotting / takeaway functions on small hand-built results."""
+is drawn where the claim puts it, an infinite perplexity is a marked clipped bar, and the bias claim's note agrees
+with its verdict. Unit level: the notebooks' own plotting and rule functions on small hand-built results (the
+executed notebooks' takeaways are checked in tests/test_notebooks.py)."""
 
 import math
 import re
@@ -14,15 +14,11 @@ matplotlib.use("Agg")
 
 from sinklib.architectures.llm import placement as pl  # noqa: E402
 from sinklib.architectures.llm import placement_plots  # noqa: E402
-from sinklib.architectures.llm import takeaways as llm_tk  # noqa: E402
 from sinklib.core.analysis import MassiveDims  # noqa: E402
-from sinklib.core.claims import Claim, over_draws  # noqa: E402
+from sinklib.core.claims import over_draws  # noqa: E402
 from sinklib.core.results import load_reference  # noqa: E402
-from sinklib.core.takeaways import unmeasured  # noqa: E402
-from sinklib.interpretation import origin_claims, origin_plots, sun_claims  # noqa: E402
-from sinklib.interpretation import takeaways as tk  # noqa: E402
-from sinklib.interpretation.origin import SuperNeuron  # noqa: E402
-from sinklib.interpretation.sun_sites import SunSites  # noqa: E402
+from sinklib.core.takeaways import windows  # noqa: E402
+from sinklib.interpretation import massive_claims, origin_plots  # noqa: E402
 
 PAPER = load_reference("structural_origin")
 SUN = {"perplexity_wikitext": {"original": 5.47, "set_to_mean": 5.47, "set_to_zero": "inf"}}
@@ -125,18 +121,18 @@ def _answers(note: str) -> list[str]:
     {"original": 5.47, "set to mean": 5.47, "set to zero": math.inf},  # Sun et al.'s Table 3
 ])
 def test_the_bias_note_agrees_with_its_verdict(ppl):
-    claim = sun_claims.massive_bias(ppl, SUN)
+    claim = massive_claims.massive_bias(ppl, SUN)
     answers = _answers(claim.note)
     assert len(answers) == 2, claim.note  # one answer per half of the rule
     assert claim.holds is all(a == "yes" for a in answers), (claim.holds, claim.note)
 
 
 def test_qwens_bias_note_states_the_failing_half_against_its_cut():
-    claim = sun_claims.massive_bias({"original": 78.258, "set to mean": 77.850, "set to zero": 142.94}, SUN)
+    claim = massive_claims.massive_bias({"original": 78.258, "set to mean": 77.850, "set to zero": 142.94}, SUN)
     assert claim.holds is False and claim.verdict() == "does NOT hold"
     assert "0.995, within 5% of 1 (unchanged: yes)" in claim.note
     assert "1.83x, not above the 1000x cut (breaks: no)" in claim.note
-    drawn = over_draws([claim, sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": 1e6},
+    drawn = over_draws([claim, massive_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": 1e6},
                                                        SUN)], "2 draws")
     assert drawn.verdict() == "unsettled" and "breaks: no" in drawn.note  # the failing draw's reason is kept
 
@@ -147,11 +143,11 @@ def test_breaks_is_sun_et_al_s_magnitude_not_a_doubling():
     within an order of magnitude of it, so both published rows hold and a doubling does not."""
     ref = load_reference("structural_origin")
     weaker = ref["perplexity_wikitext_13b"]["set_to_zero"] / ref["perplexity_wikitext_13b"]["original"]  # 1,174x
-    assert weaker / 10 <= sun_claims.ZERO_BREAKS <= weaker
+    assert weaker / 10 <= massive_claims.ZERO_BREAKS <= weaker
     for row in (ref["perplexity_wikitext"], ref["perplexity_wikitext_13b"]):
         ppl = {"original": row["original"], "set to mean": row["set_to_mean"], "set to zero": float(row["set_to_zero"])}
-        assert sun_claims.massive_bias(ppl, SUN).holds is True
-    assert sun_claims.massive_bias({"original": 10.0, "set to mean": 10.0, "set to zero": 25.0}, SUN).holds is False
+        assert massive_claims.massive_bias(ppl, SUN).holds is True
+    assert massive_claims.massive_bias({"original": 10.0, "set to mean": 10.0, "set to zero": 25.0}, SUN).holds is False
 
 
 def test_a_bias_test_on_sites_that_are_not_a_few_cannot_be_judged():
@@ -159,95 +155,34 @@ def test_a_bias_test_on_sites_that_are_not_a_few_cannot_be_judged():
     per window in its densest edited layer -- not Sun et al.'s "a few" massive activations, so the test says nothing
     about them; one site per window is judged as usual."""
     ppl = {"original": 44.0, "set to mean": 43.9, "set to zero": 122.5, "set to mean, position 0 only": 44.0}
-    dense = sun_claims.massive_bias(ppl, SUN, first_fixed=True, later_sites=1185, densest_later=(1, 52.4))
+    dense = massive_claims.massive_bias(ppl, SUN, first_fixed=True, later_sites=1185, densest_later=(1, 52.4))
     assert dense.holds is None and dense.verdict() == "cannot be judged here"
     assert "not 'a few'" in dense.note and "layer 1 holds 52.4 sites" in dense.note
     assert dense.measured["densest_later_sites"] == {"layer": 1, "per_window": 52.4}
-    few = sun_claims.massive_bias({**ppl, "set to zero": 1e6}, SUN, first_fixed=True, later_sites=30,
+    few = massive_claims.massive_bias({**ppl, "set to zero": 1e6}, SUN, first_fixed=True, later_sites=30,
                                   densest_later=(4, 0.9))
     assert few.holds is True
 
 
 def test_every_draw_keeps_its_zero_edit_ratio():
-    draws = [sun_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": z}, SUN)
+    draws = [massive_claims.massive_bias({"original": 78.0, "set to mean": 78.1, "set to zero": z}, SUN)
              for z in (142.9, 1e6, 156.0)]
-    judged = sun_claims.with_zero_ratios(over_draws(draws, "3 draws", key=lambda c: c.measured["set to mean"]
+    judged = massive_claims.with_zero_ratios(over_draws(draws, "3 draws", key=lambda c: c.measured["set to mean"]
                                                     / c.measured["original"]), draws)
     assert judged.spread["zero_ratio"] == pytest.approx([142.9 / 78, 1e6 / 78, 156.0 / 78])
     assert judged.spread["values"] == pytest.approx([78.1 / 78] * 3)
 
 
-# ----------------------------------------------------------------------------------------------- takeaways are sized
-def _claim(claim_id: str, holds=True, **over) -> Claim:
-    return Claim(**(dict(id=claim_id, statement="s", source="p", rule="r", published=None, measured={}, holds=holds)
-                    | over))
-
-
-def _interpretation_takeaways() -> list[str]:
-    on = tk.windows(32, "Bible windows", 64)
-    top, strong = SuperNeuron(1, 83, 18.4, 0.3, 500.0, [507, 330], 0.73), SuperNeuron(11, 1229, 2837.0, 3.0, 9e3,
-                                                                                    [507], 0.9)
-    ppl = {"original": 31.35, "set to mean": 31.36, "set to zero": 1368145.76, "set to mean, position 0 only": 31.84}
-    bias = sun_claims.massive_bias(ppl, SUN)
-    sites = SunSites(first=[0.0, 1.0, 1.0], later_share=[0.0, 0.0, 0.01], later_per_seq=[0.0, 0.0, 0.6],
-                     first_ratio=[5.0, 2000.0, 3000.0], n_seqs=32, seq_len=64)
-    lock = origin_claims.lock_in((1.0, 0.75), (0.5, 0.2), 10, (0.9, 0.8, 1.0))
-    amp = origin_claims.amplification([1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010])
-    claims = [origin_claims.variance_discrepancy([18.6], [True]), lock, bias]
-    return [
-        tk.controls({"origin.lock_in": lock}, "SmolLM2 (random weights)", on=tk.windows(8, "windows", 64)),
-        tk.variance(claims[0], [0, 1, 2], [18.6, 4.69, 1.1], [True, True, False],
-                    on=tk.windows(32, "random-token sequences", 64)),
-        tk.super_neuron(origin_claims.super_neuron(top, [247, 507], PAPER), top, strong, [247, 507], 1, on=on),
-        tk.disparity(origin_claims.disparity_then_sink([1], 3, 9.0, 60.0, PAPER), [1, 2], 3, 60.0, 263.0, 231.0, 11,
-                     27.0, on=on),
-        tk.lock_in(lock, 207, 270, (1.0, 0.755), (0.51, 0.24), on=tk.windows(16, "Bible windows", 64)),
-        tk.self_only(origin_claims.self_only_sink(0.0, 0.39, 10), 10, 0.0, 0.39, 0.0098, 0.25,
-                     {"dom_k": 27.0, "key_cos": 0.0}, {"dom_k": 188.0, "dom_0": 186.0, "key_cos": 0.99, "holds": True},
-                     on=on),
-        tk.amplification(amp, [1, 8, 64], [0.009, 0.116, 0.088], [0.009, 0.010, 0.010], 10, on=on),
-        tk.massive_bias(bias, ppl, False, True, 1000.0, on=tk.windows(16, "held-out windows", 256)),
-        tk.implicit_bias(sun_claims.implicit_bias({"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, 207), 207,
-                         {"value_norm_ratio": (0.2, 0.8), "sink_term_spread": (0.38, 0.91), "sink_share": (0.51, 0.1)},
-                         {"value_norm_ratio": 0.92, "sink_term_spread": 0.97}, on=tk.windows(16, "Bible windows", 64)),
-        tk.sun_criterion(sun_claims.massive_by_sun(MassiveDims([507], True, 1000.0, 3000.0), sites), sites),
-        tk.scorecard(claims),
-    ]
-
-
-def _llm_takeaways() -> list[str]:
-    reports = [_report("a"), _report("b")]
-    claims = [_claim(f"{cid}.{r.name}", draws=(True, True, True)) for r in reports
-              for cid in ("gu2024.llama_family_input_shape", "sun2024.massive_activations",
-                          "sun2024.first_delimiter_draws_attention", "xiao2023.sink_is_the_position", *llm_tk.LINKS)]
-    windows = tk.windows(16, "Bible windows", 64)
-    return [
-        llm_tk.sink_by_depth(reports, claims, on=tk.windows(32, "sequences", 64) + " per input"),
-        llm_tk.massive(reports, claims, on=tk.windows(32, "Bible windows", 64)),
-        llm_tk.mass_by_kind(reports, claims, on=windows),
-        llm_tk.position_or_token(reports, claims, on=windows),
-        llm_tk.context_and_chat(reports, on=f"(a) {tk.windows(1, 'passages')} of up to 2,048 tokens, (b) {windows}"),
-        llm_tk.chain(reports, claims, on=windows + " per draw", heldout=tk.windows(16, "held-out windows", 64)),
-        llm_tk.controls(claims),
-    ]
-
-
-def test_every_takeaway_of_02_names_its_measurement_size():
-    texts = _interpretation_takeaways()
-    assert len(texts) == 11
-    for text in texts:
-        assert not unmeasured(text), text[:160]
-    assert "16 held-out windows of 256 tokens" in texts[7] and "32 Bible windows of 64 tokens" in texts[9]
-
-
-def test_every_takeaway_of_10_names_its_measurement_size():
-    texts = _llm_takeaways()
-    for text in texts:
-        assert not unmeasured(text), text[:160]
-    # the chain's perplexities say, in the sentence, which held-out windows they were measured on
-    assert "perplexity on 16 held-out windows of 64 tokens: 58.7 as is" in texts[5]
-
-
+# ----------------------------------------------------------------------------------------------- measurement sizes
 def test_windows_names_a_count_and_a_length():
-    assert tk.windows(16, "held-out windows", 256) == "16 held-out windows of 256 tokens"
-    assert tk.windows(1, "passages") == "1 passage"
+    assert windows(16, "held-out windows", 256) == "16 held-out windows of 256 tokens"
+    assert windows(1, "passages") == "1 passage"
+
+
+def test_notebook_states_suns_median_and_a_few_as_the_rule_does():
+    """Issue 43 item 7: Sun et al.'s median is the layer output's (their code), not the token's; "a few" is stated."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "notebooks" / "10_llm.py").read_text()
+    assert "median $|h|$ of its token" not in text
+    assert "the median $|h|$ of the layer's output" in text and "at most 2 positions after position 0" in text

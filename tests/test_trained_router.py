@@ -57,3 +57,17 @@ def test_router_trains_and_is_measured(tmp_path, monkeypatch):
 def test_same_set_share_ignores_order():
     choice = torch.tensor([[1, 2], [2, 1], [0, 3], [1, 2]])
     assert trained_router.same_set_share(choice) == 0.75
+
+
+def test_a_sink_and_a_fixed_route_are_read_against_their_cuts():
+    """11_moe's count of seeds with a sink (sink rate > 30%) and with a fixed first-token route (the most common set
+    in > 90% of sequences in every layer, a middle token's in < 50%)."""
+    def router(sink_rate, first, middle):
+        return trained_router.TrainedRouter(seed=0, val_loss=3.0, alpha_by_layer=[0.5], sink_rate=sink_rate,
+                                            same_set_first=first, same_set_middle=middle, max_abs_first=2.0,
+                                            max_abs_rest=1.0)
+
+    assert router(0.31, [1.0], [0.3]).formed_sink and not router(0.3, [1.0], [0.3]).formed_sink
+    assert router(0.0, [0.95, 1.0], [0.2, 0.4]).fixed_route
+    assert not router(0.0, [0.95, 0.9], [0.2, 0.4]).fixed_route  # one layer at the cut, not above it
+    assert not router(0.0, [1.0, 1.0], [0.2, 0.5]).fixed_route  # the middle token takes a fixed route too

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sinklib.core.errors import InputError
-from sinklib.mitigation import training
+from sinklib.mitigation import evaluation, training, training_data
 from sinklib.mitigation.protocol import TRAIN_SMOKE
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 
@@ -40,17 +40,17 @@ def test_cache_key_changes_with_any_setting():
 
 
 def test_bigram_backcopy_copies_after_triggers():
-    x = training.bigram_backcopy_batch(16, 40, torch.Generator().manual_seed(0))
-    assert (x[:, 0] == training.BOS).all()
+    x = training_data.bigram_backcopy_batch(16, 40, torch.Generator().manual_seed(0))
+    assert (x[:, 0] == training_data.BOS).all()
     for t in range(3, 40):
-        trig = torch.isin(x[:, t - 1], torch.tensor(training.BBC_TRIGGERS))
+        trig = torch.isin(x[:, t - 1], torch.tensor(training_data.BBC_TRIGGERS))
         assert (x[trig, t] == x[trig, t - 2]).all()
 
 
 def test_metrics_helpers():
-    assert training.kurtosis(torch.randn(200000)) == pytest.approx(3.0, abs=0.1)
-    assert training.effective_rank(torch.randn(500, 8)) == pytest.approx(8, rel=0.1)
-    assert training.effective_rank(torch.randn(500, 1) * torch.randn(1, 8)) < 1.5
+    assert evaluation.kurtosis(torch.randn(200000)) == pytest.approx(3.0, abs=0.1)
+    assert evaluation.effective_rank(torch.randn(500, 8)) == pytest.approx(8, rel=0.1)
+    assert evaluation.effective_rank(torch.randn(500, 1) * torch.randn(1, 8)) < 1.5
     logits = TinyLM(SMALL)(torch.zeros(2, 5, dtype=torch.long))
     assert logits.shape == (2, 5, 258)
 
@@ -63,8 +63,8 @@ def test_final_weights_are_cached_and_reload(tmp_path, monkeypatch):
         training.load_trained(cfg)
     run = training.train(cfg, progress=False)
     model = training.load_trained(cfg)
-    val = training.make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234))
-    again = training.evaluate(model, val)
+    val = training_data.make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234))
+    again = evaluation.evaluate(model, val)
     assert again["val_loss"] == pytest.approx(run["checkpoints"][-1]["val_loss"], abs=1e-5)
     assert torch.allclose(torch.tensor(again["alpha_by_head"]), torch.tensor(run["checkpoints"][-1]["alpha_by_head"]),
                           atol=1e-5)
@@ -75,13 +75,13 @@ def test_text_file_data_and_bad_settings(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("In the beginning was the byte. " * 1000)
     cfg = training.TrainConfig(model=SMALL, seq_len=32, data=f"file:{text}")
-    batch = training.make_batch(cfg, "train", 3, torch.Generator().manual_seed(0))
-    assert batch.shape == (3, 32) and (batch[:, 0] == training.BOS).all() and batch[:, 1:].max() < 256
+    batch = training_data.make_batch(cfg, "train", 3, torch.Generator().manual_seed(0))
+    assert batch.shape == (3, 32) and (batch[:, 0] == training_data.BOS).all() and batch[:, 1:].max() < 256
     with pytest.raises(InputError, match="not found"):
-        training.make_batch(training.TrainConfig(data=f"file:{tmp_path}/missing.txt"), "train", 2,
+        training_data.make_batch(training.TrainConfig(data=f"file:{tmp_path}/missing.txt"), "train", 2,
                             torch.Generator())
     with pytest.raises(InputError, match="unknown training data"):
-        training.make_batch(training.TrainConfig(data="owt"), "train", 2, torch.Generator())
+        training_data.make_batch(training.TrainConfig(data="owt"), "train", 2, torch.Generator())
     with pytest.raises(InputError, match="exceeds the model's max_len"):
         training.check_config(training.TrainConfig(model=SMALL, seq_len=64))
 
@@ -112,27 +112,27 @@ def test_first_share_separates_small_rows_from_small_shares():
 def test_bigram_backcopy_entropy_is_the_bayes_optimal_loss():
     """Transcribe the Bayes-optimal predictor token by token on a fresh sample: its cross-entropy is the floor."""
     T = 16
-    x = training.bigram_backcopy_batch(2000, T, torch.Generator().manual_seed(7))
-    P = training.bigram_matrix()
+    x = training_data.bigram_backcopy_batch(2000, T, torch.Generator().manual_seed(7))
+    P = training_data.bigram_matrix()
     nll = []
     for t in range(1, T):
         if t == 1:
             p = torch.full((len(x),), 1 / 61)  # x_1 uniform over the non-trigger tokens 3..63
         else:
             prev = x[:, t - 1]
-            copy = torch.isin(prev, torch.tensor(training.BBC_TRIGGERS)) & (t >= 3)
+            copy = torch.isin(prev, torch.tensor(training_data.BBC_TRIGGERS)) & (t >= 3)
             p = torch.where(copy, (x[:, t] == x[:, t - 2]).float(), P[prev.clamp_max(63), x[:, t]])
         nll.append(-p.log())
     direct = float(torch.stack(nll, 1).mean())
-    floor = training.bigram_backcopy_entropy(T, n=8000, seed=3)
+    floor = training_data.bigram_backcopy_entropy(T, n=8000, seed=3)
     assert floor == pytest.approx(direct, abs=0.03) and 0 < floor < math.log(64)
 
 
 def test_most_triggers_picks_the_row_and_its_positions():
-    t = training.BBC_TRIGGERS[0]
+    t = training_data.BBC_TRIGGERS[0]
     ids = torch.tensor([[5, t, 6, 7], [t, 5, t, t], [5, 6, 7, 8]])
-    assert training.most_triggers(ids, "bigram_backcopy") == (1, [0, 2, 3])
-    assert training.most_triggers(ids, "bible") == (0, [])
+    assert training_data.most_triggers(ids, "bigram_backcopy") == (1, [0, 2, 3])
+    assert training_data.most_triggers(ids, "bible") == (0, [])
 
 
 def test_shared_batches_train_exactly_like_batches_drawn_step_by_step(monkeypatch):

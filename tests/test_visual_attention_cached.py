@@ -160,3 +160,41 @@ def test_one_forward_scores_the_ten_digit_captions(standin_like):
         lm, pictures[i:i + 2], [c] * len(pictures[i:i + 2]))) for i in range(0, 5, 2)]) for c in choices])
         .argmin(0).numpy() == labels).mean())
     assert captions.digit_accuracy(lm, pictures, labels, batch_size=2) == old
+
+
+def test_claims_are_recorded_over_every_stand_in_with_the_control(standin_like):
+    """12_mllm's record (kang_claims.judge_over_standins): the four claims, in order, each judged over the stand-ins
+    as claims_over_draws / over_draws judge them, with the random-weight control or a note why it could not judge."""
+    from dataclasses import replace
+
+    from sinklib.architectures.mllm import kang_claims
+    from sinklib.architectures.mllm.image_layout import ImageLayout
+    from sinklib.architectures.mllm.protocol import MllmSizes
+    from sinklib.core.claims import Recorder
+
+    lm = standin_like
+    pictures, texts = _pictures(4), [stitch.digit_caption(d) for d in range(4)]
+    sizes = MllmSizes(models=("tiny-standin",), heldout_digits=4, zero_shot_digits=0, batch_size=2, random_draws=2,
+                      standin_seeds=2, draw_digits=2, draw_random_draws=1)
+    prof = vs.profile_mllm(lm.model, captions.caption_inputs(lm, pictures[:2], texts[:2])[0])
+    edits = va.compare_edits(lm, pictures, texts, prof.dims, sizes.batch_size, sizes.random_draws, 0)
+    layout = ImageLayout.square(16)
+    ids = ["kang2025.visual_sink_tokens_exist", "kang2025.masking_sinks_is_harmless", "kang2025.var_helps"]
+
+    alone = kang_claims.judge_over_standins(Recorder("12_mllm", "tiny stand-in", "test"), lm, prof, edits, pictures,
+                                            texts, layout, {}, stitch.StitchConfig(), sizes, 0, True, 64)
+    expected = kang_claims.claims_over_draws([kang_claims.edit_claims(prof, edits, True, 64)], "")
+    assert list(alone.claims) == ids and [c.holds for c in alone.claims.values()] == [c.holds for c in expected]
+    assert all(c.control is not None or c.control_note for c in alone.claims.values())
+    assert alone.claims[ids[1]].draws_of == "one model; the masking rule compares with each of 2 random-token draw(s)"
+    assert alone.background.draws_of == "1 stand-in(s), projector seeds 0-0, the first 2 digits of each"
+    assert list(alone.nll_changes) == [0] and len(alone.random_changes[0]) == 2 and alone.background_digits == {0: 2}
+
+    record = Recorder("12_mllm", "tiny stand-in", "test")
+    others = {1: replace(lm, name="tiny-standin-1")}
+    both = kang_claims.judge_over_standins(record, lm, prof, edits, pictures, texts, layout, others,
+                                           stitch.StitchConfig(), sizes, 0, True, 64)
+    assert not others and [c.id for c in record.claims] == ids + ["kang2025.sinks_on_background"]
+    assert list(both.nll_changes) == [0, 1] and len(both.random_changes[1]) == 1
+    assert all(len(c.draws) == 2 for c in both.claims.values()) and len(both.background.draws) == 2
+    assert both.claims[ids[0]].draws_of.startswith("2 stand-ins, projector seeds 0-1 (seed 0: 4 digits")

@@ -248,11 +248,11 @@ def _edits(sinks: float, randoms: list[float], var: float, profile=None, rows=(5
 
 
 def test_claims_record_what_they_follow_and_that_training_makes_them():
-    claims = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=False)
+    claims = kang_claims.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), standin=False)
     assert [c.holds for c in claims] == [True, True, True]
     assert "image-dependent token" in claims[1].rule and "image-dependent token" in claims[2].rule
     assert claims[2].measured["rows edited"] == 5 and claims[2].measured["rows it could edit"] == 100
-    idle = va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9, rows=(0, 100)), standin=True)
+    idle = kang_claims.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9, rows=(0, 100)), standin=True)
     assert idle[2].holds is None and "no image-centric row" in idle[2].note
     for c in claims:
         assert c.follows and c.at_init is False and c.adapted
@@ -261,11 +261,11 @@ def test_claims_record_what_they_follow_and_that_training_makes_them():
 
 
 def test_claims_over_stand_in_seeds_hold_only_when_every_seed_agrees():
-    agree = [va.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), False) for _ in range(3)]
-    out = va.claims_over_draws(agree, "3 stand-ins")
+    agree = [kang_claims.edit_claims(_profile(), _edits(0.01, [0.02, 0.03], 0.9), False) for _ in range(3)]
+    out = kang_claims.claims_over_draws(agree, "3 stand-ins")
     assert [c.holds for c in out] == [True, True, True] and all(c.draws == (True,) * 3 for c in out)
-    flip = agree[:2] + [va.edit_claims(_profile(), _edits(0.5, [0.02, 0.03], 1.1), False)]
-    out = {c.id: c for c in va.claims_over_draws(flip, "3 stand-ins")}
+    flip = agree[:2] + [kang_claims.edit_claims(_profile(), _edits(0.5, [0.02, 0.03], 1.1), False)]
+    out = {c.id: c for c in kang_claims.claims_over_draws(flip, "3 stand-ins")}
     assert out["kang2025.visual_sink_tokens_exist"].holds is True
     for cid in ("kang2025.masking_sinks_is_harmless", "kang2025.var_helps"):
         assert out[cid].holds is None and out[cid].draws == (True, True, False)
@@ -282,19 +282,19 @@ def test_a_stand_in_comparison_within_its_cross_machine_margin_is_unsettled():
 
     mask, var_margin = kang_rules.MARGINS["stand-in"]["masking"], kang_rules.MARGINS["stand-in"]["var"]
     inside = 0.9 * mask  # min random increase - the sinks' increase, within the margin
-    here = {c.id: c for c in va.edit_claims(_profile(), _edits(0.1 - inside, [0.1], 1.0 - 0.9 * var_margin),
+    here = {c.id: c for c in kang_claims.edit_claims(_profile(), _edits(0.1 - inside, [0.1], 1.0 - 0.9 * var_margin),
                                             standin=True)}
     masking, var = here["kang2025.masking_sinks_is_harmless"], here["kang2025.var_helps"]
     assert ruled(masking) == "unsettled" and masking.margin["spread"] == mask
     assert masking.margin["value"] == pytest.approx(inside) and ruled(var) == "unsettled"
-    clear = {c.id: c for c in va.edit_claims(_profile(), _edits(0.1 - 1.1 * mask - 0.01, [0.1],
+    clear = {c.id: c for c in kang_claims.edit_claims(_profile(), _edits(0.1 - 1.1 * mask - 0.01, [0.1],
                                                                 1.0 - 1.1 * var_margin - 0.01), standin=True)}
     assert ruled(clear["kang2025.masking_sinks_is_harmless"]) == ruled(clear["kang2025.var_helps"]) == "holds"
-    worse = {c.id: c for c in va.edit_claims(_profile(), _edits(0.1 + 1.1 * mask + 0.01, [0.1],
+    worse = {c.id: c for c in kang_claims.edit_claims(_profile(), _edits(0.1 + 1.1 * mask + 0.01, [0.1],
                                                                 1.0 + 1.1 * var_margin + 0.01), standin=True)}
     assert ruled(worse["kang2025.masking_sinks_is_harmless"]) == "does NOT hold"
     assert ruled(worse["kang2025.var_helps"]) == "does NOT hold"
-    pretrained = {c.id: c for c in va.edit_claims(_profile(), _edits(0.1 - inside, [0.1], 1.0 - 0.9 * var_margin),
+    pretrained = {c.id: c for c in kang_claims.edit_claims(_profile(), _edits(0.1 - inside, [0.1], 1.0 - 0.9 * var_margin),
                                                   standin=False)}
     assert pretrained["kang2025.masking_sinks_is_harmless"].holds is True
     assert pretrained["kang2025.var_helps"].holds is True
@@ -314,7 +314,7 @@ def test_the_stand_in_margins_are_the_measured_cross_setting_spreads():
 
 
 def test_no_sink_means_no_verdict_on_the_edits():
-    claims = va.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=False)
+    claims = kang_claims.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=False)
     assert [c.holds for c in claims] == [False, None, None]
 
 
@@ -341,7 +341,7 @@ def test_a_stand_in_is_judged_by_kang_et_als_own_test_with_its_measured_phi_marg
     verdicts = {}
     for peak in (23.2, 21.1, 17.0):
         prof = _wide_profile(576, peak, 23.8)
-        claims = {c.id: c for c in va.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=True, d_model=576)}
+        claims = {c.id: c for c in kang_claims.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=True, d_model=576)}
         exist = claims["kang2025.visual_sink_tokens_exist"]
         verdicts[peak] = exist.verdict()
         assert exist.measured["largest image-token phi"] == pytest.approx(peak)
@@ -350,11 +350,11 @@ def test_a_stand_in_is_judged_by_kang_et_als_own_test_with_its_measured_phi_marg
         assert "stand-in" in exist.note
     assert verdicts == {23.2: "holds", 21.1: "unsettled", 17.0: "does NOT hold"}
     assert 21.1 - 20 < phi_margin < 23.2 - 20
-    pretrained = {c.id: c for c in va.edit_claims(_wide_profile(576, 21.1, 23.8), _edits(-0.6, [0.1], 0.8),
+    pretrained = {c.id: c for c in kang_claims.edit_claims(_wide_profile(576, 21.1, 23.8), _edits(-0.6, [0.1], 0.8),
                                                   standin=False, d_model=576)}
     assert pretrained["kang2025.visual_sink_tokens_exist"].holds is True  # float rounding only
     # the other claims are judged too: a stand-in's masking far beyond its margin holds
-    far = {c.id: c for c in va.edit_claims(_wide_profile(576, 23.2, 23.8), _edits(-0.6, [0.1], 0.8), standin=True,
+    far = {c.id: c for c in kang_claims.edit_claims(_wide_profile(576, 23.2, 23.8), _edits(-0.6, [0.1], 0.8), standin=True,
                                            d_model=576)}
     assert far["kang2025.masking_sinks_is_harmless"].holds is True
     bg = torch.tensor([[True, True, True, False]] * 2)
@@ -379,8 +379,8 @@ def test_random_weight_control_has_no_visual_sinks():
 
 
 def test_one_run_is_recorded_as_it_is():
-    claims = va.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=False)
-    out = va.claims_over_draws([claims], "one model")
+    claims = kang_claims.edit_claims(_profile(fraction_sinks=0.0), _edits(0.0, [0.0], 1.0), standin=False)
+    out = kang_claims.claims_over_draws([claims], "one model")
     assert [c.holds for c in out] == [c.holds for c in claims] and all(c.draws_of == "one model" for c in out)
     assert out[1].note == claims[1].note  # "no visual sink token", not an "unsettled" count
 
@@ -448,7 +448,7 @@ def test_a_stand_in_whose_sinks_depend_on_the_kernels_gets_the_same_verdicts_eit
     verdicts = []
     for peak in (22.68, 18.71):
         prof = _wide_profile(576, peak, 23.8)
-        claims = {c.id: c for c in va.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=kind, d_model=576)}
+        claims = {c.id: c for c in kang_claims.edit_claims(prof, _edits(-0.6, [0.1], 0.8), standin=kind, d_model=576)}
         sinks = kang_rules.sink_union(prof)
         claims["kang2025.sinks_on_background"] = kang_claims.background_claim(sinks, bg, kind,
                                                                               kang_rules.largest_sink_phi(prof))
@@ -460,6 +460,6 @@ def test_a_stand_in_whose_sinks_depend_on_the_kernels_gets_the_same_verdicts_eit
     assert verdicts[0]["kang2025.visual_sink_tokens_exist"] == "unsettled"
     assert {v for k, v in verdicts[0].items() if k != "kang2025.visual_sink_tokens_exist"} == {"cannot be judged here"}
     # at the CPU size the same 22.68 is clear of the narrower margin: judged
-    clear = {c.id: c for c in va.edit_claims(_wide_profile(576, 23.2, 23.8), _edits(-0.6, [0.1], 0.8), standin=True,
+    clear = {c.id: c for c in kang_claims.edit_claims(_wide_profile(576, 23.2, 23.8), _edits(-0.6, [0.1], 0.8), standin=True,
                                              d_model=576)}
     assert clear["kang2025.masking_sinks_is_harmless"].holds is True

@@ -7,7 +7,6 @@ import numpy as np
 import torch
 
 from sinklib.architectures.vit import darcet_claims, probe, registers
-from sinklib.architectures.vit import takeaways as tk
 from sinklib.architectures.vit.vit_sinks import VitProfile
 
 
@@ -81,7 +80,8 @@ def test_the_probe_is_judged_only_where_the_probe_images_highest_norm_patch_is_a
     """Darcet et al.'s Table 1 probes outlier tokens: outliers on other images (the photos) do not make the digits'
     highest-norm patch one; the share is measured on the probe images themselves."""
     probe_accuracy = {"CLS": 0.9, "highest-norm patch": 0.85, "median-norm patch": 0.3}
-    [*_, few] = darcet_claims.high_norm_claims(_profile(_norms(10.0)), "outliers", None, probe_accuracy, outlier_share=0.2)
+    [*_, few] = darcet_claims.high_norm_claims(_profile(_norms(10.0)), "outliers", None, probe_accuracy,
+                                               outlier_share=0.2)
     assert few.holds is None and "20%" in few.note
     [*_, most] = darcet_claims.high_norm_claims(_profile(_norms(1.0)), "none", None, probe_accuracy, outlier_share=0.8)
     assert most.holds is True
@@ -121,59 +121,6 @@ def test_test_time_register_claim_records_the_definition():
     assert registers.test_time_register_claim(before, _profile(stuck), stand_in=False).holds is False
 
 
-def test_where_attention_goes_takeaway():
-    fixed = tk.where_attention_goes([0.2, 0.1], [30.0, 3.0], [1.0, 1.2], 50, [4, 4, 4], "m")
-    assert fixed.startswith("**What we saw (m).**") and "most in layer 0" in fixed
-    assert "the same patch in every photo" in fixed and "below the uniform maximum" in fixed
-    moving = tk.where_attention_goes([0.1, 0.3], [2.0, 8.0], [3.9, 3.9], 50, [1, 2, 3], "m")
-    assert "most in layer 1" in moving and "3 different patches over 3 photos" in moving
-    assert "near the uniform maximum" in moving
-
-
-def test_high_norm_takeaway():
-    sim = _sim(0.5, 0.6, False) | {"all": 0.6, "label": "2 highest-norm patches"}
-    probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}] * 3
-    claims = darcet_claims.high_norm_claims(_profile(_norms(1.0)), "none", _sim(0.5, 0.6, False), probes)
-    text = tk.high_norm([1.9, 1.5], 3.0, probes, sim, claims, "m")
-    assert "no patch token passes the 3x cut" in text and "over 3 train / test splits" in text
-    assert "better than the median-norm one and worse than CLS" in text and "less like their 4 neighbours" in text
-    assert "The 2 highest-norm patches are less like" in text
-    cal = {"absolute cut": 150.0, "layer": -2, "absolute cut / median patch norm": 15.0,
-           "fraction over the absolute cut": 0.0, "fraction over 3 x the median": 0.0}
-    other = tk.high_norm([5.0, 1.5], 3.0, [{"CLS": 0.5, "highest-norm patch": 0.4, "median-norm patch": 0.6}],
-                         _sim(0.7, 0.6, True) | {"all": 0.6, "label": "outliers"}, claims, "m", 0.25, 0, cal)
-    assert "pass the 3x cut in 1 of 2 layers, first in layer 0" in other and "worse than the median-norm one" in other
-    assert "outlier in 25% of them" in other and "is 15 x this model's median patch norm" in other
-    assert "more like their 4 neighbours" in other
-
-
-def test_registers_takeaway():
-    text = tk.registers([(9, 1, 1.0), (11, 2, 0.5)], 1.9, 1.8, 0.8, [0.01, 0.02], 3.0, True, None, "m")
-    assert "highest-norm patch" in text and "layers 9, 11" in text and "falls from 1.90x to 1.80x" in text
-    assert "below the 3x outlier cut" in text
-    moved = tk.registers([(9, 1, 1.0)], 5.0, 1.2, 6.0, [0.1], 3.0, False, None, "m")
-    assert "at the outliers" in moved and "above the 3x outlier cut" in moved and "falls from 5x" in moved
-    split = tk.registers([(9, 1, 1.0)], 5.0, 1.2, 6.0, [0.1], 3.0, False, None, "m",
-                         {"chosen": [0.4], "other patches": [0.6], "extra": [0.0]},
-                         {"chosen": [0.05], "other patches": [0.5], "extra": [0.45]})
-    assert "outlier patches 0.400 of its attention without the register and 0.0500 with it, and the register 0.450" in split
-
-
-def test_cls_maps_takeaway():
-    text = tk.cls_maps([0.1, 0.5, 0.2], [0, 1], 10, "m")
-    assert "0.100-0.500" in text and "most in layer 1" in text
-
-
-def test_high_norm_takeaway_explains_a_control_that_holds():
-    from sinklib.core.claims import with_control
-
-    small = darcet_claims.outliers_only_claim(_profile(_norms(1.0)), expect="none")
-    explained = with_control(small, small, "absence is what random weights share")
-    probes = [{"CLS": 0.9, "highest-norm patch": 0.8, "median-norm patch": 0.75}]
-    text = tk.high_norm([1.9], 3.0, probes, _sim(0.5, 0.6, False), [explained], "m")
-    assert "on random weights it holds" in text and "absence is what random weights share" in text
-
-
 def test_a_model_trained_with_registers_is_expected_to_have_no_outlier_patches():
     """Darcet et al., Sec. 3 / Fig. 7: DINOv2 with registers has no high-norm patch -- a faithful run on it is a
     success, not a failure to reproduce; and the paired claim "registers remove the outliers" over with / without."""
@@ -188,18 +135,8 @@ def test_a_model_trained_with_registers_is_expected_to_have_no_outlier_patches()
     many[-1, 0, 1] = 10.0  # without registers: 2.5% late outliers
     pair = darcet_claims.registers_remove_outliers_claim({"dinov2-l": (_profile(many), with_reg)})
     assert pair.holds is True and pair.measured["dinov2-l"]["without registers"] > 0.005
-    assert darcet_claims.registers_remove_outliers_claim({"dinov2-l": (_profile(many), _profile(dirty, 5))}).holds is False
+    still = darcet_claims.registers_remove_outliers_claim({"dinov2-l": (_profile(many), _profile(dirty, 5))})
+    assert still.holds is False
     nothing = darcet_claims.registers_remove_outliers_claim({"dinov2-l": (_profile(_norms(1.0)), with_reg)})
     assert nothing.holds is None and "no model" in nothing.note
 
-
-def test_massive_takeaway():
-    from sinklib.core.claims import Claim
-
-    claim = Claim(id="sun2024.vit_massive_activations", source="s", statement="s", rule="r", published="p",
-                  measured={"largest / layer median, peak": 50.0, "peak layer": 3, "largest |h| there": 12.0,
-                            "dimension of the largest": 7, "images with the largest in that dimension": 0.5,
-                            "images with the largest on a prefix token": 1.0,
-                            "layers meeting the criterion": []}, holds=None)
-    text = tk.massive(claim, "m")
-    assert "50 x the layer median in layer 3" in text and "dimension 7 in 50%" in text and "No layer meets" in text

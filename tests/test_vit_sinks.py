@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinklib.architectures.vit import darcet_claims, probe, registers, sun_claims, vit_sinks
+from sinklib.architectures.vit import darcet_claims, probe, registers, vit_massive_claims, vit_sinks
 from sinklib.core.capture import hooks_left
 from sinklib.models import tiny
 
@@ -80,12 +80,12 @@ def test_vit_massive_activations_claim():
                                 top_abs=torch.tensor([500.0, 1.0, 1.0]).repeat(L, B, 1),
                                 median_abs=torch.full((L, B), 0.1), top_site=torch.tensor([1, 7]).repeat(L, B, 1))
     sun = "openai/clip-vit-large-patch14"
-    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is True  # 500 > 100, 5000 x the median
-    assert sun_claims.vit_massive_activations_claim(prof, "dinov2-s").holds is None  # not reported by Sun et al.
+    assert vit_massive_claims.vit_massive_activations_claim(prof, sun).holds is True  # 500 > 100, 5000 x the median
+    assert vit_massive_claims.vit_massive_activations_claim(prof, "dinov2-s").holds is None  # not reported by Sun et al.
     prof.top_site[:, :3, 1] = torch.tensor([1, 2, 3])  # the peak layer's largest entry wanders over dimensions
-    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is False
+    assert vit_massive_claims.vit_massive_activations_claim(prof, sun).holds is False
     prof.median_abs[:] = 1.0  # 500 x the median: not massive
-    assert sun_claims.vit_massive_activations_claim(prof, sun).holds is False
+    assert vit_massive_claims.vit_massive_activations_claim(prof, sun).holds is False
 
 
 def test_fixed_register_mean_follows_suns_fix_reg_mean():

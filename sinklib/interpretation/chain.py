@@ -21,7 +21,7 @@ from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
 from sinklib.core.data import make_inputs
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import massive_activations, origin, origin_claims, sun_claims
+from sinklib.interpretation import massive_activations, massive_claims, origin, origin_claims
 from sinklib.interpretation.intervention_effects import ScoreStats
 from sinklib.interpretation.sun_sites import SunSites, SunSiteStats
 
@@ -301,7 +301,7 @@ def bias_claim(bias: massive_activations.BiasTest, paper: dict, windows: int, la
     site means came from ``windows`` calibration windows in ``layers`` (the rows of ``bias.means``): on a model whose
     position 0 is the same BOS in every window, the mean edit is judged on the later sites only; where an edited
     layer holds more than "a few" sites at t >= 1 per window, the test is not of massive activations
-    (:func:`~sinklib.interpretation.sun_claims.massive_bias`).
+    (:func:`~sinklib.interpretation.massive_claims.massive_bias`).
 
     densest = max_l sum_d other_count[l, d] / windows  (later entries per window in the densest edited layer)"""
     fixed = bias.means is not None and bias.means.first_is_fixed
@@ -311,7 +311,7 @@ def bias_claim(bias: massive_activations.BiasTest, paper: dict, windows: int, la
         per_layer = bias.means.other_count.sum(-1) / max(windows, 1)  # (len(layers),)
         i = int(per_layer.argmax())
         densest = (int(layers[i]), float(per_layer[i]))
-    return sun_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later, densest_later=densest)
+    return massive_claims.massive_bias(bias.ppl, paper, first_fixed=fixed, later_sites=later, densest_later=densest)
 
 
 def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list[int], min_ratio: float,
@@ -335,5 +335,5 @@ def bias_over_draws(lm: LoadedModel, first: Claim, layers: list[int], dims: list
                         f"{n_draws} draws of {calibration_shape[0]} calibration and {heldout_shape[0]} held-out "
                         f"windows (seeds {seed}-{seed + n_draws - 1})",
                         key=lambda c: c.measured["set to mean"] / c.measured["original"])
-    return sun_claims.with_zero_ratios(judged, [first, *others])
+    return massive_claims.with_zero_ratios(judged, [first, *others])
 

@@ -1,6 +1,6 @@
 """What each rule of ``02_interpretation`` transcribes (``follows``), how it departs from its paper (``adapted``) and
 what the paper predicts at random initialisation (``at_init``), with :func:`notebook_claim`, which stamps them on a record
-(rules: :mod:`sinklib.interpretation.origin_claims` and :mod:`sinklib.interpretation.sun_claims`; each rule declares
+(rules: :mod:`sinklib.interpretation.origin_claims` and :mod:`sinklib.interpretation.massive_claims`; each rule declares
 its numbers' kinds in ``quantities`` beside it, and stores an index through :func:`index`).
 """
 

@@ -20,8 +20,8 @@ from sinklib.interpretation import (
     chain,
     intervention_effects,
     massive_activations,
+    massive_claims,
     origin_claims,
-    sun_claims,
 )
 
 
@@ -63,8 +63,8 @@ def random_weight_controls(control: LoadedModel, paper: dict, k: int, lambdas: l
               origin_claims.self_only_sink(self_only.rate_before, self_only.rate_after, k),
               origin_claims.amplification(sweep, curves[intervention_effects.CENTRED],
                                           curves[intervention_effects.SCALED]),
-              chain.bias_claim(bias, paper, natural.shape[0], disparity.onset), sun_claims.implicit_bias(auc, n_heads),
-              sun_claims.massive_by_sun(massive, shared.sun_sites)]
+              chain.bias_claim(bias, paper, natural.shape[0], disparity.onset), massive_claims.implicit_bias(auc, n_heads),
+              massive_claims.massive_by_sun(massive, shared.sun_sites)]
     return {c.id: c for c in claims}
 
 

@@ -1,5 +1,5 @@
 """The claims of ``02_interpretation``: one rule per link of the structural-origin chain and its interventions (Sun et
-al.'s rules are in :mod:`sinklib.interpretation.sun_claims`; what each rule follows in
+al.'s rules are in :mod:`sinklib.interpretation.massive_claims`; what each rule follows in
 :mod:`sinklib.interpretation.claim_sources`).
 
 Each function takes what the notebook measured and returns a :class:`~sinklib.core.claims.Claim` whose ``holds`` is the

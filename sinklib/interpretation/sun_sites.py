@@ -4,7 +4,7 @@ Sun et al. call "massive" the activations with |h| > 100 and > 1000x the median 
 code, locuslab/massive-activations ``main_llm.py``: the top |h| of each sequence's (T, d) output against
 ``torch.median(feat_abs)``), and they find *a few* of them: at the starting token and the first delimiter. This
 module measures, per layer, on which positions the criterion holds -- position 0, and the share of the later
-positions -- so that "a few" can be tested (:func:`sinklib.interpretation.sun_claims.massive_by_sun`) and the
+positions -- so that "a few" can be tested (:func:`sinklib.interpretation.massive_claims.massive_by_sun`) and the
 chain can name the layer where the criterion first holds beside the first token's value onset
 (:func:`sinklib.interpretation.chain.first_token_value_onset`).
 

@@ -1,8 +1,10 @@
 """Compare attention variants trained from scratch: runs per variant and seed, final tables, heads to look at.
 
-A *run* is the dict :func:`sinklib.mitigation.training.train` returns (config, checkpoints, seconds). ``runs`` below maps a
-variant name to its list of runs, one per seed, all with the same data, budget and model size. The rules that judge
-the comparison -- sink verdicts, convergence -- and the claim records live in :mod:`sinklib.mitigation.verdicts`.
+A *run* is the dict :func:`sinklib.mitigation.training.train` returns (config, checkpoints, seconds). ``runs``
+below maps a variant name to its list of runs, one per seed, all with the same data, budget and model size. The
+rules that judge the comparison live in :mod:`sinklib.mitigation.verdicts` (the sink) and
+:mod:`sinklib.mitigation.convergence`; the claim records in :mod:`sinklib.mitigation.sink_claims`, recorded by
+:func:`sinklib.mitigation.seed_claims.judge`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 from sinklib.core.errors import InputError
 from sinklib.core.metrics import GU_EPS
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
-from sinklib.mitigation.training import BBC_TRIGGERS, TrainConfig, train
+from sinklib.mitigation.training import TrainConfig, train
+from sinklib.mitigation.training_data import BBC_TRIGGERS
 from sinklib.mitigation.variants import VARIANTS
 
 Runs = Mapping[str, Sequence[dict]]
@@ -177,6 +180,27 @@ def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str =
             lines.append(f"{variant}, {label} vs {baseline}: published {pv:g} / {pb:g} = {pr:.2f}x; here "
                          f"{ov:.3f} / {ob:.3f} = {mr:.2f}x -> {verdict}.")
     return lines
+
+
+LOSS_GAP_SDS = 2.0  # a final loss differs from the baseline's when the gap exceeds this many pooled seed sd's
+
+
+def loss_against_baseline(table: pd.DataFrame, baseline: str = "softmax",
+                          sds: float = LOSS_GAP_SDS) -> dict[str, dict[str, float]]:
+    """Each variant's final validation loss minus ``baseline``'s, d = mean_v - mean_b, grouped by where it lies:
+    "above" (d > ``sds`` x sd), "below" (d < -``sds`` x sd) or "within", with sd = sqrt((sd_v^2 + sd_b^2) / 2) the
+    pooled seed sd (0 for one seed). Returns {"above": {variant: d}, "within": {...}, "below": {...}}, variants in
+    the table's order."""
+    b = float(table.loc[baseline, ("val loss", "mean")])
+    groups: dict[str, dict[str, float]] = {"above": {}, "within": {}, "below": {}}
+    for v in table.index:
+        if v == baseline:
+            continue
+        d = float(table.loc[v, ("val loss", "mean")]) - b
+        sd = math.sqrt((table.loc[v, ("val loss", "sd")] ** 2 + table.loc[baseline, ("val loss", "sd")] ** 2) / 2)
+        sd = 0.0 if math.isnan(sd) else sd
+        groups["within" if abs(d) <= sds * sd else "above" if d > 0 else "below"][v] = d
+    return groups
 
 
 def strongest_head(run: dict, key: str = "alpha_by_head") -> tuple[int, int, float]:

@@ -150,10 +150,10 @@ def proportion_bars(mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None = None, title: str = "",
                verdicts: Mapping[str, str] | None = None) -> Figure:
-    """Small multiples, one per metric label of :func:`sinklib.mitigation.comparison.final_table`: mean per variant (dot) with
-    +- 1 sd error bars (no bars from zero, so close values stay apart; a proportion's bar, :data:`PROPORTIONS`, is
-    clipped to [0, 1]), each variant coloured by its verdict (a legend names the colours) when ``verdicts`` are
-    given; log scale where values span > 100x."""
+    """Small multiples, one per metric label of :func:`sinklib.mitigation.comparison.final_table`: mean per variant
+    (dot) with +- 1 sd error bars (no bars from zero, so close values stay apart; a proportion's bar,
+    :data:`PROPORTIONS`, is clipped to [0, 1]), each variant coloured by its verdict (a legend names the colours)
+    when ``verdicts`` are given; log scale where values span > 100x."""
     n = len(labels)
     cols = min(3, n)
     rows = -(-n // cols)

@@ -3,7 +3,7 @@ outputs* and *restores statistical parity across positions* -- the first positio
 apart from the others' -- and with it the first token's dimension disparity falls (DomRatio 82.67 -> 33.74 at 152M,
 20B OpenWebText tokens, 4 seeds) and the representations' effective rank rises (343.7 -> 446.0). Whether it removes
 the first-token sink is not the paper's claim: 03 asks it as this project's own question
-(:func:`sinklib.mitigation.verdicts.sink_claim`).
+(:func:`sinklib.mitigation.sink_claims.sink_claim`).
 
 Three numbers per trained run (:func:`measure_parity`, on the run's final weights), each read where the paper reads it:
 
@@ -35,8 +35,9 @@ from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.errors import InputError
 from sinklib.mitigation import training
+from sinklib.mitigation.sink_claims import claim_source
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
-from sinklib.mitigation.verdicts import claim_source
+from sinklib.mitigation.training_data import BBC_VOCAB, make_batch
 
 PARITY_ID = "origin.headwise_rmsnorm_restores_parity"  # the abstract's claim, on its direct measure
 TABLE_ID = "origin.headwise_rmsnorm_lowers_disparity_raises_rank"  # the pre-training table's two numbers
@@ -187,7 +188,7 @@ def first_token_dom_ratio_by_layer(model: TinyLM, ids: torch.Tensor) -> list[flo
 def random_tokens(cfg: training.TrainConfig, n: int = RANDOM_SEQS, seed: int = RANDOM_SEED) -> torch.Tensor:
     """(n, cfg.seq_len) tokens drawn uniformly from the run's training alphabet (bigram-backcopy's 64 tokens, or the
     256 bytes), without a BOS, so that position 0 varies across the batch."""
-    vocab = training.BBC_VOCAB if cfg.data == "bigram_backcopy" else 256
+    vocab = BBC_VOCAB if cfg.data == "bigram_backcopy" else 256
     return torch.randint(0, vocab, (n, cfg.seq_len), generator=torch.Generator().manual_seed(seed))
 
 
@@ -216,7 +217,7 @@ def measure_parity(run: dict, device: str = "cpu", n_random: int = RANDOM_SEQS, 
         model = TinyLM(cfg.model).to(device)
     else:
         model = training.load_trained(cfg, device)
-    val = training.make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234)).to(device)
+    val = make_batch(cfg, "heldout", cfg.eval_seqs, torch.Generator().manual_seed(1234)).to(device)
     dom = first_token_dom_ratio_by_layer(model, val)
     ratio = attention_variance_ratio(model, random_tokens(cfg, n_random).to(device), chunk=max(2, cfg.eval_seqs))
     return {"variance_ratio": ratio[LAYER], "variance_ratio_by_layer": ratio, "dom_ratio": dom[LAYER],
@@ -327,8 +328,9 @@ def table_one_seed(candidate: dict, baseline: dict, paper: dict, setting: str = 
 # (:func:`with_parity` ``at_init``). Measured on the CPU profile: head-wise RMSNorm's first-layer ratio is 1.1-1.6 there
 # against softmax's ~17 -- its norm sets each head output's RMS to 1 at every position by construction, so the parity
 # is the architecture's, which is what the paper claims of it; a control that holds says so, it does not void the claim.
-PARITY_CONTROL_NOTE = ("on the untrained weights of the same seeds (step 0) head-wise RMSNorm's outputs are near parity "
-                       "too: its norm sets every head output's RMS to 1 at every position by construction, so the "
+PARITY_CONTROL_NOTE = ("on the untrained weights of the same seeds (step 0) head-wise RMSNorm's outputs are near "
+                       "parity too: its norm sets every head output's RMS to 1 at every position by construction, "
+                       "so the "
                        "parity is the architecture's -- what the paper claims of it -- not something training makes")
 
 

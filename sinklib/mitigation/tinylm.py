@@ -28,7 +28,7 @@ class TinyConfig:
     max_len: int = 256
     attention: str = "softmax"
     rope_theta: float = 10000.0  # 0 = no positional encoding at all (NoPE)
-    options: tuple[tuple[str, float], ...] = ()  # keyword arguments of the attention variant, e.g. (("gain_init", 0.1),)
+    options: tuple[tuple[str, float], ...] = ()  # the attention variant's keyword arguments: (("gain_init", 0.1),)
     n_experts: int = 0  # > 0: a mixture-of-experts FFN of n_experts SwiGLU experts of width d_ff
     top_k: int = 2  # experts per token
     balance: float = 0.01  # weight of the load-balancing loss (Switch / Mixtral: E * sum_e f_e P_e)

@@ -1,13 +1,11 @@
-"""Train :class:`~sinklib.mitigation.tinylm.TinyLM` with one attention variant and watch its sink, cached by configuration.
+"""Train :class:`~sinklib.mitigation.tinylm.TinyLM` with one attention variant and watch its sink, cached by
+configuration.
 
-Data (``TrainConfig.data``): ``"bible"`` -- the World English Bible as bytes, random windows with a BOS token
-(id 256) at position 0 of every sequence (training part: the first 90% of verses; validation: the last 10%);
-``"bigram_backcopy"`` -- the synthetic task of Guo et al. (arXiv 2410.13835); ``"file:<path>"`` -- any UTF-8 text
-file as bytes (first 90% train, last 10% validation), e.g. an OpenWebText dump for paper-scale runs.
-
-Every ``eval_every`` steps a checkpoint records train/validation loss and the sink and outlier statistics of a fixed
-validation batch. A finished run is stored under ``<cache>/training/`` as JSON (metrics) and ``.pt`` (final weights),
-keyed by a hash of its full configuration, so unchanged runs are never repeated; a manifest of the two
+The data (``TrainConfig.data``: Bible bytes, bigram-backcopy or a text file) is drawn by
+:mod:`sinklib.mitigation.training_data`. Every ``eval_every`` steps a checkpoint records train/validation loss and
+the sink and outlier statistics of a fixed validation batch (:func:`sinklib.mitigation.evaluation.evaluate`). A
+finished run is stored under ``<cache>/training/`` as JSON (metrics) and ``.pt`` (final weights), keyed by a hash of
+its full configuration, so unchanged runs are never repeated; a manifest of the two
 (:mod:`sinklib.core.manifest`) is written last, and a run whose files are missing or do not match it is incomplete
 and trains again (:func:`run_problem`).
 """
@@ -19,22 +17,24 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from sinklib.core import manifest, metrics, precision
-from sinklib.core.data import corpus_units
+from sinklib.core import manifest, precision
 from sinklib.core.errors import InputError
 from sinklib.core.paths import cache_dir
 from sinklib.core.results import write_json
+from sinklib.mitigation.evaluation import evaluate
 from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+from sinklib.mitigation.training_data import BOS, make_batch
 
-BOS = 256
-TRAINING_VERSION = 3  # 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change, to invalidate cached runs
+# 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change,
+# to invalidate cached runs
+TRAINING_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -68,89 +68,6 @@ class TrainConfig:
         return f"{self.model.attention}-s{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-@cache
-def bible_bytes(split: str) -> torch.Tensor:
-    """The Bible split as a uint8 tensor of UTF-8 bytes."""
-    return torch.frombuffer(bytearray(" ".join(corpus_units("bible", split)).encode()), dtype=torch.uint8)
-
-
-@cache
-def file_bytes(path: str, split: str) -> torch.Tensor:
-    """A text file as bytes: the first 90% for ``train``, the last 10% for ``heldout``."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise InputError(f"training data file {p} not found; give data='file:<path to a UTF-8 text file>'")
-    raw = p.read_bytes()
-    if len(raw) < 10_000:
-        raise InputError(f"training data file {p} has {len(raw)} bytes; give at least 10 kB of text")
-    cut = int(0.9 * len(raw))
-    return torch.frombuffer(bytearray(raw[:cut] if split == "train" else raw[cut:]), dtype=torch.uint8)
-
-
-def byte_batch(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator, bos: bool = True) -> torch.Tensor:
-    """(batch, seq_len) windows of bytes at random offsets; position 0 is BOS when ``bos``."""
-    n = seq_len - 1 if bos else seq_len
-    starts = torch.randint(0, len(data) - n - 1, (batch,), generator=gen)
-    rows = torch.stack([data[s:s + n] for s in starts.tolist()]).long()
-    return torch.cat([torch.full((batch, 1), BOS), rows], dim=1) if bos else rows
-
-
-BBC_VOCAB, BBC_TRIGGERS = 64, (0, 1, 2)
-
-
-@cache
-def bigram_matrix(vocab: int = BBC_VOCAB, seed: int = 0) -> torch.Tensor:
-    """The fixed bigram transition matrix of the synthetic task: rows ~ Dirichlet(0.3), (vocab, vocab)."""
-    gen = torch.Generator().manual_seed(seed)
-    g = torch._standard_gamma(torch.full((vocab, vocab), 0.3), generator=gen)
-    return g / g.sum(-1, keepdim=True)
-
-
-def bigram_backcopy_batch(batch: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
-    """Bigram-backcopy (Guo et al., arXiv 2410.13835): after a trigger token the next token copies the token before
-    the trigger; otherwise it follows a fixed bigram chain. Position 0 is BOS. (batch, seq_len) ids."""
-    P = bigram_matrix()
-    x = torch.empty(batch, seq_len, dtype=torch.long)
-    x[:, 0] = BOS
-    x[:, 1] = torch.randint(3, BBC_VOCAB, (batch,), generator=gen)
-    is_trigger = torch.zeros(BBC_VOCAB + 1, dtype=torch.bool)
-    is_trigger[list(BBC_TRIGGERS)] = True
-    for t in range(2, seq_len):
-        prev = x[:, t - 1]
-        nxt = torch.multinomial(P[prev.clamp_max(BBC_VOCAB - 1)], 1, generator=gen).squeeze(1)
-        copy = is_trigger[prev] & (t >= 3)
-        x[:, t] = torch.where(copy, x[:, t - 2], nxt)
-    return x
-
-
-def bigram_backcopy_entropy(seq_len: int, n: int = 4096, seed: int = 0) -> float:
-    """The task's entropy floor: the lowest validation loss any model can reach on bigram-backcopy (nats/token).
-
-    The loss is averaged over the targets x_1..x_{T-1}. The Bayes-optimal predictor knows the process: x_1 is
-    uniform over the 61 non-trigger tokens (entropy ln 61); after a trigger (t >= 3) the next token is a copy
-    (entropy 0); otherwise it follows the bigram row of the previous token (entropy H(P[x_{t-1}])). Averaged over
-    ``n`` sampled sequences (Monte Carlo; the standard error is below 1e-3 nats at n = 4096, T = 64).
-    """
-    P = bigram_matrix()
-    row_entropy = -(P * P.clamp_min(1e-30).log()).sum(-1)  # (vocab,)
-    x = bigram_backcopy_batch(n, seq_len, torch.Generator().manual_seed(seed))
-    prev = x[:, 1:-1]  # (n, T-2): the token before targets x_2..x_{T-1}
-    t = torch.arange(2, seq_len)
-    copy = torch.isin(prev, torch.tensor(BBC_TRIGGERS)) & (t >= 3)
-    h = torch.where(copy, torch.zeros(()), row_entropy[prev.clamp_max(BBC_VOCAB - 1)])  # (n, T-2)
-    first = math.log(BBC_VOCAB - len(BBC_TRIGGERS))  # target x_1
-    return float((first + h.sum(1)).mean() / (seq_len - 1))
-
-
-def make_batch(cfg: TrainConfig, split: str, batch: int, gen: torch.Generator) -> torch.Tensor:
-    if cfg.data == "bible":
-        return byte_batch(bible_bytes(split), batch, cfg.seq_len, gen, cfg.bos)
-    if cfg.data == "bigram_backcopy":
-        return bigram_backcopy_batch(batch, cfg.seq_len, gen)
-    if cfg.data.startswith("file:"):
-        return byte_batch(file_bytes(cfg.data[5:], split), batch, cfg.seq_len, gen, cfg.bos)
-    raise InputError(f"unknown training data {cfg.data!r}; use 'bible', 'bigram_backcopy' or 'file:<path>'")
-
 
 SHARE_LIMIT = 2**25  # token ids: runs with at most this many training tokens share their drawn batches (int16, 64 MB)
 
@@ -174,51 +91,6 @@ def _batch_key(cfg: TrainConfig) -> TrainConfig:
     return TrainConfig(model=TinyConfig(), steps=cfg.steps, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
                        seed=cfg.seed, bos=cfg.bos, data=cfg.data)
 
-
-def effective_rank(h: torch.Tensor) -> float:
-    """exp(entropy of the normalised singular values) of a (tokens, d) matrix (Roy & Vetterli)."""
-    s = torch.linalg.svdvals(h.float() - h.float().mean(0))
-    p = s / s.sum()
-    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
-
-
-def kurtosis(x: torch.Tensor) -> float:
-    """E[(x - mu)^4] / sigma^4 over all entries (3 for a Gaussian; large when a few entries are huge)."""
-    x = x.double().flatten()
-    z = x - x.mean()
-    return float((z ** 4).mean() / (z ** 2).mean() ** 2)
-
-
-@torch.no_grad()
-def evaluate(model: TinyLM, batch: torch.Tensor, eps: float = metrics.GU_EPS) -> dict:
-    """Loss and sink/outlier statistics on a fixed batch (N, T).
-
-    alpha: attention of every query to position 0 (BOS), alpha_0 (Gu et al.'s alpha_1: they count positions from 1), per (sequence, layer, head);
-    row_mass: mean over queries of sum_j A_tj -- 1 for softmax, < 1 when mass goes to a learned sink or the
-    off-by-one zero logit, unconstrained for sigmoid attention;
-    first_share: the row-normalised share of BOS, A_t0 / sum_j A_tj, averaged like alpha (equal to alpha for softmax;
-    for unnormalised rows it separates "little mass in the row" from "little of the row's mass on BOS").
-    """
-    model.eval()
-    logits, A, H = model(batch, record=True)  # (N, T, V), (L, N, H, T, T), (L, N, T, d)
-    model.train()
-    alphas = metrics.alpha(A, 0).permute(1, 0, 2)  # (N, L, H): attention to position 0 (BOS)
-    shares = metrics.alpha(metrics.row_normalised(A), 0).permute(1, 0, 2)  # (N, L, H): BOS share of each row
-    return {
-        "val_loss": float(F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())),
-        "sink_rate": metrics.sink_rate(alphas, eps),
-        "first_attention": float(alphas.mean()),
-        "alpha_by_layer": alphas.mean(dim=(0, 2)).tolist(),
-        "alpha_by_head": alphas.mean(dim=0).tolist(),  # (L, H)
-        "row_mass": float(A.sum(-1).mean()),
-        "first_share": float(shares.mean()),
-        "share_sink_rate": metrics.sink_rate(shares, eps),
-        "share_by_head": shares.mean(dim=0).tolist(),  # (L, H)
-        "max_activation": float(H.abs().max()),
-        "kurtosis": kurtosis(H),
-        "dom_ratio_first": float(metrics.dom_ratio(H[:, :, 0]).mean()),
-        "effective_rank": effective_rank(H[-1].flatten(0, 1)),
-    }
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -434,15 +306,6 @@ def _train(cfg: TrainConfig, use_cache: bool, progress: bool, device: str) -> di
         _save_run(cfg, result, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     return result
 
-
-def most_triggers(ids: torch.Tensor, data: str) -> tuple[int, list[int]]:
-    """For figures of bigram-backcopy attention: the row of ``ids`` (N, T) with the most trigger tokens and the
-    positions of its triggers; (0, []) for any other data (there are no triggers to mark)."""
-    if data != "bigram_backcopy":
-        return 0, []
-    is_trigger = torch.isin(ids, torch.tensor(BBC_TRIGGERS, device=ids.device))  # (N, T)
-    row = int(is_trigger.sum(1).argmax())
-    return row, is_trigger[row].nonzero().flatten().tolist()
 
 
 def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:

@@ -24,6 +24,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim
+from sinklib.core.takeaways import pct
 
 
 def fake_quantize(x: torch.Tensor, bits: int, group_size: int = 32) -> torch.Tensor:
@@ -59,7 +60,8 @@ class QuantizedKVLayer(DynamicLayer):
     """A growing cache layer whose keys/values are stored quantised, except ``keep_first`` tokens from position
     ``keep_from`` on (default: the first tokens, the sinks; ``keep_from`` > 0 keeps as many *non-initial* tokens exact,
     the position-matched control of :func:`sink_preservation_helps`). The kept tokens stay out of the quantiser's
-    groups: the others are quantised as one contiguous run, as if the kept ones were not there (IntactKV prepends them)."""
+    groups: the others are quantised as one contiguous run, as if the kept ones were not there (IntactKV prepends
+    them)."""
 
     def __init__(self, bits: int, group_size: int = 32, keep_first: int = 0, key_axis: str = "channel",
                  keep_from: int = 0):
@@ -121,6 +123,7 @@ def uniform_causal_share(n_kept: int, n_tokens: int, start: int = 0) -> float:
 # (intactkv/inference_model.py:LlamaAttentionKVQuantized, utils/quantizer.py:UniformAffineQuantizer): of the
 # notebook's settings, the 4-bit cache with keys per token. 2 bits is this project's stress test, reported beside.
 PAPER_SETTING = "4-bit, keys per token"
+N_KEPT = 4  # the first tokens kept exact (IntactKV's pivot: here the text's own first 4), and as many after them
 SINKS = "4 sink tokens kept"  # the first 4 tokens exact
 MATCHED = "tokens 4-7 kept"  # as many non-initial tokens exact: the position-matched control
 ALL = "all tokens quantised"
@@ -155,6 +158,16 @@ def _side(iv: Interval) -> str:
     return "below 1" if iv[2] < 1 else "above 1" if iv[1] > 1 else "contains 1"
 
 
+def change_interval(iv: Interval) -> str:
+    """A perplexity ratio and its interval as signed changes, for a takeaway: (0.91, 0.85, 0.98) -> "-9.0% [-15%,
+    -2.0%], an interval below 1" (the side of 1 as :func:`sink_preservation_helps` reads it)."""
+    def signed(x: float) -> str:
+        return f"{'+' if x >= 0 else '-'}{pct(abs(x))}"
+
+    side = _side(iv).replace("contains", "containing")
+    return f"{signed(iv[0] - 1)} [{signed(iv[1] - 1)}, {signed(iv[2] - 1)}], an interval {side}"
+
+
 def _needs(iv: Interval, n_tokens: int) -> str:
     """The note's clause on how many tokens would tell (:func:`tokens_to_tell`)."""
     need = tokens_to_tell(iv, n_tokens)
@@ -178,7 +191,8 @@ def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: d
     control, b = ppl(first 4 kept) / ppl(tokens 4-7 kept) -- as many *non-initial* tokens exact, which uniform causal
     attention would weigh almost as much (:func:`uniform_causal_share`). Holds when both intervals lie below 1; does
     not hold when either lies above 1; cannot be judged when a contains 1 (no measurable gain), or when a lies below
-    1 but b contains 1 (a gain, but not told apart from keeping any early tokens exact). ``kept_vs_all`` / ``kept_vs_matched``: {setting:
+    1 but b contains 1 (a gain, but not told apart from keeping any early tokens exact). ``kept_vs_all`` /
+    ``kept_vs_matched``: {setting:
     (ratio, low, high)}; every setting's numbers are recorded, only ``setting`` is judged."""
     if setting not in kept_vs_all or setting not in kept_vs_matched:
         raise ValueError(f"the judged setting {setting!r} is missing; measured {sorted(kept_vs_all)}")
@@ -201,7 +215,8 @@ def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: d
     return Claim(id="intactkv.keep_sinks_full_precision",
                  source="Liu et al., IntactKV, arXiv 2403.01241; Su and Yuan, KVSink, arXiv 2508.04257",
                  paper="2403.01241",
-                 statement="keeping the first (sink) tokens' KV in full precision lowers a quantised cache's perplexity",
+                 statement="keeping the first (sink) tokens' KV in full precision lowers a quantised cache's "
+                           "perplexity",
                  rule=f"at {setting} (IntactKV's INT4 KV cache): the 95% intervals of ppl(first 4 kept) / ppl(all "
                       f"quantised) and of ppl(first 4 kept) / ppl(tokens 4-7 kept, the position-matched control) "
                       f"both lie below 1; either above 1 does not hold",
@@ -217,14 +232,15 @@ def sink_preservation_helps(kept_vs_all: dict[str, Interval], kept_vs_matched: d
                          "per-token min/max KV quantiser, utils/quantizer.py:UniformAffineQuantizer); KVSink Sec. 4",
                  adapted="fake quantisation of the KV cache only (weights kept; the paper also quantises weights), "
                          "per token over the whole head as the authors' quantiser; the text's own first 4 tokens kept "
-                         "as the pivot (SmolLM2 adds no BOS; IntactKV's pivot is [BOS] and the first tokens); judged by "
+                         "as the pivot (SmolLM2 adds no BOS; IntactKV's pivot is [BOS] and the first tokens); "
+                         "judged by "
                          "paired block-bootstrap intervals and against keeping tokens 4-7 exact (our control), not by "
                          "a point difference",
                  at_init=False,  # the pivot tokens matter because training made them sinks with massive activations
                  draws_of=f"95% paired block-bootstrap interval over 64-token blocks of {n_tokens} tokens")
 
 
-def control_explanation(n_tokens: int, n_kept: int = 4) -> str:
+def control_explanation(n_tokens: int, n_kept: int = N_KEPT) -> str:
     """Why keeping the first tokens exact helps on random weights too: near-uniform causal attention already gives
     the first ``n_kept`` keys :func:`uniform_causal_share` of all attention (far above n_kept / T), and the next
     ``n_kept`` almost as much -- so the rule compares with those, not with nothing."""
@@ -233,3 +249,9 @@ def control_explanation(n_tokens: int, n_kept: int = 4) -> str:
             f"attention over {n_tokens} tokens ({n_kept / n_tokens:.1%} of the keys) and tokens {n_kept}-"
             f"{2 * n_kept - 1} {nxt:.1%}: exact copies of early keys remove quantisation error whether or not they "
             f"are sinks, so the rule asks that the first {n_kept} beat tokens {n_kept}-{2 * n_kept - 1}")
+
+
+def control_note(control: Claim, n_tokens: int) -> str:
+    """The note the claim carries beside its random-weight ``control`` (:meth:`sinklib.core.claims.Recorder.add`):
+    where the rule holds on random weights too, why (:func:`control_explanation` over ``n_tokens``); else ""."""
+    return f"on random weights the rule holds too: {control_explanation(n_tokens)}" if control.holds else ""

@@ -13,7 +13,8 @@ from sinklib.core.plotting import to_numpy
 
 # a fixed colour and style per method, so the dense reference is never hidden under another line
 METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
-                "window only": dict(color="#D55E00", lw=1.4), "recompute": dict(color="dimgrey", marker="o", ms=4, ls=":", lw=1.2)}
+                "window only": dict(color="#D55E00", lw=1.4),
+                "recompute": dict(color="dimgrey", marker="o", ms=4, ls=":", lw=1.2)}
 
 
 def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None = None,
@@ -72,9 +73,9 @@ def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32, 
     """Per generated token: wall time (moving average over ``smooth`` steps) and KV-cache size, per method.
 
     ``costs``: {method: DecodeCost, or a list of them, one per interleaved round
-    (:func:`sinklib.utilization.streaming.interleaved_decode`)}; with rounds the time drawn is each step's median
+    (:func:`sinklib.utilization.decode_timing.interleaved_decode`)}; with rounds the time drawn is each step's median
     over the rounds (a slow spell of the machine in one round does not move it) and the cache size the first round's.
-    ``timed_steps``: the last steps the timing verdict reads (:func:`sinklib.utilization.streaming.decode_timing`),
+    ``timed_steps``: the last steps the timing verdict reads (:func:`sinklib.utilization.decode_timing.decode_timing`),
     shaded in the time panel.
     """
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.2), sharex=True, layout="constrained")

@@ -1,5 +1,6 @@
 """00_tour's protocol: its sizes per profile, the model family it takes, its budget and the steps the dry run counts
-(:class:`~sinklib.core.protocol.NotebookProtocol`; the tour's research code is this folder's ``takeaways``)."""
+(:class:`~sinklib.core.protocol.NotebookProtocol`; the tour's research code is :mod:`sinklib.core.analysis` and
+this folder's ``tour``)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,3 @@
-"""10_llm, dense LLMs: where the sink sits (first token, BOS, delimiters; placement), the survey across models
-(llm_survey), its plots, and the "What we saw" paragraphs written from the run (takeaways)."""
+"""10_llm, dense LLMs: where the sink sits (first token, BOS, delimiters; placement), Gu et al.'s sink rate read from
+the first key (first_key_rates), the survey across models with its claims and controls (llm_survey, survey_chain),
+and its plots (placement_plots). The "What we saw" paragraphs are written in the notebook's cells."""

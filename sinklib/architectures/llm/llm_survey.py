@@ -10,12 +10,14 @@ on randomly initialised weights of the model's own configuration (the negative c
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from sinklib.architectures.llm import placement
+from sinklib.architectures.llm import first_key_rates, placement
 from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
 from sinklib.core import analysis
 from sinklib.core.attnstats import AttentionStats
@@ -23,8 +25,9 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.interpretation import intervention_effects, sun_claims
+from sinklib.interpretation import intervention_effects, massive_claims
 from sinklib.interpretation.sun_sites import SunSites, sun_sites
+from sinklib.models.random_init import random_weights
 
 
 @dataclass
@@ -89,7 +92,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     The ``placement_seqs`` windows are the first natural sequences (the same sampler and seed), so their mass per
     key, their raw sink rate and their alpha_0 with a BOS are read off the natural profile's own forwards
     (:func:`profile_with_mass`) instead of running them again; of random and repeated tokens only the sink rate is
-    read (:func:`placement.sink_rate`)."""
+    read (:func:`first_key_rates.sink_rate`)."""
     natural_ids = make_inputs(lm, "natural", num_seqs, seq_len, seed)
     natural, natural_mass = profile_with_mass(lm, natural_ids, batch_size, progress)
     random_rates = random_by_sequence(lm, num_seqs, seq_len, seed, batch_size, progress)  # (N,)
@@ -112,14 +115,14 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
         draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size, n_draws)
     seconds = {"draws": time.perf_counter() - start}
     raw_vs_chat = chat_top = None
-    chat = placement.chat_windows(lm, ids)
+    chat = first_key_rates.chat_windows(lm, ids)
     if chat is not None:
         # the same content tokens, raw and in the template; alpha_0 over the queries of content tokens 2..C in both
         c = chat.n_content
-        raw_rate, _ = placement.first_key_rate(lm, chat.raw, slice(chat.raw_start + 1, chat.raw_start + c),
-                                               batch_size)
-        chat_rate, _ = placement.first_key_rate(lm, chat.chat, slice(chat.chat_start + 1, chat.chat_start + c),
-                                                batch_size)
+        raw_rate, _ = first_key_rates.first_key_rate(lm, chat.raw, slice(chat.raw_start + 1, chat.raw_start + c),
+                                                     batch_size)
+        chat_rate, _ = first_key_rates.first_key_rate(lm, chat.chat,
+                                                      slice(chat.chat_start + 1, chat.chat_start + c), batch_size)
         raw_vs_chat = {"raw": raw_rate, "chat template": chat_rate}
         chat_mass = placement.layer_mass(lm, chat.chat, batch_size)  # where the attention went in the template
         chat_top = placement.secondary_sinks(placement.over_layers(chat_mass, sink_layers), chat.chat, lm.tokenizer,
@@ -166,24 +169,26 @@ def profile_with_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int, progr
 def sink_rates(lm: LoadedModel, natural: analysis.SinkProfile, num_seqs: int, seq_len: int, seed: int,
                batch_size: int, progress: bool = False, random: torch.Tensor | None = None) -> dict[str, float]:
     """Input kind -> Gu et al.'s sink rate (:data:`INPUT_KINDS` in order): natural text from its profile, random and
-    repeated tokens (``num_seqs`` x ``seq_len``, ``seed``) from their attention alone (:func:`placement.sink_rate`).
+    repeated tokens (``num_seqs`` x ``seq_len``, ``seed``) from their attention alone
+    (:func:`first_key_rates.sink_rate`).
     ``random``: the random tokens' rate per sequence (:func:`random_by_sequence`) when already measured; their mean."""
     def rate(kind: str) -> float:
         if kind == "natural":
             return natural.sink_rate
         if kind == "random" and random is not None:
             return float(random.mean())
-        return placement.sink_rate(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), batch_size,
-                                   progress=f"{lm.name} / {kind}" if progress else None)
+        return first_key_rates.sink_rate(lm, make_inputs(lm, kind, num_seqs, seq_len, seed), batch_size,
+                                         progress=f"{lm.name} / {kind}" if progress else None)
     return {kind: rate(kind) for kind in INPUT_KINDS}
 
 
 def random_by_sequence(lm: LoadedModel, num_seqs: int, seq_len: int, seed: int, batch_size: int,
                        progress: bool = False) -> torch.Tensor:
     """Gu et al.'s sink rate of each of ``num_seqs`` random-token sequences of ``seed`` (N,)
-    (:func:`placement.sink_rate_by_sequence`): their mean is the random-token rate, and the draws' sequences pool."""
-    return placement.sink_rate_by_sequence(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size,
-                                           progress=f"{lm.name} / random" if progress else None)
+    (:func:`first_key_rates.sink_rate_by_sequence`): their mean is the random-token rate, and the draws' sequences
+    pool."""
+    return first_key_rates.sink_rate_by_sequence(lm, make_inputs(lm, "random", num_seqs, seq_len, seed), batch_size,
+                                                 progress=f"{lm.name} / random" if progress else None)
 
 
 def rows_of(ids: torch.Tensor, measured: torch.Tensor, values: torch.Tensor) -> torch.Tensor | None:
@@ -334,7 +339,7 @@ def report_claims(report: LlmReport, gu: dict) -> list[Claim]:
     positions = report.draws.get("position") or [report.position]
     seed = (report.draws.get("seeds") or [0])[0]
     return [_named(shape_pooled(report, gu), report.name),
-            _named(sun_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
+            _named(massive_claims.massive_by_sun(report.massive, report.sun_sites), report.name),
             (placement.delimiter_pooled(report.draws["kind_sums"], report.name, windows, seed)
              if report.draws.get("kind_sums") else placement.delimiter_over_draws(by_kinds, report.name, windows)),
             placement.position_pooled(positions, report.name, windows, seed),
@@ -362,9 +367,55 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
                             batch_size, massive.min_ratio, sites)
     claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
-              _named(sun_claims.massive_by_sun(massive, sites), name),
+              _named(massive_claims.massive_by_sun(massive, sites), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,
                                                                    mass=mass), name),
               *[_named(c, name) for c in links or []]]
     return {c.id: c for c in claims}
+
+
+def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: dict,
+                      streaming: dict) -> tuple[LlmReport, list[tuple[Claim, dict]], dict[str, float]]:
+    """One model of ``10_llm`` measured and judged: its :func:`measure` report (``run``: the profile's sizes), Xiao et
+    al.'s streaming test where the profile streams, and every claim with its random-weight control
+    (:func:`control_claims`, :func:`xiao_control`), as (claim, ``Recorder.add``'s keywords); and the seconds the
+    draws, the chain and the control took. ``load()`` gives the model; it is freed before the control is built, so
+    one model is in memory at a time."""
+    lm = load()
+    report = measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
+                     placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
+                     context_windows=run.context_windows, paper=paper, seed=run.seed, draw_seqs=run.draw_seqs,
+                     n_draws=run.draws)
+    stream = (run.stream_tokens, run.stream_budget, run.stream_chunk, streaming, run.seed)
+    if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
+        report.xiao, xiao_claim = xiao_position_test(lm, *stream)
+    start = time.perf_counter()
+    control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
+    judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control, report.name, *stream)})
+              ] if run.stream_tokens else []
+    del lm
+    gc.collect()
+    controls = control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
+                              batch_size=run.batch_size, paper=paper, gu=gu, seed=run.seed)
+    del control
+    gc.collect()
+    seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
+               "control": round(time.perf_counter() - start, 1)}
+    unrun = "no random-weight control here: 02_interpretation runs this rule's control on SmolLM2's configuration"
+    judged += [(claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls else unrun})
+               for claim in report_claims(report, gu)]
+    return report, judged, seconds
+
+
+def pooled_interval(claim: Claim | None, name: str) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval of condition ``name`` of a claim judged on pooled windows
+    (:func:`~sinklib.core.pooled.pooled_claim`), or None (no claim, not pooled, or no finite interval)."""
+    spread = claim.spread if claim is not None and isinstance(claim.spread, dict) else {}
+    b = (spread.get("intervals") or {}).get(name)
+    return (float(b[0]), float(b[1])) if b and len(b) == 2 and b[0] is not None and b[0] == b[0] else None
+
+
+def uniform_share(n: int) -> float:
+    """alpha_0 if every query t spread its attention evenly over its t + 1 keys: (1/N) sum_t 1/(t+1) = H_N / N."""
+    return sum(1 / k for k in range(1, n + 1)) / n

@@ -8,8 +8,8 @@
 * :func:`position_or_token` -- the first token replaced by another, and the original first token moved to a later
   position (Xiao et al., arXiv 2309.17453, Section 3.1: the sink is the *initial position*, whatever its token;
   Gu et al., arXiv 2410.10781, Section 5: a sink follows the first position);
-* :func:`chat_windows` -- the same windows wrapped in the model's chat template (Gu et al. compare base and chat
-  checkpoints; one checkpoint can compare raw and chat-formatted input).
+* :func:`layer_mass` -- the attention mass every key receives per layer and head, which the sink rates of
+  :mod:`sinklib.architectures.llm.first_key_rates` (raw windows, and the same content in the chat template) read too.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from sinklib.core import metrics, pooled
+from sinklib.core import pooled
 from sinklib.core import quantities as q
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
@@ -114,23 +114,6 @@ def layer_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, progres
 def key_mass(lm: LoadedModel, ids: torch.Tensor, layers: list[int] | None = None, batch_size: int = 16) -> torch.Tensor:
     """m_j per sequence and key, averaged over heads and ``layers`` (default: all): (N, T)."""
     return over_layers(layer_mass(lm, ids, batch_size), layers)
-
-
-def sink_rate(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: float = GU_EPS,
-              progress: str | None = None) -> float:
-    """Gu et al.'s sink rate of ``ids`` (N, T): the share of (sequence, layer, head) with alpha_0 > eps -- the
-    ``sink_rate`` of :func:`sinklib.core.analysis.profile_sinks` (the same statistics), without its hidden-state
-    reductions, for inputs of which nothing else is read."""
-    return metrics.sink_rate(layer_mass(lm, ids, batch_size, progress)[..., 0], eps)
-
-
-def sink_rate_by_sequence(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, eps: float = GU_EPS,
-                          progress: str | None = None) -> torch.Tensor:
-    """Gu et al.'s sink rate of each sequence of ``ids`` (N, T): r[n] = share of (layer, head) with alpha_0 > eps,
-    (N,). Every sequence has the same L x H heads, so mean_n r[n] is :func:`sink_rate` of the same forwards -- and
-    the rate of sequences pooled from several draws is the mean of their r."""
-    alpha = layer_mass(lm, ids, batch_size, progress)[..., 0]  # (N, L, H)
-    return (alpha > eps).float().mean(dim=(1, 2)).cpu()
 
 
 def kind_sums(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,57 +388,3 @@ def position_pooled(results: list[PositionOrToken], model: str, draws_of: str, s
     return pooled.pooled_claim(claim, position_conditions(windows, seed), position_rule,
                                [position_claim(r, model) for r in results], [r.own for r in results], draws_of,
                                f"{len(windows)} windows", main="sink")
-
-
-_MARK = "\x00sinklib-content\x00"
-
-
-@dataclass
-class ChatWindows:
-    """The same content tokens raw and as one user message in the chat template.
-
-    ``raw``: (N, T) the windows as given; ``chat``: (N, P + C + S) template prefix (its default system prompt
-    included), the *same* content token ids, template suffix; ``content``: where the C content tokens sit in each,
-    as (raw start, chat start, C). Comparing the two on the content tokens' queries compares the format, not a text
-    cut to another length (cut to T, SmolLM2's template left 40 of 64 positions to the text)."""
-
-    raw: torch.Tensor
-    chat: torch.Tensor
-    raw_start: int
-    chat_start: int
-    n_content: int
-
-
-def chat_windows(lm: LoadedModel, ids: torch.Tensor) -> ChatWindows | None:
-    """The windows' content tokens (after a BOS the tokenizer adds) wrapped, unchanged, in the model's chat
-    template for one user message; None when the tokenizer has no template. The template's text around the message
-    is tokenised once (around a marker) and the content ids are spliced in, so the content is token-for-token the
-    raw windows'."""
-    tok = lm.tokenizer
-    if not getattr(tok, "chat_template", None):
-        return None
-    text = tok.apply_chat_template([{"role": "user", "content": _MARK}], tokenize=False)
-    if text.count(_MARK) != 1:
-        return None
-    before, after = text.split(_MARK)
-    prefix = tok(before, add_special_tokens=False).input_ids
-    suffix = tok(after, add_special_tokens=False).input_ids
-    start = 1 if lm.adds_bos else 0
-    content = ids[:, start:]
-    chat = torch.cat([torch.tensor(prefix, dtype=torch.long).expand(len(ids), -1), content,
-                      torch.tensor(suffix, dtype=torch.long).expand(len(ids), -1)], dim=1)
-    return ChatWindows(ids, chat, start, len(prefix), content.shape[1])
-
-
-def first_key_rate(lm: LoadedModel, ids: torch.Tensor, queries: slice, batch_size: int = 16,
-                   eps: float = GU_EPS) -> tuple[float, torch.Tensor]:
-    """Gu et al.'s sink rate with alpha_0 taken over chosen queries: alpha = mean_{t in queries} A[t, 0] per
-    (sequence, layer, head), and the share of them above ``eps``. Returns (rate, alpha (N, L, H))."""
-    out = []
-    for batch in batches(ids, batch_size):
-        with AttentionStats(lm.model, keys=[0]) as st:
-            lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
-        out.append(torch.stack([st.probs_of_keys(i)[:, :, queries, 0].mean(dim=-1) for i in range(lm.n_layers)],
-                               dim=1))  # (B, L, H)
-    alpha = torch.cat(out)
-    return float((alpha > eps).float().mean()), alpha

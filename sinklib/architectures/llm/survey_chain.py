@@ -23,11 +23,17 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import text_windows
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
-from sinklib.interpretation import chain, massive_activations, origin, origin_claims, sun_claims
+from sinklib.interpretation import chain, massive_activations, massive_claims, origin, origin_claims
 from sinklib.interpretation.sun_sites import SunSites
 from sinklib.interpretation.sun_sites import sun_sites as sun_sites_of
 
 CHAIN_DRAWS = 3  # the run's windows and two more draws of the same size (seeds seed+1, seed+2)
+LINKS = ("origin.variance_discrepancy", "origin.super_neuron", "origin.dimension_disparity", "origin.lock_in",
+         "sun2024.massive_activations_are_bias")  # the claims origin_chain records for each model
+# the links judged on every draw's windows pooled: the condition their interval is of, and the rule's cut
+POOLED_CUTS = {"origin.variance_discrepancy": ("ratio", origin_claims.VARIANCE_RATIO),
+               "origin.dimension_disparity": ("disparity", origin_claims.DISPARITY_AT_SINK)}
+RARE_SITES = massive_claims.RARE_SITES  # Sun et al.'s "a few": later positions per window (massive_by_sun)
 # why a link is judged over the draws rather than on the pooled windows (its note says so)
 NOT_POOLED = {
     "origin.super_neuron": (
@@ -186,7 +192,7 @@ def over_draws_with_reason(per_draw: list[Claim], what: str) -> Claim:
     first = per_draw[0]
     judged = over_draws(per_draw, what, key=_key if _key(first) is not None else None)
     if first.id == "sun2024.massive_activations_are_bias":
-        judged = sun_claims.with_zero_ratios(judged, per_draw)
+        judged = massive_claims.with_zero_ratios(judged, per_draw)
     why = NOT_POOLED.get(first.id, "")
     return replace(judged, note="; ".join(x for x in (judged.note, why) if x)) if why else judged
 

@@ -1,15 +1,19 @@
 """Kang et al.'s claims as records (:class:`~sinklib.core.claims.Claim`): visual sink tokens exist, hiding them is
 harmless, VAR helps, and they sit on the background -- each judged by :mod:`sinklib.architectures.mllm.kang_rules`
-on one model (one stand-in seed); :func:`sinklib.architectures.mllm.visual_attention.claims_over_draws` combines
-the stand-ins.
+on one model (one stand-in seed); :func:`claims_over_draws` combines the stand-ins, and :func:`judge_over_standins`
+is 12_mllm's whole record: every stand-in's edits, the random-weight control, the claims judged over the draws.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import gc
+import time
+from dataclasses import dataclass, replace
 
 import torch
 
+from sinklib.architectures.mllm.captions import caption_inputs
+from sinklib.architectures.mllm.image_layout import ImageLayout
 from sinklib.architectures.mllm.kang_rules import (
     KANG_BACKGROUND,
     KANG_D_REF,
@@ -19,13 +23,19 @@ from sinklib.architectures.mllm.kang_rules import (
     margin,
     norm_share,
     phi_ceiling,
+    sink_union,
     sinks_unsettled,
     tau_sensitivity,
     width_matched_tau,
 )
-from sinklib.architectures.mllm.visual_sinks import MllmProfile
+from sinklib.architectures.mllm.protocol import MllmSizes
+from sinklib.architectures.mllm.visual_attention import SCORES, EditComparison, compare_edits
+from sinklib.architectures.mllm.visual_sinks import MllmProfile, plain_background, profile_mllm
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim, against_cut
+from sinklib.core.claims import Claim, Recorder, against_cut, over_draws
+from sinklib.core.loaded import LoadedModel
+from sinklib.models import stitch
+from sinklib.models.random_init import random_weights
 
 SOURCE = "Kang et al., See What You Are Told: Visual Attention Sink in LMMs, ICLR 2025, arXiv 2503.03321"
 CODE = "seilk/VisAttnSink:src/logic/logic.py"
@@ -33,7 +43,8 @@ FOLLOWS_SINKS = (f"Sec. 3 (phi(x) = max_d |x_d| / RMS(x) >= tau = 20 over the si
                  f"{CODE}:DimProspector.run_logic")
 FOLLOWS_MASKING = ("Sec. 3.2 (masking visual sink tokens vs random image tokens); no public code for the masking "
                    "experiment (seilk/VisAttnSink:src/model/llava.py passes a masking_vis_idx hook but never sets it)")
-FOLLOWS_VAR = (f"Sec. 4 (VAR: image-centric heads, then redistribution) and Tables 1-3 (rho = 0.5, summ = 0.2, p = 0.6); {CODE}:HeadFork.run_logic, "
+FOLLOWS_VAR = (f"Sec. 4 (VAR: image-centric heads, then redistribution) and Tables 1-3 (rho = 0.5, summ = 0.2, "
+               f"p = 0.6); {CODE}:HeadFork.run_logic, "
                f"{CODE}:VARProcessor.attn_redist")
 
 
@@ -76,7 +87,7 @@ def _margin_in(unit: str, standin: bool | str) -> dict[str, q.Quantity]:
 
 def sink_quantities(standin: bool | str) -> dict[str, q.Quantity]:
     """What ``kang2025.visual_sink_tokens_exist``'s numbers are; its spread: the max fraction over the draws
-    (:func:`~sinklib.architectures.mllm.visual_attention.claims_over_draws`). A tau key such as "7.5" is two path
+    (:func:`claims_over_draws`). A tau key such as "7.5" is two path
     segments, hence the two patterns under "by tau"."""
     fraction = _apart(q.share("fraction of image tokens"), standin)
     per_image = _apart(q.count("visual sink tokens per image"), standin)
@@ -129,7 +140,8 @@ def width_note(profile: MllmProfile) -> str:
     matched = width_matched_tau(d)
     every = tau_sensitivity(profile, [matched])[matched]["max fraction"]
     return (f"at d = {d}, phi <= sqrt(d) = {phi_ceiling(d):.1f} and tau = {KANG_TAU:g} asks a token for "
-            f"{norm_share(KANG_TAU, d):.0%} of its squared norm in one dimension ({norm_share(KANG_TAU, KANG_D_REF):.1%} "
+            f"{norm_share(KANG_TAU, d):.0%} of its squared norm in one dimension "
+            f"({norm_share(KANG_TAU, KANG_D_REF):.1%} "
             f"at LLaVA-1.5-7B's d = {KANG_D_REF}): a stricter test than the paper's; its image tokens' phi peaks at "
             f"{largest_sink_phi(profile):.1f} (layers >= {KANG_FIRST_LAYER}), and at the width-matched tau = "
             f"{matched:.3g} up to {every:.0%} of them in a layer would pass")
@@ -191,7 +203,8 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
                   "width-matched tau": matched,
                   "by tau": {f"{t:.3g}": v for t, v in sensitivity.items()}} | peaks,
         **exists_judged(peaks["largest image-token phi"], ratio, standin), note=note, follows=FOLLOWS_SINKS,
-        adapted=f"{width} -- judged at the paper's tau all the same; the verdict uses the paper's tau = 20, and the same rule "
+        adapted=f"{width} -- judged at the paper's tau all the same; the verdict uses the paper's tau = 20, and the "
+                "same rule "
                 "at the width-matched tau 20 sqrt(d / 4096) (the same share of the squared norm as at LLaVA-1.5-7B's "
                 "d = 4096) is recorded beside it under 'by tau'; sink dims found from the first token's hidden states "
                 "(the paper: the LM's known massive-activation dims); the attention-received comparison is ours",
@@ -217,7 +230,8 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
                       "hiding the sinks vs the least harmful random draw"),
             note=(note or ("" if has else "no visual sink token")) + spread, follows=FOLLOWS_MASKING,
             quantities=PEAK_QUANTITIES | masking_quantities(standin),
-            adapted=f"the {scored} of held-out digit captions instead of benchmark accuracy (the caption's other tokens "
+            adapted=f"the {scored} of held-out digit captions instead of benchmark accuracy (the caption's other "
+                    f"tokens "
                     f"do not depend on the image); the sinks must beat every random draw", at_init=False))
     if var is not None:
         scored = _score_name(var.get("score", "caption"))
@@ -238,7 +252,8 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
             follows=FOLLOWS_VAR, adapted=f"the {scored} of a teacher-forced digit caption (one forward) instead of "
                                          f"benchmark accuracy of generated answers", at_init=False,
             quantities=PEAK_QUANTITIES | var_quantities(standin)))
-    return [c if c.id == "kang2025.visual_sink_tokens_exist" else _open_sinks(c, peaks["largest image-token phi"], standin)
+    return [c if c.id == "kang2025.visual_sink_tokens_exist" else _open_sinks(c, peaks["largest image-token phi"],
+                                                                               standin)
             for c in claims]
 
 
@@ -295,3 +310,131 @@ def background_claim(sinks: torch.Tensor, background: torch.Tensor, standin: boo
                 "instead of segmentation masks",
         at_init=False, quantities=background_quantities(standin))
     return _open_sinks(claim, peak, standin)
+
+
+def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool | str, d_model: int | None = None,
+                score: str = SCORES[0]) -> list[Claim]:
+    """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits, judged on ``score``
+    (the image-dependent token by default); the other score is recorded beside it."""
+    m = edits.means[score]
+    var = {"none": m["as is"], "VAR": m["VAR"], "score": score, "rows edited": edits.var_rows[0],
+           "rows it could edit": edits.var_rows[1],
+           "caption NLL": {"none": edits.means["caption"]["as is"], "VAR": edits.means["caption"]["VAR"]}}
+    masking = edits.masking(score) | {"caption NLL": edits.masking("caption")}
+    return visual_sink_claims(profile, masking, var, standin, d_model)
+
+
+def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
+    """Each claim judged over the draws ``runs`` (one list of :func:`edit_claims` per stand-in seed, the run's own
+    seed first) with :func:`sinklib.core.claims.over_draws`: it holds (fails) only when every draw holds (fails),
+    else it is unsettled. The spread recorded: the sinks' share of image tokens, the NLL increase with the sinks
+    hidden, VAR's change of the NLL. One run: its claims as they are (the Recorder records one evaluation)."""
+    if len(runs) == 1:
+        return [replace(c, draws_of=draws_of) for c in runs[0]]
+    # each claim's "@spread" is declared with its other numbers (kang_claims.sink_quantities, masking_quantities,
+    # var_quantities)
+    keys = {"kang2025.visual_sink_tokens_exist": lambda c: c.measured["max fraction of image tokens"],
+            "kang2025.masking_sinks_is_harmless": lambda c: c.measured["delta NLL sinks"],
+            "kang2025.var_helps": lambda c: c.measured["VAR"] - c.measured["none"]}
+    return [over_draws([run[i] for run in runs], draws_of, key=keys.get(claim.id))
+            for i, claim in enumerate(runs[0])]
+
+
+# ------------------------------------------------------------------------------------------------ 12_mllm's record
+@dataclass
+class StandinVerdicts:
+    """Kang et al.'s four claims as 12_mllm records them, and the per-stand-in numbers its figure and text read.
+
+    claims: id -> the recorded claim (existence, masking, VAR; each judged over the stand-ins, with its control);
+    background: the recorded ``kang2025.sinks_on_background``; background_per_seed: each stand-in's own record of it;
+    nll_changes: seed -> :meth:`EditComparison.nll_changes` (sinks, random, VAR against "as is"; max_phi);
+    random_changes: seed -> each random draw's NLL change; background_digits: seed -> the digits its background share
+    was measured on; control_dims, control_phi: the random-weight control's sink dimensions and largest image-token
+    phi; no_sinks: what a control note says when the random weights grow no sink."""
+
+    claims: dict[str, Claim]
+    background: Claim
+    background_per_seed: dict[int, Claim]
+    nll_changes: dict[int, dict[str, float]]
+    random_changes: dict[int, list[float]]
+    background_digits: dict[int, int]
+    control_dims: list[int]
+    control_phi: float
+    no_sinks: str
+    draw_seconds: float
+    control_seconds: float
+
+
+def judge_over_standins(record: Recorder, lm: LoadedModel, profile: MllmProfile, edits: EditComparison,
+                        pictures: list, captions: list[str], layout: ImageLayout, others: dict[int, LoadedModel],
+                        base: stitch.StitchConfig, sizes: MllmSizes, seed: int, kind: bool | str,
+                        d_model: int) -> StandinVerdicts:
+    """Kang et al.'s claims judged and recorded over every stand-in, with the random-weight control.
+
+    The run's own model (seed ``seed``): ``profile`` (its first batch) and ``edits`` (:func:`compare_edits` of
+    ``pictures`` with ``captions``). Each other stand-in of ``others`` (projector seed -> model, released from the dict
+    once measured) runs the same edits on its own ``sizes.draw_digits`` held-out digits with
+    ``sizes.draw_random_draws`` random draws. Each draw gives :func:`edit_claims` and a :func:`background_claim` of
+    its first ``sizes.batch_size`` digits; :func:`claims_over_draws` and :func:`over_draws` combine them (a claim
+    holds only when every stand-in agrees). The control: the same cells on ``lm``'s architecture with every weight
+    drawn fresh (:func:`random_weights`), on the first ``sizes.draw_digits`` digits -- the edits only where its
+    random weights grow a visual sink; a control that cannot be judged says why. ``kind``: the stand-in's margins
+    (:func:`~sinklib.architectures.mllm.kang_rules.standin_kind`), False for a pretrained model."""
+    score, batch = SCORES[0], sizes.batch_size
+
+    def background(p: MllmProfile, shown: list) -> Claim:
+        return background_claim(sink_union(p), plain_background(shown, layout), kind, largest_sink_phi(p))
+
+    runs = {seed: edit_claims(profile, edits, kind, d_model)}
+    changes = {seed: edits.nll_changes()}
+    random_changes = {seed: [r - edits.means[score]["as is"] for r in edits.random_draws[score]]}
+    backgrounds = {seed: background(edits.profile, pictures[:batch])}
+    background_digits = {seed: len(pictures[:batch])}
+    t0 = time.perf_counter()
+    for s in list(others):  # the other stand-ins: the same edits, fewer digits and random draws
+        other = others.pop(s)
+        d, y = stitch.heldout_digits(replace(base, seed=s), sizes.draw_digits)
+        e = compare_edits(other, d, [stitch.digit_caption(v) for v in y], profile.dims, batch,
+                          sizes.draw_random_draws, seed)
+        runs[s], changes[s] = edit_claims(e.profile, e, kind, d_model), e.nll_changes()
+        random_changes[s] = [r - e.means[score]["as is"] for r in e.random_draws[score]]
+        backgrounds[s], background_digits[s] = background(e.profile, d[:batch]), len(d[:batch])
+        del other
+        gc.collect()
+    draw_seconds = time.perf_counter() - t0
+    seeds = list(runs)
+    draws_of = (f"{len(seeds)} stand-ins, projector seeds {seeds[0]}-{seeds[-1]} (seed {seeds[0]}: {len(pictures)} "
+                f"digits, {sizes.random_draws} random-token draws; the others: {sizes.draw_digits} digits, "
+                f"{sizes.draw_random_draws} each)" if len(seeds) > 1 else
+                f"one model; the masking rule compares with each of {sizes.random_draws} random-token draw(s)")
+    claims = claims_over_draws(list(runs.values()), draws_of)
+
+    t0 = time.perf_counter()
+    control = random_weights(lm, seed=seed)
+    cd, cy = pictures[:sizes.draw_digits], captions[:sizes.draw_digits]
+    control_prof = profile_mllm(control.model, caption_inputs(control, cd, cy)[0])
+    control_phi = float(torch.nan_to_num(control_prof.phi, nan=0).max())
+    if sink_union(control_prof).any():  # sinks to hide and redistribute: run the edits too
+        control_edits = compare_edits(control, cd, cy, control_prof.dims, batch, sizes.draw_random_draws, seed)
+        control_claims = edit_claims(control_prof, control_edits, kind, d_model)
+    else:  # nothing to hide: the edit claims cannot be judged on the control
+        control_claims = visual_sink_claims(control_prof, None, None, kind, d_model)
+    control_background = background(control_prof, cd)
+    controls = {c.id: c for c in control_claims}
+    del control
+    gc.collect()
+    control_seconds = time.perf_counter() - t0
+    no_sinks = (f"control run: on random weights no image token reaches phi >= {KANG_TAU:g} (largest "
+                f"{control_phi:.1f}), so there is nothing to hide or redistribute")
+
+    # a control that cannot be judged says why: its own reason, else that the random weights grow no sink
+    recorded = {c.id: record.add(c, control=replace(controls[c.id], note=controls[c.id].note or no_sinks))
+                if c.id in controls else record.add(replace(c, control_note=no_sinks)) for c in claims}
+    background_of = (f"{len(seeds)} stand-in(s), projector seeds {seeds[0]}-{seeds[-1]}, the first {batch} digits of "
+                     f"each")
+    combined = (over_draws(list(backgrounds.values()), background_of, key=lambda c: c.measured["share on background"])
+                if len(backgrounds) > 1 else replace(backgrounds[seed], draws_of=background_of))
+    background_record = record.add(combined, control=control_background,
+                                   control_note="" if control_background.holds is not None else no_sinks)
+    return StandinVerdicts(recorded, background_record, backgrounds, changes, random_changes, background_digits,
+                           list(control_prof.dims), control_phi, no_sinks, draw_seconds, control_seconds)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from sinklib.architectures.mllm.captions import caption_inputs, logits_kwargs, scores
-from sinklib.architectures.mllm.kang_claims import visual_sink_claims
 from sinklib.architectures.mllm.kang_rules import (
     KANG_FIRST_LAYER,
     KANG_P,
@@ -25,7 +24,6 @@ from sinklib.architectures.mllm.kang_rules import (
     sink_union,
 )
 from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi, profile_forward, random_like
-from sinklib.core.claims import Claim, over_draws
 from sinklib.core.intervention import Intervention
 from sinklib.core.switch import eager_for
 
@@ -297,31 +295,3 @@ def compare_edits(lm, pictures: list, captions: list[str], dims: Sequence[int], 
                         "random hidden": sum(random_means[score]) / len(random_means[score]),
                         "VAR": mean(nll["VAR"], score)}
     return EditComparison(means, random_means, torch.cat(n_sinks), first, tuple(var_rows))
-
-
-def edit_claims(profile: MllmProfile, edits: EditComparison, standin: bool | str, d_model: int | None = None,
-                score: str = SCORES[0]) -> list[Claim]:
-    """Kang et al.'s three claims (:func:`visual_sink_claims`) for one model and its edits, judged on ``score``
-    (the image-dependent token by default); the other score is recorded beside it."""
-    m = edits.means[score]
-    var = {"none": m["as is"], "VAR": m["VAR"], "score": score, "rows edited": edits.var_rows[0],
-           "rows it could edit": edits.var_rows[1],
-           "caption NLL": {"none": edits.means["caption"]["as is"], "VAR": edits.means["caption"]["VAR"]}}
-    masking = edits.masking(score) | {"caption NLL": edits.masking("caption")}
-    return visual_sink_claims(profile, masking, var, standin, d_model)
-
-
-def claims_over_draws(runs: list[list[Claim]], draws_of: str) -> list[Claim]:
-    """Each claim judged over the draws ``runs`` (one list of :func:`edit_claims` per stand-in seed, the run's own
-    seed first) with :func:`sinklib.core.claims.over_draws`: it holds (fails) only when every draw holds (fails),
-    else it is unsettled. The spread recorded: the sinks' share of image tokens, the NLL increase with the sinks
-    hidden, VAR's change of the NLL. One run: its claims as they are (the Recorder records one evaluation)."""
-    if len(runs) == 1:
-        return [replace(c, draws_of=draws_of) for c in runs[0]]
-    # each claim's "@spread" is declared with its other numbers (kang_claims.sink_quantities, masking_quantities,
-    # var_quantities)
-    keys = {"kang2025.visual_sink_tokens_exist": lambda c: c.measured["max fraction of image tokens"],
-            "kang2025.masking_sinks_is_harmless": lambda c: c.measured["delta NLL sinks"],
-            "kang2025.var_helps": lambda c: c.measured["VAR"] - c.measured["none"]}
-    return [over_draws([run[i] for run in runs], draws_of, key=keys.get(claim.id))
-            for i, claim in enumerate(runs[0])]

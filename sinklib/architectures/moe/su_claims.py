@@ -1,5 +1,6 @@
 """Su et al.'s super-expert claims (arXiv 2507.23279; the authors' code ZunhaiSu/Super-Experts-Profilling) as
-records: a few super experts (the authors' selection rule, :func:`~sinklib.architectures.moe.super_experts.super_experts`,
+records: a few super experts (the authors' selection rule,
+:func:`~sinklib.architectures.moe.super_experts.super_experts`,
 plus an effect size), judged over three draws, and pruning them breaks the sink (against random experts, per draw);
 and what the upcycled stand-in cannot test, claim by claim. The measurements they read (routing, pruning runs) are
 in :mod:`sinklib.architectures.moe.moe_sinks`.
@@ -12,9 +13,10 @@ from dataclasses import replace
 import torch
 
 from sinklib.architectures.moe.moe_sinks import Routing, routing
+from sinklib.architectures.moe.pruning import compare_pruning
 from sinklib.architectures.moe.super_experts import EFFECT, effect_size, super_experts
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim, over_draws
+from sinklib.core.claims import Claim, Recorder, over_draws
 from sinklib.core.loaded import LoadedModel
 
 SU = "Su et al., Unveiling Super Experts in MoE LLMs, arXiv 2507.23279"
@@ -80,7 +82,8 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                  rule=f"the authors' rule (first 75% of layers, a > 99.5th percentile and > max // 10) finds 1 or more "
                       f"super experts, at most 1% of all experts, and each has a >= {effect:g} x the median a of the "
                       f"other routed experts",
-                 published={"Mixtral-8x7B": "1 of 256", "DeepSeek-V2-Lite": "2 of 1,782", "Qwen3-30B-A3B": "3 of 6,144"},
+                 published={"Mixtral-8x7B": "1 of 256", "DeepSeek-V2-Lite": "2 of 1,782",
+                            "Qwen3-30B-A3B": "3 of 6,144"},
                  measured={"super_experts": [[int(s[0]), int(s[1])] for s in supers], "share": share,
                            "a of the super experts": [s[2] for s in supers], "effect size": size,
                            "authors' rule finds": len(supers)},
@@ -88,7 +91,8 @@ def super_experts_claim(output_max: torch.Tensor, include_layers: float = 0.75, 
                  follows=f"Sec. 3.2.1, Eq. 6 and Algorithm 1; {SE_CODE}:_identify_super_experts (quantile=99.5, "
                          f"times=10) after _super_experts_analysis (include_layers=0.75)",
                  adapted=f"a is the max |down_proj output| over every token routed to the expert, where the authors' "
-                         f"hook keeps the first routed token's row per call (output[0].abs().max(), the earliest routed "
+                         f"hook keeps the first routed token's row per call (output[0].abs().max(), the earliest "
+                         f"routed "
                          f"token's row: super_experts.first_routed_max, whose selection the notebook prints beside "
                          f"it); the authors' rule is kept as the "
                          f"selection; the claim adds an effect size (each super "
@@ -108,9 +112,10 @@ def super_experts_over_draws(lm: LoadedModel, first: torch.Tensor, n_first: int,
                              seq_len: int, batch_size: int = 8, note: str = "",
                              shared: torch.Tensor | None = None) -> Claim:
     """:func:`super_experts_claim` judged over 3 draws (:func:`sinklib.core.claims.over_draws`): ``first`` -- the
-    run's own (L, E) expert maxima over ``n_first`` windows (seed ``seed``) -- and two more draws of ``n_windows`` held-out windows (seeds
-    seed + 1, seed + 2). On the upcycled stand-in its construction is a draw too: each extra draw routes through the
-    stand-in upcycled with that seed (:func:`sinklib.models.upcycle.load_standin`, built once and cached)."""
+    run's own (L, E) expert maxima over ``n_first`` windows (seed ``seed``) -- and two more draws of ``n_windows``
+    held-out windows (seeds seed + 1, seed + 2). On the upcycled stand-in its construction is a draw too: each
+    extra draw routes through the stand-in upcycled with that seed (:func:`sinklib.models.upcycle.load_standin`,
+    built once and cached)."""
     from sinklib.core.claims import over_draws
     from sinklib.core.data import text_windows
     from sinklib.models import upcycle
@@ -180,7 +185,44 @@ def pruning_over_draws(summary: dict[str, dict], note: str = "") -> Claim:
     base, pruned = summary["as is"], summary["super experts pruned"]
     controls = [v for k, v in summary.items() if k.startswith("random")]
     per_draw = [pruning_claim(base, pruned, [c], note) for c in controls] or [pruning_claim(base, pruned, [], note)]
-    combined = over_draws(per_draw, f"{len(controls)} draw{'' if len(controls) == 1 else 's'} of as many random experts of the same layers",
+    draws_of = f"{len(controls)} draw{'' if len(controls) == 1 else 's'} of as many random experts of the same layers"
+    combined = over_draws(per_draw, draws_of,
                           key=lambda c: max([abs(r["ppl"] / base["ppl"] - 1) for r in c.measured["random"]],
                                             default=0.0))
     return replace(combined, measured={"baseline": base, "prune super experts": pruned, "random": controls})
+
+
+# ------------------------------------------------------------------------------------------------ the notebook's record
+def record_super_experts(record: Recorder, lm: LoadedModel, route: Routing, control_route: Routing, n_windows: int,
+                         seed: int, draw_windows: int, seq_len: int, batch_size: int, standin: bool) -> Claim:
+    """su2025.few_super_experts as 11_moe records it: judged over three draws (:func:`super_experts_over_draws`;
+    ``route``: the run's own ``n_windows`` windows, two more of ``draw_windows``), the same rule on the random-weight
+    ``control_route`` as its control, and on the upcycled stand-in "cannot be judged here" (:func:`standin_verdict`,
+    the numbers kept)."""
+    note = STAND_IN_NOTE if standin else ""
+    claim = super_experts_over_draws(lm, route.output_max, n_windows, seed, draw_windows, seq_len, batch_size, note,
+                                     shared=route.shared_max)
+    control = super_experts_claim(control_route.output_max, note=note, shared=control_route.shared_max)
+    return record.add(standin_verdict(claim) if standin else claim, control=control)
+
+
+def record_pruning(record: Recorder, summary: dict[str, dict], control: LoadedModel,
+                   control_supers: list[tuple[int, int]], control_ids: torch.Tensor, held: torch.Tensor, seed: int,
+                   batch_size: int, standin: bool) -> Claim | None:
+    """su2025.pruning_super_experts_breaks_the_sink as 11_moe records it (None when no super expert was pruned):
+    judged per random-expert draw (:func:`pruning_over_draws` of ``summary``, the :meth:`PruneRun.summary` of each run
+    of :func:`compare_pruning`); its control, the same comparison on the random-weight ``control`` with its own super
+    experts ``control_supers`` pruned (half of ``control_ids``, the first held-out window cut to half its length, one
+    draw) -- not run, and said so, when the rule found none there; on the upcycled stand-in "cannot be judged here"
+    (:func:`standin_verdict`)."""
+    if "super experts pruned" not in summary:
+        return None
+    note = STAND_IN_NOTE if standin else ""
+    control_claim = None
+    if control_supers:  # fewer and shorter windows, one draw
+        runs = compare_pruning(control, control_supers, control_ids[:max(1, len(control_ids) // 2)],
+                               held[:1, :held.shape[1] // 2], 1, seed, batch_size)
+        control_claim = pruning_over_draws({k: r.summary() for k, r in runs.items()}, note)
+    why = "" if control_claim else "control not run: the authors' rule found no expert on random weights"
+    claim = replace(pruning_over_draws(summary, note), control_note=why)
+    return record.add(standin_verdict(claim) if standin else claim, control=control_claim, control_note=why)

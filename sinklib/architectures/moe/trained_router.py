@@ -26,6 +26,9 @@ from sinklib.mitigation.training import TrainConfig
 
 LABEL = "tiny Mixtral-class MoE (trained here)"
 HELDOUT_SEQS = 32  # held-out sequences each trained seed is measured on (:func:`measure`)
+SINK_RATE = 0.3  # a seed "formed a sink" when its sink rate is above this
+FIXED_FIRST = 0.9  # a fixed route: position 0 on its most common expert set in more than this share in every layer,
+LOOSE_MIDDLE = 0.5  # while a middle token is on its most common set in less than this share in every layer
 
 
 def moe_config(base: TrainConfig, n_experts: int = 4, top_k: int = 2, seed: int = 0) -> TrainConfig:
@@ -53,6 +56,17 @@ class TrainedRouter:
     same_set_middle: list[float]  # the same for the middle position
     max_abs_first: float  # the first token's largest |h| over layers (mean over sequences)
     max_abs_rest: float  # the other tokens' (mean over sequences of the max over t >= 1)
+
+    @property
+    def formed_sink(self) -> bool:
+        """A sink formed: sink rate > :data:`SINK_RATE`."""
+        return self.sink_rate > SINK_RATE
+
+    @property
+    def fixed_route(self) -> bool:
+        """Position 0 takes a fixed route: min over layers of its most-common-set share > :data:`FIXED_FIRST`, and the
+        middle token's max over layers < :data:`LOOSE_MIDDLE`."""
+        return min(self.same_set_first) > FIXED_FIRST and max(self.same_set_middle) < LOOSE_MIDDLE
 
 
 def measure(cfg: TrainConfig, n_seqs: int = HELDOUT_SEQS, progress: bool = False) -> TrainedRouter:

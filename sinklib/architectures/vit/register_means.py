@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from sinklib.architectures.vit.darcet_claims import PROBE_WHY, fraction_of_items, item_step
-from sinklib.architectures.vit.sun_claims import SUN
+from sinklib.architectures.vit.vit_massive_claims import SUN
 from sinklib.architectures.vit.vit_sinks import vit_forward
 from sinklib.core import quantities as q
 from sinklib.core.adapters import adapter_for

@@ -10,7 +10,7 @@ Every token sees every token here, so the first-token story of decoders does not
 much each key receives from all queries, what the CLS query looks at, the attention entropy, and the token norms.
 
 This module measures; Darcet et al.'s rules and claims are in :mod:`sinklib.architectures.vit.darcet_claims`, Sun et
-al.'s in :mod:`sinklib.architectures.vit.sun_claims`, the Table 1 probe in :mod:`sinklib.architectures.vit.probe`
+al.'s in :mod:`sinklib.architectures.vit.vit_massive_claims`, the Table 1 probe in :mod:`sinklib.architectures.vit.probe`
 (import each name from the module that defines it).
 """
 
@@ -200,7 +200,8 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
     return VitProfile(label=str(getattr(lm, "label", "")), n_prefix=n_prefix, grid=(gh, gw),
                       cls_map=torch.cat(cls_maps, 1), received=torch.cat(received, 1), entropy=ent,
                       norms=torch.cat(norms, 1), embed_similarity=torch.cat(similarity),
-                      top_abs=torch.cat(tops, 1), median_abs=torch.cat(medians, 1), top_site=torch.cat(sites, 1), cls_row=torch.cat(rows, 1))
+                      top_abs=torch.cat(tops, 1), median_abs=torch.cat(medians, 1), top_site=torch.cat(sites, 1),
+                      cls_row=torch.cat(rows, 1))
 
 
 def outlier_mask(patch_norms: torch.Tensor, factor: float = OUTLIER_FACTOR) -> torch.Tensor:
@@ -239,6 +240,17 @@ def high_norm_similarity(profile: VitProfile, top_fraction: float = 0.02) -> dic
     return {"selected": sim[chosen].mean().item(), "normal": sim[~chosen].mean().item(), "all": sim.mean().item(),
             "k": n, "label": label, "space": "patch embeddings", "outliers": outliers, "resolution": resolution,
             "images": images}
+
+
+def neighbour_gap(similarity: dict) -> str:
+    """How the selected (high-norm) patches of :func:`high_norm_similarity` compare with all patches in their mean
+    similarity to their grid neighbours: "no different" when the gap |selected - all| is below its resolution
+    (:func:`gap_resolution`), else "more" or "less" alike -- "as" alike for equal means without a resolution."""
+    sel, every = similarity["selected"], similarity["all"]
+    res = similarity.get("resolution", float("nan"))
+    if res is not None and not math.isnan(res) and abs(sel - every) < res:
+        return "no different"
+    return "more" if sel > every else "less" if sel < every else "as"
 
 
 def gap_resolution(sim: torch.Tensor, chosen: torch.Tensor) -> tuple[float, int]:
