@@ -1,8 +1,8 @@
 """The GPU profile's first run, rehearsed: every notebook end to end through the gpu profile's code path (hub ids
 resolved from a hub cache, several model classes per notebook, bfloat16 where the notebook does not fix float32) on
 tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
-without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`sinklib.pipeline.fake_cuda`,
-installed in every kernel through ``SINKLIB_FAKE_CUDA``): a tensor left on the wrong device fails here as it would on
+without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`tests.fake_cuda`,
+installed in every kernel by an IPython startup file): a tensor left on the wrong device fails here as it would on
 a GPU (profile ``tiny-gpu``). Each notebook once, on one device or on two with every transformers model split over
 both (accelerate's ``device_map="balanced"``, so blocks, captures and interventions sit on different devices) and the
 notebook given ``device="cuda:1"`` (:data:`ONE_DEVICE`, :data:`TWO_DEVICES`)."""
@@ -16,7 +16,8 @@ import pytest
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
-from sinklib.pipeline import fake_cuda, runner
+from sinklib.pipeline import runner
+from tests import fake_cuda
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
@@ -57,8 +58,8 @@ def plan_jobs(tmp_path_factory) -> dict:
     hub.mkdir(parents=True, exist_ok=True)
     tiny_hub.write_hub_cache(hub)
     base = {**runner.thread_env(1), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
-    one = {**base, fake_cuda.ENV: "1"}
-    two = {**base, fake_cuda.ENV: "2", "SINKLIB_DEVICE_MAP": "balanced"}
+    one = {**base, **fake_cuda.kernel_env(1, root / "ipython-1")}
+    two = {**base, **fake_cuda.kernel_env(2, root / "ipython-2"), "SINKLIB_DEVICE_MAP": "balanced"}
     return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda", one, 1))
              for key, (nb, model) in ONE_DEVICE.items()}
             | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda:1", two, 2))

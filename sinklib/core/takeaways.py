@@ -238,10 +238,15 @@ def audit(notebook: dict) -> tuple[list[str], int]:
     return problems, rendered
 
 
+FIGURE_NAME = re.compile(r"[\"'](fig\d\d[\w-]*)[\"']")  # a figure a notebook cell saves: fig_dir / "fig02_alpha-heatmap"
+
+
 def collect(notebook: dict) -> list[dict]:
     """The rendered takeaways of an executed notebook, in order: {"section": the last "## " heading above it,
-    "markdown": the paragraph}. The runner writes them beside the figures (``takeaways.json``) for the gallery."""
-    out, section = [], ""
+    "markdown": the paragraph, "figures": the figures saved by the code cells since the previous takeaway (the ones
+    it reads; its own cell included)}. The runner writes them beside the figures (``takeaways.json``) and the gallery
+    shows each takeaway after its figures."""
+    out, section, pending = [], "", []
     for cell in notebook.get("cells", []):
         source = "".join(cell.get("source", ""))
         if cell.get("cell_type") == "markdown":
@@ -249,10 +254,12 @@ def collect(notebook: dict) -> list[dict]:
                 if line.startswith("## ") or line.startswith("### "):
                     section = line.lstrip("#").strip()
             continue
+        pending += [name for name in FIGURE_NAME.findall(source) if name not in pending]
         for output in cell.get("outputs", []):
             text = "".join(output.get("data", {}).get("text/markdown", ""))
             if text.startswith(HEADING):
-                out.append({"section": section, "markdown": text})
+                out.append({"section": section, "markdown": text, "figures": pending})
+                pending = []
     return out
 
 

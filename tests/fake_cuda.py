@@ -13,14 +13,14 @@ with ``device="cuda"``) becomes a :class:`FakeCudaTensor`: its data stays on the
 * ``.numpy()`` on a CUDA tensor.
 
 Attention kernels CUDA has and the CPU lacks (flash-attention 2, the memory-efficient kernel) run as CPU
-transcriptions with CUDA's contract (:mod:`sinklib.pipeline.fake_cuda_kernels`); Triton kernels run in Triton's
+transcriptions with CUDA's contract (:mod:`tests.fake_cuda_kernels`); Triton kernels run in Triton's
 interpreter (``TRITON_INTERPRET=1`` while the fake device is on).
 
 ``torch.cuda.is_available`` / ``device_count`` / ``mem_get_info`` / ``synchronize`` / ``empty_cache`` answer as a
 machine with ``devices`` GPUs would while it is on. So a notebook that runs under it with ``device="cuda"`` has put
 every tensor where it belongs; one that leaves a capture on the CPU and indexes it with a mask built from CUDA
-input ids fails here as it would on the GPU. The papermill kernels install it when ``SINKLIB_FAKE_CUDA`` is set
-(:func:`install_from_environment`, called by :func:`sinklib.pipeline.notebook.start`).
+input ids fails here as it would on the GPU. Test tooling, not shipped: a test gives papermill kernels the device through :func:`kernel_env` (an
+IPython startup file that calls :func:`install_from_environment` before the first cell).
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from sinklib.pipeline.fake_cuda_kernels import KERNELS
+from tests.fake_cuda_kernels import KERNELS
 
 ENV = "SINKLIB_FAKE_CUDA"  # "1" or "2": fake CUDA devices in the notebook kernels
 _SYNC_LOAD = "HF_DEACTIVATE_ASYNC_LOAD"  # transformers: load weights in the calling thread
@@ -286,7 +287,7 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
     patches = {"is_available": lambda: True, "device_count": lambda: devices,
                "mem_get_info": lambda device=None: (FAKE_MEMORY, FAKE_MEMORY), "synchronize": lambda device=None: None,
                "empty_cache": lambda: None, "current_device": lambda: 0,
-               "get_device_name": lambda device=None: "fake CUDA (sinklib.pipeline.fake_cuda)",
+               "get_device_name": lambda device=None: "fake CUDA (tests.fake_cuda)",
                "memory_reserved": lambda device=None: 0, "memory_allocated": lambda device=None: 0,
                "is_bf16_supported": lambda *a, **k: True, "manual_seed_all": lambda seed: None,
                "manual_seed": lambda seed: None, "get_device_capability": lambda device=None: (9, 0),
@@ -341,3 +342,16 @@ def install_from_environment() -> int:
         _installed = contextlib.ExitStack()
         _installed.enter_context(fake_cuda(n))
     return n
+
+
+def kernel_env(devices: int, ipython_dir: Path) -> dict[str, str]:
+    """The environment for papermill kernels that start on ``devices`` fake CUDA devices: an IPython profile in
+    ``ipython_dir`` whose startup file installs the device (:func:`install_from_environment`) before the first cell,
+    so the shipped package knows nothing of it."""
+    startup = Path(ipython_dir) / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[1]
+    (startup / "00-fake-cuda.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\nfrom tests import fake_cuda\n"
+        "fake_cuda.install_from_environment()\n", encoding="utf-8")
+    return {ENV: str(devices), "IPYTHONDIR": str(ipython_dir)}
