@@ -19,8 +19,8 @@ interpreter (``TRITON_INTERPRET=1`` while the fake device is on).
 ``torch.cuda.is_available`` / ``device_count`` / ``mem_get_info`` / ``synchronize`` / ``empty_cache`` answer as a
 machine with ``devices`` GPUs would while it is on. So a notebook that runs under it with ``device="cuda"`` has put
 every tensor where it belongs; one that leaves a capture on the CPU and indexes it with a mask built from CUDA
-input ids fails here as it would on the GPU. Test tooling, not shipped: a test gives papermill kernels the device through :func:`kernel_env` (an
-IPython startup file that calls :func:`install_from_environment` before the first cell).
+input ids fails here as it would on the GPU. Test tooling, not shipped: a test gives papermill kernels the device through
+:func:`tests.kernel_startup.kernel_env` (an IPython startup file that calls :func:`install_from_environment`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -343,15 +342,3 @@ def install_from_environment() -> int:
         _installed.enter_context(fake_cuda(n))
     return n
 
-
-def kernel_env(devices: int, ipython_dir: Path) -> dict[str, str]:
-    """The environment for papermill kernels that start on ``devices`` fake CUDA devices: an IPython profile in
-    ``ipython_dir`` whose startup file installs the device (:func:`install_from_environment`) before the first cell,
-    so the shipped package knows nothing of it."""
-    startup = Path(ipython_dir) / "profile_default" / "startup"
-    startup.mkdir(parents=True, exist_ok=True)
-    root = Path(__file__).resolve().parents[1]
-    (startup / "00-fake-cuda.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(root)!r})\nfrom tests import fake_cuda\n"
-        "fake_cuda.install_from_environment()\n", encoding="utf-8")
-    return {ENV: str(devices), "IPYTHONDIR": str(ipython_dir)}

@@ -18,6 +18,7 @@ from sinklib.core import claims
 from sinklib.models import tiny_hub
 from sinklib.pipeline import runner
 from tests import fake_cuda
+from tests.kernel_startup import kernel_env
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
@@ -58,8 +59,8 @@ def plan_jobs(tmp_path_factory) -> dict:
     hub.mkdir(parents=True, exist_ok=True)
     tiny_hub.write_hub_cache(hub)
     base = {**runner.thread_env(1), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
-    one = {**base, **fake_cuda.kernel_env(1, root / "ipython-1")}
-    two = {**base, **fake_cuda.kernel_env(2, root / "ipython-2"), "SINKLIB_DEVICE_MAP": "balanced"}
+    one = {**base, **kernel_env(root / "ipython-1", fake_cuda=1)}
+    two = {**base, **kernel_env(root / "ipython-2", fake_cuda=2), "SINKLIB_DEVICE_MAP": "balanced"}
     return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda", one, 1))
              for key, (nb, model) in ONE_DEVICE.items()}
             | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda:1", two, 2))

@@ -70,8 +70,11 @@ def _folder(tmp_path_factory, name: str):
 
 
 def _smoke(path, root, env: dict):
-    return runner.run_isolated(path, env={**runner.thread_env(1), **env}, profile="smoke", model="", device="", seed=0,
-                               figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
+    """The smoke run of ``path``, every saved figure linted (:mod:`tests.figure_lint`) into the build folder's
+    ``figure-reports/<notebook>/``."""
+    lint = kernel_env(root / "ipython", figure_reports=root / "build" / "figure-reports")
+    return runner.run_isolated(path, env={**runner.thread_env(1), **lint, **env}, profile="smoke", model="", device="",
+                               seed=0, figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
 
 
 def _rebuild(path, root):

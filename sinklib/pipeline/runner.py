@@ -113,11 +113,6 @@ def kernel_env(**variables: str):
                 os.environ[k] = v
 
 
-def figure_reports_dir(build_dir: Path, stem: str) -> Path:
-    """Where a notebook's figure reports go (``NAME.layout.txt``: colliding texts, a panel the caption misses)."""
-    return Path(build_dir) / "figure-reports" / stem
-
-
 def run_notebook(
     path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path,
     progress_bar: bool = True, parent: int | None = None,
@@ -139,11 +134,7 @@ def run_notebook(
     # draws a static figure).
     # PYTHONHASHSEED: a fixed string-hash order in every kernel, so no set or dict of strings can order a run
     # differently from the next (benchmarks/determinism.py measures what moves the numbers).
-    # Figures' layout and caption reports (sinklib.core.plotting.save) go to the build folder, never among figures.
-    reports = figure_reports_dir(build_dir, path.stem)
-    shutil.rmtree(reports, ignore_errors=True)
-    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED,
-                    SINKLIB_FIGURE_REPORTS=str(reports.resolve())):
+    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED):
         try:
             pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
                                 kernel_name="python3", progress_bar=progress_bar)
