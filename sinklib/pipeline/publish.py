@@ -1,8 +1,8 @@
 """A run's hold on its folders, and publishing a notebook's figures so that no folder is ever half-written.
 
 * :class:`FolderLock`: one ``make figures`` per figures folder and per build folder at a time -- an exclusive
-  ``flock`` on ``<folder>/.sinklib-run.lock`` held for the whole run (the file names the holder's PID; the kernel
-  drops the lock when the process dies, so a killed run leaves no stale lock). A second run stops before anything
+  ``filelock`` (flock) on ``<folder>/.sinklib-run.lock`` held for the whole run (the file names the holder's PID;
+  the kernel drops the lock when the process dies, so a killed run leaves no stale lock). A second run stops before anything
   runs, with one line naming the first run's PID.
 * :func:`staging_dir`: a notebook writes into ``<figures>/.staging-<pid>/<notebook>`` -- private to the run, hidden,
   and on the figures folder's own filesystem, so :func:`publish` is two renames, never a copy.
@@ -17,12 +17,12 @@
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import re
 import shutil
 from pathlib import Path
+
+import filelock
 
 from sinklib.core.errors import InputError
 
@@ -37,35 +37,31 @@ class RunBusy(InputError):
 
 class FolderLock:
     """``with FolderLock(folder, "figures folder"):`` -- this process's exclusive hold on ``folder`` (see the module
-    docstring); raises :class:`RunBusy` (one line, the holder's PID) when another process holds it."""
+    docstring; a :class:`filelock.FileLock` that does not wait); raises :class:`RunBusy` (one line, the holder's PID)
+    when another process holds it."""
 
     def __init__(self, folder: Path, what: str):
         self.folder, self.what = Path(folder), what
-        self._fd: int | None = None
+        self._lock: filelock.BaseFileLock | None = None
 
     def __enter__(self) -> FolderLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = filelock.FileLock(path, timeout=0, is_singleton=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
+            lock.acquire()
+        except filelock.Timeout:
             holder = path.read_text(errors="replace").strip() or "unknown"
             raise RunBusy(f"the {self.what} {self.folder} is in use by another run (PID {holder}); wait for it to "
                           f"finish, or give this run its own --figures-dir and --build-dir.") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        path.write_text(f"{os.getpid()}\n")  # the holder, named to a second run
+        self._lock = lock
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def staging_root(figures_dir: Path) -> Path:
