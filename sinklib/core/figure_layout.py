@@ -9,7 +9,6 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-
 _MARKERS = {"o": ("a circle", "circles"), "s": ("a square", "squares"), "^": ("a triangle", "triangles"),
             "v": ("a down-triangle", "down-triangles"), "D": ("a diamond", "diamonds"), "*": ("a star", "stars"),
             "x": ("a cross", "crosses"), "+": ("a plus", "pluses"), ".": ("a dot", "dots"), "P": ("a plus", "pluses"),
