@@ -157,8 +157,8 @@ def test_attention_grid_labels_32_tokens_without_overlap():
     import matplotlib.pyplot as plt
     import torch
 
-    from tests.figure_lint import layout_problems
     from sinklib.core.plotting import attention_grid
+    from tests.figure_lint import layout_problems
 
     maps = torch.softmax(torch.randn(2, 4, 32, 32), -1)
     fig = attention_grid(maps, [0, 5], [0, 1, 2, 3], tokens=[f"tok{i}" for i in range(32)])

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from sinklib.core import quantities as q
-from sinklib.pipeline import environment, verify
+from sinklib.reproduction import environment, verify
 
 KV_ID = "intactkv.keep_sinks_full_precision"
 

@@ -5,7 +5,7 @@ The page is built only from what ``make figures`` left on disk, so it can be reb
 
 - a header: the profile(s), the commit and the date the page was built, the models the notebooks ran on, and a
   one-line table of contents;
-- the scorecard (:mod:`sinklib.pipeline.scorecard`): counts and the per-paper summary -- on the first screen of a
+- the scorecard (:mod:`sinklib.reproduction.scorecard`): counts and the per-paper summary -- on the first screen of a
   1,400 px window --, every claim with its verdict, values and caveat behind one click (a closed ``<details>``), and
   ``90_scorecard``'s figures;
 - per notebook (``figures/<stem>/``): its question (the notebook's title and first paragraph, read from
@@ -265,7 +265,7 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
 
 def _scorecard(root: Path) -> dict | None:
     """What :func:`scorecard_section` shows; None before any ``claims.json``."""
-    from sinklib.pipeline import scorecard
+    from sinklib.reproduction import scorecard
 
     rows = scorecard.collect(root)
     if not rows:
@@ -322,7 +322,8 @@ def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[
 
 def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTEBOOK_DIR) -> Path:
     """Write ``<figures_dir>/index.html`` (see the module docstring) and return its path."""
-    from sinklib.pipeline.publish import leftovers, require_folder
+    from sinklib.pipeline.publish import require_folder
+    from sinklib.reproduction.figures_folder import leftovers
 
     root = Path(figures_dir)
     require_folder(root, "figures folder")

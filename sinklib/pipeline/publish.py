@@ -11,23 +11,22 @@
   at any point leaves either the old folder or the new one complete (or, between the two renames, the old one
   hidden as ``.<notebook>.old``, which :func:`recover` puts back at the next run).
 * :func:`preflight`: every output folder exists, is writable and has room, checked before the first notebook runs.
-* :func:`notebook_folders`: what readers (scorecard, gallery, verify) may read -- visible ``NN_name`` folders only;
-  :func:`leftovers` names what an interrupted publish left behind.
+* what readers (scorecard, gallery, verify) may read -- visible ``NN_name`` folders only -- and what an interrupted
+  publish left behind: :mod:`sinklib.reproduction.figures_folder`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 import filelock
 
 from sinklib.core.errors import InputError
+from sinklib.reproduction.figures_folder import leftovers, notebook_folders  # noqa: F401 (the readers' side)
 
 LOCK_NAME = ".sinklib-run.lock"
-NOTEBOOK_FOLDER = re.compile(r"^\d\d_[A-Za-z0-9_]+$")  # 00_tour, 13_vit, ...: what a reader may read
 MIN_FREE_BYTES = 64 * 2**20  # per notebook, besides twice what its previous figures take
 
 
@@ -137,24 +136,6 @@ def recover(figures_dir: Path) -> list[str]:
     for stale in figures_dir.glob(".staging-*"):
         shutil.rmtree(stale, ignore_errors=True)
     return lines
-
-
-def notebook_folders(figures_dir: Path) -> list[Path]:
-    """The visible notebook folders (``NN_name``) of ``figures_dir``, in order: what readers may read."""
-    figures_dir = Path(figures_dir)
-    if not figures_dir.is_dir():
-        return []
-    return sorted(p for p in figures_dir.iterdir() if p.is_dir() and NOTEBOOK_FOLDER.match(p.name))
-
-
-def leftovers(figures_dir: Path) -> list[str]:
-    """One line per folder an interrupted publish left hidden (``.<nb>.old`` with no ``<nb>``)."""
-    figures_dir = Path(figures_dir)
-    if not figures_dir.is_dir():
-        return []
-    return [f"{old} is the last complete copy of {old.name[1:-4]}, hidden by an interrupted publish: the next make "
-            f"figures puts it back (or rename it to {old.name[1:-4]})"
-            for old in sorted(figures_dir.glob(".*.old")) if not (figures_dir / old.name[1:-4]).exists()]
 
 
 def _folder_bytes(folder: Path) -> int:

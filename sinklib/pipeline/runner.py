@@ -29,6 +29,7 @@ from pathlib import Path
 from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, cache_dir
 from sinklib.pipeline import publish
+from sinklib.reproduction.environment import KERNEL_ISA_VARIABLES, thread_env
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 KERNEL_HASH_SEED = "0"  # PYTHONHASHSEED of every kernel
@@ -171,14 +172,6 @@ def _signals_held():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """The environment that gives a kernel ``threads`` OpenMP/MKL threads (make figures: cores // notebooks at once)."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 # Folders named by the environment: a kernel runs in notebooks/, so a relative one would name another folder there

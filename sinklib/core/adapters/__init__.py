@@ -52,9 +52,7 @@ def adapter_for(model: nn.Module) -> Adapter:
 def model_and_adapter(model, adapter: Adapter | None = None) -> tuple[nn.Module, Adapter]:
     """``(module, adapter)`` for a :class:`~sinklib.core.loaded.LoadedModel` (its own adapter, found once:
     ``lm.adapter``) or a bare module (found now); ``adapter`` overrides either."""
-    from sinklib.core.loaded import LoadedModel
-
-    if isinstance(model, LoadedModel):
+    if not isinstance(model, nn.Module):  # a LoadedModel (its .model and .adapter)
         return model.model, adapter or model.adapter
     return model, adapter or adapter_for(model)
 

@@ -29,7 +29,14 @@ from pathlib import Path
 
 from sinklib.core.paths import ROOT
 from sinklib.core.quantities import MEASURED_ON
-from sinklib.pipeline.runner import KERNEL_ISA_VARIABLES, thread_env
+
+KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment that gives a kernel ``threads`` OpenMP/MKL threads (make figures: cores // notebooks at once)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
 
 LOCK = ROOT / "requirements.lock"
 CPUINFO = Path("/proc/cpuinfo")
@@ -173,7 +180,7 @@ def environment(figures_dir: str | Path | None = None) -> dict:
 
 
 
-_PROBE = ("import json; from sinklib.pipeline.environment import onednn_isa; "
+_PROBE = ("import json; from sinklib.reproduction.environment import onednn_isa; "
           "print('BF16-KERNEL ' + json.dumps(onednn_isa()))")
 
 
@@ -307,7 +314,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
 
 
 def likely_causes(env_diffs: list[EnvDifference], diffs: list, run: dict, reference: dict) -> list[str]:
-    """For each kind of claim that changed (``diffs``: :class:`sinklib.pipeline.verify.Difference` s; anything but a
+    """For each kind of claim that changed (``diffs``: :class:`sinklib.reproduction.verify.Difference` s; anything but a
     claim only one side has), the first setting of
     :data:`CAUSES` that differs here and moves that kind -- with the difference and why; no setting differs: the
     code (the commits) or a step that is not deterministic."""
