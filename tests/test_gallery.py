@@ -15,7 +15,7 @@ from markupsafe import Markup
 from sinklib.core import plotting
 from sinklib.core.claims import Claim, Recorder
 from sinklib.core.results import write_json
-from sinklib.pipeline import gallery, gallery_math, runner
+from sinklib.pipeline import executed, gallery, gallery_math
 from tests import browser
 
 
@@ -116,7 +116,7 @@ def test_render_html_embeds_figures_and_drops_cdn_scripts(tmp_path):
         "1", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "x"})])]
     src = tmp_path / "n.ipynb"
     nbformat.write(nb, src)
-    body = runner.render_html(src, tmp_path / "n.html").read_text()
+    body = executed.render_html(src, tmp_path / "n.html").read_text()
     assert "data:image/png;base64,iVBORw0KGgo=" in body and "cdnjs" not in body.split("<style")[0]
     assert "<script src=\"https://" not in body
 

@@ -16,7 +16,7 @@ import pytest
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
-from sinklib.pipeline import runner
+from sinklib.pipeline import runner, schedule
 from tests import fake_cuda
 from tests.kernel_startup import kernel_env
 
@@ -111,11 +111,11 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
 
 def test_jobs_give_each_notebook_its_own_gpu():
     with fake_cuda.fake_cuda(2):
-        assert runner.gpu_slots("gpu", "", 2) == ["cuda:0", "cuda:1"]
-        assert runner.gpu_slots("gpu", "", 4) == ["cuda:0", "cuda:1"]  # no more notebooks at once than GPUs
-        assert runner.gpu_slots("gpu", "cuda:0", 2) == []  # a device named by the user is kept
-        assert runner.gpu_slots("gpu", "", 1) == []
-        assert runner.gpu_slots("cpu", "", 2) == []  # the cpu profile stays on the CPU
+        assert schedule.gpu_slots("gpu", "", 2) == ["cuda:0", "cuda:1"]
+        assert schedule.gpu_slots("gpu", "", 4) == ["cuda:0", "cuda:1"]  # no more notebooks at once than GPUs
+        assert schedule.gpu_slots("gpu", "cuda:0", 2) == []  # a device named by the user is kept
+        assert schedule.gpu_slots("gpu", "", 1) == []
+        assert schedule.gpu_slots("cpu", "", 2) == []  # the cpu profile stays on the CPU
     with fake_cuda.fake_cuda(1):
-        assert runner.gpu_slots("gpu", "", 2) == []
-    assert runner.gpu_slots("gpu", "", 2) == []  # no CUDA at all
+        assert schedule.gpu_slots("gpu", "", 2) == []
+    assert schedule.gpu_slots("gpu", "", 2) == []  # no CUDA at all
