@@ -43,7 +43,7 @@ def run(folder: Path, notebooks: list[str], env: dict[str, str], jobs: int) -> i
 def compare(runs: dict[str, Path], notebooks: set[str] | None = None) -> dict:
     """Per claim found in every run: each number that is not equal in all of them, with its values and spread; per
     claim the spread of its margin's value."""
-    from sinklib.pipeline import scorecard, verify
+    from sinklib.reproduction import scorecard, verify
 
     records = {name: {f"{r.notebook}/{r.id} [{r.model}]": verify.record(r) for r in scorecard.collect(path)
                       if notebooks is None or r.notebook[:2] in notebooks} for name, path in runs.items()}
@@ -108,7 +108,7 @@ def record(runs: dict[str, Path], describe: dict[str, str], commit: str = "") ->
     """What ``data/reference/cross_setting_standins.json`` holds: per notebook (11, 12) the claims of the runs that
     ran it, every number that moved; 12's cut numbers per seed (:func:`kang_spreads`); how each run was made, and
     ``commit``: the commit the runs were made at (default: this checkout's)."""
-    from sinklib.pipeline.environment import environment
+    from sinklib.reproduction.environment import environment
 
     ran = {nb: {n: p for n, p in runs.items() if any((p / d).is_dir() for d in (f"{nb}_moe", f"{nb}_mllm"))}
            for nb in ("11", "12")}

@@ -37,7 +37,8 @@ figures_dir = "../figures"  # where the other notebooks' claims.json are (make f
 import pandas as pd
 
 from sinklib.core import plotting
-from sinklib.pipeline import notebook, scorecard, scorecard_plots
+from sinklib.pipeline import notebook
+from sinklib.reproduction import scorecard, scorecard_plots
 
 nb = notebook.start("90_scorecard", profile, model, device, seed, out_dir, families=None, label="scorecard")
 fig_dir = nb.fig_dir

@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 from sinklib.architectures.mllm import visual_sink_plots
 from sinklib.architectures.vit import vit_plots
 from sinklib.core import plotting
-from sinklib.core.figure_layout import layout_problems
+from tests.figure_lint import layout_problems
 
 
 @pytest.fixture

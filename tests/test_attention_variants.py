@@ -155,7 +155,7 @@ def test_fused_training_path_equals_the_maps_on_cuda(name):
     """Without recorded weights on a CUDA device the softmax-like variants run torch's fused attention (one extra key
     for off-by-one, sink logit and KV bias): the same outputs and gradients as the materialised maps; sigmoid and
     softpick keep their maps. On the fake CUDA device (CPU data, CUDA's device checks)."""
-    from sinklib.pipeline.fake_cuda import fake_cuda
+    from tests.fake_cuda import fake_cuda
 
     g = torch.Generator().manual_seed(1)
     q, k, v, x = (torch.randn(B, H, 7, HD, generator=g), torch.randn(B, H, 7, HD, generator=g),

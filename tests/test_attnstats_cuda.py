@@ -14,8 +14,8 @@ import torch
 from sinklib.core import lse_attention, metrics
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
-from sinklib.pipeline import fake_cuda_kernels
-from sinklib.pipeline.fake_cuda import fake_cuda
+from tests import fake_cuda_kernels
+from tests.fake_cuda import fake_cuda
 
 
 def _eager_maps(model, ids, **kwargs) -> torch.Tensor:

@@ -12,7 +12,7 @@ from sinklib.core import claims
 from sinklib.core import quantities as q
 from sinklib.core.errors import InputError
 from sinklib.core.paths import ROOT
-from sinklib.pipeline import scorecard
+from sinklib.reproduction import scorecard
 
 
 def _recorded(tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sinklib.pipeline import environment
+from sinklib.reproduction import environment
 
 
 def test_another_isa_steps_down_from_each_kernel():

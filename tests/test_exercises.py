@@ -56,7 +56,7 @@ def plan_jobs(tmp_path_factory) -> dict:
 
 
 def _check(solutions) -> dict:
-    from sinklib.pipeline.runner import thread_env
+    from sinklib.reproduction.environment import thread_env
     from sinklib.teaching.exercises import SMOKE_ENV
 
     child = subprocess.run([sys.executable, "-m", "sinklib.teaching.exercises", *map(str, solutions)],

@@ -1,4 +1,4 @@
-"""The fake CUDA device (sinklib.pipeline.fake_cuda): it raises where real CUDA raises, and with it the GPU path's
+"""The fake CUDA device (tests.fake_cuda): it raises where real CUDA raises, and with it the GPU path's
 first-run failures show on a CPU machine (issue: the GPU path, proven before a GPU)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sinklib.pipeline.fake_cuda import FakeCudaError, FakeCudaTensor, fake_cuda
+from tests.fake_cuda import FakeCudaError, FakeCudaTensor, fake_cuda
 
 
 def test_tensors_and_modules_move_and_say_cuda():

@@ -95,7 +95,7 @@ def test_a_broken_claims_file_is_one_line_naming_the_file_and_the_rerun(tmp_path
 
 
 def test_the_scorecard_leaves_a_broken_claims_file_out_with_its_name(tmp_path, capsys):
-    from sinklib.pipeline import scorecard
+    from sinklib.reproduction import scorecard
 
     _claims_file(tmp_path)
     bad = tmp_path / "08_bad" / "claims.json"

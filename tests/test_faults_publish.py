@@ -17,6 +17,7 @@ from helpers import write_notebook
 
 from sinklib.core.errors import InputError
 from sinklib.pipeline import publish, runner
+from sinklib.reproduction import figures_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,14 +95,15 @@ def test_a_failed_publish_keeps_the_previous_figures_whole(tmp_path, monkeypatch
 
 def test_a_publish_killed_between_its_renames_is_restored_and_never_read_as_a_notebook(tmp_path, capsys):
     """Item 2: a kill between the two renames left only ``.13_vit.old``, which the scorecard read as a notebook."""
-    from sinklib.pipeline import gallery, scorecard
+    from sinklib.pipeline import gallery
+    from sinklib.reproduction import scorecard
 
     figures = tmp_path / "figures"
     old = _previous(figures)
     old.rename(figures / ".00_demo.old")  # what the kill left
     (figures / ".staging-999999" / "00_demo").mkdir(parents=True)
     assert scorecard.collect(figures) == []
-    assert not publish.notebook_folders(figures)
+    assert not figures_folder.notebook_folders(figures)
     gallery.build_gallery(figures)
     assert "hidden by an interrupted publish" in capsys.readouterr().out
     assert publish.recover(figures) == [f"restored {figures / '00_demo'} from a publish that was interrupted"]
@@ -139,7 +141,7 @@ def _claims_folder(figures: Path, notebook: str, profile: str, ids: list[str]) -
 
 def test_make_reference_refuses_a_partial_or_smoke_run_and_verify_says_why_first(tmp_path, capsys):
     """Item 3: a smoke run of four notebooks replaced the 70-claim reference, and verify then said "reproduced"."""
-    from sinklib.pipeline import verify
+    from sinklib.reproduction import verify
 
     full, partial = tmp_path / "full", tmp_path / "partial"
     _claims_folder(full, "00_tour", "cpu", ["gu.a", "gu.b"])

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+import tomllib
+from markupsafe import Markup
 
 from sinklib.core import plotting
 from sinklib.core.claims import Claim, Recorder
 from sinklib.core.results import write_json
-from sinklib.pipeline import gallery, runner
+from sinklib.pipeline import executed, gallery, gallery_math
 from tests import browser
 
 
@@ -111,7 +116,7 @@ def test_render_html_embeds_figures_and_drops_cdn_scripts(tmp_path):
         "1", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "x"})])]
     src = tmp_path / "n.ipynb"
     nbformat.write(nb, src)
-    body = runner.render_html(src, tmp_path / "n.html").read_text()
+    body = executed.render_html(src, tmp_path / "n.html").read_text()
     assert "data:image/png;base64,iVBORw0KGgo=" in body and "cdnjs" not in body.split("<style")[0]
     assert "<script src=\"https://" not in body
 
@@ -165,3 +170,71 @@ def test_every_claim_list_is_closed_and_after_the_scorecard_summary(tmp_path):
     assert page.index("id='every-claim-table'") > every and "href='#every-claim-table'" in page
     assert "{&quot;" not in page and '{"' not in page.split("<body>")[1]  # no JSON dump in a cell
     assert "<td class='caveat'>" in page and "table-layout:fixed" in page
+
+
+def _save(folder, name, caption=""):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, 1])
+    plotting.save(fig, folder / name, caption, formats=("png",))
+    plt.close(fig)
+
+
+def test_each_takeaway_follows_the_figures_it_reads(tmp_path):
+    """takeaways.json with each takeaway's figures: figures, then their takeaway; a takeaway without figures of its
+    own right after the previous block; a figure named twice shown once; a named figure without a PNG skipped;
+    figures no takeaway names at the end. An older takeaways.json (no "figures"): every takeaway, then every figure."""
+    root, nbdir = _figures(tmp_path)
+    folder = root / "05_x"
+    for name in ("fig02_heat", "fig03_curve", "fig04_extra"):
+        _save(folder, name)
+    saw = [{"section": f"{i} · Part", "markdown": f"**What we saw.** Takeaway {i}."} for i in (1, 2, 3)]
+    for t, figures in zip(saw, [["fig02_heat", "fig01_line"], [], ["fig02_heat", "fig09_gone", "fig03_curve"]]):
+        t["figures"] = figures
+    write_json(folder / "takeaways.json", {"notebook": "05_x", "takeaways": saw})
+    assert [([p.stem for p in figs], t and t[1][-11:]) for figs, t in gallery.takeaway_blocks(folder)] == [
+        (["fig02_heat", "fig01_line"], "Takeaway 1."), ([], "Takeaway 2."), (["fig03_curve"], "Takeaway 3."),
+        (["fig04_extra"], None)]
+    section = gallery.build_gallery(root, notebook_dir=nbdir).read_text().split("<section id='05_x'>")[1]
+    order = [m.group(1) or m.group(2) for m in re.finditer(r"<figure id='05_x-(\w+)'|(Takeaway \d)", section)]
+    assert order == ["fig02_heat", "fig01_line", "Takeaway 1", "Takeaway 2", "fig03_curve", "Takeaway 3",
+                     "fig04_extra"]
+    assert "<h3>Figures and what we saw</h3>" in section and "<h3>Figures</h3>" not in section
+    for t in saw:  # the format before takeaways named their figures
+        del t["figures"]
+    write_json(folder / "takeaways.json", {"notebook": "05_x", "takeaways": saw})
+    assert gallery.takeaway_blocks(folder) is None
+    section = gallery.build_gallery(root, notebook_dir=nbdir).read_text().split("<section id='05_x'>")[1]
+    order = [m.group(1) or m.group(2) for m in re.finditer(r"<figure id='05_x-(\w+)'|(Takeaway \d)", section)]
+    assert order == ["Takeaway 1", "Takeaway 2", "Takeaway 3", "fig01_line", "fig02_heat", "fig03_curve",
+                     "fig04_extra"]
+    assert section.index("<h3>What we saw</h3>") < section.index("<h3>Figures</h3>")
+
+
+def test_markdown_math_is_parsed_by_dollarmath_and_drawn_offline():
+    svg = "<svg class='math"
+    # display math on its own lines, inside a table cell, and inline $$ in a paragraph
+    html = gallery_math.with_math("Text:\n\n$$\n\\frac{1}{T}\\sum_t A_{t,0}\n$$\n\n| a | $b_1$ |\n|---|---|\n"
+                                  "| $\\le$ | x |\n\nand $$x^2$$ inline", markdown=True)
+    assert html.count(svg) == 4 and html.count("display:block") == 2 and "<td><svg" in html and "$" not in html
+    assert "class=\"math" not in html  # dollarmath's own wrappers are not on the page: the SVG is
+    # pandoc's rule: a word character against a dollar is not math; escaped dollars and raw HTML stay text
+    html = gallery_math.with_math("US$5 and $n$th, \\$x\\$ and <b>x</b> and *$a_1$*", markdown=True)
+    assert html.count(svg) == 1 and "US$5 and $n$th, $x$" in html and "&lt;b&gt;x&lt;/b&gt;" in html
+    assert "<em><svg" in html
+    # plain text: math, escapes and code spans as written (backticks kept), no Markdown, no paragraph
+    plain = gallery.with_math("**a** `$x$` \\$ and $y$ & <i>")
+    assert plain.startswith("**a** `$x$` $ and <svg class='math'") and plain.endswith(" &amp; &lt;i&gt;")
+    assert isinstance(plain, Markup) and isinstance(gallery.with_math("x", markdown=True), Markup)
+
+
+def test_the_page_escapes_text_and_its_templates_ship_with_the_package(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    (root / "05_x" / "fig01_line.txt").write_text("a <script>alert(1)</script> & $x$")
+    (root / "05_x" / "fig01_line.title.txt").write_text("Title with 'quotes'")
+    page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
+    assert "<script>" not in page and "a &lt;script&gt;alert(1)&lt;/script&gt; &amp; <svg class='math'" in page
+    assert "alt='Title with &#39;quotes&#39;'" in page
+    templates = resources.files("sinklib.pipeline") / "templates"
+    assert {p.name for p in templates.iterdir()} >= {"gallery.html.j2", "gallery_sections.html.j2"}
+    data = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "templates/*.j2" in data["tool"]["setuptools"]["package-data"]["sinklib.pipeline"]

@@ -1,8 +1,8 @@
 """The GPU profile's first run, rehearsed: every notebook end to end through the gpu profile's code path (hub ids
 resolved from a hub cache, several model classes per notebook, bfloat16 where the notebook does not fix float32) on
 tiny random models of the same classes -- Llama, GPT-2, Mixtral, OLMoE, LLaVA with its processor, DINOv2 with and
-without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`sinklib.pipeline.fake_cuda`,
-installed in every kernel through ``SINKLIB_FAKE_CUDA``): a tensor left on the wrong device fails here as it would on
+without registers, a timm ViT -- with ``device="cuda"`` on a fake CUDA device (:mod:`tests.fake_cuda`,
+installed in every kernel by an IPython startup file): a tensor left on the wrong device fails here as it would on
 a GPU (profile ``tiny-gpu``). Each notebook once, on one device or on two with every transformers model split over
 both (accelerate's ``device_map="balanced"``, so blocks, captures and interventions sit on different devices) and the
 notebook given ``device="cuda:1"`` (:data:`ONE_DEVICE`, :data:`TWO_DEVICES`)."""
@@ -16,7 +16,9 @@ import pytest
 
 from sinklib.core import claims
 from sinklib.models import tiny_hub
-from sinklib.pipeline import fake_cuda, runner
+from sinklib.pipeline import runner, schedule
+from tests import fake_cuda
+from tests.kernel_startup import kernel_env
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = [p for p in runner.discover() if p.stem != "90_scorecard"]
@@ -57,8 +59,8 @@ def plan_jobs(tmp_path_factory) -> dict:
     hub.mkdir(parents=True, exist_ok=True)
     tiny_hub.write_hub_cache(hub)
     base = {**runner.thread_env(1), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
-    one = {**base, fake_cuda.ENV: "1"}
-    two = {**base, fake_cuda.ENV: "2", "SINKLIB_DEVICE_MAP": "balanced"}
+    one = {**base, **kernel_env(root / "ipython-1", fake_cuda=1)}
+    two = {**base, **kernel_env(root / "ipython-2", fake_cuda=2), "SINKLIB_DEVICE_MAP": "balanced"}
     return ({f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda", one, 1))
              for key, (nb, model) in ONE_DEVICE.items()}
             | {f"tiny-gpu:{key}": (RUN_SECONDS.get(key, 30), partial(_run, root, key, nb, model, "cuda:1", two, 2))
@@ -109,11 +111,11 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
 
 def test_jobs_give_each_notebook_its_own_gpu():
     with fake_cuda.fake_cuda(2):
-        assert runner.gpu_slots("gpu", "", 2) == ["cuda:0", "cuda:1"]
-        assert runner.gpu_slots("gpu", "", 4) == ["cuda:0", "cuda:1"]  # no more notebooks at once than GPUs
-        assert runner.gpu_slots("gpu", "cuda:0", 2) == []  # a device named by the user is kept
-        assert runner.gpu_slots("gpu", "", 1) == []
-        assert runner.gpu_slots("cpu", "", 2) == []  # the cpu profile stays on the CPU
+        assert schedule.gpu_slots("gpu", "", 2) == ["cuda:0", "cuda:1"]
+        assert schedule.gpu_slots("gpu", "", 4) == ["cuda:0", "cuda:1"]  # no more notebooks at once than GPUs
+        assert schedule.gpu_slots("gpu", "cuda:0", 2) == []  # a device named by the user is kept
+        assert schedule.gpu_slots("gpu", "", 1) == []
+        assert schedule.gpu_slots("cpu", "", 2) == []  # the cpu profile stays on the CPU
     with fake_cuda.fake_cuda(1):
-        assert runner.gpu_slots("gpu", "", 2) == []
-    assert runner.gpu_slots("gpu", "", 2) == []  # no CUDA at all
+        assert schedule.gpu_slots("gpu", "", 2) == []
+    assert schedule.gpu_slots("gpu", "", 2) == []  # no CUDA at all

@@ -9,8 +9,8 @@ import torch
 from sinklib.core import memory
 from sinklib.core.capture import Capture, float32_inputs
 from sinklib.models.load import device_map_for
-from sinklib.pipeline.fake_cuda import FAKE_MEMORY, fake_cuda
 from sinklib.utilization.decode_timing import device_synchronizer
+from tests.fake_cuda import FAKE_MEMORY, fake_cuda
 
 
 def _probabilities(q, k, mask=None):

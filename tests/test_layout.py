@@ -6,7 +6,8 @@ Layers, bottom to top (a module may import its own folder and any folder listed 
     models                                 where every model comes from
     utilization | interpretation | mitigation   the survey's dimensions (01, 02, 03); none imports another
     architectures.{llm,moe,mllm,vit}       10-13; each may use the dimensions, none imports another architecture
-    teaching, pipeline                     on top (pipeline may use teaching, not the other way round)
+    teaching, reproduction                 above the research (the exercises; the scorecard, verify, environment)
+    pipeline                               on top (it runs the notebooks and may use all of the above)
 
 Imports are read with ``ast`` from the source, including those inside functions, so a lazy import counts too.
 """
@@ -35,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "architectures": {"architectures"},  # the folder's own __init__ (a docstring)
 }
 ALLOWED["teaching"] = set().union(*ALLOWED.values()) | {"teaching"}
-ALLOWED["pipeline"] = ALLOWED["teaching"] | {"pipeline"}
+ALLOWED["reproduction"] = ALLOWED["teaching"] - {"teaching"} | {"reproduction"}
+ALLOWED["pipeline"] = ALLOWED["teaching"] | ALLOWED["reproduction"] | {"pipeline"}
 ALLOWED[""] = ALLOWED["pipeline"]  # sinklib/__init__.py and __main__.py: the facade over everything
 
 # which folder holds the code behind each research notebook
@@ -153,7 +155,7 @@ def test_no_import_loop():
 def test_every_folder_has_a_layer_and_the_design_cards_folders_exist():
     folders = {folder(m) for m in import_graph()}
     assert folders <= set(ALLOWED)
-    assert {"core", "models", *DIMENSIONS, *ARCHITECTURES, "pipeline", "teaching"} <= folders
+    assert {"core", "models", *DIMENSIONS, *ARCHITECTURES, "pipeline", "reproduction", "teaching"} <= folders
 
 
 @pytest.mark.parametrize("number", sorted(NOTEBOOK_FOLDER))
@@ -162,7 +164,7 @@ def test_a_notebooks_research_code_lives_in_its_own_folder(number):
     shared core / models / pipeline), so "where is the code behind NN?" has one answer."""
     source = next(NOTEBOOKS.glob(f"{number}_*.py"))
     imported = imported_modules(source, PACKAGE, set(import_graph()))
-    research = {folder(m) for m in imported} - {"core", "models", "pipeline", "teaching", ""}
+    research = {folder(m) for m in imported} - {"core", "models", "pipeline", "reproduction", "teaching", ""}
     assert research == {NOTEBOOK_FOLDER[number]}, f"{source.name} imports research code from {sorted(research)}"
 
 

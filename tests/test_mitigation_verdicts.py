@@ -159,7 +159,7 @@ def test_a_share_clearly_above_the_cut_rules_out_removal_however_close_alpha_com
 
 def test_headwise_rmsnorm_removal_is_our_own_question_not_the_papers_claim():
     """Issue 43 item 10: arXiv 2605.06611 claims faster convergence and statistical parity, not removal."""
-    from sinklib.pipeline.scorecard import OWN_QUESTION
+    from sinklib.reproduction.scorecard import OWN_QUESTION
 
     ref = load_reference("mitigations")
     runs = {"softmax": [fake_run([2.0], [0.40])], "headwise_rmsnorm": [fake_run([2.0], [0.05], sink_rate=0.0)]}

@@ -11,6 +11,7 @@ import pytest
 from sinklib.core import claims
 from sinklib.pipeline import gallery, runner
 from tests import browser
+from tests.kernel_startup import kernel_env
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = runner.discover()
@@ -20,7 +21,7 @@ WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigatio
 # (benchmarks/determinism.py: threads, PYTHONHASHSEED, deterministic kernels).
 # notebooks whose numbers depend on the threads or the instruction set (bf16 training, 2- and 4-bit KV rounding): run a
 # second time under another setting -- two threads a notebook (make figures JOBS=1) and oneDNN capped to an instruction
-# set whose bf16 matmul kernel differs from the one this host runs (sinklib.pipeline.environment.second_setting: AMX ->
+# set whose bf16 matmul kernel differs from the one this host runs (sinklib.reproduction.environment.second_setting: AMX ->
 # AVX512_CORE_BF16, AVX512_CORE_BF16 -> AVX512_CORE's jit gemm, ...; a cap that is a no-op here would compare nothing)
 # -- their verdicts must not change. The builds among them are rebuilt from an empty cache there. 01 (float32
 # forwards; its 2- and 4-bit KV ratios judged by paired intervals) gave the same verdicts under such a setting; its
@@ -33,7 +34,7 @@ VARIES = {"03_mitigation", "12_mllm"}  # the builds trained in bfloat16 autocast
 @functools.cache
 def second_setting() -> tuple[dict[str, str], dict, dict]:
     """(environment, this host's bf16 kernel, the kernel under it): probed once per session."""
-    from sinklib.pipeline.environment import second_setting as probe
+    from sinklib.reproduction.environment import second_setting as probe
 
     return probe(threads=2)
 
@@ -70,8 +71,11 @@ def _folder(tmp_path_factory, name: str):
 
 
 def _smoke(path, root, env: dict):
-    return runner.run_isolated(path, env={**runner.thread_env(1), **env}, profile="smoke", model="", device="", seed=0,
-                               figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
+    """The smoke run of ``path``, every saved figure linted (:mod:`tests.figure_lint`) into the build folder's
+    ``figure-reports/<notebook>/``."""
+    lint = kernel_env(root / "ipython", figure_reports=root / "build" / "figure-reports")
+    return runner.run_isolated(path, env={**runner.thread_env(1), **lint, **env}, profile="smoke", model="", device="",
+                               seed=0, figures_dir=root / "figures", build_dir=root / "build", progress_bar=False)
 
 
 def _rebuild(path, root):
@@ -348,7 +352,7 @@ def test_another_setting_gives_the_same_verdicts(executed, jobs, tmp_path_factor
     comparable across machines are left apart) -- and the second run rebuilds what the first may have read from the
     cache: its cache holds only the base conversions, so the LLaVA-style stand-in and every training run are built
     again, in a process whose random state differs from the first build's."""
-    from sinklib.pipeline import scorecard, verify
+    from sinklib.reproduction import scorecard, verify
 
     env, here, there = second_setting()
     print(f"second setting {env}: bf16 matmul {here['onednn_bf16_matmul']} here, {there['onednn_bf16_matmul']} there")

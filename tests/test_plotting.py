@@ -69,8 +69,8 @@ def test_saved_files_follow_the_umask_not_mkstemp(tmp_path):
 def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from sinklib.core.figure_layout import layout_problems
-    from sinklib.core.plotting import save
+    from sinklib.core import plotting
+    from tests.figure_lint import REPORTS, install, layout_problems
 
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot(range(10), [5] * 10, label="flat line")  # runs through the middle, where a centred legend goes
@@ -82,26 +82,24 @@ def test_layout_problems_finds_legends_over_data_and_colliding_text(tmp_path, mo
     ax.annotate("first label", (3, 5)), ax.annotate("second label", (3.2, 5))
     assert any("overlaps" in p for p in layout_problems(fig))
     reports = tmp_path / "reports"
-    monkeypatch.setenv("SINKLIB_FIGURE_REPORTS", str(reports))
-    save(fig, tmp_path / "figs" / "busy")  # the figure is written all the same, its report in the reports folder
-    assert (tmp_path / "figs" / "busy.png").exists() and "overlaps" in (reports / "busy.layout.txt").read_text()
+    monkeypatch.setenv(REPORTS, str(reports))
+    monkeypatch.setattr(plotting, "save", plotting.save)  # undone after the test
+    install()  # what the smoke tests' kernels run first
+    plotting.save(fig, tmp_path / "figs" / "busy")  # written all the same, its report in the reports folder
+    assert (tmp_path / "figs" / "busy.png").exists() and "overlaps" in (reports / "figs" / "busy.layout.txt").read_text()
     assert not list((tmp_path / "figs").glob("*.layout.txt"))  # never among the figures
-    monkeypatch.delenv("SINKLIB_FIGURE_REPORTS")
-    with pytest.warns(UserWarning, match="overlaps"):  # no reports folder (a notebook run by hand): a warning
-        save(fig, tmp_path / "figs" / "busy")
-    monkeypatch.setenv("SINKLIB_FIGURE_REPORTS", str(reports))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([0, 1], [0, 1])
-    save(fig, tmp_path / "figs" / "busy")
-    assert not (reports / "busy.layout.txt").exists()  # a clean figure removes an old report
+    plotting.save(fig, tmp_path / "figs" / "busy")
+    assert not (reports / "figs" / "busy.layout.txt").exists()  # a clean figure removes an old report
     plt.close(fig)
 
 
 def test_caption_problems_names_panels_and_styles_the_caption_leaves_out():
     import matplotlib.pyplot as plt
 
-    from sinklib.core.figure_layout import caption_problems
+    from tests.figure_lint import caption_problems
 
     fig, (a, b) = plt.subplots(1, 2)
     a.set_title("(a) perplexity"), b.set_title("(b) sinks")
@@ -129,7 +127,7 @@ def test_caption_problems_names_panels_and_styles_the_caption_leaves_out():
 def test_layout_problems_finds_a_title_under_an_outside_legend():
     import matplotlib.pyplot as plt
 
-    from sinklib.core.figure_layout import layout_problems
+    from tests.figure_lint import layout_problems
 
     fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
     ax.plot([0, 1], [0, 1], label="a line with a long legend entry")
@@ -159,8 +157,8 @@ def test_attention_grid_labels_32_tokens_without_overlap():
     import matplotlib.pyplot as plt
     import torch
 
-    from sinklib.core.figure_layout import layout_problems
     from sinklib.core.plotting import attention_grid
+    from tests.figure_lint import layout_problems
 
     maps = torch.softmax(torch.randn(2, 4, 32, 32), -1)
     fig = attention_grid(maps, [0, 5], [0, 1, 2, 3], tokens=[f"tok{i}" for i in range(32)])

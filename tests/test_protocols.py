@@ -24,7 +24,7 @@ def test_every_notebook_has_exactly_one_protocol_and_every_protocol_a_notebook()
 
 @pytest.mark.parametrize("name", BOOKS)
 def test_a_notebooks_protocol_lives_beside_its_research_code(name):
-    folder = {**NOTEBOOK_FOLDER, "00": "utilization", "90": "pipeline"}[name[:2]]
+    folder = {**NOTEBOOK_FOLDER, "00": "utilization", "90": "reproduction"}[name[:2]]
     home = protocols.HOMES[name]
     assert home.rpartition(".")[0] == f"sinklib.{folder}", home
     assert home.rpartition(".")[2] in ("protocol", f"{name[3:]}_protocol")
@@ -94,12 +94,12 @@ def test_the_models_of_a_run_and_its_forwards(tmp_path):
 def test_protocol_modules_are_found_by_name_and_core_is_not_one(tmp_path):
     root = tmp_path / "sinklib"
     for rel in ("core/protocol.py", "utilization/protocol.py", "utilization/tour_protocol.py",
-                "architectures/vit/protocol.py", "pipeline/scorecard_protocol.py", "pipeline/protocols.py",
+                "architectures/vit/protocol.py", "reproduction/protocol.py", "pipeline/protocols.py",
                 "mitigation/protocols_extra.py"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("")
     assert protocols.protocol_modules(root) == [
-        "sinklib.architectures.vit.protocol", "sinklib.pipeline.scorecard_protocol", "sinklib.utilization.protocol",
+        "sinklib.architectures.vit.protocol", "sinklib.reproduction.protocol", "sinklib.utilization.protocol",
         "sinklib.utilization.tour_protocol"]
 
 

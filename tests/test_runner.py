@@ -54,7 +54,7 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
     from pathlib import Path as _Path
 
     from sinklib.pipeline.protocols import PROTOCOLS
-    from sinklib.pipeline.runner import progress
+    from sinklib.pipeline.schedule import progress
 
     (tmp_path / "00_a").mkdir()
     (tmp_path / "00_a" / "headline.json").write_text(_json.dumps({"profile": "cpu", "seconds": 120}))
@@ -71,7 +71,7 @@ def test_progress_estimates_from_the_last_run_times(tmp_path):
 
 def test_summary_prints_time_against_the_cpu_budget():
     from sinklib.pipeline.protocols import PROTOCOLS
-    from sinklib.pipeline.runner import NotebookResult, summary_table
+    from sinklib.pipeline.schedule import NotebookResult, summary_table
 
     budgets = {name: p.cpu_budget_s for name, p in PROTOCOLS.items()}
     assert all(budgets.values()) and sum(budgets.values()) <= 12 * 60  # the warm-cache budget for every notebook
@@ -85,7 +85,7 @@ def test_a_run_from_empty_caches_is_judged_against_the_cold_budget(tmp_path):
     """The same 1,500 s wall clock is over the warm budget (720 s) and within the 30-minute one from empty caches;
     the cache counts as empty while it holds no file (folders alone do not count)."""
     from sinklib.pipeline.protocols import PROTOCOLS
-    from sinklib.pipeline.runner import COLD_BUDGET_S, NotebookResult, caches_empty, summary_table
+    from sinklib.pipeline.schedule import COLD_BUDGET_S, NotebookResult, caches_empty, summary_table
 
     results = [NotebookResult(name, True, 100.0) for name in PROTOCOLS]
     warm = summary_table(results, "cpu", wall=1500.0, jobs=2).splitlines()[-1]
@@ -135,9 +135,10 @@ def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_so
     trainings start first, the two workers end no later than longest-first would (every order tried), 90_scorecard
     last."""
     from sinklib.pipeline.protocols import PROTOCOLS
-    from sinklib.pipeline.runner import _schedule, discover, makespan
+    from sinklib.pipeline.runner import discover
+    from sinklib.pipeline.schedule import makespan, order_notebooks
 
-    first, last = _schedule(discover(), tmp_path / "figures", "cpu", jobs=2)
+    first, last = order_notebooks(discover(), tmp_path / "figures", "cpu", jobs=2)
     seconds = [PROTOCOLS[b.stem].first_run_s for b in first]
     timed = sorted(name for name, p in PROTOCOLS.items() if p.first_run_s)
     assert sorted(b.stem for b in first) == timed and [b.stem for b in last] == ["90_scorecard"]
@@ -149,7 +150,7 @@ def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_so
 def test_makespan_and_best_order_by_hand():
     """List scheduling on 2 workers, worked by hand: [3, 3, 2, 2, 2] longest first ends at 7 (3 | 3, then 2 + 2 on
     the two, the last 2 on either); [2, 3, 2, 3, 2] puts {3, 3} on one worker and {2, 2, 2} on the other: 6."""
-    from sinklib.pipeline.runner import best_order, makespan
+    from sinklib.pipeline.schedule import best_order, makespan
 
     assert makespan([3, 3, 2, 2, 2], 2) == 7 and makespan([2, 3, 2, 3, 2], 2) == 6
     assert makespan([5, 1, 1], 1) == 7 and makespan([4, 1, 1, 1, 1], 2) == 4

@@ -9,8 +9,8 @@ import pytest
 
 from sinklib.core import quantities as q
 from sinklib.core.claims import Claim, Recorder
-from sinklib.pipeline import scorecard, scorecard_plots
 from sinklib.pipeline.cli import main
+from sinklib.reproduction import scorecard, scorecard_plots
 
 
 def _write(folder, notebook, model, claims):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from sinklib.core import quantities as q
-from sinklib.pipeline import environment, verify
+from sinklib.reproduction import environment, verify
 
 KV_ID = "intactkv.keep_sinks_full_precision"
 
@@ -261,7 +261,7 @@ def test_the_onednn_isa_is_parsed_from_its_verbose_lines():
 
 
 def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch):
-    from sinklib.pipeline import runner
+    from sinklib.pipeline.executed import write_takeaways
 
     executed = tmp_path / "03_x.ipynb"
     executed.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
@@ -269,7 +269,7 @@ def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
     (tmp_path / "figures" / "03_x").mkdir(parents=True)
-    runner.write_takeaways(executed, tmp_path / "figures" / "03_x" / "takeaways.json")  # what the runner records
+    write_takeaways(executed, tmp_path / "figures" / "03_x" / "takeaways.json")  # what the runner records
     env = environment.environment(tmp_path / "figures")
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)

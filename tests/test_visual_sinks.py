@@ -184,7 +184,7 @@ def test_compare_edits_runs_on_a_cuda_device(tiny_hub_llava):
 
     import numpy as np
 
-    from sinklib.pipeline.fake_cuda import fake_cuda
+    from tests.fake_cuda import fake_cuda
 
     lm, _ = tiny_hub_llava
     pictures = [np.full((40, 40, 3), v, np.uint8) for v in (0, 90)]

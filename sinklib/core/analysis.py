@@ -13,7 +13,6 @@ from tqdm.auto import tqdm
 
 from sinklib.core import metrics, pooled
 from sinklib.core import quantities as q
-from sinklib.core.adapters import find_layers
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
@@ -141,7 +140,7 @@ class LayerProgress(Patch):
 
     def __init__(self, lm: LoadedModel, bar, max_seconds: float | None = None, shape: tuple[int, int] = (0, 0)):
         super().__init__()
-        self.blocks, self.bar, self.batch = [p.block for p in find_layers(lm.model)], bar, 0
+        self.blocks, self.bar, self.batch = [p.block for p in lm.adapter.layers], bar, 0
         self.max_seconds, self.shape, self.device = max_seconds, shape, lm.device
         self.started, self.timed = time.perf_counter(), max_seconds is None
 
@@ -194,7 +193,7 @@ def profile_sinks(
     dims: list[set[int]] = [set() for _ in range(L)]
     bar = tqdm(total=N, desc=f"{lm.name} / {input_name} (batch {batch_size})", unit="seq", disable=not progress,
                leave=False, bar_format="{l_bar}{bar}| {n:.1f}/{total} seq [{elapsed}<{remaining}]")
-    with contextlib.closing(bar), Capture(lm.model, hidden_states=True) as cap, AttentionStats(lm.model) as stats, \
+    with contextlib.closing(bar), Capture(lm, hidden_states=True) as cap, AttentionStats(lm) as stats, \
             LayerProgress(lm, bar, max_seconds, (N, T)) as tick:
         for start in range(0, N, batch_size):
             tick.batch = len(input_ids[start:start + batch_size])
@@ -238,7 +237,7 @@ def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] |
     ``intervention``: an optional :mod:`sinklib.interpretation.interventions` context manager active during the forward.
     """
     ids = input_ids.reshape(1, -1).to(lm.device)
-    with Capture(lm.model, attentions=True, layers=layers) as cap:
+    with Capture(lm, attentions=True, layers=layers) as cap:
         with intervention if intervention is not None else contextlib.nullcontext():
             lm.model(ids, use_cache=False)
         return cap.stack("attentions")[:, 0]
@@ -382,7 +381,7 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     sliding = layer_windows(lm)
     per_window = []
     for ids in tqdm(windows, desc=f"{n_windows} window(s) of {longest} tokens", disable=not progress, leave=False):
-        with AttentionStats(lm.model, keys=[0]) as stats:  # one flash pass per layer: output + key 0
+        with AttentionStats(lm, keys=[0]) as stats:  # one flash pass per layer: output + key 0
             lm.model(ids[None].to(lm.device), use_cache=False, logits_to_keep=1)
         p0 = torch.stack([stats.probs_of_keys(i)[0, :, :, 0] for i in stats.layers])  # (L, H, longest): A[t, 0]
         # length n: the first n queries; in a sliding layer of W keys only the first min(n, W) of them see key 0

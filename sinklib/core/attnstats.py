@@ -36,10 +36,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from sinklib.core import lse_attention
-from sinklib.core.adapters import adapter_for
+from sinklib.core.adapters import Adapter, model_and_adapter
 from sinklib.core.errors import InputError
 from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
@@ -125,14 +124,14 @@ class AttentionStats:
     Results accumulate over forwards of equal length; call :meth:`clear` between batches of different length.
     """
 
-    def __init__(self, model: nn.Module, *, entropy: bool = False, chunk: int | None = None,
-                 block_bytes: int | None = None, fused: bool = True, keys: Sequence[int] | None = None):
+    def __init__(self, model, *, entropy: bool = False, chunk: int | None = None,
+                 block_bytes: int | None = None, fused: bool = True, keys: Sequence[int] | None = None,
+                 adapter: Adapter | None = None):
         if keys is not None and entropy:
             raise ValueError("entropy needs every key's probability: use keys=None with entropy=True")
-        self.model = model
+        self.model, self.adapter = model_and_adapter(model, adapter)  # model: nn.Module, or a LoadedModel
         self.fused = fused
         self.keys = None if keys is None else sorted({int(k) for k in keys})
-        self.adapter = adapter_for(model)
         self.entropy = entropy
         self.chunk = chunk
         self.block_bytes = block_bytes
@@ -142,7 +141,7 @@ class AttentionStats:
         self.sink_mass: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T)]
         self.key_probs: dict[int, list[torch.Tensor]] = defaultdict(list)  # layer -> [(B, H, T, len(keys))]
         self._device_bytes = 0  # statistics still on the GPU (see :meth:`_keep`)
-        self._switch = AttentionSwitch(model, "sinklib_stats", self._attention, mask="previous")
+        self._switch = AttentionSwitch(self.model, "sinklib_stats", self._attention, mask="previous")
         self._timm = _TimmProbabilities(self) if self.adapter.backend == "timm" else None
 
     # ------------------------------------------------------------------------------------------------ computation

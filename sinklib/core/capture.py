@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from sinklib.core.adapters import Adapter, Layer, adapter_for
+from sinklib.core.adapters import Adapter, Layer, model_and_adapter
 from sinklib.core.switch import AttentionSwitch, ExpertsSwitch, Patch, TimmEagerAttention, eager_for
 
 KINDS = (
@@ -105,7 +105,7 @@ class Capture(Patch):
 
     def __init__(
         self,
-        model: nn.Module,
+        model,  # nn.Module, or a LoadedModel
         *,
         attentions: bool = False,
         hidden_states: bool = False,
@@ -118,8 +118,7 @@ class Capture(Patch):
         adapter: Adapter | None = None,
     ):
         super().__init__()
-        self.model = model
-        self.adapter = adapter or adapter_for(model)
+        self.model, self.adapter = model_and_adapter(model, adapter)  # a LoadedModel brings its own adapter
         self.parts = self.adapter.layers
         self.layers = set(range(len(self.parts)) if layers is None else layers)
         flags = {"attentions": attentions, "hidden_states": hidden_states, "head_outputs": head_outputs,

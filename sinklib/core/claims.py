@@ -191,7 +191,7 @@ def against_cut(value: float, cut: float, spread: float, above: bool = True) -> 
     holds = value >= cut (``above``) or value <= cut, **unless** |value - cut| <= ``spread`` -- the amount the
     value is measured to move across machines and settings (threads, instruction set) -- in which case the verdict
     is unsettled: ``(None, True, margin)``. ``margin`` = {"value", "cut", "spread"} goes on the claim, so that a
-    reader (and :func:`sinklib.pipeline.verify`) sees how close it came.
+    reader (and :func:`sinklib.reproduction.verify`) sees how close it came.
     """
     margin = {"value": float(value), "cut": float(cut), "spread": float(spread)}
     if math.isnan(value):

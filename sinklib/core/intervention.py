@@ -13,19 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
-from sinklib.core.adapters import adapter_for
+from sinklib.core.adapters import model_and_adapter
 from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
 
 class Intervention(Patch):
     """Shared bookkeeping: the layers to edit; hooks and the attention switch are undone by :class:`Patch`."""
 
-    def __init__(self, model: nn.Module, layers: Sequence[int] | None = None):
+    def __init__(self, model, layers: Sequence[int] | None = None):  # model: nn.Module, or a LoadedModel
         super().__init__()
-        self.model = model
-        self.adapter = adapter_for(model)
+        self.model, self.adapter = model_and_adapter(model)
         self.parts = self.adapter.layers
         n = len(self.parts)
         self.layers = set(range(n) if layers is None else layers)

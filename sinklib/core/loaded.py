@@ -8,6 +8,7 @@ depending on how it was built.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,14 @@ class LoadedModel:
     @property
     def family(self) -> str:
         return self.spec.family
+
+    @functools.cached_property
+    def adapter(self):
+        """The model's :class:`~sinklib.core.adapters.Adapter` (its blocks and where attention, MLP and norms sit),
+        found once from its config and kept: every capture, statistic and intervention on it takes this one."""
+        from sinklib.core.adapters import adapter_for
+
+        return adapter_for(self.model)
 
     @property
     def label(self) -> str:

@@ -10,7 +10,6 @@ import contextlib
 import os
 import sys
 import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,11 +26,9 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from sinklib.core.figure_layout import caption_problems, layout_problems  # noqa: E402
 from sinklib.core.paths import STYLE, atomic_write_bytes  # noqa: E402
 
 SINK_COLOR = "#D55E00"
-FIGURE_REPORTS = "SINKLIB_FIGURE_REPORTS"  # a folder for figures' layout reports (the runner's build folder)
 OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma colour map never takes
 
 
@@ -54,12 +51,8 @@ def style():
 
 def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Write ``fig`` as ``path.{png,pdf}`` plus ``path.txt`` (the caption the gallery shows) and ``path.title.txt``
-    (the figure's suptitle, else its first axes title: the gallery's heading for it), each atomically.
-
-    What a reader would trip over (:func:`~sinklib.core.figure_layout.layout_problems`: colliding texts, covered
-    data; :func:`~sinklib.core.figure_layout.caption_problems`: a panel or style the caption does not explain) goes
-    to ``NAME.layout.txt`` in ``$SINKLIB_FIGURE_REPORTS`` (the runner's build folder: never among the figures), or,
-    with that unset, into a warning. The figure is written all the same."""
+    (the figure's suptitle, else its first axes title: the gallery's heading for it), each atomically. (The smoke
+    tests lint every saved figure's layout and caption: ``tests/figure_lint.py``.)"""
     path = Path(path)
     written = []
     for fmt in formats:
@@ -74,25 +67,7 @@ def save(fig: Figure, path: str | Path, caption: str = "", formats: Sequence[str
     title = figure_title(fig)
     if title:
         atomic_write_bytes(path.with_name(path.name + ".title.txt"), title.encode() + b"\n")
-    report_figure(path.name, layout_problems(fig) + (caption_problems(fig, caption) if caption else []))
     return written
-
-
-def report_figure(name: str, problems: list[str]) -> Path | None:
-    """Record a figure's problems: ``$SINKLIB_FIGURE_REPORTS/NAME.layout.txt`` (a clean figure removes an old one),
-    or a warning when the variable is unset. Returns the report's path, if one was written."""
-    folder = os.environ.get(FIGURE_REPORTS)
-    if not folder:
-        if problems:
-            warnings.warn(f"figure {name}: " + "; ".join(problems), stacklevel=3)
-        return None
-    report = Path(folder) / f"{name}.layout.txt"
-    if not problems:
-        report.unlink(missing_ok=True)
-        return None
-    report.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(report, ("\n".join(problems) + "\n").encode())
-    return report
 
 
 def figure_title(fig: Figure) -> str:

@@ -3,7 +3,7 @@
 Each notebook has one protocol module beside its research code -- ``protocol.py`` in its folder
 (``sinklib/utilization/protocol.py`` for 01_utilization, ``sinklib/architectures/vit/protocol.py`` for 13_vit), or
 ``<name>_protocol.py`` where a folder serves two notebooks (``sinklib/utilization/tour_protocol.py`` for 00_tour,
-``sinklib/pipeline/scorecard_protocol.py`` for 90_scorecard) -- that defines ``PROTOCOL``: the notebook's sizes in
+``sinklib/reproduction/protocol.py`` for 90_scorecard) -- that defines ``PROTOCOL``: the notebook's sizes in
 every run profile, what the gpu profile cut from the papers' protocols, the model families it takes, its CPU budget,
 its first-run seconds and the steps the dry run counts (:class:`Step`). :mod:`sinklib.pipeline.protocols` collects
 them by name; the profiles, the runner and the plan read them from there.

@@ -70,6 +70,12 @@ def span(values: Sequence[float], digits: int = 3) -> str:
     return num(lo, digits) if num(lo, digits) == num(hi, digits) else f"{num(lo, digits)}-{num(hi, digits)}"
 
 
+def listing(items: Sequence[str], conjunction: str = "and") -> str:
+    """Items as prose: ["a"] -> "a"; ["a", "b"] -> "a and b"; ["a", "b", "c"] -> "a, b and c"."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:-1]) + f" {conjunction} " + items[-1] if len(items) > 1 else "".join(items)
+
+
 def compare(a: float, b: float, more: str = "higher than", less: str = "lower than", same: str = "the same as",
             rel_tol: float = 0.0) -> str:
     """The direction word for a against b: ``more`` / ``less`` / ``same`` (within ``rel_tol`` of b)."""
@@ -178,7 +184,8 @@ def say(title: str, *sentences: str) -> str:
 # digits a takeaway's literal text may carry: citations of a paper's table, figure, equation, year or model size,
 # and the notebook's own section numbers -- never a measured value
 CITED = re.compile(r"(?:Table|Tables|Figure|Fig\.|Eq\.|equation|section|sections|Section|arXiv:?|et al\.,?)\s*[\d.]+"
-                   r"(?:\s*(?:and|-|,)\s*\d+)*|\b\d+(?:\.\d+)?[BM]\b|\b\d+-\d+B\b|\b(?:19|20)\d\d[a-z]?\b")
+                   r"(?:\s*(?:and|-|,)\s*\d+)*|\b\d+(?:\.\d+)?[BM]\b|\b\d+-\d+B\b|(?:\b|[a-z])(?:19|20)\d\d[a-z]?\b"
+                   r"|\b[A-Za-z]\w*_\{?\d+\}?")  # ... and a symbol's subscript: alpha_0, h_{1}
 
 
 def typed_numbers(source: str, calls: Sequence[str] = ("say", "paragraph")) -> list[str]:
@@ -238,10 +245,15 @@ def audit(notebook: dict) -> tuple[list[str], int]:
     return problems, rendered
 
 
+FIGURE_NAME = re.compile(r"[\"'](fig\d\d[\w-]*)[\"']")  # a figure a notebook cell saves: fig_dir / "fig02_alpha-heatmap"
+
+
 def collect(notebook: dict) -> list[dict]:
     """The rendered takeaways of an executed notebook, in order: {"section": the last "## " heading above it,
-    "markdown": the paragraph}. The runner writes them beside the figures (``takeaways.json``) for the gallery."""
-    out, section = [], ""
+    "markdown": the paragraph, "figures": the figures saved by the code cells since the previous takeaway (the ones
+    it reads; its own cell included)}. The runner writes them beside the figures (``takeaways.json``) and the gallery
+    shows each takeaway after its figures."""
+    out, section, pending = [], "", []
     for cell in notebook.get("cells", []):
         source = "".join(cell.get("source", ""))
         if cell.get("cell_type") == "markdown":
@@ -249,10 +261,12 @@ def collect(notebook: dict) -> list[dict]:
                 if line.startswith("## ") or line.startswith("### "):
                     section = line.lstrip("#").strip()
             continue
+        pending += [name for name in FIGURE_NAME.findall(source) if name not in pending]
         for output in cell.get("outputs", []):
             text = "".join(output.get("data", {}).get("text/markdown", ""))
             if text.startswith(HEADING):
-                out.append({"section": section, "markdown": text})
+                out.append({"section": section, "markdown": text, "figures": pending})
+                pending = []
     return out
 
 

@@ -98,7 +98,7 @@ def _cmd_exercises(args) -> int:
 
 
 def _cmd_scorecard(args) -> int:
-    from sinklib.pipeline import scorecard
+    from sinklib.reproduction import scorecard
 
     rows = scorecard.collect(args.figures_dir)
     if args.json:
@@ -109,7 +109,7 @@ def _cmd_scorecard(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from sinklib.pipeline.verify import REFERENCE, verify
+    from sinklib.reproduction.verify import REFERENCE, verify
 
     return verify(args.figures_dir, args.reference or REFERENCE, write=args.write, force=args.force)
 

@@ -25,7 +25,7 @@ from sinklib.core.claims import Recorder
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import write_json
 from sinklib.models.load import load_model, require_family
-from sinklib.pipeline import fake_cuda, profiles
+from sinklib.pipeline import profiles
 from sinklib.pipeline.kept import KeptWork
 
 T = TypeVar("T")
@@ -96,7 +96,6 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
     own; then ``label`` names what its claims were measured on). ``dtype``: e.g. "float32" for Gu et al.'s protocol
     on any device. ``grad``: keep autograd on (off by default: the notebooks only measure).
     """
-    fake_cuda.install_from_environment()  # SINKLIB_FAKE_CUDA: the test's rehearsal of the GPU path
     run = profiles.resolve(profile, model, device, seed, out_dir, notebook=name)
     torch.set_grad_enabled(grad)
     lm = None
@@ -106,7 +105,7 @@ def start(name: str, profile: str, model: str, device: str, seed: int, out_dir: 
         label = lm.label
     record = Recorder(name, label or name, run.profile.name)
     headline = {"notebook": name, "profile": run.profile.name, "device": run.device,
-                "fake_cuda_devices": int(os.environ.get(fake_cuda.ENV, "0") or 0)}
+                "fake_cuda_devices": int(os.environ.get("SINKLIB_FAKE_CUDA", "0") or 0)}  # set by the tests
     if lm is not None:  # devices: more than one when the model was split over GPUs (device_map)
         headline |= {"model": lm.name, "label": lm.label, "devices": {lm.name: model_devices(lm.model)}}
     return Notebook(name, run, lm, record, headline)

@@ -1,8 +1,8 @@
 """A run's hold on its folders, and publishing a notebook's figures so that no folder is ever half-written.
 
 * :class:`FolderLock`: one ``make figures`` per figures folder and per build folder at a time -- an exclusive
-  ``flock`` on ``<folder>/.sinklib-run.lock`` held for the whole run (the file names the holder's PID; the kernel
-  drops the lock when the process dies, so a killed run leaves no stale lock). A second run stops before anything
+  ``filelock`` (flock) on ``<folder>/.sinklib-run.lock`` held for the whole run (the file names the holder's PID;
+  the kernel drops the lock when the process dies, so a killed run leaves no stale lock). A second run stops before anything
   runs, with one line naming the first run's PID.
 * :func:`staging_dir`: a notebook writes into ``<figures>/.staging-<pid>/<notebook>`` -- private to the run, hidden,
   and on the figures folder's own filesystem, so :func:`publish` is two renames, never a copy.
@@ -11,23 +11,22 @@
   at any point leaves either the old folder or the new one complete (or, between the two renames, the old one
   hidden as ``.<notebook>.old``, which :func:`recover` puts back at the next run).
 * :func:`preflight`: every output folder exists, is writable and has room, checked before the first notebook runs.
-* :func:`notebook_folders`: what readers (scorecard, gallery, verify) may read -- visible ``NN_name`` folders only;
-  :func:`leftovers` names what an interrupted publish left behind.
+* what readers (scorecard, gallery, verify) may read -- visible ``NN_name`` folders only -- and what an interrupted
+  publish left behind: :mod:`sinklib.reproduction.figures_folder`.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
-import re
 import shutil
 from pathlib import Path
 
+import filelock
+
 from sinklib.core.errors import InputError
+from sinklib.reproduction.figures_folder import leftovers, notebook_folders  # noqa: F401 (the readers' side)
 
 LOCK_NAME = ".sinklib-run.lock"
-NOTEBOOK_FOLDER = re.compile(r"^\d\d_[A-Za-z0-9_]+$")  # 00_tour, 13_vit, ...: what a reader may read
 MIN_FREE_BYTES = 64 * 2**20  # per notebook, besides twice what its previous figures take
 
 
@@ -37,35 +36,31 @@ class RunBusy(InputError):
 
 class FolderLock:
     """``with FolderLock(folder, "figures folder"):`` -- this process's exclusive hold on ``folder`` (see the module
-    docstring); raises :class:`RunBusy` (one line, the holder's PID) when another process holds it."""
+    docstring; a :class:`filelock.FileLock` that does not wait); raises :class:`RunBusy` (one line, the holder's PID)
+    when another process holds it."""
 
     def __init__(self, folder: Path, what: str):
         self.folder, self.what = Path(folder), what
-        self._fd: int | None = None
+        self._lock: filelock.BaseFileLock | None = None
 
     def __enter__(self) -> FolderLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = filelock.FileLock(path, timeout=0, is_singleton=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
+            lock.acquire()
+        except filelock.Timeout:
             holder = path.read_text(errors="replace").strip() or "unknown"
             raise RunBusy(f"the {self.what} {self.folder} is in use by another run (PID {holder}); wait for it to "
                           f"finish, or give this run its own --figures-dir and --build-dir.") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        path.write_text(f"{os.getpid()}\n")  # the holder, named to a second run
+        self._lock = lock
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def staging_root(figures_dir: Path) -> Path:
@@ -141,24 +136,6 @@ def recover(figures_dir: Path) -> list[str]:
     for stale in figures_dir.glob(".staging-*"):
         shutil.rmtree(stale, ignore_errors=True)
     return lines
-
-
-def notebook_folders(figures_dir: Path) -> list[Path]:
-    """The visible notebook folders (``NN_name``) of ``figures_dir``, in order: what readers may read."""
-    figures_dir = Path(figures_dir)
-    if not figures_dir.is_dir():
-        return []
-    return sorted(p for p in figures_dir.iterdir() if p.is_dir() and NOTEBOOK_FOLDER.match(p.name))
-
-
-def leftovers(figures_dir: Path) -> list[str]:
-    """One line per folder an interrupted publish left hidden (``.<nb>.old`` with no ``<nb>``)."""
-    figures_dir = Path(figures_dir)
-    if not figures_dir.is_dir():
-        return []
-    return [f"{old} is the last complete copy of {old.name[1:-4]}, hidden by an interrupted publish: the next make "
-            f"figures puts it back (or rename it to {old.name[1:-4]})"
-            for old in sorted(figures_dir.glob(".*.old")) if not (figures_dir / old.name[1:-4]).exists()]
 
 
 def _folder_bytes(folder: Path) -> int:

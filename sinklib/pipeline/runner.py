@@ -12,34 +12,34 @@ with a table (notebook, status, seconds) and a non-zero exit if anything failed.
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import json
 import os
 import queue
-import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, cache_dir
 from sinklib.pipeline import publish
+from sinklib.pipeline.executed import last_error_line, render_html, write_takeaways
+from sinklib.pipeline.schedule import (
+    NotebookResult,
+    caches_empty,
+    default_jobs,
+    gpu_slots,
+    order_notebooks,
+    progress,
+    summary_table,
+)
+from sinklib.reproduction.environment import thread_env
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 KERNEL_HASH_SEED = "0"  # PYTHONHASHSEED of every kernel
-
-
-@dataclass
-class NotebookResult:
-    name: str
-    ok: bool
-    seconds: float
-    message: str = ""
 
 
 def discover(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
@@ -51,50 +51,6 @@ def discover(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -
             raise InputError(f"no notebook matches {only}; available: "
                              f"{', '.join(p.stem for p in sorted(notebook_dir.glob('*.ipynb')))}")
     return books
-
-
-def _last_error_line(err: BaseException) -> str:
-    name = getattr(err, "ename", type(err).__name__)
-    value = str(getattr(err, "evalue", err)).strip().splitlines()
-    return f"{name}: {value[-1] if value else ''}"[:300]
-
-
-def render_html(executed: Path, target: Path) -> Path | None:
-    """The executed notebook as one self-contained HTML page (nbconvert's lab template; figures embedded), so the
-    gallery can link to it and it opens without Jupyter. The template's two CDN scripts (require.js, MathJax) are
-    left out: the page must open offline, where they fail to load (formulas then show as their TeX source). None
-    (and a printed reason) when rendering fails: the figures matter more than this page."""
-    try:
-        import nbformat
-        from nbconvert import HTMLExporter
-
-        nb = nbformat.read(str(executed), as_version=4)
-        # widget state (tqdm's progress bars in a kernel with ipywidgets) makes the page fetch a widget manager from a
-        # CDN; without it each widget output shows its text form, which is what a static page can show anyway
-        nb.metadata.pop("widgets", None)
-        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
-    except Exception as err:  # a missing template or a malformed output must not cost the figures
-        print(f"      could not render {executed.name} to HTML ({_last_error_line(err)}); gallery links skip it")
-        return None
-    from sinklib.core.paths import atomic_write_bytes
-
-    body = re.sub(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)
-    atomic_write_bytes(target, body.encode())
-    return target
-
-
-def write_takeaways(executed: Path, target: Path) -> Path:
-    """The executed notebook's rendered "What we saw" paragraphs (:func:`sinklib.core.takeaways.collect`) as JSON
-    beside its figures: the gallery shows what this run found, not what a notebook's source once said.
-    ``kernel_env``: the variables its kernel inherited that change which kernels run and how they split -- the
-    OpenMP / MKL threads (:func:`thread_env`), ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_CBWR`` (None:
-    unset, the library's default) -- which ``make verify`` compares with the reference's."""
-    from sinklib.core.results import write_json
-    from sinklib.core.takeaways import collect
-
-    kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
-    return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env,
-                               "takeaways": collect(json.loads(executed.read_text(encoding="utf-8")))})
 
 
 @contextlib.contextmanager
@@ -111,11 +67,6 @@ def kernel_env(**variables: str):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def figure_reports_dir(build_dir: Path, stem: str) -> Path:
-    """Where a notebook's figure reports go (``NAME.layout.txt``: colliding texts, a panel the caption misses)."""
-    return Path(build_dir) / "figure-reports" / stem
 
 
 def run_notebook(
@@ -139,16 +90,12 @@ def run_notebook(
     # draws a static figure).
     # PYTHONHASHSEED: a fixed string-hash order in every kernel, so no set or dict of strings can order a run
     # differently from the next (benchmarks/determinism.py measures what moves the numbers).
-    # Figures' layout and caption reports (sinklib.core.plotting.save) go to the build folder, never among figures.
-    reports = figure_reports_dir(build_dir, path.stem)
-    shutil.rmtree(reports, ignore_errors=True)
-    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED,
-                    SINKLIB_FIGURE_REPORTS=str(reports.resolve())):
+    with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED):
         try:
             pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
                                 kernel_name="python3", progress_bar=progress_bar)
         except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
-            return NotebookResult(path.stem, False, time.perf_counter() - start, _last_error_line(err))
+            return NotebookResult(path.stem, False, time.perf_counter() - start, last_error_line(err))
     seconds = time.perf_counter() - start
     try:
         write_takeaways(executed, staging / "takeaways.json")
@@ -180,14 +127,6 @@ def _signals_held():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """The environment that gives a kernel ``threads`` OpenMP/MKL threads (make figures: cores // notebooks at once)."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 # Folders named by the environment: a kernel runs in notebooks/, so a relative one would name another folder there
@@ -326,147 +265,6 @@ class _Children:
                 p.kill()
 
 
-# Each notebook's time budget on the CPU profile once caches are warm is its protocol's ``cpu_budget_s`` (all
-# notebooks <= 12 minutes on the 2-core machine; the summary prints each notebook's time against it); every notebook
-# together from empty caches (make figures, its setup included) has <= 30 minutes.
-COLD_BUDGET_S = 30 * 60
-
-
-def caches_empty(cache: Path) -> bool:
-    """Whether ``cache`` (``SINKLIB_CACHE``) holds no file yet: the run converts, builds and trains everything, so the
-    summary judges it against :data:`COLD_BUDGET_S`, not the warm budget."""
-    return not Path(cache).is_dir() or not any(p.is_file() for p in Path(cache).rglob("*"))
-
-
-def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: float | None = None,
-                  jobs: int = 1, cold: bool = False) -> str:
-    """Notebook, status, seconds and -- on the CPU profile -- the budget and whether it was kept; with ``wall`` the
-    run's wall-clock time (notebooks ran ``jobs`` at a time) against the whole budget: the warm one (the notebooks'
-    protocols' ``cpu_budget_s`` summed), or with ``cold`` (the run started from empty caches) :data:`COLD_BUDGET_S`."""
-    from sinklib.pipeline.protocols import protocol
-
-    judged = profile == "cpu" and jobs == 1  # two at a time: judge the wall clock
-    lines = [f"{'notebook':<22}{'status':<8}{'seconds':>9}{'budget':>8}  note", "-" * 70]
-    for r in results:
-        budget = protocol(r.name).cpu_budget_s if judged else None
-        over = f"over budget ({r.seconds / budget:.1f}x) " if budget and r.ok and r.seconds > budget else ""
-        lines.append(f"{r.name:<22}{'ok' if r.ok else 'FAILED':<8}{r.seconds:>9.1f}"
-                     f"{budget if budget else '-':>8}  {over}{r.message}")
-    total = sum(r.seconds for r in results)
-    failed = sum(not r.ok for r in results)
-    lines.append("-" * 70)
-    warm_budget = sum(protocol(r.name).cpu_budget_s or 0 for r in results)
-    in_budget = (COLD_BUDGET_S if cold else warm_budget) if profile == "cpu" else 0
-    lines.append(f"{len(results)} notebooks, {failed} failed, {total:.1f} s of notebook time"
-                 + (f" ({jobs} at a time)" if jobs > 1 else ""))
-    if wall is not None:
-        caches = "from empty caches, setup not counted here" if cold else "with warm caches"
-        verdict = (f" -- budget {in_budget:,} s {caches}: " + ("kept" if wall <= in_budget else
-                                                                      f"over ({wall / in_budget:.1f}x)")
-                   if in_budget else "")
-        lines.append(f"wall clock {wall:.1f} s ({wall / 60:.1f} min){verdict}")
-    return "\n".join(lines)
-
-
-def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
-    """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known."""
-    try:
-        headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return float(headline["seconds"]) if headline.get("profile") == profile and "seconds" in headline else None
-
-
-def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float, jobs: int = 1) -> str:
-    """"elapsed 3.2 min, ~5.0 min to go": the estimate sums the last run times of the notebooks still to run, divided
-    by the notebooks run at once. On the CPU profile a notebook never run here counts with its time from empty caches
-    on the 2-core machine (its protocol's ``first_run_s``), and the estimate says how many it took from there; others
-    are left out, and the estimate says so."""
-    from sinklib.pipeline.protocols import protocol
-
-    known = [last_seconds(figures_dir, b.stem, profile) for b in remaining]
-    first = [protocol(b.stem).first_run_s if t is None and profile == "cpu" else None
-             for b, t in zip(remaining, known)]
-    estimate = (sum(t for t in known if t is not None) + sum(f for f in first if f is not None)) / jobs
-    guessed = sum(f is not None for f in first)
-    missing = sum(t is None and f is None for t, f in zip(known, first))
-    notes = ([f"{guessed} from a first run on 2 cores"] if guessed else []) + (
-        [f"+{missing} never timed here"] if missing else [])
-    rest = f"~{estimate / 60:.1f} min to go" + (f" ({', '.join(notes)})" if notes else "")
-    return f"-- elapsed {elapsed / 60:.1f} min, {rest}"
-
-
-def default_jobs(profile: str) -> int:
-    """Notebooks run at once by default: two on CPU profiles when there are two or more cores (each kernel with
-    cores // 2 threads), one on the GPU profile (one device). Measured on the 2-core machine (CPU profile, warm
-    caches): all notebooks in 1,097 s two at a time against 1,288 s one at a time with both threads -- token-by-token
-    loops (streaming, decoding) cannot use a second thread, a second notebook can. Each notebook then takes longer
-    on its own, so the summary judges the wall clock, not the notebooks."""
-    return 2 if profile != "gpu" and (os.cpu_count() or 1) >= 2 else 1
-
-
-def gpu_slots(profile: str, device: str, jobs: int) -> list[str]:
-    """One CUDA device per notebook running at once: ``["cuda:0", ..., "cuda:{n-1}"]`` when the run is on CUDA with
-    no index given (``device`` or the profile's), ``jobs`` > 1 and ``n = min(jobs, visible GPUs)`` > 1; else ``[]``
-    (every notebook gets ``device`` as given, and a model larger than one GPU spreads over all of them,
-    :func:`sinklib.models.load.device_map_for`)."""
-    import torch
-
-    from sinklib.pipeline.profiles import PROFILES
-
-    wanted = (device or PROFILES[profile].device or "").lower()
-    if wanted not in ("cuda", "auto") or jobs < 2 or not torch.cuda.is_available():
-        return []
-    n = min(jobs, torch.cuda.device_count())
-    return [f"cuda:{i}" for i in range(n)] if n > 1 else []
-
-
-def makespan(seconds: Sequence[float], jobs: int) -> float:
-    """When the last of ``seconds`` (in this order) ends if each starts on the first of ``jobs`` workers to be free --
-    what a pool of ``jobs`` threads does with a list of notebooks."""
-    free = [0.0] * jobs
-    for s in seconds:
-        heapq.heapreplace(free, free[0] + s)
-    return max(free)
-
-
-def best_order(seconds: Sequence[float], jobs: int, exhaustive: int = 8) -> list[int]:
-    """Indices of ``seconds`` in the order that finishes soonest on ``jobs`` workers (:func:`makespan`).
-
-    Longest first (LPT) is within 4/3 of the best but can leave a worker idle at the end: [3, 3, 2, 2, 2] on 2 workers
-    ends at 7 in that order, at 6 as [2, 3, 2, 3, 2] ({3, 3} on one worker, {2, 2, 2} on the other). Up to
-    ``exhaustive`` items every order is tried (8! = 40,320 orders, well under a second); the first of the shortest in
-    the permutations of the longest-first order is kept. More items: longest first."""
-    lpt = sorted(range(len(seconds)), key=lambda i: -seconds[i])
-    if jobs < 2 or len(seconds) > exhaustive:
-        return lpt
-    best, best_time = lpt, makespan([seconds[i] for i in lpt], jobs)
-    for order in itertools.permutations(lpt):
-        t = makespan([seconds[i] for i in order], jobs)
-        if t < best_time - 1e-9:
-            best, best_time = list(order), t
-    return best
-
-
-def _schedule(books: list[Path], figures_dir: Path, profile: str, jobs: int = 2) -> tuple[list[Path], list[Path]]:
-    """(notebooks that can run side by side, in the order that finishes soonest by their last run's seconds, else
-    their protocol's ``first_run_s`` -- the seconds each takes on the 2-core machine from empty caches, two at a time,
-    measured in a fresh clone's make figures, so that in a first run 03's 24 trainings and 10's conversions start at
-    once, not last (:func:`best_order`; a notebook never timed goes first); notebooks that read the others' results,
-    run after them in their numbered order -- 90_scorecard)."""
-    import papermill as pm
-
-    from sinklib.pipeline.protocols import protocol
-
-    last = [b for b in books if "figures_dir" in pm.inspect_notebook(str(b))]
-    first = [b for b in books if b not in last]
-    seconds = [last_seconds(figures_dir, b.stem, profile) or protocol(b.stem).first_run_s for b in first]
-    unknown = [b for b, s in zip(first, seconds) if s is None]
-    timed = [(b, s) for b, s in zip(first, seconds) if s is not None]
-    order = best_order([s for _, s in timed], jobs)
-    return unknown + [timed[i][0] for i in order], last
-
-
 def run_all(
     profile: str = "cpu", model: str = "", device: str = "", seed: int = 0, only: list[str] | None = None,
     figures_dir: str | Path = "figures", build_dir: str | Path = "build", notebook_dir: Path = NOTEBOOK_DIR,
@@ -512,7 +310,7 @@ def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], job
     free = queue.SimpleQueue()
     for slot in slots:
         free.put(slot)
-    side_by_side, after = _schedule(books, figures_dir, profile, jobs)
+    side_by_side, after = order_notebooks(books, figures_dir, profile, jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
     results: dict[str, NotebookResult] = {}

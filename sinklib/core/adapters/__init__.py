@@ -49,6 +49,14 @@ def adapter_for(model: nn.Module) -> Adapter:
     return decoder_adapter(model, family)
 
 
+def model_and_adapter(model, adapter: Adapter | None = None) -> tuple[nn.Module, Adapter]:
+    """``(module, adapter)`` for a :class:`~sinklib.core.loaded.LoadedModel` (its own adapter, found once:
+    ``lm.adapter``) or a bare module (found now); ``adapter`` overrides either."""
+    if not isinstance(model, nn.Module):  # a LoadedModel (its .model and .adapter)
+        return model.model, adapter or model.adapter
+    return model, adapter or adapter_for(model)
+
+
 def find_layers(model: nn.Module) -> list[Layer]:
     """The model's transformer blocks in order (the LM's in a multimodal model)."""
     return adapter_for(model).layers

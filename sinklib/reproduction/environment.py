@@ -1,7 +1,8 @@
 """What a run's numbers depend on besides the code, and which difference most plausibly moved a number.
 
 :func:`environment` records package versions, the lock's hash, the CPU (model, vendor, the flags that move numbers),
-torch's CPU capability, the oneDNN ISA and its bf16 matmul kernel, the environment variables that change kernels,
+torch's CPU capability, the oneDNN ISA and its bf16 matmul kernel, the BLAS / OpenMP libraries (threadpoolctl), the
+environment variables that change kernels,
 torch's threads and the threads each notebook's kernel ran with, and the commit. :func:`environment_differences`
 lists where two runs' environments differ and :func:`likely_causes` names, for each kind of claim that changed, the
 first setting of :data:`CAUSES` that differs and moves that kind.
@@ -28,7 +29,14 @@ from pathlib import Path
 
 from sinklib.core.paths import ROOT
 from sinklib.core.quantities import MEASURED_ON
-from sinklib.pipeline.runner import KERNEL_ISA_VARIABLES, thread_env
+
+KERNEL_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")  # pick the instruction set's kernels
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment that gives a kernel ``threads`` OpenMP/MKL threads (make figures: cores // notebooks at once)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
 
 LOCK = ROOT / "requirements.lock"
 CPUINFO = Path("/proc/cpuinfo")
@@ -137,6 +145,18 @@ def notebook_threads(figures_dir: str | Path) -> dict[str, dict | None]:
     return out
 
 
+def thread_pools() -> str:
+    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl finds them, with their threads:
+    "openmp libgomp x2; openblas 0.3.31 (SkylakeX) x2" -- another BLAS build or architecture can round differently."""
+    import numpy  # noqa: F401  -- both loaded first, so the record does not depend on what ran before
+    import torch  # noqa: F401
+    from threadpoolctl import threadpool_info
+
+    return "; ".join(f"{p['internal_api']} {p.get('version') or p['prefix']}"
+                     + (f" ({p['architecture']})" if p.get("architecture") else "") + f" x{p['num_threads']}"
+                     for p in threadpool_info())
+
+
 def environment(figures_dir: str | Path | None = None) -> dict:
     """What a run's numbers depend on besides the code: versions, the lock, the CPU and its flags, torch's CPU
     capability, the oneDNN ISA, the variables that change kernels, torch's threads here and (with
@@ -154,13 +174,13 @@ def environment(figures_dir: str | Path | None = None) -> dict:
             "transformers": transformers.__version__, "lock_sha256": lock,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
             **cpu_info(), **onednn_isa(), "kernel_variables": kernel_variables(),
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads(), "thread_pools": thread_pools(),
             "notebook_threads": notebook_threads(figures_dir) if figures_dir is not None else {},
             "commit": commit}
 
 
 
-_PROBE = ("import json; from sinklib.pipeline.environment import onednn_isa; "
+_PROBE = ("import json; from sinklib.reproduction.environment import onednn_isa; "
           "print('BF16-KERNEL ' + json.dumps(onednn_isa()))")
 
 
@@ -237,8 +257,8 @@ def environment_differences(run: dict, reference: dict) -> list[EnvDifference]:
     ref_env, env = reference.get("environment", {}), run.get("environment", {})
     out = []
     for k in ("python", "torch", "transformers", "lock_sha256", "machine", "cpu_vendor", "cpu_model", "cpu_capability",
-              "onednn_isa", "onednn_bf16_matmul", "torch_threads"):
-        unknown = k.startswith("onednn") and (env.get(k) is None or ref_env.get(k) is None)
+              "onednn_isa", "onednn_bf16_matmul", "thread_pools", "torch_threads"):
+        unknown = k.startswith(("onednn", "thread_pools")) and (env.get(k) is None or ref_env.get(k) is None)
         if env.get(k) != ref_env.get(k) and not unknown:
             out.append(EnvDifference(k, f"{k}: {_shown(env.get(k))} here, {_shown(ref_env.get(k))} in the reference"))
     out += flag_differences(env.get("cpu_flags", []), ref_env.get("cpu_flags", []))
@@ -285,7 +305,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
      "4e-5 and 4 projector steps by 6e-3, benchmarks/determinism.py)"),
     ("MKL's code path", ("MKL_CBWR",), MEASURED_ON,
      "MKL_CBWR picks another code path (forwards moved by 7e-5, 4 projector steps by 6e-3, benchmarks/determinism.py)"),
-    ("the CPU", ("machine", "cpu_vendor", "cpu_model"), MEASURED_ON,
+    ("the CPU", ("machine", "cpu_vendor", "cpu_model", "thread_pools"), MEASURED_ON,
      "another CPU with the same flags can still pick other kernel blockings"),
     ("the threads", ("torch_threads", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "notebook_threads"), MEASURED_ON,
      "a weak lead: 1 and 2 threads were bit-identical in benchmarks/determinism.py, so the code or a step that is "
@@ -294,7 +314,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
 
 
 def likely_causes(env_diffs: list[EnvDifference], diffs: list, run: dict, reference: dict) -> list[str]:
-    """For each kind of claim that changed (``diffs``: :class:`sinklib.pipeline.verify.Difference` s; anything but a
+    """For each kind of claim that changed (``diffs``: :class:`sinklib.reproduction.verify.Difference` s; anything but a
     claim only one side has), the first setting of
     :data:`CAUSES` that differs here and moves that kind -- with the difference and why; no setting differs: the
     code (the commits) or a step that is not deterministic."""

@@ -3,7 +3,7 @@ return (shapes, dtypes, alignment, the causal mask's corner), computed in float3
 
 torch has ``_scaled_dot_product_cudnn_attention`` (cuDNN), ``_scaled_dot_product_flash_attention`` (flash-attention 2)
 and ``_scaled_dot_product_efficient_attention`` (the memory-efficient kernel) only on CUDA; :mod:`sinklib.core.lse_attention` calls them for the statistics' GPU
-path. Under :func:`sinklib.pipeline.fake_cuda.fake_cuda` these transcriptions run instead, so that path is tested on a
+path. Under :func:`tests.fake_cuda.fake_cuda` these transcriptions run instead, so that path is tested on a
 machine without a GPU -- including the mistakes CUDA would punish: a float32 input to flash or cuDNN, reading
 cuDNN's log-sum-exp as (B, H, T) when it is (B, H, T, 1), a bias that is not
 expanded to (B, H, T, N) with aligned rows, grouped-query heads in the efficient kernel, and reading the efficient

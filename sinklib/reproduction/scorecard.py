@@ -113,7 +113,7 @@ def collect(figures_dir: str | Path) -> list[Row]:
     the others still builds."""
     import sys
 
-    from sinklib.pipeline.publish import leftovers, notebook_folders
+    from sinklib.reproduction.figures_folder import leftovers, notebook_folders
 
     for line in leftovers(figures_dir):
         print(f"note: {line}", file=sys.stderr)

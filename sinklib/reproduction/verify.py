@@ -5,7 +5,7 @@ seed 0, the locked environment), the whole record a verdict rests on: the verdic
 draw's outcome, the random-weight control's verdict, the flags its note raises (:data:`NOTE_FLAGS`), and every
 number of ``measured``, ``control_measured``, ``spread`` and ``margin`` (flattened to ``path -> value``), each with
 the quantity its rule declared (:mod:`sinklib.core.quantities`: kind, unit, tolerance, whether it is comparable
-across machines at all). Beside them the environment it was made in (:mod:`sinklib.pipeline.environment`).
+across machines at all). Beside them the environment it was made in (:mod:`sinklib.reproduction.environment`).
 
 A value is reproduced when ``|new - ref| <= abs_tol + rel_tol * |ref|`` with the tolerance its quantity declares
 (:meth:`~sinklib.core.quantities.Quantity.tolerance`); an identity (an integer naming which layer / dimension /
@@ -13,7 +13,7 @@ head / position) must be equal; a quantity declared not comparable across machin
 reason and never fails the check. A verdict, a draw outcome, the control's verdict, ``unsettled`` and the note's
 flags must be equal, whatever the tolerance. Where something differs, the report first names every environment
 difference (values here vs the reference) and which of them most plausibly moved which claims
-(:func:`~sinklib.pipeline.environment.likely_causes`).
+(:func:`~sinklib.reproduction.environment.likely_causes`).
 
     python -m sinklib verify                   # this run (figures/) against the reference; exit 1 if it differs
     python -m sinklib verify --write           # make the reference from this run (after a clean make figures)
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sinklib.core import quantities as q
 from sinklib.core.paths import ROOT
-from sinklib.pipeline.environment import environment, environment_differences, likely_causes
+from sinklib.reproduction.environment import environment, environment_differences, likely_causes
 
 REFERENCE = ROOT / "data" / "reference" / "cpu_profile_claims.json"
 SCHEMA = 4  # 4: each value's declared quantity (kind, unit, tolerance, comparable); 3: (rel, abs) tolerances guessed
@@ -92,7 +92,7 @@ def note_flags(note: str) -> list[str]:
 
 
 def record(row) -> dict:
-    """The reference record of one scorecard row (:class:`sinklib.pipeline.scorecard.Row`): its verdicts, flags and
+    """The reference record of one scorecard row (:class:`sinklib.reproduction.scorecard.Row`): its verdicts, flags and
     numbers, each number with the quantity its rule declared (``row.quantities``)."""
     kind = claim_kind(row.model, row.kind)
     declared = getattr(row, "quantities", None) or {}
@@ -110,7 +110,7 @@ def record(row) -> dict:
 def snapshot(figures_dir: str | Path) -> dict:
     """The reference record of a run: every claim's :func:`record`, keyed by ``"<notebook>/<claim id> [<model>]"``,
     and the :func:`environment`."""
-    from sinklib.pipeline import scorecard
+    from sinklib.reproduction import scorecard
 
     claims = {f"{row.notebook}/{row.id} [{row.model}]": record(row)  # one per claim and model (the Recorder's rule)
               for row in scorecard.collect(figures_dir)}
@@ -308,9 +308,9 @@ def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENC
     make the reference from this run instead -- refused (one line) when the run is not a complete CPU-profile run
     holding every notebook and claim of the reference it replaces, unless ``force``."""
     from sinklib.core.errors import InputError
-    from sinklib.pipeline import publish
+    from sinklib.reproduction.figures_folder import leftovers
 
-    for line in publish.leftovers(figures_dir):
+    for line in leftovers(figures_dir):
         print(f"note: {line}")
     run = snapshot(figures_dir)
     if not run["claims"]:

@@ -74,7 +74,7 @@ PAPER_MARKER = {"marker": "D", "s": 70, "facecolors": "white", "edgecolors": "bl
 
 
 def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
-    """One labelled row per like-for-like ratio (``ratios`` from :func:`sinklib.pipeline.scorecard.like_for_like`):
+    """One labelled row per like-for-like ratio (``ratios`` from :func:`sinklib.reproduction.scorecard.like_for_like`):
     the run's ratio of two quantities measured in the same run (filled marker: colour = the claim's verdict, shape =
     pretrained / stand-in / trained here) beside the paper's ratio of the same two quantities (open black diamond),
     joined by a grey line, log x; rows grouped by quantity. Both points of a row are ratios within one model and
@@ -123,7 +123,7 @@ def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
 
 def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     """Horizontal stacked bars, one per paper and what its claims were measured on (``summary`` from
-    :func:`sinklib.pipeline.scorecard.by_paper_and_kind`): claims that hold / do not hold / are unsettled / cannot
+    :func:`sinklib.reproduction.scorecard.by_paper_and_kind`): claims that hold / do not hold / are unsettled / cannot
     be judged here, each claim and model once; the text after each bar says how many models the records repeat over
     (the same claim judged on three models is three records)."""
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(summary) + 1.6), layout="constrained")

@@ -13,14 +13,14 @@ with ``device="cuda"``) becomes a :class:`FakeCudaTensor`: its data stays on the
 * ``.numpy()`` on a CUDA tensor.
 
 Attention kernels CUDA has and the CPU lacks (flash-attention 2, the memory-efficient kernel) run as CPU
-transcriptions with CUDA's contract (:mod:`sinklib.pipeline.fake_cuda_kernels`); Triton kernels run in Triton's
+transcriptions with CUDA's contract (:mod:`tests.fake_cuda_kernels`); Triton kernels run in Triton's
 interpreter (``TRITON_INTERPRET=1`` while the fake device is on).
 
 ``torch.cuda.is_available`` / ``device_count`` / ``mem_get_info`` / ``synchronize`` / ``empty_cache`` answer as a
 machine with ``devices`` GPUs would while it is on. So a notebook that runs under it with ``device="cuda"`` has put
 every tensor where it belongs; one that leaves a capture on the CPU and indexes it with a mask built from CUDA
-input ids fails here as it would on the GPU. The papermill kernels install it when ``SINKLIB_FAKE_CUDA`` is set
-(:func:`install_from_environment`, called by :func:`sinklib.pipeline.notebook.start`).
+input ids fails here as it would on the GPU. Test tooling, not shipped: a test gives papermill kernels the device through
+:func:`tests.kernel_startup.kernel_env` (an IPython startup file that calls :func:`install_from_environment`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from sinklib.pipeline.fake_cuda_kernels import KERNELS
+from tests.fake_cuda_kernels import KERNELS
 
 ENV = "SINKLIB_FAKE_CUDA"  # "1" or "2": fake CUDA devices in the notebook kernels
 _SYNC_LOAD = "HF_DEACTIVATE_ASYNC_LOAD"  # transformers: load weights in the calling thread
@@ -286,7 +286,7 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
     patches = {"is_available": lambda: True, "device_count": lambda: devices,
                "mem_get_info": lambda device=None: (FAKE_MEMORY, FAKE_MEMORY), "synchronize": lambda device=None: None,
                "empty_cache": lambda: None, "current_device": lambda: 0,
-               "get_device_name": lambda device=None: "fake CUDA (sinklib.pipeline.fake_cuda)",
+               "get_device_name": lambda device=None: "fake CUDA (tests.fake_cuda)",
                "memory_reserved": lambda device=None: 0, "memory_allocated": lambda device=None: 0,
                "is_bf16_supported": lambda *a, **k: True, "manual_seed_all": lambda seed: None,
                "manual_seed": lambda seed: None, "get_device_capability": lambda device=None: (9, 0),
@@ -341,3 +341,4 @@ def install_from_environment() -> int:
         _installed = contextlib.ExitStack()
         _installed.enter_context(fake_cuda(n))
     return n
+

@@ -1,0 +1,56 @@
+"""What the runner keeps of an executed notebook beside its figures: the notebook as one offline HTML page
+(:func:`render_html`) and its rendered "What we saw" paragraphs with the kernel's environment (:func:`write_takeaways`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from sinklib.reproduction.environment import KERNEL_ISA_VARIABLES, thread_env
+
+
+def last_error_line(err: BaseException) -> str:
+    name = getattr(err, "ename", type(err).__name__)
+    value = str(getattr(err, "evalue", err)).strip().splitlines()
+    return f"{name}: {value[-1] if value else ''}"[:300]
+
+
+def render_html(executed: Path, target: Path) -> Path | None:
+    """The executed notebook as one self-contained HTML page (nbconvert's lab template; figures embedded), so the
+    gallery can link to it and it opens without Jupyter. The template's two CDN scripts (require.js, MathJax) are
+    left out: the page must open offline, where they fail to load (formulas then show as their TeX source). None
+    (and a printed reason) when rendering fails: the figures matter more than this page."""
+    try:
+        import nbformat
+        from nbconvert import HTMLExporter
+
+        nb = nbformat.read(str(executed), as_version=4)
+        # widget state (tqdm's progress bars in a kernel with ipywidgets) makes the page fetch a widget manager from a
+        # CDN; without it each widget output shows its text form, which is what a static page can show anyway
+        nb.metadata.pop("widgets", None)
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    except Exception as err:  # a missing template or a malformed output must not cost the figures
+        print(f"      could not render {executed.name} to HTML ({last_error_line(err)}); gallery links skip it")
+        return None
+    from sinklib.core.paths import atomic_write_bytes
+
+    body = re.sub(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)
+    atomic_write_bytes(target, body.encode())
+    return target
+
+
+def write_takeaways(executed: Path, target: Path) -> Path:
+    """The executed notebook's rendered "What we saw" paragraphs (:func:`sinklib.core.takeaways.collect`) as JSON
+    beside its figures: the gallery shows what this run found, not what a notebook's source once said.
+    ``kernel_env``: the variables its kernel inherited that change which kernels run and how they split -- the
+    OpenMP / MKL threads (:func:`thread_env`), ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_CBWR`` (None:
+    unset, the library's default) -- which ``make verify`` compares with the reference's."""
+    from sinklib.core.results import write_json
+    from sinklib.core.takeaways import collect
+
+    kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
+    return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env,
+                               "takeaways": collect(json.loads(executed.read_text(encoding="utf-8")))})
