@@ -106,7 +106,7 @@ def test_visual_sinks_figure_draws_tiles_and_global_view(tmp_path):
     import matplotlib.pyplot as plt
 
     from sinklib.core import plotting
-    from sinklib.core.figure_layout import layout_problems
+    from tests.figure_lint import layout_problems
 
     layout = il.ImageLayout((4, 4), crops=(1, 2), overview=(4, 4))
     example = torch.rand(48)

@@ -163,6 +163,9 @@ def test_takeaways_are_rendered_from_the_run(executed, stem):
     assert not problems and rendered >= 1, (problems, rendered)
     kept = json.loads((folder / "takeaways.json").read_text())["takeaways"]
     assert len(kept) == rendered and all(t["markdown"].startswith("**What we saw") for t in kept)
+    # each takeaway sits beside the figures it reads in the gallery: those it names were saved by this run
+    assert any(t["figures"] for t in kept), "no takeaway names a figure"
+    assert all((folder / f"{name}.png").exists() for t in kept for name in t["figures"])
     # every number carries what it was measured on; a reader citing "takeaway 3" finds one
     assert not [t["markdown"][:120] for t in kept if takeaways.unmeasured(t["markdown"])]
     assert not takeaways.section_problems([t["section"] for t in kept])

@@ -83,6 +83,41 @@ def test_no_notebook_types_a_measured_number_into_what_we_saw(path):
     assert not problems, problems
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
+def test_each_notebook_writes_its_takeaways_in_its_own_cells_with_the_runs_numbers(path):
+    """A notebook's conclusions are written in the notebook: its takeaways are say(...) calls in its cells, every
+    number in them formatted from the run's values (no digit typed into one but a citation), and no package module
+    writes the prose for it."""
+    source = path.read_text(encoding="utf-8")
+    assert takeaways.typed_numbers(source) == []
+    assert "takeaways as saw" not in source and ".takeaways import show" not in source
+    if path.stem != "90_scorecard":  # the scorecard shows tables, not takeaways
+        assert "say(" in source
+
+
+def test_typed_numbers_finds_digits_typed_into_a_takeaway_and_allows_citations():
+    source = ('say(f"{model}, {num(n)} windows", f"The rate is {pct(rate)}, above the 0.3 cut (Table 1, 7B); "'
+              '"alpha_0 and kang2025.visual_sinks_exist are names", f"{num(0.5)} and {3}")')
+    problems = takeaways.typed_numbers(source)
+    assert len(problems) == 3 and "['0.3']" in problems[0]
+    assert "num(0.5)" in problems[1] + problems[2] and "literal 3" in problems[1] + problems[2]
+    assert takeaways.listing(["a", "b", "c"]) == "a, b and c" and takeaways.listing(["a"]) == "a"
+
+
+def test_a_takeaway_names_the_figures_saved_before_it():
+    nb = {"cells": [{"cell_type": "markdown", "source": "## 1 · First"},
+                    {"cell_type": "code", "source": 'plotting.save(fig, fig_dir / "fig01_a", "c")', "outputs": []},
+                    {"cell_type": "code", "source": "say(...)", "outputs": [
+                        {"data": {"text/markdown": "**What we saw (M, one window).** x"}}]},
+                    {"cell_type": "code", "source": 'plotting.save(fig, fig_dir / "fig02_b", "c")\nsay(...)',
+                     "outputs": [{"data": {"text/markdown": "**What we saw (M, two windows).** y"}}]},
+                    {"cell_type": "code", "source": "say(...)", "outputs": [
+                        {"data": {"text/markdown": "**What we saw (M, three windows).** z"}}]}]}
+    kept = takeaways.collect(nb)
+    assert [t["figures"] for t in kept] == [["fig01_a"], ["fig02_b"], []]
+    assert [t["section"] for t in kept] == ["1 · First"] * 3
+
+
 def test_random_weights_keep_the_configuration_and_change_the_weights():
     from sinklib.models.load import load_model
     from sinklib.models.random_init import random_weights

@@ -292,7 +292,7 @@ def test_cls_attention_split_before_and_after_a_register():
     assert split["extra"] == [pytest.approx(0.2)] and split["chosen"] == [pytest.approx(0.5)]
     assert split["other patches"] == [pytest.approx(0.2)]
     from sinklib.architectures.vit import vit_plots
-    from sinklib.core.figure_layout import layout_problems
+    from tests.figure_lint import layout_problems
 
     fig = vit_plots.cls_split(split, split, stand_in=False, title="t")
     assert layout_problems(fig) == []

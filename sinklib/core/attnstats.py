@@ -114,7 +114,7 @@ def _pad_keys(p: torch.Tensor, k: int) -> torch.Tensor:
 class AttentionStats:
     """Context manager collecting per-layer sink statistics while the model runs its normal attention.
 
-    >>> with AttentionStats(lm.model) as st:
+    >>> with AttentionStats(lm) as st:
     ...     lm.model(ids)
     >>> st.key_mass(layer=5).shape    # (B, H, N): sink mass per key
     >>> st.alpha(keys=[0]).shape      # (L, B, H, 1)

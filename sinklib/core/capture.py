@@ -89,7 +89,7 @@ def float32_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
 class Capture(Patch):
     """Context manager that records per-layer tensors during the forwards run inside it.
 
-    >>> with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+    >>> with Capture(lm, attentions=True, hidden_states=True) as cap:
     ...     lm.model(input_ids)
     >>> cap.stack("attentions").shape   # (L, B, H, T, T)
     >>> cap.stack("router_logits").shape, cap.layers_of("router_logits")   # (L_moe, B, T, E), its layers

@@ -168,7 +168,7 @@ def head_outputs(lm: LoadedModel, ids: torch.Tensor, layers: list[int], batch_si
     (what :func:`~sinklib.interpretation.origin.variance_by_position` reads as ``before_wo``); the forward stops
     after the last of ``layers``."""
     flat = {"head_outputs": lambda o, i: o.flatten(-2).float()}  # (B, T, H, hd) -> (B, T, C)
-    with Capture(lm.model, head_outputs=True, layers=layers, reduce=flat) as cap:
+    with Capture(lm, head_outputs=True, layers=layers, reduce=flat) as cap:
         for batch in origin.batches(ids, batch_size):
             origin.forward(lm, batch, last_layer=max(layers))
     return {layer: cap.get("head_outputs", layer) for layer in layers}

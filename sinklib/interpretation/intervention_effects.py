@@ -231,7 +231,7 @@ def amplified_alpha(lm: LoadedModel, ids: torch.Tensor, k: int, edits: list[tupl
             prefix = forward(lm, batch[:, :k], use_cache=True).past_key_values  # (B, H_kv, k, hd) per layer
         for j, (lam, mode) in enumerate(edits):
             cache = copy.deepcopy(prefix)  # each edit extends its own copy
-            with Capture(lm.model, attentions=True, reduce=reduce) as cap:
+            with Capture(lm, attentions=True, reduce=reduce) as cap:
                 with HeadOutputAmplification(lm.model, k, lam, layers, mode, start=k):
                     forward(lm, batch[:, k:], past_key_values=cache, use_cache=cache is not None)
             out[j].append(cap.stack("attentions"))  # (L, B, H)

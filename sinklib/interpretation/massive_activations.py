@@ -28,7 +28,7 @@ def first_token_values(lm: LoadedModel, ids: torch.Tensor, dims: list[int], batc
     """
     out = []
     for batch in batches(ids, batch_size):
-        with Capture(lm.model, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
+        with Capture(lm, hidden_states=True, reduce={"hidden_states": lambda h, i: h[:, 0, dims]}) as cap:
             forward(lm, batch)
         out.append(cap.stack("hidden_states").double())  # (L, B, len(dims))
     return torch.cat(out, dim=1).mean(dim=1).float()

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 
 from sinklib.core import metrics
-from sinklib.core.adapters import find_layers
 from sinklib.core.capture import Capture
 from sinklib.core.errors import WrongFamilyError
 from sinklib.core.loaded import LoadedModel
@@ -26,7 +25,7 @@ from sinklib.core.loaded import LoadedModel
 def require_gated_mlp(lm: LoadedModel, where: str) -> None:
     """The chain is stated for SwiGLU FFNs (gate, up, down projections) in every block: raise a one-line error
     otherwise (DeepSeek-V2's dense first block is one, its later MoE blocks are not)."""
-    other = [p.mlp for p in find_layers(lm.model)
+    other = [p.mlp for p in lm.adapter.layers
              if p.mlp is None or not all(hasattr(p.mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))]
     if other:
         mlp = other[0]
@@ -59,10 +58,10 @@ def forward(lm: LoadedModel, ids: torch.Tensor, last_layer: int | None = None, *
         kwargs.setdefault("logits_to_keep", 1)
     kwargs.setdefault("use_cache", False)
     handle = None
-    if last_layer is not None and last_layer < len(find_layers(lm.model)) - 1:
+    if last_layer is not None and last_layer < len(lm.adapter.layers) - 1:
         def stop(module, args, output):
             raise _Stopped
-        handle = find_layers(lm.model)[last_layer].block.register_forward_hook(stop)  # after the hooks entered before
+        handle = lm.adapter.layers[last_layer].block.register_forward_hook(stop)  # after the hooks entered before
     try:
         return lm.model(ids.to(lm.device), **kwargs)
     except _Stopped:
@@ -114,7 +113,7 @@ def measure(lm: LoadedModel, ids: torch.Tensor, statistics: list[Statistic], bat
     alone = len(statistics) == 1  # one statistic: reduce in the capture (only the reduction is ever held)
     for start in range(0, len(ids), batch_size):
         batch = ids[start:start + batch_size]
-        with Capture(lm.model, kinds=kinds, reduce=statistics[0].reduce if alone else None) as cap:
+        with Capture(lm, kinds=kinds, reduce=statistics[0].reduce if alone else None) as cap:
             if intervention is None:
                 forward(lm, batch, last_layer=last_layer)
             else:
@@ -155,8 +154,8 @@ def variance_by_position(lm: LoadedModel, ids: torch.Tensor, layers: list[int]) 
     Returns ``before_wo`` and ``after_wo``, each (len(layers), T): v_t = mean over channels of Var_n[o_{n,t}]
     (heads' channels pooled before W_O; model channels after).
     """
-    parts = find_layers(lm.model)
-    with Capture(lm.model, head_outputs=True, layers=layers) as cap:
+    parts = lm.adapter.layers
+    with Capture(lm, head_outputs=True, layers=layers) as cap:
         forward(lm, ids, last_layer=max(layers))  # the later blocks are not needed
     before, after = [], []
     for layer in layers:
@@ -218,7 +217,7 @@ class SuperNeuronStats(Statistic):
 
     def __init__(self, lm: LoadedModel, min_vs_median: float = 100.0, min_selectivity: float = 10.0,
                  top_write: int = 2, rest_quantile: float = REST_QUANTILE):
-        self.parts = find_layers(lm.model)
+        self.parts = lm.adapter.layers
         self.min_vs_median, self.min_selectivity = min_vs_median, min_selectivity
         self.top_write, self.rest_quantile = top_write, rest_quantile
         L = len(self.parts)
@@ -266,8 +265,8 @@ def select_super_neurons(first: torch.Tensor, rest: torch.Tensor, median: torch.
 def neuron_by_position(lm: LoadedModel, ids: torch.Tensor, layer: int, neuron: int) -> dict[str, torch.Tensor]:
     """For one neuron: mean |activation| per position, and cosines between the normalised MLP input x_t and the
     neuron's gate and up weight rows, cos(x_t, w) = x_t . w / (|x_t| |w|), averaged over sequences. Each (T,)."""
-    mlp = find_layers(lm.model)[layer].mlp
-    with Capture(lm.model, kinds=("mlp_activations", "mlp_inputs"), layers=[layer]) as cap:
+    mlp = lm.adapter.layers[layer].mlp
+    with Capture(lm, kinds=("mlp_activations", "mlp_inputs"), layers=[layer]) as cap:
         forward(lm, ids, last_layer=layer)
     a = cap.get("mlp_activations", layer)[..., neuron].float()  # (N, T)
     x = cap.get("mlp_inputs", layer).float()  # (N, T, d)

@@ -102,7 +102,7 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
         if pixels.shape[0] != 1:
             raise InputError(f"explore shows one image at a time, pixels shaped (1, 3, H, W); got a batch of "
                              f"{pixels.shape[0]}: pass pixels[:1]")
-        with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+        with Capture(lm, attentions=True, hidden_states=True) as cap:
             vit_forward(lm, pixels.to(lm.device))
         A = cap.stack("attentions")[:, 0]  # (L, H, T, T)
         h = cap.stack("hidden_states")[:, 0]  # (L, T, d)
@@ -112,7 +112,7 @@ def explorer_data(lm, inputs, max_tokens: int = 64) -> ExplorerData:
                   *[f"({r},{c})" for r in range(rows) for c in range(cols)]]
         return ExplorerData(labels, A, h.float().norm(dim=-1), (rows, cols), first, images.display(pixels[0].cpu(), lm.pixel_norm))
     ids = explorer_ids(lm, inputs)[:max_tokens]
-    with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+    with Capture(lm, attentions=True, hidden_states=True) as cap:
         lm.model(ids[None].to(lm.device), use_cache=False)
     labels = [lm.tokenizer.decode([int(i)]) for i in ids] if lm.tokenizer is not None else [str(int(i)) for i in ids]
     return ExplorerData(labels, cap.stack("attentions")[:, 0], cap.stack("hidden_states")[:, 0].float().norm(dim=-1))

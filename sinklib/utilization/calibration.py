@@ -40,7 +40,7 @@ def act_key_scores(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8) -> t
     out = []
     for start in range(0, len(ids), batch_size):
         batch = ids[start:start + batch_size].to(lm.device)
-        with AttentionStats(lm.model) as st:
+        with AttentionStats(lm) as st:
             lm.model(batch, use_cache=False, logits_to_keep=1)
         out.append(torch.stack([st.key_mass(i) for i in st.layers], dim=1).float().cpu())  # (B, L, H, T)
     return torch.cat(out)

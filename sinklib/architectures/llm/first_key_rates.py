@@ -88,7 +88,7 @@ def first_key_rate(lm: LoadedModel, ids: torch.Tensor, queries: slice, batch_siz
     (sequence, layer, head), and the share of them above ``eps``. Returns (rate, alpha (N, L, H))."""
     out = []
     for batch in batches(ids, batch_size):
-        with AttentionStats(lm.model, keys=[0]) as st:
+        with AttentionStats(lm, keys=[0]) as st:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
         out.append(torch.stack([st.probs_of_keys(i)[:, :, queries, 0].mean(dim=-1) for i in range(lm.n_layers)],
                                dim=1))  # (B, L, H)

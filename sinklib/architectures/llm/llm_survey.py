@@ -161,7 +161,7 @@ def profile_with_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int, progr
     its own. An outer :class:`~sinklib.core.attnstats.AttentionStats` around the profile: the switches nest, the
     profile's statistics reduce the layer's probabilities and hand the output to the outer one, which reduces the
     same probabilities and computes the output (one more reduction per layer, no more forward)."""
-    with AttentionStats(lm.model) as outer:
+    with AttentionStats(lm) as outer:
         profile = analysis.profile_sinks(lm, ids, input_name="natural", batch_size=batch_size, progress=progress)
     return profile, placement.stacked_mass(outer, lm.n_layers)
 

@@ -105,7 +105,7 @@ def layer_mass(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 16, progres
     no bar)."""
     out = []
     for batch in tqdm(list(batches(ids, batch_size)), desc=progress, disable=progress is None, leave=False):
-        with AttentionStats(lm.model) as st:
+        with AttentionStats(lm) as st:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
         out.append(stacked_mass(st, lm.n_layers))
     return torch.cat(out)

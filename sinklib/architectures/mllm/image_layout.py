@@ -24,8 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sinklib.core.adapters import adapter_for
-
 Shape = tuple[int, int]  # (rows, cols)
 
 MIN_IMAGE_TOKENS = 24 * 24  # LLaVA-1.5's image tokens (336 px / 14 px patches): the floor for pixel-count processors
@@ -145,7 +143,7 @@ def image_layout(lm, inputs: dict, size: Shape) -> ImageLayout:
     """
     config = lm.model.config
     kind = config.model_type
-    n = int(adapter_for(lm.model).image_positions(inputs["input_ids"][:1]).sum())
+    n = int(lm.adapter.image_positions(inputs["input_ids"][:1]).sum())
     if kind in ("qwen2_vl", "qwen2_5_vl"):
         layout = qwen2_vl_layout(inputs["image_grid_thw"][0].tolist(), config.vision_config.spatial_merge_size)
     elif kind in ("idefics3", "smolvlm"):

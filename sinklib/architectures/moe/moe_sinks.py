@@ -22,7 +22,6 @@ from sinklib.architectures.moe.super_experts import (
     expert_output_max,
     first_routed_max,
 )
-from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
 from sinklib.interpretation.origin import batches
@@ -67,7 +66,7 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
     :func:`compare_pruning`'s run as is."""
     from sinklib.core.attnstats import AttentionStats
 
-    parts = adapter_for(lm.model).layers
+    parts = lm.adapter.layers
     layers = [p for p in parts if p.experts is not None]
     n_experts = layers[0].experts.num_experts
     shared_peaks: dict[int, float] = {}  # layer -> largest |shared-expert output| (Su et al. list it as expert -1)
@@ -86,8 +85,8 @@ def routing(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8, first_token
     logits, choice, peaks, alphas, first_peaks = [], [], [], [], []
     try:
         for batch in batches(ids, batch_size):
-            with Capture(lm.model, kinds=kinds, reduce=reduce) as cap, \
-                    (AttentionStats(lm.model, keys=[0]) if first_token else contextlib.nullcontext()) as st:
+            with Capture(lm, kinds=kinds, reduce=reduce) as cap, \
+                    (AttentionStats(lm, keys=[0]) if first_token else contextlib.nullcontext()) as st:
                 lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
             # rows: cap.layers_of(kind), the layers with routed experts (= ``layers``), in order
             logits.append(cap.stack("router_logits"))  # (L_moe, B, T, E)

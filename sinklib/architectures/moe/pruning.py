@@ -75,8 +75,8 @@ def first_token_state(lm: LoadedModel, ids: torch.Tensor, batch_size: int = 8,
     alphas, peaks = [], []
     for batch in batches(ids, batch_size):
         first = {"hidden_states": lambda h, layer: h[:, 0].abs().amax(dim=-1)}  # (B,)
-        with AttentionStats(lm.model, keys=[0]) as st, \
-                Capture(lm.model, hidden_states=True, layers=layers, reduce=first) as cap:
+        with AttentionStats(lm, keys=[0]) as st, \
+                Capture(lm, hidden_states=True, layers=layers, reduce=first) as cap:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
         alphas.append(torch.stack([st.key_mass(i)[..., 0] for i in layers]).mean(dim=-1))  # (L, B)
         peaks.append(cap.stack("hidden_states"))  # (L, B)
@@ -220,7 +220,7 @@ def expert_channels(lm: LoadedModel, ids: torch.Tensor, experts: Sequence[tuple[
                                                               t.abs().argmax(dim=-1).float()], dim=-1)}
     # (B, T, k, d) -> (B, T, k, 2): max |y| and its channel (float32 holds channel ids exactly)
     for batch in batches(ids, batch_size):
-        with Capture(lm.model, kinds=["expert_choice", "expert_outputs"], layers=layers, reduce=reduce) as cap:
+        with Capture(lm, kinds=["expert_choice", "expert_outputs"], layers=layers, reduce=reduce) as cap:
             lm.model(batch.to(lm.device), use_cache=False, logits_to_keep=1)
             for layer, e in experts:
                 if e == -1:
@@ -249,7 +249,7 @@ def compare_pruning(lm: LoadedModel, supers: Sequence[tuple[int, int]], ids: tor
     layers), so blocks 0..s-1 compute the same in every run: the run as is records the residual stream entering
     block s (:class:`SharedPrefix`), each pruned run starts there, and its alpha_0 and first-token |h| of layers < s
     are the run as is's."""
-    n_experts = adapter_for(lm.model).layers[supers[0][0]].experts.num_experts if supers else 0
+    n_experts = lm.adapter.layers[supers[0][0]].experts.num_experts if supers else 0
     prunes = {"super experts pruned": list(supers)}
     for pick in random_controls(supers, n_experts, draws, seed) if supers else []:
         prunes["random experts: " + ", ".join(expert_name(layer, e) for layer, e in pick)] = pick

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from sinklib.architectures.vit.vit_sinks import outlier_mask, vit_forward
-from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
 
@@ -22,12 +21,12 @@ def token_features(lm: LoadedModel, pixels: torch.Tensor,
     the median-norm patch of each image, from the last block's output; and whether each image's highest-norm patch
     is an outlier there (:func:`outlier_mask` among the image's patches) -- the probe tests outlier tokens only where
     it is. (B, 3, S, S) -> ({name: (B, d)}, (B,) bool)."""
-    n_prefix = adapter_for(lm.model).n_prefix
-    last = len(adapter_for(lm.model).layers) - 1
+    n_prefix = lm.adapter.n_prefix
+    last = len(lm.adapter.layers) - 1
     out: dict[str, list[torch.Tensor]] = {"CLS": [], "highest-norm patch": [], "median-norm patch": []}
     is_outlier: list[torch.Tensor] = []
     for start in range(0, len(pixels), batch_size):
-        with Capture(lm.model, hidden_states=True, layers=[last]) as cap:
+        with Capture(lm, hidden_states=True, layers=[last]) as cap:
             vit_forward(lm, pixels[start:start + batch_size])
         h = cap.get("hidden_states", last).float()  # (B, T, d)
         patches = h[:, n_prefix:]

@@ -43,7 +43,7 @@ def register_input_means(lm: LoadedModel, pixels: torch.Tensor, batch_size: int 
     r = n_registers(lm.model)
     if r == 0:
         raise ValueError(f"{lm.name}: no register tokens (a DINOv2-with-registers model has 4)")
-    parts = adapter_for(lm.model).layers
+    parts = lm.adapter.layers
     total, count = None, 0
     for start in range(0, len(pixels), batch_size):
         seen: dict[int, torch.Tensor] = {}
@@ -103,12 +103,12 @@ def head_features(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, ex
     """What DINOv2's linear heads read: [CLS, mean of the patch tokens] of the last block's output *after the final
     LayerNorm* (DINOv2's ``x_norm_clstoken`` / ``x_norm_patchtokens``; registers excluded), as the authors'
     ``setup_dinov2_model_for_eval``, optionally under an edit. (B, 3, S, S) -> (B, 2d)."""
-    n_prefix = adapter_for(lm.model).n_prefix
-    last = len(adapter_for(lm.model).layers) - 1
+    n_prefix = lm.adapter.n_prefix
+    last = len(lm.adapter.layers) - 1
     norm = final_norm(lm.model)
     out = []
     for start in range(0, len(pixels), batch_size):
-        with Capture(lm.model, hidden_states=True, layers=[last]) as cap:
+        with Capture(lm, hidden_states=True, layers=[last]) as cap:
             if extra is not None:
                 with extra:
                     vit_forward(lm, pixels[start:start + batch_size])

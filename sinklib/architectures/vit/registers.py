@@ -179,7 +179,7 @@ def register_neurons(lm: LoadedModel, pixels: torch.Tensor, positions: torch.Ten
         n = int(where.any(dim=-1).sum())  # images of this batch that count
         if n == 0:
             continue
-        with Capture(lm.model, mlp_activations=True) as cap:
+        with Capture(lm, mlp_activations=True) as cap:
             vit_forward(lm, pixels[start:start + batch_size])
         acts = cap.stack("mlp_activations").float()  # (L, B, T, d_ff)
         score = torch.stack([register_scores(a[:, :where.shape[1]], where, config) for a in acts]) * n  # (L, d_ff)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel
 
@@ -164,7 +163,7 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
     ``extra``: an optional context manager entered inside the capture for every batch (an intervention such as
     :class:`sinklib.architectures.vit.registers.TestTimeRegisters`), so before / after profiles come from one code path.
     """
-    adapter = adapter_for(lm.model)
+    adapter = lm.adapter
     gh, gw = grid_of(lm, pixels.shape[-1])
     n_prefix = adapter.n_prefix
     cls_maps, received, entropy, norms, similarity, tops, medians, sites, rows = [], [], [], [], [], [], [], [], []
@@ -175,7 +174,7 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
         for start in range(0, len(pixels), batch_size):
             batch = pixels[start:start + batch_size]
             embedded.clear()
-            with Capture(lm.model, attentions=True, hidden_states=True) as cap:
+            with Capture(lm, attentions=True, hidden_states=True) as cap:
                 if extra is not None:
                     with extra:
                         vit_forward(lm, batch)

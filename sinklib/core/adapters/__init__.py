@@ -52,8 +52,8 @@ def adapter_for(model: nn.Module) -> Adapter:
 def model_and_adapter(model, adapter: Adapter | None = None) -> tuple[nn.Module, Adapter]:
     """``(module, adapter)`` for a :class:`~sinklib.core.loaded.LoadedModel` (its own adapter, found once:
     ``lm.adapter``) or a bare module (found now); ``adapter`` overrides either."""
-    if not isinstance(model, nn.Module):  # a LoadedModel (its .model and .adapter)
-        return model.model, adapter or model.adapter
+    if not isinstance(model, nn.Module):  # a LoadedModel: its .model, and its .adapter found once
+        return model.model, adapter or getattr(model, "adapter", None) or adapter_for(model.model)
     return model, adapter or adapter_for(model)
 
 
