@@ -17,7 +17,7 @@
 # # 03 · Removing the sink: eight attention variants trained side by side
 #
 # A sink is something softmax attention *learns*. This notebook trains the same small Llama-style decoder
-# (`sinklib.mitigation.tinylm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions
+# (`sinklib.mitigation.variant_lm`: RMSNorm, SwiGLU, a BOS token at position 0) from scratch with nine attention functions
 # -- the softmax baseline and eight mitigations -- on the same data, seeds and budget, and measures what each does to
 # the sink and to the loss:
 #

@@ -12,7 +12,7 @@ from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture, hooks_left
 from sinklib.core.errors import InputError
 from sinklib.interpretation.interventions import ResidualOverride, SelfOnlyAttention
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 from sinklib.utilization.calibration import AttentionCalibration, act_bias, act_redistribute
 
 HF = ["llama", "gemma3", "gpt_oss", "mixtral", "olmoe", "qwen2_moe", "dinov2", "dinov2_registers", "vit",
@@ -47,7 +47,7 @@ def _reference_attentions(model, inputs):
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_adapter_reads_the_layout_from_the_config(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     adapter = adapter_for(model)
     family, causal, blocks, prefix = EXPECTED[name]
     assert (adapter.family, adapter.causal, len(adapter.layers), adapter.n_prefix) == (family, causal, blocks, prefix)
@@ -63,17 +63,17 @@ def test_adapter_reads_the_layout_from_the_config(name):
 
 @pytest.mark.parametrize("name", ["llava", "qwen2_vl"])
 def test_image_positions_are_the_image_tokens(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     where = adapter_for(model).image_positions(inputs["input_ids"])
     assert where.sum() == (32 if name == "llava" else 8)  # 2 sequences x 16 patches / 4 merged tokens
     assert (inputs["input_ids"][where] == model.config.image_token_id).all()
-    vit, pixels = tiny.build("dinov2_registers")
+    vit, pixels = tiny_random.build("dinov2_registers")
     assert adapter_for(vit).image_positions(torch.zeros(2, 21)).sum(1).tolist() == [16, 16]  # 5 prefix + 16 patches
 
 
 @pytest.mark.parametrize("name", HF)
 def test_capture_and_stats_equal_transformers_eager_attentions(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     ref = _reference_attentions(model, inputs)
     before = _state(model)
     with torch.no_grad():
@@ -101,7 +101,7 @@ def test_capture_and_stats_equal_transformers_eager_attentions(name):
 
 
 def test_timm_vit_capture_and_stats_equal_a_direct_computation():
-    model, inputs = tiny.build("timm_vit")
+    model, inputs = tiny_random.build("timm_vit")
     before = _state(model)
     with torch.no_grad():
         plain = model(**inputs)
@@ -126,7 +126,7 @@ def test_timm_vit_capture_and_stats_equal_a_direct_computation():
 
 @pytest.mark.parametrize("name", MOE)
 def test_router_and_expert_outputs_equal_the_moe_block(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     adapter = adapter_for(model)
     experts_out = {}
     handles = [p.experts.register_forward_hook(lambda m, a, out, i=p.index: experts_out.__setitem__(i, out))
@@ -157,7 +157,7 @@ def test_router_and_expert_outputs_equal_the_moe_block(name):
 
 @pytest.mark.parametrize("name", ["dinov2", "timm_vit", "llava", "qwen2_moe"])
 def test_self_only_attention_on_every_family(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     with torch.no_grad():
         model(**inputs)  # transformers installs its own output-recording hooks on the first forward
     before = _state(model)
@@ -181,7 +181,7 @@ def test_act_on_probabilities_equals_act_as_a_logit_bias():
     sink[0, 1, 4] = True
     via_bias = torch.softmax(logits + act_bias(A, sink, 0.4), -1)
     torch.testing.assert_close(act_redistribute(A, sink, 0.4), via_bias, atol=1e-6, rtol=0)
-    model, inputs = tiny.build("timm_vit")
+    model, inputs = tiny_random.build("timm_vit")
     with torch.no_grad(), Capture(model, attentions=True) as cap, \
             AttentionCalibration(model, {0: [0, 1, 2, 3]}, threshold=0.0) as act:
         model(**inputs)
@@ -190,7 +190,7 @@ def test_act_on_probabilities_equals_act_as_a_logit_bias():
 
 @pytest.mark.parametrize("name", ["mixtral", "clip_vision", "timm_vit", "qwen2_vl"])
 def test_residual_override_on_every_family(name):
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     with torch.no_grad(), Capture(model, hidden_states=True) as cap, \
             ResidualOverride(model, layers=[0], dims=[3, 7], values=0.0, positions=[2]) as ro:
         model(**inputs)
@@ -212,7 +212,7 @@ def test_unsupported_models_get_one_line_errors():
 def test_head_output_amplification_on_every_family(name):
     from sinklib.interpretation.interventions import HeadOutputAmplification
 
-    model, inputs = tiny.build(name)
+    model, inputs = tiny_random.build(name)
     n = len(adapter_for(model).layers)
     with torch.no_grad():
         plain = model(**inputs)

@@ -73,7 +73,7 @@ def test_rmsnorm_output_has_unit_rms_times_gain(qkv):
 
 
 def test_variant_options_reach_the_variant():
-    from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+    from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 
     cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, attention="headwise_rmsnorm",
                      options=(("gain_init", 0.1),))

@@ -177,7 +177,7 @@ def test_chosen_keys_in_cached_decode_and_where_the_kernel_does_not_apply(tiny, 
 def test_under_an_outer_switch_the_backend_computes_the_output(tiny):
     """Nested inside another attention switch (an intervention, a variant) the statistics must not replace that
     switch's output: here the outer function doubles every output, so the logits must change with it."""
-    from sinklib.core.switch import AttentionSwitch
+    from sinklib.core.attention_switch import AttentionSwitch
 
     ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(4))
     calls, outer = [], []  # outer[-1]: the switch in force, whose previous backend `doubled` calls

@@ -10,7 +10,7 @@ from sinklib.core.adapters import adapter_for
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel, ModelSpec
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 MOE_KINDS = ["router_logits", "expert_choice", "expert_weights", "expert_outputs"]
 B, T = 2, 12
@@ -19,7 +19,7 @@ B, T = 2, 12
 @pytest.fixture(scope="module")
 def deepseek():
     torch.manual_seed(0)
-    model, tokenizer = tiny_hub.deepseek_v2()
+    model, tokenizer = tiny_random_hub.deepseek_v2()
     with torch.no_grad():  # as write_hub_cache: norms off 1, biases off 0
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
@@ -65,7 +65,7 @@ def test_the_tiny_model_is_shaped_like_deepseek_v2_lite(deepseek):
     assert layers[0].experts is None and layers[0].router is None and layers[0].down_proj is not None
     assert all(p.experts is not None and p.router is not None and p.shared_expert is not None for p in layers[1:])
     assert adapter_for(model).family == infer_family(cfg) == model_family("sinklib-tiny/deepseek-v2") == "moe"
-    assert "sinklib-tiny/deepseek-v2" in tiny_hub.MOES and tiny_hub.MOES[0] == "sinklib-tiny/olmoe"
+    assert "sinklib-tiny/deepseek-v2" in tiny_random_hub.MOES and tiny_random_hub.MOES[0] == "sinklib-tiny/olmoe"
 
 
 def test_stack_over_moe_kinds_skips_the_dense_first_layer_and_says_which_layers(deepseek):
@@ -162,7 +162,7 @@ def test_the_gated_mlp_check_reads_every_block_not_the_dense_first_one(lm):
 def test_streaming_refuses_latent_attention_in_one_line_and_10_llm_records_why(deepseek, lm):
     """MODEL=deepseek-ai/DeepSeek-V2-Lite reaches 01 and 10 (both take MoE models): the sink cache re-rotates cached
     keys, which MLA does not cache -- a one-line error in 01, a "not run" record in 10's Xiao test."""
-    from sinklib.architectures.llm import llm_survey
+    from sinklib.architectures.llm import xiao_position
     from sinklib.core.errors import InputError
     from sinklib.utilization.sink_cache import SinkWindowCache, why_no_sink_cache
 
@@ -173,5 +173,5 @@ def test_streaming_refuses_latent_attention_in_one_line_and_10_llm_records_why(d
     assert "\n" not in str(err.value) and "latent" in str(err.value)
     from sinklib.core.results import load_reference
 
-    xiao, claim = llm_survey.xiao_position_test(lm, 64, 16, 8, load_reference("streamingllm"))
+    xiao, claim = xiao_position.xiao_position_test(lm, 64, 16, 8, load_reference("streamingllm"))
     assert xiao == {} and claim.holds is None and claim.note.startswith("not run: ") and "latent" in claim.note

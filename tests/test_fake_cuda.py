@@ -86,10 +86,10 @@ def test_two_devices_do_not_mix():
 def test_mllm_profile_runs_on_cuda():
     """Issue item 1: the image mask was built from input ids on the GPU and indexed the CPU captures."""
     from sinklib.architectures.mllm import visual_sinks as vs
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
 
     with fake_cuda():
-        lm, inputs = tiny.loaded("llava")
+        lm, inputs = tiny_random.loaded("llava")
         lm.model.to("cuda")
         prof = vs.profile_mllm(lm.model, {k: v.to("cuda") for k, v in inputs.items()})
         assert prof.image.device.type == "cpu" and prof.phi.shape[-1] == int(prof.image.sum())
@@ -162,7 +162,7 @@ def test_weights_trained_on_a_gpu_are_cached_as_plain_cpu_tensors(tmp_path, monk
     """03 trains on the GPU and reads the weights back later (``torch.load(weights_only=True)``): the cache holds CPU
     tensors, not the device's (under the fake device a tensor subclass, which weights_only refuses)."""
     from sinklib.mitigation import training
-    from sinklib.mitigation.tinylm import TinyConfig
+    from sinklib.mitigation.variant_lm import TinyConfig
 
     monkeypatch.setenv("SINKLIB_CACHE", str(tmp_path))
     cfg = training.TrainConfig(model=TinyConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_len=16), steps=2,

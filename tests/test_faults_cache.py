@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 
 from sinklib.core import manifest
 from sinklib.mitigation import training
-from sinklib.mitigation.tinylm import TinyConfig
+from sinklib.mitigation.variant_lm import TinyConfig
 from sinklib.models import conversion
-from sinklib.pipeline import kept, profiles
+from sinklib.pipeline import model_results, profiles
 
 WEIGHTS = torch.arange(4096, dtype=torch.float32)  # 16 KB of float32, none of them zero but the first
 
@@ -270,9 +270,9 @@ def test_a_training_run_cached_before_manifests_is_adopted_if_whole(cache, monke
 # --- kept per-model results ----------------------------------------------------------------------------------------
 
 
-def _kept(cache: Path) -> kept.KeptWork:
+def _kept(cache: Path) -> model_results.KeptWork:
     run = profiles.resolve("smoke", None, None, 0, cache / "out", notebook="10_llm")
-    return kept.KeptWork.for_model(run, "org/model")
+    return model_results.KeptWork.for_model(run, "org/model")
 
 
 @pytest.mark.parametrize("fault", ["garbage", "zeroed"])
@@ -297,7 +297,7 @@ def test_an_unreadable_kept_result_is_one_line_naming_the_file(cache, monkeypatc
 
     done = _kept(cache)
     done.save({"alpha": 1.0})
-    monkeypatch.setattr(kept.torch, "load", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad zip\nmore")))
+    monkeypatch.setattr(model_results.torch, "load", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad zip\nmore")))
     with pytest.raises(SinklibError) as err:
         done.load()
     _one_line(str(err.value))

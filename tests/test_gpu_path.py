@@ -15,7 +15,7 @@ from functools import partial
 import pytest
 
 from sinklib.core import claims
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 from sinklib.pipeline import runner, schedule
 from tests import fake_cuda
 from tests.kernel_startup import kernel_env
@@ -57,7 +57,7 @@ def plan_jobs(tmp_path_factory) -> dict:
     root = tmp_path_factory.getbasetemp() / "tiny_gpu"
     hub = root / "hub"
     hub.mkdir(parents=True, exist_ok=True)
-    tiny_hub.write_hub_cache(hub)
+    tiny_random_hub.write_hub_cache(hub)
     base = {**runner.thread_env(1), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
     one = {**base, **kernel_env(root / "ipython-1", fake_cuda=1)}
     two = {**base, **kernel_env(root / "ipython-2", fake_cuda=2), "SINKLIB_DEVICE_MAP": "balanced"}
@@ -81,8 +81,8 @@ def tiny_gpu_run(jobs):
     return {key: jobs.result(f"tiny-gpu:{key}") for key in ONE_DEVICE | TWO_DEVICES}
 
 
-LOADED = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),
-          "12_mllm": tiny_hub.MLLMS[:1], "13_vit": tiny_hub.VITS[:1]}  # 11 and 12 run their list's first model
+LOADED = {"10_llm": tiny_random_hub.LLMS, "11_moe": tiny_random_hub.MOES[:1], "11_moe:mixtral": ("sinklib-tiny/mixtral",),
+          "12_mllm": tiny_random_hub.MLLMS[:1], "13_vit": tiny_random_hub.VITS[:1]}  # 11 and 12 run their list's first model
 SPLIT = {"10_llm": {"sinklib-tiny/llama"}, "12_mllm": {"sinklib-tiny/llava"},
          "13_vit": {"sinklib-tiny/dinov2", "sinklib-tiny/dinov2-registers"}} | {
     key: {model} for key, (_, model) in TWO_DEVICES.items() if model}  # others: the profile's model
@@ -100,7 +100,7 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
     models = LOADED.get(stem, ())  # every model class of the list was loaded and measured
     assert all(m in text for m in models), [m for m in models if m not in text]
     if stem == "13_vit":  # section 6 measured every ViT of the list (by label: "dinov2-registers", "timm/...")
-        assert len(headline["models"]) == len(tiny_hub.VITS)
+        assert len(headline["models"]) == len(tiny_random_hub.VITS)
     if (folder / "claims.json").exists():
         assert all(c.profile == "tiny-gpu" for c in claims.load(folder / "claims.json"))
     if n_devices == 2 and stem != "03_mitigation":  # the weights sit on both devices

@@ -12,9 +12,9 @@ import torch
 from sinklib.core.errors import UnknownModelError
 from sinklib.mitigation import training
 from sinklib.mitigation.comparison import variant_config
-from sinklib.mitigation.tinylm import TinyConfig
+from sinklib.mitigation.variant_lm import TinyConfig
 from sinklib.models import hub_access
-from sinklib.pipeline import plan, profiles, protocols
+from sinklib.pipeline import plan, plan_estimates, plan_shapes, profiles, protocols
 
 GPU_TRAIN = protocols.PROTOCOLS["03_mitigation"].sizes["gpu"].train
 
@@ -78,11 +78,12 @@ def test_the_gpu_plan_for_the_readme_headline_fits_6_gpu_hours_and_names_the_gat
 
 
 def test_a_decode_step_is_timed_by_its_bytes_by_hand():
-    shape = plan.Shape(params_b=7.0, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008)
+    shape = plan_shapes.Shape(params_b=7.0, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008)
     step = plan.Step("decode", "m", 1, 1, kv_tokens=1000)
-    seconds = plan.call_seconds(step, shape, "bfloat16", batch=1, tokens=1, kv=1000)
+    seconds = plan_estimates.call_seconds(step, shape, "bfloat16", batch=1, tokens=1, kv=1000)
     moved = 7e9 * 2 + 2 * 32 * 1000 * 32 * 128 * 1 * 2  # weights + the KV cache read once
-    expect = moved / (plan.GPU.hbm_tb_s * 1e12 * plan.BW_EFF) + 32 * 0.070 / 30  # + the measured host cost per layer
+    bandwidth = plan_estimates.GPU.hbm_tb_s * 1e12 * plan_estimates.BW_EFF
+    expect = moved / bandwidth + 32 * 0.070 / 30  # + the measured host cost per layer
     assert seconds == pytest.approx(expect)
 
 
@@ -101,7 +102,7 @@ H200_STATS_FORWARD_S = {(4096, "bfloat16", "first key"): 0.016 * 3.32, (32768, "
                         (32768, "bfloat16", "every key"): 0.125 * 2.43, (131072, "bfloat16", "every key"): 1.465 * 2.60,
                         (4096, "float32", "first key"): 0.121 * 0.69, (16384, "float32", "every key"): 1.399 * 0.74}
 H200_DECODE_TOKEN_S = {"float32": 0.0186, "bfloat16": (0.061, 0.079)}  # SmolLM2's shape, KV cache
-SMOLLM2 = plan.Shape(params_b=0.1348, layers=30, heads=9, kv_heads=3, hidden=576, d_ff=1536, vocab=49152)
+SMOLLM2 = plan_shapes.Shape(params_b=0.1348, layers=30, heads=9, kv_heads=3, hidden=576, d_ff=1536, vocab=49152)
 H100_OVER_H200 = {"float32": 67.0 / 67.0, "bfloat16": 989.0 / 989.0}  # peak FLOPs ratio (H200 / H100)
 
 
@@ -112,17 +113,17 @@ def _within(estimate: float, measured: float, factor: float = 1.5) -> bool:
 def test_the_plan_reproduces_the_h200_measurements_within_1_5x():
     run = profiles.resolve("gpu", notebook="03_mitigation", out_dir="/tmp/plan-test")
     for variant, measured in H200_TRAIN_STEP_S.items():  # the measured setting (the number of steps aside)
-        estimate = plan.train_step_seconds(run, variant, 16)
+        estimate = plan_estimates.train_step_seconds(run, variant, 16)
         assert _within(estimate, measured * H100_OVER_H200["bfloat16"]), (variant, estimate, measured)
     for (n, dtype), measured in H200_SDPA_FORWARD_S.items():
-        estimate = plan.call_seconds(plan.Step("forward", "m", 1, n), SMOLLM2, dtype, 1, n, 0)
+        estimate = plan_estimates.call_seconds(plan.Step("forward", "m", 1, n), SMOLLM2, dtype, 1, n, 0)
         assert _within(estimate, measured * H100_OVER_H200[dtype]), (n, dtype, estimate, measured)
     for dtype, measured in H200_DECODE_TOKEN_S.items():
-        estimate = plan.call_seconds(plan.Step("decode", "m", 1, 1, kv_tokens=512), SMOLLM2, dtype, 1, 1, 512)
+        estimate = plan_estimates.call_seconds(plan.Step("decode", "m", 1, 1, kv_tokens=512), SMOLLM2, dtype, 1, 1, 512)
         lo, hi = measured if isinstance(measured, tuple) else (measured, measured)
         assert lo / 1.5 <= estimate <= hi * 1.5, (dtype, estimate, measured)
     for (n, dtype, kind), measured in H200_STATS_FORWARD_S.items():  # the statistics' fused-kernel path
-        estimate = plan.call_seconds(plan.Step("stats", "m", 1, n, stats=kind), SMOLLM2, dtype, 1, n, 0)
+        estimate = plan_estimates.call_seconds(plan.Step("stats", "m", 1, n, stats=kind), SMOLLM2, dtype, 1, n, 0)
         assert _within(estimate, measured * H100_OVER_H200[dtype]), (n, dtype, kind, estimate, measured)
     text = plan.format_plans(plan.plan_run("gpu", gpu_gb=80, notebooks=["03"]))
     assert "calibrated on this code measured on an H200" in text and "not yet measured on a GPU" not in text
@@ -209,7 +210,7 @@ def test_the_readme_slurm_array_uses_the_cli_as_it_is(tmp_path):
     import shlex
 
     from sinklib.core.paths import ROOT
-    from sinklib.pipeline import kept
+    from sinklib.pipeline import model_results
     from sinklib.pipeline.cli import build_parser
 
     text = (ROOT / "README.md").read_text()
@@ -220,5 +221,5 @@ def test_the_readme_slurm_array_uses_the_cli_as_it_is(tmp_path):
         build_parser().parse_args(argv)  # SystemExit on an unknown option
     alone = profiles.resolve("gpu", "meta-llama/Llama-2-7b-hf", "cuda", 0, tmp_path / "a", notebook="10_llm")
     listed = profiles.resolve("gpu", None, "cuda", 0, tmp_path / "b", notebook="10_llm")
-    assert kept.KeptWork.for_model(alone, "meta-llama/Llama-2-7b-hf") == kept.KeptWork.for_model(
+    assert model_results.KeptWork.for_model(alone, "meta-llama/Llama-2-7b-hf") == model_results.KeptWork.for_model(
         listed, "meta-llama/Llama-2-7b-hf")

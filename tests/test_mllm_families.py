@@ -1,7 +1,7 @@
 """12_mllm on the GPU profile's other MLLM families: Idefics3 (SmolVLM-Instruct's class: a picture cut into crops plus a
 global view, 5-D ``pixel_values``, a token count that is no square) and Qwen2-VL (pictures sized by pixel count, any
 aspect ratio) -- where the image tokens lie on the picture, how many a digit becomes, and a capture that keeps only
-what the profile reads. Tiny random models with their real processors (:mod:`sinklib.models.tiny_hub`)."""
+what the profile reads. Tiny random models with their real processors (:mod:`sinklib.models.tiny_random_hub`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.core.adapters import adapter_for
 from sinklib.core.capture import Capture
 from sinklib.core.loaded import LoadedModel, ModelSpec
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 
 def _loaded(build, folder, dtype=torch.float32) -> LoadedModel:
@@ -37,12 +37,12 @@ def _loaded(build, folder, dtype=torch.float32) -> LoadedModel:
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory) -> LoadedModel:
-    return _loaded(tiny_hub.idefics3, tmp_path_factory.mktemp("idefics3"))
+    return _loaded(tiny_random_hub.idefics3, tmp_path_factory.mktemp("idefics3"))
 
 
 @pytest.fixture(scope="module")
 def qwen2_vl(tmp_path_factory) -> LoadedModel:
-    return _loaded(tiny_hub.qwen2_vl, tmp_path_factory.mktemp("qwen2-vl"))
+    return _loaded(tiny_random_hub.qwen2_vl, tmp_path_factory.mktemp("qwen2-vl"))
 
 
 def _digits(n: int, h: int = 8, w: int = 8) -> list[np.ndarray]:
@@ -214,7 +214,7 @@ def test_reduced_capture_gives_the_numbers_of_the_full_maps(family, request, mon
 def test_reduced_capture_on_bfloat16_matches_float32_reductions(idefics3, tmp_path):
     """bf16 weights: the probabilities are formed and reduced in float32 (Capture's float32 softmax), the hidden
     states kept in bf16 and phi computed from them in float32 -- the same numbers as reducing the full maps."""
-    lm = _loaded(tiny_hub.idefics3, tmp_path / "bf16", dtype=torch.bfloat16)
+    lm = _loaded(tiny_random_hub.idefics3, tmp_path / "bf16", dtype=torch.bfloat16)
     inputs, _ = captions.caption_inputs(lm, _digits(2), [" a", " b"])
     prof = vs.profile_mllm(lm.model, inputs)
     shares, phi, received, first, _ = _reference(lm.model, inputs, prof.dims)

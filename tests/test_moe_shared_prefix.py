@@ -6,7 +6,7 @@ import torch
 from sinklib.architectures.moe import moe_sinks, pruning
 from sinklib.core.adapters import adapter_for
 from sinklib.core.evaluation import perplexity
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 
 def _from_scratch(lm, supers, ids, held, draws, seed, batch_size):
@@ -27,7 +27,7 @@ def _from_scratch(lm, supers, ids, held, draws, seed, batch_size):
 @pytest.mark.parametrize("supers", [[(1, 2)], [(0, 1)], []])
 @pytest.mark.parametrize("from_routing", [False, True])
 def test_compare_pruning_equals_every_run_from_scratch(name, supers, from_routing):
-    lm, inputs = tiny.loaded(name)
+    lm, inputs = tiny_random.loaded(name)
     ids = inputs["input_ids"]
     held = torch.cat([ids, ids.flip(1)])
     as_is = moe_sinks.routing(lm, ids, batch_size=1, first_token=True).first_state if from_routing else None
@@ -41,7 +41,7 @@ def test_compare_pruning_equals_every_run_from_scratch(name, supers, from_routin
 
 
 def test_replay_skips_the_shared_blocks_and_restores_them():
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     ids = inputs["input_ids"]
     layers = adapter_for(lm.model).layers
     calls = []
@@ -67,7 +67,7 @@ def test_replay_skips_the_shared_blocks_and_restores_them():
 
 @pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
 def test_routing_reads_the_first_token_state_off_its_own_forwards(name):
-    lm, inputs = tiny.loaded(name)
+    lm, inputs = tiny_random.loaded(name)
     ids = inputs["input_ids"]
     route = moe_sinks.routing(lm, ids, batch_size=1, first_token=True)
     alone = pruning.first_token_state(lm, ids, batch_size=1)
@@ -78,7 +78,7 @@ def test_routing_reads_the_first_token_state_off_its_own_forwards(name):
 
 
 def test_record_prefix_stops_after_the_shared_blocks():
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     ids = torch.cat([inputs["input_ids"]] * 3)  # 6 windows, batches of 4 and 2
     last = adapter_for(lm.model).layers[-1].attn
     calls = []

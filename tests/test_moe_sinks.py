@@ -5,12 +5,12 @@ import torch
 
 from sinklib.architectures.moe import moe_sinks, pruning, su_claims
 from sinklib.core.adapters import adapter_for
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 
 @pytest.mark.parametrize("name", ["mixtral", "olmoe", "qwen2_moe"])
 def test_routing_summaries_equal_a_direct_computation(name):
-    lm, inputs = tiny.loaded(name)
+    lm, inputs = tiny_random.loaded(name)
     ids = inputs["input_ids"]
     r = moe_sinks.routing(lm, ids, batch_size=1)
     router = adapter_for(lm.model).layers[0].router
@@ -32,7 +32,7 @@ def test_routing_summaries_equal_a_direct_computation(name):
 
 
 def test_prune_experts_zeroes_and_restores():
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     before = [p.clone() for p in lm.model.parameters()]
     with torch.no_grad():
         plain = lm.model(**inputs).logits
@@ -84,7 +84,7 @@ def test_few_super_experts_fails_on_a_random_weight_moe():
     authors' rank rule still names one."""
     from sinklib.models.random_init import random_weights
 
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     control = random_weights(lm, seed=0)
     route = moe_sinks.routing(control, inputs["input_ids"], batch_size=2)
     claim = su_claims.super_experts_claim(route.output_max)
@@ -92,7 +92,7 @@ def test_few_super_experts_fails_on_a_random_weight_moe():
 
 
 def test_compare_pruning_runs_the_model_as_is_pruned_and_random():
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     ids = inputs["input_ids"]
     runs = pruning.compare_pruning(lm, [(1, 2)], ids, ids, draws=2, seed=0, batch_size=2)
     assert list(runs)[:2] == ["as is", "super experts pruned"] and len(runs) == 4
@@ -124,7 +124,7 @@ def test_expert_channels_and_sink_drop():
     the outputs the expert produced; the per-layer sink drop is 1 - pruned / as is."""
     from sinklib.core.capture import Capture
 
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     ids = inputs["input_ids"]
     got = pruning.expert_channels(lm, ids, [(0, 1), (1, 3)], batch_size=1)
     with torch.no_grad(), Capture(lm.model, kinds=["expert_choice", "expert_outputs"]) as cap:
@@ -143,7 +143,7 @@ def test_pruning_is_recorded_with_its_control_or_why_there_is_none():
     stand-in "cannot be judged here" with the numbers kept."""
     from sinklib.core.claims import Recorder
 
-    lm, inputs = tiny.loaded("mixtral")
+    lm, inputs = tiny_random.loaded("mixtral")
     ids = inputs["input_ids"]
     base, good = {"alpha": 0.5, "ppl": 40.0, "max_abs_first": 2e4}, {"alpha": 0.5, "ppl": 41.0, "max_abs_first": 2e4}
     summary = {"as is": base, "super experts pruned": {"alpha": 0.2, "ppl": 150.0, "max_abs_first": 7e2},

@@ -15,7 +15,7 @@ from sinklib.core import quantities as q
 from sinklib.core.claims import check_schema
 from sinklib.core.results import load_reference
 from sinklib.mitigation import evaluation, parity, training, training_data
-from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 
 REF = load_reference("mitigations")
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32, rope_theta=0.0)

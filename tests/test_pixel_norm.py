@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sinklib.core import images
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 from sinklib.models.load import load_model, pixel_norm
 
 
@@ -29,7 +29,7 @@ def test_clip_reads_its_own_mean_and_std_from_its_image_processor(tmp_path):
     model.save_pretrained(tmp_path)
     CLIPImageProcessor().save_pretrained(tmp_path)  # OpenAI CLIP's defaults
     mean, std = pixel_norm(str(tmp_path), model)
-    assert mean == pytest.approx(tiny_hub.CLIP_NORM[0]) and std == pytest.approx(tiny_hub.CLIP_NORM[1])
+    assert mean == pytest.approx(tiny_random_hub.CLIP_NORM[0]) and std == pytest.approx(tiny_random_hub.CLIP_NORM[1])
     assert mean != pytest.approx(images.IMAGENET[0])
 
 
@@ -38,11 +38,11 @@ def test_hub_vits_carry_their_norm(tmp_path):
     image processor (ImageNet's); the offline DINOv2-S: ImageNet's. The GPU rehearsal loads them through the hub."""
     import timm
 
-    tiny_hub.write_hub_cache(tmp_path)
+    tiny_random_hub.write_hub_cache(tmp_path)
     vit = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
                             depth=1, num_heads=4, num_classes=0)
-    vit.pretrained_cfg = {"mean": list(tiny_hub.CLIP_NORM[0]), "std": list(tiny_hub.CLIP_NORM[1])}
-    assert pixel_norm("timm/sinklib-tiny-vit", vit) == tiny_hub.CLIP_NORM
+    vit.pretrained_cfg = {"mean": list(tiny_random_hub.CLIP_NORM[0]), "std": list(tiny_random_hub.CLIP_NORM[1])}
+    assert pixel_norm("timm/sinklib-tiny-vit", vit) == tiny_random_hub.CLIP_NORM
     (snap,) = (tmp_path / "models--sinklib-tiny--dinov2" / "snapshots").iterdir()
     mean, std = pixel_norm(str(snap), torch.nn.Identity())
     assert mean == pytest.approx(images.IMAGENET[0]) and std == pytest.approx(images.IMAGENET[1])

@@ -161,10 +161,10 @@ def test_llm_survey_runs_on_the_gpu_profiles_classes(family):
     from sinklib.architectures.llm.protocol import SIZES
     from sinklib.core.adapters import adapter_for
     from sinklib.core.results import load_reference
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
 
     assert len(SIZES["gpu"].models) >= 6
-    lm, _ = tiny.loaded(family)
+    lm, _ = tiny_random.loaded(family)
     assert adapter_for(lm.model).family == "llm"
     report = llm_survey.measure(lm, num_seqs=2, seq_len=24, batch_size=2, placement_seqs=2, context_lengths=(32,),
                                 context_windows=1, paper=load_reference("structural_origin"), progress=False)
@@ -280,15 +280,15 @@ def test_gu_shape_is_judged_on_rotary_families_only():
     positions, keeps 62.28% on a repeated token. A GPT-2-style model gets its own number recorded, no verdict."""
     from sinklib.core import analysis
     from sinklib.core.results import load_reference
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
 
     gu = load_reference("gu2024_sink_rates")
     gpt2_like = {"natural": 0.77, "random": 0.70, "repeated": 0.62}
     assert analysis.llama_family_shape(gpt2_like, gu).holds is False  # as before: the Llama rule fails on it
     own = analysis.llama_family_shape(gpt2_like, gu, absolute=True)
     assert own.holds is None and "62.0%" in own.note and "62.28%" in own.note
-    gpt2, _ = tiny.loaded("gpt2")
-    llama, _ = tiny.loaded("llama")
+    gpt2, _ = tiny_random.loaded("gpt2")
+    llama, _ = tiny_random.loaded("llama")
     assert analysis.absolute_positions(gpt2) is True and analysis.absolute_positions(llama) is False
 
 
@@ -305,10 +305,10 @@ def test_sink_rate_by_eps_is_gu_rate_at_each_threshold():
 def test_xiao_position_test_replaces_the_first_four_tokens(tiny):
     """StreamingLLM Table 1: the same text streamed with its own first 4 tokens as sinks and with them replaced by
     line breaks; perplexities after the cache fills, and the claim by streaming.sink_is_positional."""
-    from sinklib.architectures.llm import llm_survey
+    from sinklib.architectures.llm import xiao_position
     from sinklib.core.results import load_reference
 
-    measured, claim = llm_survey.xiao_position_test(tiny, 48, 16, 8, load_reference("streamingllm"), progress=False)
+    measured, claim = xiao_position.xiao_position_test(tiny, 48, 16, 8, load_reference("streamingllm"), progress=False)
     assert set(measured) == {"window only", "own first 4", "4 newlines"}
     assert all(v > 1 for v in measured.values()) and measured["4 newlines"] != measured["own first 4"]
     assert claim.id == "xiao2023.sink_is_positional" and "replaced by line breaks" in claim.adapted
@@ -317,14 +317,14 @@ def test_xiao_position_test_replaces_the_first_four_tokens(tiny):
 def test_xiao_position_test_has_its_own_random_weight_control(tiny):
     """Issue 43: Xiao et al.'s replace-the-first-four protocol on the model's own random weights, named as the
     trained model's claim so that the Recorder attaches it."""
-    from sinklib.architectures.llm import llm_survey
+    from sinklib.architectures.llm import xiao_position
     from sinklib.core.claims import with_control
     from sinklib.core.results import load_reference
     from sinklib.models.random_init import random_weights
 
     paper = load_reference("streamingllm")
-    _, claim = llm_survey.xiao_position_test(tiny, 48, 16, 8, paper, progress=False)
-    control = llm_survey.xiao_control(random_weights(tiny, 0), "tiny", 48, 16, 8, paper)
+    _, claim = xiao_position.xiao_position_test(tiny, 48, 16, 8, paper, progress=False)
+    control = xiao_position.xiao_control(random_weights(tiny, 0), "tiny", 48, 16, 8, paper)
     assert control.id == "xiao2023.sink_is_positional.tiny" and isinstance(control.holds, bool)
     assert set(control.measured) == {"window only", "own first 4", "4 newlines"}
     judged = with_control(replace(claim, id=control.id), control)
@@ -334,14 +334,14 @@ def test_xiao_position_test_has_its_own_random_weight_control(tiny):
 def test_xiao_position_test_is_not_run_without_rope():
     """GPT-2 (the GPU list's GPT2-XL) has learned absolute positions: the sink cache cannot re-assign them, so the
     claim is recorded as not judged with the reason, not a crash that loses the notebook's other models."""
-    from sinklib.architectures.llm import llm_survey
+    from sinklib.architectures.llm import xiao_position
     from sinklib.core.results import load_reference
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
     from sinklib.utilization.sink_cache import has_rope
 
-    lm, _ = tiny.loaded("gpt2")
+    lm, _ = tiny_random.loaded("gpt2")
     assert not has_rope(lm.model)
-    measured, claim = llm_survey.xiao_position_test(lm, 48, 16, 8, load_reference("streamingllm"), progress=False)
+    measured, claim = xiao_position.xiao_position_test(lm, 48, 16, 8, load_reference("streamingllm"), progress=False)
     assert measured == {} and claim.holds is None and "rotary" in claim.note
 
 

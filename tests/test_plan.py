@@ -10,7 +10,7 @@ from sinklib.architectures.moe.protocol import MOE_MODELS
 from sinklib.architectures.vit.protocol import VIT_MODELS
 from sinklib.core.errors import InputError
 from sinklib.core.memory import activation_bytes
-from sinklib.pipeline import plan, profiles, protocols, runner
+from sinklib.pipeline import plan, plan_estimates, plan_shapes, profiles, protocols, runner
 from sinklib.pipeline.cli import main
 
 
@@ -36,10 +36,11 @@ def test_a_small_gpu_refuses_with_the_step_and_the_numbers():
 
 
 def test_estimate_is_weights_plus_activations_plus_kv_cache_by_hand(tmp_path):
-    shape = plan.Shape(params_b=1.0, layers=2, heads=4, kv_heads=2, hidden=64, d_ff=256, vocab=100, max_positions=512)
+    shape = plan_shapes.Shape(params_b=1.0, layers=2, heads=4, kv_heads=2, hidden=64, d_ff=256, vocab=100,
+                              max_positions=512)
     run = profiles.resolve("gpu", None, None, 0, tmp_path, notebook="01_utilization")
     step = plan.Step("decode", "x", batch=3, tokens=10, logits=True, kv_tokens=1000)
-    need, note = plan.estimate(step, shape, "bfloat16", run, batch=3)
+    need, note = plan_estimates.estimate(step, shape, "bfloat16", run, batch=3)
     weights = 1e9 * 2
     acts = 4 * 3 * 10 * (4 * 64 + 3 * 256) + 3 * 64 * 2**20 + 4 * 3 * 10 * 100  # activation_bytes, transcribed
     kv = 2 * 2 * 2 * (64 // 4) * 1000 * 3 * 2  # K and V, layers, KV heads, head dim, tokens, batch, bytes
@@ -49,17 +50,19 @@ def test_estimate_is_weights_plus_activations_plus_kv_cache_by_hand(tmp_path):
 
 
 def test_vit_and_mllm_tokens_come_from_the_model():
-    vit = plan.Shape(params_b=0.3, layers=24, heads=16, kv_heads=16, hidden=1024, d_ff=4096, patch=14, registers=4)
-    assert plan._tokens(plan.Step("p", "v", 1, -224), vit)[0] == 16 * 16 + 1 + 4
-    mllm = plan.Shape(params_b=7, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008, image_tokens=576)
-    assert plan._tokens(plan.Step("c", "m", 1, -1), mllm)[0] == 576 + plan.TEXT_TOKENS
-    llm = plan.Shape(params_b=7, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008, max_positions=4096)
-    assert plan._tokens(plan.Step("l", "m", 1, 32768), llm) == (4096, "32768 clipped to the model's 4096 positions")
+    vit = plan_shapes.Shape(params_b=0.3, layers=24, heads=16, kv_heads=16, hidden=1024, d_ff=4096, patch=14,
+                            registers=4)
+    assert plan_shapes.step_tokens(plan.Step("p", "v", 1, -224), vit)[0] == 16 * 16 + 1 + 4
+    mllm = plan_shapes.Shape(params_b=7, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008, image_tokens=576)
+    assert plan_shapes.step_tokens(plan.Step("c", "m", 1, -1), mllm)[0] == 576 + plan_shapes.TEXT_TOKENS
+    llm = plan_shapes.Shape(params_b=7, layers=32, heads=32, kv_heads=32, hidden=4096, d_ff=11008, max_positions=4096)
+    assert plan_shapes.step_tokens(plan.Step("l", "m", 1, 32768), llm) == \
+        (4096, "32768 clipped to the model's 4096 positions")
 
 
 def test_unknown_model_offline_is_a_one_line_error():
     with pytest.raises(InputError, match="add its shape to data/hub_models.json"):
-        plan.shape_of("someone/unknown-model", offline=True)
+        plan_shapes.shape_of("someone/unknown-model", offline=True)
     (p,) = plan.plan_run("cpu", model="someone/unknown-model", notebooks=["00"])
     assert not p.fits and "someone/unknown-model" in p.problems[0]
 

@@ -9,12 +9,12 @@ import pytest
 from test_layout import NOTEBOOK_FOLDER
 
 from sinklib.core.protocol import NotebookProtocol, forwards, models_of
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 from sinklib.pipeline import profiles, protocols, runner
 
 BOOKS = [b.stem for b in runner.discover()]
 FAMILIES = {"llm", "moe", "mllm", "vit"}
-TINY = {"10_llm": tiny_hub.LLMS, "11_moe": tiny_hub.MOES, "12_mllm": tiny_hub.MLLMS, "13_vit": tiny_hub.VITS}
+TINY = {"10_llm": tiny_random_hub.LLMS, "11_moe": tiny_random_hub.MOES, "12_mllm": tiny_random_hub.MLLMS, "13_vit": tiny_random_hub.VITS}
 
 
 def test_every_notebook_has_exactly_one_protocol_and_every_protocol_a_notebook():

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from sinklib.models import stitch, tiny
+from sinklib.models import stitch, tiny_random
 from sinklib.models.bytetok import byte_tokenizer
 
 
@@ -31,7 +31,7 @@ def test_batch_labels_only_the_caption(tok):
 
 
 def test_caption_loss_equals_llavas_own_loss():
-    lm, inputs = tiny.loaded("llava")
+    lm, inputs = tiny_random.loaded("llava")
     model = lm.model
     ids = inputs["input_ids"]
     labels = torch.full_like(ids, -100)
@@ -89,7 +89,7 @@ def test_each_seed_has_its_own_cache_folder():
 
 
 def test_load_standin_takes_the_seeds_folder_and_says_so(tmp_path, monkeypatch):
-    lm, _ = tiny.loaded("llava")
+    lm, _ = tiny_random.loaded("llava")
     folders = {s: tmp_path / str(s) for s in (0, 1)}
     for s, folder in folders.items():
         torch.manual_seed(s + 10)

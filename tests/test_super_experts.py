@@ -75,9 +75,9 @@ def test_super_experts_index_the_models_layers_and_count_shared_experts():
 def test_prune_experts_takes_the_models_layer_and_the_shared_expert():
     from sinklib.architectures.moe.pruning import PruneExperts
     from sinklib.core.adapters import adapter_for
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
 
-    model, _ = tiny.qwen2_moe()
+    model, _ = tiny_random.qwen2_moe()
     parts = adapter_for(model).layers
     shared = parts[1].shared_expert.down_proj.weight
     routed = parts[1].experts.down_proj
@@ -141,9 +141,9 @@ def test_routing_rows_are_the_models_layers_with_a_dense_first_layer():
 
     from sinklib.architectures.moe.moe_sinks import routing
     from sinklib.core.adapters import adapter_for
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
 
-    lm, inputs = tiny.loaded("qwen2_moe")
+    lm, inputs = tiny_random.loaded("qwen2_moe")
     torch.manual_seed(0)
     config = Qwen2MoeConfig(**{**lm.model.config.to_dict(), "mlp_only_layers": [0]})
     model = Qwen2MoeForCausalLM(config).eval()

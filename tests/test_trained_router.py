@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from sinklib.architectures.moe import trained_router
 from sinklib.mitigation import training
 from sinklib.mitigation.protocol import TRAIN_CPU, TRAIN_SMOKE
-from sinklib.mitigation.tinylm import MoE, TinyConfig, TinyLM
+from sinklib.mitigation.variant_lm import MoE, TinyConfig, TinyLM
 
 
 def test_moe_equals_sparse_dispatch():

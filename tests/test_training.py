@@ -9,7 +9,7 @@ import torch
 from sinklib.core.errors import InputError
 from sinklib.mitigation import evaluation, training, training_data
 from sinklib.mitigation.protocol import TRAIN_SMOKE
-from sinklib.mitigation.tinylm import TinyConfig, TinyLM
+from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 
 SMALL = TinyConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_len=32)
 

@@ -64,10 +64,10 @@ def standin_like():
     ``Image:<image>*16\\nCaption:`` prompt of :mod:`sinklib.models.stitch`, byte tokenizer + ``<image>``)."""
     from transformers import LlavaForConditionalGeneration
 
-    from sinklib.models import tiny_hub
+    from sinklib.models import tiny_random_hub
 
     torch.manual_seed(0)
-    model, processor = tiny_hub.llava()
+    model, processor = tiny_random_hub.llava()
     config = model.config
     config.text_config.num_hidden_layers = 5
     if getattr(config.text_config, "layer_types", None) is not None:

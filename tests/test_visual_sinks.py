@@ -13,7 +13,7 @@ from sinklib.architectures.mllm import visual_attention as va
 from sinklib.architectures.mllm import visual_sinks as vs
 from sinklib.core.capture import Capture, hooks_left
 from sinklib.core.results import load_reference
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 
 def test_phi_is_max_sink_dim_over_rms():
@@ -86,7 +86,7 @@ def test_image_centric_rows():
 
 
 def test_key_mask_hides_keys_from_later_queries_only():
-    lm, inputs = tiny.loaded("llava")
+    lm, inputs = tiny_random.loaded("llava")
     ids = inputs["input_ids"]
     keys = torch.zeros_like(ids, dtype=torch.bool)
     keys[:, 3] = True
@@ -98,7 +98,7 @@ def test_key_mask_hides_keys_from_later_queries_only():
 
 
 def test_mllm_recipe_runs_on_tiny_llava():
-    lm, inputs = tiny.loaded("llava")
+    lm, inputs = tiny_random.loaded("llava")
     model = lm.model
     prof = vs.profile_mllm(model, inputs)
     baseline = hooks_left(model)  # after a first forward: transformers adds its own recording hooks then
@@ -125,13 +125,13 @@ def test_mllm_recipe_runs_on_tiny_llava():
 
 @pytest.fixture
 def tiny_hub_llava(tmp_path):
-    """A tiny random LLaVA saved with a real LlavaProcessor (:func:`sinklib.models.tiny_hub.llava`), loaded as
+    """A tiny random LLaVA saved with a real LlavaProcessor (:func:`sinklib.models.tiny_random_hub.llava`), loaded as
     a hub model would be: the GPU profile's input path."""
     from sinklib.core.loaded import LoadedModel, ModelSpec
-    from sinklib.models import tiny_hub
+    from sinklib.models import tiny_random_hub
 
     torch.manual_seed(0)
-    model, processor = tiny_hub.llava()
+    model, processor = tiny_random_hub.llava()
     processor.save_pretrained(tmp_path)
     model = model.eval().to(torch.bfloat16)  # the GPU profile's dtype
     text, tok = model.config.text_config, processor.tokenizer
@@ -371,7 +371,7 @@ def test_random_weight_control_has_no_visual_sinks():
     dimension, so no image token reaches phi >= 20 and the claim fails, as Kang et al.'s at_init=False says."""
     from sinklib.models.random_init import random_weights
 
-    lm, inputs = tiny.loaded("llava")
+    lm, inputs = tiny_random.loaded("llava")
     control = random_weights(lm, seed=0)
     prof = vs.profile_mllm(control.model, inputs)
     claim = kang_claims.visual_sink_claims(prof, None, None, standin=False)[0]

@@ -10,7 +10,7 @@ import torch
 
 from sinklib.architectures.vit import register_means, registers, vit_sinks
 from sinklib.architectures.vit.vit_sinks import VitProfile
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 
 def _profile(norms: torch.Tensor, n_prefix: int = 1, grid=(2, 2)) -> VitProfile:
@@ -51,7 +51,7 @@ def test_massive_ratio_averages_the_top_value_and_the_median_separately():
 def test_head_features_read_after_the_final_layernorm():
     """DINOv2's linear heads read x_norm_clstoken and the mean of x_norm_patchtokens: after the final LayerNorm,
     which transformers' Dinov2 models apply to last_hidden_state; registers are left out."""
-    lm, inputs = tiny.loaded("dinov2_registers")
+    lm, inputs = tiny_random.loaded("dinov2_registers")
     pixels = next(iter(inputs.values()))
     n_prefix = 1 + register_means.n_registers(lm.model)
     with torch.inference_mode():

@@ -10,7 +10,7 @@ import torch
 
 from sinklib.architectures.vit import darcet_claims, probe, registers, vit_massive_claims, vit_sinks
 from sinklib.core.capture import hooks_left
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 VIT_CLASSES = ["dinov2", "dinov2_registers", "vit", "clip_vision", "timm_vit"]
 
@@ -56,7 +56,7 @@ def test_high_norm_similarity_takes_the_output_norm_outliers_in_embedding_space(
 
 
 def test_profile_measures_similarity_on_the_patch_embeddings():
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     pixels = _pixels(lm, inputs)
     prof = vit_sinks.profile_vit(lm, pixels, batch_size=1)
     with torch.inference_mode():
@@ -94,7 +94,7 @@ def test_fixed_register_mean_follows_suns_fix_reg_mean():
     from sinklib.architectures.vit import register_means
     from sinklib.core.adapters import adapter_for
 
-    lm, inputs = tiny.loaded("dinov2_registers")
+    lm, inputs = tiny_random.loaded("dinov2_registers")
     pixels = _pixels(lm, inputs)
     r = register_means.n_registers(lm.model)
     means = register_means.register_input_means(lm, pixels, batch_size=1)
@@ -115,7 +115,7 @@ def test_fixed_register_mean_follows_suns_fix_reg_mean():
     assert register_means.fixed_bias_claim({"as is": 0.9, "fixed register mean": 0.8}).holds is False
     assert register_means.fixed_bias_claim(None).holds is None
     with pytest.raises(ValueError, match="no register tokens"):
-        register_means.register_input_means(tiny.loaded("dinov2")[0], pixels)
+        register_means.register_input_means(tiny_random.loaded("dinov2")[0], pixels)
 
 
 def _pixels(lm, inputs):
@@ -125,7 +125,7 @@ def _pixels(lm, inputs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", VIT_CLASSES)
 def test_vit_recipe_runs_on_tiny_models(name, dtype):
-    lm, inputs = tiny.loaded(name)
+    lm, inputs = tiny_random.loaded(name)
     lm.model.to(dtype)
     lm.dtype = dtype
     pixels = _pixels(lm, inputs)
@@ -158,7 +158,7 @@ def test_test_time_register_follows_the_authors_recipe_inside_the_model():
     normal_values="zero", shared/utils.py: sign_max, vision_transformer.py: torch.zeros register): the extra token
     enters as zeros; at the listed layer one signed maximum over all tokens and listed neurons (per image) is written
     into the register's listed neurons; patches get 0 there; CLS and other neurons keep their values."""
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     layer, neurons = 1, [3, 7]
     seen = {}
     proj = lm.model.encoder.layer[layer].mlp.fc2
@@ -186,7 +186,7 @@ def test_test_time_register_follows_the_authors_recipe_inside_the_model():
 
 
 def test_the_test_time_register_enters_as_zeros():
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     seen = {}
     first = lm.model.encoder.layer[0]
     with torch.no_grad(), registers.TestTimeRegisters(lm.model, {1: [0]}, n_registers=2):
@@ -222,7 +222,7 @@ def test_register_neurons_follow_the_authors_selection():
 
 
 def test_register_neurons_needs_outlier_positions():
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     pixels = inputs["pixel_values"]
     with pytest.raises(ValueError, match="no image has an outlier"):
         registers.register_neurons(lm, pixels, torch.zeros(len(pixels), 17, dtype=torch.bool))
@@ -253,7 +253,7 @@ def test_outlier_positions_fall_back_to_the_highest_norm_patch():
 
 
 def test_register_neurons_keep_the_configs_layers_and_top_k():
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     pixels = inputs["pixel_values"]
     positions = torch.zeros(len(pixels), 17, dtype=torch.bool)
     positions[:, 5] = True
@@ -271,7 +271,7 @@ def test_register_scores_average_per_image_means_and_register_neurons_weight_bat
     # image 0: mean |a| over tokens 1, 2 = [2, 2]; image 1: token 0 = [4, 0]; mean of the two images = [3, 1]
     torch.testing.assert_close(registers.register_scores(acts, where), torch.tensor([3.0, 1.0]))
     torch.testing.assert_close(registers.register_scores(acts, torch.zeros(2, 3, dtype=torch.bool)), torch.zeros(2))
-    lm, inputs = tiny.loaded("dinov2")
+    lm, inputs = tiny_random.loaded("dinov2")
     pixels = inputs["pixel_values"].repeat(3, 1, 1, 1)[:5]  # 5 images, batches of 2 + 2 + 1
     T = vit_sinks.profile_vit(lm, pixels[:1]).n_tokens
     positions = torch.zeros(5, T, dtype=torch.bool)

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from sinklib.core import metrics, pooled
 from sinklib.core import quantities as q
+from sinklib.core.attention_switch import Patch
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
 from sinklib.core.claims import Claim
@@ -20,7 +21,6 @@ from sinklib.core.data import as_token_ids
 from sinklib.core.errors import InputError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.memory import check_fits, check_length, fit_batch
-from sinklib.core.switch import Patch
 
 
 @dataclass

@@ -39,8 +39,8 @@ import torch
 
 from sinklib.core import lse_attention
 from sinklib.core.adapters import Adapter, model_and_adapter
+from sinklib.core.attention_switch import AttentionSwitch, Patch, TimmEagerAttention
 from sinklib.core.errors import InputError
-from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
 
 UNREADABLE_BACKENDS = ("flash", "flex")  # implementations whose masks AttentionStats cannot mirror
 

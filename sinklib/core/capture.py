@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from sinklib.core.adapters import Adapter, Layer, model_and_adapter
-from sinklib.core.switch import AttentionSwitch, ExpertsSwitch, Patch, TimmEagerAttention, eager_for
+from sinklib.core.attention_switch import AttentionSwitch, ExpertsSwitch, Patch, TimmEagerAttention, eager_for
 
 KINDS = (
     "attentions",  # (B, H, T_q, T_k) probabilities

@@ -1,4 +1,4 @@
-"""The base of every intervention: a :class:`~sinklib.core.switch.Patch` that knows which layers it edits and how to
+"""The base of every intervention: a :class:`~sinklib.core.attention_switch.Patch` that knows which layers it edits and how to
 reach their attention, on transformers (an attention function in the registry, handed a 4D additive mask it may
 edit) and on timm (the probabilities that pass through ``attn_drop``).
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from sinklib.core.adapters import model_and_adapter
-from sinklib.core.switch import AttentionSwitch, Patch, TimmEagerAttention
+from sinklib.core.attention_switch import AttentionSwitch, Patch, TimmEagerAttention
 
 
 class Intervention(Patch):

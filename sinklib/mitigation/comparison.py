@@ -19,9 +19,9 @@ import torch
 
 from sinklib.core.errors import InputError
 from sinklib.core.metrics import GU_EPS
-from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 from sinklib.mitigation.training import TrainConfig, train
 from sinklib.mitigation.training_data import BBC_TRIGGERS
+from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 from sinklib.mitigation.variants import VARIANTS
 
 Runs = Mapping[str, Sequence[dict]]

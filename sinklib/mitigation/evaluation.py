@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from sinklib.core import metrics
-from sinklib.mitigation.tinylm import TinyLM
+from sinklib.mitigation.variant_lm import TinyLM
 
 
 def effective_rank(h: torch.Tensor) -> float:

@@ -36,8 +36,8 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.errors import InputError
 from sinklib.mitigation import training
 from sinklib.mitigation.sink_claims import claim_source
-from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 from sinklib.mitigation.training_data import BBC_VOCAB, make_batch
+from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 
 PARITY_ID = "origin.headwise_rmsnorm_restores_parity"  # the abstract's claim, on its direct measure
 TABLE_ID = "origin.headwise_rmsnorm_lowers_disparity_raises_rank"  # the pre-training table's two numbers

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sinklib.core.protocol import NotebookProtocol, Step
-from sinklib.mitigation.tinylm import TinyConfig
 from sinklib.mitigation.training import TrainConfig
+from sinklib.mitigation.variant_lm import TinyConfig
 
 
 @dataclass(frozen=True)

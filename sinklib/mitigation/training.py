@@ -1,4 +1,4 @@
-"""Train :class:`~sinklib.mitigation.tinylm.TinyLM` with one attention variant and watch its sink, cached by
+"""Train :class:`~sinklib.mitigation.variant_lm.TinyLM` with one attention variant and watch its sink, cached by
 configuration.
 
 The data (``TrainConfig.data``: Bible bytes, bigram-backcopy or a text file) is drawn by
@@ -29,8 +29,8 @@ from sinklib.core.errors import InputError
 from sinklib.core.paths import cache_dir
 from sinklib.core.results import write_json
 from sinklib.mitigation.evaluation import evaluate
-from sinklib.mitigation.tinylm import TinyConfig, TinyLM
 from sinklib.mitigation.training_data import BOS, make_batch
+from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
 
 # 3: no weight decay on 1-D parameters, row-normalised first-token share; bump when the loop or the metrics change,
 # to invalidate cached runs

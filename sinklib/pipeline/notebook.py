@@ -26,7 +26,7 @@ from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import write_json
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import profiles
-from sinklib.pipeline.kept import KeptWork
+from sinklib.pipeline.model_results import KeptWork
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Notebook:
         return lm
 
     def per_model(self, name: str, measure: Callable[[], T]) -> T:
-        """``measure()`` for model ``name``, kept as soon as it returns (:class:`~sinklib.pipeline.kept.KeptWork`):
+        """``measure()`` for model ``name``, kept as soon as it returns (:class:`~sinklib.pipeline.model_results.KeptWork`):
         a rerun with the same code and sizes reads it back instead, with the devices the model ran on, so a failure
         on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`."""
         done = KeptWork.for_model(self.run, name)

@@ -3,32 +3,36 @@
 >>> plans = plan_run("gpu", gpu_gb=80)          # make figures PROFILE=gpu DRYRUN=1 [GPU_GB=80]
 >>> print(format_plans(plans)); all(p.fits for p in plans)
 
-Nothing is downloaded: model shapes come from ``data/hub_models.json`` (transcribed from each model's config.json);
-a hub id that is not listed there is read from its ``config.json`` alone when the profile may use the network, else
-the plan cannot be checked and says so. Each notebook is described by the steps that dominate its memory (what it
-runs, batch, tokens, whether attention maps are kept): its protocol module's ``steps`` (:mod:`sinklib.pipeline.
-protocols`), counted from the same sizes the notebook uses. A step's estimate is the weights in the notebook's dtype
-plus :func:`sinklib.core.memory.activation_bytes` (training: weights, gradients and AdamW's two moments in float32, plus
+Nothing is downloaded: model shapes (:mod:`sinklib.pipeline.plan_shapes`) come from ``data/hub_models.json``
+(transcribed from each model's config.json); a hub id that is not listed there is read from its ``config.json``
+alone when the profile may use the network, else the plan cannot be checked and says so. Each notebook is described
+by the steps that dominate its memory (what it runs, batch, tokens, whether attention maps are kept): its protocol
+module's ``steps`` (:mod:`sinklib.pipeline.protocols`), counted from the same sizes the notebook uses. A step's
+estimate (:mod:`sinklib.pipeline.plan_estimates`) is the weights in the notebook's dtype plus
+:func:`sinklib.core.memory.activation_bytes` (training: weights, gradients and AdamW's two moments in float32, plus
 Korthikanti et al.'s per-layer activations ``B T (34 d + 5 H T)`` bytes at 16 bits, doubled for float32).
 
-Training (03) is counted per attention variant on the meta device (:func:`sinklib.mitigation.training.
-training_step_bytes`: the tensors autograd saves for backward, softpick's several (B, H, T, T) tensors included),
-at the micro-batch the profile trains with. Streaming (01) counts its dense reference cache over the whole stream.
+Training (03) is counted per attention variant on the meta device
+(:func:`sinklib.mitigation.training.training_step_bytes`: the tensors autograd saves for backward, softpick's
+several (B, H, T, T) tensors included), at the micro-batch the profile trains with. Streaming (01) counts its dense
+reference cache over the whole stream.
 
-Rule: a step fits when its estimate at its batch size is at most 90% of the device; when only a smaller batch
-fits, the plan says which (the notebooks' :func:`~sinklib.core.memory.fit_batch` halves the batch the same way);
-a notebook whose step does not fit even at batch 1 is refused, before anything runs. Attention maps a step copies
+Rule: a step fits when its estimate at its batch size is at most 90% of the device; when only a smaller batch fits,
+the plan says which (the notebooks' :func:`~sinklib.core.memory.fit_batch` halves the batch the same way); a
+notebook whose step does not fit even at batch 1 is refused, before anything runs. Attention maps a step copies
 whole to the host (``host_maps``; 12_mllm reduces them on the device first) are its host RAM: their float32 bytes
 for one forward, checked against ``host_gb``.
 
 Time: each step's forwards are counted from the profile's sizes (the dominant ones; a margin of :data:`MARGIN`
 covers the rest) and timed by a model calibrated on this project's code measured on a real GPU
-(:mod:`sinklib.pipeline.plan_calibration`, the H200 run), carried over to :data:`GPU` (an H100 SXM 80 GB) by
-published peaks: a forward (:func:`call_seconds`) is its matmul FLOPs and attention FLOPs over the peak at each
-one's measured utilisation, plus a per-layer cost; a decoded token the larger of its FLOPs and bytes (weights, KV
-cache) over the card, plus the measured per-layer host cost of a decode step in its dtype; a statistics forward an
-sdpa forward times the statistics' cost over sdpa (its target until measured: said in the output); a
-training step (:func:`train_step_seconds`) the measured step of its attention variant, scaled by FLOPs.
+(:mod:`sinklib.pipeline.plan_calibration`, the H200 run), carried over to
+:data:`~sinklib.pipeline.plan_estimates.GPU` (an H100 SXM 80 GB) by published peaks: a forward
+(:func:`~sinklib.pipeline.plan_estimates.call_seconds`) is its matmul FLOPs and attention FLOPs over the peak at
+each one's measured utilisation, plus a per-layer cost; a decoded token the larger of its FLOPs and bytes (weights,
+KV cache) over the card, plus the measured per-layer host cost of a decode step in its dtype; a statistics forward
+an sdpa forward times the statistics' cost over sdpa (its target until measured: said in the output); a training
+step (:func:`~sinklib.pipeline.plan_estimates.train_step_seconds`) the measured step of its attention variant,
+scaled by FLOPs.
 
 Access: every hub id is checked (:func:`sinklib.models.hub_access.access_problem`): online by asking the hub,
 offline from the table's ``gated`` mark, with the licence link and the login to use.
@@ -36,49 +40,20 @@ offline from the table's ``gated`` mark, with the licence link and the login to 
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, replace
-from functools import cache
+from dataclasses import dataclass, field
 
 from sinklib.core.errors import InputError
-from sinklib.core.memory import activation_bytes
 from sinklib.core.paths import ROOT
 from sinklib.core.protocol import Step
 from sinklib.models.hub_access import access_problem
 from sinklib.pipeline import plan_calibration as calibration
 from sinklib.pipeline import profiles, protocols
+from sinklib.pipeline.plan_estimates import GB, GPU, estimate, step_seconds
+from sinklib.pipeline.plan_shapes import shape_of, step_tokens
 
-GB = 1e9
 HEADROOM = 0.9  # usable share of the device: the CUDA context, the allocator's fragmentation
-TEXT_TOKENS = 40  # a caption prompt's text tokens beside an MLLM's image tokens
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HOST_GB = 128.0  # host RAM assumed beside the GPU (make figures HOST_GB=...)
-
-
-GPU = calibration.H100  # the card the plan's hours are for
-BW_EFF = calibration.BW_EFF
 MARGIN = 1.25  # the notebook's other forwards (figures, controls, smaller steps), beyond its dominant steps
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a memory estimate needs of a model (``data/hub_models.json``)."""
-
-    params_b: float
-    layers: int
-    heads: int
-    kv_heads: int
-    hidden: int
-    d_ff: int
-    vocab: int = 0
-    max_positions: int | None = None
-    download_gb: float = 0.0
-    patch: int | None = None  # ViTs
-    registers: int = 0
-    image_tokens: int = 0  # MLLMs: tokens one image becomes
-    offline: bool = False
-    gated: bool = False  # a licence to accept on the hub page before the files can be read
-    active_b: float | None = None  # MoE: parameters one token passes through (None: params_b)
 
 
 @dataclass
@@ -112,178 +87,12 @@ class NotebookPlan:
         return MARGIN * sum(e.seconds for e in self.estimates) / 3600
 
 
-@cache
-def hub_shapes() -> dict[str, Shape]:
-    data = json.loads((ROOT / "data" / "hub_models.json").read_text(encoding="utf-8"))
-    return {name: Shape(**facts) for name, facts in data["models"].items()}
-
-
-def shape_from_config(name: str) -> Shape:
-    """A model not in ``data/hub_models.json``: its shape from ``config.json`` alone (no weights; needs the hub)."""
-    from transformers import AutoConfig
-
-    try:
-        cfg = AutoConfig.from_pretrained(name)
-    except Exception as err:
-        raise InputError(f"cannot check {name!r}: it is not in data/hub_models.json and its config.json could not "
-                         f"be read ({type(err).__name__}); add its shape there to plan offline.") from err
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    d, L = text.hidden_size, text.num_hidden_layers
-    d_ff = getattr(text, "intermediate_size", 4 * d)
-    vocab = getattr(text, "vocab_size", 0) or 0
-    params = (L * (4 * d * d + 3 * d * d_ff) + 2 * vocab * d) / 1e9  # dense estimate (MoE: add to the table)
-    return Shape(params_b=params, layers=L, heads=text.num_attention_heads,
-                 kv_heads=getattr(text, "num_key_value_heads", text.num_attention_heads), hidden=d, d_ff=d_ff,
-                 vocab=vocab, max_positions=getattr(text, "max_position_embeddings", None),
-                 download_gb=params * 2, patch=getattr(text, "patch_size", None))
-
-
-def shape_of(name: str, offline: bool) -> Shape:
-    shapes = hub_shapes()
-    if name in shapes:
-        return shapes[name]
-    if offline:
-        raise InputError(f"cannot check {name!r} offline: add its shape to data/hub_models.json.")
-    return shape_from_config(name)
-
-
 def _dtype(notebook: str, run: profiles.Run) -> str:
     """As the notebooks load: the dtype the notebook's protocol fixes (float32 for Gu et al.'s protocol and 03's
     training), else the profile's dtype, else the device's default (:func:`sinklib.models.load.default_dtype`:
     bfloat16 on CUDA, float32 elsewhere)."""
     return (protocols.protocol(notebook).dtype or run.dtype
             or ("bfloat16" if run.device.startswith("cuda") else "float32"))
-
-
-def _tokens(step: Step, shape: Shape) -> tuple[int, str]:
-    """A step's sequence length for this model, and a note when the model changes it."""
-    if step.tokens == -1:  # MLLM: image tokens + caption text
-        return shape.image_tokens + TEXT_TOKENS, f"{shape.image_tokens} image + {TEXT_TOKENS} text tokens"
-    if step.tokens < 0:  # ViT: -image_size
-        side = -step.tokens // (shape.patch or 14)
-        return side * side + 1 + shape.registers, f"{side}x{side} patches + CLS + {shape.registers} registers"
-    if shape.max_positions and step.tokens > shape.max_positions:
-        return shape.max_positions, f"{step.tokens} clipped to the model's {shape.max_positions} positions"
-    return step.tokens, ""
-
-
-def _training_config(run: profiles.Run, variant: str):
-    from sinklib.mitigation.comparison import variant_config
-
-    return variant_config(run.train, variant, run.seed)
-
-
-@cache
-def _step_bytes(cfg, micro: int) -> dict[str, int]:
-    """:func:`sinklib.mitigation.training.training_step_bytes` of ``cfg`` at ``micro`` (one meta-device count)."""
-    from sinklib.mitigation.training import training_step_bytes
-
-    return training_step_bytes(cfg, micro)
-
-
-def _training_bytes(run: profiles.Run, variant: str, batch: int) -> tuple[dict[str, int], float, int]:
-    """(the count, bytes, micro-batch) of one training step of 03's TinyLM with ``variant``'s attention, counted on
-    the meta device at the profile's micro-batch (:func:`sinklib.mitigation.training.training_step_bytes`)."""
-    cfg = _training_config(run, variant)
-    micro = min(batch, cfg.micro_batch or batch)
-    counted = _step_bytes(cfg, micro)
-    return counted, counted["state"] + counted["saved"] + counted["logits_grad"], micro
-
-
-def estimate(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> tuple[float, str]:
-    """Bytes one step needs at ``batch``, and a note."""
-    if step.train:
-        counted, need, micro = _training_bytes(run, step.variant, batch)
-        split = f", micro-batches of {micro}" if micro < batch else ""
-        return need, (f"{counted['parameters'] / 1e6:.1f}M parameters, AdamW, {run.train.precision}{split}; saved tensors counted on "
-                      f"the meta device")
-    tokens, note = _tokens(step, shape)
-    weights = shape.params_b * 1e9 * DTYPE_BYTES[dtype]
-    acts = activation_bytes(hidden=shape.hidden, d_ff=shape.d_ff, heads=shape.heads, layers=shape.layers,
-                            vocab=shape.vocab, batch=batch, seq_len=tokens, eager_attentions=step.maps,
-                            hidden_states=step.hidden_states, logits=step.logits)
-    kv = 2 * shape.layers * shape.kv_heads * (shape.hidden // shape.heads) * step.kv_tokens * batch * DTYPE_BYTES[dtype]
-    if step.kv_tokens:
-        note = f"KV cache of {step.kv_tokens} tokens: {kv / GB:.2f} GB"
-        if shape.max_positions and step.kv_tokens > shape.max_positions:
-            note += f"; beyond the model's {shape.max_positions} trained positions"
-    return weights + acts + kv, note
-
-
-def _peak(dtype: str, card: calibration.Card = GPU) -> float:
-    return (card.fp32_tflops if dtype == "float32" else card.bf16_tflops) * 1e12
-
-
-def call_seconds(step: Step, shape: Shape, dtype: str, batch: int, tokens: int, kv: int,
-                 card: calibration.Card = GPU) -> float:
-    """Estimated seconds of one forward on ``card`` (calibrated: :mod:`sinklib.pipeline.plan_calibration`).
-
-    A decoded token (``kv`` > 0, at most 16 new tokens): max(FLOPs / peak, bytes / (bandwidth x BW_EFF)) +
-    layers x DECODE_LAYER_S[dtype], bytes = the weights + the KV cache read (2 L kv H_kv d_head). Otherwise:
-    2 P_active B T / (peak x MATMUL_MFU) + 2 L B T keys d / (peak x ATTENTION_MFU) (keys = T + kv; the causal half
-    a prefill skips is absorbed in ATTENTION_MFU, fitted so) + layers x FORWARD_LAYER_S, times the statistics' cost over sdpa when the step takes
-    them; kept maps add their (B, H, T, keys) float32 probabilities written and read once per layer over the
-    bandwidth and, copied to the host, over PCIe."""
-    size = DTYPE_BYTES[dtype]
-    active = (shape.active_b or shape.params_b) * 1e9
-    head = shape.hidden // shape.heads
-    peak = _peak(dtype, card)
-    if kv and tokens <= 16:
-        flops = 2 * active * batch * tokens + 4 * shape.layers * batch * tokens * (tokens + kv) * shape.hidden
-        moved = shape.params_b * 1e9 * size + 2 * shape.layers * kv * shape.kv_heads * head * batch * size
-        bound = max(flops / peak, moved / (card.hbm_tb_s * 1e12 * BW_EFF))
-        return bound + shape.layers * calibration.DECODE_LAYER_S.get(dtype, calibration.DECODE_LAYER_S["bfloat16"])
-    keys = tokens + kv  # causal prefill skips half of these: ATTENTION_MFU was fitted over the whole count
-    matmul = 2 * active * batch * tokens / (peak * calibration.MATMUL_MFU[_mfu_dtype(dtype)])
-    attention = 2 * shape.layers * batch * tokens * keys * shape.hidden / (
-        peak * calibration.ATTENTION_MFU[_mfu_dtype(dtype)])
-    seconds = matmul + attention + shape.layers * calibration.FORWARD_LAYER_S
-    if step.stats:  # the long-context ratio, or the host's per-layer work where the forward is short
-        ratio = calibration.STATS_OVER_SDPA[step.stats]
-        ratio = ratio.get(dtype, ratio["bfloat16"])
-        seconds = max(seconds * ratio, shape.layers * calibration.STATS_LAYER_S[step.stats])
-    maps = shape.layers * shape.heads * batch * tokens * (tokens + kv) * 4 if step.maps else 0
-    copied = maps if step.host_maps else 0  # maps reduced on the device stay there
-    return seconds + 2 * maps / (card.hbm_tb_s * 1e12 * BW_EFF) + copied / (card.pcie_gb_s * 1e9)
-
-
-def _mfu_dtype(dtype: str) -> str:
-    return "float32" if dtype == "float32" else "bfloat16"
-
-
-def _train_flops(layers: int, d_model: int, params: float, batch: int, seq_len: int) -> float:
-    """6 P B T (the matmuls, forward and backward) + 12 L B T^2 d (QK^T and AV, forward and backward)."""
-    return 6 * params * batch * seq_len + 12 * layers * batch * seq_len * seq_len * d_model
-
-
-def train_step_seconds(run: profiles.Run, variant: str, batch: int, card: calibration.Card = GPU) -> float:
-    """Seconds of one optimizer step of 03's TinyLM: the step measured for this variant
-    (:data:`plan_calibration.TRAIN_STEP_S`, at :data:`plan_calibration.TRAIN_REFERENCE`), times this step's FLOPs
-    over the reference's (:func:`_train_flops`), times the measured card's peak over ``card``'s in the training
-    precision."""
-    cfg = _training_config(run, variant)
-    counted = _training_bytes(run, variant, batch)[0]
-    ref = calibration.TRAIN_REFERENCE
-    ref_cfg = replace(cfg, model=replace(cfg.model, n_layers=ref["layers"], d_model=ref["d_model"]))
-    ref_params = _step_bytes(ref_cfg, 1)["parameters"]  # counted on the meta device, cached
-    flops = _train_flops(cfg.model.n_layers, cfg.model.d_model, counted["parameters"], batch, cfg.seq_len)
-    ref_flops = _train_flops(ref["layers"], ref["d_model"], ref_params, ref["batch"], ref["seq_len"])
-    dtype = "bfloat16" if cfg.precision == "bf16" else "float32"
-    measured = calibration.TRAIN_STEP_S.get(variant, max(calibration.TRAIN_STEP_S.values()))
-    return measured * flops / ref_flops * _peak("bfloat16", calibration.MEASURED_ON) / _peak(dtype, card)
-
-
-def step_seconds(step: Step, shape: Shape | None, dtype: str, run: profiles.Run, batch: int) -> float:
-    """All of a step's calls (:func:`call_seconds`, :func:`train_step_seconds`)."""
-    if step.train:
-        return step.calls * train_step_seconds(run, step.variant, batch)
-    lengths = step.call_tokens or (step.tokens,) * step.calls
-    kv = step.kv_tokens // 2 if step.growing else step.kv_tokens
-    total = 0.0
-    for n in lengths:
-        tokens = _tokens(replace(step, tokens=n), shape)[0]
-        total += call_seconds(step, shape, dtype, batch, tokens, kv)
-    return total
 
 
 def _hub_off() -> bool:
@@ -317,7 +126,7 @@ def plan_notebook(notebook: str, profile: str, model: str, capacity_gb: float, h
         batch = step.batch
         while batch > 0 and estimate(step, shape, dtype, run, batch)[0] > limit:
             batch //= 2
-        tokens = run.train.seq_len if step.train else _tokens(step, shape)[0]
+        tokens = run.train.seq_len if step.train else step_tokens(step, shape)[0]
         seconds = step_seconds(step, shape, dtype, run, max(batch, 1)) * (step.batch / max(batch, 1))
         host = (shape.layers * shape.heads * max(batch, 1) * tokens * (tokens + step.kv_tokens) * 4
                 if step.maps and step.host_maps else 0)

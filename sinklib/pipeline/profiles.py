@@ -42,7 +42,7 @@ PROFILES: dict[str, Profile] = {
     # the CPU on any machine (a GPU would change the numbers behind the README: bfloat16, other kernels)
     "gpu": Profile("gpu", "meta-llama/Llama-2-7b-hf", "cuda", False),  # paper scale on a hub model
     # the gpu profile's code path (hub ids from a hub cache, several model classes per notebook, bfloat16) on tiny
-    # random models, on CPU, for the test: sinklib.models.tiny_hub.write_hub_cache fills the cache
+    # random models, on CPU, for the test: sinklib.models.tiny_random_hub.write_hub_cache fills the cache
     "tiny-gpu": Profile("tiny-gpu", "sinklib-tiny/llama", "cpu", True, dtype="bfloat16"),
 }
 

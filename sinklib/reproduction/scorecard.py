@@ -13,98 +13,24 @@ tell training from noise -- it is counted as "cannot be judged here", not "holds
 A claim judged on the same model in two notebooks (00's sink shape and 10's on SmolLM2) is counted once, at its
 first notebook, with ``also_in`` naming the others (:func:`distinct`). Each record names its own paper
 (``Claim.paper``; else the first arXiv id of its source).
+
+A row is a :class:`~sinklib.reproduction.scorecard_row.Row`; the like-for-like ratios' table is
+:mod:`sinklib.reproduction.scorecard_ratios`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from sinklib.core import claims as claims_io
 from sinklib.core import quantities as q
 from sinklib.core.claims import IMPLEMENTATION_CHECK, NOT_A_PAPER, OWN_QUESTION  # noqa: F401 (re-exported)
+from sinklib.reproduction.scorecard_ratios import RATIO_SPECS, Term, lookup
+from sinklib.reproduction.scorecard_row import Row, kind_of, paper_name
 
 VERDICTS = claims_io.VERDICTS  # holds, does NOT hold, unsettled, cannot be judged here
-
-
-@dataclass(frozen=True)
-class Row:
-    notebook: str
-    id: str
-    paper: str  # the source up to its first comma: authors / title / arXiv id
-    source: str
-    statement: str
-    published: object
-    measured: object
-    model: str
-    profile: str
-    verdict: str
-    reason: str  # the record's note (why it cannot be judged, caveats)
-    kind: str  # "pretrained", "stand-in" or "trained here"
-    needs_gpu: bool
-    follows: str = ""
-    adapted: str = ""
-    at_init: bool | None = None
-    control: bool | None = None
-    control_note: str = ""
-    control_measured: object = None
-    draws: tuple = ()
-    draws_of: str = ""
-    spread: object = None
-    unsettled: bool = False
-    margin: object = None
-    quantities: dict = field(default_factory=dict)  # what each number is, as its rule declared (Claim.quantities)
-    also_in: tuple = ()  # other notebooks that judged the same claim on the same model (filled by :func:`distinct`)
-
-    @property
-    def paper_claim(self) -> bool:
-        """False for an implementation check or this project's own question (:data:`NOT_A_PAPER`)."""
-        return self.paper not in NOT_A_PAPER.values()
-
-    @property
-    def draws_text(self) -> str:
-        return claims_io.draw_summary(self.draws) if self.draws else "-"
-
-    @property
-    def control_text(self) -> str:
-        """"fails (paper: fails)": the rule on random weights, and what the paper predicts there."""
-        word = {True: "holds", False: "fails", None: "not run" if self.control_measured is None else "cannot be judged"}
-        paper = {True: "holds", False: "fails", None: "no prediction"}[self.at_init]
-        flag = " -- CONTRADICTS the paper" if self.at_init is False and self.control is True else ""
-        return f"{word[self.control]} (paper: {paper}){flag}"
-
-
-def _kind(notebook: str, model: str) -> str:
-    if "stand-in" in model:
-        return "stand-in"
-    if "trained here" in model:
-        return "trained here"
-    return "pretrained"
-
-
-PAPERS = {  # arXiv id -> how the scorecard names the paper
-    "2309.17453": "Xiao et al., StreamingLLM", "2410.10781": "Gu et al., When attention sink emerges",
-    "2402.17762": "Sun et al., Massive activations", "2605.06611": "Structural origin of sinks (ICML 2026)",
-    "2505.06708": "Qiu et al., Gated attention", "2309.16588": "Darcet et al., ViTs need registers",
-    "2506.08010": "Jiang et al., Test-time registers", "2503.03321": "Kang et al., Visual attention sink",
-    "2507.23279": "Su et al., Super experts", "2403.01241": "Liu et al., IntactKV", "2406.15765": "Yu et al., ACT",
-    "2504.20966": "Softpick", "2410.13835": "Guo et al., Active-dormant heads",
-}
-
-
-def _paper(source: str, paper: str = "") -> str:
-    """The paper a claim comes from: the record's own ``paper`` (an arXiv id) where it names one, else the first
-    arXiv id of its source, as the short name and id; with neither, the source up to the first comma. A record whose
-    ``paper`` is in :data:`NOT_A_PAPER` comes from no paper: its kind's words instead."""
-    if paper in NOT_A_PAPER:
-        return NOT_A_PAPER[paper]
-    match = re.search(r"arXiv[: ]*(\d{4}\.\d{4,5})", source)
-    arxiv = paper or (match.group(1) if match else "")
-    if not arxiv:
-        return source.split(",")[0].strip()
-    return f"{PAPERS[arxiv]} ({arxiv})" if arxiv in PAPERS else f"arXiv {arxiv}"
 
 
 def collect(figures_dir: str | Path) -> list[Row]:
@@ -128,9 +54,9 @@ def collect(figures_dir: str | Path) -> list[Row]:
         for c in records:
             counted = c.without_noise()  # a rule that holds on noise is not counted as holding
             rows.append(Row(
-                notebook=notebook, id=c.id, paper=_paper(c.source, c.paper), source=c.source, statement=c.statement,
+                notebook=notebook, id=c.id, paper=paper_name(c.source, c.paper), source=c.source, statement=c.statement,
                 published=c.published, measured=c.measured, model=c.model, profile=c.profile,
-                verdict=counted.verdict(), reason=counted.note, kind=_kind(notebook, c.model), needs_gpu=c.needs_gpu,
+                verdict=counted.verdict(), reason=counted.note, kind=kind_of(notebook, c.model), needs_gpu=c.needs_gpu,
                 follows=c.follows, adapted=c.adapted, at_init=c.at_init, control=c.control,
                 control_note=c.control_note, control_measured=c.control_measured, draws=tuple(c.draws),
                 draws_of=c.draws_of, spread=c.spread, unsettled=counted.unsettled, margin=c.margin,
@@ -251,118 +177,6 @@ def quantity(row: Row, key: str, number) -> str:
     return GROUP_OF_KIND.get(q.declared(row.quantities, "measured", key, number).kind, "other")
 
 
-@dataclass(frozen=True)
-class At:
-    """A path step into a paper's table stored as parallel lists: the entry of the current list at the index where
-    the sibling list ``column`` holds ``value`` (Xiao et al. Table 2: {"n_sink": [0, 1, 2, 4, 8], "Llama-2-7B":
-    [...]} -- ``("Llama-2-7B", At("n_sink", 4))`` is the perplexity with 4 sinks)."""
-    column: str
-    value: object
-
-
-MEAN = "*"  # a path step over a list of draws: the mean of the rest of the path over its entries
-
-
-@dataclass(frozen=True)
-class Term:
-    """One number of a ratio: its path (keys, list indices, :class:`At`, :data:`MEAN`) into a claim record's
-    ``published`` or ``measured`` value, in the claim's own record (``claim`` = "") or in the record with base id
-    ``claim`` of the same notebook and model (a mitigation variant's softmax baseline trained beside it)."""
-    path: tuple
-    claim: str = ""
-
-
-@dataclass(frozen=True)
-class RatioSpec:
-    """A like-for-like ratio of one claim: ``numerator`` / ``denominator`` (words), the run's from ``measured``
-    (both numbers from the same run: same model, same text or training), the paper's from ``published`` (both
-    from the paper's own table). ``quantity`` names the figure's group of rows."""
-    claim: str  # base id (:func:`base_id`)
-    numerator: str
-    denominator: str
-    published: tuple[Term, Term]
-    measured: tuple[Term, Term]
-    quantity: str
-
-
-def _same(*path) -> tuple[Term, Term]:
-    """The same two keys on both sides: (numerator path, denominator path) -> two :class:`Term` s."""
-    return Term(path[0]), Term(path[1])
-
-
-_QIU_BASELINE = Term(("first_attention",), "mitigation.softmax_grows_sink")  # Qiu et al. Table 4's softmax: 0.467
-
-RATIO_SPECS = (  # every claim whose paper and run each give two numbers of the same kind (research/targets.md)
-    RatioSpec("xiao2023.sinks_rescue_window", "window only", "4 sinks + window",
-              _same(("window only",), ("4 sinks + window",)), _same(("window only",), ("4 sinks + window",)),
-              "perplexity"),
-    RatioSpec("xiao2023.sink_is_positional", "4 newlines as sinks", "own first 4",
-              _same(("4 newlines",), ("own first 4",)), _same(("4 newlines",), ("own first 4",)), "perplexity"),
-    RatioSpec("xiao2023.few_sinks_suffice", "0 sinks", "4 sinks",
-              (Term(("Llama-2-7B", At("n_sink", 0))), Term(("Llama-2-7B", At("n_sink", 4)))),
-              _same(("0",), ("4",)), "perplexity"),
-    RatioSpec("xiao2023.few_sinks_suffice", "1 sink", "4 sinks",
-              (Term(("Llama-2-7B", At("n_sink", 1))), Term(("Llama-2-7B", At("n_sink", 4)))),
-              _same(("1",), ("4",)), "perplexity"),
-    RatioSpec("sun2024.massive_activations_are_bias", "set to mean", "original",
-              _same(("set_to_mean",), ("original",)), _same(("set to mean",), ("original",)), "perplexity"),
-    RatioSpec("sun2024.massive_activations_are_bias", "set to zero", "original",
-              _same(("set_to_zero",), ("original",)), _same(("set to zero",), ("original",)), "perplexity"),
-    RatioSpec("su2025.pruning_super_experts_breaks_the_sink", "super experts pruned", "as is",
-              _same(("Mixtral-8x7B ppl", "prune SEs"), ("Mixtral-8x7B ppl", "baseline")),
-              _same(("prune super experts", "ppl"), ("baseline", "ppl")), "perplexity"),
-    RatioSpec("su2025.pruning_super_experts_breaks_the_sink", "random experts pruned", "as is",
-              _same(("Mixtral-8x7B ppl", "random"), ("Mixtral-8x7B ppl", "baseline")),
-              _same(("random", MEAN, "ppl"), ("baseline", "ppl")), "perplexity"),
-    RatioSpec("mitigation.gated_headwise_removes_sink", "head-wise gate", "softmax",
-              (Term(("first_attention",)), _QIU_BASELINE), (Term(("first_attention",)), _QIU_BASELINE),
-              "attention share or rate"),
-    RatioSpec("mitigation.gated_elementwise_removes_sink", "element-wise gate", "softmax",
-              (Term(("first_attention",)), _QIU_BASELINE), (Term(("first_attention",)), _QIU_BASELINE),
-              "attention share or rate"),
-    RatioSpec("mitigation.softmax_off_by_one_removes_sink", "softmax-off-by-one", "softmax",
-              _same(("first_attention",), ("baseline_first_attention",)),
-              (Term(("first_attention",)), _QIU_BASELINE), "attention share or rate"),
-    RatioSpec("origin.headwise_rmsnorm_lowers_disparity_raises_rank", "head-wise RMSNorm DomRatio", "softmax's",
-              _same(("dom_ratio", 1), ("dom_ratio", 0)), _same(("dom_ratio", 1), ("dom_ratio", 0)),
-              "activation ratio"),
-    RatioSpec("origin.headwise_rmsnorm_lowers_disparity_raises_rank", "head-wise RMSNorm effective rank", "softmax's",
-              _same(("effective_rank", 1), ("effective_rank", 0)),
-              _same(("effective_rank", 1), ("effective_rank", 0)), "other"),
-)
-
-
-def _float(x) -> float | None:
-    """A number, or a paper's "inf" written as text; None for anything else."""
-    if isinstance(x, str) and x.strip().lower() in ("inf", "infinity"):
-        return math.inf
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x)
-
-
-def _lookup(value, path: tuple) -> float | None:
-    """The number at ``path`` in a record's value (:class:`Term`), None where the path leads nowhere."""
-    parent = None
-    for i, step in enumerate(path):
-        if step == MEAN:
-            if not isinstance(value, list) or not value:
-                return None
-            each = [_lookup(v, path[i + 1:]) for v in value]
-            return None if None in each else sum(each) / len(each)
-        if isinstance(step, At):
-            column = parent.get(step.column) if isinstance(parent, dict) else None
-            if not isinstance(column, list) or step.value not in column or not isinstance(value, list):
-                return None
-            parent, value = value, value[column.index(step.value)] if column.index(step.value) < len(value) else None
-        elif isinstance(value, dict) and step in value:
-            parent, value = value, value[step]
-        elif isinstance(value, list) and isinstance(step, int) and -len(value) <= step < len(value):
-            parent, value = value, value[step]
-        else:
-            return None
-    return _float(value)
-
 
 def _ratio(terms: tuple[Term, Term], side: str, row: Row, records: dict[tuple, Row]) -> tuple[float, float] | None:
     """(numerator, denominator) of one side ("published" / "measured") of a ratio, each from its record; None if
@@ -370,7 +184,7 @@ def _ratio(terms: tuple[Term, Term], side: str, row: Row, records: dict[tuple, R
     out = []
     for term in terms:
         source = row if not term.claim else records.get((row.notebook, row.model, term.claim))
-        number = None if source is None else _lookup(getattr(source, side), term.path)
+        number = None if source is None else lookup(getattr(source, side), term.path)
         if number is None:
             return None
         out.append(number)
@@ -378,10 +192,10 @@ def _ratio(terms: tuple[Term, Term], side: str, row: Row, records: dict[tuple, R
 
 
 def like_for_like(rows: list[Row]) -> dict:
-    """Each claim's run against its paper, like with like: for every :data:`RATIO_SPECS` entry of a claim (each
-    claim and model once, :func:`distinct`), the run's ratio numerator / denominator -- both numbers measured in
-    the same run, on the same model and text or training -- beside the paper's ratio of the same two quantities
-    from its own table. A 135M model's perplexity is never divided by Llama-2's.
+    """Each claim's run against its paper, like with like: for every
+    :data:`~sinklib.reproduction.scorecard_ratios.RATIO_SPECS` entry of a claim (each claim and model once,
+    :func:`distinct`), the run's ratio numerator / denominator -- both numbers measured in the same run, on the same
+    model and text or training -- beside the paper's ratio of the same two quantities from its own table. A 135M model's perplexity is never divided by Llama-2's.
 
     Returns {"ratios": [{id, notebook, model, verdict, kind, quantity, label, measured, published,
     measured_terms, published_terms}], "without": [ids of the claims with no like-for-like ratio],

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from sinklib.core import quantities as q
+from sinklib.core.attention_switch import eager_for
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim
 from sinklib.core.intervention import Intervention
 from sinklib.core.loaded import LoadedModel
-from sinklib.core.switch import eager_for
 
 THRESHOLD = 0.1  # ACT's sink test: a key j >= 1 whose score sum_t A[t, j] / (T - j) exceeds it is a sink
 BETA = 0.4  # ACT's damping: a sink entry becomes beta A[t, j]

@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from sinklib.core.attention_switch import Patch
 from sinklib.core.errors import InputError
-from sinklib.core.switch import Patch
 
 RopeFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # positions (n,) -> cos, sin (n, head_dim)
 

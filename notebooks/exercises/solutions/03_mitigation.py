@@ -97,8 +97,8 @@ check.attention_function(attention_function)
 # $\sum_j e^{l_j}$ in a model with a sink?
 
 # %%
+from sinklib.core.attention_switch import AttentionSwitch  # noqa: E402
 from sinklib.core.data import text_windows  # noqa: E402
-from sinklib.core.switch import AttentionSwitch  # noqa: E402
 from sinklib.models.load import load_model  # noqa: E402
 
 lm = load_model("smollm2-135m", device="cpu", dtype="float32")

@@ -19,6 +19,7 @@ import torch
 
 from sinklib.architectures.llm import first_key_rates, placement
 from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
+from sinklib.architectures.llm.xiao_position import xiao_control, xiao_position_test
 from sinklib.core import analysis
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
@@ -57,7 +58,7 @@ class LlmReport:
     seconds: dict = field(default_factory=dict)  # what the draws cost
     absolute_positions: bool = False  # learned absolute position embeddings (GPT-2-style): outside Gu's Llama shape
     eps_curve: dict[str, list[float]] = field(default_factory=dict)  # natural text: {"eps": [...], "rate": [...]}
-    xiao: dict[str, float] | None = None  # Xiao et al.'s streaming position test (xiao_position_test), if run
+    xiao: dict[str, float] | None = None  # Xiao et al.'s streaming position test (xiao_position), if run
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -237,55 +238,6 @@ def extra_draws(lm: LoadedModel, draws: dict, seq_len: int, num_seqs: int, num_w
         sizes.setdefault("random tokens", []).append(num_seqs)
         sizes.setdefault("Bible windows", []).append(num_windows)
     return out | {"sizes": sizes}
-
-
-XIAO_SINKS = 4  # StreamingLLM keeps, and Table 1 replaces, the first four tokens
-
-
-def xiao_position_test(lm: LoadedModel, n_tokens: int, budget: int, chunk: int, paper: dict, seed: int = 0,
-                       progress: bool = True) -> tuple[dict[str, float], Claim]:
-    """Xiao et al.'s own test of position vs content (StreamingLLM Table 1): stream held-out text through a cache of
-    4 sinks + (budget - 4) recent tokens, once as it is and once with its *first four tokens replaced* by line
-    breaks (a BOS among them included, as the paper's Llama-2 rows), and once with no sink (window only); the
-    perplexity of the tokens predicted after the cache is full. Returns ({"window only", "own first 4",
-    "4 newlines"} -> perplexity, the claim by :func:`sinklib.utilization.streaming.sink_is_positional`)."""
-    from sinklib.utilization import streaming
-    from sinklib.utilization.sink_cache import SinkWindowCache, why_no_sink_cache
-
-    why = why_no_sink_cache(lm.model)  # StreamingLLM assigns positions inside the cache by re-rotating the keys
-    if why:
-        nan = float("nan")
-        claim = streaming.sink_is_positional(nan, nan, paper, nan)
-        return {}, replace(claim, holds=None, measured={}, note=f"not run: {why}")
-    stream = text_windows(lm.tokenizer, 1, n_tokens, seed, split="heldout")[0]  # (T,)
-    newline = lm.tokenizer("\n", add_special_tokens=False).input_ids[-1]
-    replaced = stream.clone()
-    replaced[:XIAO_SINKS] = newline
-
-    def ppl(ids: torch.Tensor, sinks: int, desc: str) -> float:
-        cache = SinkWindowCache.for_model(lm.model, n_sink=sinks, window=budget - sinks)
-        nll = streaming.stream_nll(lm, ids, cache, chunk, desc=f"{lm.name} / {desc}", progress=progress)
-        return float(nll[budget:].mean().exp())  # the targets predicted once the cache is full
-
-    measured = {"window only": ppl(stream, 0, "window only"), "own first 4": ppl(stream, XIAO_SINKS, "4 sinks"),
-                "4 newlines": ppl(replaced, XIAO_SINKS, "4 newline sinks")}
-    claim = streaming.sink_is_positional(measured["4 newlines"], measured["own first 4"], paper,
-                                         measured["window only"])
-    claim = replace(claim, adapted=f"the first four tokens replaced by line breaks (the paper's Table 1), a "
-                                   f"{budget}-token cache, {n_tokens} held-out Bible tokens, {chunk} token(s) per "
-                                   f"step; the 1.25x and 1.5x cuts are ours")
-    return measured, claim
-
-
-def xiao_control(control: LoadedModel, name: str, n_tokens: int, budget: int, chunk: int, paper: dict,
-                 seed: int = 0) -> Claim:
-    """The random-weight control of :func:`xiao_position_test`: the same protocol -- the same held-out stream, its
-    first four tokens replaced by line breaks, the same cache -- on ``control`` (random weights of the model's own
-    configuration, :func:`sinklib.models.random_init.random_weights`), where no first token should matter and the
-    rule (window only > 1.5x the text's own first 4 as sinks) must fail. The claim's id ends in ``name`` (the trained
-    model's), for ``Recorder.add(..., control=...)``."""
-    _, claim = xiao_position_test(control, n_tokens, budget, chunk, paper, seed, progress=False)
-    return _named(claim, name)
 
 
 def draws_of(report: LlmReport, what: str) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sinklib.core.protocol import NotebookProtocol, Step, forwards, models_of
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ SIZES: dict[str, LlmSizes] = {
     "gpu": LlmSizes(models=GU_FAMILIES, num_seqs=100, seq_len=64, batch_size=10, placement_seqs=100,
                     context_lengths=(512, 2048, 8192, 32768), context_windows=4, draw_seqs=100,
                     draw_windows=100, control_seqs=16, stream_tokens=4096, stream_budget=1024, stream_chunk=16),
-    "tiny-gpu": replace(SMOKE, models=tiny_hub.LLMS),  # the gpu profile's model classes as tiny hub repositories
+    "tiny-gpu": replace(SMOKE, models=tiny_random_hub.LLMS),  # the gpu profile's model classes as tiny hub repositories
 }
 
 # What the gpu profile cut from the papers' protocols to fit 6 GPU-hours on one 80 GB GPU.

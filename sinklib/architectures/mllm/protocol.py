@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sinklib.core.protocol import NotebookProtocol, Step, forwards, models_of
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ SIZES: dict[str, MllmSizes] = {
                      random_draws=5, standin_seeds=2, draw_digits=16, draw_random_draws=2),
     "gpu": MllmSizes(models=MLLM_MODELS, heldout_digits=256, zero_shot_digits=0, batch_size=8, random_draws=10,
                      draw_digits=8, draw_random_draws=2),
-    "tiny-gpu": replace(SMOKE, models=tiny_hub.MLLMS),  # the gpu profile's model classes as tiny hub repositories
+    "tiny-gpu": replace(SMOKE, models=tiny_random_hub.MLLMS),  # the gpu profile's model classes as tiny hub repositories
 }
 
 

@@ -24,8 +24,8 @@ from sinklib.architectures.mllm.kang_rules import (
     sink_union,
 )
 from sinklib.architectures.mllm.visual_sinks import MllmProfile, phi, profile_forward, random_like
+from sinklib.core.attention_switch import eager_for
 from sinklib.core.intervention import Intervention
-from sinklib.core.switch import eager_for
 
 
 class KeyMask(Intervention):

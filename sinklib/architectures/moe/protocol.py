@@ -9,7 +9,7 @@ from typing import Any
 from sinklib.core.protocol import NotebookProtocol, Step, forwards, models_of
 from sinklib.mitigation.protocol import TRAIN_CPU, TRAIN_SMOKE
 from sinklib.mitigation.training import TrainConfig
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ SIZES: dict[str, MoeSizes] = {
                     random_draws=3, control_seqs=4, draw_seqs=4, router_train=TRAIN_CPU, router_seeds=2),
     "gpu": MoeSizes(models=MOE_MODELS, num_seqs=100, seq_len=64, batch_size=4, eval_seqs=64, eval_seq_len=1024,
                     random_draws=5, control_seqs=16, draw_seqs=32, router_train=TRAIN_CPU, router_seeds=3),
-    "tiny-gpu": replace(SMOKE, models=tiny_hub.MOES),  # the gpu profile's model classes as tiny hub repositories
+    "tiny-gpu": replace(SMOKE, models=tiny_random_hub.MOES),  # the gpu profile's model classes as tiny hub repositories
 }
 
 

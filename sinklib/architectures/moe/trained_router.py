@@ -2,7 +2,7 @@
 
 The upcycled stand-in's router is a regression fitted after its experts were cut from a dense MLP, so it cannot say
 whether a router *learns* to send the first token on a fixed route. This trains the tiny decoder of
-:mod:`sinklib.mitigation.tinylm` with a mixture-of-experts FFN (``n_experts``, ``top_k``, Switch-style balance loss;
+:mod:`sinklib.mitigation.variant_lm` with a mixture-of-experts FFN (``n_experts``, ``top_k``, Switch-style balance loss;
 label: "trained here") on the same data and budget as 03's runs, and measures on held-out sequences what emerges:
 
 * the sink: alpha_0 per layer and Gu et al.'s sink rate (as 03 reads its runs);

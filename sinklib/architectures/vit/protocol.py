@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sinklib.core.protocol import NotebookProtocol, Step, forwards, models_of
-from sinklib.models import tiny_hub
+from sinklib.models import tiny_random_hub
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ SIZES: dict[str, VitSizes] = {
                     probe_size=112, control_image_size=98),
     "gpu": VitSizes(models=VIT_MODELS, image_size=224, photos=ALL_PHOTOS, batch_size=9, probe_digits=1797,
                     probe_size=224, control_image_size=224),
-    "tiny-gpu": replace(SMOKE, models=tiny_hub.VITS),  # the gpu profile's model classes as tiny hub repositories
+    "tiny-gpu": replace(SMOKE, models=tiny_random_hub.VITS),  # the gpu profile's model classes as tiny hub repositories
 }
 
 

@@ -9,7 +9,7 @@ transformers: ``encoder.layer[i]`` (DINOv2), ``layers[i]`` (ViT) or ``encoder.la
 ``self_attn`` with ``o_proj`` / ``out_proj``, MLP ``fc2`` (or SwiGLU ``down_proj``). timm: ``blocks[i]`` with
 ``attn`` (``qkv``, ``q_norm``, ``k_norm``, ``attn_drop``, ``proj``) and ``mlp.fc2``; timm runs attention in its
 own code, so sinklib reads probabilities by turning the fused path off and hooking ``attn_drop`` (the module that
-receives the softmax output), see :class:`sinklib.core.switch.TimmEagerAttention`.
+receives the softmax output), see :class:`sinklib.core.attention_switch.TimmEagerAttention`.
 """
 
 from __future__ import annotations

@@ -103,8 +103,8 @@ def attention_function(fn: Callable, quiet: bool = False) -> Result:
     The check registers it on a tiny random Llama (2 query heads per key/value head) and compares the model's logits
     with softmax-off-by-one computed directly.
     """
-    from sinklib.core.switch import AttentionSwitch
-    from sinklib.models import tiny
+    from sinklib.core.attention_switch import AttentionSwitch
+    from sinklib.models import tiny_random
 
     def reference(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         G = query.shape[1] // key.shape[1]
@@ -119,7 +119,7 @@ def attention_function(fn: Callable, quiet: bool = False) -> Result:
         return (w @ v).transpose(1, 2).contiguous(), w
 
     torch.manual_seed(0)
-    model, inputs = tiny.llama()  # 4 query heads, 2 key/value heads, head_dim 8
+    model, inputs = tiny_random.llama()  # 4 query heads, 2 key/value heads, head_dim 8
     model.eval()
     ids = inputs["input_ids"]
 

@@ -111,7 +111,7 @@ def sink_window_layer(cls: type, quiet: bool = False) -> Result:
     """
     from transformers.cache_utils import Cache
 
-    from sinklib.models import tiny
+    from sinklib.models import tiny_random
     from sinklib.utilization.sink_cache import SinkWindowLayer, rope_from_model
 
     steps = torch.arange(7.0).view(1, 1, 7, 1).expand(1, 1, 7, 2)  # key = value = [t, t]
@@ -126,7 +126,7 @@ def sink_window_layer(cls: type, quiet: bool = False) -> Result:
         same(list(layer.get_mask_sizes(1)), [5, 3], "get_mask_sizes(1) after 7 tokens (stored + 1, evicted)")
 
     torch.manual_seed(0)
-    model, _ = tiny.llama()
+    model, _ = tiny_random.llama()
     model.eval()
     rope = rope_from_model(model)
     hd = model.config.hidden_size // model.config.num_attention_heads

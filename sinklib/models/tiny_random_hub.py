@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sinklib.models import tiny
+from sinklib.models import tiny_random
 
 COMMIT = "0" * 40  # the snapshot every tiny repository resolves to
 LLMS = ("sinklib-tiny/llama", "sinklib-tiny/gpt2")  # Llama (Llama-2, Mistral, Qwen2.5 paths), GPT-2
@@ -40,10 +40,10 @@ def _snapshot(cache: Path, repo_id: str) -> Path:
 
 
 def _byte_causal_lm(config_cls, model_cls, **fields):
-    """:func:`tiny.byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
+    """:func:`tiny_random.byte_lm`'s byte-vocabulary causal LM, with the byte tokenizer saved beside it."""
     from sinklib.models.bytetok import byte_tokenizer
 
-    model, _ = tiny.byte_lm(config_cls, model_cls, **fields)
+    model, _ = tiny_random.byte_lm(config_cls, model_cls, **fields)
     return model, byte_tokenizer()
 
 
