@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from sinklib.core import analysis, claims
+from sinklib.core import claims, claims_file, gu_claims
 from sinklib.core.results import load_reference
 from sinklib.utilization import calibration, kvquant, streaming
 
@@ -13,8 +13,8 @@ GU, XIAO = load_reference("gu2024_sink_rates"), load_reference("streamingllm")
 
 
 def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
-    rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
-    c = rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU),
+    rec = claims_file.Recorder("00_tour", "SmolLM2-135M", "cpu")
+    c = rec.add(gu_claims.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU),
                 control_note="hand-built case")
     assert c.model == "SmolLM2-135M" and c.profile == "cpu" and c.holds is True
     assert capsys.readouterr().out.startswith("Claim gu2024.llama_family_input_shape holds:")
@@ -22,18 +22,18 @@ def test_recorder_stamps_prints_writes_and_reloads(tmp_path, capsys):
         rec.add(c)
     other = rec.add(c, model="Another model", show=False)  # a notebook comparing models records it once per model
     path = rec.write(tmp_path)
-    assert json.loads(path.read_text())["schema"] == claims.SCHEMA and claims.load(path) == [c, other]
+    assert json.loads(path.read_text())["schema"] == claims_file.SCHEMA and claims_file.load(path) == [c, other]
     data = json.loads(path.read_text())
     data["schema"] = 0
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="re-run the notebook"):
-        claims.load(path)
+        claims_file.load(path)
 
 
 def test_table_is_one_row_per_claim_with_the_number_apart(capsys):
-    rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
+    rec = claims_file.Recorder("00_tour", "SmolLM2-135M", "cpu")
     assert rec.all_hold is False  # nothing recorded, nothing holds
-    rec.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
+    rec.add(gu_claims.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
             control_note="hand-built case")
     assert rec.all_hold is True
     rec.add(claims.Claim(id="x.open", statement="s", source="p", rule="r", published=2.0, measured=1.0, holds=None,
@@ -57,18 +57,18 @@ def test_notebook_start_and_close_write_headline_and_claims(tmp_path, capsys):
                                                                          "fake_cuda_devices": 0}
     with pytest.raises(AttributeError, match="03_mitigation has no size 'num_seqs'"):
         getattr(nb.run, "num_seqs")  # noqa: B009 -- the attribute access is the test
-    nb.record.add(analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
+    nb.record.add(gu_claims.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU), show=False,
                   control_note="hand-built case")
     nb.close()
     assert json.loads((tmp_path / "out" / "headline.json").read_text())["seconds"] >= 0
-    assert [c.model for c in claims.load(tmp_path / "out" / "claims.json")] == ["toy"]
+    assert [c.model for c in claims_file.load(tmp_path / "out" / "claims.json")] == ["toy"]
     assert "03_mitigation: 1 claims (1 hold)" in capsys.readouterr().out
 
 
 def test_llama_family_shape():
-    assert analysis.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU).holds is True
+    assert gu_claims.llama_family_shape({"natural": 0.74, "random": 0.78, "repeated": 0.0}, GU).holds is True
     gpt2_like = {"natural": 0.77, "random": 0.70, "repeated": 0.62}  # GPT2-XL keeps its sink on repeated tokens
-    assert analysis.llama_family_shape(gpt2_like, GU).holds is False
+    assert gu_claims.llama_family_shape(gpt2_like, GU).holds is False
 
 
 def test_streaming_claims():
@@ -112,7 +112,7 @@ def test_gu_sink_rate_as_the_authors_compute_it_feeds_the_shape_rule():
     theirs = ((attn / ratios).sum(dim=-2) > 0.3).float().mean(dim=(0, 1, 2))[0].item()
     ours = metrics.sink_rate(metrics.alpha(attn, 0), 0.3)
     assert ours == pytest.approx(theirs) and 0 < ours < 1
-    c = analysis.llama_family_shape({"natural": ours, "random": ours, "repeated": 0.0}, GU)
+    c = gu_claims.llama_family_shape({"natural": ours, "random": ours, "repeated": 0.0}, GU)
     assert c.holds is (ours > 0.3) and c.at_init is False
     assert "sail-sg/Attention-Sink:eval_sink_open_source.py:compute_attention_sink" in c.follows
 

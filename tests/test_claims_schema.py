@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from sinklib.core import claims
+from sinklib.core import claims, claims_file
 from sinklib.core import quantities as q
 from sinklib.core.errors import InputError
 from sinklib.core.paths import ROOT
@@ -16,7 +16,7 @@ from sinklib.reproduction import scorecard
 
 
 def _recorded(tmp_path):
-    rec = claims.Recorder("00_tour", "SmolLM2", "cpu")
+    rec = claims_file.Recorder("00_tour", "SmolLM2", "cpu")
     rec.add(claims.Claim(id="gu2024.x", statement="s", source="Gu et al., arXiv 2410.10781", rule="r", published=0.9,
                          measured={"natural": 0.5, "layer": 2}, holds=True, follows="Eq. 1",
                          quantities={"natural": q.share(), "layer": q.identity("layer")}), show=False)
@@ -25,10 +25,10 @@ def _recorded(tmp_path):
 
 def test_the_committed_schema_is_the_one_the_code_reads_and_a_written_file_satisfies_it(tmp_path):
     committed = json.loads((ROOT / "docs" / "claims.schema.json").read_text(encoding="utf-8"))
-    assert committed == json.loads(json.dumps(claims.json_schema())), "regenerate: python -m sinklib claims-schema"
+    assert committed == json.loads(json.dumps(claims_file.json_schema())), "regenerate: python -m sinklib claims-schema"
     path = _recorded(tmp_path)
     jsonschema.validate(json.loads(path.read_text(encoding="utf-8")), committed)
-    [back] = claims.load(path)
+    [back] = claims_file.load(path)
     assert back.quantities["layer"].kind == q.Kind.IDENTITY and back.verdict() == claims.Verdict.HOLDS
 
 
@@ -40,7 +40,7 @@ def test_a_record_of_the_wrong_type_is_refused_at_the_door_and_left_out_of_the_s
     data["claims"][0][field] = bad
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(InputError) as err:
-        claims.load(path)
+        claims_file.load(path)
     assert "\n" not in str(err.value) and field in str(err.value) and "re-run the notebook" in str(err.value)
     assert scorecard.collect(tmp_path) == []
     assert "left out of the scorecard" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sinklib.core import claims as claims_io
-from sinklib.core import metrics
+from sinklib.core import claims_file, metrics
 from sinklib.core.errors import InputError
 from sinklib.pipeline import cli
 
@@ -60,7 +60,7 @@ def test_the_checks_that_test_an_untouched_input_still_catch_an_editing_answer()
 
 # ------------------------------------------------------------------------------ item 7: claims.json records
 def _claims_file(tmp_path, extra: dict | None = None):
-    recorder = claims_io.Recorder("07_test", "tiny", "smoke")
+    recorder = claims_file.Recorder("07_test", "tiny", "smoke")
     recorder.add(claims_io.Claim("x.y", "s", "src", "r", None, 1.0, True, follows="Eq. 1"), show=False)
     folder = tmp_path / "07_test"
     path = recorder.write(folder)
@@ -75,7 +75,7 @@ def test_an_unknown_field_in_a_claim_record_is_ignored_and_named_once(tmp_path):
     path = _claims_file(tmp_path, {"confidence": 0.9, "reviewer": "me"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        records = claims_io.load(path)
+        records = claims_file.load(path)
     assert [c.id for c in records] == ["x.y"] and records[0].measured == 1.0
     assert len(caught) == 1
     text = str(caught[0].message)
@@ -89,7 +89,7 @@ def test_a_broken_claims_file_is_one_line_naming_the_file_and_the_rerun(tmp_path
     path.parent.mkdir()
     path.write_text(content)
     with pytest.raises(InputError) as err:  # a ValueError: scorecard, gallery and verify leave the notebook out
-        claims_io.load(path)
+        claims_file.load(path)
     text = one_line(err.value)
     assert str(path) in text and "make figures NOTEBOOKS=07" in text
 
@@ -179,7 +179,7 @@ def test_profile_sinks_stops_when_its_estimate_is_over_the_budget(tiny):
 
 
 def test_durations_in_words():
-    from sinklib.core.analysis import duration_words
+    from sinklib.core.profile_checks import duration_words
 
     assert duration_words(16920) == "4 h 42 min"
     assert duration_words(600) == "10 min"

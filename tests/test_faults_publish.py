@@ -127,9 +127,9 @@ def test_a_full_or_unusable_output_folder_is_found_before_the_first_notebook(tmp
 
 
 def _claims_folder(figures: Path, notebook: str, profile: str, ids: list[str]) -> None:
-    from sinklib.core import claims
+    from sinklib.core import claims, claims_file
 
-    rec = claims.Recorder(notebook=notebook, model="m", profile=profile)
+    rec = claims_file.Recorder(notebook=notebook, model="m", profile=profile)
     for cid in ids:
         rec.add(claims.Claim(id=cid, statement="a hand-built claim", source="Gu et al. (arXiv 2410.10781), Table 1",
                              rule="x >= 1", published={"x": 1.0}, measured={"x": 1.0}, holds=True,

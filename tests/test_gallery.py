@@ -13,7 +13,8 @@ import tomllib
 from markupsafe import Markup
 
 from sinklib.core import plotting
-from sinklib.core.claims import Claim, Recorder
+from sinklib.core.claims import Claim
+from sinklib.core.claims_file import Recorder
 from sinklib.core.results import write_json
 from sinklib.pipeline import executed, gallery, gallery_math
 from tests import browser

@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 from sinklib.core import plotting
-from sinklib.core.claims import Claim, Recorder
+from sinklib.core.claims import Claim
+from sinklib.core.claims_file import Recorder
 from sinklib.core.results import write_json
 from sinklib.pipeline import gallery
 from tests import browser

@@ -14,7 +14,7 @@ from functools import partial
 
 import pytest
 
-from sinklib.core import claims
+from sinklib.core import claims_file
 from sinklib.models import tiny_random_hub
 from sinklib.pipeline import runner, schedule
 from tests import fake_cuda
@@ -102,7 +102,7 @@ def test_notebook_runs_the_gpu_code_path_on_tiny_models(tiny_gpu_run, stem):
     if stem == "13_vit":  # section 6 measured every ViT of the list (by label: "dinov2-registers", "timm/...")
         assert len(headline["models"]) == len(tiny_random_hub.VITS)
     if (folder / "claims.json").exists():
-        assert all(c.profile == "tiny-gpu" for c in claims.load(folder / "claims.json"))
+        assert all(c.profile == "tiny-gpu" for c in claims_file.load(folder / "claims.json"))
     if n_devices == 2 and stem != "03_mitigation":  # the weights sit on both devices
         devices = headline["devices"]
         split = SPLIT.get(stem, {"sinklib-tiny/llama"})

@@ -53,7 +53,7 @@ def test_batch_follows_the_memory_check(tiny, monkeypatch):
 
 
 def test_profile_progress_moves_after_every_layer(tiny):
-    from sinklib.core.analysis import LayerProgress
+    from sinklib.core.profile_checks import LayerProgress
 
     class Bar:
         def __init__(self):

@@ -337,7 +337,7 @@ def test_one_convention_for_convergence_paired_by_seed():
 def test_judge_records_each_claim_over_the_seeds_with_its_step_zero_control():
     """seed_claims.judge is the bookkeeping of 03 and nothing else: the records it adds are the rules' own, each with
     the same rule on the step-0 checkpoints as its control and the control's note."""
-    from sinklib.core.claims import Recorder
+    from sinklib.core.claims_file import Recorder
 
     u = comparison.uniform_alpha(64)
     runs = _seeded_runs([0.02, 0.03, 0.04])

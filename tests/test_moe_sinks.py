@@ -141,7 +141,7 @@ def test_pruning_is_recorded_with_its_control_or_why_there_is_none():
     """11_moe's record of su2025.pruning_super_experts_breaks_the_sink: the verdict of pruning_over_draws, with the
     random-weight control where the rule found a super expert there (else a note saying it did not), and on the
     stand-in "cannot be judged here" with the numbers kept."""
-    from sinklib.core.claims import Recorder
+    from sinklib.core.claims_file import Recorder
 
     lm, inputs = tiny_random.loaded("mixtral")
     ids = inputs["input_ids"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sinklib.core import claims
+from sinklib.core import claims, claims_file
 from sinklib.pipeline import gallery, runner
 from tests import browser
 from tests.kernel_startup import kernel_env
@@ -146,7 +146,7 @@ def test_notebook_runs_and_writes_figures(executed, stem):
     assert not reports, reports
     assert not figure_folder_strays(folder), figure_folder_strays(folder)
     if stem in WRITES_CLAIMS:  # the verdicts as records
-        records = claims.load(folder / "claims.json")
+        records = claims_file.load(folder / "claims.json")
         assert records and all(c.model and c.profile == "smoke" and c.rule for c in records)
 
 
@@ -175,7 +175,7 @@ def test_takeaways_are_rendered_from_the_run(executed, stem):
 def test_every_claim_records_what_it_follows_its_control_and_draws(executed, stem):
     res, folder = executed[stem]
     assert res.ok, res.message
-    for c in claims.load(folder / "claims.json"):
+    for c in claims_file.load(folder / "claims.json"):
         assert c.follows, f"{c.id}: no `follows`"
         assert c.draws and c.draws_of, f"{c.id}: no draws recorded"
         assert c.control is not None or c.control_note, f"{c.id}: no random-weight control and no reason"
@@ -236,7 +236,7 @@ def test_interpretation_effects_point_the_right_way(executed):
     assert h["bias"]["holds_implicit_bias"] == all(a >= 0.75 for a in h["bias"]["separation"].values())
     assert h["holds_all"] is False  # the massive-dimension row fails on SmolLM2 (criterion not met)
     rows = {r["id"]: r for r in h["scorecard"]}  # structure and number kept in separate columns, one row a claim
-    assert set(rows) == {c.id for c in claims.load(folder / "claims.json")}
+    assert set(rows) == {c.id for c in claims_file.load(folder / "claims.json")}
     dom = rows["origin.dimension_disparity"]
     assert dom["number matches"].startswith(("yes", "no")) and dom["structure holds"] in ("holds", "does NOT hold")
 
@@ -297,7 +297,7 @@ def test_llm_headline(executed):
     pos = {n: r["position"] for n, r in reports.items()}
     assert pos["smollm2-135m"]["moved_original"] < 0.5 * pos["smollm2-135m"]["own"]  # no BOS: the position
     assert pos["gemma3-270m"]["moved_original"] > 0.5 * pos["gemma3-270m"]["own"]  # BOS: the token carries it
-    records = claims.load(folder / "claims.json")
+    records = claims_file.load(folder / "claims.json")
     # 4 + the chain's 4 + Xiao's streaming test + Sun's bias test, per model
     assert len(records) == 10 * len(reports) and len({c.model for c in records}) == len(reports)
     assert all(r["chain_numbers"]["super_neuron"] is not None or r["name"] != "smollm2-135m" for r in h["reports"])
@@ -307,7 +307,7 @@ def test_moe_headline(executed):
     res, folder = executed["11_moe"]
     assert res.ok, res.message
     h = json.loads((folder / "headline.json").read_text())
-    assert "stand-in" in h["label"] and all("stand-in" in c.model for c in claims.load(folder / "claims.json"))
+    assert "stand-in" in h["label"] and all("stand-in" in c.model for c in claims_file.load(folder / "claims.json"))
     assert h["super_experts"], "the stand-in inherits SmolLM2's massive activation: some expert must carry it"
     p = h["pruning"]
     assert p["super experts pruned"]["max_abs_first"] < 0.2 * p["as is"]["max_abs_first"]  # the massive value goes
@@ -318,7 +318,7 @@ def test_scorecard_gathers_every_notebooks_claims(executed):
     res, folder = executed["90_scorecard"]
     assert res.ok, res.message
     h = json.loads((folder / "headline.json").read_text())
-    records = [c for stem in WRITES_CLAIMS for c in claims.load(executed[stem][1] / "claims.json")]
+    records = [c for stem in WRITES_CLAIMS for c in claims_file.load(executed[stem][1] / "claims.json")]
     assert h["records"] == len(records) and set(h["counts"]) == set(claims.VERDICTS)
     # a claim judged on the same model in two notebooks (00's and 10's on SmolLM2) counts once
     assert h["claims"] < len(records)

@@ -278,14 +278,14 @@ def test_first_key_rate_reads_alpha_over_the_chosen_queries(tiny):
 def test_gu_shape_is_judged_on_rotary_families_only():
     """Gu et al. state the repeated-token shape for Llama/Mistral (rotary positions); GPT2-XL, with learned absolute
     positions, keeps 62.28% on a repeated token. A GPT-2-style model gets its own number recorded, no verdict."""
-    from sinklib.core import analysis
+    from sinklib.core import analysis, gu_claims
     from sinklib.core.results import load_reference
     from sinklib.models import tiny_random
 
     gu = load_reference("gu2024_sink_rates")
     gpt2_like = {"natural": 0.77, "random": 0.70, "repeated": 0.62}
-    assert analysis.llama_family_shape(gpt2_like, gu).holds is False  # as before: the Llama rule fails on it
-    own = analysis.llama_family_shape(gpt2_like, gu, absolute=True)
+    assert gu_claims.llama_family_shape(gpt2_like, gu).holds is False  # as before: the Llama rule fails on it
+    own = gu_claims.llama_family_shape(gpt2_like, gu, absolute=True)
     assert own.holds is None and "62.0%" in own.note and "62.28%" in own.note
     gpt2, _ = tiny_random.loaded("gpt2")
     llama, _ = tiny_random.loaded("llama")

@@ -28,7 +28,8 @@ def _declared(claim) -> None:
     import json
     from dataclasses import replace
 
-    from sinklib.core.claims import CLAIM, check_schema, record_of
+    from sinklib.core.claims import check_schema
+    from sinklib.core.claims_file import CLAIM, record_of
 
     undeclared = [(g, path) for g in q.GROUPS for path, _ in q.flatten(getattr(claim, g))
                   if not any(q._matches(p, q.qualified(g, path)) for p in claim.quantities)]

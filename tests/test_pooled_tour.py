@@ -1,7 +1,7 @@
 """Issue 53 item 3 for 00_tour and 02_interpretation: a pretrained claim judged on every draw's sequences pooled with
 a bootstrap interval over sequences, not by every draw agreeing -- holds / fails when the interval lies on one side of
 its cut, unsettled only when it straddles it. 00's Gu et al. shape
-(:func:`sinklib.core.analysis.llama_family_shape_pooled`) and 02's variance discrepancy
+(:func:`sinklib.core.gu_claims.llama_family_shape_pooled`) and 02's variance discrepancy
 (:func:`sinklib.interpretation.chain.variance_pooled_over_draws`), each on hand-built draws that disagree."""
 
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_placement_pooled import _declared, _head_outputs, _noise
 
-from sinklib.core import analysis
+from sinklib.core import analysis, gu_claims
 from sinklib.core.claims import over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs
 from sinklib.core.results import load_reference
@@ -49,9 +49,9 @@ def test_tour_shape_holds_on_pooled_sequences_where_the_seeds_disagree():
     """Seed 0: 32 sequences at 0.35 (holds); seeds 1-2: 8 at 0.25 each (fail). Every draw agreeing: unsettled. Pooled
     over 48 sequences 0.317, its interval above 0.3 -- holds, each seed's verdict kept in ``draws``."""
     random = _by_seed((0.35, 32), (0.25, 8), (0.25, 8))
-    per_draw = [analysis.llama_family_shape(MEASURED | {"random": float(r.mean())}, GU) for r in random]
+    per_draw = [gu_claims.llama_family_shape(MEASURED | {"random": float(r.mean())}, GU) for r in random]
     assert over_draws(per_draw, "3 seeds").verdict() == "unsettled"
-    claim = analysis.llama_family_shape_pooled(MEASURED, random, GU, 0, "3 seeds of random tokens")
+    claim = gu_claims.llama_family_shape_pooled(MEASURED, random, GU, 0, "3 seeds of random tokens")
     lo, hi = claim.spread["interval"]
     assert claim.holds is True and not claim.unsettled and claim.draws == (True, False, False)
     assert 0.3 < lo < claim.measured["random"] < hi
@@ -65,7 +65,7 @@ def test_tour_shape_holds_on_pooled_sequences_where_the_seeds_disagree():
 def test_tour_shape_fails_on_pooled_sequences_where_the_seeds_disagree():
     """Seed 0: 8 sequences at 0.35 (holds); seeds 1-2: 32 at 0.25 each (fail). Pooled 0.26, interval below 0.3."""
     random = _by_seed((0.35, 8), (0.25, 32), (0.25, 32))
-    claim = analysis.llama_family_shape_pooled(MEASURED, random, GU, 0, "3 seeds")
+    claim = gu_claims.llama_family_shape_pooled(MEASURED, random, GU, 0, "3 seeds")
     assert claim.holds is False and not claim.unsettled and claim.draws == (True, False, False)
     assert claim.spread["interval"][1] < 0.3
 
@@ -74,13 +74,13 @@ def test_tour_shape_is_unsettled_only_where_the_pooled_interval_straddles_its_cu
     """Sequences alternating 0.1 / 0.5 pool to 0.3: unsettled, though every seed holds on its own; a sinking repeated
     token fails it whatever the interval."""
     straddling = [torch.tensor([0.1, 0.5] * 16), torch.tensor([0.1, 0.5] * 4), torch.tensor([0.5, 0.1] * 4)]
-    claim = analysis.llama_family_shape_pooled(MEASURED, straddling, GU, 0, "3 seeds",
-                                               per_draw=[analysis.llama_family_shape(MEASURED | {"random": 0.31}, GU)]
+    claim = gu_claims.llama_family_shape_pooled(MEASURED, straddling, GU, 0, "3 seeds",
+                                               per_draw=[gu_claims.llama_family_shape(MEASURED | {"random": 0.31}, GU)]
                                                * 3)
     lo, hi = claim.spread["interval"]
     assert claim.verdict() == "unsettled" and lo < 0.3 < hi and claim.draws == (True, True, True)
     assert "straddles its cut" in claim.note and claim.margin["of"] == "random"
-    sinking = analysis.llama_family_shape_pooled({"natural": 0.7, "repeated": 0.4}, straddling, GU, 0, "3 seeds")
+    sinking = gu_claims.llama_family_shape_pooled({"natural": 0.7, "repeated": 0.4}, straddling, GU, 0, "3 seeds")
     assert sinking.holds is False and not sinking.unsettled
 
 
@@ -95,7 +95,7 @@ def test_judge_input_shape_pools_the_notebooks_draws_and_runs_its_control(tiny):
                                                            input_name="random", batch_size=4, progress=False)
                                     for s in (1, 2)]
     assert judged.random_draws == pytest.approx([p.sink_rate for p in draws])
-    expected = analysis.llama_family_shape_pooled({k: p.sink_rate for k, p in profiles.items()},
+    expected = gu_claims.llama_family_shape_pooled({k: p.sink_rate for k, p in profiles.items()},
                                                   [p.sink_rate_by_sequence for p in draws], GU, 0,
                                                   "3 seeds of random tokens (4, 2, 2 sequences)")
     assert judged.claim.holds == expected.holds and judged.claim.draws == expected.draws
@@ -104,7 +104,7 @@ def test_judge_input_shape_pools_the_notebooks_draws_and_runs_its_control(tiny):
     rates = {kind: analysis.profile_sinks(control, make_inputs(control, kind, extra, seq_len, 0), input_name=kind,
                                           batch_size=4, progress=False).sink_rate for kind in INPUT_KINDS}
     assert judged.control_rates == pytest.approx(rates)
-    assert judged.control.id == judged.claim.id and judged.control.holds == analysis.llama_family_shape(rates, GU).holds
+    assert judged.control.id == judged.claim.id and judged.control.holds == gu_claims.llama_family_shape(rates, GU).holds
     assert judged.seconds > 0
 
 

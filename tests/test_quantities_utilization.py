@@ -10,9 +10,10 @@ from dataclasses import replace
 import pytest
 
 from sinklib.architectures.llm import placement
-from sinklib.core import analysis
+from sinklib.core import gu_claims
 from sinklib.core import quantities as q
-from sinklib.core.claims import CLAIM, Claim, check_schema, over_draws, record_of
+from sinklib.core.claims import Claim, check_schema, over_draws
+from sinklib.core.claims_file import CLAIM, record_of
 from sinklib.utilization import calibration, kvquant, streaming
 
 PAPER = {"table1_llama2_13b_pg19_cache1024": {"window_only": 5158.07, "sink4_window1020": 5.40,
@@ -34,9 +35,9 @@ def _claims() -> list[Claim]:
         streaming.one_sink_recovers_most({0: 68.0, 1: 34.4, 2: 34.4, 4: 34.5, 8: 34.3}, PAPER),
         streaming.sink_is_positional(34.5, 34.4, PAPER, 68.0),
         streaming.bounded_cache({"dense": 12.6, SINKS: 11.2}, SINKS),
-        over_draws([analysis.llama_family_shape({"natural": 0.7, "random": r, "repeated": 0.0}, GU)
+        over_draws([gu_claims.llama_family_shape({"natural": 0.7, "random": r, "repeated": 0.0}, GU)
                     for r in (0.78, 0.76, 0.75)], "3 seeds", key=lambda c: c.measured["random"]),
-        analysis.llama_family_shape({"natural": 0.7, "random": 0.7, "repeated": 0.6}, GU, absolute=True),
+        gu_claims.llama_family_shape({"natural": 0.7, "random": 0.7, "repeated": 0.6}, GU, absolute=True),
         placement.delimiter_over_draws([{k: 0.02 for k in placement.KINDS} | {"first": 0.5}] * 3, "m", "3 draws"),
         placement.position_over_draws([placement.PositionOrToken(0.53, 0.54, 0.54, 0.009, 8, "'\\n'", [1, 2])] * 3,
                                       "m", "3 draws"),

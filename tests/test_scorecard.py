@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim, Recorder
+from sinklib.core.claims import Claim
+from sinklib.core.claims_file import Recorder
 from sinklib.pipeline.cli import main
 from sinklib.reproduction import scorecard, scorecard_plots
 

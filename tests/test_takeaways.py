@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sinklib.core import claims, takeaways
+from sinklib.core import claims, claims_file, takeaways
 from sinklib.core.claims import Claim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_over_draws_holds_only_when_every_draw_agrees():
 
 
 def test_control_is_recorded_and_a_contradiction_is_flagged(tmp_path, capsys):
-    rec = claims.Recorder("00_tour", "SmolLM2-135M", "cpu")
+    rec = claims_file.Recorder("00_tour", "SmolLM2-135M", "cpu")
     learned = _claim(True, at_init=False)
     c = rec.add(learned, control=_claim(False, 0.1))
     assert c.control is False and c.control_measured == 0.1 and not c.control_contradicts
@@ -47,7 +47,7 @@ def test_control_is_recorded_and_a_contradiction_is_flagged(tmp_path, capsys):
     with pytest.raises(ValueError, match="not a control"):
         claims.with_control(learned, Claim("a.b", "s", "p", "r", None, 1.0, True))
     path = rec.write(tmp_path)
-    assert claims.load(path) == rec.claims  # tuples survive JSON
+    assert claims_file.load(path) == rec.claims  # tuples survive JSON
     assert [x.measured_on for x in rec.claims] == ["pretrained", "pretrained"]
     assert claims.measured_on("SmolLM2 (random weights, seed 0)") == "random weights"
     assert claims.measured_on("SmolLM2-MoE (upcycled stand-in)") == "stand-in"
@@ -189,7 +189,7 @@ def test_a_control_that_contradicts_the_paper_is_not_counted_as_holding():
 
 def test_recorder_refuses_a_claim_the_scorecard_could_not_trust():
     """Issue 42 (6): no ``follows``, or ``at_init`` with neither a control nor a note, is refused at run time."""
-    rec = claims.Recorder("00_tour", "m", "cpu")
+    rec = claims_file.Recorder("00_tour", "m", "cpu")
     with pytest.raises(ValueError, match="has no `follows`"):
         rec.add(_claim(True, follows=""))
     with pytest.raises(ValueError, match="no random-weight control and no control_note"):
@@ -203,7 +203,7 @@ def test_recorder_refuses_a_claim_the_scorecard_could_not_trust():
 def test_a_record_names_a_paper_by_its_arxiv_id_or_says_it_is_no_papers_claim():
     """Issue 43 (10): ``paper`` is an arXiv id, or an implementation check / this project's own question (which the
     scorecard keeps out of the papers' counts); anything else is refused."""
-    rec = claims.Recorder("00_tour", "m", "cpu")
+    rec = claims_file.Recorder("00_tour", "m", "cpu")
     rec.add(_claim(True, paper="2309.17453"), show=False)
     rec.add(_claim(True, paper=claims.IMPLEMENTATION_CHECK), model="b", show=False)
     rec.add(_claim(True, paper=claims.OWN_QUESTION), model="c", show=False)

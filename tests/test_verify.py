@@ -283,7 +283,8 @@ def test_environment_records_cpu_isa_variables_and_threads(tmp_path, monkeypatch
 
 
 def test_write_then_verify_a_figures_folder(tmp_path, capsys):
-    from sinklib.core.claims import Claim, Recorder
+    from sinklib.core.claims import Claim
+    from sinklib.core.claims_file import Recorder
 
     folder = tmp_path / "figures" / "00_tour"
 
@@ -309,7 +310,8 @@ def test_write_then_verify_a_figures_folder(tmp_path, capsys):
 
 
 def test_a_reference_of_the_old_schema_is_a_one_line_error_that_says_to_regenerate(tmp_path):
-    from sinklib.core.claims import Claim, Recorder
+    from sinklib.core.claims import Claim
+    from sinklib.core.claims_file import Recorder
     from sinklib.core.errors import InputError
 
     rec = Recorder("00_tour", "SmolLM2", "cpu")

@@ -170,7 +170,7 @@ def test_claims_are_recorded_over_every_stand_in_with_the_control(standin_like):
     from sinklib.architectures.mllm import kang_claims
     from sinklib.architectures.mllm.image_layout import ImageLayout
     from sinklib.architectures.mllm.protocol import MllmSizes
-    from sinklib.core.claims import Recorder
+    from sinklib.core.claims_file import Recorder
 
     lm = standin_like
     pictures, texts = _pictures(4), [stitch.digit_caption(d) for d in range(4)]

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 
-from sinklib.core import metrics, pooled
-from sinklib.core import quantities as q
-from sinklib.core.attention_switch import Patch
+from sinklib.core import metrics
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.capture import Capture
-from sinklib.core.claims import Claim
-from sinklib.core.data import as_token_ids
-from sinklib.core.errors import InputError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.memory import check_fits, check_length, fit_batch
+from sinklib.core.profile_checks import LayerProgress, check_batch_size, check_eps, check_profile_ids
 
 
 @dataclass
@@ -47,7 +40,7 @@ class SinkProfile:
     @property
     def sink_rate_by_sequence(self) -> torch.Tensor:
         """(N,) float64: r[n] = the share of sequence n's (layer, head) pairs with alpha_0 > eps; their mean is
-        :attr:`sink_rate`, and draws' sequences pool (:func:`llama_family_shape_pooled`)."""
+        :attr:`sink_rate`, and draws' sequences pool (:func:`sinklib.core.gu_claims.llama_family_shape_pooled`)."""
         return (self.alphas > self.eps).double().flatten(1).mean(1)
 
     @property
@@ -82,86 +75,6 @@ class SinkProfile:
             "dom_ratio_rest_by_layer": self.dom_ratio_rest_by_layer,
             "massive_dims_by_layer": self.massive_dims,
         }
-
-
-def check_eps(eps: float) -> float:
-    """The sink threshold on alpha, refused in one line unless 0 < eps < 1: alpha is a share of a query's attention,
-    so eps <= 0 calls every head a sink, eps >= 1 none, and NaN compares false everywhere (a sink rate of 0)."""
-    if not (isinstance(eps, int | float) and 0 < eps < 1):
-        raise InputError(f"--eps / eps must be in (0, 1) -- a share of attention; got {eps!r} (Gu et al. use 0.3)")
-    return float(eps)
-
-
-def check_batch_size(batch_size: int | None) -> int | None:
-    """Sequences per forward: None (as many as the memory check admits) or an int >= 1; else one line."""
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise InputError(f"batch size must be a whole number >= 1 (or None: as many as fit); got {batch_size!r}")
-    return batch_size
-
-
-def check_profile_ids(lm: LoadedModel, input_ids) -> torch.Tensor:
-    """The token ids :func:`profile_sinks` reads, as (N, T) (:func:`sinklib.core.data.as_token_ids`), refused in one
-    line when they are malformed or only one token long: alpha_0 over one token is 1 by construction (the token can
-    only attend to itself), so a sink rate there means nothing."""
-    if lm.vocab_size is None:
-        raise InputError(f"profile_sinks needs a language model; {lm.name!r} is a {lm.spec.family} model without "
-                         f"a vocabulary")
-    ids = as_token_ids(input_ids, lm.vocab_size, "profile_sinks")
-    if ids.shape[1] < 2:
-        raise InputError("profile_sinks: a sink rate over one token means nothing (alpha_0 of a lone token is 1 by "
-                         "construction); give at least 2 tokens per sequence (Gu et al. use 64)")
-    return ids
-
-
-def duration_words(seconds: float) -> str:
-    """A duration as a person reads it: "42 s", "10 min", "4 h 42 min"."""
-    seconds = max(0.0, float(seconds))
-    if seconds >= 3600:
-        hours, rest = divmod(round(seconds / 60), 60)
-        return f"{hours} h {rest} min" if rest else f"{hours} h"
-    if seconds >= 60:
-        return f"{round(seconds / 60)} min"
-    return f"{round(seconds)} s"
-
-
-def estimated_seconds(elapsed: float, done: float, total: float) -> float:
-    """The whole run's time from the time ``elapsed`` on its first ``done`` of ``total`` units (layer-sequences),
-    assuming every unit costs the same: elapsed x total / done (inf before anything is done)."""
-    return math.inf if done <= 0 else elapsed * total / done
-
-
-class LayerProgress(Patch):
-    """Advance a sequence-counting tqdm bar by ``batch`` / L after every decoder layer's forward (hooks removed on
-    exit): at long lengths the bar moves per layer instead of sitting at 0 until the first batch ends.
-
-    With ``max_seconds``, the first layer's forward also times the whole run (:func:`estimated_seconds`, from the
-    run's start to the end of that layer); a run estimated above ``max_seconds`` is stopped there with one line
-    (:class:`~sinklib.core.errors.InputError`) that says how long it would take and how to run it anyway."""
-
-    def __init__(self, lm: LoadedModel, bar, max_seconds: float | None = None, shape: tuple[int, int] = (0, 0)):
-        super().__init__()
-        self.blocks, self.bar, self.batch = [p.block for p in lm.adapter.layers], bar, 0
-        self.max_seconds, self.shape, self.device = max_seconds, shape, lm.device
-        self.started, self.timed = time.perf_counter(), max_seconds is None
-
-    def _install(self) -> None:
-        self._handles = [b.register_forward_hook(self._tick) for b in self.blocks]
-
-    def _tick(self, module, args, output) -> None:  # returns None: the layer's output is left alone
-        self.bar.update(self.batch / len(self.blocks))
-        if not self.timed:  # once, after the first layer: a run is never stopped late
-            self.timed = True
-            self._refuse_if_long(time.perf_counter() - self.started)
-
-    def _refuse_if_long(self, elapsed: float) -> None:
-        N, T = self.shape
-        total = estimated_seconds(elapsed, self.batch, N * len(self.blocks))
-        if total > self.max_seconds:
-            raise InputError(
-                f"this profile of {N} x {T} tokens would take about {duration_words(total)} on {self.device} "
-                f"(estimated from its first layer), over the {duration_words(self.max_seconds)} limit; ask for "
-                f"fewer or shorter sequences, or run it anyway (python -m sinklib profile ... --yes; "
-                f"profile_sinks(..., max_seconds=None))")
 
 
 @torch.inference_mode()
@@ -401,98 +314,5 @@ def absolute_positions(lm: LoadedModel) -> bool:
                for name, m in lm.model.named_modules())
 
 
-# Gu et al.'s sink rate by input kind (the share of heads with alpha_0 > eps); over draws, the random-token rate's
-# spread (:func:`llama_family_shape_pooled`: each seed's rate and the pooled rate's interval)
-GU_SHAPE_QUANTITIES = {kind: q.share("fraction of heads") for kind in ("natural", "random", "repeated", "@spread")}
-
-
+# judged by :func:`sinklib.core.gu_claims.llama_family_shape`
 SHAPE_CUTS = {"natural": 0.3, "random": 0.3, "repeated": 0.05}  # Gu et al.'s shape: > 0.3, > 0.3, < 0.05
-
-
-def llama_family_shape(measured: dict[str, float], reference: dict, eps: float = 0.3,
-                       absolute: bool = False) -> Claim:
-    """Gu et al. (arXiv 2410.10781, Table 1): Llama-family models sink on natural text and on random tokens, but not
-    on one token repeated at every position. Rule: sink rate > 0.3 on natural and random input and < 0.05 on the
-    repeated token. ``measured``: {"natural", "random", "repeated"} -> sink rate; ``reference``: the
-    ``gu2024_sink_rates`` file.
-
-    The paper states this shape for the Llama/Mistral families, whose positions are rotary only; a model with
-    learned absolute position embeddings (``absolute``, :func:`absolute_positions`; Gu et al.'s GPT2-XL keeps
-    62.28% on a repeated token) is outside it: its rates are recorded beside GPT2-XL's and the verdict is "cannot
-    be judged here". Rotary decoders of other families (Qwen2, Gemma-3) are judged by it, as said in ``adapted``."""
-    if absolute:
-        gpt2 = reference["models"].get("GPT2-XL", {})
-        return Claim(
-            id="gu2024.llama_family_input_shape",
-            statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
-            source=reference["source"], rule="not applied: the model has learned absolute position embeddings",
-            published={"GPT2-XL": gpt2}, measured=dict(measured), quantities=GU_SHAPE_QUANTITIES, holds=None,
-            note=f"outside the Llama/Mistral families the paper states this for (learned absolute positions); "
-                 f"its own repeated-token rate {measured['repeated']:.1%} against GPT2-XL's "
-                 f"{gpt2.get('repeated', float('nan')):.2%}",
-            follows="Table 1, Sec. 3 (GPT2-XL: 62.28% on a repeated token; LLaMA2/3, Mistral: 0%)",
-            adapted="judged only for models with rotary positions and no absolute position embedding",
-            at_init=False)
-    holds = (measured["natural"] > SHAPE_CUTS["natural"] and measured["random"] > SHAPE_CUTS["random"]
-             and measured["repeated"] < SHAPE_CUTS["repeated"])
-    return Claim(
-        id="gu2024.llama_family_input_shape",
-        statement="Llama-family models sink on natural text and random tokens, not on one token repeated",
-        source=reference["source"],
-        rule=f"sink rate (eps {eps}) > 30% on natural and random input and < 5% on a repeated token",
-        published={m: reference["models"][m] for m in reference["llama_family"]},
-        measured=dict(measured), quantities=GU_SHAPE_QUANTITIES, holds=bool(holds),
-        follows="Table 1, Sec. 3 (alpha_k = sum_{t>=k} A[t, k] / (T - k + 1) for the first token k = 1; Sink^eps = "
-                "share of heads with alpha_1 > eps; eps 0.3, T 64); sail-sg/Attention-Sink:eval_sink_open_source.py:compute_attention_sink",
-        adapted="the paper reports rates per model; the cut-offs (> 30% on natural and random input, < 5% on a "
-                "repeated token) are this project's reading of the Llama-family rows of Table 1; applied to every "
-                "decoder with rotary positions and no absolute position embedding (Qwen2, Gemma-3 too), not to "
-                "GPT-2-style models",
-        at_init=False)  # Gu et al., Sec. 4: the sink emerges during pre-training once the model is optimised
-
-
-# the pooled shape's spread: each seed's random-token rate and the pooled rate's interval (fractions of heads)
-SHAPE_POOLED_QUANTITIES = {"@spread": q.share("fraction of heads")}
-
-
-def shape_conditions(measured: Mapping[str, float], random: torch.Tensor, seed: int = 0) -> list[pooled.Condition]:
-    """Gu et al.'s shape as three conditions: natural > 0.3 and repeated < 0.05 as measured once (no draws: read
-    without an interval), random = mean_n r[n] over the pooled random-token sequences > 0.3 with its bootstrap
-    interval over sequences. random: (N,) per-sequence sink rates (:attr:`SinkProfile.sink_rate_by_sequence`)."""
-    natural, repeated = measured["natural"], measured["repeated"]
-    return [pooled.Condition("natural", fixed=natural > SHAPE_CUTS["natural"],
-                             label=f"natural-text rate {natural:.3g} > {SHAPE_CUTS['natural']:g}"),
-            pooled.Condition("repeated", fixed=repeated < SHAPE_CUTS["repeated"],
-                             label=f"repeated-token rate {repeated:.3g} < {SHAPE_CUTS['repeated']:g}"),
-            pooled.Condition("random", SHAPE_CUTS["random"], pooled.mean_interval(random, seed),
-                             label="random-token sink rate")]
-
-
-def shape_rule(answers: Mapping[str, bool]) -> bool:
-    """The shape's rule on its conditions' answers (:func:`shape_conditions`): all three hold."""
-    return answers["natural"] and answers["random"] and answers["repeated"]
-
-
-def llama_family_shape_pooled(measured: Mapping[str, float], random: Sequence[torch.Tensor], reference: dict,
-                              seed: int, draws_of: str, per_draw: Sequence[Claim] | None = None,
-                              eps: float = 0.3) -> Claim:
-    """Gu et al.'s Llama-family shape (:func:`llama_family_shape`) on a pretrained model, the random-token rate
-    judged on every seed's sequences pooled: a fixed model has no training noise, only the drawn sequences differ.
-    rate = mean_n r[n] over the pooled N = sum_s N_s sequences (r[n]: the share of sequence n's heads with alpha_0 >
-    eps); its 95 % bootstrap interval over sequences decides the random condition -- holds / fails when it is clear
-    of 0.3, unsettled only when it straddles 0.3 and the other two hold (:func:`~sinklib.core.pooled.pooled_claim`).
-
-    ``measured``: {"natural", "repeated"} -> sink rate, measured once (a "random" entry is replaced by the pooled
-    rate); ``random``: per seed s its sequences' rates r, (N_s,) each; ``reference``: the ``gu2024_sink_rates`` file;
-    ``seed``: the bootstrap's; ``draws_of``: what was redrawn, in words; ``per_draw``: each seed's own claim
-    (default: :func:`llama_family_shape` on each seed's mean rate) -- its verdict in ``draws``, its rate in the
-    spread."""
-    pooled_rates = torch.cat([torch.as_tensor(r, dtype=torch.float64).flatten() for r in random])  # (N,)
-    conditions = shape_conditions(measured, pooled_rates, seed)
-    claim = llama_family_shape({**measured, "random": conditions[-1].interval.value}, reference, eps)
-    if per_draw is None:
-        per_draw = [llama_family_shape({**measured, "random": float(torch.as_tensor(r, dtype=torch.float64).mean())},
-                                       reference, eps) for r in random]
-    claim = replace(claim, quantities={**claim.quantities, **SHAPE_POOLED_QUANTITIES})
-    return pooled.pooled_claim(claim, conditions, shape_rule, per_draw, [c.measured["random"] for c in per_draw],
-                               draws_of, f"{len(pooled_rates)} random-token sequences", main="random", unit="sequences")

@@ -18,16 +18,16 @@ reduced at once to
 * the mass that goes to a learned sink logit (gpt-oss style): p_sink,t = exp(s_h) / (exp(s_h) + sum_j exp(l_tj)),
   reported, not dropped.
 
-Masks are honoured as the backend gets them: a 4-D mask (causal, padding, sliding windows) as given; ``None`` as
-sdpa reads it -- for a causal module (``module.is_causal``, decoders) and T > 1 queries, query t sees keys 0..t
-(torch's top-left alignment, which is also what a static-cache prefill gets: its empty slots after the prompt stay
-unseen), and every key for a single query; for a bidirectional module (ViT encoders, ``is_causal = False``) every
-query sees every key. timm ViTs have no attention interface: their fused path is switched off and the statistics
-are reduced from the probabilities timm passes through ``attn_drop`` (full attention, O(N^2) per layer as timm's own
-eager path). Grouped-query heads are handled without repeating keys; soft-capping is applied when the layer passes it.
-Backends whose masks cannot be read here -- flash-attention (2-D padding masks, windows passed as a keyword) and
-flex attention (block masks) -- are refused with a one-line error instead of giving statistics of another
-attention than the model's.
+Masks are honoured as the backend gets them (:mod:`sinklib.core.attention_masks`): a 4-D mask (causal, padding,
+sliding windows) as given; ``None`` as sdpa reads it -- for a causal module (``module.is_causal``, decoders) and
+T > 1 queries, query t sees keys 0..t (torch's top-left alignment, which is also what a static-cache prefill gets:
+its empty slots after the prompt stay unseen), and every key for a single query; for a bidirectional module (ViT
+encoders, ``is_causal = False``) every query sees every key. timm ViTs have no attention interface: their fused path
+is switched off and the statistics are reduced from the probabilities timm passes through ``attn_drop`` (full
+attention, O(N^2) per layer as timm's own eager path). Grouped-query heads are handled without repeating keys;
+soft-capping is applied when the layer passes it. Backends whose masks cannot be read here -- flash-attention (2-D
+padding masks, windows passed as a keyword) and flex attention (block masks) -- are refused with a one-line error
+instead of giving statistics of another attention than the model's.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 
 from sinklib.core import lse_attention
 from sinklib.core.adapters import Adapter, model_and_adapter
+from sinklib.core.attention_masks import allowed, allowed_keys, refuse_unseen_window, visible
 from sinklib.core.attention_switch import AttentionSwitch, Patch, TimmEagerAttention
 from sinklib.core.errors import InputError
 
@@ -49,61 +50,9 @@ CUDA_MAX_BLOCK_BYTES = 2 * 2**30  # on CUDA blocks follow the free memory, up to
 DEVICE_KEEP_BYTES = 512 * 2**20  # CUDA statistics wait on the device up to this, then go to the host in one sync
 
 
-def _allowed(mask: torch.Tensor | None, q_len: int, k_len: int, start: int, stop: int,
-             device: torch.device) -> torch.Tensor:
-    """Boolean (B or 1, 1, stop-start, k_len): may query t (rows start..stop-1) attend to key j?
-
-    ``None`` is read as sdpa reads it for a causal module: causal with top-left alignment (query t sees keys 0..t)
-    when q_len > 1, every key when q_len == 1 (bidirectional modules get an all-zero mask before this).
-    """
-    if mask is None:
-        q_pos = torch.arange(start, stop, device=device) + (k_len if q_len == 1 else 0)
-        return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
-    block = mask[:, :, start:stop, :k_len]
-    if block.dtype == torch.bool:
-        return block
-    return block > torch.finfo(block.dtype).min / 2  # additive float mask: 0 = allowed, dtype min = masked
-
-
-def _allowed_keys(mask: torch.Tensor | None, q_len: int, keys: list[int], causal: bool,
-                  device: torch.device) -> torch.Tensor:
-    """Boolean (B|1, 1, T, |keys|): may query t see each listed key? Read from the mask's columns only (no T x N
-    tensor): a 4-D mask as given; None as sdpa reads it (causal: j <= t; otherwise every key)."""
-    if mask is not None:
-        cols = mask[:, :, :q_len, keys]
-        return cols if cols.dtype == torch.bool else cols > torch.finfo(cols.dtype).min / 2
-    if not causal:
-        return torch.ones(1, 1, q_len, len(keys), dtype=torch.bool, device=device)
-    return (torch.tensor(keys, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None])[None, None]
-
-
-def _visible(mask: torch.Tensor | None, q_len: int, k_len: int, causal: bool, batch: int, device: torch.device,
-             block_bytes: int) -> torch.Tensor:
-    """(B, N) float64: how many queries may see each key -- causal: T - j; no mask otherwise: T; a 4-D mask:
-    counted in blocks of queries."""
-    if mask is None:
-        j = torch.arange(k_len, device=device)
-        seen = (q_len - j).clamp_min(0) if causal else torch.full((k_len,), q_len, device=device)
-        return seen.double().expand(batch, k_len)
-    vis = torch.zeros(batch, k_len, dtype=torch.float64, device=device)
-    step = max(1, block_bytes // max(1, mask.shape[0] * k_len))
-    for start in range(0, q_len, step):
-        ok = _allowed(mask, q_len, k_len, start, min(q_len, start + step), device)
-        vis += ok.sum(dim=2).flatten(1).double().expand(batch, -1)
-    return vis
-
-
 def _scaling(module, kwargs: dict, head_dim: int) -> float:
     """The logit scale the layer uses: the one it passes, else its attribute, else 1/sqrt(head_dim)."""
     return kwargs.get("scaling") or getattr(module, "scaling", None) or head_dim ** -0.5
-
-
-def _refuse_unseen_window(mask: torch.Tensor | None, kwargs: dict, n_keys: int) -> None:
-    """A sliding window that would cut keys but no mask showing it: statistics of another attention -- refuse."""
-    window = kwargs.get("sliding_window")
-    if mask is None and window and window < n_keys:
-        raise InputError(f"AttentionStats got no mask but a sliding window of {window} < {n_keys} keys (a window it "
-                         "cannot see); load the model with attn_implementation='sdpa' or 'eager'.")
 
 
 def _pad_keys(p: torch.Tensor, k: int) -> torch.Tensor:
@@ -177,7 +126,7 @@ class AttentionStats:
         if attention_mask is not None and attention_mask.ndim != 4:
             raise InputError(f"AttentionStats needs a 4-D attention mask, got shape {tuple(attention_mask.shape)}; "
                              "load the model with attn_implementation='sdpa' or 'eager'.")
-        _refuse_unseen_window(attention_mask, kwargs, N)
+        refuse_unseen_window(attention_mask, kwargs, N)
         # with no mask: sdpa's is_causal (top-left) for T > 1, all keys for one query (see the module docstring);
         # a bidirectional module (ViT) sees every key, i.e. a mask that allows everything
         if attention_mask is None and not getattr(module, "is_causal", True):
@@ -190,7 +139,7 @@ class AttentionStats:
         kt = key.float().transpose(-1, -2)  # (B, Hkv, hd, N): shared by the G heads of a group, never repeated
         col = torch.zeros(B, Hkv, G, N, dtype=torch.float64, device=query.device)
         if attention_mask is None:  # causal (T > 1: key j seen by queries t >= j), or one query that sees every key
-            vis = _visible(None, T, N, T > 1, B, query.device, self._block_bytes(query.device))
+            vis = visible(None, T, N, T > 1, B, query.device, self._block_bytes(query.device))
         else:  # counted block by block below
             vis = torch.zeros(B, N, dtype=torch.float64, device=query.device)
         ent = torch.empty(B, Hkv, G, T, device=query.device) if self.entropy else None
@@ -213,7 +162,7 @@ class AttentionStats:
                 diag = torch.ones(C, C, dtype=torch.bool, device=query.device).triu(1)
                 logits[..., start + off:k_hi].masked_fill_(diag, float("-inf"))
             else:
-                ok = _allowed(attention_mask, T, N, start, stop, query.device)  # (B|1, 1, C, N)
+                ok = allowed(attention_mask, T, N, start, stop, query.device)  # (B|1, 1, C, N)
                 logits.masked_fill_(~ok.unsqueeze(2), float("-inf"))
                 vis += ok.sum(dim=2).flatten(1).double().expand(B, -1)
             if sinks is not None:  # mass kept by the real keys: 1 - p_sink, p_sink = sigmoid(s_h - logsumexp_j l_tj)
@@ -261,13 +210,13 @@ class AttentionStats:
         B, H, T, hd = query.shape
         N = key.shape[2]
         scaling = _scaling(module, kwargs, hd)
-        _refuse_unseen_window(attention_mask, kwargs, N)
+        refuse_unseen_window(attention_mask, kwargs, N)
         causal = attention_mask is None and T > 1 and getattr(module, "is_causal", True)
         mask = attention_mask[:, :, :, :N] if attention_mask is not None else None
         out, lse = lse_attention.attention_lse(query, key, value, mask, causal, scaling)  # (B, H, T, hd), (B, H, T)
         if self.keys is not None:
             keys = [j for j in self.keys if j < N]
-            ok = _allowed_keys(attention_mask, T, keys, causal, query.device)  # (B|1, 1, T, K)
+            ok = allowed_keys(attention_mask, T, keys, causal, query.device)  # (B|1, 1, T, K)
             p = lse_attention.tracked_probabilities(query, key, lse, ok, keys, scaling)  # (B, H, T, K)
             col = torch.zeros(B, H, N, device=query.device)
             vis = torch.zeros(B, N, device=query.device)
@@ -277,7 +226,7 @@ class AttentionStats:
         else:
             col = lse_attention.column_sums(query, key, lse, mask, 0 if causal else None, scaling,
                                             self._block_bytes(query.device))
-            vis = _visible(mask, T, N, causal, B, query.device, self._block_bytes(query.device))
+            vis = visible(mask, T, N, causal, B, query.device, self._block_bytes(query.device))
         self._keep(self.col_sum, layer, col.float())
         self._keep(self.visible, layer, vis.float())
         return out.transpose(1, 2).contiguous()

@@ -1,10 +1,10 @@
 """Claims as results: one record per published claim tested, written to ``figures/<notebook>/claims.json``.
 
-A rule function (next to the computation it judges, e.g. :func:`sinklib.core.analysis.llama_family_shape`) returns a
-:class:`Claim`; a notebook's :class:`Recorder` stamps the model and profile on it, prints its one-line verdict and
-writes every record at the end. The record carries everything a scorecard needs: what was claimed and where, the
-published and measured values, the rule that decided it, and whether it holds (None: cannot be judged here, with
-the reason in ``note``). It also carries what makes a verdict trustworthy:
+A rule function (next to the computation it judges, e.g. :func:`sinklib.core.gu_claims.llama_family_shape`)
+returns a :class:`Claim`; a notebook's :class:`~sinklib.core.claims_file.Recorder` stamps the model and profile on
+it, prints its one-line verdict and writes every record at the end. The record carries everything a scorecard needs:
+what was claimed and where, the published and measured values, the rule that decided it, and whether it holds
+(None: cannot be judged here, with the reason in ``note``). It also carries what makes a verdict trustworthy:
 
 * ``follows``: the paper's equation / section / table and, where the authors published code, ``repo:path:function``;
   ``adapted`` says how the rule here departs from it (a threshold for a smaller model, a relative cut).
@@ -23,9 +23,10 @@ the reason in ``note``). It also carries what makes a verdict trustworthy:
 * ``quantities``: what each number is (:mod:`sinklib.core.quantities`: identity, count, share, ratio, loss, value),
   declared by the rule that measured it, with its unit and -- where measured -- its own cross-machine tolerance.
 
-The record is a pydantic dataclass: ``claims.json`` is written and read through one schema (:data:`CLAIMS_FILE`,
-exported by :func:`json_schema`), checked strictly at the door -- ``holds: "yes"`` or ``id: 5`` is refused, not
-coerced.
+The record is a pydantic dataclass: ``claims.json`` is written and read through one schema
+(:mod:`sinklib.core.claims_file`: the Recorder, :func:`~sinklib.core.claims_file.json_schema`,
+:func:`~sinklib.core.claims_file.load`), checked strictly at the door -- ``holds: "yes"`` or ``id: 5`` is refused,
+not coerced.
 
 Four verdicts (:data:`VERDICTS`): **holds**, **does NOT hold**, **unsettled** (``holds`` None and ``unsettled``
 True: the judgeable draws disagree, or a value sits within its margin of the cut) and **cannot be judged here**
@@ -34,23 +35,15 @@ True: the judgeable draws disagree, or a value sits within its margin of the cut
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, field, fields, replace
+from dataclasses import field, replace
 from enum import StrEnum
-from pathlib import Path
 
-from pydantic import TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
 from sinklib.core import quantities as q
-from sinklib.core.errors import InputError
-from sinklib.core.results import write_json
-
-SCHEMA = 4  # 4: ``quantities`` (each number's declared kind, unit and tolerance), checked by a pydantic schema;
-#             3: the fourth verdict ("unsettled"), ``paper`` and ``margin``
 
 
 class Verdict(StrEnum):
@@ -131,20 +124,21 @@ class Claim:
 
     def line(self) -> str:
         """One printable line: verdict, statement, measured vs published, rule, draws and control."""
-        published = "" if self.published is None else f"; published {_short(self.published)}"
+        published = "" if self.published is None else f"; published {short_value(self.published)}"
         note = f" ({self.note})" if self.note else ""
         extra = ""
         if self.draws:
             extra += f" Draws: {draw_summary(self.draws)}."
         if self.control is not None or self.at_init is not None:
             ran = "cannot be judged" if self.control_measured is not None else "not run"
-            extra += (f" Random-weight control: {_word(self.control, ran)} (paper at init: "
-                      f"{_word(self.at_init, 'no prediction')}).")
-        return (f"Claim {self.id} {self.verdict()}: {self.statement} -- measured {_short(self.measured)}"
+            extra += (f" Random-weight control: {verdict_word(self.control, ran)} (paper at init: "
+                      f"{verdict_word(self.at_init, 'no prediction')}).")
+        return (f"Claim {self.id} {self.verdict()}: {self.statement} -- measured {short_value(self.measured)}"
                 f"{published}. Rule: {self.rule}.{note}{extra}")
 
 
-def _word(value: bool | None, none: str = "not run") -> str:
+def verdict_word(value: bool | None, none: str = "not run") -> str:
+    """A draw's or control's verdict in one word: "holds", "fails", or ``none`` for None."""
     return {True: "holds", False: "fails", None: none}[value]
 
 
@@ -201,13 +195,14 @@ def against_cut(value: float, cut: float, spread: float, above: bool = True) -> 
     return (value >= cut) if above else (value <= cut), False, margin
 
 
-def _short(value) -> str:
+def short_value(value) -> str:
+    """A measured or published value as printed: floats to 4 significant digits, dicts and lists element-wise."""
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {short_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(short_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -314,172 +309,3 @@ def check_schema(claim: Claim) -> None:
     wrong = q.problems(claim.quantities, {g: getattr(claim, g) for g in q.GROUPS})
     if wrong:
         raise ValueError(f"claim {claim.id!r}: {'; '.join(wrong)}")
-
-
-class Recorder:
-    """Collects a notebook's claims: ``add`` stamps model and profile and prints the verdict; ``write`` saves them."""
-
-    def __init__(self, notebook: str, model: str, profile: str):
-        self.notebook, self.model, self.profile = notebook, model, profile
-        self.claims: list[Claim] = []
-
-    def add(self, claim: Claim, show: bool = True, model: str | None = None, control: Claim | None = None,
-            control_note: str = "") -> Claim:
-        """Stamp the notebook's model (or ``model``, in a notebook that compares several), profile and what it was
-        measured on; attach the random-weight ``control`` (:func:`with_control`); print."""
-        label = model or self.model
-        claim = replace(with_control(claim, control, control_note), model=label, profile=self.profile,
-                        measured_on=measured_on(label))
-        check_schema(claim)
-        if not claim.draws:  # judged once: the record still says so, and on what
-            claim = replace(claim, draws=(claim.holds,), draws_of=claim.draws_of or "one evaluation")
-        if any(c.id == claim.id and c.model == claim.model for c in self.claims):  # once per claim and model
-            raise ValueError(f"claim {claim.id!r} recorded twice for {claim.model!r} in {self.notebook}")
-        self.claims.append(claim)
-        if show:
-            print(claim.line())
-        if claim.control_contradicts and not claim.control_note:
-            print(f"WARNING: {claim.id} holds on random weights, but its paper says training makes the effect: "
-                  f"the rule cannot tell this model from noise")
-        return claim
-
-    def table(self, numbers: dict[str, str] | None = None):
-        """The notebook's scorecard, one row per claim: statement, source, published and measured values, verdict,
-        and -- kept apart from the verdict -- whether the *number* matches the paper's (``numbers``: claim id ->
-        text, e.g. from :func:`sinklib.core.results.number_matches`; "no published number" elsewhere)."""
-        import pandas as pd
-
-        numbers = numbers or {}
-        return pd.DataFrame([{
-            "id": c.id, "claim": c.statement, "source": c.source,
-            "published": "-" if c.published is None else _short(c.published), "measured": _short(c.measured),
-            "structure holds": c.verdict(), "number matches": numbers.get(c.id, "no published number"),
-            "draws": draw_summary(c.draws) if c.draws else "-",
-            "random-weight control": "-" if c.control is None else _word(c.control),
-        } for c in self.claims])
-
-    def show(self, prefix: str) -> list[Claim]:
-        """Print (and return) the recorded claims whose id starts with ``prefix`` -- e.g. one claim across models."""
-        chosen = [c for c in self.claims if c.id.startswith(prefix)]
-        for c in chosen:
-            print(c.line())
-        return chosen
-
-    @property
-    def all_hold(self) -> bool:
-        return bool(self.claims) and all(c.holds is True for c in self.claims)
-
-    def write(self, folder: str | Path) -> Path:
-        return write_claims(Path(folder) / "claims.json", self.notebook, self.claims)
-
-
-CLAIM = TypeAdapter(Claim)
-
-
-def record_of(claim: Claim) -> dict:
-    """A claim as the JSON object ``claims.json`` holds (NaN -> null, numpy / torch values -> Python ones)."""
-    from sinklib.core.results import to_builtin
-
-    return to_builtin({**asdict(claim), "quantities": {k: v.model_dump(exclude_defaults=True)
-                                                       for k, v in claim.quantities.items()}})
-
-
-def write_claims(path: str | Path, notebook: str, claims: Sequence[Claim]) -> Path:
-    """``claims.json``: ``{"schema", "notebook", "claims": [record, ...]}``, each record checked against the schema
-    it will be read with (:func:`claim_from_record`) before anything is written."""
-    records = [record_of(c) for c in claims]
-    for record in records:
-        CLAIM.validate_json(json.dumps(record), strict=True)
-    return write_json(path, {"schema": SCHEMA, "notebook": notebook, "claims": records})
-
-
-def json_schema() -> dict:
-    """The JSON Schema of a ``claims.json`` file (``python -m sinklib claims-schema``; ``docs/claims.schema.json``)."""
-    record = dict(CLAIM.json_schema(mode="serialization"))
-    defs = record.pop("$defs", {})  # its references ("#/$defs/Quantity") resolve from the document's root
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "sinklib claims.json",
-            "type": "object", "required": ["schema", "notebook", "claims"], "$defs": defs,
-            "properties": {"schema": {"const": SCHEMA}, "notebook": {"type": "string"},
-                           "claims": {"type": "array", "items": record}}}
-
-
-class UnknownClaimFieldWarning(UserWarning):
-    """A ``claims.json`` record carries a field this sinklib does not know (a newer or hand-edited file): ignored."""
-
-
-def _rerun(path: Path, notebook: object = None) -> str:
-    """What to do about a claims file that cannot be read: re-run the notebook that wrote it."""
-    stem = notebook if isinstance(notebook, str) and notebook else path.parent.name
-    return f"re-run the notebook: make figures NOTEBOOKS={stem[:2] or '?'}"
-
-
-def _read_claims_json(path: Path) -> dict:
-    """The parsed ``claims.json`` object, or a one-line :class:`InputError` naming the file (unreadable text,
-    invalid JSON, or JSON that is not an object with a ``claims`` list)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not a claims file (not UTF-8 text: {err.reason}); {_rerun(path)}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}: not a claims file (invalid JSON: {err.msg} at line {err.lineno}, column "
-                         f"{err.colno}); {_rerun(path)}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a claims file (a JSON {type(data).__name__}, expected an object with "
-                         f"\"schema\" and \"claims\"); {_rerun(path)}")
-    return data
-
-
-CLAIM_FIELDS = tuple(f.name for f in fields(Claim))
-REQUIRED_FIELDS = tuple(f.name for f in fields(Claim) if f.default is MISSING and f.default_factory is MISSING)
-
-
-def _claim_of(record: object, path: Path, index: int, notebook: object) -> tuple[Claim, set[str]]:
-    """One record as a :class:`Claim` and the names of the fields it carries that a Claim does not have (ignored);
-    a record that is not an object, or lacks a required field, is a one-line :class:`InputError`."""
-    if not isinstance(record, dict):
-        raise InputError(f"{path}: claim record {index} is a JSON {type(record).__name__}, not an object; "
-                         f"{_rerun(path, notebook)}")
-    missing = [f for f in REQUIRED_FIELDS if f not in record]
-    if missing:
-        raise InputError(f"{path}: claim record {index} ({record.get('id', 'no id')!r}) lacks {', '.join(missing)}; "
-                         f"{_rerun(path, notebook)}")
-    known = {k: v for k, v in record.items() if k in CLAIM_FIELDS}
-    try:
-        claim = CLAIM.validate_json(json.dumps(known), strict=True)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise InputError(f"{path}: claim record {index} ({record.get('id', 'no id')!r}) has {where} = "
-                         f"{first.get('input')!r}: {first['msg'].lower()}; {_rerun(path, notebook)}") from None
-    return claim, set(record) - set(CLAIM_FIELDS)
-
-
-def load(path: str | Path) -> list[Claim]:
-    """The claims of one ``claims.json``.
-
-    A record with fields a :class:`Claim` does not have (a newer sinklib, a hand edit) is read without them, and
-    one :class:`UnknownClaimFieldWarning` per file names the file and the fields. Anything else that cannot be read
-    -- invalid JSON, a list instead of an object, another schema, a record that is not an object or lacks a field --
-    is a one-line :class:`~sinklib.core.errors.InputError` (a ValueError: the scorecard, gallery and verify leave
-    that notebook out and say so) naming the file and the notebook to re-run."""
-    import warnings
-
-    path = Path(path)
-    data = _read_claims_json(path)
-    notebook = data.get("notebook")
-    if data.get("schema") != SCHEMA:
-        raise InputError(f"{path}: claims schema {data.get('schema')!r}, this sinklib reads {SCHEMA}; "
-                         f"{_rerun(path, notebook)}")
-    records = data.get("claims")
-    if not isinstance(records, list):
-        raise InputError(f"{path}: not a claims file (\"claims\" is {type(records).__name__}, expected a list); "
-                         f"{_rerun(path, notebook)}")
-    claims, unknown = [], set()
-    for i, record in enumerate(records):
-        claim, extra = _claim_of(record, path, i, notebook)
-        claims.append(claim)
-        unknown |= extra
-    if unknown:
-        warnings.warn(f"{path}: ignored unknown claim field(s) {', '.join(sorted(unknown))} (written by another "
-                      f"sinklib version or by hand)", UnknownClaimFieldWarning, stacklevel=2)
-    return claims

@@ -10,7 +10,7 @@ conditions (:func:`settle`) holds or fails when every way the open conditions co
 *unsettled* only when they do not. Each draw's own verdict stays in ``Claim.draws`` and its number in
 ``Claim.spread`` (:func:`pooled_claim`).
 
-Used by Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape_pooled`: ``00_tour`` and,
+Used by Gu et al.'s Llama-family shape (:func:`sinklib.core.gu_claims.llama_family_shape_pooled`: ``00_tour`` and,
 through :func:`sinklib.architectures.llm.llm_survey.shape_pooled`, ``10_llm``), link 1 of the structural-origin chain
 (:func:`sinklib.interpretation.chain.variance_pooled_over_draws` in ``02_interpretation``,
 :func:`sinklib.interpretation.chain.variance_pooled` in ``10_llm``), link 3 in ``10_llm``

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sinklib.core.claims import Claim, Recorder
+from sinklib.core.claims import Claim
+from sinklib.core.claims_file import Recorder
 from sinklib.mitigation import parity
 from sinklib.mitigation.convergence import convergence_claim_over_seeds
 from sinklib.mitigation.sink_claims import control_note, sink_claim_over_seeds

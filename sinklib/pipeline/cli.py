@@ -117,7 +117,7 @@ def _cmd_verify(args) -> int:
 def _cmd_claims_schema(args) -> int:
     import json
 
-    from sinklib.core.claims import json_schema
+    from sinklib.core.claims_file import json_schema
 
     print(json.dumps(json_schema(), indent=1, sort_keys=True))
     return 0

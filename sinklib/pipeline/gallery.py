@@ -232,7 +232,7 @@ def _tables(folder: Path) -> list[dict]:
 
 def _notebook(folder: Path, notebook_dir: Path) -> dict:
     """What :func:`notebook_section` shows of one notebook."""
-    from sinklib.core import claims as claims_io
+    from sinklib.core import claims_file as claims_io
     from sinklib.core.claims import draw_summary
 
     text = notebook_text(notebook_dir / f"{folder.name}.ipynb")
@@ -305,7 +305,7 @@ def models_used(root: Path, folders: list[Path], headlines: list[dict]) -> list[
     """Every model the notebooks ran on (headline labels and every claim's model -- stand-ins and models trained here
     included, random-weight controls left out), sorted, each as (label, how its weights were made where the registry
     knows, e.g. "Q4_1 GGUF dequantised to float32" for the CPU profile's language models, else "")."""
-    from sinklib.core import claims as claims_io
+    from sinklib.core import claims_file as claims_io
     from sinklib.models.registry import REGISTRY
 
     labels = {h.get("label") or h.get("model") for h in headlines if h.get("label") or h.get("model")}

@@ -7,7 +7,7 @@
 
 :func:`start` resolves the parameters cell through the profile (seeds everything, makes the figure folder, keeps
 the hub offline where the profile says so), loads the model and checks its family with a one-line error, and opens
-the claims :class:`~sinklib.core.claims.Recorder` and the headline dictionary.
+the claims :class:`~sinklib.core.claims_file.Recorder` and the headline dictionary.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import torch
 
-from sinklib.core.claims import Recorder
+from sinklib.core.claims_file import Recorder
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import write_json
 from sinklib.models.load import load_model, require_family

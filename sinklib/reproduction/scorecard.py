@@ -25,6 +25,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from sinklib.core import claims as claims_io
+from sinklib.core import claims_file
 from sinklib.core import quantities as q
 from sinklib.core.claims import IMPLEMENTATION_CHECK, NOT_A_PAPER, OWN_QUESTION  # noqa: F401 (re-exported)
 from sinklib.reproduction.scorecard_ratios import RATIO_SPECS, Term, lookup
@@ -47,7 +48,7 @@ def collect(figures_dir: str | Path) -> list[Row]:
     for path in [f / "claims.json" for f in notebook_folders(figures_dir) if (f / "claims.json").is_file()]:
         notebook = path.parent.name
         try:
-            records = claims_io.load(path)
+            records = claims_file.load(path)
         except ValueError as err:
             print(f"warning: {err}; left out of the scorecard", file=sys.stderr)
             continue

@@ -252,6 +252,6 @@ def control_explanation(n_tokens: int, n_kept: int = N_KEPT) -> str:
 
 
 def control_note(control: Claim, n_tokens: int) -> str:
-    """The note the claim carries beside its random-weight ``control`` (:meth:`sinklib.core.claims.Recorder.add`):
+    """The note the claim carries beside its random-weight ``control`` (:meth:`sinklib.core.claims_file.Recorder.add`):
     where the rule holds on random weights too, why (:func:`control_explanation` over ``n_tokens``); else ""."""
     return f"on random weights the rule holds too: {control_explanation(n_tokens)}" if control.holds else ""

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sinklib.core import analysis
+from sinklib.core import analysis, gu_claims
 from sinklib.core.claims import Claim
 from sinklib.core.data import INPUT_KINDS, make_inputs
 from sinklib.core.loaded import LoadedModel
@@ -19,7 +19,7 @@ from sinklib.models.random_init import random_weights
 @dataclass(frozen=True)
 class InputShape:
     """Gu et al.'s Llama-family shape judged on a pretrained model: ``claim`` on every random-token draw pooled
-    (:func:`sinklib.core.analysis.llama_family_shape_pooled`), ``control`` the same rule on random weights."""
+    (:func:`sinklib.core.gu_claims.llama_family_shape_pooled`), ``control`` the same rule on random weights."""
 
     claim: Claim
     control: Claim
@@ -47,7 +47,7 @@ def judge_input_shape(lm: LoadedModel, profiles: Mapping[str, analysis.SinkProfi
                       for s in range(seed + 1, seed + n_draws)]
     sizes = ", ".join(str(n) for n in [n_seqs] + [extra_seqs] * (n_draws - 1))
     measured = {kind: p.sink_rate for kind, p in profiles.items()}
-    claim = analysis.llama_family_shape_pooled(measured, [p.sink_rate_by_sequence for p in random], reference, seed,
+    claim = gu_claims.llama_family_shape_pooled(measured, [p.sink_rate_by_sequence for p in random], reference, seed,
                                                f"{n_draws} seeds of random tokens ({sizes} sequences)")
     control_lm = random_weights(lm, seed)
     control_rates = {kind: analysis.profile_sinks(control_lm, make_inputs(control_lm, kind, extra_seqs, seq_len, seed),
@@ -55,7 +55,7 @@ def judge_input_shape(lm: LoadedModel, profiles: Mapping[str, analysis.SinkProfi
                      for kind in INPUT_KINDS}
     del control_lm
     gc.collect()
-    return InputShape(claim, analysis.llama_family_shape(control_rates, reference), [p.sink_rate for p in random],
+    return InputShape(claim, gu_claims.llama_family_shape(control_rates, reference), [p.sink_rate for p in random],
                       control_rates, time.perf_counter() - started)
 
 

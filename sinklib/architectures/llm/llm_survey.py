@@ -20,7 +20,7 @@ import torch
 from sinklib.architectures.llm import first_key_rates, placement
 from sinklib.architectures.llm.survey_chain import CHAIN_DRAWS, massive_sites, origin_chain  # noqa: F401 (re-export)
 from sinklib.architectures.llm.xiao_position import xiao_control, xiao_position_test
-from sinklib.core import analysis
+from sinklib.core import analysis, gu_claims
 from sinklib.core.attnstats import AttentionStats
 from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
@@ -252,18 +252,18 @@ def draws_of(report: LlmReport, what: str) -> str:
 
 
 def shape_over_draws(report: LlmReport, gu: dict) -> Claim:
-    """Gu et al.'s Llama-family shape (:func:`sinklib.core.analysis.llama_family_shape`) judged on each seed of
+    """Gu et al.'s Llama-family shape (:func:`sinklib.core.gu_claims.llama_family_shape`) judged on each seed of
     random tokens, natural and repeated input as measured once (windows and one repeated token)."""
     rates = report.draws.get("random") or [report.sink_rate["random"]]
     absolute = getattr(report, "absolute_positions", False)
-    claims = [analysis.llama_family_shape({**report.sink_rate, "random": r}, gu, absolute=absolute)
+    claims = [gu_claims.llama_family_shape({**report.sink_rate, "random": r}, gu, absolute=absolute)
               for r in rates]
     return over_draws(claims, draws_of(report, "random tokens"), key=lambda c: c.measured["random"])
 
 
 def shape_pooled(report: LlmReport, gu: dict) -> Claim:
     """Gu et al.'s Llama-family shape on a pretrained model, the random-token rate judged on every seed's sequences
-    pooled with a bootstrap interval over sequences (:func:`sinklib.core.analysis.llama_family_shape_pooled`: rate =
+    pooled with a bootstrap interval over sequences (:func:`sinklib.core.gu_claims.llama_family_shape_pooled`: rate =
     mean_n r[n] over the pooled sequences, r[n] the share of sequence n's heads with alpha_0 > eps; unsettled only
     when its interval straddles 0.3); natural text and the repeated token are measured once. Each seed's own verdict
     stays in ``draws``, its rate in the spread. Without per-sequence rates (an older report), or for a model outside
@@ -271,7 +271,7 @@ def shape_pooled(report: LlmReport, gu: dict) -> Claim:
     per_seq = report.draws.get("random_by_sequence")
     if not per_seq or getattr(report, "absolute_positions", False):
         return shape_over_draws(report, gu)
-    return analysis.llama_family_shape_pooled(report.sink_rate, per_seq, gu, report.draws["seeds"][0],
+    return gu_claims.llama_family_shape_pooled(report.sink_rate, per_seq, gu, report.draws["seeds"][0],
                                               draws_of(report, "random tokens"))
 
 
@@ -318,7 +318,7 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     sites = sun_sites(lm, natural_ids, batch_size)
     links, _ = origin_chain(lm, ids, massive.dims, analysis.first_layer_above(by_layer, GU_EPS), paper, seed,
                             batch_size, massive.min_ratio, sites)
-    claims = [_named(analysis.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
+    claims = [_named(gu_claims.llama_family_shape(rates, gu, absolute=analysis.absolute_positions(lm)), name),
               _named(massive_claims.massive_by_sun(massive, sites), name),
               placement.delimiter_claim(placement.mass_by_kind(mass, placement.token_kinds(lm.tokenizer, ids)), name),
               placement.position_claim(placement.position_or_token(lm, ids, sink_layers, batch_size=batch_size,

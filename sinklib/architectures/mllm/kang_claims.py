@@ -38,7 +38,8 @@ from sinklib.architectures.mllm.kang_rules import (
 from sinklib.architectures.mllm.protocol import MllmSizes
 from sinklib.architectures.mllm.visual_attention import SCORES, EditComparison, compare_edits
 from sinklib.architectures.mllm.visual_sinks import MllmProfile, plain_background, profile_mllm
-from sinklib.core.claims import Claim, Recorder, against_cut, over_draws
+from sinklib.core.claims import Claim, against_cut, over_draws
+from sinklib.core.claims_file import Recorder
 from sinklib.core.loaded import LoadedModel
 from sinklib.models import stitch
 from sinklib.models.random_init import random_weights

@@ -16,7 +16,8 @@ from sinklib.architectures.moe.moe_sinks import Routing, routing
 from sinklib.architectures.moe.pruning import compare_pruning
 from sinklib.architectures.moe.super_experts import EFFECT, effect_size, super_experts
 from sinklib.core import quantities as q
-from sinklib.core.claims import Claim, Recorder, over_draws
+from sinklib.core.claims import Claim, over_draws
+from sinklib.core.claims_file import Recorder
 from sinklib.core.loaded import LoadedModel
 
 SU = "Su et al., Unveiling Super Experts in MoE LLMs, arXiv 2507.23279"
