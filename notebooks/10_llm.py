@@ -62,7 +62,18 @@ from sinklib.core.analysis import SHAPE_CUTS
 from sinklib.core.metrics import GU_EPS, SUN_MIN_ABS, SUN_MIN_RATIO
 from sinklib.core.pooled import LEVEL
 from sinklib.core.results import load_reference
-from sinklib.core.takeaways import claim_line, compare, find, num, pct, say, span, windows
+from sinklib.core.takeaways import (
+    against_cut,
+    claim_line,
+    compare,
+    find,
+    num,
+    pct,
+    say,
+    span,
+    which_models,
+    windows,
+)
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
@@ -90,21 +101,6 @@ def verdicts(claim_id: str) -> str:
     """One verdict per model: "SmolLM2: `id` holds (...); Gemma-3: ..."."""
     return "; ".join(f"{r.label}: {claim_line(claim_of(claim_id, r), claim_id)}" for r in reports)
 
-
-def who(names: list[str], total: int) -> str:
-    """"all three models" / "SmolLM2 and Qwen" / "none of the models"."""
-    if not names:
-        return "none of the models"
-    if len(names) == total and total > 1:
-        return f"all {num(total)} models" if total > 3 else f"all {('two', 'three')[total - 2]} models"
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def against(value: float, bounds: tuple[float, float], cut: float, fmt=num, unit: str = "") -> str:
-    """"0.79 (95% interval 0.75-0.82, above the 0.3 cut)": a pooled number, its interval and where it lies."""
-    lo, hi = bounds
-    where = "above" if lo > cut else "below" if hi < cut else "across"
-    return f"{fmt(value)}{unit} ({pct(LEVEL)} interval {fmt(lo)}-{fmt(hi)}{unit}, {where} the {fmt(cut)}{unit} cut)"
 
 # %% [markdown]
 # ## Measure every model once
@@ -172,7 +168,8 @@ record.show("gu2024.llama_family_input_shape")
 shape_id = "gu2024.llama_family_input_shape"
 shape = next((c for r in reports if (c := claim_of(shape_id, r))), None)
 table1 = list(shape.published.values()) if shape is not None and isinstance(shape.published, dict) else []
-pooled_random = [f"{r.label} {against(c.measured['random'], b, SHAPE_CUTS['random'], lambda x: pct(x, 2))}"
+pooled_random = [f"{r.label} "
+                 f"{against_cut(c.measured['random'], b, SHAPE_CUTS['random'], LEVEL, fmt=lambda x: pct(x, 2))}"
                  for r in reports if (b := pooled_interval(c := claim_of(shape_id, r), "random")) is not None]
 sinking = {r.label: [i for i, a in enumerate(r.alpha_by_layer) if a > GU_EPS] for r in reports}
 say(f"sink rate by input, on {windows(run.num_seqs, 'sequences', run.seq_len)} per input",
@@ -184,7 +181,8 @@ say(f"sink rate by input, on {windows(run.num_seqs, 'sequences', run.seq_len)} p
        + f" for {', '.join(shape.published)} (as fractions)." if table1 else ""),
     f"On every seed's random-token sequences pooled, the random-token rate is {'; '.join(pooled_random)}: the shape's "
     "random condition is judged on it." if pooled_random else "",
-    f"Gu et al.'s Llama-family shape holds on {who(holders(shape_id), len(reports))} ({verdicts(shape_id)}).",
+    f"Gu et al.'s Llama-family shape holds on {which_models(holders(shape_id), len(reports))} "
+    f"({verdicts(shape_id)}).",
     f"Mean alpha of the first token passes eps {num(GU_EPS, 1)}: "
     + "; ".join(f"{r.label} from layer {sinking[r.label][0]} ({num(len(sinking[r.label]))} of {num(r.n_layers)} "
                 f"layers)" if sinking[r.label] else f"{r.label} in no layer" for r in reports) + ".")
@@ -225,7 +223,7 @@ for r in reports:
                   + (f"the first position from layer {sites.first_token_onset}"
                      if sites.first_token_onset is not None else "never at the first position"))
 say(f"Sun et al.'s criterion, on {windows(run.num_seqs, 'Bible windows', run.seq_len)}",
-    f"The criterion is met on {who(met, len(reports))}." if met else "No model meets the criterion.",
+    f"The criterion is met on {which_models(met, len(reports))}." if met else "No model meets the criterion.",
     f"{'; '.join(short)}." if short else "",
     f"Where it is met, the share of the tokens after the first position that meet it, from its first layer on: "
     f"{'; '.join(shares)}. The rule asks for 'a few' (Sun et al.: the starting token and the first delimiter): at "
@@ -265,9 +263,9 @@ for r in reports:
     c = claim_of(delimiter_id, r)
     lo, hi = ((c.spread or {}).get("interval") if c is not None else None) or (float("nan"), float("nan"))
     if lo == lo:  # judged on every draw's windows pooled, with its interval
-        delimiter.append(f"{r.label} {num(c.measured['first_delimiter_over_content'], 2)}x on all windows pooled "
-                         f"({pct(LEVEL)} interval {num(lo, 2)}-{num(hi, 2)}x, "
-                         f"{'above' if lo > cut else 'below' if hi < cut else 'across'} the {num(cut)}x cut)")
+        pooled = against_cut(c.measured["first_delimiter_over_content"], (lo, hi), cut, LEVEL,
+                             fmt=lambda x: num(x, 2), unit="x")
+        delimiter.append(f"{r.label} {pooled} on all windows pooled")
     else:
         ratio = r.by_kind["first delimiter"] / r.by_kind["content"]
         delimiter.append(f"{r.label} {num(ratio, 2)}x ({compare(ratio, cut, 'above', 'below', 'at')} the "
@@ -331,9 +329,10 @@ for r in reports:
         m = c.measured
         kept, other = m["moved_original"] / m["own"], m["replaced"] / m["own"]  # of the first position's alpha
         pooled_position.append(
-            f"{r.label} -- the {m['answer']}: alpha of the first position {against(m['own'], bounds['sink'], GU_EPS)}, "
-            f"the moved first token keeps {against(kept, bounds['moved_original'], keep, unit='x')} of it, another "
-            f"first token {against(other, bounds['replaced'], keep, unit='x')}")
+            f"{r.label} -- the {m['answer']}: alpha of the first position "
+            f"{against_cut(m['own'], bounds['sink'], GU_EPS, LEVEL)}, "
+            f"the moved first token keeps {against_cut(kept, bounds['moved_original'], keep, LEVEL, unit='x')} of it, another "
+            f"first token {against_cut(other, bounds['replaced'], keep, LEVEL, unit='x')}")
 stripped = [f"{r.label} without its BOS: alpha of the first position "
             f"{compare(without, with_bos, 'rises', 'falls', 'stays')} from {num(with_bos)} to {num(without)}"
             for r in reports if r.bos_stripped
@@ -345,7 +344,8 @@ say(f"position or token, on {on_windows}",
               f"{num(r.position.moved_original)}" for r in reports) + ".",
     f"On every draw's windows pooled: {'; '.join(pooled_position)}." if pooled_position else "",
     f"{'; '.join(stripped)}." if stripped else "",
-    f"Xiao et al.'s initial position holds on {who(holders(position_id), len(reports))} ({verdicts(position_id)}).")
+    f"Xiao et al.'s initial position holds on {which_models(holders(position_id), len(reports))} "
+    f"({verdicts(position_id)}).")
 
 # %% [markdown]
 # How to read the answer: a model trained without a BOS sees a different word first in every window, so only the
@@ -484,7 +484,7 @@ for r in gated:
         if (b := pooled_interval(c, condition)) is not None:
             number = (c.measured["ratio_t0_to_second_half"][0] if condition == "ratio"
                       else c.measured["dom_first_over_rest_at_sink"])
-            pooled_links.append(f"{words} {against(number, b, link_cut, unit='x')}")
+            pooled_links.append(f"{words} {against_cut(number, b, link_cut, LEVEL, unit='x')}")
     rows.append(f"{r.label}: first-layer variance ratio {num(n['variance_ratio_t0'], 2)}x; "
                 + (f"super neuron {sn['neuron']} of layer {sn['layer']}" if sn else "no super neuron")
                 + f"; {onsets}; DomRatio after the super neuron {num(n['dom_after_super'])} (of at most d = "
@@ -502,7 +502,7 @@ how = (f" (measured on {drawn}; "
        "agrees)") if drawn else ""
 say(f"the structural-origin chain, on {on_windows} per draw",
     f"By its rule each link holds: "
-    f"{'; '.join(f'{short_name[link]} on {who(holders(link, gated), len(gated))}' for link in LINKS)}{how}."
+    f"{'; '.join(f'{short_name[link]} on {which_models(holders(link, gated), len(gated))}' for link in LINKS)}{how}."
     if gated else "",
     f"{'. '.join(rows)}." if rows else "",
     f"No gated MLP, chain not run: {', '.join(r.label for r in reports if not r.chain_numbers)}."

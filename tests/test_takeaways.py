@@ -230,3 +230,19 @@ def test_takeaway_sections_are_unique_and_consecutive():
     assert takeaways.section_problems(["1 · A", "1 · A", "2 · B"]) == ["section 1 carries 2 takeaways"]
     assert takeaways.section_problems(["1 · A", "2 · B", "4 · D"]) == ["sections jump from 2 to 4"]
     assert takeaways.section_problems(["2 · B"]) == ["the first numbered section is 2, not 0 or 1"]
+
+
+def test_which_models_names_them_or_counts_all_or_none():
+    assert takeaways.which_models([], 3) == "none of the models"
+    assert takeaways.which_models(["SmolLM2", "Qwen", "Gemma"], 3) == "all three models"
+    assert takeaways.which_models(["a", "b"], 2) == "all two models"
+    assert takeaways.which_models(list("abcd"), 4) == "all 4 models"
+    assert takeaways.which_models(["SmolLM2", "Qwen"], 3) == "SmolLM2 and Qwen"
+    assert takeaways.which_models(["Qwen"], 1) == "Qwen"  # one of one is named, not "all one models"
+
+
+@pytest.mark.parametrize("bounds, side", [((0.75, 0.82), "above"), ((0.1, 0.2), "below"), ((0.2, 0.4), "across")])
+def test_against_cut_says_which_side_the_whole_interval_lies_on(bounds, side):
+    text = takeaways.against_cut(0.79, bounds, 0.3, 0.95, unit="x")
+    assert text == f"0.790x (95% interval {takeaways.num(bounds[0])}-{takeaways.num(bounds[1])}x, {side} the 0.300x cut)"
+    assert takeaways.against_cut(0.5, bounds, 0.3, 0.9, fmt=takeaways.pct).startswith("50% (90% interval")

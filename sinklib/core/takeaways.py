@@ -76,6 +76,25 @@ def listing(items: Sequence[str], conjunction: str = "and") -> str:
     return ", ".join(items[:-1]) + f" {conjunction} " + items[-1] if len(items) > 1 else "".join(items)
 
 
+def which_models(names: Sequence[str], total: int, noun: str = "models") -> str:
+    """Which of ``total`` models a statement is true of, as prose: [] -> "none of the models"; all of three -> "all
+    three models"; ["SmolLM2", "Qwen"] of three -> "SmolLM2 and Qwen" (:func:`listing`)."""
+    if not names:
+        return f"none of the {noun}"
+    if len(names) == total and total > 1:
+        return f"all {('two', 'three')[total - 2] if total <= 3 else num(total)} {noun}"
+    return listing(names)
+
+
+def against_cut(value: float, bounds: tuple[float, float], cut: float, level: float, fmt=num, unit: str = "") -> str:
+    """A pooled number, its ``level`` interval and the side of ``cut`` the whole interval lies on: (0.79, (0.75,
+    0.82), 0.3, 0.95) -> "0.79 (95% interval 0.75-0.82, above the 0.3 cut)"; "across" when the interval straddles it
+    (the verdict's "unsettled"). ``fmt`` formats each number, ``unit`` follows it ("x")."""
+    lo, hi = bounds
+    side = "above" if lo > cut else "below" if hi < cut else "across"
+    return f"{fmt(value)}{unit} ({pct(level)} interval {fmt(lo)}-{fmt(hi)}{unit}, {side} the {fmt(cut)}{unit} cut)"
+
+
 def compare(a: float, b: float, more: str = "higher than", less: str = "lower than", same: str = "the same as",
             rel_tol: float = 0.0) -> str:
     """The direction word for a against b: ``more`` / ``less`` / ``same`` (within ``rel_tol`` of b)."""
