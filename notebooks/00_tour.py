@@ -412,3 +412,13 @@ nb.close()
 # 2. Change `eps` to 0.1 and 0.5 in section 2: which statement in the takeaways still holds?
 # 3. Section 3: why can a repeated token not give position 0 anything special under causal attention?
 # 4. Section 4: on which token and dimension is the largest activation, and is it massive by Sun's rule?
+
+# %% [markdown]
+# ## Next
+# - **01 · Utilization**: use the sink -- StreamingLLM's sink-plus-window cache, sink-preserving KV quantisation and
+#   attention calibration.
+# - **02 · Interpretation**: why the sink forms -- the chain from the variance discrepancy to the lock-in, massive
+#   activations, and interventions that create a sink anywhere.
+# - **03 · Mitigation**: remove it -- gated attention, head-wise RMSNorm, sigmoid, softpick, sink logits, trained and
+#   compared.
+# - **10-13**: the same measurements on a dense LLM, an MoE, a multimodal LLM and a ViT.

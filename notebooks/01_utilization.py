@@ -149,14 +149,19 @@ post |= streaming.paired(sinks_name, nll[sinks_name], [positions[i] for i in lat
 with plotting.style():
     window = max(budget // 2, 16)  # perplexity per window of this many tokens: a change is not diluted
     curves = {k: streaming.windowed_ppl(v, window) for k, v in nll.items()}
-    # the recompute baseline is measured at a subsample of positions: wider windows so each holds ~30 of them
+    # the recompute baseline is measured at a subsample of positions: it is drawn with every other method on those
+    # same positions, in wider windows so each holds ~30 of them -- never joined to the full-stream curves
     wide = streaming.subsample_window(window, len(stream), len(positions))
-    curves[f"recompute (subsample, {wide}-token windows)"] = streaming.windowed_ppl(recompute, wide, positions)
+    sampled = {k: streaming.windowed_ppl(v[positions], wide, positions) for k, v in nll.items()}
+    sampled["recompute"] = streaming.windowed_ppl(recompute, wide, positions)
     fig = streaming_plots.streaming_curves(curves, budget=budget, note=f"evaluation: {step_note}",
-                                           title=f"Streaming perplexity, cache {budget}, {title}")
+                                           title=f"Streaming perplexity, cache {budget}, {title}", sampled=sampled,
+                                           sampled_window=wide)
     plotting.save(fig, fig_dir / "fig01_streaming-ppl",
                   f"Perplexity per {window}-token window of {title} along {len(stream)} held-out Bible tokens, "
-                  f"cache {budget} (shaded: still filling), {step_note}; recompute at {len(positions)} positions. "
+                  f"cache {budget} (shaded: still filling), {step_note}: (a) every token; (b) only the "
+                  f"{len(positions)} positions where the recompute baseline was measured, per {wide}-token window, "
+                  f"every method on those same tokens. "
                   f"Drawn: {streaming_plots.describe_drawn(fig)}.")
 display(pd.Series(post, name=f"perplexity after token {budget}").round(2).to_frame())  # noqa: F821
 rescue = record.add(streaming.sinks_rescue_streaming(post, sinks_name, paper),

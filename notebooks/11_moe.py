@@ -88,12 +88,18 @@ print(lm, f"\n{measured_on}; perplexity on {len(held)} x {run.eval_seq_len}")
 # %%
 route = moe_sinks.routing(lm, ids, batch_size=run.batch_size, first_token=True)  # + alpha_0 and |h_0| as is, for 3
 with plotting.style():
+    top_k = getattr(lm.model.config, "num_experts_per_tok", None) or round(1 / float(route.load_first.max()))
+    n_exp = route.load_first.shape[1]
+    entropy = sum(route.entropy_first) / len(route.entropy_first)  # mean router entropy on the first token (nats)
     fig = moe_plots.routing(route.same_set_first, route.same_set_rest, route.load_first,
-                            title=f"Routing of the first token, {title}", layers=route.moe_layers)
+                            title=f"Routing of the first token, {title}", layers=route.moe_layers, k=top_k,
+                            note=f"router entropy on the first token {entropy:.3f} nats; "
+                                 f"ln {n_exp} = {math.log(n_exp):.3f} is a uniform router")
     plotting.save(fig, fig_dir / "fig01_routing",
                   f"{title}, {measured_on}: (a) per layer, the share of windows whose first token gets its most "
                   f"common set of top-k experts, and the same for the middle token; (b) each expert's share of the "
-                  f"first token's top-k slots.")
+                  f"first token's top-{top_k} slots, from 0 to 1/{top_k} (chosen for every input); under it, the "
+                  f"router's mean entropy on the first token against ln {n_exp}, the entropy of a uniform router.")
 always = [layer for layer, s in zip(route.moe_layers, route.same_set_first) if s == 1.0]  # the model's layer index
 n_layers, n_experts = len(route.moe_layers), route.load_first.shape[1]
 first, rest = sum(route.same_set_first) / n_layers, sum(route.same_set_rest) / n_layers  # mean over layers

@@ -310,7 +310,9 @@ with plotting.style():
         fig = visual_sink_plots.changes_per_model(
             {f"seed {s}": c for s, c in per_seed.items()}, {f"seed {s}": v for s, v in draw_changes.items()},
             title="Hiding visual sinks vs random image tokens, and VAR, per stand-in",
-            ylabel="change of the digit token's NLL (nats)")
+            ylabel="change of the digit token's NLL (nats)",
+            verdicts=[f"{cid.split('.')[1].replace('_', ' ')}: {judged.claims[cid].verdict()}"
+                      for cid in ("kang2025.masking_sinks_is_harmless", "kang2025.var_helps") if cid in judged.claims])
         detail = (f"per stand-in (seed {seeds[0]}: {len(digits)} digits, {run.random_draws} random draws; the others: "
                   f"{run.draw_digits} digits, {run.draw_random_draws} draws), the change of the digit token's NLL")
     else:

@@ -315,11 +315,11 @@ with plotting.style():
                                            [names[i] for i in show], L - 1,
                                            title=f"Test-time register, {title}", norm=lm.pixel_norm)
     plotting.save(fig, fig_dir / "fig05_test_time_register",
-                  f"{title}: the change of the CLS query's attention over the patches in the last layer when one "
-                  f"test-time register is added (Jiang et al.; {len(found)} register neurons found "
-                  f"{'at each photo’s highest-norm patch' if stand_in else 'at the outliers'}), one photo per panel, "
-                  f"on one symmetric colour scale (its limit, and the unedited maps' largest value, on the colour "
-                  f"bar).")
+                  f"{title}, one photo per column: top, the CLS query's attention over the patches in the last "
+                  f"layer as is; bottom, its change when one test-time register is added (Jiang et al.; "
+                  f"{len(found)} register neurons found "
+                  f"{'at each photo’s highest-norm patch' if stand_in else 'at the outliers'}), on one symmetric "
+                  f"colour scale whose limit the colour bar gives as a share of the top row's largest value.")
 change = (after.cls_map - prof.cls_map).abs().sum(dim=(-1, -2)).mean(-1)  # (L,) total variation of the CLS map
 chosen = positions[:, prof.n_prefix:prof.n_prefix + prof.grid[0] * prof.grid[1]]  # (B, P) the outlier patches
 split_before = vit_sinks.cls_attention_split(prof, chosen)

@@ -24,6 +24,10 @@
 # dequantised to float32; DINOv2-S comes from an ONNX graph), a **stand-in** built here (the upcycled MoE, the
 # LLaVA-style model), or small models **trained here** (03); "needs GPU" marks claims only the GPU profile's models
 # can judge (e.g. high-norm tokens, which small ViTs do not have). The same table is `python -m sinklib scorecard`.
+#
+# **Counting words**, the same everywhere (the gallery too): a **claim** is one statement of a paper; a **test** is
+# one claim judged on one model; a **record** is one entry of a notebook's `claims.json` -- a test judged in two
+# notebooks is two records and one test.
 
 # %% tags=["parameters"]
 profile = "cpu"  # the profile the other notebooks ran with (only recorded here)
@@ -44,8 +48,10 @@ nb = notebook.start("90_scorecard", profile, model, device, seed, out_dir, famil
 fig_dir = nb.fig_dir
 rows = scorecard.collect(figures_dir)
 summary = scorecard.to_json(rows)
-print(f"{len(summary['claims'])} distinct claims ({len(rows)} records from {len({r.notebook for r in rows})} "
-      f"notebooks; a claim judged on the same model in two notebooks counts once): {summary['counts']}")
+n_claims = len({scorecard.base_id(c["id"]) for c in summary["claims"]})
+print(f"{len(summary['claims'])} tests of {n_claims} claims ({len(rows)} records from "
+      f"{len({r.notebook for r in rows})} notebooks; a test judged in two notebooks counts once); the papers' tests: "
+      f"{summary['counts']}")
 
 # %% [markdown]
 # ## Every claim
@@ -78,7 +84,7 @@ contradicting = summary["controls_contradicting"]
 print(f"claims whose rule holds on random weights where the paper says training makes the effect: "
       f"{len(contradicting)}" + "".join(f"\n  {c}" for c in contradicting))
 # implementation checks and this project's own questions are listed, never counted as a paper's claim
-print(f"{summary['paper_claims']} of the {len(summary['claims'])} distinct claims are papers' claims; not counted as "
+print(f"{summary['paper_claims']} of the {len(summary['claims'])} tests are of papers' claims; not counted as "
       f"a paper's:" + "".join(f"\n  {kind}: {', '.join(ids)}" for kind, ids in summary["not_paper_claims"].items()))
 
 # %% [markdown]
@@ -87,9 +93,11 @@ print(f"{summary['paper_claims']} of the {len(summary['claims'])} distinct claim
 # two differ by model and data before any claim is tested. What can be compared is a *ratio within one run* -- two
 # quantities measured on the same model, the same text or training (window-only perplexity over sinks + window;
 # a gated variant's first-token attention over its own softmax baseline) -- against the paper's ratio of the same
-# two quantities from its own table. Each row shows both: the paper's as an open diamond, the run's filled, coloured
-# by the claim's verdict, its shape saying whether it was measured on a pretrained model, a stand-in or a model
-# trained here. A claim with no such pair of numbers on both sides is left out of the figure and counted in its
+# two quantities from its own table. Each row shows both as bars from 1 (where the two quantities are equal): the
+# paper's open, the run's filled and coloured by the claim's verdict, its end marker saying whether it was measured
+# on a pretrained model, a stand-in or a model trained here. The side of 1 is the direction, which is what the
+# verdicts' cuts read; the lengths differ by scale (a 135M model on Bible text against the paper's), so a long gap
+# between the two is not a disagreement. A claim with no such pair of numbers on both sides is left out of the figure and counted in its
 # caption, as is a ratio that is zero or infinite on either side (a log axis cannot show it).
 
 # %%
@@ -102,21 +110,22 @@ with plotting.style():
     fig = scorecard_plots.within_run_ratios(ratios)
     plotting.save(fig, fig_dir / "fig01_measured_vs_published",
                   f"{len(ratios)} like-for-like ratios from {len({r['id'] for r in ratios})} of the "
-                  f"{len(summary['claims'])} distinct claims (each claim and model once), one labelled row each, "
-                  f"grouped by quantity: the ratio of the two quantities the row names (log scale), this run's "
-                  f"(filled; both numbers from the same model and the same text or training; colour: the claim's "
-                  f"verdict; shape: circle a pretrained model, square a stand-in, triangle a model trained here) beside the paper's ratio of "
-                  f"the same two quantities from its own table (open diamond); dotted: ratio 1, the two quantities "
-                  f"equal. {len(like['without'])} claims have no like-for-like ratio and are left out; "
+                  f"{len(summary['claims'])} tests, one row each, named by paper, the two quantities and the model, "
+                  f"grouped by quantity: each ratio as a bar from 1 (log scale) -- the paper's from its own table "
+                  f"(upper, open, diamond) and this run's (lower, filled; both numbers from the same model and the "
+                  f"same text or training; colour: the claim's verdict; end marker: circle a pretrained model, "
+                  f"square a stand-in, triangle a model trained here). The side of 1 is the direction the verdicts "
+                  f"read; the lengths differ by scale. {len(like['without'])} tests have no like-for-like ratio and "
+                  f"are left out; "
                   f"{len(not_finite)} ratios are left out for a zero or infinite value on either side." + left_out)
     fig = scorecard_plots.by_paper(split)
     plotting.save(fig, fig_dir / "fig02_by_paper",
-                  f"{summary['paper_claims']} distinct claims from {len(summary['by_paper'])} papers (implementation "
-                  f"checks and this project's own questions left out), one bar per "
-                  f"paper and what the claims were measured on (hatched: stand-in // or trained here ..): how many "
-                  f"hold, do not hold, are unsettled or cannot be judged here (each claim and model once). "
-                  + (" ".join(f"{e['paper']}: {e['tested']} records of {e['distinct']} distinct claims (the same "
-                              f"claims judged on several models)." for e in repeated)))
+                  f"{summary['paper_claims']} tests from {len(summary['by_paper'])} papers (implementation "
+                  f"checks and this project's own questions left out), one bar per paper and what the tests were "
+                  f"measured on (hatched: stand-in // or trained here ..): how many hold, do not hold, are unsettled "
+                  f"or cannot be judged here. "
+                  + (" ".join(f"{e['paper']}: {e['tested']} tests of {e['distinct']} claims (the same claims judged "
+                              f"on several models)." for e in repeated)))
 pd.DataFrame(summary["by_paper"])
 
 # %%

@@ -109,24 +109,29 @@ def test_cls_maps_has_one_shared_colour_bar(drawn):
     assert len(fig.axes) == 3 * 4 + 1
 
 
-def test_registers_before_after_one_row_one_scale(drawn):
+def test_registers_before_after_shows_the_map_above_its_change_on_one_scale(drawn):
     torch.manual_seed(0)
     before = torch.softmax(torch.rand(6, 4, 6, 6).flatten(-2) * 4, -1).reshape(6, 4, 6, 6)
     after = before + 0.01 * torch.randn_like(before)
     names = ["cat", "dog", "digit 7", "digit 1"]
     fig = drawn(vit_plots.registers_before_after, _pixels(4), before, after, names, 5, title="Test-time register")
     panels = [ax for ax in fig.axes if ax.images]
-    assert len(panels) == 4
-    assert len({round(ax.get_position().y0, 6) for ax in panels}) == 1
+    assert len(panels) == 8  # as is above, the change below, one column per photo
+    rows = sorted({round(ax.get_position().y0, 6) for ax in panels}, reverse=True)
+    assert len(rows) == 2
+    top = [ax for ax in panels if round(ax.get_position().y0, 6) == rows[0]]
+    bottom = [ax for ax in panels if round(ax.get_position().y0, 6) == rows[1]]
     lim = float((after[5] - before[5]).abs().max())  # one symmetric scale set by the largest change
-    for ax in panels:
+    for ax in bottom:
         lo, hi = ax.images[-1].get_clim()
         assert math.isclose(hi, lim, rel_tol=1e-6) and math.isclose(lo, -lim, rel_tol=1e-6)
+        assert "max |change| " in ax.get_title()
+    peak = float(before[5].max())
+    assert all(math.isclose(ax.images[-1].get_clim()[1], peak, rel_tol=1e-6) for ax in top)
+    assert [ax.get_title().split(":")[0] for ax in top] == names
     assert fig.get_figwidth() <= 12
-    for ax, name in zip(panels, names):
-        assert ax.get_title().startswith(name) and "max |change| = " in ax.get_title()
-    labels = [ax.get_xlabel() + ax.get_ylabel() for ax in fig.axes if not ax.images]
-    assert any("change of CLS attention" in " ".join(label.split()) for label in labels)
+    labels = " ".join(" ".join((ax.get_xlabel() + ax.get_ylabel()).split()) for ax in fig.axes if not ax.images)
+    assert "change (after - before)" in labels and "of the top row's largest value" in labels
     drawn(vit_plots.registers_before_after, _pixels(1), before[:, :1], after[:, :1], ["cat"], 5)
 
 

@@ -239,3 +239,50 @@ def test_the_page_escapes_text_and_its_templates_ship_with_the_package(tmp_path)
     assert {p.name for p in templates.iterdir()} >= {"gallery.html.j2", "gallery_sections.html.j2"}
     data = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert "templates/*.j2" in data["tool"]["setuptools"]["package-data"]["sinklib.pipeline"]
+
+
+def test_the_first_screen_says_what_was_found_where_to_start_and_counts_in_one_vocabulary(tmp_path):
+    root, nbdir = _figures(tmp_path)
+    tour = root / "00_tour"
+    tour.mkdir()
+    write_json(tour / "headline.json", {"notebook": "00_tour", "profile": "smoke", "seconds": 1.0})
+    _notebook(nbdir / "00_tour.ipynb", ("markdown", "# 00 · Tour\n\nWhere is the sink?"))
+    page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
+    found, summary = page.index("id='found'"), page.index("id='scorecard-summary'")
+    assert found < summary < page.index("id='per-paper'")
+    assert "<b>Reproduce here:</b> Xiao et al. (1 of 1 hold)" in page  # the one test holds
+    assert "<b>Start here:</b> <a href='#00_tour'>" in page and "<a href='#05_x'>" not in page.split("Start here")[1][:80]
+    assert "1 tests of 1 claims from 1 papers" in page and "distinct claims" not in page and "records of" not in page
+    assert "class='bar'" in page and "style='width:100.0%'" in page  # the per-paper stacked bar
+
+
+def test_a_control_says_it_is_the_random_weight_control_and_values_carry_units(tmp_path):
+    from sinklib.core import quantities as q
+    from sinklib.core.claims import control_summary
+
+    assert control_summary(False, False, {"x": 1}) == "random-weight control: fails; paper: made by training"
+    assert control_summary(True, False, {"x": 1}).endswith("-- CONTRADICTS the paper")
+    assert control_summary(None, None) == "random-weight control not run"
+    declared = {"ppl": q.loss("ppl"), "ratio": q.ratio(), "layer": q.identity("layer"), "rate": q.share("fraction of heads")}
+    assert gallery.value_lines({"ppl": 34.47, "ratio": 2.5, "layer": 3, "rate": 0.5, "other": 1.5}, declared) == [
+        "ppl: 34.47 ppl", "ratio: 2.5x", "layer: layer 3", "rate: 0.5 (fraction of heads)", "other: 1.5"]
+    assert gallery.value_lines({}) == ["none"]  # never a raw "{}"
+
+
+def test_an_executed_page_draws_its_math_drops_frozen_progress_bars_and_renders_takeaways(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    bar = {"application/vnd.jupyter.widget-view+json": {"model_id": "x"}, "text/plain": "  0%|          | 0/3"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# Sinks\n\nThe share $\\alpha_0^{l,h}$ of the first key."),
+                nbformat.v4.new_code_cell("say(...)", outputs=[
+                    nbformat.v4.new_output("display_data", data=bar),
+                    nbformat.v4.new_output("display_data", data={"text/markdown": "**What we saw.** $\\alpha_0$ is 0.5",
+                                                                 "text/plain": "<IPython.core.display.Markdown>"})])]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    src = tmp_path / "n.ipynb"
+    nbformat.write(nb, src)
+    body = executed.render_html(src, tmp_path / "n.html").read_text()
+    text = re.sub(r"<script.*?</script>", "", body.split("<body", 1)[1], flags=re.S)  # MathJax's config names "$"
+    assert "$\\alpha" not in text and len(re.findall(r"<svg[^>]*class=.math", text)) == 2
+    assert "0%|" not in text and "<strong>What we saw.</strong>" in text

@@ -123,11 +123,12 @@ def test_register_change_map_is_scaled_to_the_change(figures):
     after[-1, :, 2, 3] += torch.tensor([0.001, -0.002, 0.0015, 0.0005])
     fig = figures(vit_plots.registers_before_after, torch.rand(4, 3, 84, 84), before, after,
                   ["a", "b", "c", "d"], 2)
-    panels = [ax for ax in fig.axes if ax.images]
-    for ax in panels:
+    changes = [ax for ax in fig.axes if ax.images and "change" in ax.get_title()]  # the lower row
+    assert len(changes) == 4
+    for ax in changes:
         lo, hi = ax.images[-1].get_clim()
         assert math.isclose(hi, 0.002, rel_tol=1e-5) and math.isclose(lo, -0.002, rel_tol=1e-5)
-    label = " ".join(" ".join(ax.get_xlabel() for ax in fig.axes if not ax.images).split())
+    label = " ".join(" ".join(ax.get_xlabel() + ax.get_ylabel() for ax in fig.axes if not ax.images).split())
     assert "+-0.002" in label and "0.06" in label  # the limit, beside the unedited maps' largest value
 
 

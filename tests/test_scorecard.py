@@ -85,7 +85,7 @@ def test_table_shows_draws_and_control_and_flags_a_contradiction(tmp_path):
                draws=(True, False, True), draws_of="3 seeds", unsettled=True, control_note="kept: see the note")])
     rows = scorecard.collect(tmp_path)
     text = scorecard.format_table(rows)
-    assert "unsettled: 2 of 3 draws hold" in text and "holds (paper: fails) -- CONTRADICTS the paper" in text
+    assert "unsettled: 2 of 3 draws hold" in text and "random-weight control: holds; paper: made by training -- CONTRADICTS the paper" in text
     assert scorecard.to_json(rows)["controls_contradicting"] == ["c.noise (SmolLM2-135M-Instruct)"]
     assert rows[0].verdict == "unsettled" and scorecard.to_json(rows)["unsettled"] == ["c.noise (SmolLM2-135M-Instruct)"]
     assert "4 draws" not in text and "1 distinct claims (1 records" in text

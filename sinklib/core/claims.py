@@ -142,6 +142,18 @@ def verdict_word(value: bool | None, none: str = "not run") -> str:
     return {True: "holds", False: "fails", None: none}[value]
 
 
+def control_summary(control: bool | None, at_init: bool | None, measured: object = None) -> str:
+    """The random-weight control as words that say it is one, with what the paper predicts there: "random-weight
+    control: fails; paper: made by training", "... holds; paper: made by training -- CONTRADICTS the paper" (the rule
+    cannot tell training from noise), "random-weight control not run"."""
+    if control is None and measured is None:
+        return "random-weight control not run"
+    word = {True: "holds", False: "fails", None: "cannot be judged"}[control]
+    paper = {True: "; paper: holds at initialisation", False: "; paper: made by training", None: ""}[at_init]
+    flag = " -- CONTRADICTS the paper" if at_init is False and control is True else ""
+    return f"random-weight control: {word}{paper}{flag}"
+
+
 def draw_summary(draws: Sequence[bool | None], unsettled: Sequence[bool] = ()) -> str:
     """Draws as words, counting only the judged ones: "3 of 3 draws hold", "1 of 1 judgeable draw fails (1 of 2
     cannot be judged)", "unsettled: 2 of 3 draws hold", "no draw can be judged (2 draws)". ``unsettled``: per draw,

@@ -29,6 +29,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from sinklib.core.paths import STYLE, atomic_write_bytes  # noqa: E402
 
 SINK_COLOR = "#D55E00"
+VERDICT_COLOURS = {"holds": "#009E73", "does NOT hold": "#D55E00", "unsettled": "#E69F00",
+                   "cannot be judged here": "#999999"}  # one colour per claim verdict, in every figure and the gallery
 OUTLINE_COLOR = "#00C8FF"  # outlines on attention maps: a cyan that the magma colour map never takes
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, to_numpy
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, VERDICT_COLOURS, to_numpy
 from sinklib.mitigation.comparison import curve, rate_band
 
 
@@ -122,21 +122,6 @@ def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title
     return fig
 
 
-VERDICT_COLORS = {"grows": "black", "removes or reduces": "#56B4E9", "removes": "#009E73",
-                  "reduces or keeps": "#CC79A7", "reduces": "#0072B2", "shrinks": "#F0E442", "keeps or": "#E69F00",
-                  "keeps": "#D55E00", "strengthens": "#8B0000", "cannot": "#999999", "does NOT": "#999999"}
-
-
-def verdict_color(verdict: str) -> tuple[str, str]:
-    """(colour, short label) for a :func:`sinklib.mitigation.verdicts.sink_verdict` line (matched on the words after the
-    variant's name)."""
-    body = verdict.split(": ", 1)[-1]
-    for key, color in VERDICT_COLORS.items():
-        if body.startswith(key):
-            return color, key if key not in ("keeps or", "does NOT") else body.split(" the")[0]
-    return "#999999", body.split(":")[0]
-
-
 # the final-table labels that are proportions (0 to 1): their +- sd bars are clipped to [0, 1] (:func:`proportion_bars`)
 PROPORTIONS = ("first-token attention", "first-token share", "sink rate", "share sink rate")
 
@@ -152,21 +137,24 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
                verdicts: Mapping[str, str] | None = None) -> Figure:
     """Small multiples, one per metric label of :func:`sinklib.mitigation.comparison.final_table`: mean per variant
     (dot) with +- 1 sd error bars (no bars from zero, so close values stay apart; a proportion's bar,
-    :data:`PROPORTIONS`, is clipped to [0, 1]), each variant coloured by its verdict (a legend names the colours)
-    when ``verdicts`` are given; log scale where values span > 100x."""
+    :data:`PROPORTIONS`, is clipped to [0, 1]); with ``verdicts`` ({variant: its claim's verdict, "holds" / "does NOT
+    hold" / "unsettled" / "cannot be judged here"}) each variant is coloured by that verdict
+    (:data:`~sinklib.core.plotting.VERDICT_COLOURS`, a legend names them), else by its own colour; log scale where
+    values span > 100x."""
     n = len(labels)
     cols = min(3, n)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 1.8, 2.6 * rows), squeeze=False,
                              layout="constrained")
     names = list(table.index)
-    marks = {v: verdict_color(verdicts[v]) if verdicts and v in verdicts else (variant_color(v), v) for v in names}
+    verdicts = verdicts or {}
+    colour = {v: VERDICT_COLOURS.get(verdicts.get(v), variant_color(v)) for v in names}
     for ax, label in zip(axes.flat, labels):
         mean = table[(label, "mean")].to_numpy(float)
         sd = np.nan_to_num(table[(label, "sd")].to_numpy(float))
         low, high = proportion_bars(mean, sd) if label in PROPORTIONS else (sd, sd)
         for y, (v, mu, lo, hi) in enumerate(zip(names, mean, low, high)):
-            ax.errorbar(mu, y, xerr=[[lo], [hi]], fmt="o", color=marks[v][0], ms=5, capsize=2, lw=1)
+            ax.errorbar(mu, y, xerr=[[lo], [hi]], fmt="o", color=colour[v], ms=5, capsize=2, lw=1)
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         positive = mean[mean > 0]
@@ -177,12 +165,11 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
         ax.set_title(label, fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    if verdicts:
-        seen = {}
-        for color, short in marks.values():
-            seen.setdefault(short, color)
-        handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in seen.items()]
-        fig.legend(handles=handles, loc="outside right center", fontsize=8, title="verdict", title_fontsize=8)
+    shown = [w for w in VERDICT_COLOURS if w in {verdicts.get(v) for v in names}]
+    if shown:
+        handles = [plt.Line2D([], [], marker="o", ls="", color=VERDICT_COLOURS[w], label=w) for w in shown]
+        fig.legend(handles=handles, loc="outside right center", fontsize=8, title="the variant's claim",
+                   title_fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

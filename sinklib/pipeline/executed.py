@@ -18,19 +18,40 @@ def last_error_line(err: BaseException) -> str:
     return f"{name}: {value[-1] if value else ''}"[:300]
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def static_page(nb) -> None:
+    """Make an executed notebook read right as a static, offline page (in place): the TeX of every Markdown cell and
+    Markdown output (a takeaway) drawn as inline SVG (:func:`~sinklib.pipeline.gallery_math.with_math`, the gallery's
+    renderer) instead of left as ``$\\alpha_0$`` for a MathJax that cannot load offline; widget outputs (tqdm's
+    progress bars, whose text form is their state at 0 %) and the widget state dropped -- the run's stderr keeps
+    what a bar reported."""
+    from sinklib.pipeline.gallery_math import with_math
+
+    nb.metadata.pop("widgets", None)  # its state would make the page fetch a widget manager from a CDN
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = str(with_math(cell.source, markdown=True))
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/markdown" in data and "text/html" not in data:
+                data["text/html"] = str(with_math(data.pop("text/markdown"), markdown=True))
+        if "outputs" in cell:
+            cell.outputs = [o for o in cell.outputs if WIDGET not in o.get("data", {})]
+
+
 def render_html(executed: Path, target: Path) -> Path | None:
-    """The executed notebook as one self-contained HTML page (nbconvert's lab template; figures embedded), so the
-    gallery can link to it and it opens without Jupyter. The template's two CDN scripts (require.js, MathJax) are
-    left out: the page must open offline, where they fail to load (formulas then show as their TeX source). None
-    (and a printed reason) when rendering fails: the figures matter more than this page."""
+    """The executed notebook as one self-contained HTML page (nbconvert's lab template; figures embedded, math drawn
+    offline, :func:`static_page`), so the gallery can link to it and it opens without Jupyter. The template's two
+    CDN scripts (require.js, MathJax) are left out: the page must open offline. None (and a printed reason) when
+    rendering fails: the figures matter more than this page."""
     try:
         import nbformat
         from nbconvert import HTMLExporter
 
         nb = nbformat.read(str(executed), as_version=4)
-        # widget state (tqdm's progress bars in a kernel with ipywidgets) makes the page fetch a widget manager from a
-        # CDN; without it each widget output shows its text form, which is what a static page can show anyway
-        nb.metadata.pop("widgets", None)
+        static_page(nb)
         body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     except Exception as err:  # a missing template or a malformed output must not cost the figures
         print(f"      could not render {executed.name} to HTML ({last_error_line(err)}); gallery links skip it")

@@ -44,6 +44,8 @@ __all__ = ["build_gallery", "flatten", "models_used", "notebook_section", "noteb
 
 SCORECARD = "90_scorecard"
 BENCHMARKS = "benchmarks"
+STORY = {"01": "using sinks", "02": "why they form", "03": "removing them", "10": "dense LLMs", "11": "MoE",
+         "12": "multimodal LLMs", "13": "ViTs"}  # the start line's "then": what each notebook after 00 is for
 MAX_LIST = 12  # longer lists in the headline table are shown as their first values and a count
 
 
@@ -95,14 +97,38 @@ def _inline(value: object) -> str:
     return _fmt(value)
 
 
-def value_lines(value: object) -> list[str]:
+def _with_unit(text: str, quantity) -> str:
+    """A number with its declared unit: "2.5x" (a ratio), "0.31 nats", "layer 3" (an identity), "0.4 (fraction of
+    heads)" (a unit of several words); no quantity or no unit, no change."""
+    unit = getattr(quantity, "unit", "")
+    if not unit:
+        return text
+    if unit == "x":
+        return f"{text}x"
+    if getattr(quantity, "kind", "") == "identity":
+        return f"{unit} {text}"
+    return f"{text} ({unit})" if " " in unit or unit in ("fraction", "share") else f"{text} {unit}"
+
+
+def value_lines(value: object, quantities: dict | None = None) -> list[str]:
     """A published or measured value as short plain-text lines: a dictionary one ``key: value`` line per key (its
     nested values inline, :func:`_inline`), anything else one line; at most :data:`MAX_LINES` lines of at most
-    :data:`MAX_LINE` characters, the rest counted ("... 3 more")."""
+    :data:`MAX_LINE` characters, the rest counted ("... 3 more"). With ``quantities`` (a claim's declarations,
+    :mod:`sinklib.core.quantities`), a number at the top level carries its unit ("2.5x", "0.31 nats"). An empty
+    value says so ("none")."""
+    from sinklib.core import quantities as q
+
+    def unit(key: str, v: object):
+        if not quantities or isinstance(v, bool) or not isinstance(v, int | float):
+            return None
+        return q.declared(quantities, "measured", key, v)
+
     if isinstance(value, dict) and value:
-        lines = [f"{k}: {_inline(v)}" for k, v in value.items()]
+        lines = [f"{k}: {_with_unit(_inline(v), unit(str(k), v))}" for k, v in value.items()]
+    elif isinstance(value, dict | list | tuple) and not value:
+        lines = ["none"]
     else:
-        lines = [_inline(value)] if value not in (None, "") else []
+        lines = [_with_unit(_inline(value), unit("", value))] if value not in (None, "") else []
     lines = [line if len(line) <= MAX_LINE else line[:MAX_LINE - 4] + " ..." for line in lines]
     if len(lines) > MAX_LINES:
         lines = [*lines[:MAX_LINES - 1], f"... {len(lines) - MAX_LINES + 1} more"]
@@ -233,7 +259,7 @@ def _tables(folder: Path) -> list[dict]:
 def _notebook(folder: Path, notebook_dir: Path) -> dict:
     """What :func:`notebook_section` shows of one notebook."""
     from sinklib.core import claims_file as claims_io
-    from sinklib.core.claims import draw_summary
+    from sinklib.core.claims import control_summary, draw_summary
 
     text = notebook_text(notebook_dir / f"{folder.name}.ipynb")
     saw = run_takeaways(folder)  # what this run found, rendered from its results; else the notebook's source
@@ -243,15 +269,14 @@ def _notebook(folder: Path, notebook_dir: Path) -> dict:
     except ValueError as err:  # written by another sinklib version: say so, show the figures anyway
         claims, error = [], str(err)
     claims = [c.without_noise() for c in claims]  # a rule that holds on noise is not shown as holding
-    word = {True: "holds", False: "fails", None: "not run"}
     blocks = takeaway_blocks(folder)
     return {"stem": folder.name, "title": text["title"], "question": text["question"],
             "model": headline.get("label") or headline.get("model"), "profile": headline.get("profile"),
             "seconds": float(headline["seconds"]) if "seconds" in headline else None,
             "executed": (folder / f"{folder.name}.html").exists(), "claims_json": (folder / "claims.json").exists(),
             "claims_error": error, "held": sum(c.holds is True for c in claims),
-            "claims": [(c, f"{draw_summary(c.draws) if c.draws else '-'}; control {word[c.control]} (paper: "
-                           f"{word[c.at_init] if c.at_init is not None else 'no prediction'})") for c in claims],
+            "claims": [(c, (f"draws: {draw_summary(c.draws)}; " if c.draws else "")
+                        + control_summary(c.control, c.at_init, c.control_measured)) for c in claims],
             "paired": blocks is not None, "saw": text["saw"] if saw is None else saw,
             "blocks": [([_figure(p) for p in figs], t) for figs, t in blocks or []],
             "figures": [_figure(p) for p in sorted(folder.glob("*.png"))], "tables": _tables(folder),
@@ -264,20 +289,30 @@ def notebook_section(folder: Path, notebook_dir: Path) -> str:
 
 
 def _scorecard(root: Path) -> dict | None:
-    """What :func:`scorecard_section` shows; None before any ``claims.json``."""
-    from sinklib.reproduction import scorecard
+    """What :func:`scorecard_section` shows; None before any ``claims.json``. Counted in one vocabulary
+    (:mod:`sinklib.reproduction.findings`): a claim is a paper's statement, a test is a claim judged on one model."""
+    from sinklib.reproduction import findings, scorecard
 
-    rows = scorecard.collect(root)
-    if not rows:
+    every = scorecard.collect(root)
+    if not every:
         return None
-    summary = scorecard.to_json(rows)
-    rows = scorecard.distinct(rows)  # each claim and model once; "also judged in" names the other notebooks
+    summary = scorecard.to_json(every)
+    rows = scorecard.distinct(every)  # each claim and model once; "also judged in" names the other notebooks
+    papers = [r for r in rows if r.paper_claim]
     executed = root / SCORECARD / f"{SCORECARD}.html"
-    return {"rows": rows, "counts": summary["counts"], "by_paper": summary["by_paper"], "verdicts": scorecard.VERDICTS,
-            "paper_claims": summary.get("paper_claims", len(rows)), "notebooks": len({r.notebook for r in rows}),
-            "not_counted": summary.get("not_paper_claims") or {}, "contradicting": summary["controls_contradicting"],
+    by_paper = [p | {"short": findings.short_paper(p["paper"]),
+                     "bar": [(v, 100 * p[v] / p["tested"]) for v in scorecard.VERDICTS if p[v]]}
+                for p in summary["by_paper"]]
+    contradicting = [f"{findings.short_paper(r.paper)}: {r.statement} ({findings.short_model(r.model)})"
+                     for r in rows if r.at_init is False and r.control is True]
+    return {"rows": [(r, scorecard.what_would_settle(r)) for r in rows], "counts": summary["counts"],
+            "by_paper": by_paper, "verdicts": scorecard.VERDICTS, "tests": len(papers),
+            "claims": len({scorecard.base_id(r.id) for r in papers}), "papers": len(by_paper),
+            "notebooks": len({r.notebook for r in rows}), "found": findings.found(every),
+            "not_counted": summary.get("not_paper_claims") or {}, "contradicting": contradicting,
             "stand_ins": sum(r.kind == "stand-in" for r in rows),
-            "trained_here": sum(r.kind == "trained here" for r in rows), "need_gpu": sum(r.needs_gpu for r in rows),
+            "trained_here": sum(r.kind == "trained here" for r in rows),
+            "need_gpu": sum(r.needs_gpu or r.kind == "stand-in" for r in rows),
             "figures": [_figure(p) for p in sorted((root / SCORECARD).glob("*.png"))],
             "executed": f"{SCORECARD}/{executed.name}" if executed.exists() else None}
 
@@ -339,11 +374,15 @@ def build_gallery(figures_dir: str | Path = "figures", notebook_dir: Path = NOTE
     toc = [("scorecard", "Scorecard")] + ([("every-claim-table", "Every claim")] if scorecard else [])
     toc += [(nb["stem"], nb["title"]) for nb in notebooks]
     toc += [(BENCHMARKS, "Benchmarks")] if benchmarks["figures"] or benchmarks["tables"] else []
+    stems = [nb["stem"] for nb in notebooks]
+    start = ({"first": stems[0], "title": notebooks[0]["title"],
+              "then": [(stem, STORY.get(stem[:2], "")) for stem in stems[1:] if stem[:2] in STORY]}
+             if stems and stems[0].startswith("00") else None)
     page = _templates().get_template("gallery.html.j2").render(
         profiles=sorted({h["profile"] for h in headlines if h.get("profile")}),
         commit=_commit(notebook_dir.parent), built=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         seconds=sum(float(h.get("seconds", 0)) for h in headlines), models=models_used(root, folders, headlines),
-        toc=toc, scorecard=scorecard, notebooks=notebooks, benchmarks=benchmarks)
+        toc=toc, start=start, scorecard=scorecard, notebooks=notebooks, benchmarks=benchmarks)
     out = root / "index.html"
     atomic_write_bytes(out, page.encode())
     return out

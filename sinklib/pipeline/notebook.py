@@ -71,15 +71,15 @@ class Notebook:
         done.save((result, self.headline["devices"][name]))
         return result
 
-    def close(self) -> dict:
-        """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``; return the headline."""
+    def close(self) -> None:
+        """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``, and say where in one line
+        (nothing is returned: a notebook's last cell shows that line, not the headline's raw dict)."""
         self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
         write_json(self.fig_dir / "headline.json", self.headline)
         self.record.write(self.fig_dir)
         held = sum(c.holds is True for c in self.record.claims)
         print(f"{self.name}: {len(self.record.claims)} claims ({held} hold), {self.headline['seconds']:.0f} s; "
               f"figures and JSON in {self.fig_dir}")
-        return self.headline
 
 
 def model_devices(model: torch.nn.Module) -> list[str]:

@@ -218,7 +218,7 @@ def like_for_like(rows: list[Row]) -> dict:
             if bad:
                 not_finite.append({"id": r.id, "label": label, "why": "; ".join(bad)})
                 continue
-            ratios.append({"id": r.id, "notebook": r.notebook, "model": r.model, "verdict": r.verdict,
+            ratios.append({"id": r.id, "notebook": r.notebook, "model": r.model, "verdict": r.verdict, "paper": r.paper,
                            "kind": r.kind, "quantity": spec.quantity, "label": label,
                            "measured": measured[0] / measured[1], "published": published[0] / published[1],
                            "measured_terms": measured, "published_terms": published})

@@ -12,7 +12,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-COLOURS = {"holds": "#009E73", "does NOT hold": "#D55E00", "unsettled": "#E69F00", "cannot be judged here": "#999999"}
+from sinklib.core.plotting import VERDICT_COLOURS
+
+COLOURS = VERDICT_COLOURS
 MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weights": "x"}
 KIND_HATCH = {"pretrained": "", "stand-in": "//", "trained here": ".."}
 
@@ -74,10 +76,12 @@ PAPER_MARKER = {"marker": "D", "s": 70, "facecolors": "white", "edgecolors": "bl
 
 
 def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
-    """One labelled row per like-for-like ratio (``ratios`` from :func:`sinklib.reproduction.scorecard.like_for_like`):
-    the run's ratio of two quantities measured in the same run (filled marker: colour = the claim's verdict, shape =
-    pretrained / stand-in / trained here) beside the paper's ratio of the same two quantities (open black diamond),
-    joined by a grey line, log x; rows grouped by quantity. Both points of a row are ratios within one model and
+    """One labelled row per like-for-like ratio (``ratios`` from :func:`sinklib.reproduction.scorecard.like_for_like`),
+    named by its paper, the two quantities and the model: the run's ratio of two quantities measured in the same run
+    (lower filled bar from 1: colour = the claim's verdict, end marker shape = pretrained / stand-in / trained here)
+    under the paper's ratio of the same two quantities (upper open bar from 1, diamond), log x; rows grouped by
+    quantity. Bars from 1 show the direction -- the side of 1 each ratio is on -- which is what the verdicts' cuts
+    read; the distance between a run's and a paper's ratio is a difference of scale, not a verdict. Both points of a row are ratios within one model and
     one text or training: the figure never divides one model's number by another's."""
     groups: dict[str, list[dict]] = {}
     for r in ratios:
@@ -99,16 +103,22 @@ def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
             continue
         run, paper = row["measured"], row["published"]
         values += [run, paper]
-        ax.plot([paper, run], [y, y], color="0.6", lw=1.0, zorder=2)
-        ax.scatter([paper], [y], zorder=3, **PAPER_MARKER)
-        ax.scatter([run], [y], marker=MARKERS.get(row.get("kind", "pretrained"), "o"), s=36,
+        # each ratio as a bar from 1 (the two quantities equal): the side of 1 is the direction, which is what a
+        # verdict's cut reads -- not the distance between the two ends, which spans orders of magnitude of scale
+        ax.barh(y + 0.17, paper - 1.0, left=1.0, height=0.3, color="white", edgecolor="black", lw=0.7, zorder=2)
+        ax.barh(y - 0.17, run - 1.0, left=1.0, height=0.3, color=COLOURS[row["verdict"]], edgecolor="black", lw=0.4,
+                zorder=2)
+        ax.scatter([paper], [y + 0.17], zorder=3, **{**PAPER_MARKER, "s": 30})
+        ax.scatter([run], [y - 0.17], marker=MARKERS.get(row.get("kind", "pretrained"), "o"), s=30,
                    color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=4)
         model = row.get("model", "").split(" (")[0]
-        labels.append(f"{row['id']} · {row['label']}" + (f" [{model}]" if model else ""))
+        who = row.get("paper", "").split(" (")[0].split(",")[0]
+        labels.append(f"{who + ': ' if who else ''}{row['label']}" + (f" [{model}]" if model else ""))
     _rows_on_log_axis(ax, ys, labels, rows, values)
     ax.axvline(1.0, color="black", lw=0.6, ls=":")
     ax.set(xlabel="ratio of the two quantities the row names, each within one run (log scale)\n"
-                  "open diamond: the paper's; filled: this run's; dotted: 1 (the two quantities equal)",
+                  "upper open bar: the paper's; lower filled bar: this run's (colour: the claim's verdict)\n"
+                  "both start at 1, where the two quantities are equal: the side of 1 is the direction",
            title=title or "Like with like: each run's ratio against the paper's, same two quantities",
            ylim=(-0.8, len(rows) - 0.2))
     handles = [Line2D([], [], ls="", marker="D", color="white", markeredgecolor="black",
@@ -142,8 +152,8 @@ def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     for y, e in enumerate(summary[::-1]):
         models = f", on {e['models']} models" if e.get("models", 1) > 1 else ""
         ax.text(left[y] + 0.2, y, f"{e['holds']} / {e['tested']} hold{models}", va="center", fontsize=8)
-    ax.set(xlabel="claims (each claim and model once)", xlim=(0, left.max() * 1.4 + 1),
-           title=title or "Claims per paper and what they were measured on")
+    ax.set(xlabel="tests (a test: one claim judged on one model)", xlim=(0, left.max() * 1.4 + 1),
+           title=title or "Tests per paper and what they were measured on")
     ax.tick_params(axis="y", labelsize=8)
     handles = [Patch(facecolor=c, edgecolor="white", label=v) for v, c in COLOURS.items()]  # plain: a bar's
     # own handle would carry the hatch of its first bar

@@ -51,11 +51,8 @@ class Row:
 
     @property
     def control_text(self) -> str:
-        """"fails (paper: fails)": the rule on random weights, and what the paper predicts there."""
-        word = {True: "holds", False: "fails", None: "not run" if self.control_measured is None else "cannot be judged"}
-        paper = {True: "holds", False: "fails", None: "no prediction"}[self.at_init]
-        flag = " -- CONTRADICTS the paper" if self.at_init is False and self.control is True else ""
-        return f"{word[self.control]} (paper: {paper}){flag}"
+        """The rule on random weights, and what the paper predicts there (:func:`claims.control_summary`)."""
+        return claims_io.control_summary(self.control, self.at_init, self.control_measured)
 
 
 def kind_of(notebook: str, model: str) -> str:

@@ -17,14 +17,7 @@ METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
                 "recompute": dict(color="dimgrey", marker="o", ms=4, ls=":", lw=1.2)}
 
 
-def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None = None,
-                     title: str = "", note: str = "") -> Figure:
-    """Windowed perplexity against position in the stream (log y), one line per method.
-
-    ``curves``: {method: (window centres, perplexity per window)} (:func:`sinklib.utilization.streaming.windowed_ppl`);
-    ``budget``: the cache size, shaded up to where eviction starts.
-    """
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
+def _curves(ax, curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None) -> None:
     for i, (name, (xs, ys)) in enumerate(curves.items()):
         style = next((v for k, v in METHOD_STYLE.items() if name.startswith(k)), dict(color=f"C{i}", lw=1.4))
         ax.semilogy(xs, ys, label=name, **{"marker": "o", "ms": 2.5, **style})
@@ -32,11 +25,34 @@ def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]]
         ax.axvspan(0, budget, color="grey", alpha=0.12, lw=0)
         ax.text(budget / 2, 0.97, "cache\nfilling", transform=ax.get_xaxis_transform(), ha="center", va="top",
                 fontsize=7, color="dimgrey")
-    ax.set_xlabel("position in the stream (tokens)"), ax.set_ylabel("perplexity per window")
+    ax.set_xlabel("position in the stream (tokens)")
     ax.set_xlim(0, None)
-    fig.legend(loc="outside right center", fontsize=8)
+
+
+def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], budget: int | None = None,
+                     title: str = "", note: str = "", sampled: Mapping[str, tuple[Sequence[int], Sequence[float]]]
+                     | None = None, sampled_window: int = 0) -> Figure:
+    """Windowed perplexity against position in the stream (log y), one line per method.
+
+    ``curves``: {method: (window centres, perplexity per window)} (:func:`sinklib.utilization.streaming.windowed_ppl`)
+    over every token; ``budget``: the cache size, shaded up to where eviction starts. ``sampled``: the same kind of
+    curves measured only at the positions a costly method (recompute) was evaluated at, per ``sampled_window``-token
+    window -- drawn in a panel (b) of their own, so a method measured on other tokens and other windows is never
+    joined to the full-stream curves of panel (a).
+    """
+    fig, axes = plt.subplots(1, 2 if sampled else 1, figsize=(11.5 if sampled else 7.5, 3.6), layout="constrained",
+                             sharey=True, squeeze=False)
+    ax = axes[0, 0]
+    _curves(ax, curves, budget)
+    ax.set_ylabel("perplexity per window")
     if note:
         ax.text(0.01, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgrey")
+    if sampled:
+        ax.set_title("(a) every token", fontsize=9)
+        _curves(axes[0, 1], sampled, budget)
+        axes[0, 1].set_title(f"(b) at the recompute positions only, {sampled_window}-token windows", fontsize=9)
+    handles = {h.get_label(): h for a in axes.flat for h in a.get_lines() if not h.get_label().startswith("_")}
+    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

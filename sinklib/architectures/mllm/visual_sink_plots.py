@@ -185,32 +185,43 @@ def masking_and_var(nll: Mapping[str, float], random_runs: Sequence[float], titl
 
 
 def changes_per_model(changes: Mapping[str, Mapping[str, float]], random_draws: Mapping[str, Sequence[float]],
-                      title: str = "", ylabel: str = "NLL change against as is (nats)") -> Figure:
+                      title: str = "", ylabel: str = "NLL change against as is (nats)",
+                      verdicts: Sequence[str] = ()) -> Figure:
     """Every model's (e.g. every stand-in seed's) NLL change against its own "as is": with the visual sinks hidden,
     with as many random image tokens hidden (bar: mean of the draws; dots: each draw) and with VAR, grouped by model,
-    each bar labelled with its value. changes: label -> {"sinks", "random", "VAR"}; random_draws: label -> each
-    draw's change. A model without visual sinks shows 0 for the sink and VAR bars, said in its tick label."""
+    each bar labelled with its value above the bar and its draws (no dot covers a label). changes: label ->
+    {"sinks", "random", "VAR"}; random_draws: label -> each draw's change. ``verdicts``: the claims these numbers
+    judge, one line each ("masking sinks is harmless: unsettled"), printed beside the legend so the figure never
+    reads as a verdict it does not carry."""
     fig, ax = plt.subplots(figsize=(max(6.0, 2.6 * len(changes) + 2), 3.8), layout="constrained")
     kinds = [("sinks", "visual sinks hidden", "#D55E00"), ("random", "as many random image tokens hidden", "grey"),
              ("VAR", "VAR", "#009E73")]
     width = 0.26
     rng = np.random.default_rng(0)
     values = [0.0]
+    labels = []  # (x, value, the highest / lowest thing drawn at x)
     for m, (name, change) in enumerate(changes.items()):
+        draws = [float(v) for v in random_draws.get(name, [])]
         for k, (key, label, colour) in enumerate(kinds):
             x = m + (k - 1) * width
-            bar = ax.bar(x, change[key], width=width * 0.9, color=colour, alpha=0.85, label=label if m == 0 else None)
-            ax.bar_label(bar, labels=[f"{change[key]:+.3g}"], padding=2, fontsize=7)
+            ax.bar(x, change[key], width=width * 0.9, color=colour, alpha=0.85, label=label if m == 0 else None)
+            at = [change[key], *(draws if key == "random" else [])]
+            labels.append((x, change[key], max(at) if change[key] >= 0 else min(at)))
             values.append(change[key])
-        draws = [float(v) for v in random_draws.get(name, [])]
         if draws:
             ax.scatter(m + rng.uniform(-0.04, 0.04, len(draws)), draws, color="black", s=10, zorder=3,
                        label="each random draw" if m == 0 else None)
             values += draws
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(changes)), list(changes), fontsize=8)
     lo, hi = min(values), max(values)
     pad = 0.15 * max(hi - lo, 1e-3)
+    for x, value, edge in labels:
+        ax.text(x, edge + (0.02 if value >= 0 else -0.02) * (hi - lo + 1e-9), f"{value:+.3g}", ha="center",
+                va="bottom" if value >= 0 else "top", fontsize=7)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(changes)), list(changes), fontsize=8)
     ax.set(ylabel=ylabel, ylim=(lo - pad, hi + pad), title=title or "Hiding visual sinks vs random, and VAR, per model")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if verdicts:
+        ax.text(1.02, 0.45, "The claims these bars judge:\n" + "\n".join(verdicts), transform=ax.transAxes,
+                fontsize=7.5, va="top", ha="left", wrap=True)
     return fig

@@ -13,10 +13,12 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first: torch.Tensor,
-            title: str = "", layers: Sequence[int] | None = None) -> Figure:
+            title: str = "", layers: Sequence[int] | None = None, k: int | None = None, note: str = "") -> Figure:
     """(a) fraction of inputs whose position-0 token gets the most common expert set, vs a middle token; (b) the
-    share of position 0's top-k slots each expert takes, per layer. One entry per MoE layer; ``layers``: their
-    indices in the model (default 0, 1, ...; DeepSeek-V2's dense first layer has no entry)."""
+    share of position 0's top-k slots each expert takes, per layer, on a scale from 0 to 1/k (an expert chosen for
+    every input; ``k``: the router's top-k, read off the shares when not given). One entry per MoE layer; ``layers``:
+    their indices in the model (default 0, 1, ...; DeepSeek-V2's dense first layer has no entry). ``note``: what the
+    reader must know to read (b), e.g. that the router is uniform, under its axis."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     layers = np.arange(len(same_first)) if layers is None else np.asarray(layers)
     ax.plot(layers, same_first, marker="o", label="first token")
@@ -25,11 +27,14 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first:
            title="(a) does the first token always get the same experts?")
     ax.legend(loc="lower right", fontsize=8)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0)  # column i: layer layers[i]
+    k = k or max(1, round(1 / max(float(load_first.max()), 1e-9)))
+    im = bx.imshow(load_first.T.numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1 / k)  # column i: layers[i]
     bx.xaxis.set_major_locator(MaxNLocator(integer=True))
     bx.xaxis.set_major_formatter(FuncFormatter(lambda x, _: str(layers[int(x)]) if 0 <= x < len(layers) else ""))
-    bx.set(xlabel="layer", ylabel="expert", title="(b) share of the first token's top-k slots per expert")
-    fig.colorbar(im, ax=bx, shrink=0.85, label="share of the first token's top-k slots (0-1)")
+    bx.set(xlabel="layer" + (f"\n{note}" if note else ""), ylabel="expert",
+           title=f"(b) each expert's share of the first token's top-{k} slots")
+    bar = fig.colorbar(im, ax=bx, shrink=0.85, label=f"share of the top-{k} slots (1/{k}: chosen for every input)")
+    bar.set_ticks([0, 1 / (2 * k), 1 / k], labels=["0", f"1/{2 * k}", f"1/{k}"])
     if title:
         fig.suptitle(title)
     return fig
@@ -59,12 +64,14 @@ def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, flo
 
 def pruning(curves: Mapping[str, Sequence[float]], peaks: Mapping[str, Sequence[float]], ppl: Mapping[str, float],
             title: str = "") -> Figure:
-    """(a) alpha_0 per layer and (b) the first token's largest |h| per layer (log scale), for the model as is, with
-    its super experts pruned, and with random experts pruned."""
+    """(a) alpha_0 per layer and (b) the first token's largest |h| per layer (log scale), for the model as is (a wide
+    pale line underneath), with its super experts pruned, and with random experts pruned (dashed, on top)."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8), layout="constrained")
-    styles = {"as is": dict(color="black", lw=2), "super experts pruned": dict(color="#D55E00", lw=2)}
+    # "as is" wide and pale underneath: a random pruning that changes nothing lies on it and stays visible
+    styles = {"as is": dict(color="black", lw=4, alpha=0.3, zorder=1),
+              "super experts pruned": dict(color="#D55E00", lw=2, zorder=2)}
     for name, values in curves.items():
-        style = styles.get(name, dict(color="grey", lw=1, ls="--"))
+        style = styles.get(name, dict(color="#0072B2", lw=1, ls="--", zorder=3))
         ax.plot(np.arange(len(values)), values, label=f"{name} (ppl {ppl[name]:.1f})", **style)
         bx.plot(np.arange(len(peaks[name])), peaks[name], **style)
     ax.set(xlabel="layer", ylabel="alpha_0 (mean over heads)", ylim=(0, 1), title="(a) attention to the first token")

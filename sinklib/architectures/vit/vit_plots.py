@@ -140,33 +140,38 @@ def change_limit(before: torch.Tensor, after: torch.Tensor) -> float:
 
 def registers_before_after(pixels: torch.Tensor, before: torch.Tensor, after: torch.Tensor, names: Sequence[str],
                            layer: int, title: str = "", norm: tuple | None = None) -> Figure:
-    """One panel per image: the change of the CLS query's attention map at ``layer`` with the test-time register
-    (after - before; red: more attention with it) over a faint grey copy of the photo, all on one symmetric scale
-    set by the data (:func:`change_limit`: the largest |change| over the panels), so a change of 0.002 is not a
-    blank panel; the colour bar states that limit beside the "as is" maps' largest value, so the change is still
-    read against the attention itself. pixels: (B, 3, S, S); before / after: (L, B, gh, gw)."""
+    """One column per image, two rows: the CLS query's attention map at ``layer`` as is (top, over a faint grey copy
+    of the photo), and its change with the test-time register (bottom, after - before; red: more attention with it)
+    on one symmetric scale set by the data (:func:`change_limit`: the largest |change| over the panels), so a change
+    of 0.002 is not a blank panel. The change row's colour bar states that limit as a share of the top row's largest
+    value: a register that takes almost nothing reads as "small against the attention itself", not as an empty
+    figure. pixels: (B, 3, S, S); before / after: (L, B, gh, gw)."""
     n = len(names)
-    fig, axes = plt.subplots(1, n, figsize=(min(12.0, 2.4 * n + 0.4), 3.3), layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(2, n, figsize=(min(12.0, 2.4 * n + 0.8), 5.4), layout="constrained", squeeze=False)
     lim = change_limit(before[layer, :n], after[layer, :n])
     peak = float(before[layer, :n].max())
-    im = None
-    for r, (ax, name) in enumerate(zip(axes[0], names)):
+    shown = changed = None
+    for r, name in enumerate(names):
         image = display(pixels[r], norm)
         size = image.shape[0]
-        ax.imshow(0.55 + 0.45 * image.mean(-1), cmap="gray", vmin=0, vmax=1)  # the photo, faint
+        as_is = before[layer, r].float()
         diff = (after[layer, r] - before[layer, r]).float()
-        up = torch.nn.functional.interpolate(diff[None, None], size=(size, size), mode="nearest")[0, 0].numpy()
-        im = ax.imshow(up, cmap="coolwarm", vmin=-lim, vmax=lim, alpha=0.75)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.grid(False)
-        ax.spines[:].set_visible(False)
-        ax.set_title(f"{name}\nmax |change| = {float(diff.abs().max()):.3f}", fontsize=8)
-    label = (f"change of CLS attention (after - before); colour limits +-{lim:.2g} = the largest |change| "
-             f"({lim / peak:.0%} of the 'as is' maps' largest value, {peak:.2g})" if peak > 0 else
-             f"change of CLS attention (after - before); colour limits +-{lim:.2g} = the largest |change|")
-    fig.colorbar(im, ax=axes, location="bottom", shrink=0.8, aspect=30,
-                 label=textwrap.fill(label, 95 if n >= 3 else 40))
+        for row, (grid, cmap, lo, hi) in enumerate(((as_is, "magma", 0.0, peak), (diff, "coolwarm", -lim, lim))):
+            ax = axes[row, r]
+            ax.imshow(0.55 + 0.45 * image.mean(-1), cmap="gray", vmin=0, vmax=1)  # the photo, faint
+            up = torch.nn.functional.interpolate(grid[None, None], size=(size, size), mode="nearest")[0, 0].numpy()
+            im = ax.imshow(up, cmap=cmap, vmin=lo, vmax=hi, alpha=0.75)
+            shown, changed = (im, changed) if row == 0 else (shown, im)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            ax.spines[:].set_visible(False)
+        axes[0, r].set_title(f"{name}: as is", fontsize=8)
+        axes[1, r].set_title(f"with the register: max |change| {float(diff.abs().max()):.3f}", fontsize=8)
+    fig.colorbar(shown, ax=axes[0], location="right", shrink=0.8, label="CLS attention as is")
+    label = (f"change (after - before); limits +-{lim:.2g}, {lim / peak:.0%} of the top row's largest value "
+             f"({peak:.2g})" if peak > 0 else f"change (after - before); limits +-{lim:.2g}")
+    fig.colorbar(changed, ax=axes[1], location="right", shrink=0.8, label=textwrap.fill(label, 40))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
