@@ -223,11 +223,12 @@ probes = probe.probe_over_splits(features, labels, [run.seed, run.seed + 1, run.
 probe_accuracy = probes[0]
 similarity = vit_sinks.high_norm_similarity(prof)
 with plotting.style():
-    fig = vit_plots.probe_and_redundancy(probe_accuracy, 0.1, similarity,
+    fig = vit_plots.probe_and_redundancy({k: [p[k] for p in probes] for k in probes[0]}, 0.1, similarity,
                                          title=f"Global information and redundancy, {title}")
     plotting.save(fig, fig_dir / "fig04_probe_redundancy",
                   f"{title}: (a) held-out accuracy of a linear probe of the digit label from the last layer's CLS, "
-                  f"highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px, 60/40 split; "
+                  f"highest-norm and median-norm patch ({len(labels)} digits at {run.probe_size} px; bars: the mean "
+                  f"over {len(probes)} random 60/40 train / test splits, dots: each split, error bars: their range; "
                   f"dotted: chance); (b) mean cosine similarity of a patch embedding to its 4 neighbours, for "
                   f"{similarity['label']} and for all patches.")
 control = random_weights(lm, seed=run.seed)
@@ -330,8 +331,9 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig06_cls_register_attention",
                   f"{title}, {len(names)} photos: per layer, the CLS query's attention (mean over heads and photos) "
                   f"to the {'highest-norm patch (stand-in for outliers)' if stand_in else 'outlier patches'}, to the "
-                  f"other patches and to the register: (a) as is, (b) with the test-time register (Jiang et al.'s "
-                  f"before / after).")
+                  f"other patches: (a) as is, on a log scale; (b) with the test-time register, the change of each "
+                  f"share (after - before) and the register's own share -- where its attention comes from (Jiang et "
+                  f"al.'s before / after).")
 print(f"CLS attention, last layer: before {({k: round(v[-1], 4) for k, v in split_before.items()})}; after "
       f"{({k: round(v[-1], 4) for k, v in split_after.items()})}")
 print(f"register neurons (layer, neuron, score): {[(a, b, round(c, 2)) for a, b, c in found]}")

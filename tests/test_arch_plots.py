@@ -144,6 +144,12 @@ def test_probe_and_redundancy(drawn):
     assert "(patch embeddings)" in " ".join(bx.get_ylabel().split())
     fig = drawn(vit_plots.probe_and_redundancy, probe, 0.1, {**similarity, "space": "pixels", "selected": -0.1})
     assert "(pixels)" in " ".join(fig.axes[1].get_ylabel().split())
+    # one accuracy per split: the bar is their mean, each split a dot, the range an error bar
+    fig = drawn(vit_plots.probe_and_redundancy, {"CLS": [0.9, 0.8, 1.0], "patch": [0.3, 0.5, 0.4]}, 0.1, similarity)
+    ax = fig.axes[0]
+    assert [round(b.get_height(), 6) for b in ax.patches] == [0.9, 0.4]
+    assert sum(len(c.get_offsets()) for c in ax.collections if c.get_offsets().size) >= 6  # six split dots
+    assert "mean over splits" in ax.get_ylabel()
 
 
 def test_where_attention_goes_token_norms_models_compared(drawn):

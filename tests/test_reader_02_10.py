@@ -88,6 +88,18 @@ def test_fig04_chat_labels_do_not_overlap():
     assert boxes[0].x1 <= boxes[1].x0, f"tick labels overlap: {boxes[0]} and {boxes[1]}"
 
 
+def test_fig04_two_models_with_the_same_values_and_uniform_attention_are_all_seen():
+    """10 fig04: Gemma's line lay under Qwen's, and uniform attention's 0.004 was the axis itself."""
+    fig = placement_plots.context_and_chat([_report("s", LONG[0]), _report("q", LONG[1])])  # identical contexts
+    ax = fig.axes[0]
+    lines = [line for line in ax.get_lines() if line.get_xdata().size]
+    models = [line for line in lines if line.get_linestyle() != ":"]
+    assert len({(line.get_marker(), line.get_linestyle()) for line in models}) == len(models) == 2
+    assert ax.get_yscale() == "log"
+    uniform = [line for line in lines if line.get_linestyle() == ":"]
+    assert uniform and min(min(line.get_ydata()) for line in uniform) > ax.get_ylim()[0]  # above the axis
+
+
 # ----------------------------------------------------------------------------------------------- fig08 of 02
 def test_fig08_draws_inf_as_a_marked_clipped_bar_with_readable_labels():
     measured = {"original": 31.35, "set to mean": 31.36, "set to zero": 1368145.76, "set to mean, position 0 only": 31.84}

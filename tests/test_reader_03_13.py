@@ -184,3 +184,24 @@ def test_numbered_sections_with_takeaways_are_unique_and_consecutive(name):
     carrying = [int(n) for n, k in numbered if k]
     assert carrying and carrying[0] in (0, 1)
     assert carrying == list(range(carrying[0], carrying[0] + len(carrying))), carrying
+
+
+def test_fig06_names_each_variant_at_its_end_with_rising_or_flat_and_no_label_overlaps():
+    """03 fig06 asked "removed or delayed?" and left three overlapping lines to answer it."""
+    from sinklib.core import plotting
+    from sinklib.mitigation import comparison_plots
+    from sinklib.mitigation.verdicts import RISING
+    from tests.figure_lint import layout_problems
+
+    def run(end: float, power: float) -> dict:
+        return {"checkpoints": [{"step": s, "share_by_head": [[0.07 + (end - 0.07) * (s / 600) ** power]]}
+                                for s in range(0, 601, 50)]}
+
+    runs = {"softmax": [run(0.36, 1)], "softmax_off_by_one": [run(0.19, 2)], "sink_logit": [run(0.185, 2)],
+            "kv_bias": [run(0.18, 2)], "sigmoid": [run(0.07, 1)]}
+    with plotting.style():
+        fig = comparison_plots.strongest_head_over_training(runs, 0.3, 0.074)
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert any(t.startswith("softmax: still rising") for t in texts) and "sigmoid: flat" in texts
+    assert f"> {RISING:g}" in fig.axes[0].get_title(loc="right")
+    assert layout_problems(fig) == []  # three lines that end together keep readable labels

@@ -184,7 +184,7 @@ def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Se
     layers = np.arange(len(v))
     fig, ax = plt.subplots(figsize=(8.5, 3.4), layout="constrained")
     ax.semilogy(layers, v, "o-", ms=3, label="largest |h| in the layer")
-    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of the layer (that sequence)")
+    ax.semilogy(layers, m, "s-", ms=3, label="median |h| of the layer, on the sequence\nthat holds its largest |h|")
     ax.semilogy(layers, m * min_ratio, ":", lw=1, color="grey", label=f"{min_ratio:g} x median")
     ax.axhline(min_abs, ls="--", lw=1, color="grey", label=f"|h| = {min_abs:g}")
     # one label per run of layers that share the dimension, at the run's largest value; runs of one layer between
@@ -199,8 +199,10 @@ def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Se
         i = a + int(np.argmax(v[a:b]))
         if b - a < 2 and len(runs) > 3 or i - last_x < 2.5:
             continue
-        ax.annotate(f"dim {dims[i]}", (i, v[i]), textcoords="offset points", xytext=(0, 7), fontsize=7,
-                    ha="center", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
+        side = "left" if i == 0 else "right" if i == len(v) - 1 else "center"  # clear of the axes' frame
+        ax.annotate(f"dim {dims[i]}", (i, v[i]), textcoords="offset points",
+                    xytext={"left": (3, 7), "right": (-3, 7), "center": (0, 7)}[side], fontsize=7, ha=side,
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8), zorder=5)
         last_x = i
     ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom for the labels
     ax.set_xlabel("layer (residual stream after the block)"), ax.set_ylabel("|activation|")

@@ -52,7 +52,9 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
 
 
 # one colour per variant in every figure of the notebook (softmax: black), so fig03, fig04 and fig05 agree
-_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#7F7F7F", "#8C564B"]
+# one colour per variant in every mitigation figure, none pale on white (a yellow sink_logit and a grey kv_bias next to
+# a light-blue off-by-one could not be told apart)
+_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#882255", "#7F7F7F"]
 
 
 def variant_color(name: str) -> str:
@@ -217,19 +219,47 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
     return fig
 
 
+def _spread_labels(ys: Sequence[float], gap: float) -> list[float]:
+    """Label heights at least ``gap`` apart, each as near its own y as that allows (order kept): ys sorted, pushed
+    up where they crowd, then the whole stack shifted down by the mean push so no label drifts far one way."""
+    order = np.argsort(ys)
+    own = np.array([ys[i] for i in order], dtype=float)
+    placed = own.copy()
+    for k in range(1, len(placed)):
+        placed[k] = max(placed[k], placed[k - 1] + gap)
+    placed -= np.mean(placed - own)
+    out = np.empty(len(ys))
+    out[order] = placed
+    return out.tolist()
+
+
 def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float = 0.3, uniform: float | None = None,
                                  key: str = "share_by_head", title: str = "") -> Figure:
     """Removed or delayed? The strongest head's row-normalised first-token share (max over layers and heads) against
-    training step, per variant: mean over seeds, band = range over seeds; dashed: eps. A curve still climbing at the
-    last step has not shown that the sink is gone, only that it has not formed yet."""
-    fig, ax = plt.subplots(figsize=(8.5, 3.6), layout="constrained")
+    training step, per variant: mean over seeds, band = range over seeds; dashed: eps. Each line is named at its
+    end with the answer: "still rising" when any seed's late slope (:func:`~sinklib.mitigation.verdicts.late_slope`)
+    is above :data:`~sinklib.mitigation.verdicts.RISING` per 100 steps, else "flat" -- a curve still climbing at
+    the last step has not shown that the sink is gone, only that it has not formed yet. Labels are spread so lines
+    that end together stay readable."""
+    from sinklib.mitigation.verdicts import RISING, late_slope
+
+    fig, ax = plt.subplots(figsize=(9.5, 3.8), layout="constrained")
+    ends = {}
     for name, rs in runs.items():
         steps = np.array([c["step"] for c in rs[0]["checkpoints"]])
         y = np.array([[max(max(row) for row in c[key]) for c in r["checkpoints"]] for r in rs])  # (seeds, ckpt)
         style = _style(name)
-        ax.plot(steps, y.mean(0), label=name, **style)
+        ax.plot(steps, y.mean(0), **style)
         if len(rs) > 1:
             ax.fill_between(steps, y.min(0), y.max(0), color=style["color"], alpha=0.12, lw=0)
+        slope = max(late_slope(r, key) for r in rs)
+        ends[name] = (float(steps[-1]), float(y.mean(0)[-1]), style["color"],
+                      f"still rising (+{slope:.2f})" if slope > RISING else "flat")
+    lo, hi = ax.get_ylim()
+    heights = _spread_labels([e[1] for e in ends.values()], 0.08 * (hi - lo))
+    for (name, (x, y, colour, answer)), h in zip(ends.items(), heights):
+        ax.plot([x], [y], marker="o", ms=3, color=colour)
+        ax.text(x * 1.02, h, f"{name}: {answer}", fontsize=7, va="center", color=colour, clip_on=False)
     ax.axhline(eps, color="grey", ls="--", lw=1)
     ax.annotate(f"eps = {eps}", (0.01, eps), xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
     if uniform is not None:
@@ -237,7 +267,9 @@ def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float 
         ax.annotate("uniform attention", (0.01, uniform), xycoords=("axes fraction", "data"), va="top",
                     fontsize=7, color="grey", xytext=(0, -2), textcoords="offset points")
     ax.set_xlabel("training step"), ax.set_ylabel("strongest head's first-token share")
-    fig.legend(loc="outside right center", fontsize=8)
+    ax.set_title(f"at each line's end: its slope over the last quarter, per 100 steps (rising: > {RISING:g})",
+                 fontsize=7, color="dimgrey", loc="right")
     if title:
         fig.suptitle(title)
     return fig
+

@@ -152,7 +152,7 @@ def by_paper(summary: Sequence[dict], title: str = "") -> Figure:
     for y, e in enumerate(summary[::-1]):
         models = f", on {e['models']} models" if e.get("models", 1) > 1 else ""
         ax.text(left[y] + 0.2, y, f"{e['holds']} / {e['tested']} hold{models}", va="center", fontsize=8)
-    ax.set(xlabel="tests (a test: one claim judged on one model)", xlim=(0, left.max() * 1.4 + 1),
+    ax.set(xlabel="tests (a test: one claim judged on one model)", xlim=(0, left.max() * 1.25 + 1),
            title=title or "Tests per paper and what they were measured on")
     ax.tick_params(axis="y", labelsize=8)
     handles = [Patch(facecolor=c, edgecolor="white", label=v) for v, c in COLOURS.items()]  # plain: a bar's

@@ -41,7 +41,7 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
     for r in reports:
         depth = np.linspace(0, 1, r.n_layers)
         alpha = np.asarray(r.alpha_by_layer, float)
-        ax.plot(depth, alpha, marker="o", ms=3, color=colors[r.name], label=f"{r.label} (L={r.n_layers})")
+        ax.plot(depth, alpha, marker="o", ms=3, color=colors[r.name], label=f"{r.label.split(' (')[0]} (L={r.n_layers})")
         # the sink layers (alpha_0 above eps), shaded under each model's own curve
         ax.fill_between(depth, eps, alpha, where=alpha > eps, color=colors[r.name], alpha=0.18, lw=0,
                         interpolate=True)
@@ -66,7 +66,8 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
         cx.axvline(eps, color="grey", ls="--", lw=1)
         cx.set(xlabel="threshold eps", ylabel="sink rate, natural text", xlim=(0, 1), ylim=(0, 1),
                title="(c) sink rate against eps (dashed: 0.3)")
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()  # short names below the panels: the models' full labels
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)  # are in the caption
     if title:
         fig.suptitle(title)
     return fig
@@ -92,7 +93,9 @@ def alpha_by_depth_caption(reports: Sequence, num_seqs: int, seq_len: int, eps: 
 def mass_by_kind_caption(reports: Sequence, windows: int, seq_len: int, cut: float = DELIMITER_CUT) -> str:
     """The caption of :func:`mass_by_kind`, naming the first-delimiter rule's cut it draws."""
     return (f"Mean attention each key receives per query that sees it (m_j), sink layers, mean over heads and {windows} "
-            f"windows of {seq_len} tokens, by token kind, divided by a content word's, for {_labels(reports)}; grey "
+            f"windows of {seq_len} tokens, by token kind (first delimiter: the first '.' or newline; delimiter: a "
+            f"later one or one of , ; : ! ?; weak: an article, preposition, conjunction or other punctuation; content: "
+            f"any other word), divided by a content word's, for {_labels(reports)}; grey "
             f"dashed: a content word (1x); black dash-dotted: the first-delimiter rule's cut ({cut:g}x a content word: the "
             f"claim holds where the first delimiter's bar is above it); linear axis cut above the largest ratio after "
             f"the first position, whose value is written on its bar.")
@@ -149,20 +152,26 @@ def position_or_token(reports: Sequence, title: str = "") -> Figure:
 
 
 def context_and_chat(reports: Sequence, title: str = "") -> Figure:
-    """(a) alpha_0 (sink layers) against context length, band: range over windows; (b) sink rate on raw text vs
-    the same text in the chat template (models with a template)."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    """(a) alpha_0 (sink layers) against context length, band: range over windows, on a log y axis so uniform
+    attention's share (1/N, dotted) is a line, not the axis; each model its own marker and line style, so two
+    models with the same values are both seen; (b) sink rate on raw text vs the same text in the chat template
+    (models with a template). The legend names each model once, short, below the panels."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     colors = _colors(reports)
-    for r in reports:
+    marks = [("o", "-"), ("s", "--"), ("^", "-."), ("D", (0, (5, 1))), ("v", (0, (3, 1, 1, 1)))]
+    for i, r in enumerate(reports):
         c = r.context
-        ax.plot(c["lengths"], c["alpha_first"], marker="o", color=colors[r.name], label=r.label)
+        marker, ls = marks[i % len(marks)]
+        ax.plot(c["lengths"], c["alpha_first"], marker=marker, ls=ls, ms=5, mfc="white", color=colors[r.name],
+                label=r.label.split(" (")[0])
         if c["low"] != c["high"]:  # a band only when there are several passages
             ax.fill_between(c["lengths"], c["low"], c["high"], color=colors[r.name], alpha=0.15, lw=0)
         if c.get("uniform"):
-            ax.plot(c["lengths"], c["uniform"], ls=":", lw=1, color=colors[r.name])
-    ax.plot([], [], ls=":", lw=1, color="grey", label="uniform attention (same layers)")
+            ax.plot(c["lengths"], c["uniform"], ls=":", lw=1.4, marker=marker, ms=3, color=colors[r.name])
+    ax.plot([], [], ls=":", lw=1.4, color="grey", label="uniform attention, same layers (dotted)")
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="context length N (tokens)", ylabel="alpha_0 (sink layers)", ylim=(0, 1),
+    ax.set_yscale("log")
+    ax.set(xlabel="context length N (tokens)", ylabel="alpha_0 (sink layers, log)", ylim=(None, 1),
            title="(a) the first token's share as the context grows")
     chat = [r for r in reports if r.raw_vs_chat]
     for i, r in enumerate(chat):
@@ -174,7 +183,8 @@ def context_and_chat(reports: Sequence, title: str = "") -> Figure:
         bx.text(0.98, 0.97, "no chat template: " + ", ".join(without), transform=bx.transAxes, ha="right",
                 va="top", fontsize=8, color="dimgrey")
     bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) raw text (plain) vs chat template (hatched)")
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

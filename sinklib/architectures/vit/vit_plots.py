@@ -107,18 +107,33 @@ def token_norms(patch_norms: torch.Tensor, layers: Sequence[int], max_ratio: Seq
 def probe_and_redundancy(probe: Mapping[str, float], chance: float, similarity: Mapping[str, float | int | str],
                          title: str = "") -> Figure:
     """(a) linear-probe accuracy of the digit label per token (e.g. CLS / highest-norm / median-norm patch) vs
-    chance; (b) mean cosine similarity to the 4 neighbours of the selected tokens vs all patches. similarity:
+    chance -- one accuracy, or one per train / test split (bar: their mean; dots: each split; error bar: their
+    range); (b) mean cosine similarity to the 4 neighbours of the selected tokens vs all patches. similarity:
     {"selected", "all": float, "k": count, "label": what the selected tokens are, "space" (optional): what is
     compared, default "patch embeddings"}."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     names = list(probe)
-    bars = ax.bar([textwrap.fill(n, 16) for n in names], [probe[n] for n in names],
-                  color=["#0072B2", "#D55E00", "grey"][:len(names)])
-    ax.bar_label(bars, labels=[f"{probe[n]:.2f}" for n in names], padding=2, fontsize=8)
+    splits = {n: np.atleast_1d(np.asarray(probe[n], float)) for n in names}
+    means = [float(splits[n].mean()) for n in names]
+    low = [m - splits[n].min() for n, m in zip(names, means)]
+    high = [splits[n].max() - m for n, m in zip(names, means)]
+    many = max(len(v) for v in splits.values()) > 1
+    x = np.arange(len(names))
+    ax.bar(x, means, color=["#0072B2", "#D55E00", "grey"][:len(names)],
+           yerr=[low, high] if many else None, capsize=4 if many else 0, ecolor="black")
+    for i, n in enumerate(names):
+        if many:
+            ax.scatter(np.full(len(splits[n]), i) + np.linspace(-0.12, 0.12, len(splits[n])), splits[n], s=10,
+                       color="black", zorder=3, label="each split" if i == 0 else None)
+        ax.text(i, means[i] + high[i] + 0.03, f"{means[i]:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [textwrap.fill(n, 16) for n in names])
+    if many:
+        ax.legend(loc="upper right", fontsize=7)
     ax.axhline(chance, color="black", ls=":")
     ax.text(1.01, chance, f"chance\n{chance:.2f}", transform=ax.get_yaxis_transform(), ha="left", va="center",
             fontsize=8)
-    ax.set(ylim=(0, 1.1), ylabel="held-out accuracy", title="(a) linear probe of the digit label")
+    ax.set(ylim=(0, 1.15), ylabel="held-out accuracy" + (" (mean over splits)" if many else ""),
+           title="(a) linear probe of the digit label")
     values = [float(similarity["selected"]), float(similarity["all"])]
     labels = [textwrap.fill(str(similarity["label"]), 22), "all patches"]
     bars = bx.bar(labels, values, color=["#D55E00", "grey"])
@@ -199,22 +214,31 @@ def models_compared(summaries: Mapping[str, Mapping], factor: float, title: str 
 
 def cls_split(before: Mapping[str, Sequence[float]], after: Mapping[str, Sequence[float]], stand_in: bool,
               title: str = "") -> Figure:
-    """Jiang et al.'s before / after view of the CLS query, per layer: (a) without the register, its attention to
-    the outlier patches (or their stand-in) and to the other patches; (b) with it, to the register as well.
-    before / after: :func:`sinklib.architectures.vit.vit_sinks.cls_attention_split` (lists over layers)."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained", sharey=True)
+    """Jiang et al.'s before / after view of the CLS query, per layer: (a) as is, its attention to the outlier
+    patches (or their stand-in) and to the other patches, on a log scale (a share of 0.001 is a line, not the
+    axis); (b) what the test-time register changes: after - before for each destination, and the register's own
+    share -- where the register's attention comes from. before / after:
+    :func:`sinklib.architectures.vit.vit_sinks.cls_attention_split` (lists over layers)."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained")
     chosen = "highest-norm patch (stand-in)" if stand_in else "outlier patches"
     styles = {"chosen": (chosen, "#D55E00", "o"), "other patches": ("other patches", "grey", "s"),
               "extra": ("test-time register", "#0072B2", "^")}
-    for ax, split, name in ((axes[0], before, "(a) as is"), (axes[1], after, "(b) with the test-time register")):
-        layers = np.arange(len(split["chosen"]))
-        for key, (label, colour, marker) in styles.items():
-            if key == "extra" and not any(split[key]):
-                continue
-            ax.plot(layers, split[key], marker=marker, ms=3, color=colour, label=label)
-        ax.set(xlabel="layer", title=name, ylim=(0, 1))
-    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
-    axes[0].set_ylabel("share of the CLS query's attention")
+    layers = np.arange(len(before["chosen"]))
+    for key, (label, colour, marker) in styles.items():
+        if key != "extra":
+            ax.plot(layers, np.clip(np.asarray(before[key], float), 1e-5, None), marker=marker, ms=3, color=colour,
+                    label=label)
+            bx.plot(layers, np.asarray(after[key], float) - np.asarray(before[key], float), marker=marker, ms=3,
+                    color=colour)
+        elif any(after[key]):
+            bx.plot(layers, after[key], marker=marker, ms=3, color=colour, label=label)
+    ax.set_yscale("log")
+    ax.set(xlabel="layer", ylabel="share of the CLS query's attention (log)", title="(a) as is")
+    bx.axhline(0, color="black", lw=0.8)
+    bx.set(xlabel="layer", ylabel="change with the register (after - before)",
+           title="(b) with the test-time register: what moves")
+    handles = ax.get_legend_handles_labels()[0] + bx.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside right center", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
