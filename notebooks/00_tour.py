@@ -156,10 +156,6 @@ with plotting.style():
     plotting.save(fig, fig_dir / "fig02_alpha-heatmap",
                   f"alpha_0 per layer and head of {title}, mean over {run.num_seqs} natural-text windows of "
                   f"{run.seq_len} tokens; dots mark heads above eps = 0.3.")
-print(f"Takeaway: sink rate {100 * natural.sink_rate:.1f}% on natural text (heads with alpha_0 > 0.3, per "
-      f"sequence, averaged); "
-      + (f"the mean over heads first exceeds 0.3 at layer {onset}." if onset is not None
-         else "no layer's mean alpha_0 exceeds 0.3."))
 
 # %%
 gu = load_reference("gu2024_sink_rates")
@@ -267,8 +263,6 @@ with plotting.style():
 peak_layer = max(range(lm.n_layers), key=lambda i: abs(ext[i].value))
 top = ext[peak_layer]
 massive = analysis.massive_dimensions(natural)  # Sun et al.'s criterion, or a stated fallback
-print(f"Takeaway: the largest activation is {top.value:.0f} on dimension {top.dim} at position {top.position}, "
-      f"layer {peak_layer}, {top.ratio:.0f}x the layer's median |h|. {massive.describe()}.")
 
 # %%
 where = [f"dimension {d} in layer {ls[0]}" if len(ls) == 1 else
@@ -308,8 +302,6 @@ with plotting.style():
                   f"DomRatio of the residual hidden state after each layer of {title}: the first token vs the mean "
                   f"over the other tokens, natural text.")
 peak = max(range(lm.n_layers), key=lambda i: first[i])
-print(f"Takeaway: the first token's DomRatio peaks at {first[peak]:.0f} (layer {peak}) against {rest[peak]:.0f} for "
-      f"the other tokens in that layer ({first[peak] / rest[peak]:.1f}x).")
 
 # %%
 say(f"{lm.label}, {num(run.num_seqs)} natural windows of {num(run.seq_len)} tokens",
@@ -358,10 +350,6 @@ with plotting.style():
                   f"attention; log-log axes."
                   + (f" Sliding-window layers {sweep.sliding_layers}: over the first min(N, W) queries, those that "
                      f"see the first token." if sweep.sliding_layers else ""))
-print(f"Takeaway: in the sink layers the first token keeps {in_sink_layers[-1]:.2f} of the attention at N = "
-      f"{sweep.lengths[-1]} (vs {in_sink_layers[0]:.2f} at N = {sweep.lengths[0]}); uniform attention would give it "
-      f"{sweep.uniform_over(sweep.lengths[-1], sink_layers):.4f}."
-      + (f" Skipped (beyond the model's limit): {sweep.skipped}." if sweep.skipped else ""))
 
 # %%
 short, long = sweep.lengths[0], sweep.lengths[-1]

@@ -95,8 +95,9 @@ headline = nb.headline
 headline |= {"stream_tokens": len(stream), "cache_budget": budget, "stream_chunk": chunk}
 
 
-def sink_cache(n: int) -> SinkWindowCache:
-    return SinkWindowCache.for_model(lm.model, n_sink=n, window=budget - n)
+def sink_cache(n: int, size: int | None = None) -> SinkWindowCache:
+    """n sinks + a window, ``size`` entries in all (default: the run's budget)."""
+    return SinkWindowCache.for_model(lm.model, n_sink=n, window=(size or budget) - n)
 
 
 # %% [markdown]
@@ -257,9 +258,12 @@ say(stream_size,
 
 # %%
 prompt = stream[:32]
+# the sink cache fills halfway through decoding (never later than the run's budget), so the timed steps where it
+# evicts are half the run -- with the streaming budget it would evict only in the last few steps
+decode_budget = max(n_sink + 1, min(budget, len(prompt) + run.decode_tokens // 2))
 rounds = decode_timing.interleaved_decode(lm, prompt, run.decode_tokens,
-                                          {"dense": None, sinks_name: lambda: sink_cache(n_sink)})
-timed_steps = decode_timing.evicting_steps(run.decode_tokens, budget, len(prompt))  # the sink cache is full
+                                          {"dense": None, sinks_name: lambda: sink_cache(n_sink, decode_budget)})
+timed_steps = decode_timing.evicting_steps(run.decode_tokens, decode_budget, len(prompt))  # the sink cache is full
 timing = decode_timing.decode_timing({k: [c.seconds for c in v] for k, v in rounds.items()}, timed_steps)
 with plotting.style():
     fig = streaming_plots.decode_cost(rounds, title=f"Decode cost per token, {title}", timed_steps=timed_steps)
@@ -267,7 +271,8 @@ with plotting.style():
                   f"Wall time per generated token (left: median over {len(rounds['dense'])} rounds, mean of the last "
                   f"{min(32, run.decode_tokens)} steps; shaded: the steps the verdict reads) and KV-cache size "
                   f"(right) of {title}, {run.decode_tokens} tokens after a {len(prompt)}-token prompt: dense vs "
-                  f"{sinks_name} (budget {budget}).")
+                  f"{sinks_name} (budget {decode_budget}: full from step {decode_budget - len(prompt)}, so "
+                  f"it evicts on the last {timed_steps} steps).")
 ms = timing.ms
 mib = {k: float(v[0].cache_bytes[-1]) / 2**20 for k, v in rounds.items()}
 print(f"Verdict: dense {ms['dense']:.1f} ms/token with a {mib['dense']:.1f} MiB cache; sinks + window "

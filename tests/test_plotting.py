@@ -164,3 +164,11 @@ def test_attention_grid_labels_32_tokens_without_overlap():
     fig = attention_grid(maps, [0, 5], [0, 1, 2, 3], tokens=[f"tok{i}" for i in range(32)])
     assert layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_a_whitespace_token_gets_a_visible_label():
+    """00 fig01: a space token's tick was blank, and " the" read as "the"."""
+    from sinklib.core.plotting import token_label
+
+    assert [token_label(t) for t in (" ", "  ", "\n", " the", "the", "\t")] == ["_", "__", "\\n", "_the", "the", "\\t"]
+    assert all(token_label(t) for t in (" ", "\n", "x")) and len(token_label("a" * 20)) == 8

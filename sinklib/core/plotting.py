@@ -94,6 +94,15 @@ def draw_attention(ax, A: np.ndarray, norm: LogNorm) -> object:
     return im
 
 
+def token_label(token: str, width: int = 8) -> str:
+    """A token as a readable tick label: a newline as "\\n", a tab as "\\t", a leading space as "_" (so " the"
+    and "the" differ), a token of spaces only as that many "_" (never an empty label); cut to ``width`` characters."""
+    text = token.replace("\n", "\\n").replace("\t", "\\t")
+    if text and not text.strip(" "):
+        return ("_" * len(text))[:width]
+    return ("_" + text[1:] if text.startswith(" ") else text)[:width]
+
+
 def attention_grid(
     maps, layers: Sequence[int], heads: Sequence[int], tokens: Sequence[str] | None = None, title: str = "",
     floor: float = 1e-3,
@@ -111,7 +120,7 @@ def attention_grid(
                              squeeze=False, layout="constrained")
     norm = LogNorm(vmin=floor, vmax=1.0)
     im = None
-    names = [t.replace("\n", "\\n")[:8] for t in tokens] if labelled else None
+    names = [token_label(t) for t in tokens] if labelled else None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r, c]

@@ -42,9 +42,13 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
     bx.set_ylim(-0.02, 1.02), bx.set_xlabel("training step"), bx.set_ylabel("sink rate (eps 0.3)", color=SINK_COLOR)
     cx = bx.twinx()
     s, loss, _ = curve(runs, "val_loss")
-    cx.plot(s, loss, color="k", lw=1.2, label="validation loss")
+    cx.plot(s[1:] if len(loss) > 1 else s, loss[1:] if len(loss) > 1 else loss, color="k", lw=1.2,
+            label="validation loss (from the first checkpoint after step 0)")
     cx.set_ylabel("validation loss (nats)"), cx.grid(False)
-    cx.set_ylim(loss.min() - 0.05, np.percentile(loss, 90) + 0.05)
+    cx.set_ylim(loss.min() - 0.05, loss[1:].max() + 0.05 if len(loss) > 1 else loss.max() + 0.05)
+    if len(loss) > 1 and loss[0] > cx.get_ylim()[1]:  # the step-0 loss (uniform prediction) is far above the rest:
+        cx.annotate(f"step 0: {loss[0]:.2f}", (s[1], cx.get_ylim()[1]), xytext=(4, -10), textcoords="offset points",
+                    fontsize=7, ha="left", va="top")  # said, not a line that leaves the panel
     bx.set_title("(b) sink rate and loss")
     if title:
         fig.suptitle(title)
@@ -209,7 +213,7 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
             if t < T:
                 ax.plot(-1.6, t, marker=">", color="#33A02C", ms=4, clip_on=False)
         sub = f"\nrest: {missing[name]}" if missing and missing.get(name) else ""
-        ax.set_title(name + sub, fontsize=7)
+        ax.set_title(name + sub, fontsize=8.5)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     axes[-1, 0].set_xlabel("key (rest: 1 - row sum)", fontsize=7), axes[-1, 0].set_ylabel("query", fontsize=7)

@@ -75,7 +75,11 @@ def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mappi
         ax.semilogy(x[: len(ref)], ref / ref[ref_i], ls="--", marker=markers[i % 3], ms=4, lw=1, color=f"C{i + 1}",
                     label=name)
     for i, (name, val) in enumerate((extra or {}).items()):
-        ax.plot([x[ref_i]], [val / values[ref_i]], marker="*", ms=11, ls="", color=f"C{4 + i}", label=name)
+        # beside the measured point it equals (a quarter step right, on top, outlined), never hidden under it
+        ax.plot([x[ref_i] + 0.25], [val / values[ref_i]], marker="*", ms=13, ls="", color=f"C{4 + i}",
+                markeredgecolor="black", markeredgewidth=0.6, zorder=6, label=name)
+        ax.annotate(f"{val / values[ref_i]:.2f}x", (x[ref_i] + 0.25, val / values[ref_i]), xytext=(6, 6),
+                    textcoords="offset points", fontsize=7)
     ax.axhline(1, color="grey", lw=0.8, ls=":")
     ax.set_xticks(x, [str(n) for n in n_sinks])
     ax.set_xlabel("sink tokens kept"), ax.set_ylabel(f"perplexity / perplexity with {relative_to} sinks")
