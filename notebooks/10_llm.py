@@ -504,9 +504,9 @@ say(f"the structural-origin chain, on {on_windows} per draw",
     f"By its rule each link holds: "
     f"{'; '.join(f'{short_name[link]} on {which_models(holders(link, gated), len(gated))}' for link in LINKS)}{how}."
     if gated else "",
-    f"{'. '.join(rows)}." if rows else "",
     f"No gated MLP, chain not run: {', '.join(r.label for r in reports if not r.chain_numbers)}."
-    if len(gated) < len(reports) else "")
+    if len(gated) < len(reports) else "",
+    "Per model:\n\n" + "\n".join(f"- {row}." for row in rows) if rows else "")  # a bullet each, not one block
 
 # %% [markdown]
 # Read how a link holds, not only that it does. Where the massive value and the sink are already there at layer 0,

@@ -307,8 +307,10 @@ print(f"control: sink dims {judged.control_dims}, largest image-token phi {judge
       f"({judged.control_seconds:.0f} s)")
 with plotting.style():
     if len(per_seed) > 1:  # every stand-in, each against its own "as is"
+        named = {s: f"seed {s}" + (" (no visual sink:\nnothing to hide)" if c["max_phi"] < tau else "")
+                 for s, c in per_seed.items()}  # a stand-in whose bars are 0 says why on its tick
         fig = visual_sink_plots.changes_per_model(
-            {f"seed {s}": c for s, c in per_seed.items()}, {f"seed {s}": v for s, v in draw_changes.items()},
+            {named[s]: c for s, c in per_seed.items()}, {named[s]: v for s, v in draw_changes.items()},
             title="Hiding visual sinks vs random image tokens, and VAR, per stand-in",
             ylabel="change of the digit token's NLL (nats)",
             verdicts=[f"{cid.split('.')[1].replace('_', ' ')}: {judged.claims[cid].verdict()}"

@@ -142,7 +142,8 @@ class ReadingReport:
     width: int
     height: int
     scroll_width: int = 0  # the page's width with every <details> open: > width means horizontal scrolling
-    off_first_screen: list[str] = field(default_factory=list)  # of "summary", "per-paper table": not wholly on screen 1
+    off_first_screen: list[str] = field(default_factory=list)  # of "what we found", "start line", "summary",
+    # "per-paper table": missing, or not wholly on the first screen
     caveats: int = 0  # cells under a "caveat" / "note" header, every <details> open
     clipped_caveats: list[str] = field(default_factory=list)  # such cells cut off inside, or reaching past the window
     claims_hidden_at_first: bool = False  # the scorecard's every-claim table is not shown when the page opens
@@ -162,7 +163,8 @@ class ReadingReport:
 def reading_report(path: str | Path, width: int = 1400, height: int = 900, screenshot: str | Path | None = None,
                    timeout_ms: int = 60_000) -> ReadingReport:
     """Open the gallery at ``path`` in headless Chromium in a ``width`` x ``height`` window and measure what a reader
-    sees: whether the scorecard's summary and per-paper table lie wholly on the first screen (their boxes within
+    sees: whether what the run found, the start-here line, the scorecard's summary and per-paper table lie wholly on
+    the first screen (their boxes within
     ``[0, width] x [0, height]``), whether the every-claim table is hidden until one click on the ``<summary>`` that
     hides it, and -- with every ``<details>`` open -- the page's ``scrollWidth`` and every caveat cell (``scrollWidth
     <= clientWidth`` and its right edge inside the window); the math elements, any ``$\\command`` left in the visible
@@ -185,7 +187,11 @@ def reading_report(path: str | Path, width: int = 1400, height: int = 900, scree
             page.on("request", lambda r: report.external_requests.append(r.url) if leaves(r.url) else None)
             page.route(re.compile(r"^(?!file:|data:|about:|blob:)"), lambda route: route.abort())
             page.goto(report.url, wait_until="load", timeout=timeout_ms)
-            for name, box in (("summary", page.evaluate_handle(_SUMMARY_JS).as_element()),
+            def first(selector: str):
+                return page.locator(selector).first.element_handle() if page.locator(selector).count() else None
+
+            for name, box in (("what we found", first("#found")), ("start line", first("p.start")),
+                              ("summary", page.evaluate_handle(_SUMMARY_JS).as_element()),
                               ("per-paper table", page.locator(f"xpath={_PER_PAPER_XPATH}").element_handle()
                                if page.locator(f"xpath={_PER_PAPER_XPATH}").count() else None)):
                 rect = box.bounding_box() if box else None

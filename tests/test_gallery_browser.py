@@ -47,7 +47,7 @@ def _gallery(tmp_path):
     own (tall) figure; returns the built index.html."""
     nbdir, root = tmp_path / "notebooks", tmp_path / "figures"
     nbdir.mkdir()
-    for n, stem in enumerate(["05_x", "06_y", "07_z"]):
+    for n, stem in enumerate(["00_tour", "01_utilization", "13_vit"]):  # 00 first: the start line names it
         _notebook(nbdir / f"{stem}.ipynb", f"# {stem[:2]} · Question {n} about sinks\n\nDoes the sink move?",
                   "## 2 · How much each head sinks: $\\alpha_0^{l,h}$ (Gu et al.)\n\n**What we saw.** -")
         folder = root / stem
@@ -87,7 +87,7 @@ def test_nothing_needs_horizontal_scrolling(seen):
     assert seen.scroll_width <= WIDTH, f"the page is {seen.scroll_width} px wide with every <details> open"
 
 
-def test_scorecard_summary_and_per_paper_table_are_on_the_first_screen(seen):
+def test_what_was_found_where_to_start_and_the_scorecard_are_on_the_first_screen(seen):
     assert seen.off_first_screen == []
     assert seen.screenshot.stat().st_size > 0
 

@@ -172,3 +172,16 @@ def test_a_whitespace_token_gets_a_visible_label():
 
     assert [token_label(t) for t in (" ", "  ", "\n", " the", "the", "\t")] == ["_", "__", "\\n", "_the", "the", "\\t"]
     assert all(token_label(t) for t in (" ", "\n", "x")) and len(token_label("a" * 20)) == 8
+
+
+def test_a_column_outline_lies_outside_the_column_it_marks():
+    """02 fig05: a 1.2-pt outline on the column's own edges hid the one-cell column it marked."""
+    from sinklib.core.plotting import outline_column
+
+    fig, ax = plt.subplots()
+    ax.imshow(torch.ones(16, 16).numpy())
+    outline_column(ax, 10, 16, "lime")
+    (rect,) = ax.patches
+    assert rect.get_x() < 10 - 0.5 and rect.get_x() + rect.get_width() > 10 + 0.5  # both edges off the column
+    assert rect.get_y() < 10 - 0.5 and not rect.get_fill()  # from the first query that sees key 10
+    plt.close(fig)

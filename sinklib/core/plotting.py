@@ -83,13 +83,23 @@ def to_numpy(x) -> np.ndarray:
     return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
 
 
+def outline_column(ax, col: int, T: int, color: str, top: int | None = None) -> None:
+    """Outline key column ``col`` of a (T, T) map from row ``top`` (default: ``col``, the first query that sees it)
+    down, with a thin line drawn outside the column (on its neighbours' edges), so the outline never covers the
+    column's own cells."""
+    top = col if top is None else top
+    pad = 0.3  # the outline's distance outside the column, in cells
+    ax.add_patch(plt.Rectangle((col - 0.5 - pad, top - 0.5 - pad), 1 + 2 * pad, T - top + 2 * pad, fill=False,
+                               ec=color, lw=0.8, clip_on=False))
+
+
 def draw_attention(ax, A: np.ndarray, norm: LogNorm) -> object:
     """One causal (T, T) attention map on ``ax``: upper triangle blank, values clipped to ``norm``'s range, the
     first-key column outlined; returns the image (for a colour bar)."""
     T = A.shape[-1]
     masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, norm.vmin, norm.vmax))
     im = ax.imshow(masked, norm=norm, interpolation="nearest")
-    ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
+    outline_column(ax, 0, T, OUTLINE_COLOR)
     ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
     return im
 

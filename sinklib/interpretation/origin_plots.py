@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, to_numpy
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, outline_column, to_numpy
 
 
 def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
@@ -122,7 +122,7 @@ def attention_before_after(before, after, key: int, title: str = "", floor: floa
         masked = np.ma.masked_where(np.triu(np.ones((T, T), bool), 1), np.clip(A, floor, 1))
         im = ax.imshow(masked, norm=norm, interpolation="nearest")
         for col, color in ((0, OUTLINE_COLOR), (key, "#7CFC00")):  # cyan / lime: colours magma never takes
-            ax.add_patch(plt.Rectangle((col - 0.5, col - 0.5), 1, T - col, fill=False, ec=color, lw=1.2))
+            outline_column(ax, col, T, color)
         ax.set_title(name), ax.set_xlabel("key"), ax.set_ylabel("query"), ax.grid(False)
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention (log)")
     if title:

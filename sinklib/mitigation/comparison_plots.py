@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, VERDICT_COLOURS, to_numpy
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, VERDICT_COLOURS, outline_column, to_numpy
 from sinklib.mitigation.comparison import curve, rate_band
 
 
@@ -204,7 +204,7 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
         wide[:, :T] = np.where(np.tril(np.ones((T, T), bool)), np.clip(A, floor, 1), np.nan)
         wide[:, T + 1] = np.clip(rest, floor, 1)
         im = ax.imshow(np.ma.masked_invalid(wide), norm=norm, interpolation="nearest")
-        ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, T, fill=False, ec=OUTLINE_COLOR, lw=1.2))
+        outline_column(ax, 0, T, OUTLINE_COLOR)
         ticks = list(range(0, T, 8))
         ax.set_xticks([*ticks, T + 1], [*map(str, ticks), "rest"], fontsize=6)
         ax.set_yticks(ticks, list(map(str, ticks)), fontsize=6)
