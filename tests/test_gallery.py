@@ -167,7 +167,7 @@ def test_every_claim_list_is_closed_and_after_the_scorecard_summary(tmp_path):
     page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
     summary, per_paper = page.index("id='scorecard-summary'"), page.index("id='per-paper'")
     every = page.index("<details id='every-claim'>")  # closed: no "open" attribute
-    assert summary < per_paper < every < page.index("id='05_x'")
+    assert per_paper < summary < every < page.index("id='05_x'")
     assert page.index("id='every-claim-table'") > every and "href='#every-claim-table'" in page
     assert "{&quot;" not in page and '{"' not in page.split("<body>")[1]  # no JSON dump in a cell
     assert "<td class='caveat'>" in page and "table-layout:fixed" in page
@@ -249,11 +249,11 @@ def test_the_first_screen_says_what_was_found_where_to_start_and_counts_in_one_v
     _notebook(nbdir / "00_tour.ipynb", ("markdown", "# 00 · Tour\n\nWhere is the sink?"))
     page = gallery.build_gallery(root, notebook_dir=nbdir).read_text()
     found, summary = page.index("id='found'"), page.index("id='scorecard-summary'")
-    assert found < summary < page.index("id='per-paper'")
+    assert found < page.index("id='per-paper'") < summary  # what was found beside the per-paper bars, then counts
     assert "<b>Reproduce here:</b> Xiao et al. (1 of 1 hold)" in page  # the one test holds
     assert "<b>Start here:</b> <a href='#00_tour'>" in page and "<a href='#05_x'>" not in page.split("Start here")[1][:80]
     assert "1 tests of 1 claims from 1 papers" in page and "distinct claims" not in page and "records of" not in page
-    assert "class='bar'" in page and "style='width:100.0%'" in page  # the per-paper stacked bar
+    assert "class='bar'" in page and "style='width:100.0%' title='1 holds'>1</span>" in page  # per-paper bar
 
 
 def test_a_control_says_it_is_the_random_weight_control_and_values_carry_units(tmp_path):

@@ -148,7 +148,7 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
     (:data:`~sinklib.core.plotting.VERDICT_COLOURS`, a legend names them), else by its own colour; log scale where
     values span > 100x."""
     n = len(labels)
-    cols = min(3, n)
+    cols = 2 if n == 4 else min(3, n)  # four panels as 2 x 2, not a row of three and one alone
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 1.8, 2.6 * rows), squeeze=False,
                              layout="constrained")

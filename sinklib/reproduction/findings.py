@@ -89,7 +89,7 @@ def open_architectures(rows: Sequence[Row]) -> dict[str, str]:
         if not tests or any(r.verdict in JUDGED and r.kind == "pretrained" for r in tests):
             continue
         if all(r.kind == "stand-in" for r in tests):
-            why = "measured on a stand-in built here; a pretrained model needs the GPU profile"
+            why = "measured on stand-ins built here (a pretrained model needs the GPU profile)"
         elif any(r.needs_gpu for r in tests):
             why = "its claims need the GPU profile's model sizes"
         else:
@@ -117,6 +117,9 @@ def found(rows: Sequence[Row]) -> list[tuple[str, str]]:
             for model, link in breaks.items())))
     still = open_architectures(rows)
     if still:
-        out.append(("Architectures still open", "; ".join(f"{ARCHITECTURES[nb]} ({nb}): {why}"
-                                                          for nb, why in still.items())))
+        by_why: dict[str, list[str]] = {}  # one reason, the architectures it keeps open
+        for nb, why in still.items():
+            by_why.setdefault(why, []).append(f"{ARCHITECTURES[nb]} ({nb[:2]})")
+        out.append(("Architectures still open", "; ".join(f"{' and '.join(names)}: {why}"
+                                                          for why, names in by_why.items())))
     return out
