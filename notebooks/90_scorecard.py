@@ -115,7 +115,8 @@ with plotting.style():
                   f"(upper, open, diamond) and this run's (lower, filled; both numbers from the same model and the "
                   f"same text or training; colour: the claim's verdict; end marker: circle a pretrained model, "
                   f"square a stand-in, triangle a model trained here). The side of 1 is the direction the verdicts "
-                  f"read; the lengths differ by scale. {len(like['without'])} tests have no like-for-like ratio and "
+                  f"read; the lengths differ by scale; dotted: 1, the two quantities equal. {len(like['without'])} "
+                  f"tests have no like-for-like ratio and "
                   f"are left out; "
                   f"{len(not_finite)} ratios are left out for a zero or infinite value on either side." + left_out)
     fig = scorecard_plots.by_paper(split)

@@ -167,7 +167,7 @@ def context_and_chat(reports: Sequence, title: str = "") -> Figure:
         if c["low"] != c["high"]:  # a band only when there are several passages
             ax.fill_between(c["lengths"], c["low"], c["high"], color=colors[r.name], alpha=0.15, lw=0)
         if c.get("uniform"):
-            ax.plot(c["lengths"], c["uniform"], ls=":", lw=1.4, marker=marker, ms=3, color=colors[r.name])
+            ax.plot(c["lengths"], c["uniform"], ls=":", lw=1.4, color=colors[r.name])
     ax.plot([], [], ls=":", lw=1.4, color="grey", label="uniform attention, same layers (dotted)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
