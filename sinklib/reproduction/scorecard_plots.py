@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from sinklib.core.plotting import VERDICT_COLOURS
+from sinklib.reproduction.findings import short_model, short_paper
 
 COLOURS = VERDICT_COLOURS
 MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weights": "x"}
@@ -111,8 +112,7 @@ def within_run_ratios(ratios: Sequence[dict], title: str = "") -> Figure:
         ax.scatter([paper], [y + 0.17], zorder=3, **{**PAPER_MARKER, "s": 30})
         ax.scatter([run], [y - 0.17], marker=MARKERS.get(row.get("kind", "pretrained"), "o"), s=30,
                    color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=4)
-        model = row.get("model", "").split(" (")[0]
-        who = row.get("paper", "").split(" (")[0].split(",")[0]
+        model, who = short_model(row.get("model", "")), short_paper(row.get("paper", ""))
         labels.append(f"{who + ': ' if who else ''}{row['label']}" + (f" [{model}]" if model else ""))
     _rows_on_log_axis(ax, ys, labels, rows, values)
     ax.axvline(1.0, color="black", lw=0.6, ls=":")
