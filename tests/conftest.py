@@ -8,6 +8,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Triton kernels on the fake CUDA device run in Triton's interpreter, which must be chosen before Triton is first
 # imported (loading a model imports it): its own library functions are decorated for one mode at import
 os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ["TRITON_INTERPRET"] == "1":  # an older Triton's interpreter under NumPy >= 2.4 (a GPU host's image)
+    from tests.fake_cuda import triton_interpreter_index_fix
+
+    triton_interpreter_index_fix()
 torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 

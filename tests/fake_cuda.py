@@ -278,6 +278,30 @@ class _Stream:
         return None
 
 
+def triton_interpreter_index_fix() -> None:
+    """Triton's interpreter before 3.7 turns a program-dependent scalar into a Python int with ``int(array)`` of a
+    1-element array, which NumPy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars",
+    triton-lang/triton#9171): every ``range(start, T, ...)`` in a kernel fails there. Where the installed interpreter
+    has that line, wrap its tensor patching so ``__index__`` squeezes first, as the upstream fix does. A no-op on a
+    fixed Triton or without Triton; idempotent."""
+    try:
+        import inspect
+
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_sinklib_fixed", False) or "int(self.handle.data))" not in inspect.getsource(original):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched._sinklib_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
 @contextlib.contextmanager
 def fake_cuda(devices: int = 1) -> Iterator[None]:
     """Pretend this machine has ``devices`` CUDA GPUs (see the module docstring); undone on exit, even on error."""
@@ -303,6 +327,7 @@ def fake_cuda(devices: int = 1) -> Iterator[None]:
     saved_env = {k: os.environ.get(k) for k in (_SYNC_LOAD, _TRITON_INTERPRET)}
     os.environ[_SYNC_LOAD] = "1"
     os.environ[_TRITON_INTERPRET] = "1"  # Triton kernels on "cuda" tensors run in Triton's CPU interpreter
+    triton_interpreter_index_fix()
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.__future__.set_overwrite_module_params_on_conversion(True)  # module.to keeps the subclass
     for k, v in patches.items():

@@ -17,7 +17,7 @@ def ids():
 
 @torch.no_grad()
 def test_attentions_equal_output_attentions(tiny, ids):
-    eager = load_model("tiny-llama-random", attn_implementation="eager", seed=0)
+    eager = load_model("tiny-llama-random", attn_implementation="eager", seed=0, device="cpu")  # beside `tiny`
     ref = eager.model(ids, output_attentions=True, output_hidden_states=True)
     with Capture(tiny.model, attentions=True, hidden_states=True) as cap:
         out = tiny.model(ids)

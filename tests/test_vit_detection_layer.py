@@ -60,3 +60,22 @@ def test_head_features_read_after_the_final_layernorm():
     assert torch.allclose(register_means.head_features(lm, pixels, batch_size=1), expected, atol=1e-5)
     with pytest.raises(ValueError, match="final `layernorm`"):
         register_means.final_norm(torch.nn.Linear(2, 2))
+
+
+def test_head_features_and_register_means_run_on_one_cuda_device():
+    """On one GPU with device="cuda" (no accelerate hooks to move inputs), the captured last block comes back on the
+    CPU: the final LayerNorm must be given it on its own device. 13_vit stopped there on an H200."""
+    from tests.fake_cuda import fake_cuda
+
+    lm, inputs = tiny_random.loaded("dinov2_registers")
+    pixels = next(iter(inputs.values()))
+    expected = register_means.head_features(lm, pixels, batch_size=1)
+    with fake_cuda():
+        lm.model.to("cuda")
+        lm.device, on_gpu = torch.device("cuda"), pixels.to("cuda")
+        means = register_means.register_input_means(lm, on_gpu, batch_size=1)
+        got = register_means.head_features(lm, on_gpu, batch_size=1)
+        fixed = register_means.head_features(lm, on_gpu, batch_size=1,
+                                             extra=register_means.FixedRegisterMean(lm.model, means))
+        got, fixed = got.cpu(), fixed.cpu()
+    assert torch.allclose(got, expected, atol=1e-5) and fixed.shape == expected.shape

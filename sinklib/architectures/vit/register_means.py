@@ -114,7 +114,8 @@ def head_features(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, ex
                     vit_forward(lm, pixels[start:start + batch_size])
             else:
                 vit_forward(lm, pixels[start:start + batch_size])
-        h = norm(cap.get("hidden_states", last)).float()  # (B, T, d), as the heads see it
+        last_out = cap.get("hidden_states", last).to(norm.weight.device)  # the capture keeps it on the CPU
+        h = norm(last_out).float()  # (B, T, d), as the heads see it
         out.append(torch.cat([h[:, 0], h[:, n_prefix:].mean(1)], dim=-1).cpu())
     return torch.cat(out)
 
