@@ -338,18 +338,20 @@ table.to_csv(fig_dir / "final_table.csv")
                                         f"({paper['source']}):\n\n{comparison.markdown(reference)}\n")
 headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
                      for v in names}
-agreement = comparison.published_agreement(table, paper)
+agreement = comparison.published_agreement(table, paper, runs=runs)  # each direction judged seed by seed
 fa = table[("first-token attention", "mean")].astype(float)
 act = table[("max activation", "mean")].astype(float)
 massive = act.max() > SUN_MIN_ABS  # Sun et al.'s |h| > 100
 agrees = sum(line.endswith("-> agrees.") for line in agreement)
+unsettled_directions = sum("-> unsettled" in line for line in agreement)
 say(f"{int(table[('seeds', '')].iloc[0])} seeds",
     f"First-token attention ranges from {num(fa.min())} ({fa.idxmin()}) to {num(fa.max())} ({fa.idxmax()}); "
     f"uniform attention gives {num(uniform)}.",
     f"The largest |h| is {span(act.tolist())} across variants: this model {'has' if massive else 'has no'} massive "
     f"activations in Sun et al.'s sense (above {SUN_MIN_ABS:g})"
     + ("" if massive else ", so the activation columns cannot test the papers' claims about outliers") + ".",
-    (f"Against the published directions: {agrees} of {len(agreement)} comparisons agree." if agreement else
+    (f"Against the published directions: {agrees} of {len(agreement)} comparisons agree in every seed"
+     + (f", {unsettled_directions} split across seeds" if unsettled_directions else "") + "." if agreement else
      "No published number to compare a direction with."))
 
 # %% [markdown]
@@ -411,9 +413,11 @@ with plotting.style():
                   f"dotted: uniform attention ({uniform:.3f}).")
 headline["verdicts"] = verdict_lines
 headline["baseline_grows_sink"] = verdicts.grows_sink(table, "softmax", uniform)
-print("\nAgainst the published direction (paper-scale models; only where both numbers exist):")
+print("\nAgainst the published direction (paper-scale models; only where both numbers exist). A direction is not "
+      "the claim: a variant can lower first-token attention in every seed and still leave its removal unsettled.")
 for line in agreement:
-    print("-", line)
+    variant = line.split(",")[0]
+    print("-", line, f"[its claim: {claim_verdict[variant]}]" if variant in claim_verdict else "")
 headline["published_agreement"] = agreement
 parity_claim = table_claim = None
 if "headwise_rmsnorm" in runs:

@@ -356,11 +356,11 @@ say(f"{len(digits):,} held-out digits" + (f", {num(n_sinks.mean().item(), 2)} vi
     f"VAR {var_change}, redistributing in {edits.var_rows[0]:,} of the {edits.var_rows[1]:,} (head, text query, "
     f"layer) rows it could edit ({pct(edits.var_rows[0] / max(edits.var_rows[1], 1))})." if has_sinks else "",
     f"Claim {exist}; claim {masking}; claim {var}.",
-    f"The edits' random-weight control: {unjudged[0].lower() + unjudged[1:]}." if unjudged and has_sinks else "",
+    f"The edits' random-weight control: {unjudged.removeprefix('control run: ')}." if unjudged and has_sinks else "",
     f"NLL changes per projector seed -- {changes}." if len(per_seed) > 1 else "",
     f"No image token reaches phi >= {num(tau)} on " + ", ".join(
-        f"seed {s} (largest phi {num(v)}, {num(tau - v)} below tau = {num(tau)}, whose ceiling sqrt(d) is "
-        f"{num(kang_rules.phi_ceiling(d_model))})" for s, v in below.items())
+        f"seed {s} (largest phi {num(v)}, {num(tau - v)} below tau = {num(tau)}; section 2 says what tau asks of "
+        f"this width)" for s, v in below.items())
     + ": the same language model with a projector trained from another seed -- with nothing to hide, its masking "
       "and VAR draws have no sink to act on." if below and len(per_seed) > 1 else "")
 

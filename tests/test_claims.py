@@ -256,6 +256,7 @@ def test_a_draw_within_its_margin_is_counted_as_such_not_as_one_that_cannot_be_j
     """Issue 53 item 2 (12's stand-ins): seed 1's largest phi, 21.07, lies within the measured 2.656 of tau = 20 --
     the note said "1 of 2 cannot be judged". A draw within its margin is counted apart, with its numbers."""
     from sinklib.core.claims import Claim, against_cut, draw_summary, over_draws
+    from sinklib.core.takeaways import first_clause, verdict
 
     def draw(value: float) -> "Claim":
         holds, unsettled, margin = against_cut(value, 20.0, 2.656)
@@ -264,8 +265,11 @@ def test_a_draw_within_its_margin_is_counted_as_such_not_as_one_that_cannot_be_j
 
     out = over_draws([draw(23.2), draw(21.07)], "2 stand-ins")
     assert out.holds is None and out.unsettled
-    assert out.note.startswith("unsettled: 1 of 1 judged draw hold (1 of 2 within its margin of the cut) -- "
-                               "draw 2: 21.07 against the cut 20 (margin 2.656) (2 stand-ins)")
+    assert out.note.startswith("unsettled: draw 2: 21.07 against the cut 20 (margin 2.656) -- 1 of 1 judged draw "
+                               "hold (1 of 2 within its margin of the cut) (2 stand-ins)")  # the decisive cause first
     assert "cannot be judged" not in out.note
-    assert draw_summary((None, None), (True, True)).startswith("unsettled: no draw is clear of it (2 of 2 within")
+    # a takeaway gives the close call as the reason, not the count
+    assert verdict(out) == "is unsettled (draw 2: 21.07 against the cut 20 (margin 2.656))"
+    assert draw_summary((None, None), (True, True)).startswith("unsettled: no draw is clear of its cut (2 of 2 within")
+    assert first_clause("a (b; c); d") == "a (b; c)" and first_clause("a") == "a"  # a note's ";" inside parentheses
     assert draw_summary((True, None)) == "1 of 1 judgeable draw hold (1 of 2 cannot be judged)"  # unchanged

@@ -123,6 +123,15 @@ def _mass_by_kind_keeping_the_last_keys(mass, kinds, skip_last):
     return mass_by_kind(mass, kinds, 0)
 
 
+def _train_step_without_the_shift(model, ids, optimizer):
+    """Scores each position's logits against its own token, not the next one."""
+    loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
 WRONG = {  # one plausible mistake per check
     "alpha": lambda a, k: a[..., :, k].mean(-1),  # divides by T, counts queries that cannot see k
     "sink_rate": lambda a, eps: (a >= eps).float().mean().item(),  # >= instead of >
@@ -140,6 +149,7 @@ WRONG = {  # one plausible mistake per check
     "softpick": lambda x: torch.relu(torch.expm1(x)) / torch.expm1(x).abs().sum(-1, keepdim=True),  # masked keys count
     "head_rmsnorm": lambda o, g, eps: o * torch.rsqrt(o.pow(2).mean(dim=(-2, -1), keepdim=True) + eps) * g,
     "attention_function": _wrong_attention_function,
+    "train_step": _train_step_without_the_shift,
     "sink_mass": lambda a: a.mean(-2),  # divides every column by T, not by the queries that see it
     "mass_by_kind": _mass_by_kind_keeping_the_last_keys,
     "position_verdict": lambda own, rep, first, orig, keep=0.5: rep >= keep * own and orig < keep * own,  # no None

@@ -214,6 +214,22 @@ def test_published_agreement_compares_directions():
                for line in own)
 
 
+def test_published_agreement_is_judged_seed_by_seed():
+    """A mean on the paper's side that one seed of two contradicts is unsettled, not an agreement."""
+    ref = {"variants": {"softmax": {"first_attention": 0.467}, "off_by_one": {"first_attention": 0.033}}}
+    split = {"softmax": [fake_run([2.0], [0.40]), fake_run([2.0], [0.40])],
+             "off_by_one": [fake_run([2.0], [0.10]), fake_run([2.0], [0.45])]}  # mean 0.275 < 0.40, seed 2 above
+    table = comparison.final_table(split)
+    assert comparison.published_agreement(table, ref)[0].endswith("-> agrees.")  # the means alone
+    line = comparison.published_agreement(table, ref, runs=split)[0]
+    assert line.endswith("-> unsettled (1 of 2 seeds agree).")
+    both = {**split, "off_by_one": [fake_run([2.0], [0.10]), fake_run([2.0], [0.20])]}
+    assert comparison.published_agreement(comparison.final_table(both), ref, runs=both)[0].endswith("-> agrees.")
+    neither = {**split, "off_by_one": [fake_run([2.0], [0.50]), fake_run([2.0], [0.60])]}
+    assert comparison.published_agreement(comparison.final_table(neither), ref,
+                                          runs=neither)[0].endswith("-> disagrees.")
+
+
 def test_mitigation_claims_map_verdicts_to_holds(rate_settled):
     verdict = verdicts.SinkVerdict
     assert verdict("s", "removes", True, False, "").removes is True

@@ -71,6 +71,65 @@ def attention_function(module, query, key, value, attention_mask, scaling=None, 
 check.attention_function(attention_function)
 
 # %% [markdown]
+# ## Task 5 · one training step
+# 03 trains every variant from scratch with the same loop. Write its step: `train_step(model, ids, optimizer)` with
+# `ids` a (B, T) batch of token ids and `model(ids)` the (B, T, V) logits. The logits at position $t$ predict token
+# $t + 1$, so the loss is the cross-entropy of `logits[:, :-1]` against `ids[:, 1:]`, averaged over the $B(T-1)$
+# predictions. Clear the old gradients, backpropagate, step, and return the loss (a float) from before the step.
+
+# %%
+def train_step(model, ids, optimizer) -> float:
+    raise NotImplementedError  # your code here
+
+
+check.train_step(train_step)
+
+# %% [markdown]
+# ## Train a sink, then train one away
+# Your step trains two tiny language models on 03's bigram-backcopy data (Guo et al.: the setting in which 03's
+# softmax baseline grows a first-token sink on a CPU), one with softmax and one with your Softpick from Task 2, from
+# the same weights and batches. Predict, then run: after training, which one gives the first token more than uniform
+# attention? 03 measures the same thing on two seeds per variant; one seed here, so read it as a demonstration
+# (about two minutes on two CPU cores: 600 steps each, 03's CPU sizes, a constant learning rate).
+
+# %%
+import os  # noqa: E402
+
+from sinklib.core.metrics import alpha  # noqa: E402
+from sinklib.mitigation import variants  # noqa: E402
+from sinklib.mitigation.protocol import TRAIN_CPU, TRAIN_SMOKE  # noqa: E402
+from sinklib.mitigation.training import training_batches  # noqa: E402
+from sinklib.mitigation.variant_lm import TinyLM  # noqa: E402
+
+
+class YourSoftpick(variants.Softmax):
+    """03's attention block with your Task 2 function in place of softmax."""
+
+    fusable = False
+
+    def weights(self, q, k):
+        return softpick(variants.causal_logits(q, k))  # (B, H, T, T), masked logits -inf
+
+
+setting = TRAIN_SMOKE if os.environ.get("SINKLIB_EXERCISES_SMOKE") == "1" else TRAIN_CPU  # 03's own sizes
+batches = training_batches(setting)  # (steps, B, T): the same batches for both models
+T = setting.seq_len
+uniform = alpha(torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None], 0).item()  # every visible key alike
+for name in ("softmax", "your softpick"):
+    torch.manual_seed(0)  # the same starting weights
+    model = TinyLM(setting.model)
+    if name != "softmax":
+        for block in model.blocks:
+            block.attn = YourSoftpick(setting.model.d_model, setting.model.n_heads, block.hd)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=setting.lr)
+    losses = [train_step(model, batch.long(), optimizer) for batch in batches]
+    with torch.no_grad():
+        _, maps, _ = model(batches[-1].long(), record=True)  # (L, B, H, T, T)
+    heads = alpha(maps, 0).mean(1)  # (L, H): each head's attention to the first token
+    print(f"{name}: last-10-step loss {sum(losses[-10:]) / 10:.3f}; first-token attention of the strongest head "
+          f"{heads.max():.3f}, mean over heads {heads.mean():.3f} (uniform attention: {uniform:.3f})")
+
+# %% [markdown]
 # ## Try it on a real model
 # SmolLM2-135M was trained with softmax. Predict, then run: if every layer's softmax becomes off-by-one (one extra
 # unit in each row's denominator), does its perplexity move a little or a lot? What does that say about the size of

@@ -176,7 +176,7 @@ def draw_summary(draws: Sequence[bool | None], unsettled: Sequence[bool] = ()) -
     parts = [f"{close} of {len(draws)} within {'its' if close == 1 else 'their'} margin of the cut"]
     if unjudged:
         parts.append(f"{unjudged} cannot be judged")
-    lead = (f"{held} of {judged} judged draw{'s' if judged != 1 else ''} hold" if judged else "no draw is clear of it")
+    lead = (f"{held} of {judged} judged draw{'s' if judged != 1 else ''} hold" if judged else "no draw is clear of its cut")
     return f"unsettled: {lead} ({'; '.join(parts)})"
 
 
@@ -266,8 +266,12 @@ def over_draws(claims: Sequence[Claim], draws_of: str, key=None) -> Claim:
     if holds is None or len(judged) < len(draws):  # say what was (not) judged; the first unjudgeable draw's reason
         close = [c.holds is None and c.unsettled for c in claims]
         why = next((c.note for c, u in zip(claims, close) if c.holds is None and not u and c.note), "")
-        calls = _close_calls(claims)
-        note = f"{draw_summary(draws, close)}" + (f" -- {calls}" if calls else "") + f" ({draws_of})"
+        calls, summary = _close_calls(claims), draw_summary(draws, close)
+        if calls:  # the decisive cause first: which draw sat how close to which cut, then the count
+            lead = "unsettled: " if summary.startswith("unsettled: ") else ""
+            note = f"{lead}{calls} -- {summary.removeprefix('unsettled: ')} ({draws_of})"
+        else:
+            note = f"{summary} ({draws_of})"
         if why and why != first.note:
             note += f"; a draw that cannot be judged: {why}"
         note += f"; {first.note}" if first.note else ""

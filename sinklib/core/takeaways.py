@@ -128,7 +128,7 @@ def verdict(claim: Claim | None) -> str:
 def _reason(claim: Claim) -> str:
     """Why a claim is unsettled or cannot be judged: its note's first clause; for an unsettled claim without one, the
     draws (or the margin) that make it so."""
-    first = claim.note.split(";")[0].strip() if claim.note else ""
+    first = first_clause(claim.note)
     if claim.unsettled and not first:
         if claim.draws and len(claim.draws) > 1:
             first = draw_summary(claim.draws) + (f" ({claim.draws_of})" if claim.draws_of else "")
@@ -137,7 +137,19 @@ def _reason(claim: Claim) -> str:
             first = f"{num(m['value'])} is within {num(m['spread'])} of the cut {num(m['cut'])}"
     if claim.unsettled and first.startswith("unsettled: "):
         first = first[len("unsettled: "):]
+    if claim.unsettled and first.startswith("draw ") and " -- " in first:  # a close call leads: it is the reason
+        first = first.split(" -- ")[0]
     return first
+
+
+def first_clause(text: str) -> str:
+    """Up to the first ";" outside parentheses: "a (b; c); d" -> "a (b; c)"."""
+    depth = 0
+    for i, ch in enumerate(text or ""):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == ";" and depth <= 0:
+            return text[:i].strip()
+    return (text or "").strip()
 
 
 def claim_line(claim: Claim | None, name: str | None = None) -> str:

@@ -155,13 +155,16 @@ def _number(value) -> float | None:
 
 
 def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str = "softmax",
-                        metrics: Mapping[str, str] | None = None) -> list[str]:
+                        metrics: Mapping[str, str] | None = None, runs: Runs | None = None) -> list[str]:
     """Does each variant move a metric the way the paper reports? One line per variant and metric where the
     reference gives a number for both the variant and the baseline: published ratio variant/baseline beside the
     measured one, "agrees" when both are on the same side of 1.
 
     The published baseline is the variant's own (``baseline_<metric>`` in its reference entry, e.g. the 0.65 of the
     off-by-one report) where the paper gives one, else the shared softmax entry: a ratio never mixes two papers.
+    With ``runs`` (seed by seed, as :func:`final_table` reads them) the direction is judged per seed, the variant's
+    i-th run against the baseline's i-th: "agrees" or "disagrees" only when every seed does, else "unsettled (k of n
+    seeds agree)" -- a mean on the paper's side from one seed of two is no agreement.
     """
     metrics = metrics or {"first_attention": "first-token attention", "val_loss": "val loss"}
     ref = reference["variants"]
@@ -176,7 +179,12 @@ def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str =
                 continue
             ov, ob = table.loc[variant, (label, "mean")], table.loc[baseline, (label, "mean")]
             pr, mr = pv / pb, ov / ob
-            verdict = "agrees" if (pr - 1) * (mr - 1) > 0 else "disagrees"
+            sides = [(pr - 1) * (mr - 1) > 0]  # one draw: the means
+            if runs is not None:
+                sides = [(pr - 1) * (v["checkpoints"][-1][key] / b["checkpoints"][-1][key] - 1) > 0
+                         for v, b in zip(runs[variant], runs[baseline])]
+            verdict = ("agrees" if all(sides) else "disagrees" if not any(sides) else
+                       f"unsettled ({sum(sides)} of {len(sides)} seeds agree)")
             lines.append(f"{variant}, {label} vs {baseline}: published {pv:g} / {pb:g} = {pr:.2f}x; here "
                          f"{ov:.3f} / {ob:.3f} = {mr:.2f}x -> {verdict}.")
     return lines

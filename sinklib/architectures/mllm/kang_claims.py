@@ -128,10 +128,8 @@ def visual_sink_claims(profile: MllmProfile, masking: dict[str, float] | None, v
                   "width-matched tau": matched,
                   "by tau": {f"{t:.3g}": v for t, v in sensitivity.items()}} | peaks,
         **exists_judged(peaks["largest image-token phi"], ratio, standin), note=note, follows=FOLLOWS_SINKS,
-        adapted=f"{width} -- judged at the paper's tau all the same; the verdict uses the paper's tau = 20, and the "
-                "same rule "
-                "at the width-matched tau 20 sqrt(d / 4096) (the same share of the squared norm as at LLaVA-1.5-7B's "
-                "d = 4096) is recorded beside it under 'by tau'; sink dims found from the first token's hidden states "
+        adapted=f"{width}; the verdict uses the paper's tau = 20, the width-matched tau 20 sqrt(d / 4096) is "
+                "recorded beside it under 'by tau'; sink dims found from the first token's hidden states "
                 "(the paper: the LM's known massive-activation dims); the attention-received comparison is ours",
         at_init=False, quantities=PEAK_QUANTITIES | sink_quantities(standin))]
     if masking is not None:

@@ -17,7 +17,13 @@ from __future__ import annotations
 from sinklib.teaching.check._core import Result
 from sinklib.teaching.check.interpretation import position_variance, self_only_mask, super_neuron
 from sinklib.teaching.check.llm import mass_by_kind, position_verdict, sink_mass
-from sinklib.teaching.check.mitigation import attention_function, head_rmsnorm, softmax_off_by_one, softpick
+from sinklib.teaching.check.mitigation import (
+    attention_function,
+    head_rmsnorm,
+    softmax_off_by_one,
+    softpick,
+    train_step,
+)
 from sinklib.teaching.check.mllm import image_centric_rows, phi, var_redistribute
 from sinklib.teaching.check.moe import expert_output_max, router_entropy, super_experts
 from sinklib.teaching.check.tour import alpha, dom_ratio, massive, sink_rate, uniform_alpha
@@ -33,7 +39,7 @@ ALL = {f.__name__: f for f in (
     alpha, sink_rate, uniform_alpha, dom_ratio, massive,  # 00
     kept_positions, fake_quantize, act_redistribute, sink_window_layer,  # 01
     position_variance, super_neuron, self_only_mask,  # 02
-    softmax_off_by_one, softpick, head_rmsnorm, attention_function,  # 03
+    softmax_off_by_one, softpick, head_rmsnorm, attention_function, train_step,  # 03
     sink_mass, mass_by_kind, position_verdict,  # 10
     router_entropy, expert_output_max, super_experts,  # 11
     phi, image_centric_rows, var_redistribute,  # 12

@@ -1,5 +1,5 @@
-"""Checks for ``notebooks/exercises/03_mitigation``: softmax-off-by-one, softpick, head-wise RMSNorm and an
-attention function for transformers' registry."""
+"""Checks for ``notebooks/exercises/03_mitigation``: softmax-off-by-one, softpick, head-wise RMSNorm, an
+attention function for transformers' registry and one training step."""
 
 from __future__ import annotations
 
@@ -142,4 +142,66 @@ def attention_function(fn: Callable, quiet: bool = False) -> Result:
     return run("attention_function", [
         ("output shape with 4 query heads and 2 key/value heads", shapes),
         ("a tiny Llama running your function (mask as transformers passes it)", on_model),
+    ], quiet)
+
+
+def train_step(fn: Callable, quiet: bool = False) -> Result:
+    """``fn(model, ids (B, T), optimizer) -> float``: one step of next-token training, as 03 trains every variant.
+    The logits at position t predict token t + 1: loss = cross-entropy(logits[:, :-1], ids[:, 1:]) averaged over the
+    B (T - 1) predictions; clear the old gradients, backpropagate, step; return the loss before the step.
+
+    By hand: a model whose logits are all 0 over V tokens has loss ln V whatever the ids (ln 4 = 1.386 at V = 4).
+    The check trains a tiny TinyLM with your step and with the reference, from the same weights, with SGD: the loss
+    and the weights must match after one step and after two (two in a row catch gradients that were not cleared).
+    """
+    import copy
+
+    import torch.nn.functional as F
+
+    from sinklib.mitigation.variant_lm import TinyConfig, TinyLM
+
+    class Zeros(torch.nn.Module):  # the hand case: logits 0 everywhere, one parameter so that SGD has work
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, ids):
+            return torch.zeros(*ids.shape, 4) * self.w
+
+    def reference(model, ids, optimizer):
+        logits = model(ids)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    fn = fresh_inputs(fn)
+    torch.manual_seed(0)
+    start = TinyLM(TinyConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_len=8, rope_theta=0.0))
+    ids = torch.randint(0, 16, (3, 8), generator=torch.Generator().manual_seed(1))
+
+    def hand():
+        model = Zeros()
+        got = fn(model, ids % 4, torch.optim.SGD(model.parameters(), lr=0.1))
+        if not isinstance(got, float | int) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
+            raise Wrong(f"returned {type(got).__name__}, expected the loss as a number (float(loss))")
+        same(torch.tensor(float(got)), torch.tensor(math.log(4.0)), "loss of all-zero logits over 4 tokens")
+
+    def steps(n: int):
+        def case():
+            mine, theirs = copy.deepcopy(start), copy.deepcopy(start)
+            opt_mine = torch.optim.SGD(mine.parameters(), lr=0.5)
+            opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.5)
+            for i in range(n):
+                got, want = fn(mine, ids, opt_mine), reference(theirs, ids, opt_theirs)
+                same(torch.tensor(float(got)), torch.tensor(want), f"loss returned at step {i + 1}", atol=1e-5)
+            for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
+                same(p.detach(), q.detach(), f"weight {name} after {n} step{'s' if n > 1 else ''}", atol=1e-5)
+        return case
+
+    return run("train_step", [
+        ("hand case: all-zero logits over 4 tokens give ln 4", hand),
+        ("one step from the same weights (next-token targets, then the update)", steps(1)),
+        ("two steps in a row (old gradients cleared)", steps(2)),
     ], quiet)
