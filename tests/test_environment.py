@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from sinklib.reproduction import environment
+from tests.second_setting import another_isa, second_setting
 
 
 def test_another_isa_steps_down_from_each_kernel():
-    assert environment.another_isa("brg_matmul:avx10_1_512_amx") == "AVX512_CORE_BF16"
-    assert environment.another_isa("brg_matmul:avx512_core_amx") == "AVX512_CORE_BF16"
-    assert environment.another_isa("brg_matmul:avx512_core_bf16") == "AVX512_CORE"
-    assert environment.another_isa("gemm:jit:bf16") == "AVX2"
-    assert environment.another_isa("ATen (not oneDNN)") is None and environment.another_isa(None) is None
+    assert another_isa("brg_matmul:avx10_1_512_amx") == "AVX512_CORE_BF16"
+    assert another_isa("brg_matmul:avx512_core_amx") == "AVX512_CORE_BF16"
+    assert another_isa("brg_matmul:avx512_core_bf16") == "AVX512_CORE"
+    assert another_isa("gemm:jit:bf16") == "AVX2"
+    assert another_isa("ATen (not oneDNN)") is None and another_isa(None) is None
 
 
 def test_the_second_setting_runs_another_bf16_kernel_on_this_host():
     """ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 was the second setting everywhere: on an AMD host with avx512_bf16 it is
     a no-op, so the same-seed check compared one kernel with itself there."""
-    env, here, there = environment.second_setting(threads=2)
+    env, here, there = second_setting(threads=2)
     print(f"bf16 matmul here: {here}; under {env}: {there}")
     assert here["onednn_bf16_matmul"] and there["onednn_bf16_matmul"]
     assert there["onednn_bf16_matmul"] != here["onednn_bf16_matmul"]
-    assert env["OMP_NUM_THREADS"] == "2" and env["ONEDNN_MAX_CPU_ISA"] == environment.another_isa(
+    assert env["OMP_NUM_THREADS"] == "2" and env["ONEDNN_MAX_CPU_ISA"] == another_isa(
         here["onednn_bf16_matmul"])

@@ -161,16 +161,12 @@ def test_a_new_recipe_rebuilds_and_an_untouched_copy_is_hashed_once(cache, monke
     assert _builds(cache) == 2 and hashed == ["model.safetensors"]  # hashed once, then its new mtime is recorded
 
 
-def test_a_folder_built_before_manifests_is_adopted_if_whole_and_rebuilt_if_not(cache, capsys):
-    old = conversion.converted_path("legacy")
-    _tiny_build(old)  # as the code before manifests left it: no manifest
-    assert conversion.build_once("legacy", _tiny_build) == old and _builds(cache) == 1  # not rebuilt
-    assert (old / manifest.MANIFEST).exists()  # recorded now: later corruption is caught
-    broken = conversion.converted_path("legacy-broken")
-    _tiny_build(broken)
-    (broken / "config.json").write_text("")
-    conversion.build_once("legacy-broken", _tiny_build)
-    assert _builds(cache) == 3 and json.loads((broken / "config.json").read_text())["model_type"] == "llama"
+def test_a_folder_without_a_manifest_is_rebuilt(cache, capsys):
+    """An interrupted build (or one by a sinklib older than manifests) has no manifest: rebuilt once, with a note."""
+    old = conversion.converted_path("unrecorded")
+    _tiny_build(old)  # files, no manifest
+    assert conversion.build_once("unrecorded", _tiny_build) == old and _builds(cache) == 2
+    assert (old / manifest.MANIFEST).exists() and "rebuilding" in capsys.readouterr().err
 
 
 def _build_in_process(cache: str, queue) -> None:
@@ -254,17 +250,12 @@ def test_garbage_in_a_training_pt_is_one_line_naming_the_file(cache, monkeypatch
     assert trained == [TINY_RUN.key()] and isinstance(training.load_trained(TINY_RUN), torch.nn.Module)
 
 
-def test_a_training_run_cached_before_manifests_is_adopted_if_whole(cache, monkeypatch):
+def test_a_training_run_without_its_manifest_is_trained_again(cache, monkeypatch):
     training.train(TINY_RUN, progress=False)
-    training.run_manifest(TINY_RUN).unlink()  # as the code before manifests left it
+    training.run_manifest(TINY_RUN).unlink()  # an interrupted save, or a run cached by an older sinklib
     trained = _count_trainings(monkeypatch)
     training.train(TINY_RUN, progress=False)
-    assert trained == [] and training.run_manifest(TINY_RUN).exists()
-    json_path, weights_path = training.run_paths(TINY_RUN)
-    training.run_manifest(TINY_RUN).unlink()
-    weights_path.write_bytes(b"")  # a legacy run with an empty .pt is not whole
-    training.train(TINY_RUN, progress=False)
-    assert trained == [TINY_RUN.key()]
+    assert trained == [TINY_RUN.key()] and training.run_manifest(TINY_RUN).exists()
 
 
 # --- kept per-model results ----------------------------------------------------------------------------------------

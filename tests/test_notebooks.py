@@ -21,7 +21,7 @@ WRITES_CLAIMS = {"00_tour", "01_utilization", "02_interpretation", "03_mitigatio
 # (benchmarks/determinism.py: threads, PYTHONHASHSEED, deterministic kernels).
 # notebooks whose numbers depend on the threads or the instruction set (bf16 training, 2- and 4-bit KV rounding): run a
 # second time under another setting -- two threads a notebook (make figures JOBS=1) and oneDNN capped to an instruction
-# set whose bf16 matmul kernel differs from the one this host runs (sinklib.reproduction.environment.second_setting: AMX ->
+# set whose bf16 matmul kernel differs from the one this host runs (tests/second_setting.py: AMX ->
 # AVX512_CORE_BF16, AVX512_CORE_BF16 -> AVX512_CORE's jit gemm, ...; a cap that is a no-op here would compare nothing)
 # -- their verdicts must not change. The builds among them are rebuilt from an empty cache there. 01 (float32
 # forwards; its 2- and 4-bit KV ratios judged by paired intervals) gave the same verdicts under such a setting; its
@@ -34,7 +34,7 @@ VARIES = {"03_mitigation", "12_mllm"}  # the builds trained in bfloat16 autocast
 @functools.cache
 def second_setting() -> tuple[dict[str, str], dict, dict]:
     """(environment, this host's bf16 kernel, the kernel under it): probed once per session."""
-    from sinklib.reproduction.environment import second_setting as probe
+    from tests.second_setting import second_setting as probe
 
     return probe(threads=2)
 

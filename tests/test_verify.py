@@ -11,6 +11,12 @@ import pytest
 from sinklib.core import quantities as q
 from sinklib.reproduction import environment, verify
 
+
+def notes_of(run: dict, reference: dict) -> list[str]:
+    """Where ``run``'s environment differs from the reference's, one line each."""
+    return [d.text for d in environment.environment_differences(run, reference)]
+
+
 KV_ID = "intactkv.keep_sinks_full_precision"
 
 
@@ -199,7 +205,7 @@ def test_environment_notes_name_cpu_flags_isa_variables_and_threads_with_both_va
                 onednn_isa="Intel AVX-512 with Intel DL Boost, bfloat16 and AMX", onednn_bf16_matmul="brg_matmul:avx512_core_amx",
                 kernel_variables=dict.fromkeys(environment.KERNEL_VARIABLES) | {"MKL_CBWR": "COMPATIBLE"}, torch_threads=4,
                 notebook_threads={"03_mitigation": {"MKL_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}})
-    notes = environment.environment_notes({"environment": here}, {"environment": ref})
+    notes = notes_of({"environment": here}, {"environment": ref})
     text = "\n".join(notes)
     assert "cpu flags differ: amx_bf16, amx_tile here, not in the reference" in text
     assert "onednn_isa: Intel AVX-512 with Intel DL Boost, bfloat16 and AMX here, Intel AVX-512 with Intel DL Boost " \
@@ -209,9 +215,9 @@ def test_environment_notes_name_cpu_flags_isa_variables_and_threads_with_both_va
     assert "torch_threads: 4 here, 2 in the reference" in text
     assert "threads of 03_mitigation: MKL_NUM_THREADS=2, OMP_NUM_THREADS=2 here, MKL_NUM_THREADS=1, OMP_NUM_THREADS=1 " \
            "in the reference" in text
-    assert environment.environment_notes({"environment": ref}, {"environment": ref}) == []
+    assert notes_of({"environment": ref}, {"environment": ref}) == []
     # a oneDNN field one side could not read (oneDNN printed its header earlier in that process) is not a difference
-    assert environment.environment_notes({"environment": _env(onednn_isa=None)}, {"environment": ref}) == []
+    assert notes_of({"environment": _env(onednn_isa=None)}, {"environment": ref}) == []
 
 
 def test_the_report_names_the_environment_first_and_the_setting_that_most_plausibly_moved_each_kind():

@@ -152,50 +152,6 @@ def problem(manifest: Path, root: Path, names: Iterable[str], recipe: str, *, ha
     return None
 
 
-def whole_problem(path: Path) -> str | None:
-    """None when ``path`` looks whole by its own format, else why not -- the check for an entry cached before
-    manifests existed, which has no hashes to compare: empty; a ``.json`` that does not parse; a ``.safetensors``
-    whose header does not account for exactly its size (a truncated or extended file); a ``.pt`` (a zip archive)
-    whose members fail their CRC-32 (bytes changed inside). It cannot see a consistent file with wrong content."""
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            return f"{path} is empty"
-        if path.suffix == ".json":
-            json.loads(path.read_text())
-        elif path.suffix == ".safetensors":
-            return _safetensors_problem(path, size)
-        elif path.suffix == ".pt":
-            return _zip_problem(path)
-    except (OSError, ValueError) as err:
-        return f"{path} cannot be read ({first_line(err)})"
-    return None
-
-
-def _safetensors_problem(path: Path, size: int) -> str | None:
-    """A safetensors file is ``u64 n | n bytes of JSON header | data``; its size must be ``8 + n + max(end offset)``."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if n <= 0 or 8 + n > size:
-            return f"{path} has a header of {n} bytes in {size}"
-        header = json.loads(f.read(n))
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
-    expected = 8 + n + max(ends, default=0)
-    return None if expected == size else f"{path} has {size} bytes, its header describes {expected}"
-
-
-def _zip_problem(path: Path) -> str | None:
-    """A ``torch.save`` file is a zip archive: every member is read and checked against its CRC-32."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError) as err:
-        return f"{path} is not a whole torch.save archive ({first_line(err)})"
-    return None if bad is None else f"{path} fails the CRC of its member {bad}"
-
-
 def note(text: str) -> None:
     """A one-line note on stderr about the cache (a notebook shows it in the cell's output): ``[sinklib] text``."""
     print(f"[sinklib] {text}", file=sys.stderr, flush=True)

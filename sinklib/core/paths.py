@@ -43,7 +43,7 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "sinklib"
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process umask (reading it means setting it; it is put back at once)."""
     mask = os.umask(0o022)
     os.umask(mask)
@@ -62,7 +62,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            os.fchmod(fh.fileno(), 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -78,6 +78,13 @@ def figure_title(fig: Figure) -> str:
     return next((" ".join(t.split()) for t in texts if t and t.strip()), "")
 
 
+def titled(fig: Figure, title: str, ax=None) -> Figure:
+    """``fig`` with ``title`` on top -- the figure's suptitle, or ``ax``'s title when given -- unless it is empty."""
+    if title:
+        (ax.set_title if ax is not None else fig.suptitle)(title)
+    return fig
+
+
 def to_numpy(x) -> np.ndarray:
     """A tensor (any device, any dtype) or array-like as a float NumPy array, for matplotlib."""
     return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
@@ -146,9 +153,7 @@ def attention_grid(
                 if labelled:
                     ax.set_xticks(range(T), names, rotation=90, fontsize=6)
     fig.colorbar(im, ax=axes, shrink=0.6, label="attention probability (log)")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def alpha_heatmap(alphas, title: str = "", eps: float | None = 0.3, key_label: str = "first token") -> Figure:
@@ -164,9 +169,7 @@ def alpha_heatmap(alphas, title: str = "", eps: float | None = 0.3, key_label: s
     ax.grid(False)
     ax.set_xticks(range(H)), ax.set_yticks(range(0, L, max(1, L // 10)))
     fig.colorbar(im, ax=ax, label=f"alpha of the {key_label}")
-    if title:
-        ax.set_title(title)
-    return fig
+    return titled(fig, title, ax)
 
 
 def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mapping[str, Mapping[str, float]] | None = None,
@@ -187,9 +190,7 @@ def sink_rate_bars(measured: Mapping[str, float], label: str, references: Mappin
     ax.set_xticks(range(len(kinds)), kinds)
     ax.set_ylabel(f"sink rate (%, alpha > {eps})"), ax.set_ylim(0, 112)
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Sequence[int], title: str = "",
@@ -226,9 +227,7 @@ def massive_by_layer(values: Sequence[float], medians: Sequence[float], dims: Se
     ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom for the labels
     ax.set_xlabel("layer (residual stream after the block)"), ax.set_ylabel("|activation|")
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def dom_ratio_by_layer(first: Sequence[float], rest: Sequence[float], title: str = "") -> Figure:
@@ -238,9 +237,7 @@ def dom_ratio_by_layer(first: Sequence[float], rest: Sequence[float], title: str
     ax.semilogy(rest, "s-", ms=3, label="other tokens (mean)")
     ax.set_xlabel("layer"), ax.set_ylabel("DomRatio = max|h| / mean|h|")
     ax.legend()
-    if title:
-        ax.set_title(title)
-    return fig
+    return titled(fig, title, ax)
 
 
 def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: float | None = 0.3,
@@ -256,9 +253,7 @@ def alpha_by_layer(series: Mapping[str, Sequence[float]], title: str = "", eps: 
         ax.axhline(uniform, ls=":", lw=1, color="black", label=f"uniform attention ({uniform:.3f})")
     ax.set_xlabel("layer"), ax.set_ylabel("alpha of the first token\n(mean over heads, sequences)"), ax.set_ylim(0, 1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the axes, never over the data
-    if title:
-        ax.set_title(title)
-    return fig
+    return titled(fig, title, ax)
 
 
 def long_context_benchmark(rows: Sequence[Mapping], model: str, target_ratio: float = 1.2) -> Figure:
@@ -308,6 +303,4 @@ def mass_vs_context(lengths: Sequence[int], series: Mapping[str, Sequence[float]
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylim(top=1.0)
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)

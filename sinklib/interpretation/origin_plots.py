@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, outline_column, to_numpy
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, outline_column, titled, to_numpy
 
 
 def variance_by_position(before, after, layers: Sequence[int], title: str = "") -> Figure:
@@ -27,9 +27,7 @@ def variance_by_position(before, after, layers: Sequence[int], title: str = "") 
         ax.set_title(name), ax.set_xlabel("position t")
     axes[0].set_ylabel("Var at t / Var at t = 0")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def super_neuron(by_position: Mapping[str, object], w_down, label: str, massive_dims: Sequence[int] = (),
@@ -93,9 +91,7 @@ def disparity_chain(chain: Mapping[str, object], onset: Sequence[int] = (), titl
         axes[2].annotate("massive value\nappears" if i == 0 else "jumps", (layer, 0.97 - 0.3 * (i % 3)),
                          xycoords=("data", "axes fraction"), xytext=(3, 0), textcoords="offset points", va="top",
                          fontsize=7, color="black")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def lock_in(cos, positive, alpha, title: str = "") -> Figure:
@@ -108,9 +104,7 @@ def lock_in(cos, positive, alpha, title: str = "") -> Figure:
         ax.axvline(0.3, ls="--", lw=1, color="grey")  # eps: heads to the right are sink heads
         ax.set_xlabel("alpha of the first token (head)"), ax.set_ylabel(name)
     fig.colorbar(sc, ax=axes, label="layer")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def attention_before_after(before, after, key: int, title: str = "", floor: float = 1e-3) -> Figure:
@@ -125,9 +119,7 @@ def attention_before_after(before, after, key: int, title: str = "", floor: floa
             outline_column(ax, col, T, color)
         ax.set_title(name), ax.set_xlabel("key"), ax.set_ylabel("query"), ax.grid(False)
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention (log)")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def alpha_before_after(series: Mapping[str, Sequence[float]], key: int, title: str = "") -> Figure:
@@ -138,9 +130,7 @@ def alpha_before_after(series: Mapping[str, Sequence[float]], key: int, title: s
     ax.axhline(0.3, ls="--", lw=1, color="grey", label="eps = 0.3")
     ax.set_xlabel("layer"), ax.set_ylabel(f"alpha of position {key}\n(mean over heads)"), ax.set_ylim(0, 1)
     ax.legend()
-    if title:
-        ax.set_title(title)
-    return fig
+    return titled(fig, title, ax)
 
 
 def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]], key: int, title: str = "") -> Figure:
@@ -152,9 +142,7 @@ def lambda_sweep(lambdas: Sequence[float], curves: Mapping[str, Sequence[float]]
     ax.set_xlabel("lambda"), ax.set_ylabel(f"attention of later queries to position {key}\n(mean over heads of "
                                             "later layers)")
     ax.legend()
-    if title:
-        ax.set_title(title)
-    return fig
+    return titled(fig, title, ax)
 
 
 def perplexity_label(value: float) -> str:
@@ -206,9 +194,7 @@ def perplexities(values: Mapping[str, float], title: str = "", reference: Mappin
     ax.set_ylim(top=top)
     ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names], fontsize=8)
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def sink_as_bias(value_norm_ratio, sink_term_spread, alpha, title: str = "") -> Figure:
@@ -229,6 +215,4 @@ def sink_as_bias(value_norm_ratio, sink_term_spread, alpha, title: str = "") -> 
         ax.set_xlabel("alpha of the first token (head)")
         ax.axvline(0.3, ls="--", lw=1, color="grey")  # eps: heads to the right are sink heads
     axes[1].legend(loc="best", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, VERDICT_COLOURS, outline_column, to_numpy
+from sinklib.core.plotting import OUTLINE_COLOR, SINK_COLOR, VERDICT_COLOURS, outline_column, titled, to_numpy
 from sinklib.mitigation.comparison import curve, rate_band
 
 
@@ -50,9 +50,7 @@ def emergence(runs: Sequence[dict], uniform: float, eps: float = 0.3, title: str
         cx.annotate(f"step 0: {loss[0]:.2f}", (s[1], cx.get_ylim()[1]), xytext=(4, -10), textcoords="offset points",
                     fontsize=7, ha="left", va="top")  # said, not a line that leaves the panel
     bx.set_title("(b) sink rate and loss")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 # one colour per variant in every figure of the notebook (softmax: black), so fig03, fig04 and fig05 agree
@@ -123,9 +121,7 @@ def loss_curves(runs: Mapping[str, Sequence[dict]], key: str = "val_loss", title
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
     if note:
         fig.supxlabel(note, fontsize=7, color="dimgrey")  # below the axes; constrained layout keeps it clear
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 # the final-table labels that are proportions (0 to 1): their +- sd bars are clipped to [0, 1] (:func:`proportion_bars`)
@@ -176,9 +172,7 @@ def final_bars(table: pd.DataFrame, labels: Sequence[str], uniform: float | None
         handles = [plt.Line2D([], [], marker="o", ls="", color=VERDICT_COLOURS[w], label=w) for w in shown]
         fig.legend(handles=handles, loc="outside right center", fontsize=8, title="the variant's claim",
                    title_fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1e-3, title: str = "",
@@ -218,9 +212,7 @@ def attention_maps(maps: Mapping[str, object], head_label: str, floor: float = 1
         ax.axis("off")
     axes[-1, 0].set_xlabel("key (rest: 1 - row sum)", fontsize=7), axes[-1, 0].set_ylabel("query", fontsize=7)
     fig.colorbar(im, ax=axes, shrink=0.6, label=f"attention weight (log), {head_label}")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def _spread_labels(ys: Sequence[float], gap: float) -> list[float]:
@@ -273,7 +265,5 @@ def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float 
     ax.set_xlabel("training step"), ax.set_ylabel("strongest head's first-token share")
     ax.set_title(f"at each line's end: its slope over the last quarter, per 100 steps (rising: > {RISING:g})",
                  fontsize=7, color="dimgrey", loc="right")
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 

@@ -133,35 +133,13 @@ def run_manifest(cfg: TrainConfig) -> Path:
 
 def run_problem(cfg: TrainConfig) -> str | None:
     """None when the cached run of ``cfg`` is complete -- its JSON and ``.pt`` match its manifest (sizes; sha256 of
-    a file with a new mtime) -- else what is missing or differs, naming the file.
-
-    A run cached before manifests (both files, no manifest) is adopted -- its manifest recorded, with a note -- when
-    its JSON parses to a run and its ``.pt`` passes its zip CRCs (:func:`sinklib.core.manifest.whole_problem`)."""
+    a file with a new mtime) -- else what is missing or differs, naming the file."""
     json_path, weights_path = run_paths(cfg)
-    names, record = [json_path.name, weights_path.name], run_manifest(cfg)
-    if not record.exists() and json_path.exists() and weights_path.exists():
-        problem = _legacy_run_problem(json_path, weights_path)
-        if problem is None:
-            try:
-                _record_run(cfg)
-                manifest.note(f"the run {cfg.key()} was cached before manifests; recorded one")
-            except OSError:
-                pass  # a read-only cache: checked, only not recorded (checked again next time)
-        return problem
+    record = run_manifest(cfg)
     if not record.exists():
-        missing = [str(p) for p in (json_path, weights_path) if not p.exists()]
+        missing = [str(p) for p in (json_path, weights_path, record) if not p.exists()]
         return f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing"
-    return manifest.problem(record, json_path.parent, names, _RUN_RECIPE, refresh=True)
-
-
-def _legacy_run_problem(json_path: Path, weights_path: Path) -> str | None:
-    """Why a run cached before manifests is not whole (None when it is): a file that is not whole by its format, or
-    a JSON that is not a run (no ``checkpoints``)."""
-    problem = manifest.whole_problem(json_path) or manifest.whole_problem(weights_path)
-    run = json.loads(json_path.read_text()) if problem is None else None
-    if problem is None and not (isinstance(run, dict) and "checkpoints" in run):
-        problem = f"{json_path} is not a training run (no checkpoints)"
-    return problem
+    return manifest.problem(record, json_path.parent, [json_path.name, weights_path.name], _RUN_RECIPE, refresh=True)
 
 
 def _record_run(cfg: TrainConfig) -> None:

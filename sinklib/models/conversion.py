@@ -38,7 +38,7 @@ import torch
 from sinklib.core import manifest
 from sinklib.core.errors import InputError, OfflinePackageMissingError, SinklibError
 from sinklib.core.manifest import CacheCorruptError
-from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir
+from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir, umask
 
 
 def _smollm2_gguf(workdir: Path) -> Path:
@@ -85,16 +85,10 @@ def converted_path(name: str) -> Path:
     return cache_dir() / "converted" / name
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def share_with_umask(folder: Path) -> None:
     """Give ``folder`` and everything in it the modes a plain ``open``/``mkdir`` would: files ``0666 & ~umask``,
     folders ``0777 & ~umask`` (``tempfile`` makes 0700 folders and some writers 0600 files)."""
-    mask = _umask()
+    mask = umask()
     folder.chmod(0o777 & ~mask)
     for path in folder.rglob("*"):
         path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
@@ -154,31 +148,11 @@ def _folder_problem(target: Path, recipe: str, *, hash_changed: bool) -> str | N
                             hash_changed=hash_changed, refresh=hash_changed)
 
 
-def _legacy_problem(target: Path) -> str | None:
-    """For a folder built before manifests (complete then: builds were already renamed into place): None when every
-    file looks whole (:func:`sinklib.core.manifest.whole_problem`) and a model's ``config.json`` is there, else why
-    not."""
-    names = manifest.folder_files(target)
-    if not names:
-        return f"{target} is empty"
-    if "config.json" not in names and any(n.endswith(".safetensors") for n in names):
-        return f"{target / 'config.json'} is missing"
-    return next((p for p in (manifest.whole_problem(target / n) for n in names) if p), None)
-
-
 def _current_problem(target: Path, recipe: str, *, writable: bool) -> str | None:
-    """None when ``target`` is a usable build, else what is wrong with it (the thorough check, under the lock).
-
-    With a manifest: :func:`_folder_problem`, hashing the files whose mtime changed. Without one but with files (a
-    folder built before manifests, complete then: builds were already renamed into place): adopted -- its manifest
-    recorded when ``writable``, with a note -- if it looks whole (:func:`_legacy_problem`), else that problem."""
-    if not target.is_dir() or (target / manifest.MANIFEST).exists():
-        return _folder_problem(target, recipe, hash_changed=True)
-    problem = _legacy_problem(target)
-    if problem is None and writable:
-        manifest.write(target / manifest.MANIFEST, target, manifest.folder_files(target), recipe)
-        manifest.note(f"{target} was built before manifests; recorded one (sizes and sha256 of its files)")
-    return problem
+    """None when ``target`` is a usable build, else what is wrong with it (the thorough check, under the lock):
+    :func:`_folder_problem`, hashing the files whose mtime changed. A folder without a manifest (an interrupted
+    build) is not usable: it is rebuilt."""
+    return _folder_problem(target, recipe, hash_changed=True)
 
 
 def _cache_writable(target: Path) -> bool:
@@ -198,8 +172,7 @@ def build_once(name: str, build: Callable[[Path], None], *, recipe: str = "", fo
     returned as it is. One that does not -- a file zeroed, truncated, deleted or emptied, another recipe -- is
     rebuilt once with a one-line note; if it cannot be (the build fails with a :class:`SinklibError`, the cache is
     read-only, the rebuild itself does not verify) this raises a one-line :class:`CacheCorruptError` naming the file
-    and the command. A folder built before manifests is adopted when it looks whole, rebuilt when not. ``force``:
-    rebuild whatever is there.
+    and the command. ``force``: rebuild whatever is there.
     """
     target, recipe = converted_path(name), _recipe(name, recipe)
     if not force and _folder_problem(target, recipe, hash_changed=False) is None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from sinklib.core.loaded import ModelSpec
 
-FAMILIES = ("llm", "moe", "mllm", "vit")
-
-
 REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (

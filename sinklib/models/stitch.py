@@ -283,11 +283,6 @@ def standin_path(config: StitchConfig | None = None) -> Path:
     return build_once(f"llava-standin-{config.key()}", lambda out: build_standin(out, config))
 
 
-def trained_seed(folder: Path) -> int:
-    """The seed a cached stand-in's projector was trained with (its ``stitch.json``)."""
-    return int(training_log(Path(folder))["config"]["seed"])
-
-
 def load_standin(seed: int, like, base: StitchConfig | None = None):
     """The stand-in whose projector was trained with ``seed`` (:func:`standin_path` of ``StitchConfig(seed=seed)``,
     built on first use), as a :class:`sinklib.core.loaded.LoadedModel` on ``like``'s device and dtype.

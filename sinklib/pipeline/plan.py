@@ -201,9 +201,7 @@ def format_plans(plans: list[NotebookPlan], profile: str = "gpu") -> str:
         hours = sum(p.gpu_hours for p in plans)
         lines.append(f"estimated {hours:.1f} GPU-hours in all on one {GPU.name}: calibrated on this code measured "
                      f"on an {calibration.MEASURED_ON.name} (two H200 runs; carried over by published peaks), x{MARGIN:g} "
-                     f"for the steps not listed"
-                     + ("" if calibration.STATS_MEASURED else
-                        "; statistics forwards at their target cost over sdpa (not yet measured on a GPU)"))
+                     f"for the steps not listed")
     gated = sorted({m for p in plans for m in p.access})
     if gated:
         lines.append(f"before the run: {len(gated)} hub id(s) need access -- {', '.join(gated)} (lines marked ACCESS)")

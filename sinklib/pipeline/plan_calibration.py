@@ -45,8 +45,6 @@ TRAIN_STEP_S = {"softmax": 0.0937, "headwise_rmsnorm": 0.145, "gated_headwise": 
 # one sdpa forward of SmolLM2-135M's shape (random weights, 30 layers, d 576, 9 / 3 heads), batch 1: (N, dtype) -> s
 SMOLLM2_SHAPE = {"params_b": 0.1348, "layers": 30, "heads": 9, "kv_heads": 3, "hidden": 576, "d_ff": 1536,
                  "vocab": 49152}
-FORWARD_S = {(1024, "float32"): 0.020, (4096, "float32"): 0.121, (16384, "float32"): 1.40,
-             (32768, "float32"): 5.2, (4096, "bfloat16"): 0.017, (32768, "bfloat16"): 0.125}
 
 # decoding one token with a KV cache, SmolLM2's shape: 18.6 ms in float32, 61-79 ms in bfloat16 (30 layers)
 DECODE_TOKEN_S = {"float32": 0.0186, "bfloat16": 0.070}
@@ -73,6 +71,5 @@ BW_EFF = 0.6  # share of memory bandwidth a memory-bound decode reaches (assumed
 STATS_OVER_SDPA = {"first key": {"bfloat16": 1.53, "float16": 1.53, "float32": 0.69},
                    "every key": {"bfloat16": 2.6, "float16": 2.6, "float32": 0.94}}
 STATS_LAYER_S = {"first key": 1.77e-3, "every key": 1.18e-3}  # 3.32 x 16 ms / 30 layers; 2.22 x 16 ms / 30
-STATS_MEASURED = True
 # the targets set for that path, which benchmarks/long_context.py reports met or MISSED against
 STATS_TARGETS = {"first key": {"bfloat16": 1.5, "float16": 1.5, "float32": 1.1}, "every key": 3.0}

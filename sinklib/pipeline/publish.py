@@ -24,7 +24,6 @@ from pathlib import Path
 import filelock
 
 from sinklib.core.errors import InputError
-from sinklib.reproduction.figures_folder import leftovers, notebook_folders  # noqa: F401 (the readers' side)
 
 LOCK_NAME = ".sinklib-run.lock"
 MIN_FREE_BYTES = 64 * 2**20  # per notebook, besides twice what its previous figures take

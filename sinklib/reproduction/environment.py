@@ -45,11 +45,6 @@ ONEDNN_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni"
 ATEN_FLAGS = ("avx512f", "avx2", "fma")  # pick ATen's CPU capability (its float32 vector kernels)
 KERNEL_VARIABLES = (*KERNEL_ISA_VARIABLES, *thread_env(1))  # what the runner records for each notebook's kernel
 
-# The ONEDNN_MAX_CPU_ISA cap that makes oneDNN leave a bf16 matmul kernel (matched on the kernel's name, first match
-# wins): measured on an AMD EPYC with avx512_bf16, 512x768 @ 768x3072 bf16, one thread -- brg_matmul:avx512_core_bf16
-# 13 ms; capped to AVX512_CORE: gemm:jit:bf16 67 ms; to AVX2: ATen's own kernel, 2.8-3.8 s.
-NEXT_ISA = (("amx", "AVX512_CORE_BF16"), ("avx512_core_bf16", "AVX512_CORE"), ("gemm:jit", "AVX2"),
-            ("brg", "AVX2"))
 def cpu_info(path: str | Path = CPUINFO) -> dict:
     """The CPU's model name, vendor and which of :data:`CPU_FLAGS` it has (in that order), from ``/proc/cpuinfo``'s
     first processor; no file: None, None and no flags."""
@@ -180,44 +175,6 @@ def environment(figures_dir: str | Path | None = None) -> dict:
 
 
 
-_PROBE = ("import json; from sinklib.reproduction.environment import onednn_isa; "
-          "print('BF16-KERNEL ' + json.dumps(onednn_isa()))")
-
-
-def bf16_kernel(env: Mapping[str, str] | None = None) -> dict:
-    """:func:`onednn_isa` in a fresh process whose environment is this one's plus ``env`` (the ISA cap is read once
-    per process): ``{"onednn_isa", "onednn_bf16_matmul"}``, both None where the probe could not run."""
-    try:
-        child = subprocess.run([sys.executable, "-c", _PROBE], env={**os.environ, **(env or {})}, capture_output=True,
-                               text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return {"onednn_isa": None, "onednn_bf16_matmul": None}
-    line = next((x for x in child.stdout.splitlines() if x.startswith("BF16-KERNEL ")), None)
-    return json.loads(line.split(" ", 1)[1]) if line else {"onednn_isa": None, "onednn_bf16_matmul": None}
-
-
-def another_isa(kernel: str | None) -> str | None:
-    """The ``ONEDNN_MAX_CPU_ISA`` cap that should move oneDNN off ``kernel`` (:data:`NEXT_ISA`); None when no cap
-    is known to (no oneDNN, or already ATen's own kernel)."""
-    if not kernel:
-        return None
-    return next((cap for part, cap in NEXT_ISA if part in kernel), None)
-
-
-def second_setting(threads: int = 2) -> tuple[dict[str, str], dict, dict]:
-    """A setting whose bf16 kernel differs from this host's: ``(env, kernel here, kernel there)`` -- ``threads``
-    threads and the :func:`another_isa` cap of the kernel probed here, probed again under it. Raises RuntimeError
-    when no cap moves the kernel (the comparison would prove nothing on this host)."""
-    base = bf16_kernel()
-    cap = another_isa(base["onednn_bf16_matmul"])
-    env = {**thread_env(threads), **({"ONEDNN_MAX_CPU_ISA": cap} if cap else {})}
-    other = bf16_kernel(env)
-    if cap is None or other["onednn_bf16_matmul"] == base["onednn_bf16_matmul"]:
-        raise RuntimeError(f"no ONEDNN_MAX_CPU_ISA cap changes the bf16 kernel here ({base['onednn_bf16_matmul']}, "
-                           f"capped to {cap}: {other['onednn_bf16_matmul']})")
-    return env, base, other
-
-
 @dataclass(frozen=True)
 class EnvDifference:
     field: str  # an environment key, a kernel variable, "cpu_flags_onednn" / "cpu_flags_aten", "notebook_threads"
@@ -285,11 +242,6 @@ def environment_differences(run: dict, reference: dict) -> list[EnvDifference]:
                 out.append(EnvDifference(k, f"{k} of {name}: {_shown(here.get(k))} here, {_shown(there.get(k))} in "
                                             f"the reference"))
     return out
-
-
-def environment_notes(run: dict, reference: dict) -> list[str]:
-    """Where this run's environment differs from the reference's, one line each (:func:`environment_differences`)."""
-    return [d.text for d in environment_differences(run, reference)]
 
 
 # Settings that move numbers, most plausible first: (name, environment fields, kinds of claims it moves, why).

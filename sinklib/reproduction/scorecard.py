@@ -26,7 +26,6 @@ from pathlib import Path
 
 from sinklib.core import claims as claims_io
 from sinklib.core import claims_file
-from sinklib.core import quantities as q
 from sinklib.core.claims import IMPLEMENTATION_CHECK, NOT_A_PAPER, OWN_QUESTION  # noqa: F401 (re-exported)
 from sinklib.reproduction.scorecard_ratios import RATIO_SPECS, Term, lookup
 from sinklib.reproduction.scorecard_row import Row, kind_of, paper_name
@@ -140,43 +139,6 @@ def by_paper_and_kind(rows: list[Row]) -> list[dict]:
     for entry in out.values():
         entry["models"] = len(entry["models"])
     return sorted(out.values(), key=lambda e: (-e["tested"], e["paper"], e["kind"]))
-
-
-def _number(x) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(x) and x != 0 else None
-
-
-def numeric_pairs(rows: list[Row]) -> list[dict]:
-    """(published, measured) number pairs for the figure: the values themselves when both are numbers, and every
-    key both dictionaries share with a number on each side -- except numbers their rule declares identities (which
-    layer / neuron / dimension), whose ratio means nothing."""
-    pairs = []
-    for r in rows:
-        p, m = _number(r.published), _number(r.measured)
-        if p is not None and m is not None:
-            pairs.append({"id": r.id, "key": "", "published": p, "measured": m, "verdict": r.verdict,
-                          "kind": r.kind, "quantity": quantity(r, "value", r.measured)})
-        elif isinstance(r.published, dict) and isinstance(r.measured, dict):
-            for key in sorted(r.published.keys() & r.measured.keys()):
-                if q.declared(r.quantities, "measured", key, r.measured[key]).kind == q.Kind.IDENTITY:
-                    continue
-                p, m = _number(r.published[key]), _number(r.measured[key])
-                if p is not None and m is not None:
-                    pairs.append({"id": r.id, "key": key, "published": p, "measured": m, "verdict": r.verdict,
-                                  "kind": r.kind, "quantity": quantity(r, key, r.measured[key])})
-    return pairs
-
-
-GROUP_OF_KIND = {q.Kind.LOSS: "loss or perplexity", q.Kind.SHARE: "attention share or rate", q.Kind.RATIO: "ratio"}
-
-
-def quantity(row: Row, key: str, number) -> str:
-    """What a number measures, for grouping, from the kind its rule declared: loss or perplexity, attention share
-    or rate, ratio, or other."""
-    return GROUP_OF_KIND.get(q.declared(row.quantities, "measured", key, number).kind, "other")
-
 
 
 def _ratio(terms: tuple[Term, Term], side: str, row: Row, records: dict[tuple, Row]) -> tuple[float, float] | None:

@@ -1,6 +1,6 @@
 """Figures of ``90_scorecard``: each claim's within-run ratios against the paper's ratios of the same two
-quantities (:func:`within_run_ratios`; :func:`measured_over_published` is the older cross-model view, kept for
-callers), and the verdicts per paper split by what the claims were measured on (:func:`by_paper`)."""
+quantities (:func:`within_run_ratios`), and the verdicts per paper split by what the claims were measured on
+(:func:`by_paper`)."""
 
 from __future__ import annotations
 
@@ -30,47 +30,6 @@ def _rows_on_log_axis(ax, ys: list[float], labels: list[str], rows: list, values
     ax.set_xscale("log")
     if values:
         ax.set_xlim(min(min(values), 1.0) / 2, max(max(values), 1.0) * 2)
-
-
-def measured_over_published(pairs: Sequence[dict], title: str = "") -> Figure:
-    """One labelled row per numeric claim value: measured / published (log x; 1 = the paper's number), grouped by
-    quantity (perplexity, attention share or rate, activation ratio, other), coloured by the claim's verdict,
-    marker shape = what it was measured on (pretrained, stand-in, trained here). A ratio far from 1 with a "holds"
-    colour is a claim whose structure holds at another scale (a 135M model's perplexity against Llama-2-7B's)."""
-    groups: dict[str, list[dict]] = {}
-    for p in pairs:
-        groups.setdefault(p.get("quantity", "other"), []).append(p)
-    order = [g for g in ("perplexity", "attention share or rate", "activation ratio", "other") if g in groups]
-    rows: list[dict | str] = []
-    for g in order:
-        rows.append(g)
-        rows += sorted(groups[g], key=lambda p: (p["id"], p["key"]))
-    height = 0.28 * len(rows) + 1.6
-    fig, ax = plt.subplots(figsize=(9, max(3.0, height)), layout="constrained")
-    labels, ys, ratios = [], [], []
-    for i, row in enumerate(rows):
-        y = len(rows) - 1 - i
-        if isinstance(row, str):
-            ax.axhline(y, color="black", lw=0.5, alpha=0.4)
-            labels.append(row.upper())
-        else:
-            ratio = abs(row["measured"]) / abs(row["published"])
-            ratios.append(ratio)
-            ax.scatter([ratio], [y], marker=MARKERS.get(row.get("kind", "pretrained"), "o"), s=40,
-                       color=COLOURS[row["verdict"]], edgecolors="black", linewidths=0.4, zorder=3)
-            labels.append(row["id"] + (f" · {row['key']}" if row["key"] else ""))
-        ys.append(y)
-    _rows_on_log_axis(ax, ys, labels, rows, ratios)
-    ax.axvline(1.0, color="black", lw=0.8, ls=":")
-    ax.set(xlabel="measured here / published (log scale; 1 = the paper's value)",
-           title=title or "Every numeric claim value against the paper's", ylim=(-0.8, len(rows) - 0.2))
-    handles = [Line2D([], [], ls="", marker="o", color=c, markeredgecolor="black", label=v)
-               for v, c in COLOURS.items()]
-    kinds = sorted({p.get("kind", "pretrained") for p in pairs})
-    handles += [Line2D([], [], ls="", marker=MARKERS.get(k, "o"), color="white", markeredgecolor="black", label=k)
-                for k in kinds]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(6, len(handles)), fontsize=7)
-    return fig
 
 
 PAPER_MARKER = {"marker": "D", "s": 70, "facecolors": "white", "edgecolors": "black", "linewidths": 1.0}

@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from sinklib.core.attention_switch import Patch
 from sinklib.core.errors import InputError
 
 RopeFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # positions (n,) -> cos, sin (n, head_dim)
@@ -241,7 +240,7 @@ class SinkWindowCache(Cache):
     """Sink + window KV cache for every layer of a model: ``SinkWindowCache.for_model(model, n_sink=4, window=252)``.
 
     Works with ``model(ids, past_key_values=cache)`` token by token or in chunks, and with ``model.generate(...,
-    past_key_values=cache)`` inside ``with InCachePositions(model):`` (see the module docstring).
+    past_key_values=cache)``: both number a token from ``cache.get_seq_length()``, which counts every token seen.
     ``n_sink=0`` gives the window-only cache.
     """
 
@@ -295,30 +294,6 @@ class Stepped:
         allowed = self.cache.layers[0].stepped_mask(q, device)  # every layer holds the same positions
         zero = torch.zeros((), dtype=dtype, device=device)
         return torch.where(allowed, zero, torch.finfo(dtype).min)[None, None]
-
-
-class InCachePositions(Patch):
-    """Context manager kept for callers of earlier versions: while active, every forward of ``model`` with a
-    :class:`SinkWindowCache` gets ``position_ids`` numbered from ``cache.get_seq_length()`` -- what the model and
-    ``model.generate`` already do, since the cache counts every token seen (see the module docstring)."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def _install(self) -> None:
-        self._handles.append(self.model.register_forward_pre_hook(self._positions, with_kwargs=True))
-
-    @staticmethod
-    def _positions(module, args, kwargs):
-        cache = kwargs.get("past_key_values")
-        if not isinstance(cache, SinkWindowCache):
-            return None
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        ref = ids if ids is not None else kwargs["inputs_embeds"]
-        start, q = cache.get_seq_length(), ref.shape[1]
-        kwargs["position_ids"] = torch.arange(start, start + q, device=ref.device)[None].expand(ref.shape[0], -1)
-        return args, kwargs
 
 
 def cache_bytes(cache: Cache) -> int:

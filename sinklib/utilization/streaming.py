@@ -26,7 +26,7 @@ from sinklib.utilization.kvquant import (
     QuantizedKVCache,
     sink_preservation_helps,
 )
-from sinklib.utilization.sink_cache import InCachePositions, SinkWindowCache, SinkWindowLayer, cache_bytes
+from sinklib.utilization.sink_cache import SinkWindowCache, SinkWindowLayer, cache_bytes
 
 
 @torch.inference_mode()
@@ -153,19 +153,14 @@ def subsample_window(window: int, n_tokens: int, n_points: int, per_window: int 
     return window * max(1, round(per_window * n_tokens / (window * n_points)))
 
 
-def running_ppl(nll: torch.Tensor) -> torch.Tensor:
-    """ppl_t = exp(mean_{s <= t} nll_s): the StreamingLLM-style curve of perplexity against tokens seen."""
-    return torch.exp(torch.cumsum(nll.double(), 0) / torch.arange(1, len(nll) + 1))
-
-
 @torch.inference_mode()
 def generate(lm: LoadedModel, prompt: torch.Tensor, cache, max_new_tokens: int, **kwargs) -> torch.Tensor:
-    """``model.generate`` with a (sink + window) cache and StreamingLLM's in-cache positions. prompt: (T,) or (1, T)
-    -> (1, T + max_new_tokens) ids; ``kwargs`` go to ``generate`` (default: greedy)."""
+    """``model.generate`` with a (sink + window) cache; positions are StreamingLLM's in-cache ones, since the cache
+    counts every token seen. prompt: (T,) or (1, T) -> (1, T + max_new_tokens) ids; ``kwargs`` go to ``generate``
+    (default: greedy)."""
     kwargs.setdefault("do_sample", False)
-    with InCachePositions(lm.model):
-        return lm.model.generate(prompt.reshape(1, -1).to(lm.device), past_key_values=cache,
-                                 max_new_tokens=max_new_tokens, **kwargs)
+    return lm.model.generate(prompt.reshape(1, -1).to(lm.device), past_key_values=cache,
+                             max_new_tokens=max_new_tokens, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- claims

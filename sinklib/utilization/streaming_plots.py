@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sinklib.core.figure_layout import describe_drawn
-from sinklib.core.plotting import to_numpy
+from sinklib.core.plotting import titled, to_numpy
 
 # a fixed colour and style per method, so the dense reference is never hidden under another line
 METHOD_STYLE = {"dense": dict(color="black", ls="--", lw=1.6, zorder=5),
@@ -53,9 +53,7 @@ def streaming_curves(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]]
         axes[0, 1].set_title(f"(b) at the recompute positions only, {sampled_window}-token windows", fontsize=9)
     handles = {h.get_label(): h for a in axes.flat for h in a.get_lines() if not h.get_label().startswith("_")}
     fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mapping[str, Sequence[float]] | None = None,
@@ -84,9 +82,7 @@ def sink_sweep(n_sinks: Sequence[int], values: Sequence[float], reference: Mappi
     ax.set_xticks(x, [str(n) for n in n_sinks])
     ax.set_xlabel("sink tokens kept"), ax.set_ylabel(f"perplexity / perplexity with {relative_to} sinks")
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32, timed_steps: int = 0) -> Figure:
@@ -119,9 +115,7 @@ def decode_cost(costs: Mapping[str, object], title: str = "", smooth: int = 32, 
     for ax in axes:
         ax.set_xlabel("tokens generated")
     axes[0].legend()
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def quantization_bars(table: Mapping[str, Mapping[str, tuple[float, float, float]]], title: str = "") -> Figure:
@@ -147,9 +141,7 @@ def quantization_bars(table: Mapping[str, Mapping[str, tuple[float, float, float
     ax.set_ylim(min(0.98, lows - 0.02), highs + 0.2 * span + 0.03)  # headroom for the value labels
     ax.set_xticks(range(len(bits)), bits), ax.set_ylabel("perplexity / full precision")
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = "", min_queries: int = 1,
@@ -182,9 +174,7 @@ def key_mass_before_after(before, after, sink_keys: Sequence[int], title: str = 
                    label=f"above the threshold, but < {min_queries} queries: not sinks")
     ax.set_xlabel("key position j"), ax.set_ylabel("sum_t A[t, j] / (T - j)")
     fig.legend(loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 # ------------------------------------------------------------------------------------ captions from what is drawn

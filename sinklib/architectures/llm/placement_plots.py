@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sinklib.architectures.llm.placement import DELIMITER_CUT, KINDS
+from sinklib.core.plotting import titled
 
 
 def wrap_label(name: str, width: int = 14) -> str:
@@ -68,9 +69,7 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
                title="(c) sink rate against eps (dashed: 0.3)")
     handles, labels = ax.get_legend_handles_labels()  # short names below the panels: the models' full labels
     fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)  # are in the caption
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def _labels(reports: Sequence) -> str:
@@ -185,6 +184,4 @@ def context_and_chat(reports: Sequence, title: str = "") -> Figure:
     bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) raw text (plain) vs chat template (hatched)")
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)

@@ -5,6 +5,7 @@ token's NLL, and the held-out digit check (the lowest-NLL of ten digit captions)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -104,10 +105,7 @@ def caption_nll(model: nn.Module, inputs: dict, labels: torch.Tensor, extra=None
     """Per-example mean negative log-likelihood of the caption tokens, optionally under an intervention ``extra``
     (a context manager entered around the forward). -> (B,)."""
     kwargs = logits_kwargs(model, labels)
-    if extra is not None:
-        with extra:
-            logits = model(**inputs, **kwargs).logits
-    else:
+    with extra if extra is not None else contextlib.nullcontext():
         logits = model(**inputs, **kwargs).logits
     return mean_nll(token_nll(logits, labels), labels)
 

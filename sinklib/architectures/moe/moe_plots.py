@@ -11,6 +11,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from sinklib.core.plotting import titled
+
 
 def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first: torch.Tensor,
             title: str = "", layers: Sequence[int] | None = None, k: int | None = None, note: str = "") -> Figure:
@@ -35,9 +37,7 @@ def routing(same_first: Sequence[float], same_rest: Sequence[float], load_first:
            title=f"(b) each expert's share of the first token's top-{k} slots")
     bar = fig.colorbar(im, ax=bx, shrink=0.85, label=f"share of the top-{k} slots (1/{k}: chosen for every input)")
     bar.set_ticks([0, 1 / (2 * k), 1 / k], labels=["0", f"1/{2 * k}", f"1/{k}"])
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)
 
 
 def expert_maxima(output_max: torch.Tensor, supers: Sequence[tuple[int, int, float]], title: str = "",
@@ -78,6 +78,4 @@ def pruning(curves: Mapping[str, Sequence[float]], peaks: Mapping[str, Sequence[
     bx.set_yscale("log")
     bx.set(xlabel="layer", ylabel="max |h| of the first token", title="(b) the first token's massive activation")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    return titled(fig, title)

@@ -13,6 +13,8 @@ unedited model's features, evaluated on held-out images with and without the edi
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import nn
@@ -109,10 +111,7 @@ def head_features(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, ex
     out = []
     for start in range(0, len(pixels), batch_size):
         with Capture(lm, hidden_states=True, layers=[last]) as cap:
-            if extra is not None:
-                with extra:
-                    vit_forward(lm, pixels[start:start + batch_size])
-            else:
+            with extra if extra is not None else contextlib.nullcontext():
                 vit_forward(lm, pixels[start:start + batch_size])
         last_out = cap.get("hidden_states", last).to(norm.weight.device)  # the capture keeps it on the CPU
         h = norm(last_out).float()  # (B, T, d), as the heads see it

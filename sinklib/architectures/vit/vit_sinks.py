@@ -16,6 +16,7 @@ al.'s in :mod:`sinklib.architectures.vit.vit_massive_claims`, the Table 1 probe 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -175,10 +176,7 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
             batch = pixels[start:start + batch_size]
             embedded.clear()
             with Capture(lm, attentions=True, hidden_states=True) as cap:
-                if extra is not None:
-                    with extra:
-                        vit_forward(lm, batch)
-                else:
+                with extra if extra is not None else contextlib.nullcontext():
                     vit_forward(lm, batch)
             att = cap.stack("attentions").float()  # (L, B, H, T, T)
             hid = cap.stack("hidden_states").float()  # (L, B, T, d)
