@@ -417,7 +417,8 @@ print("\nAgainst the published direction (paper-scale models; only where both nu
       "the claim: a variant can lower first-token attention in every seed and still leave its removal unsettled.")
 for line in agreement:
     variant = line.split(",")[0]
-    print("-", line, f"[its claim: {claim_verdict[variant]}]" if variant in claim_verdict else "")
+    removal = variant in claim_verdict and "first-token attention" in line  # the claim the same metric judges
+    print("-", line, f"[its removal claim: {claim_verdict[variant]}]" if removal else "")
 headline["published_agreement"] = agreement
 parity_claim = table_claim = None
 if "headwise_rmsnorm" in runs:
