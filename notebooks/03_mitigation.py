@@ -338,12 +338,13 @@ table.to_csv(fig_dir / "final_table.csv")
                                         f"({paper['source']}):\n\n{comparison.markdown(reference)}\n")
 headline["final"] = {v: {k: table.loc[v, (lab, "mean")] for k, lab in comparison.FINAL_METRICS.items()}
                      for v in names}
-agreement = comparison.published_agreement(table, paper, runs=runs)  # each direction judged seed by seed
+directions = comparison.published_directions(table, paper, runs=runs)  # each direction judged seed by seed
+agreement = [d.line for d in directions]
 fa = table[("first-token attention", "mean")].astype(float)
 act = table[("max activation", "mean")].astype(float)
 massive = act.max() > SUN_MIN_ABS  # Sun et al.'s |h| > 100
-agrees = sum(line.endswith("-> agrees.") for line in agreement)
-unsettled_directions = sum("-> unsettled" in line for line in agreement)
+agrees = sum(d.verdict == "agrees" for d in directions)
+unsettled_directions = sum(d.verdict.startswith("unsettled") for d in directions)
 say(f"{int(table[('seeds', '')].iloc[0])} seeds",
     f"First-token attention ranges from {num(fa.min())} ({fa.idxmin()}) to {num(fa.max())} ({fa.idxmax()}); "
     f"uniform attention gives {num(uniform)}.",
@@ -415,10 +416,9 @@ headline["verdicts"] = verdict_lines
 headline["baseline_grows_sink"] = verdicts.grows_sink(table, "softmax", uniform)
 print("\nAgainst the published direction (paper-scale models; only where both numbers exist). A direction is not "
       "the claim: a variant can lower first-token attention in every seed and still leave its removal unsettled.")
-for line in agreement:
-    variant = line.split(",")[0]
-    removal = variant in claim_verdict and "first-token attention" in line  # the claim the same metric judges
-    print("-", line, f"[its removal claim: {claim_verdict[variant]}]" if removal else "")
+for d in directions:
+    removal = d.variant in claim_verdict and d.metric == "first-token attention"  # the claim this metric judges
+    print("-", d.line, f"[its removal claim: {claim_verdict[d.variant]}]" if removal else "")
 headline["published_agreement"] = agreement
 parity_claim = table_claim = None
 if "headwise_rmsnorm" in runs:

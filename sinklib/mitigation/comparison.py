@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -154,9 +154,25 @@ def _number(value) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class Direction:
+    """One variant's move of one metric against the baseline, beside the paper's (:func:`published_directions`)."""
+
+    variant: str
+    metric: str  # the table's label, e.g. "first-token attention"
+    verdict: str  # "agrees", "disagrees" or "unsettled (k of n seeds agree)"
+    line: str  # the whole comparison in words
+
+
 def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str = "softmax",
                         metrics: Mapping[str, str] | None = None, runs: Runs | None = None) -> list[str]:
-    """Does each variant move a metric the way the paper reports? One line per variant and metric where the
+    """:func:`published_directions` as lines."""
+    return [d.line for d in published_directions(table, reference, baseline, metrics, runs)]
+
+
+def published_directions(table: pd.DataFrame, reference: Mapping, baseline: str = "softmax",
+                         metrics: Mapping[str, str] | None = None, runs: Runs | None = None) -> list[Direction]:
+    """Does each variant move a metric the way the paper reports? One record per variant and metric where the
     reference gives a number for both the variant and the baseline: published ratio variant/baseline beside the
     measured one, "agrees" when both are on the same side of 1.
 
@@ -185,8 +201,9 @@ def published_agreement(table: pd.DataFrame, reference: Mapping, baseline: str =
                          for v, b in zip(runs[variant], runs[baseline])]
             verdict = ("agrees" if all(sides) else "disagrees" if not any(sides) else
                        f"unsettled ({sum(sides)} of {len(sides)} seeds agree)")
-            lines.append(f"{variant}, {label} vs {baseline}: published {pv:g} / {pb:g} = {pr:.2f}x; here "
-                         f"{ov:.3f} / {ob:.3f} = {mr:.2f}x -> {verdict}.")
+            lines.append(Direction(variant, label, verdict,
+                                   f"{variant}, {label} vs {baseline}: published {pv:g} / {pb:g} = {pr:.2f}x; here "
+                                   f"{ov:.3f} / {ob:.3f} = {mr:.2f}x -> {verdict}."))
     return lines
 
 

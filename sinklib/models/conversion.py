@@ -148,13 +148,6 @@ def _folder_problem(target: Path, recipe: str, *, hash_changed: bool) -> str | N
                             hash_changed=hash_changed, refresh=hash_changed)
 
 
-def _current_problem(target: Path, recipe: str, *, writable: bool) -> str | None:
-    """None when ``target`` is a usable build, else what is wrong with it (the thorough check, under the lock):
-    :func:`_folder_problem`, hashing the files whose mtime changed. A folder without a manifest (an interrupted
-    build) is not usable: it is rebuilt."""
-    return _folder_problem(target, recipe, hash_changed=True)
-
-
 def _cache_writable(target: Path) -> bool:
     return os.access(target.parent, os.W_OK)
 
@@ -180,7 +173,7 @@ def build_once(name: str, build: Callable[[Path], None], *, recipe: str = "", fo
     if target.exists() and not _cache_writable(target):
         return _verified_read_only(target, recipe)
     with build_lock(name):
-        problem = None if force else _current_problem(target, recipe, writable=True)  # also after another's build
+        problem = None if force else _folder_problem(target, recipe, hash_changed=True)  # also after another's build
         if problem is None and not force:
             return target
         repairing = target.exists() and not force
@@ -202,8 +195,8 @@ def build_once(name: str, build: Callable[[Path], None], *, recipe: str = "", fo
 
 def _verified_read_only(target: Path, recipe: str) -> Path:
     """A build in a cache this process cannot write (so it neither locks nor rebuilds): ``target`` when it is usable
-    (:func:`_current_problem`), else a one-line :class:`CacheCorruptError` naming the file and the command."""
-    problem = _current_problem(target, recipe, writable=False)
+    (:func:`_folder_problem`, hashing the files whose mtime changed), else a one-line :class:`CacheCorruptError` naming the file and the command."""
+    problem = _folder_problem(target, recipe, hash_changed=True)
     if problem is None:
         return target
     raise CacheCorruptError(f"{problem}, and the cache {target.parent} is read-only; run {_rebuild_command(target)} "

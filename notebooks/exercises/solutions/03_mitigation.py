@@ -124,6 +124,7 @@ import os  # noqa: E402
 
 from sinklib.core.metrics import alpha  # noqa: E402
 from sinklib.mitigation import variants  # noqa: E402
+from sinklib.mitigation.comparison import uniform_alpha  # noqa: E402
 from sinklib.mitigation.protocol import TRAIN_CPU, TRAIN_SMOKE  # noqa: E402
 from sinklib.mitigation.training import training_batches  # noqa: E402
 from sinklib.mitigation.variant_lm import TinyLM  # noqa: E402
@@ -141,7 +142,7 @@ class YourSoftpick(variants.Softmax):
 setting = TRAIN_SMOKE if os.environ.get("SINKLIB_EXERCISES_SMOKE") == "1" else TRAIN_CPU  # 03's own sizes
 batches = training_batches(setting)  # (steps, B, T): the same batches for both models
 T = setting.seq_len
-uniform = alpha(torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None], 0).item()  # every visible key alike
+uniform = uniform_alpha(T)  # every visible key alike: H_T / T
 for name in ("softmax", "your softpick"):
     torch.manual_seed(0)  # the same starting weights
     model = TinyLM(setting.model)
