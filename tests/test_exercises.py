@@ -49,10 +49,38 @@ SOLUTION_SECONDS = {"00_tour": 16, "01_utilization": 35, "02_interpretation": 16
                     "11_moe": 22, "12_mllm": 35, "13_vit": 27}
 
 
+# Solutions per child process: each child pays ~8 s of imports (torch, transformers, sinklib) before its first
+# solution, so two children, not eight, check them beside the notebook runs.
+SOLUTION_GROUPS = 2
+
+
+def solution_groups(seconds: dict[str, float], groups: int = SOLUTION_GROUPS) -> list[list[str]]:
+    """The solutions' stems split into ``groups`` lists of about equal estimated seconds (longest first, each to the
+    lightest list so far); an empty list is dropped."""
+    out: list[list[str]] = [[] for _ in range(groups)]
+    load = [0.0] * groups
+    for stem in sorted(seconds, key=lambda s: (-seconds[s], s)):
+        i = load.index(min(load))
+        out[i].append(stem)
+        load[i] += seconds[stem]
+    return [g for g in out if g]
+
+
 def plan_jobs(tmp_path_factory) -> dict:
-    """Each solution in its own child process (:func:`sinklib.teaching.exercises.check_solutions`), beside the
-    notebook runs: key -> (estimated seconds, call returning {check name: (passed, message)})."""
-    return {f"exercises:{p.stem}": (SOLUTION_SECONDS.get(p.stem, 30), partial(_check, [p])) for p in SOLUTIONS}
+    """The solutions in :data:`SOLUTION_GROUPS` child processes (:func:`sinklib.teaching.exercises.check_solutions`),
+    beside the notebook runs: key -> (estimated seconds, call returning {check name: (passed, message)})."""
+    by_stem = {p.stem: p for p in SOLUTIONS}
+    seconds = {stem: SOLUTION_SECONDS.get(stem, 30) for stem in by_stem}
+    return {f"exercises:{'+'.join(group)}": (sum(seconds[s] for s in group),
+                                             partial(_check, [by_stem[s] for s in group]))
+            for group in solution_groups(seconds)}
+
+
+def test_solution_groups_cover_every_solution_once_and_balance_their_seconds():
+    groups = solution_groups({"a": 50, "b": 30, "c": 25, "d": 5})
+    assert sorted(s for g in groups for s in g) == ["a", "b", "c", "d"]
+    assert groups == [["a", "d"], ["b", "c"]]  # 55 and 55
+    assert solution_groups({"a": 1}, groups=2) == [["a"]]
 
 
 def _check(solutions) -> dict:
