@@ -4,9 +4,10 @@ Each notebook writes into a staging folder private to the run; only when it succ
 ``figures/<notebook>/``, by renames that never leave a half-written folder (:mod:`sinklib.pipeline.publish`). A
 failing notebook therefore never destroys that notebook's previous figures, and does not stop the others. One run
 holds a figures folder and a build folder at a time (a second stops with the first's PID); the folders are checked
-for room and writability before the first notebook. Each notebook runs in a child process: Ctrl-C stops them all at
-once (their kernels shut down, nothing half-done is published), prints what finished and exits 130. The run ends
-with a table (notebook, status, seconds) and a non-zero exit if anything failed.
+for room and writability before the first notebook. Each notebook runs in a child process: Ctrl-C or SIGTERM stops
+them all at once (their kernels shut down, nothing half-done is published), prints what finished and exits 130 or
+143; a child whose run died stops by itself (:mod:`sinklib.pipeline.stopping`). The run ends with a table (notebook,
+status, seconds), printed before the gallery is built, and a non-zero exit if anything failed.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 from sinklib.core.errors import InputError
 from sinklib.core.paths import NOTEBOOK_DIR, cache_dir
-from sinklib.pipeline import publish
+from sinklib.pipeline import publish, stopping
 from sinklib.pipeline.executed import last_error_line, render_html, write_takeaways
 from sinklib.pipeline.schedule import (
     NotebookResult,
@@ -72,10 +73,12 @@ def kernel_env(**variables: str):
 def run_notebook(
     path: Path, *, profile: str, model: str, device: str, seed: int, figures_dir: Path, build_dir: Path,
     progress_bar: bool = True, parent: int | None = None,
+    publishing: Callable[[], contextlib.AbstractContextManager] = stopping.signals_held,
 ) -> NotebookResult:
     """Execute one notebook into a private staging folder and publish it (see the module docstring). ``parent``:
     the PID of the run this child belongs to -- if that run died meanwhile, nothing is published (another run may
-    hold the folder by now)."""
+    hold the folder by now). ``publishing``: the block no stop may split (a child's
+    :meth:`~sinklib.pipeline.stopping.StopGuard.publishing`)."""
     import papermill as pm
 
     staging = publish.staging_dir(figures_dir, path.stem)  # private to this run, on the figures' filesystem
@@ -103,30 +106,13 @@ def run_notebook(
         if parent is not None and os.getppid() != parent:
             shutil.rmtree(staging, ignore_errors=True)
             return NotebookResult(path.stem, False, seconds, "its run ended before it finished; nothing published")
-        with _signals_held():  # a stop asked for now waits for the two renames
+        with publishing():  # a stop asked for now waits for the two renames
             publish.publish(staging, figures_dir / path.stem)
     except OSError as err:  # a full or failing disk: the previous figures stay, complete
         shutil.rmtree(staging, ignore_errors=True)
         return NotebookResult(path.stem, False, seconds, f"could not publish ({err.strerror or err}); previous "
                                                          f"figures kept")
     return NotebookResult(path.stem, True, seconds)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM (in the main thread) for the block: they are delivered when it ends."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 # Folders named by the environment: a kernel runs in notebooks/, so a relative one would name another folder there
@@ -160,45 +146,33 @@ def run_isolated(path: Path, env: dict[str, str] | None = None, **kwargs) -> Not
 def _run_from_json(payload: str) -> None:
     """``python -m sinklib.pipeline.runner '<json>'``: the child of :func:`run_isolated` and :func:`run_all`; prints
     the result as JSON (and writes it to ``result_path`` when given). SIGTERM stops it as Ctrl-C would: papermill
-    shuts the kernel down, nothing is published."""
-    import signal
-
+    shuts the kernel down, nothing is published; so does the death of the run (``parent``), and neither splits a
+    publish (:class:`~sinklib.pipeline.stopping.StopGuard`)."""
     args = json.loads(payload)
     path = Path(args.pop("path"))
     result_path = args.pop("result_path", None)
     for key in ("figures_dir", "build_dir"):
         args[key] = Path(args[key])
 
-    def stop(signum, frame):  # a stop from the run: kill the kernel at once (no traceback of its cell), report, exit
-        _kill_kernels()
+    def stop() -> None:  # a stop from the run, or its death: kill the kernel at once (no traceback of its cell), exit
+        stopping.kill_kernels()
         shutil.rmtree(publish.staging_root(args["figures_dir"]), ignore_errors=True)
         if result_path:
-            Path(result_path).write_text(json.dumps(asdict(NotebookResult(
-                path.stem, False, 0.0, "interrupted; previous figures kept"))), encoding="utf-8")
+            with contextlib.suppress(OSError):
+                Path(result_path).write_text(json.dumps(asdict(NotebookResult(
+                    path.stem, False, 0.0, "interrupted; previous figures kept"))), encoding="utf-8")
         os._exit(130)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    result = run_notebook(path, **args)
+    guard = stopping.StopGuard(stop)
+    guard.install()
+    if args.get("parent") is not None:
+        stopping.watch_parent(args["parent"], guard.request)
+    result = run_notebook(path, **args, publishing=guard.publishing)
     shutil.rmtree(publish.staging_root(args["figures_dir"]), ignore_errors=True)  # this child's staging area
     if result_path:
         Path(result_path).write_text(json.dumps(asdict(result)))
     else:
         print(json.dumps(asdict(result)))
-
-
-def _kill_kernels() -> None:
-    """SIGKILL every descendant of this process (the notebook's kernel runs in a session of its own, so no signal
-    to this process reaches it) and remove the kernels' connection files."""
-    import psutil
-
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            cmd = proc.cmdline()
-            proc.kill()
-            for i, arg in enumerate(cmd[:-1]):
-                if arg == "-f" and cmd[i + 1].endswith(".json"):
-                    Path(cmd[i + 1]).unlink(missing_ok=True)
 
 
 class _Children:
@@ -345,20 +319,18 @@ def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], job
         results[book.stem] = res
         return res
 
-    interrupted = False
+    stop_code, ignored = 0, {}  # 130 after Ctrl-C, 143 after SIGTERM
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with kernel_env(**env):
+        with kernel_env(**env), stopping.terminate_as_interrupt():
             wait([pool.submit(one, b) for b in side_by_side])
             for book in after:
                 one(book)
-    except KeyboardInterrupt:
-        interrupted = True
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one Ctrl-C is enough: the rest of the stop is not interrupted
-        print(f"\ninterrupted: stopping {len(children.procs)} running notebook(s); nothing half-done is published",
-              flush=True)
+    except KeyboardInterrupt as stop:
+        stop_code = 143 if isinstance(stop, stopping.Terminated) else 130
+        ignored = stopping.ignore_stop_signals()
+        print(f"\n{'terminated' if stop_code == 143 else 'interrupted'}: stopping {len(children.procs)} running "
+              f"notebook(s); nothing half-done is published", flush=True)
         children.stop()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -366,17 +338,20 @@ def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], job
     ordered = [results.get(b.stem) or NotebookResult(b.stem, False, 0.0, "not started: the run was interrupted")
                for b in books]
     print(summary_table(ordered, profile, wall=wall, jobs=jobs, cold=cold), flush=True)
-    if interrupted and not any(r.ok for r in ordered):  # nothing published: the gallery is as it was; a stop is at
-        print(f"gallery: unchanged ({figures_dir / 'index.html'})")  # once, not after a rebuild under load
-    else:
-        print(f"gallery: {build_gallery(figures_dir)}")
-    if interrupted:
-        import signal
-
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        return 130
-    return 0 if all(r.ok for r in ordered) else 1
-
+    code = stop_code or (0 if all(r.ok for r in ordered) else 1)
+    try:
+        if stop_code and not any(r.ok for r in ordered):  # nothing published: the gallery is as it was; a stop is
+            print(f"gallery: unchanged ({figures_dir / 'index.html'})")  # at once, not after a rebuild under load
+        else:
+            print(f"gallery: {build_gallery(figures_dir)}")
+    except (KeyboardInterrupt, Exception) as err:  # the notebooks' results are published: one line, not a traceback
+        what = "interrupted" if isinstance(err, KeyboardInterrupt) else f"{type(err).__name__}: {err}"
+        print(f"gallery: not rebuilt ({what}); the published figures are kept -- rebuild it with python -m sinklib "
+              f"gallery --figures-dir {figures_dir}", flush=True)
+        code = code or (130 if isinstance(err, KeyboardInterrupt) else 1)
+    finally:
+        stopping.restore_signals(ignored)
+    return code
 
 if __name__ == "__main__":
     _run_from_json(sys.argv[1])
