@@ -245,7 +245,7 @@ def run_all(
     jobs: int | None = None,
 ) -> int:
     """Run the notebooks (``jobs`` at a time; None: :func:`default_jobs`), print the summary, build the gallery;
-    return the exit status (1 if any failed, 130 when interrupted by Ctrl-C)."""
+    return the exit status (1 if any failed, 130 when interrupted by Ctrl-C, 143 when stopped by SIGTERM)."""
     # The "python3" kernel must be this interpreter (the one with sinklib installed), whatever PATH says.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     figures_dir, build_dir = Path(figures_dir).resolve(), Path(build_dir).resolve()
