@@ -35,7 +35,7 @@ UV_ENV := UV_INDEX_STRATEGY=unsafe-best-match UV_LINK_MODE=copy \
 	UV_FIND_LINKS="$$($(PYTHON) -m pip config get global.find-links 2>/dev/null || true)"
 LOCK_FLAGS := --generate-hashes --python-version 3.11.7 --python-platform x86_64-manylinux_2_28 --no-header --quiet
 
-.PHONY: help setup offline lock browser figures verify reference test smoke lab lint sync benchmark clean
+.PHONY: help setup offline lock browser figures verify verify-cache reference test smoke lab lint sync benchmark clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,8 +73,11 @@ figures: setup  ## run every notebook (PROFILE=cpu|gpu, MODEL=, DEVICE=, NOTEBOO
 		$(if $(MODEL),--model $(MODEL)) $(if $(DEVICE),--device $(DEVICE)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
 		$(if $(DRYRUN),--dry-run --gpu-gb $(GPU_GB) --host-gb $(HOST_GB)) $(if $(JOBS),--jobs $(JOBS))
 
-verify: setup  ## compare figures/ (a CPU-profile run) with data/reference/: every verdict that differs, every value beyond its tolerance
+verify: setup verify-cache  ## compare figures/ (a CPU-profile run) with data/reference/: every verdict that differs, every value beyond its tolerance
 	$(PY) -m sinklib verify
+
+verify-cache: setup  ## hash every cached build in full (not only those whose mtime changed) and check every cached weight finite
+	$(PY) -m sinklib verify-cache
 
 reference: setup  ## after a clean CPU-profile make figures: write data/reference/cpu_profile_claims.json from figures/ (FORCE=1: from a partial run too)
 	$(PY) -m sinklib verify --write $(if $(FORCE),--force)

@@ -12,6 +12,7 @@ and trains again (:func:`run_problem`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -297,6 +298,12 @@ def load_trained(cfg: TrainConfig, device: str = "cpu") -> TinyLM:
             state = torch.load(weights_path, map_location="cpu", weights_only=True)  # then moved: a fake device too
         except Exception as err:  # torch raises several kinds (RuntimeError, UnpicklingError, EOFError) for one fault
             problem = f"{weights_path} cannot be read ({manifest.first_line(err)})"
+        else:  # a NaN weight is a fault, never a value a figure reports
+            bad = next((k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+            if bad is not None:  # the run counts as incomplete from now on: the next train(cfg) trains it again
+                problem = f"{weights_path} holds non-finite weights ({bad})"
+                with contextlib.suppress(OSError):  # a read-only cache: the error still says what is wrong
+                    run_manifest(cfg).unlink(missing_ok=True)
     if problem is not None:
         raise InputError(f"no cached weights for {cfg.key()}: {problem}; run sinklib.mitigation.training.train(cfg) "
                          f"first (it trains a missing or incomplete run again)")

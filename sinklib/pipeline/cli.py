@@ -1,4 +1,4 @@
-"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard,verify}``.
+"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard,verify,verify-cache}``.
 
 ``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
 one JSON object instead. Errors a user can fix are printed as one line (exit status 2): the arguments are checked
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from sinklib.core.errors import InputError, SinklibError
 from sinklib.pipeline.publish import require_folder
@@ -114,6 +115,16 @@ def _cmd_verify(args) -> int:
     return verify(args.figures_dir, args.reference or REFERENCE, write=args.write, force=args.force)
 
 
+def _cmd_verify_cache(args) -> int:
+    from sinklib.core.paths import cache_dir
+    from sinklib.reproduction.cache_check import verify_cache
+
+    cache = Path(args.cache) if args.cache else cache_dir()
+    if not cache.is_dir():
+        raise InputError(f"no model cache at {cache}; run make figures first, or point --cache (SINKLIB_CACHE) at one")
+    return verify_cache(cache)
+
+
 def _cmd_claims_schema(args) -> int:
     import json
 
@@ -183,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--force", action="store_true", help="with --write: replace the reference even from a partial or "
                                                         "non-CPU run (make reference FORCE=1)")
     v.set_defaults(func=_cmd_verify)
+    vc = sub.add_parser("verify-cache", help="hash every cached build in full against its manifest and check every "
+                                             "cached weight finite (exit 1 naming each faulty build)")
+    vc.add_argument("--cache", default=None, help="the cache folder (default: SINKLIB_CACHE or data/cache)")
+    vc.set_defaults(func=_cmd_verify_cache)
     cs = sub.add_parser("claims-schema", help="print the JSON Schema of a notebook's claims.json (docs/claims.schema.json)")
     cs.set_defaults(func=_cmd_claims_schema)
     return p
