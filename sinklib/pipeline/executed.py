@@ -68,10 +68,13 @@ def write_takeaways(executed: Path, target: Path) -> Path:
     beside its figures: the gallery shows what this run found, not what a notebook's source once said.
     ``kernel_env``: the variables its kernel inherited that change which kernels run and how they split -- the
     OpenMP / MKL threads (:func:`thread_env`), ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_CBWR`` (None:
-    unset, the library's default) -- which ``make verify`` compares with the reference's."""
+    unset, the library's default) -- which ``make verify`` compares with the reference's; ``seed``: the seed papermill
+    gave the notebook (the reference is made with seed 0)."""
     from sinklib.core.results import write_json
     from sinklib.core.takeaways import collect
 
     kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
-    return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env,
-                               "takeaways": collect(json.loads(executed.read_text(encoding="utf-8")))})
+    nb = json.loads(executed.read_text(encoding="utf-8"))
+    seed = nb.get("metadata", {}).get("papermill", {}).get("parameters", {}).get("seed")
+    return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env, "seed": seed,
+                               "takeaways": collect(nb)})

@@ -126,18 +126,29 @@ def kernel_variables(environ: Mapping[str, str] = os.environ) -> dict[str, str |
     return {k: environ.get(k) for k in KERNEL_VARIABLES}
 
 
+def _run_records(figures_dir: str | Path) -> dict[str, dict]:
+    """What the runner recorded beside each notebook's figures (``<notebook>/takeaways.json``; {} when unreadable)."""
+    out: dict[str, dict] = {}
+    for path in sorted(Path(figures_dir).glob("[!.]*/takeaways.json")):
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            kept = {}
+        out[path.parent.name] = kept if isinstance(kept, dict) else {}
+    return out
+
+
 def notebook_threads(figures_dir: str | Path) -> dict[str, dict | None]:
     """The kernel environment each notebook ran with -- its threads and the variables that pick the instruction set --
     as the runner recorded it beside its figures (``<notebook>/takeaways.json``'s ``kernel_env``; None: the runner
     recorded none)."""
-    out: dict[str, dict | None] = {}
-    for path in sorted(Path(figures_dir).glob("[!.]*/takeaways.json")):
-        try:
-            kept = json.loads(path.read_text(encoding="utf-8"))
-            out[path.parent.name] = kept.get("kernel_env") or kept.get("threads")  # "threads": before the ISA vars
-        except (OSError, ValueError):
-            out[path.parent.name] = None
-    return out
+    return {name: kept.get("kernel_env") or kept.get("threads") or None  # "threads": before the ISA variables
+            for name, kept in _run_records(figures_dir).items()}
+
+
+def notebook_seeds(figures_dir: str | Path) -> dict[str, int | None]:
+    """The seed each notebook ran with, as the runner recorded it (None: not recorded)."""
+    return {name: kept.get("seed") for name, kept in _run_records(figures_dir).items()}
 
 
 def thread_pools() -> str:
@@ -171,6 +182,7 @@ def environment(figures_dir: str | Path | None = None) -> dict:
             **cpu_info(), **onednn_isa(), "kernel_variables": kernel_variables(),
             "torch_threads": torch.get_num_threads(), "thread_pools": thread_pools(),
             "notebook_threads": notebook_threads(figures_dir) if figures_dir is not None else {},
+            "notebook_seeds": notebook_seeds(figures_dir) if figures_dir is not None else {},
             "commit": commit}
 
 

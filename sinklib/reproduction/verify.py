@@ -245,14 +245,35 @@ def report(run: dict, reference: dict) -> tuple[str, bool]:
     return "\n".join(lines), not diffs
 
 
-def load_reference(path: str | Path) -> dict:
-    """The reference at ``path``; one written by another verify schema is refused with a one-line message that says
-    how to regenerate it."""
+REFERENCE_SEED = 0  # the seed the reference is made with (make figures' default)
+
+
+def read_reference(path: str | Path) -> dict:
+    """The reference file's object; a one-line :class:`InputError` when it is missing, not UTF-8 JSON (truncated,
+    empty, a merge conflict) or not an object with claims."""
     from sinklib.core.errors import InputError
 
-    if not Path(path).exists():
+    path = Path(path)
+    if not path.exists():
         raise InputError(f"no reference at {path}; make one with `python -m sinklib verify --write`")
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise InputError(f"{path} is not a reference ({why}: truncated, empty or a merge conflict?); restore it with "
+                         f"`git checkout {path}`, or replace it from a clean run: `make reference FORCE=1`") from None
+    if not isinstance(data, dict) or not isinstance(data.get("claims"), dict):
+        raise InputError(f"{path} is not a reference (a JSON {type(data).__name__} without a \"claims\" object); "
+                         f"restore it with `git checkout {path}`, or replace it: `make reference FORCE=1`")
+    return data
+
+
+def load_reference(path: str | Path) -> dict:
+    """The reference at ``path`` (:func:`read_reference`); one written by another verify schema is refused with a
+    one-line message that says how to regenerate it."""
+    from sinklib.core.errors import InputError
+
+    data = read_reference(path)
     if data.get("schema") != SCHEMA:
         raise InputError(f"{path}: verify schema {data.get('schema')!r}, this sinklib reads {SCHEMA}; regenerate it "
                          f"from a clean run: `make figures`, then `make reference` (python -m sinklib verify --write)")
@@ -267,10 +288,28 @@ def _notebooks(records: Mapping[str, dict]) -> list[str]:
     return sorted({key.split("/", 1)[0] for key in records})
 
 
+def _seeds(snap: dict) -> dict[int, list[str]]:
+    """seed -> the notebooks that ran with it, as the run recorded them (notebooks with no recorded seed left out)."""
+    out: dict[int, list[str]] = {}
+    for name, seed in sorted((snap.get("environment", {}).get("notebook_seeds") or {}).items()):
+        if seed is not None:
+            out.setdefault(seed, []).append(name)
+    return out
+
+
+def _seed_text(seeds: dict[int, list[str]]) -> str:
+    return "; ".join(f"seed {s} ({', '.join(names)})" for s, names in sorted(seeds.items()))
+
+
 def scope_differences(run: dict, reference: dict) -> list[str]:
-    """What makes the two runs incomparable before any verdict is read: other profiles, notebooks missing on either
-    side (one line each; empty when both are the same kind of run)."""
+    """What makes the two runs incomparable before any verdict is read: other seeds, other profiles, notebooks
+    missing on either side (one line each; empty when both are the same kind of run)."""
     lines = []
+    here_seeds, ref_seeds = _seeds(run), _seeds(reference) or {REFERENCE_SEED: ["every notebook"]}
+    if here_seeds and set(here_seeds) != set(ref_seeds):
+        lines.append(f"seeds differ: this run is {_seed_text(here_seeds)}, the reference {_seed_text(ref_seeds)} -- "
+                     f"every draw, window and initialisation differs, so verdicts and values below may differ for "
+                     f"that reason alone (not the CPU's)")
     here, there = _profiles(run["claims"]), _profiles(reference["claims"])
     if here != there:
         lines.append(f"profiles differ: this run is {', '.join(here)}, the reference {', '.join(there)} -- sizes "
@@ -289,6 +328,9 @@ def reference_problems(run: dict, previous: dict | None) -> list[str]:
     """Why ``run`` cannot replace the reference: it is not a CPU-profile run, or it lacks notebooks or claims the
     previous reference has (a partial or smoke run). Empty when it may."""
     problems = []
+    other = {s: names for s, names in _seeds(run).items() if s != REFERENCE_SEED}
+    if other:
+        problems.append(f"it ran with {_seed_text(other)}, the reference is made with seed {REFERENCE_SEED}")
     if _profiles(run["claims"]) != ["cpu"]:
         problems.append(f"it is a {', '.join(_profiles(run['claims']))} run, not a CPU-profile one")
     if previous is not None:
@@ -316,8 +358,14 @@ def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENC
     if not run["claims"]:
         raise InputError(f"no claims under {figures_dir}; run `make figures` first")
     if write:
-        # the reference it replaces, read for its claims only (an older verify schema still names them)
-        previous = json.loads(Path(reference).read_text(encoding="utf-8")) if Path(reference).exists() else None
+        # the reference it replaces, read for its claims only (an older verify schema still names them); one that
+        # cannot be read is refused unless forced -- then it is replaced
+        try:
+            previous = read_reference(reference) if Path(reference).exists() else None
+        except InputError:
+            if not force:
+                raise
+            previous = None
         problems = reference_problems(run, previous)
         if problems and not force:
             raise InputError(f"not replacing {reference}: {'; '.join(problems)}. Run a complete `make figures` "
