@@ -22,3 +22,15 @@ def test_the_second_setting_runs_another_bf16_kernel_on_this_host():
     assert there["onednn_bf16_matmul"] != here["onednn_bf16_matmul"]
     assert env["OMP_NUM_THREADS"] == "2" and env["ONEDNN_MAX_CPU_ISA"] == another_isa(
         here["onednn_bf16_matmul"])
+
+
+def test_thread_pools_in_another_load_order_are_not_a_difference():
+    from sinklib.reproduction.environment import environment_differences
+
+    def env(pools: str) -> dict:
+        return {"environment": {"thread_pools": pools}}
+
+    a, b = "openblas 0.3.31 (SkylakeX) x2; openmp libgomp x2", "openmp libgomp x2; openblas 0.3.31 (SkylakeX) x2"
+    assert not [d for d in environment_differences(env(a), env(b)) if d.field == "thread_pools"]
+    moved = environment_differences(env(a), env("openmp libgomp x2; openblas 0.3.31 (Haswell) x2"))
+    assert [d.field for d in moved if d.field == "thread_pools"] == ["thread_pools"]

@@ -158,9 +158,9 @@ def thread_pools() -> str:
     import torch  # noqa: F401
     from threadpoolctl import threadpool_info
 
-    return "; ".join(f"{p['internal_api']} {p.get('version') or p['prefix']}"
-                     + (f" ({p['architecture']})" if p.get("architecture") else "") + f" x{p['num_threads']}"
-                     for p in threadpool_info())
+    return "; ".join(sorted(f"{p['internal_api']} {p.get('version') or p['prefix']}"  # sorted: not load order
+                            + (f" ({p['architecture']})" if p.get("architecture") else "") + f" x{p['num_threads']}"
+                            for p in threadpool_info()))
 
 
 def environment(figures_dir: str | Path | None = None) -> dict:
@@ -228,7 +228,9 @@ def environment_differences(run: dict, reference: dict) -> list[EnvDifference]:
     for k in ("python", "torch", "transformers", "lock_sha256", "machine", "cpu_vendor", "cpu_model", "cpu_capability",
               "onednn_isa", "onednn_bf16_matmul", "thread_pools", "torch_threads"):
         unknown = k.startswith(("onednn", "thread_pools")) and (env.get(k) is None or ref_env.get(k) is None)
-        if env.get(k) != ref_env.get(k) and not unknown:
+        same = (env.get(k) == ref_env.get(k) or k == "thread_pools" and not unknown  # the pools in any order
+                and sorted(env[k].split("; ")) == sorted(ref_env[k].split("; ")))
+        if not same and not unknown:
             out.append(EnvDifference(k, f"{k}: {_shown(env.get(k))} here, {_shown(ref_env.get(k))} in the reference"))
     out += flag_differences(env.get("cpu_flags", []), ref_env.get("cpu_flags", []))
     here_vars, ref_vars = env.get("kernel_variables", {}), ref_env.get("kernel_variables", {})
