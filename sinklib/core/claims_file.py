@@ -133,6 +133,8 @@ def _read_claims_json(path: Path) -> dict:
     invalid JSON, or JSON that is not an object with a ``claims`` list)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:  # a folder where the file should be, or a file that cannot be read
+        raise InputError(f"{path}: not a claims file ({err.strerror or type(err).__name__}); {_rerun(path)}") from None
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not a claims file (not UTF-8 text: {err.reason}); {_rerun(path)}") from None
     except json.JSONDecodeError as err:

@@ -98,6 +98,10 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if device == "mps" and not torch.backends.mps.is_available():
         raise DeviceUnavailableError("device='mps' was requested but MPS is not available; use device='cpu'.")
     try:
-        return torch.device(device)
+        resolved = torch.device(device)
     except RuntimeError as err:
         raise DeviceUnavailableError(f"unknown device {device!r} ({err}); use 'auto', 'cpu' or 'cuda'.") from None
+    if resolved.type not in ("cpu", "cuda", "mps"):  # meta, xla, ...: no weights to measure there
+        raise DeviceUnavailableError(f"device {device!r} cannot run a model's forward here; use 'auto', 'cpu' or "
+                                     f"'cuda'.")
+    return resolved

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from sinklib.core.errors import InputError, SinklibError
+from sinklib.core.paths import REPO
 from sinklib.pipeline.publish import require_folder
 
 GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
@@ -85,8 +87,13 @@ def _cmd_figures(args) -> int:
 
 def _cmd_gallery(args) -> int:
     from sinklib.pipeline.gallery import build_gallery
+    from sinklib.reproduction.figures_folder import notebook_folders
 
-    print(build_gallery(args.figures_dir))
+    folder = Path(args.figures_dir)
+    if not folder.is_dir() or not notebook_folders(folder):
+        raise InputError(f"no notebook results under {folder.resolve()}; check --figures-dir, or run make figures "
+                         f"first")
+    print(build_gallery(folder))
     return 0
 
 
@@ -134,6 +141,12 @@ def _cmd_claims_schema(args) -> int:
     return 0
 
 
+# In a checkout, the repository's folders whatever the working directory (run from notebooks/, a relative default
+# wrote notebooks/figures); an installed copy writes where it is run.
+FIGURES_DIR = str(REPO / "figures") if REPO else "figures"
+BUILD_DIR = str(REPO / "build") if REPO else "build"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sinklib", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -164,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--device", default="", help="override the profile's device")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--notebooks", nargs="*", default=None, help="stems to run (default: all)")
-    f.add_argument("--figures-dir", default="figures")
-    f.add_argument("--build-dir", default="build")
+    f.add_argument("--figures-dir", default=FIGURES_DIR)
+    f.add_argument("--build-dir", default=BUILD_DIR)
     f.add_argument("--dry-run", action="store_true",
                    help="print each notebook's models, download sizes, dtype, batch sizes and memory per step; exit 1 "
                         "if a step does not fit (nothing is downloaded or run)")
@@ -177,18 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_figures)
 
     g = sub.add_parser("gallery", help="rebuild figures/index.html from what is there")
-    g.add_argument("--figures-dir", default="figures")
+    g.add_argument("--figures-dir", default=FIGURES_DIR)
     g.set_defaults(func=_cmd_gallery)
 
     e = sub.add_parser("exercises", help="write notebooks/exercises/ from the solutions (stubs where the answers are)")
     e.set_defaults(func=_cmd_exercises)
     s = sub.add_parser("scorecard", help="every notebook's claims in one table: which published claims hold, where")
-    s.add_argument("--figures-dir", default="figures")
+    s.add_argument("--figures-dir", default=FIGURES_DIR)
     s.add_argument("--json", action="store_true", help="print one JSON object (claims, per-paper counts)")
     s.set_defaults(func=_cmd_scorecard)
     v = sub.add_parser("verify", help="compare this run's claims with data/reference/cpu_profile_claims.json: every "
                                       "verdict that differs and every value beyond its tolerance (exit 1 if any)")
-    v.add_argument("--figures-dir", default="figures")
+    v.add_argument("--figures-dir", default=FIGURES_DIR)
     v.add_argument("--reference", default=None, help="reference file (default data/reference/cpu_profile_claims.json)")
     v.add_argument("--write", action="store_true", help="write the reference from this run instead (after a clean run)")
     v.add_argument("--force", action="store_true", help="with --write: replace the reference even from a partial or "
@@ -221,6 +234,16 @@ def check_args(args) -> None:
         check_batch_size(args.batch_size)
     if hasattr(args, "seed"):
         check_seed(args.seed)
+    if getattr(args, "jobs", None) is not None and args.jobs < 1:
+        raise InputError(f"--jobs (JOBS=) must be at least 1, got {args.jobs}; leave it out for the default")
+    if getattr(args, "notebooks", None) == []:
+        raise InputError("--notebooks was given no notebook; name one or more (e.g. --notebooks 00 10), or leave it "
+                         "out to run them all")
+    for flag in ("gpu_gb", "host_gb"):
+        value = getattr(args, flag, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InputError(f"--{flag.replace('_', '-')} ({flag.upper()}=) must be a positive, finite number of GB, "
+                             f"got {value}")
     for flag in ("figures_dir", "build_dir"):
         if getattr(args, flag, None):
             require_folder(getattr(args, flag), "--" + flag.replace("_", "-"))

@@ -181,10 +181,13 @@ def notebook_text(path: Path) -> dict:
 
 
 def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; None when it is missing, unreadable (a folder, not UTF-8, not JSON) or not an
+    object -- the gallery then shows the notebook without it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def run_takeaways(folder: Path) -> list[tuple[str, str]] | None:

@@ -40,6 +40,7 @@ offline from the table's ``gated`` mark, with the licence link and the login to 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from sinklib.core.errors import InputError
@@ -150,8 +151,9 @@ def plan_run(profile: str = "gpu", model: str = "", gpu_gb: float = 80.0,
 
     if profile not in profiles.PROFILES:
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}.")
-    if gpu_gb <= 0:
-        raise InputError(f"GPU_GB must be a positive number of GB, got {gpu_gb!r}.")
+    for name, gb in (("GPU_GB", gpu_gb), ("HOST_GB", host_gb)):
+        if not (math.isfinite(gb) and gb > 0):  # nan compares false: every step "fitted" under nan GB
+            raise InputError(f"{name} must be a positive, finite number of GB, got {gb!r}.")
     capacity = gpu_gb if profiles.PROFILES[profile].device == "cuda" else psutil.virtual_memory().total / GB
     books = [book.stem for book in discover(only=notebooks)]
     try:

@@ -36,6 +36,7 @@ from sinklib.pipeline.schedule import (
     order_notebooks,
     progress,
     summary_table,
+    unreadable_notebooks,
 )
 from sinklib.reproduction.environment import thread_env
 
@@ -254,7 +255,13 @@ def run_all(
 
     if profile not in PROFILES:  # refused here, before any kernel starts
         raise InputError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}.")
+    from sinklib.core.loaded import resolve_device
+
+    resolve_device(device or PROFILES[profile].device)  # CUDA asked for on a CPU machine: one line now, not per kernel
     books = discover(notebook_dir, only)
+    unreadable = unreadable_notebooks(books)
+    for res in unreadable.values():
+        print(f"warning: {res.message}", flush=True)
     from sinklib.pipeline.protocols import route
 
     models, line = route(model, [b.stem for b in books], explicit=only is not None)
@@ -271,11 +278,11 @@ def run_all(
         for line in publish.recover(figures_dir):
             print(line, flush=True)
         return _run_locked(books, models, slots, jobs, profile=profile, device=device, seed=seed,
-                           figures_dir=figures_dir, build_dir=build_dir)
+                           figures_dir=figures_dir, build_dir=build_dir, unreadable=unreadable)
 
 
 def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], jobs: int, *, profile: str, device: str,
-                seed: int, figures_dir: Path, build_dir: Path) -> int:
+                seed: int, figures_dir: Path, build_dir: Path, unreadable: dict[str, NotebookResult]) -> int:
     """:func:`run_all` once it holds its folders: the pool of child processes, the summary, the gallery."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -284,10 +291,10 @@ def _run_locked(books: list[Path], models: dict[str, str], slots: list[str], job
     free = queue.SimpleQueue()
     for slot in slots:
         free.put(slot)
-    side_by_side, after = order_notebooks(books, figures_dir, profile, jobs)
+    side_by_side, after = order_notebooks([b for b in books if b.stem not in unreadable], figures_dir, profile, jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"{len(books)} notebooks, {jobs} at a time ({threads} thread(s) each)", flush=True)
-    results: dict[str, NotebookResult] = {}
+    results: dict[str, NotebookResult] = dict(unreadable)
     cold = caches_empty(cache_dir())  # read before the first notebook writes there
     started = time.perf_counter()
     env = {"MPLBACKEND": INLINE_BACKEND, "SINKLIB_HEADLESS": "1"}  # once for every kernel, before the threads start

@@ -1,6 +1,7 @@
 """When each notebook runs and how long it should take: the order that finishes soonest on ``jobs`` workers
 (:func:`best_order`), the progress line with its estimate, the budgets and the summary table of a run
-(:func:`summary_table`), how many notebooks run at once (:func:`default_jobs`) and on which GPUs (:func:`gpu_slots`).
+(:func:`summary_table`), how many notebooks run at once (:func:`default_jobs`) and on which GPUs (:func:`gpu_slots`),
+and which cannot run at all (:func:`unreadable_notebooks`: a truncated or conflicted ``.ipynb``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from sinklib.pipeline.executed import last_error_line
 
 
 @dataclass
@@ -162,3 +165,40 @@ def order_notebooks(books: list[Path], figures_dir: Path, profile: str, jobs: in
     timed = [(b, s) for b, s in zip(first, seconds) if s is not None]
     order = best_order([s for _, s in timed], jobs)
     return unknown + [timed[i][0] for i in order], last
+
+
+def unreadable_notebooks(books: list[Path]) -> dict[str, NotebookResult]:
+    """stem -> a failed result naming the file, for each notebook nbformat cannot read (truncated, merge conflict
+    markers): the run goes on without it. A ``.py`` twin edited after its ``.ipynb`` is a warning (the run executes
+    the ``.ipynb``)."""
+    import nbformat
+
+    bad = {}
+    for book in books:
+        try:
+            nb = nbformat.read(str(book), as_version=4)
+        except Exception as err:  # NotJSONError, a JSON error, a missing field: one fault, several kinds
+            bad[book.stem] = NotebookResult(book.stem, False, 0.0, f"{book} is not a readable notebook "
+                                            f"({last_error_line(err)}); restore it (git checkout {book.name}) or "
+                                            f"rebuild it from its twin (jupytext --sync {book.with_suffix('.py')})")
+            continue
+        stale = stale_twin(book, nb)
+        if stale:
+            print(f"warning: {stale}", flush=True)
+    return bad
+
+
+def stale_twin(book: Path, nb) -> str:
+    """A sentence when ``book``'s jupytext ``.py`` twin is newer and its cells differ (the run executes the
+    ``.ipynb``, not the edit), else ""."""
+    twin = book.with_suffix(".py")
+    if not twin.exists() or twin.stat().st_mtime <= book.stat().st_mtime:
+        return ""
+    import jupytext
+
+    try:
+        same = [c.source for c in jupytext.read(twin).cells] == [c.source for c in nb.cells]
+    except Exception:  # a twin jupytext cannot read: the .ipynb runs, nothing to compare
+        return ""
+    return "" if same else (f"{twin.name} was edited after {book.name} and differs from it: this run executes "
+                            f"{book.name} -- run jupytext --sync {twin} to run the edit")

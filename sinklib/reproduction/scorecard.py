@@ -44,7 +44,7 @@ def collect(figures_dir: str | Path) -> list[Row]:
     for line in leftovers(figures_dir):
         print(f"note: {line}", file=sys.stderr)
     rows = []
-    for path in [f / "claims.json" for f in notebook_folders(figures_dir) if (f / "claims.json").is_file()]:
+    for path in [f / "claims.json" for f in notebook_folders(figures_dir) if (f / "claims.json").exists()]:
         notebook = path.parent.name
         try:
             records = claims_file.load(path)
