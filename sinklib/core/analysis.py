@@ -148,8 +148,13 @@ def attention_maps(lm: LoadedModel, input_ids: torch.Tensor, layers: list[int] |
     """Attention probabilities of one sequence: ``input_ids`` (T,) or (1, T) -> (L_sel, H, T, T).
 
     ``intervention``: an optional :mod:`sinklib.interpretation.interventions` context manager active during the forward.
+    Ids outside the vocabulary and layers outside the model are refused in one line; ``-1`` is the last layer.
     """
-    ids = input_ids.reshape(1, -1).to(lm.device)
+    from sinklib.core.data import as_token_ids
+    from sinklib.core.profile_checks import check_layers
+
+    ids = as_token_ids(input_ids, lm.vocab_size, "attention_maps").reshape(1, -1).to(lm.device)
+    layers = check_layers(lm, layers, "attention_maps")
     with Capture(lm, attentions=True, layers=layers) as cap:
         with intervention if intervention is not None else contextlib.nullcontext():
             lm.model(ids, use_cache=False)
@@ -283,7 +288,9 @@ def first_token_mass_by_length(lm: LoadedModel, lengths: list[int], seed: int = 
     """
     from sinklib.core.data import text_windows
     from sinklib.core.memory import max_length
+    from sinklib.core.profile_checks import check_lengths
 
+    lengths = check_lengths(lengths, "first_token_mass_by_length")
     limit = max_length(lm) or max(lengths)
     used, skipped = sorted(n for n in lengths if n <= limit), [n for n in lengths if n > limit]
     if not used:

@@ -112,6 +112,8 @@ def to_pixels(images: list[np.ndarray] | np.ndarray, size: int = 224, norm: Norm
     (x / 255 - mean) / std with the model's own mean and std (``norm``, e.g. ``lm.pixel_norm``: CLIP's differ
     from ImageNet's), ImageNet's by default. Each image is checked first (:func:`check_image`: (H, W, 3), finite)."""
     mean, std = norm or IMAGENET
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+        raise InputError(f"to_pixels: size must be a whole number of pixels >= 1 (e.g. 224), got {size!r}")
     if isinstance(images, np.ndarray) and images.ndim == 3:
         images = [images]
     if len(images) == 0:

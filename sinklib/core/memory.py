@@ -30,6 +30,15 @@ def check_length(lm: LoadedModel, seq_len: int) -> None:
         )
 
 
+def check_input_tokens(num_seqs: int, seq_len: int) -> None:
+    """Raise :class:`InputError` when ``num_seqs`` x ``seq_len`` token ids (int64, made and held on the host before
+    the first forward) would take more than a quarter of the host's free memory."""
+    need, free = 8 * num_seqs * seq_len, available_bytes(torch.device("cpu"))
+    if need > 0.25 * free:
+        raise InputError(f"{num_seqs} x {seq_len} tokens need {need / GiB:.1f} GiB of token ids alone ({free / GiB:.1f} "
+                         f"GiB free); use fewer sequences (Gu et al. use 100 x 64).")
+
+
 def activation_bytes(*, hidden: int, d_ff: int, heads: int, layers: int, vocab: int, batch: int, seq_len: int,
                      eager_attentions: bool = False, hidden_states: bool = False, logits: bool = False,
                      stats_block: int = 64 * 2**20) -> int:

@@ -5,6 +5,7 @@ layer and stops a run whose first layer says it would take longer than allowed."
 from __future__ import annotations
 
 import math
+import operator
 import time
 
 import torch
@@ -18,9 +19,16 @@ from sinklib.core.loaded import LoadedModel
 def check_eps(eps: float) -> float:
     """The sink threshold on alpha, refused in one line unless 0 < eps < 1: alpha is a share of a query's attention,
     so eps <= 0 calls every head a sink, eps >= 1 none, and NaN compares false everywhere (a sink rate of 0)."""
-    if not (isinstance(eps, int | float) and 0 < eps < 1):
-        raise InputError(f"--eps / eps must be in (0, 1) -- a share of attention; got {eps!r} (Gu et al. use 0.3)")
-    return float(eps)
+    value = None
+    if not isinstance(eps, bool | str):  # a numpy scalar or a 0-d tensor is a number too
+        try:
+            value = float(eps)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one value
+            value = None
+    if value is None or not 0 < value < 1:
+        raise InputError(f"--eps / eps must be a number in (0, 1) -- a share of attention; got {eps!r} (Gu et al. "
+                         f"use 0.3)")
+    return value
 
 
 def check_batch_size(batch_size: int | None) -> int | None:
@@ -93,3 +101,38 @@ class LayerProgress(Patch):
                 f"(estimated from its first layer), over the {duration_words(self.max_seconds)} limit; ask for "
                 f"fewer or shorter sequences, or run it anyway (python -m sinklib profile ... --yes; "
                 f"profile_sinks(..., max_seconds=None))")
+
+
+def check_layers(lm: LoadedModel, layers: list[int] | None, where: str) -> list[int] | None:
+    """Layer indices as Python counts them -- ``-1`` is the last -- turned into 0 .. L-1, or one line naming the index
+    outside the model's L layers (None: every layer)."""
+    if layers is None:
+        return None
+    out = []
+    for layer in layers:
+        index = _whole(layer)
+        if index is None or not -lm.n_layers <= index < lm.n_layers:
+            raise InputError(f"{where}: layer {layer!r} is not one of {lm.name}'s {lm.n_layers} layers (0 .. "
+                             f"{lm.n_layers - 1}, or -1 for the last)")
+        out.append(index % lm.n_layers)
+    return out
+
+
+def _whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (a Python or numpy integer, not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def check_lengths(lengths, where: str) -> list[int]:
+    """Context lengths of at least 2 tokens (alpha_0 over one token is 1 by construction), or one line."""
+    whole = [_whole(n) for n in lengths]
+    if not whole or any(n is None or n < 2 for n in whole):
+        raise InputError(f"{where}: context lengths must be whole numbers of at least 2 tokens; got "
+                         f"{list(lengths)!r}")
+    return whole
+

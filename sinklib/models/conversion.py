@@ -112,6 +112,21 @@ def build_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _disk_fault(err: BaseException) -> str | None:
+    """The disk fault behind a failed build -- a full, over-quota, read-only or forbidden folder -- in words, or None
+    for any other error. safetensors reports a full disk as its own SafetensorError ("IoError(... StorageFull ...)"),
+    not an OSError."""
+    if isinstance(err, OSError):
+        faults = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+        return err.strerror if err.errno in faults else None
+    text = str(err)
+    if "StorageFull" in text or "No space left on device" in text or "code: 28" in text:
+        return "No space left on device"
+    if "QuotaExceeded" in text or "FilesystemQuotaExceeded" in text:
+        return "Disk quota exceeded"
+    return None
+
+
 def _build_into(target: Path, name: str, build: Callable[[Path], None], recipe: str) -> None:
     """Run ``build(folder)`` into a temporary sibling of ``target`` (global torch RNG untouched), give the result the
     user's umask, write its manifest last and swap it into place (an old ``target`` is renamed aside first and
@@ -121,10 +136,11 @@ def _build_into(target: Path, name: str, build: Callable[[Path], None], recipe: 
         with torch.random.fork_rng(devices=[]):
             try:
                 build(out)
-            except OSError as err:  # a full or read-only cache: the half-built folder goes with the temporary one
-                if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            except Exception as err:  # a full or read-only cache: the half-built folder goes with the temporary one
+                why = _disk_fault(err)
+                if why is None:
                     raise
-                raise InputError(f"building {name} in {target.parent} failed: {err.strerror}; free space there or "
+                raise InputError(f"building {name} in {target.parent} failed: {why}; free space there or "
                                  f"point SINKLIB_CACHE at a folder with room (nothing half-built was kept).") from None
         share_with_umask(out)
         manifest.write(out / manifest.MANIFEST, out, manifest.folder_files(out), recipe)
@@ -244,7 +260,7 @@ def _dequantise(name: str, out: Path) -> None:
     work = out.parent / "gguf"
     work.mkdir()
     gguf = GGUF_SOURCES[name](work)
-    print(f"[sinklib] converting {gguf.name} to safetensors under {converted_path(name)} (once; later loads are fast)")
+    manifest.note(f"converting {gguf.name} to safetensors under {converted_path(name)} (once; later loads are fast)")
     with one_gguf_parse():
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -234,6 +234,9 @@ def load_model(
     the GPU(s) (:func:`device_map_for`: one GPU, or accelerate's ``device_map="auto"`` over several); the
     :class:`~sinklib.core.loaded.LoadedModel`'s ``device`` is then where inputs go (the input embeddings' device).
     """
+    from sinklib.core.data import check_seed
+
+    check_seed(seed)
     spec = resolve_spec(name)
     dev = resolve_device(device)
     dtype = default_dtype(dev) if dtype is None else dtype_of(dtype)

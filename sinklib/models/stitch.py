@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sinklib.core.manifest import note
 from sinklib.core.paths import ROOT
 
 LABEL = "LLaVA-style stand-in (DINOv2-S + SmolLM2, projector trained here)"
@@ -202,7 +203,7 @@ def caption_loss(model, features: torch.Tensor, ids: torch.Tensor, mask: torch.T
     return torch.nn.functional.cross_entropy(logits.float(), target[keep])
 
 
-def train_projector(model, tokenizer, config: StitchConfig, log=print) -> list[float]:
+def train_projector(model, tokenizer, config: StitchConfig, log=note) -> list[float]:
     """LLaVA stage 1 on the offline pairs: only the projector learns; returns the loss per step. On a CPU it runs on
     one thread whatever the notebook has (:func:`sinklib.core.precision.training_threads`: on an Intel CPU with AMX
     the step-0 loss was 6.919816 at 1 thread and 6.925381 at 2)."""
@@ -212,14 +213,14 @@ def train_projector(model, tokenizer, config: StitchConfig, log=print) -> list[f
         return _train_projector(model, tokenizer, config, log)
 
 
-def _train_projector(model, tokenizer, config: StitchConfig, log=print) -> list[float]:
+def _train_projector(model, tokenizer, config: StitchConfig, log=note) -> list[float]:
     from sinklib.core import images, precision
 
     torch.manual_seed(config.seed)
     pics, caps = training_pairs(config)
     t0 = time.perf_counter()
     feats = vision_features(model, images.to_pixels(pics, size=config.image_size))
-    log(f"[sinklib] stand-in: {len(pics)} training images encoded in {time.perf_counter() - t0:.0f} s")
+    log(f"stand-in: {len(pics)} training images encoded in {time.perf_counter() - t0:.0f} s")
     for p in model.parameters():
         p.requires_grad_(False)
     projector = model.model.multi_modal_projector
@@ -245,7 +246,7 @@ def _train_projector(model, tokenizer, config: StitchConfig, log=print) -> list[
                 sched.step()
                 losses.append(loss.item())
                 if step % 50 == 0 or step == config.steps - 1:
-                    log(f"[sinklib] stand-in projector step {step}: caption loss {loss.item():.3f} "
+                    log(f"stand-in projector step {step}: caption loss {loss.item():.3f} "
                         f"({time.perf_counter() - t0:.0f} s)")
     finally:
         lm.set_attn_implementation(attention)

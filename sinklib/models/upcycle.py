@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from sinklib.core.loaded import LoadedModel
+from sinklib.core.manifest import note
 
 
 def neuron_groups(acts: torch.Tensor, n_experts: int, iters: int = 20, seed: int = 0) -> torch.Tensor:
@@ -145,7 +146,7 @@ def build_standin(target: Path, dense: LoadedModel, seed: int | None = None, nam
     recipe = RECIPES[name]
     r = recipe if seed is None else {**recipe, "seed": seed}
     calib = text_windows(dense.tokenizer, r["calib_windows"], r["calib_len"], r["seed"], split="train")
-    print(f"[sinklib] upcycling {r['base']} into {name} ({r['n_experts']} experts, top-{r['top_k']}; once)")
+    note(f"upcycling {r['base']} into {name} ({r['n_experts']} experts, top-{r['top_k']}; once)")
     moe = upcycle(dense.model, calib, r["n_experts"], r["top_k"], r["router_scale"], r["seed"])
     moe.config.sinklib_standin = {"label": LABELS[name], **r} | ({"name": name} if name != STANDIN else {})
     moe.save_pretrained(target)

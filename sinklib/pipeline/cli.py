@@ -19,7 +19,6 @@ from sinklib.core.paths import REPO
 from sinklib.pipeline.publish import require_folder
 
 GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
-SEED_MAX = 2 ** 32 - 1  # numpy's np.random.seed takes 0..2**32-1, the narrowest of the generators a seed feeds
 LONG_RUN_S = 30 * 60.0  # a profile estimated to take longer than 30 minutes needs --yes
 
 
@@ -41,11 +40,14 @@ def _cmd_models(args) -> int:
 def _cmd_profile(args) -> int:
     from sinklib.core.analysis import profile_sinks
     from sinklib.core.data import make_inputs
+    from sinklib.core.memory import check_input_tokens, check_length
     from sinklib.models.load import load_model
     from sinklib.pipeline.profiles import seed_everything
 
     seed_everything(args.seed)
     lm = load_model(args.model, device=args.device, dtype="float32")  # Gu et al.'s protocol: float32 attention
+    check_length(lm, args.seq_len)  # before any input is made: a length the model cannot take is one line now
+    check_input_tokens(args.num_seqs, args.seq_len)
     ids = make_inputs(lm, args.input, args.num_seqs, args.seq_len, args.seed)
     prof = profile_sinks(lm, ids, input_name=args.input, eps=args.eps, batch_size=args.batch_size,
                          progress=not args.json, max_seconds=None if args.yes else LONG_RUN_S)
@@ -216,13 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_seed(seed: int) -> None:
-    """A seed every generator it feeds takes: 0..2**32-1 (numpy's ``np.random.seed``; python's ``random`` takes any
-    int, torch -2**63..2**64-1)."""
-    if not 0 <= seed <= SEED_MAX:
-        raise InputError(f"--seed must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
-
-
 def check_args(args) -> None:
     """Every argument checked before a model loads or a notebook runs: sizes, seed, eps and folders; one line each."""
     if getattr(args, "num_seqs", 1) < 1 or getattr(args, "seq_len", 2) < 2:
@@ -233,6 +228,8 @@ def check_args(args) -> None:
         check_eps(args.eps)
         check_batch_size(args.batch_size)
     if hasattr(args, "seed"):
+        from sinklib.core.data import check_seed
+
         check_seed(args.seed)
     if getattr(args, "jobs", None) is not None and args.jobs < 1:
         raise InputError(f"--jobs (JOBS=) must be at least 1, got {args.jobs}; leave it out for the default")

@@ -75,7 +75,10 @@ class Run:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python's ``random``, numpy and torch (CPU and CUDA) with one number."""
+    """Seed python's ``random``, numpy and torch (CPU and CUDA) with one number (0..2**32-1, else one line)."""
+    from sinklib.core.data import check_seed
+
+    seed = check_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

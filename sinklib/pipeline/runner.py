@@ -97,7 +97,7 @@ def run_notebook(
     with kernel_env(MPLBACKEND=INLINE_BACKEND, SINKLIB_HEADLESS="1", PYTHONHASHSEED=KERNEL_HASH_SEED):
         try:
             pm.execute_notebook(str(path), str(executed), parameters=params, cwd=str(path.parent),
-                                kernel_name="python3", progress_bar=progress_bar)
+                                kernel_name="python3", progress_bar=progress_bar, stderr_file=CacheNotes(path.stem))
         except Exception as err:  # papermill raises PapermillExecutionError with the cell's exception
             return NotebookResult(path.stem, False, time.perf_counter() - start, last_error_line(err))
     seconds = time.perf_counter() - start
@@ -114,6 +114,24 @@ def run_notebook(
         return NotebookResult(path.stem, False, seconds, f"could not publish ({err.strerror or err}); previous "
                                                          f"figures kept")
     return NotebookResult(path.stem, True, seconds)
+
+
+class CacheNotes:
+    """papermill's ``stderr_file``: the kernel's ``[sinklib] ...`` notes (a cache rebuilt, a model converted) echoed
+    to this terminal with the notebook's name -- not only inside the executed notebook -- and nothing else of its
+    stderr (progress bars stay in the notebook)."""
+
+    def __init__(self, stem: str):
+        self.stem, self._partial = stem, ""
+
+    def write(self, text: str) -> None:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in (x.rsplit("\r", 1)[-1] for x in lines):  # what a terminal shows of a line a bar redrew
+            if line.startswith("[sinklib] "):
+                print(f"      {self.stem}: {line}", file=sys.stderr, flush=True)
+
+    def flush(self) -> None:
+        pass
 
 
 # Folders named by the environment: a kernel runs in notebooks/, so a relative one would name another folder there

@@ -350,11 +350,8 @@ def verify(figures_dir: str | Path = "figures", reference: str | Path = REFERENC
     make the reference from this run instead -- refused (one line) when the run is not a complete CPU-profile run
     holding every notebook and claim of the reference it replaces, unless ``force``."""
     from sinklib.core.errors import InputError
-    from sinklib.reproduction.figures_folder import leftovers
 
-    for line in leftovers(figures_dir):
-        print(f"note: {line}")
-    run = snapshot(figures_dir)
+    run = snapshot(figures_dir)  # its scorecard.collect notes what an interrupted publish left (once)
     if not run["claims"]:
         raise InputError(f"no claims under {figures_dir}; run `make figures` first")
     if write:

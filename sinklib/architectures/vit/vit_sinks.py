@@ -163,7 +163,13 @@ def profile_vit(lm: LoadedModel, pixels: torch.Tensor, batch_size: int = 8, extr
 
     ``extra``: an optional context manager entered inside the capture for every batch (an intervention such as
     :class:`sinklib.architectures.vit.registers.TestTimeRegisters`), so before / after profiles come from one code path.
+    Refused in one line: a model that is not a ViT, pixels that are not a finite float (B, 3, S, S) tensor.
     """
+    from sinklib.core.images import check_pixels
+    from sinklib.models.load import require_family
+
+    require_family(lm, ("vit",), "profile_vit")
+    pixels = check_pixels(pixels, "profile_vit")
     adapter = lm.adapter
     gh, gw = grid_of(lm, pixels.shape[-1])
     n_prefix = adapter.n_prefix
