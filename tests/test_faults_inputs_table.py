@@ -127,3 +127,9 @@ def test_the_kernels_cache_notes_reach_the_terminal_and_nothing_else(capsys):
     notes.write("ifest; rebuilding it (once)\nother stderr\n")
     err = capsys.readouterr().err
     assert err == "      02_interpretation: [sinklib] smollm2-135m differs from its manifest; rebuilding it (once)\n"
+
+
+def test_the_smoke_profiles_dry_run_checks_every_notebook(capsys):
+    assert cli.main(["figures", "--profile", "smoke", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "REFUSED" not in out and "smollm2-moe-smoke" in out and "llava-standin-smoke" in out

@@ -64,9 +64,12 @@ def shape_from_config(name: str) -> Shape:
 
 
 def shape_of(name: str, offline: bool) -> Shape:
+    """``name``'s shape: from the table; a registry stand-in's smoke twin (``<name>-smoke``: the same architecture,
+    built on fewer calibration tokens or training steps) as its full-size one's; else from its config."""
     shapes = hub_shapes()
-    if name in shapes:
-        return shapes[name]
+    for key in (name, name.removesuffix("-smoke")):
+        if key in shapes:
+            return shapes[key]
     if offline:
         raise InputError(f"cannot check {name!r} offline: add its shape to data/hub_models.json.")
     return shape_from_config(name)
