@@ -1,6 +1,6 @@
-"""Corruption that keeps a file's size and mtime (issue "faults, round two", item 4): a warm load hashes only files
-whose mtime changed, so these pass it; ``python -m sinklib verify-cache`` hashes every file and checks every cached
-weight finite, and a NaN weight in a trained run is a fault, never a value."""
+"""Corruption that keeps a file's size and mtime, and NaN values (issue "faults, round two", item 4): a warm load
+hashes only files whose mtime changed, so these pass it; ``python -m sinklib verify-cache`` hashes every file and
+checks every cached weight finite; a NaN weight in a trained run or a NaN headline number is a fault, never a value."""
 
 from __future__ import annotations
 
@@ -112,3 +112,19 @@ def test_no_cache_folder_is_one_line(tmp_path):
     run = _verify_cache(tmp_path / "missing")
     assert run.returncode == 2 and "no model cache" in run.stderr
     _one_line(run.stderr)
+
+
+def test_a_nan_headline_number_fails_the_notebook_and_none_does_not(tmp_path):
+    import numpy as np
+
+    from sinklib.pipeline import notebook
+
+    nb = notebook.start("00_tour", "smoke", "tiny-llama-random", "cpu", 0, str(tmp_path / "out"), families="llm")
+    nb.headline["ratio"] = {"by_layer": np.array([1.0, np.nan]), "never_reached": None}
+    with pytest.raises(notebook.NonFiniteHeadlineError) as err:
+        nb.close()
+    _one_line(str(err.value))
+    assert "ratio.by_layer[1]" in str(err.value) and not (tmp_path / "out" / "headline.json").exists()
+    nb.headline["ratio"]["by_layer"] = np.array([1.0, 2.0])
+    nb.close()  # None is a value that does not exist, not a failed one
+    assert json.loads((tmp_path / "out" / "headline.json").read_text())["ratio"]["never_reached"] is None

@@ -30,6 +30,27 @@ def to_builtin(obj):
     return obj
 
 
+def non_finite_paths(obj, path: str = "") -> list[str]:
+    """Where ``obj`` (a headline: dicts, lists, numbers, arrays) holds a NaN or an infinite float, as key paths
+    (``reports[1].chain.ratio``); ``None`` -- a value that does not exist -- is not one."""
+    plain = to_builtin_keep_nan(obj)
+    if isinstance(plain, dict):
+        return [p for k, v in plain.items() for p in non_finite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(plain, list):
+        return [p for i, v in enumerate(plain) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return [path or "(the value)"] if isinstance(plain, float) and not math.isfinite(plain) else []
+
+
+def to_builtin_keep_nan(obj):
+    """A tensor or numpy value as the Python value :func:`to_builtin` would start from (NaN kept); else ``obj``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) or isinstance(obj, np.ndarray | np.generic):
+        return obj.tolist()
+    if isinstance(obj, tuple):
+        return list(obj)
+    return obj
+
+
 def write_json(path: str | Path, obj) -> Path:
     atomic_write_bytes(path, (json.dumps(to_builtin(obj), indent=2) + "\n").encode())
     return Path(path)

@@ -22,8 +22,9 @@ from typing import TypeVar
 import torch
 
 from sinklib.core.claims_file import Recorder
+from sinklib.core.errors import SinklibError
 from sinklib.core.loaded import LoadedModel
-from sinklib.core.results import write_json
+from sinklib.core.results import non_finite_paths, write_json
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import profiles
 from sinklib.pipeline.model_results import KeptWork
@@ -75,11 +76,20 @@ class Notebook:
         """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``, and say where in one line
         (nothing is returned: a notebook's last cell shows that line, not the headline's raw dict)."""
         self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
+        bad = non_finite_paths(self.headline)
+        if bad:  # a failed measurement: never a value in a figure's numbers (JSON would show it as null)
+            raise NonFiniteHeadlineError(
+                f"{self.name}: {len(bad)} headline value(s) are NaN or infinite ({', '.join(bad[:3])}"
+                f"{', ...' if len(bad) > 3 else ''}): a measurement failed; nothing is published for this run")
         write_json(self.fig_dir / "headline.json", self.headline)
         self.record.write(self.fig_dir)
         held = sum(c.holds is True for c in self.record.claims)
         print(f"{self.name}: {len(self.record.claims)} claims ({held} hold), {self.headline['seconds']:.0f} s; "
               f"figures and JSON in {self.fig_dir}")
+
+
+class NonFiniteHeadlineError(SinklibError):
+    """A headline number came out NaN or infinite: the notebook fails rather than publish it as a value."""
 
 
 def model_devices(model: torch.nn.Module) -> list[str]:
