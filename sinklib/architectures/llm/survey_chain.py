@@ -181,9 +181,14 @@ def origin_chain(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[int]
         else:
             judged.append(over_draws_with_reason(per_draw, what))
     numbers = numbers | {"draws": {c.id: list(c.draws) for c in judged},
-                         "pooled": {c.id: c.spread.get("intervals") for c in judged
-                                    if isinstance(c.spread, dict) and c.spread.get("intervals")}}
+                         "pooled": {c.id: {name: _interval_or_none(b) for name, b in c.spread["intervals"].items()}
+                                    for c in judged if isinstance(c.spread, dict) and c.spread.get("intervals")}}
     return judged, numbers
+
+
+def _interval_or_none(bounds: list[float]) -> list[float] | None:
+    """A pooled interval's [low, high], or None when it has none (no resample gave a finite value: NaN bounds)."""
+    return None if any(b != b for b in bounds) else bounds
 
 
 def over_draws_with_reason(per_draw: list[Claim], what: str) -> Claim:
