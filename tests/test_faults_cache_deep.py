@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from test_faults_cache import TINY_RUN, _count_trainings, _one_line
+from test_faults_cache import TINY_RUN, _count_trainings, _kept, _one_line
 
 from sinklib.core import manifest
 from sinklib.mitigation import training
@@ -72,13 +72,21 @@ def test_zeroed_bytes_with_size_and_mtime_kept_pass_the_warm_check_and_fail_the_
     assert len(fault) == 1 and str(weights) in fault[0] and "sha256" in fault[0] and str(out) in fault[0]
 
 
-def test_random_bytes_in_a_training_pt_with_its_time_kept_are_found(cache):
-    training.train(TINY_RUN, progress=False)
-    _, weights_path = training.run_paths(TINY_RUN)
-    _rewrite_keeping_time(weights_path, weights_path.stat().st_size // 2, os.urandom(64))
+@pytest.mark.parametrize("kind", ["training .pt", "training .json", "kept result"])
+def test_random_bytes_with_the_time_kept_are_found_in_each_kind_of_cached_file(cache, kind):
+    if kind == "kept result":
+        done = _kept(cache)
+        done.save(({"alpha": torch.arange(1000.0)}, ["cpu"]))
+        path = done.path
+    else:
+        training.train(TINY_RUN, progress=False)
+        json_path, weights_path = training.run_paths(TINY_RUN)
+        path = weights_path if kind.endswith(".pt") else json_path
+    _rewrite_keeping_time(path, path.stat().st_size // 2, os.urandom(16))
     run = _verify_cache(cache)
     assert run.returncode == 1
-    assert any(str(weights_path) in line for line in run.stdout.splitlines() if line.startswith("FAULT"))
+    faults = [line for line in run.stdout.splitlines() if line.startswith("FAULT")]
+    assert len(faults) == 1 and str(path) in faults[0], run.stdout
 
 
 def test_a_nan_weight_recorded_in_its_manifest_is_a_fault(cache):
