@@ -49,13 +49,13 @@ def pydoc_paragraphs() -> tuple[str, ...]:
 SEED_MAX = 2 ** 32 - 1  # numpy's np.random.seed takes 0..2**32-1, the narrowest of the generators a seed feeds
 
 
-def check_seed(seed) -> int:
+def check_seed(seed, name: str = "seed") -> int:
     """A seed every generator it feeds takes: a whole number in 0..2**32-1 (numpy's ``np.random.seed``; python's
     ``random`` takes any int, torch -2**63..2**64-1); else one line."""
     if isinstance(seed, bool) or not isinstance(seed, int) and not hasattr(seed, "__index__"):
-        raise InputError(f"seed must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed!r}")
+        raise InputError(f"{name} must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed!r}")
     if not 0 <= int(seed) <= SEED_MAX:
-        raise InputError(f"seed must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
+        raise InputError(f"{name} must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
     return int(seed)
 
 

@@ -230,7 +230,7 @@ def check_args(args) -> None:
     if hasattr(args, "seed"):
         from sinklib.core.data import check_seed
 
-        check_seed(args.seed)
+        check_seed(args.seed, "--seed")
     if getattr(args, "jobs", None) is not None and args.jobs < 1:
         raise InputError(f"--jobs (JOBS=) must be at least 1, got {args.jobs}; leave it out for the default")
     if getattr(args, "notebooks", None) == []:

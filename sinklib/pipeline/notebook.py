@@ -22,7 +22,6 @@ from typing import TypeVar
 import torch
 
 from sinklib.core.claims_file import Recorder
-from sinklib.core.errors import SinklibError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import non_finite_paths, write_json
 from sinklib.models.load import load_model, require_family
@@ -77,19 +76,17 @@ class Notebook:
         (nothing is returned: a notebook's last cell shows that line, not the headline's raw dict)."""
         self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
         bad = non_finite_paths(self.headline)
-        if bad:  # a failed measurement: never a value in a figure's numbers (JSON would show it as null)
-            raise NonFiniteHeadlineError(
-                f"{self.name}: {len(bad)} headline value(s) are NaN or infinite ({', '.join(bad[:3])}"
-                f"{', ...' if len(bad) > 3 else ''}): a measurement failed; nothing is published for this run")
+        # NaN marks a quantity that does not exist in many measurements (no delimiter in a window, one seed's sd):
+        # JSON writes it as null, so the headline lists each such key, and the run says it, never passing it as a value
+        if bad:
+            self.headline["not_finite"] = bad
+            print(f"WARNING: {self.name}: {len(bad)} headline value(s) are NaN or infinite, written as null and "
+                  f"listed under not_finite ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
         write_json(self.fig_dir / "headline.json", self.headline)
         self.record.write(self.fig_dir)
         held = sum(c.holds is True for c in self.record.claims)
         print(f"{self.name}: {len(self.record.claims)} claims ({held} hold), {self.headline['seconds']:.0f} s; "
               f"figures and JSON in {self.fig_dir}")
-
-
-class NonFiniteHeadlineError(SinklibError):
-    """A headline number came out NaN or infinite: the notebook fails rather than publish it as a value."""
 
 
 def model_devices(model: torch.nn.Module) -> list[str]:
