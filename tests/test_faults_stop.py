@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import write_notebook
+from test_faults_publish import _previous
 
 from sinklib.pipeline import stopping
 
@@ -31,14 +32,6 @@ RUN = textwrap.dedent("""
     sys.exit(runner.run_all(profile="smoke", figures_dir=Path(sys.argv[1]), build_dir=Path(sys.argv[2]),
                             notebook_dir=Path(sys.argv[3]), jobs=1))
 """)
-
-
-def _previous(figures: Path) -> Path:
-    old = figures / "00_demo"
-    old.mkdir(parents=True)
-    (old / "fig01_old.png").write_bytes(b"previous good figure")
-    (old / "claims.json").write_text("{}")
-    return old
 
 
 def _start_run(tmp_path: Path, sleep: float) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:

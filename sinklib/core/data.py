@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import operator
 import re
 from functools import cache
 
@@ -49,14 +50,23 @@ def pydoc_paragraphs() -> tuple[str, ...]:
 SEED_MAX = 2 ** 32 - 1  # numpy's np.random.seed takes 0..2**32-1, the narrowest of the generators a seed feeds
 
 
+def whole_number(value) -> int | None:
+    """``value`` as an int when it is a whole number (a Python or numpy integer, not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_seed(seed, name: str = "seed") -> int:
     """A seed every generator it feeds takes: a whole number in 0..2**32-1 (numpy's ``np.random.seed``; python's
     ``random`` takes any int, torch -2**63..2**64-1); else one line."""
-    if isinstance(seed, bool) or not isinstance(seed, int) and not hasattr(seed, "__index__"):
+    value = whole_number(seed)
+    if value is None or not 0 <= value <= SEED_MAX:
         raise InputError(f"{name} must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed!r}")
-    if not 0 <= int(seed) <= SEED_MAX:
-        raise InputError(f"{name} must be a whole number in 0..{SEED_MAX} (numpy's seed range); got {seed}")
-    return int(seed)
+    return value
 
 
 def corpus_units(source: str = "bible", split: str = "all") -> tuple[str, ...]:

@@ -5,13 +5,12 @@ layer and stops a run whose first layer says it would take longer than allowed."
 from __future__ import annotations
 
 import math
-import operator
 import time
 
 import torch
 
 from sinklib.core.attention_switch import Patch
-from sinklib.core.data import as_token_ids
+from sinklib.core.data import as_token_ids, whole_number
 from sinklib.core.errors import InputError
 from sinklib.core.loaded import LoadedModel
 
@@ -110,7 +109,7 @@ def check_layers(lm: LoadedModel, layers: list[int] | None, where: str) -> list[
         return None
     out = []
     for layer in layers:
-        index = _whole(layer)
+        index = whole_number(layer)
         if index is None or not -lm.n_layers <= index < lm.n_layers:
             raise InputError(f"{where}: layer {layer!r} is not one of {lm.name}'s {lm.n_layers} layers (0 .. "
                              f"{lm.n_layers - 1}, or -1 for the last)")
@@ -118,19 +117,9 @@ def check_layers(lm: LoadedModel, layers: list[int] | None, where: str) -> list[
     return out
 
 
-def _whole(value) -> int | None:
-    """``value`` as an int when it is a whole number (a Python or numpy integer, not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def check_lengths(lengths, where: str) -> list[int]:
     """Context lengths of at least 2 tokens (alpha_0 over one token is 1 by construction), or one line."""
-    whole = [_whole(n) for n in lengths]
+    whole = [whole_number(n) for n in lengths]
     if not whole or any(n is None or n < 2 for n in whole):
         raise InputError(f"{where}: context lengths must be whole numbers of at least 2 tokens; got "
                          f"{list(lengths)!r}")

@@ -33,7 +33,7 @@ def to_builtin(obj):
 def non_finite_paths(obj, path: str = "") -> list[str]:
     """Where ``obj`` (a headline: dicts, lists, numbers, arrays) holds a NaN or an infinite float, as key paths
     (``reports[1].chain.ratio``); ``None`` -- a value that does not exist -- is not one."""
-    plain = to_builtin_keep_nan(obj)
+    plain = _plain(obj)
     if isinstance(plain, dict):
         return [p for k, v in plain.items() for p in non_finite_paths(v, f"{path}.{k}" if path else str(k))]
     if isinstance(plain, list):
@@ -41,7 +41,7 @@ def non_finite_paths(obj, path: str = "") -> list[str]:
     return [path or "(the value)"] if isinstance(plain, float) and not math.isfinite(plain) else []
 
 
-def to_builtin_keep_nan(obj):
+def _plain(obj):
     """A tensor or numpy value as the Python value :func:`to_builtin` would start from (NaN kept); else ``obj``."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor) or isinstance(obj, np.ndarray | np.generic):

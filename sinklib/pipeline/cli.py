@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -236,11 +235,6 @@ def check_args(args) -> None:
     if getattr(args, "notebooks", None) == []:
         raise InputError("--notebooks was given no notebook; name one or more (e.g. --notebooks 00 10), or leave it "
                          "out to run them all")
-    for flag in ("gpu_gb", "host_gb"):
-        value = getattr(args, flag, None)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise InputError(f"--{flag.replace('_', '-')} ({flag.upper()}=) must be a positive, finite number of GB, "
-                             f"got {value}")
     for flag in ("figures_dir", "build_dir"):
         if getattr(args, flag, None):
             require_folder(getattr(args, flag), "--" + flag.replace("_", "-"))
