@@ -389,8 +389,8 @@ with plotting.style():
 sink_heads = lock["alpha_first"] > 0.3
 lock_claim = record.add(link4.claim, show=False, control=control["origin.lock_in"])
 print(f"Verdict: sink heads ({int(sink_heads.sum())}) vs the others: |cos(top query dir, k_0)| "
-      f"{stats['key_query_cos'][0]:.2f} vs {stats['key_query_cos'][1]:.2f}; positive scores "
-      f"{100 * stats['positive_fraction'][0]:.1f}% vs {100 * stats['positive_fraction'][1]:.1f}% -> "
+      f"{num(stats['key_query_cos'][0], 2)} vs {num(stats['key_query_cos'][1], 2)}; positive scores "
+      f"{pct(stats['positive_fraction'][0])} vs {pct(stats['positive_fraction'][1])} -> "
       f"{'borne out' if lock_claim.holds else 'NOT borne out'}.")
 headline["lock_in"] = {"sink_heads": int(sink_heads.sum()), "cos_sink_vs_other": stats["key_query_cos"],
                        "positive_sink_vs_other": stats["positive_fraction"], "holds": lock_claim.holds}
@@ -470,16 +470,16 @@ print(f"Verdict: sink heads for position {k} (mean alpha_{k} over the windows > 
 sink_layers = profile_nat.sink_layers
 state_k = {name: intervention_effects.takes_first_token_state(state, sink_layers)  # token_state, same forwards
            for name, state in (("before", effect.state_before), ("after", effect.state_after))}
-print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {state_k['before']['dom_k']:.0f} -> "
-      f"{state_k['after']['dom_k']:.0f} (the first token's: {state_k['after']['dom_0']:.0f}); cos(key_{k}, key_0) "
-      f"{state_k['before']['key_cos']:.2f} -> {state_k['after']['key_cos']:.2f} -> token {k} "
+print(f"Mechanism, in the sink layers {sink_layers}: token {k}'s DomRatio {num(state_k['before']['dom_k'])} -> "
+      f"{num(state_k['after']['dom_k'])} (the first token's: {num(state_k['after']['dom_0'])}); cos(key_{k}, key_0) "
+      f"{num(state_k['before']['key_cos'], 2)} -> {num(state_k['after']['key_cos'], 2)} -> token {k} "
       f"{'takes on' if state_k['after']['holds'] else 'does NOT take on'} the first token's state.")
 headline["self_only_mechanism"] = state_k
 if lm.adds_bos:  # a BOS model: is its sink the position or the token? The same windows without the BOS
     bos_test = intervention_effects.without_bos(lm, run.probe_seqs, run.seq_len, run.seed, run.batch_size)
     bos_rule = intervention_effects.sink_follows_bos(bos_test, sink_layers)
-    print(f"Position or token? In the sink layers position 0 gets alpha {bos_rule['alpha_with_bos']:.2f} with the BOS "
-          f"and {bos_rule['alpha_without_bos']:.2f} when the text starts without it; without BOS the largest "
+    print(f"Position or token? In the sink layers position 0 gets alpha {num(bos_rule['alpha_with_bos'], 2)} with the "
+          f"BOS and {num(bos_rule['alpha_without_bos'], 2)} when the text starts without it; without BOS the largest "
           f"activations sit at (position, token) {bos_rule['largest_moved_to'][:4]}. "
           + ("The sink belongs to the BOS token, not to position 0: a token that merely aggregates like position 0 "
              "has no reason to become one." if bos_rule["holds"] else "Position 0 keeps the sink without BOS."))
@@ -543,8 +543,8 @@ print(f"Verdict: alpha_{k} goes {cen[0]:.3f} -> {cen[-1]:.3f} ({rise:.1f}x, "
 state_amp = intervention_effects.takes_first_token_state(
     intervention_effects.token_state(lm, natural, k, HeadOutputAmplification(lm.model, k, run.lambdas[-1], amp_layers)),
     sink_layers)
-print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {state_amp['dom_k']:.0f} "
-      f"(first token {state_amp['dom_0']:.0f}), cos(key_{k}, key_0) {state_amp['key_cos']:.2f} -> "
+print(f"Mechanism at lambda = {run.lambdas[-1]:g}: token {k}'s DomRatio in the sink layers {num(state_amp['dom_k'])} "
+      f"(first token {num(state_amp['dom_0'])}), cos(key_{k}, key_0) {num(state_amp['key_cos'], 2)} -> "
       f"{'first-token-like' if state_amp['holds'] else 'NOT first-token-like'}.")
 headline["amplification_mechanism"] = state_amp
 headline["amplification"] = {"lambdas": list(run.lambdas), "layers": amp_layers, "centered": cen, "scale": ctl,
@@ -683,11 +683,11 @@ medians = massive_activations.sink_vs_other(
 auc, n_bias_heads = massive_activations.implicit_bias_separation(bias)
 implicit_claim = record.add(massive_claims.implicit_bias(auc, n_bias_heads), show=False,
                             control=control["origin.sink_is_implicit_bias"])
-print(f"Verdict (medians, sink heads vs others): value norm {medians['value_norm_ratio'][0]:.2f}x vs "
-      f"{medians['value_norm_ratio'][1]:.2f}x the other tokens' (separation {auc['value_norm_ratio']:.2f}); spread of "
-      f"the term {medians['sink_term_spread'][0]:.2f} vs {medians['sink_term_spread'][1]:.2f} (separation "
-      f"{auc['sink_term_spread']:.2f}); in sink heads the term supplies {100 * medians['sink_share'][0]:.0f}% of the "
-      f"output norm -> "
+print(f"Verdict (medians, sink heads vs others): value norm {num(medians['value_norm_ratio'][0], 2)}x vs "
+      f"{num(medians['value_norm_ratio'][1], 2)}x the other tokens' (separation {num(auc['value_norm_ratio'], 2)}); "
+      f"spread of the term {num(medians['sink_term_spread'][0], 2)} vs {num(medians['sink_term_spread'][1], 2)} "
+      f"(separation {num(auc['sink_term_spread'], 2)}); in sink heads the term supplies "
+      f"{pct(medians['sink_share'][0], 2)} of the output norm -> "
       + ("a small value and a steadier term in sink heads: borne out." if implicit_claim.holds else "NOT borne out."))
 headline["bias"] = {"ppl": ppl, "onset_layers": onset, "holds": bias_claim.holds, "entries_edited": bias_test.edited,
                     "first_token_fixed": fixed_first, "criterion_min_ratio": massive.min_ratio,

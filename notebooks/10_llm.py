@@ -253,7 +253,7 @@ with plotting.style():
                   placement_plots.mass_by_kind_caption(reports, run.placement_seqs, run.seq_len,
                                                        cut=placement.DELIMITER_CUT))
 for r in reports:
-    print(f"{r.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.by_kind.items()))
+    print(f"{r.label}: " + ", ".join(f"{k} {num(v)}" for k, v in r.by_kind.items()))
     print("   most attended tokens after position 0:",
           ", ".join(f"{t!r} {m:.3f} (x{n})" for t, n, m in r.secondary))
 record.show("sun2024.first_delimiter")
@@ -267,15 +267,16 @@ for r in reports:
                              fmt=lambda x: num(x, 2), unit="x")
         delimiter.append(f"{r.label} {pooled} on all windows pooled")
     else:
-        ratio = r.by_kind["first delimiter"] / r.by_kind["content"]
-        delimiter.append(f"{r.label} {num(ratio, 2)}x ({compare(ratio, cut, 'above', 'below', 'at')} the "
-                         f"{num(cut)}x cut)")
+        ratio = placement.over_content(r.by_kind, "first delimiter")
+        delimiter.append(f"{r.label}: no first delimiter or no content word among the scored keys" if ratio is None
+                         else f"{r.label} {num(ratio, 2)}x ({compare(ratio, cut, 'above', 'below', 'at')} the "
+                              f"{num(cut)}x cut)")
 top = "; ".join(f"{r.label}: {token!r} ({num(mass)} over {num(count)} occurrences, "
-                f"{num(mass / r.by_kind['content'], 2)}x a content word)"
+                f"{num(mass / r.by_kind['content'] if r.by_kind['content'] else None, 2)}x a content word)"
                 for r in reports if r.secondary for token, count, mass in r.secondary[:1])
 say(f"mass by token kind, on {on_windows}",
     f"The first position receives {span([r.by_kind['first'] for r in reports])} per query in the sink layers, "
-    f"{span([r.by_kind['first'] / r.by_kind['content'] for r in reports], 2)}x a content word "
+    f"{span([placement.over_content(r.by_kind, 'first') for r in reports], 2)}x a content word "
     f"({span([r.by_kind['content'] for r in reports], 2)}).",
     f"The first delimiter against a content word: {'; '.join(delimiter)}. Sun et al.'s second sink: "
     f"{verdicts(delimiter_id)}.",

@@ -122,17 +122,22 @@ def test_no_cache_folder_is_one_line(tmp_path):
     _one_line(run.stderr)
 
 
-def test_a_nan_headline_number_is_listed_and_said_never_passed_as_a_value(tmp_path, capsys):
+def test_a_nan_headline_number_fails_the_notebook_and_writes_nothing(tmp_path):
+    """A value that does not exist is None at its producer (no sink head, no delimiter); a NaN that reaches the
+    headline is a computation that broke: close() raises one line naming it and writes no headline."""
     import numpy as np
 
+    from sinklib.core.errors import NotFiniteResultError
     from sinklib.pipeline import notebook
 
     nb = notebook.start("00_tour", "smoke", "tiny-llama-random", "cpu", 0, str(tmp_path / "out"), families="llm")
     nb.headline["ratio"] = {"by_layer": np.array([1.0, np.nan]), "never_reached": None}
-    capsys.readouterr()
+    with pytest.raises(NotFiniteResultError) as err:
+        nb.close()
+    _one_line(str(err.value))
+    assert "ratio.by_layer[1]" in str(err.value) and "never_reached" not in str(err.value)
+    assert not (tmp_path / "out" / "headline.json").exists()
+    nb.headline["ratio"]["by_layer"] = np.array([1.0, 2.0])  # None alone is a value that does not exist: written
     nb.close()
-    warning = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WARNING")]
-    assert len(warning) == 1 and "ratio.by_layer[1]" in warning[0]
     written = json.loads((tmp_path / "out" / "headline.json").read_text())
-    assert written["not_finite"] == ["ratio.by_layer[1]"] and written["ratio"]["by_layer"] == [1.0, None]
-    assert written["ratio"]["never_reached"] is None  # None is a value that does not exist, not a failed one
+    assert written["ratio"] == {"by_layer": [1.0, 2.0], "never_reached": None} and "not_finite" not in written

@@ -130,7 +130,8 @@ def test_separation_is_the_mann_whitney_auc():
     vals = torch.tensor([[0.1, 0.4, 0.3], [0.5, 0.2, 0.2]])  # sink: 0.1, 0.4, 0.2; other: 0.3, 0.5, 0.2
     # pairs (sink < other): 0.1 beats 3, 0.4 beats 1 (0.5), 0.2 beats 2 (0.3, 0.5) and ties 1 (0.2) -> 6.5 / 9
     assert massive_activations.separation(vals, alpha) == pytest.approx(6.5 / 9)
-    assert massive_activations.separation(vals, torch.zeros(2, 3)) != massive_activations.separation(vals, torch.zeros(2, 3))  # NaN
+    assert massive_activations.separation(vals, torch.zeros(2, 3)) is None  # no sink head: no pair to compare
+    assert massive_activations.separation_interval(vals, torch.ones(2, 3)) is None  # no other head
     assert massive_activations.separation(-alpha, alpha) == 1.0 and massive_activations.separation(alpha, alpha) == 0.0
 
 
@@ -168,7 +169,7 @@ def test_sink_vs_other_groups_heads():
     vals = {"x": torch.tensor([[1.0, 10.0], [3.0, 20.0]])}
     assert massive_activations.sink_vs_other(vals, alpha) == {"x": (2.0, 15.0)}
     none_sink = massive_activations.sink_vs_other(vals, torch.zeros(2, 2), stat="median")["x"]
-    assert math.isnan(none_sink[0]) and none_sink[1] == 3.0  # torch's median: the lower middle of 1, 3, 10, 20
+    assert none_sink[0] is None and none_sink[1] == 3.0  # torch's median: the lower middle of 1, 3, 10, 20
 
 
 def test_massive_means_per_site(tiny, ids):
@@ -201,7 +202,8 @@ def test_takes_first_token_state_rule():
     gemma_like = {**state, "dom_k": torch.tensor([10.0, 60.0, 70.0]), "key_cos": torch.tensor([0.2, 0.3, 0.4])}
     out = intervention_effects.takes_first_token_state(gemma_like, [1, 2])
     assert out["holds"] is False and out["key_cos"] == pytest.approx(0.35)
-    assert intervention_effects.takes_first_token_state(state, [])["holds"] is None
+    assert intervention_effects.takes_first_token_state(state, []) == {"dom_k": None, "dom_0": None, "key_cos": None,
+                                                                        "holds": None}  # no layer: nothing exists
 
 
 def test_without_bos_compares_the_same_windows(tiny):
@@ -220,3 +222,5 @@ def test_sink_follows_bos_rule():
     assert gemma["holds"] is True and gemma["largest_moved_to"] == [(27, "\n")]
     res["without_bos"]["alpha_first_by_layer"] = [0.1, 0.5, 0.45]  # position 0 keeps it: a positional sink
     assert intervention_effects.sink_follows_bos(res, [1, 2])["holds"] is False
+    no_layer = intervention_effects.sink_follows_bos(res, [])
+    assert no_layer["holds"] is None and no_layer["alpha_with_bos"] is None and no_layer["alpha_without_bos"] is None

@@ -110,6 +110,10 @@ def test_lock_in_transcribes_positive_scores_against_a_fixed_key():
     assert pos[0] > 0.99 and 0.4 < pos[1] < 0.6
     assert origin_claims.lock_in(pos, (0.9, 0.1), 4, (0.9, 0.8, 1.0)).holds is True
     assert origin_claims.lock_in(pos, (0.9, 0.1), 0, (0.9, 0.8, 1.0)).holds is False  # no sink head (random weights)
+    # no sink head: the sink heads' means and the separation do not exist (None, from sink_vs_other and
+    # separation_interval), and the claim says so in one reason
+    none = origin_claims.lock_in((None, pos[1]), (None, 0.1), 0, None)
+    assert none.holds is False and none.note == "no sink head" and none.measured["cos_auc"] is None
 
 
 def test_lock_in_needs_a_separation_that_can_fail():

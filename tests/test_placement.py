@@ -1,6 +1,5 @@
 """Where the sink sits: token kinds, mass by kind, secondary sinks, the position-or-token rule, on hand-built cases."""
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -45,7 +44,7 @@ def test_mass_by_kind_and_secondary_sinks():
     mass = torch.tensor([[0.9, 0.02, 0.2, 0.04, 0.05, 1.0]])  # the last key: seen by one query only
     by = pl.mass_by_kind(mass, kinds, skip_last=1)
     assert by["first"] == pytest.approx(0.9) and by["content"] == pytest.approx(0.03)
-    assert by["first delimiter"] == pytest.approx(0.2) and by["delimiter"] != by["delimiter"]  # none: NaN
+    assert by["first delimiter"] == pytest.approx(0.2) and by["delimiter"] is None  # no key of the kind
     claim = pl.delimiter_claim(by, "m")
     assert claim.holds is True and claim.measured["first_delimiter_over_content"] == pytest.approx(20 / 3)
     assert pl.delimiter_claim({**by, "first delimiter": 0.05}, "m").holds is False
@@ -122,7 +121,7 @@ def test_delimiter_rule_transcribes_sun_and_fails_on_even_attention():
     assert claim.holds is True and claim.at_init is False and "locuslab/massive-activations" in claim.follows
     even = torch.stack([_even_attention(len(words))[j:, j].mean() for j in range(len(words))])[None]
     assert pl.delimiter_claim(pl.mass_by_kind(even, kinds, skip_last=1), "m").holds is False
-    no_delimiter = pl.delimiter_claim({k: 0.1 for k in pl.KINDS} | {"first delimiter": float("nan")}, "m")
+    no_delimiter = pl.delimiter_claim({k: 0.1 for k in pl.KINDS} | {"first delimiter": None}, "m")
     assert no_delimiter.holds is None and "no first delimiter" in no_delimiter.note
 
 
@@ -368,7 +367,10 @@ def test_kind_sums_pool_to_the_mean_over_every_windows_keys():
     content = pl.KINDS.index("content")
     assert sums[:, content].tolist() == pytest.approx([0.3, 0.6]) and counts[:, content].tolist() == [2, 1]
     assert pl.mass_by_kind(mass, kinds, skip_last=1)["content"] == pytest.approx(0.9 / 3)
-    assert math.isnan(pl.mass_by_kind(mass, kinds, skip_last=1)["delimiter"])
+    assert pl.mass_by_kind(mass, kinds, skip_last=1)["delimiter"] is None  # no key of the kind: no mean exists
+    no_delimiter = pl.delimiter_claim(pl.mass_by_kind(mass[:1], kinds[:1], skip_last=1), "m")
+    assert no_delimiter.holds is None and no_delimiter.measured["first_delimiter_over_content"] is None
+    assert "no first delimiter" in no_delimiter.note
 
 
 def test_a_pretrained_delimiter_claim_is_judged_on_pooled_windows_not_by_draws():

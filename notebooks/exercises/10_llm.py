@@ -14,8 +14,6 @@
 
 
 # %%
-import math  # noqa: F401 (math.nan: for Task 2)
-
 import torch
 
 from sinklib.teaching import check
@@ -37,13 +35,13 @@ check.sink_mass(sink_mass)
 # `kinds` gives every position's kind ("first", "first delimiter", "delimiter", "weak" or "content";
 # `sinklib.architectures.llm.placement.KINDS`). Return `{kind: mean m_j}` over the keys of each kind, leaving out the
 # last `skip_last` keys of every sequence (only a few queries see them, so their $m_j$ is large by construction);
-# `math.nan` for a kind with no key left.
+# `None` for a kind with no key left (the mean of no key does not exist: not a number to plot or compare).
 
 # %%
 KINDS = ("first", "first delimiter", "delimiter", "weak", "content")
 
 
-def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int) -> dict[str, float]:
+def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int) -> dict[str, float | None]:
     raise NotImplementedError  # your code here
 
 
@@ -92,7 +90,7 @@ for name in ("smollm2-135m", "gemma3-270m"):
     verdict = position_verdict(test.own, test.replaced, test.moved_first, test.moved_original)
     print(f"{lm.label}: first token {ids[0, 0].item()} = {lm.tokenizer.decode(ids[0, :1])!r}; "
           f"{len(sink_layers)} sink layers of {len(alpha0)}")
-    print("  mean mass by kind:", {k: round(v, 3) for k, v in by_kind.items()})
+    print("  mean mass by kind:", {k: None if v is None else round(v, 3) for k, v in by_kind.items()})
     print(f"  alpha own {test.own:.2f}, replaced {test.replaced:.2f}, moved first {test.moved_first:.2f}, "
           f"moved original {test.moved_original:.2f} -> "
           f"{ {True: 'the position', False: 'the token', None: 'cannot tell'}[verdict] }")

@@ -26,3 +26,7 @@ class WrongFamilyError(SinklibError):
 
 class InputError(SinklibError, ValueError):
     pass
+
+
+class NotFiniteResultError(SinklibError):
+    """A measured result holds NaN or infinity: a computation broke (a value that does not exist is None)."""

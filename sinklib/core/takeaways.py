@@ -97,7 +97,10 @@ def against_cut(value: float, bounds: tuple[float, float], cut: float, level: fl
 
 def compare(a: float, b: float, more: str = "higher than", less: str = "lower than", same: str = "the same as",
             rel_tol: float = 0.0) -> str:
-    """The direction word for a against b: ``more`` / ``less`` / ``same`` (within ``rel_tol`` of b)."""
+    """The direction word for a against b: ``more`` / ``less`` / ``same`` (within ``rel_tol`` of b); "not comparable
+    with" when either does not exist (None or NaN)."""
+    if any(v is None or v != v for v in (a, b)):
+        return "not comparable with"
     if abs(a - b) <= rel_tol * abs(b):
         return same
     return more if a > b else less

@@ -137,7 +137,7 @@ def disparity_link(lm: LoadedModel, natural: torch.Tensor, massive_dims: list[in
 @dataclass
 class LockLink:
     per_head: dict[str, torch.Tensor]  # origin.lock_in: key_query_cos, positive_fraction, alpha_first (L, H)
-    sink_vs_other: dict[str, tuple[float, float]]
+    sink_vs_other: dict[str, tuple[float | None, float | None]]  # None: a group with no head
     n_sink_heads: int
     claim: Claim
 

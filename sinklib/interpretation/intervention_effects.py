@@ -121,9 +121,9 @@ def sink_follows_bos(result: dict, layers: list[int], drop: float = 0.5) -> dict
     """Rule on :func:`without_bos`'s result: the sink belongs to the BOS token (not to position 0) when, averaged over
     ``layers`` (the sink layers), position 0's alpha without BOS is below ``drop`` x its alpha with BOS.
     Also where the largest activations move once BOS is gone ((position, token) pairs at positions > 0)."""
-    def mean(name: str) -> float:
+    def mean(name: str) -> float | None:  # None: no sink layer to average over
         a = result[name]["alpha_first_by_layer"]
-        return sum(a[i] for i in layers) / len(layers) if layers else float("nan")
+        return sum(a[i] for i in layers) / len(layers) if layers else None
 
     with_bos, without = mean("with_bos"), mean("without_bos")
     moved = sorted({(e["position"], e["token"]) for e in result["without_bos"]["largest"] if e["position"] > 0})
@@ -140,7 +140,7 @@ def takes_first_token_state(state: dict[str, torch.Tensor], layers: list[int], d
     self-only edit; where the edit makes no sink, this says whether the state never formed or formed but was ignored.
     """
     if not layers:
-        return {"dom_k": float("nan"), "dom_0": float("nan"), "key_cos": float("nan"), "holds": None}
+        return {"dom_k": None, "dom_0": None, "key_cos": None, "holds": None}  # no layer to average over
     dom_k, dom_0 = float(state["dom_k"][layers].mean()), float(state["dom_0"][layers].mean())
     cos = float(state["key_cos"][layers].mean())
     close = dom_0 / dom_within <= dom_k <= dom_0 * dom_within

@@ -186,29 +186,30 @@ class SinkAsBiasStats(Statistic):
         return res
 
 
-def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS) -> float:
+def separation(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS) -> float | None:
     """P(a sink head's value < a non-sink head's value) over all (sink, other) pairs of heads (L, H).
 
     The Mann-Whitney U statistic divided by n_sink * n_other (the area under the ROC curve): 1.0 when every sink
-    head lies below every other head, 0.5 when the groups are mixed, NaN when a group is empty. Ties count half.
+    head lies below every other head, 0.5 when the groups are mixed, None when a group is empty (no pair to compare).
+    Ties count half.
     """
     sink = alpha > eps
     a, b = values[sink].float().flatten(), values[~sink].float().flatten()
     if a.numel() == 0 or b.numel() == 0:
-        return float("nan")
+        return None
     below = (a[:, None] < b[None, :]).float() + 0.5 * (a[:, None] == b[None, :]).float()
     return float(below.mean())
 
 
 def separation_interval(values: torch.Tensor, alpha: torch.Tensor, eps: float = metrics.GU_EPS,
-                        draws: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+                        draws: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float] | None:
     """(AUC, low, high): P(a sink head's value > an other head's value) over (L, H) heads -- :func:`separation` of
     ``-values`` -- with a percentile bootstrap interval at ``level``, sink heads and other heads resampled
-    independently (``draws`` times, seeded). NaNs when a group is empty."""
+    independently (``draws`` times, seeded). None when a group is empty (no pair of heads to compare)."""
     sink = alpha > eps
     a, b = values[sink].float().flatten(), values[~sink].float().flatten()
     if a.numel() == 0 or b.numel() == 0:
-        return float("nan"), float("nan"), float("nan")
+        return None
 
     def auc(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # x: (..., n), y: (..., m) -> (...)
         return ((x[..., :, None] > y[..., None, :]).float() + 0.5 * (x[..., :, None] == y[..., None, :]).float()
@@ -224,17 +225,18 @@ def separation_interval(values: torch.Tensor, alpha: torch.Tensor, eps: float = 
 
 
 def sink_vs_other(values: dict[str, torch.Tensor], alpha: torch.Tensor, eps: float = metrics.GU_EPS,
-                  stat: str = "mean") -> dict[str, tuple[float, float]]:
+                  stat: str = "mean") -> dict[str, tuple[float | None, float | None]]:
     """Summarise per-head statistics (L, H) over sink heads (alpha > eps) and the other heads.
 
-    Returns {name: (statistic over sink heads, statistic over the others)}; NaN where a group is empty.
+    Returns {name: (statistic over sink heads, statistic over the others)}; None where a group is empty (the
+    statistic of no head does not exist).
     ``stat``: "mean" or "median".
     """
     sink = alpha > eps
 
-    def summary(t: torch.Tensor) -> float:
+    def summary(t: torch.Tensor) -> float | None:
         if t.numel() == 0:
-            return float("nan")
+            return None
         return float(t.float().mean() if stat == "mean" else t.float().median())
 
     return {name: (summary(v[sink]), summary(v[~sink])) for name, v in values.items()}

@@ -158,11 +158,11 @@ def massive_bias(ppl: dict[str, float], paper: dict, first_fixed: bool = False, 
                   quantities=quantities)
 
 
-def implicit_bias(separation: dict[str, float], n_sink_heads: int) -> Claim:
+def implicit_bias(separation: dict[str, float | None], n_sink_heads: int) -> Claim:
     """The sink as an implicit bias: in sink heads the first token's value is small and its term A_t0 v_0 nearly
     constant. Rule: a random sink head lies below a random other head with probability >= 0.75 on both measures
-    (:func:`sinklib.interpretation.massive_activations.separation`)."""
-    holds = n_sink_heads > 0 and all(a >= 0.75 for a in separation.values())
+    (:func:`sinklib.interpretation.massive_activations.separation`; None: a group with no head, nothing to compare)."""
+    holds = n_sink_heads > 0 and all(a is not None and a >= 0.75 for a in separation.values())
     measured = {IMPLICIT_AUC_NAMES.get(k, k): v for k, v in separation.items()}
     return notebook_claim("origin.sink_is_implicit_bias", source=f"{SUN}, Section 4; {ORIGIN}",
                   statement="a sink head's first-token term is small in value and nearly constant: an additive bias",

@@ -228,17 +228,18 @@ LOCK_QUANTITIES = {
 }
 
 
-def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_heads: int,
+def lock_in(positive: tuple[float | None, float | None], cos: tuple[float | None, float | None], n_sink_heads: int,
             cos_separation: tuple[float, float, float] | None = None) -> Claim:
     """Link 4: once the first token's key is fixed, every query scores it positively in sink heads. Rule: > 90% of
     the scores q_t . k_0 are positive in sink heads, and the queries' top direction is closer to k_0 in sink heads
     than in the others by a margin that can fail: ``cos_separation`` = (AUC, low, high), P(a sink head's |cos| > an
     other head's) with its 95% bootstrap interval over heads
     (:func:`~sinklib.interpretation.massive_activations.separation_interval`); AUC >= 0.75 and low > 0.5. (A mean
-    above the others' alone passed 0.26 vs 0.23.) ``positive``, ``cos``: (sink heads, other heads) means."""
-    auc, low, high = cos_separation if cos_separation is not None else (float("nan"),) * 3
-    separated = auc >= LOCK_AUC and low > LOCK_LOW  # False for NaN (no sink head, or not measured)
-    holds = n_sink_heads > 0 and positive[0] > 0.9 and separated
+    above the others' alone passed 0.26 vs 0.23.) ``positive``, ``cos``: (sink heads, other heads) means, None for a
+    group with no head; ``cos_separation`` None: not measured, or a group with no head (nothing to compare)."""
+    auc, low, high = cos_separation if cos_separation is not None else (None,) * 3
+    separated = auc is not None and auc >= LOCK_AUC and low > LOCK_LOW
+    holds = n_sink_heads > 0 and positive[0] is not None and positive[0] > 0.9 and separated
     return notebook_claim("origin.lock_in", source=f"{ORIGIN}, Section 4",
                   statement="in sink heads the queries align with the first token's fixed key and score it positively",
                   rule=f"> 90% positive q_t . k_0 in sink heads, and sink heads' |cos(top query direction, k_0)| "
@@ -250,16 +251,16 @@ def lock_in(positive: tuple[float, float], cos: tuple[float, float], n_sink_head
                   quantities=LOCK_QUANTITIES)
 
 
-def lock_reason(positive: tuple[float, float], n_sink_heads: int,
+def lock_reason(positive: tuple[float | None, float | None], n_sink_heads: int,
                 cos_separation: tuple[float, float, float] | None) -> str:
     """The measured reason of a :func:`lock_in` that does not hold (empty when it holds): no sink head, too few
     positive scores, or |cos| not separating the sink heads (its AUC and interval against the cuts)."""
+    if n_sink_heads <= 0 or positive[0] is None:
+        return "no sink head"
     if cos_separation is None:
-        return "cos separation not measured"
+        return "cos separation not measured (or no head outside the sink heads to compare with)"
     auc, low, high = cos_separation
     reasons = []
-    if n_sink_heads <= 0:
-        reasons.append("no sink head")
     if not positive[0] > 0.9:
         reasons.append(f"only {positive[0]:.0%} of the scores q_t . k_0 are positive in sink heads (the cut is 90%)")
     if not (auc >= LOCK_AUC and low > LOCK_LOW):

@@ -22,6 +22,7 @@ from typing import TypeVar
 import torch
 
 from sinklib.core.claims_file import Recorder
+from sinklib.core.errors import NotFiniteResultError
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import non_finite_paths, write_json
 from sinklib.models.load import load_model, require_family
@@ -75,13 +76,14 @@ class Notebook:
         """Write ``headline.json`` (plus the seconds this run took) and ``claims.json``, and say where in one line
         (nothing is returned: a notebook's last cell shows that line, not the headline's raw dict)."""
         self.headline["seconds"] = round(time.perf_counter() - self.started, 1)
+        # a quantity that does not exist (no delimiter in the windows, no sink head) is None at its producer, so a
+        # NaN or infinity here is a computation that broke: the run fails and the previous figures stay
         bad = non_finite_paths(self.headline)
-        # NaN marks a quantity that does not exist in many measurements (no delimiter in a window, one seed's sd):
-        # JSON writes it as null, so the headline lists each such key, and the run says it, never passing it as a value
         if bad:
-            self.headline["not_finite"] = bad
-            print(f"WARNING: {self.name}: {len(bad)} headline value(s) are NaN or infinite, written as null and "
-                  f"listed under not_finite ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+            raise NotFiniteResultError(
+                f"{self.name}: {len(bad)} headline value(s) are NaN or infinite ({', '.join(bad[:3])}"
+                f"{', ...' if len(bad) > 3 else ''}): a measurement broke (NaN weights or inputs, a division by zero); "
+                f"rerun with a fresh cache (make verify-cache) or report it with the executed notebook")
         write_json(self.fig_dir / "headline.json", self.headline)
         self.record.write(self.fig_dir)
         held = sum(c.holds is True for c in self.record.claims)

@@ -131,16 +131,24 @@ def kind_sums(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) ->
     return sums, counts
 
 
-def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float]:
+def mass_by_kind(mass: torch.Tensor, kinds: list[list[str]], skip_last: int = 8) -> dict[str, float | None]:
     """Mean m_j over the keys of each kind, every window's keys together: sum_n S[n, k] / sum_n C[n, k]
     (:func:`kind_sums`)."""
     return by_kind_of(*kind_sums(mass, kinds, skip_last))
 
 
-def by_kind_of(sums: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
-    """Kind -> mean m_j of the windows' pooled keys: sum_n S[n, k] / sum_n C[n, k] (NaN for a kind with no key)."""
+def by_kind_of(sums: torch.Tensor, counts: torch.Tensor) -> dict[str, float | None]:
+    """Kind -> mean m_j of the windows' pooled keys: sum_n S[n, k] / sum_n C[n, k] (None for a kind with no key:
+    the mean of no key does not exist)."""
     s, c = sums.sum(0), counts.sum(0)
-    return {kind: float(s[k] / c[k]) if c[k] else float("nan") for k, kind in enumerate(KINDS)}
+    return {kind: float(s[k] / c[k]) if c[k] else None for k, kind in enumerate(KINDS)}
+
+
+def over_content(by_kind: dict[str, float | None], kind: str) -> float | None:
+    """A kind's mean m_j over a content word's (:func:`by_kind_of`); None when either kind has no key or the content
+    words draw no mass."""
+    value, content = by_kind[kind], by_kind["content"]
+    return value / content if value is not None and content else None
 
 
 def secondary_sinks(mass: torch.Tensor, ids: torch.Tensor, tokenizer, skip_last: int = 8, min_count: int = 3,
@@ -162,23 +170,23 @@ DELIMITER_QUANTITIES = {**{kind: q.share("attention mass m_j") for kind in KINDS
                         "first_delimiter_over_content": q.ratio(), "@spread": q.ratio(), "@margin": q.ratio()}
 
 
-def delimiter_claim(by_kind: dict[str, float], model: str) -> Claim:
+def delimiter_claim(by_kind: dict[str, float | None], model: str) -> Claim:
     """Sun et al. (Section 2): besides the starting token, massive activations -- and with them the attention -- sit
     at the first delimiter ("." or "\\n"). Rule: the first delimiter's mean mass m_j is > :data:`DELIMITER_CUT` (2x) a
-    content word's."""
-    ratio = by_kind["first delimiter"] / by_kind["content"]
+    content word's. Not judged (the ratio None) when either kind has no key or the content words draw no mass."""
+    ratio = over_content(by_kind, "first delimiter")
     return Claim(id=f"sun2024.first_delimiter_draws_attention.{model}", source=f"{SUN}, Section 2",
                  statement="after the first token, the first delimiter draws more attention than content words",
                  rule=f"mean sink mass m_j of the first delimiter > {DELIMITER_CUT:g}x that of content-word keys (last 8 "
                       f"keys left out)",
                  published=None, measured={**by_kind, "first_delimiter_over_content": ratio},
                  quantities=DELIMITER_QUANTITIES,
-                 holds=None if math.isnan(ratio) else bool(ratio > DELIMITER_CUT),
-                 note="no first delimiter or no content word among the scored keys" if math.isnan(ratio) else "",
+                 holds=None if ratio is None else bool(ratio > DELIMITER_CUT),
+                 note="no first delimiter or no content word among the scored keys" if ratio is None else "",
                  follows=DELIMITER_FOLLOWS, adapted=DELIMITER_ADAPTED, at_init=False)
 
 
-def delimiter_over_draws(by_kinds: list[dict[str, float]], model: str, draws_of: str) -> Claim:
+def delimiter_over_draws(by_kinds: list[dict[str, float | None]], model: str, draws_of: str) -> Claim:
     """:func:`delimiter_claim` judged on each draw of windows (``by_kinds[0]``: the run's own): it holds or fails
     only when every draw agrees (:func:`sinklib.core.claims.over_draws`)."""
     return over_draws([delimiter_claim(b, model) for b in by_kinds], draws_of,
@@ -223,18 +231,19 @@ def delimiter_pooled(draws: list[tuple[torch.Tensor, torch.Tensor]], model: str,
     pooled = delimiter_claim(by_kind_of(sums, counts), model)
     per_draw = [delimiter_claim(by_kind_of(s, c), model) for s, c in draws]
     ratio, lo, hi = delimiter_ratio_interval(sums, counts, seed)
-    if math.isnan(ratio) or math.isnan(lo):
+    if pooled.measured["first_delimiter_over_content"] is None or math.isnan(lo):  # no ratio, or no finite resample
         return replace(pooled, draws=tuple(d.holds for d in per_draw), draws_of=draws_of)
     reach = ratio - lo if ratio > DELIMITER_CUT else hi - ratio  # how far the interval reaches toward the cut
     holds, unsettled, margin = against_cut(ratio, DELIMITER_CUT, reach)
-    values = [d.measured["first_delimiter_over_content"] for d in per_draw]
+    values = [d.measured["first_delimiter_over_content"] for d in per_draw]  # None: a draw with no ratio
+    known = [v for v in values if v is not None]  # the pooled ratio exists, so some draw has one
     note = (f"judged on all {sums.shape[0]} windows pooled ({draws_of}): ratio {ratio:.3g}, 95% bootstrap interval "
             f"[{lo:.3g}, {hi:.3g}] over windows ({BOOTSTRAP_DRAWS:,} resamples)"
             + (f" -- it straddles the {DELIMITER_CUT:g}x cut" if unsettled else "")
-            + "; per draw " + " / ".join(f"{v:.3g}" for v in values))
+            + "; per draw " + " / ".join("-" if v is None else f"{v:.3g}" for v in values))
     return replace(pooled, holds=holds, unsettled=unsettled, margin=margin | {"of": "the pooled ratio"},
                    draws=tuple(d.holds for d in per_draw), draws_of=draws_of, note=note,
-                   spread={"min": min(values), "max": max(values), "values": values, "interval": [lo, hi]})
+                   spread={"min": min(known), "max": max(known), "values": values, "interval": [lo, hi]})
 
 
 @dataclass

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from sinklib.architectures.llm.placement import DELIMITER_CUT, KINDS
+from sinklib.architectures.llm.placement import DELIMITER_CUT, KINDS, over_content
 from sinklib.core.plotting import titled
 
 
@@ -109,7 +109,8 @@ def mass_by_kind(reports: Sequence, title: str = "", cut: float = DELIMITER_CUT)
     fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     colors = _colors(reports)
     width = 0.8 / len(reports)
-    ratios = {r.name: [r.by_kind[k] / r.by_kind["content"] for k in KINDS] for r in reports}
+    ratios = {r.name: [np.nan if (v := over_content(r.by_kind, k)) is None else v for k in KINDS]  # NaN: no key
+              for r in reports}
     rest = [v for rs in ratios.values() for k, v in zip(KINDS, rs) if k != "first" and np.isfinite(v)]
     top = 1.25 * max(rest + [1.0, cut])
     for i, r in enumerate(reports):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -30,11 +29,11 @@ def sink_mass(fn: Callable, quiet: bool = False) -> Result:
 def mass_by_kind(fn: Callable, quiet: bool = False) -> Result:
     """``fn(mass (N, T), kinds [[str] * T] * N, skip_last) -> {kind: mean}``: the mean of m_j over the keys of each
     kind in :data:`sinklib.architectures.llm.placement.KINDS`, leaving out the last ``skip_last`` keys of every sequence
-    (few queries see them, so their m_j is large by construction); nan for a kind with no key.
+    (few queries see them, so their m_j is large by construction); None for a kind with no key.
 
     By hand (skip_last 1): masses [[0.9, 0.1, 0.3, 0.2, 0.8]] with kinds [first, content, first delimiter, content,
-    delimiter] -> first 0.9, content (0.1 + 0.2)/2 = 0.15, first delimiter 0.3, delimiter nan (its only key is the
-    last, left out), weak nan.
+    delimiter] -> first 0.9, content (0.1 + 0.2)/2 = 0.15, first delimiter 0.3, delimiter None (its only key is the
+    last, left out), weak None.
     """
     fn = fresh_inputs(fn)  # every call gets its own copy of the cases
     from sinklib.architectures.llm.placement import KINDS
@@ -42,7 +41,7 @@ def mass_by_kind(fn: Callable, quiet: bool = False) -> Result:
 
     mass = torch.tensor([[0.9, 0.1, 0.3, 0.2, 0.8]])
     kinds = [["first", "content", "first delimiter", "content", "delimiter"]]
-    want = {"first": 0.9, "first delimiter": 0.3, "delimiter": math.nan, "weak": math.nan, "content": 0.15}
+    want = {"first": 0.9, "first delimiter": 0.3, "delimiter": None, "weak": None, "content": 0.15}
     gen = torch.Generator().manual_seed(29)
     rand = torch.rand(3, 12, generator=gen)
     pick = torch.randint(1, len(KINDS), (3, 12), generator=gen)
@@ -52,9 +51,9 @@ def mass_by_kind(fn: Callable, quiet: bool = False) -> Result:
         if not isinstance(got, dict) or set(got) != set(expected):
             raise Wrong(f"expected a dict with the keys {sorted(expected)}, got {got!r}")
         for kind, value in expected.items():
-            if math.isnan(value):
-                if not math.isnan(float(got[kind])):
-                    raise Wrong(f"{kind!r} has no key left, expected nan, got {float(got[kind]):.4g}")
+            if value is None:
+                if got[kind] is not None:
+                    raise Wrong(f"{kind!r} has no key left: expected None (no mean exists), got {got[kind]!r}")
             else:
                 same(float(got[kind]), value, f"mean mass of {kind!r}")
 
