@@ -99,11 +99,13 @@ from sinklib.mitigation import (
     comparison,
     comparison_plots,
     convergence,
+    learned_sinks,
     training,
     training_data,
     verdicts,
 )
 from sinklib.mitigation.seed_claims import judge
+from sinklib.models import tiny_random_hub
 from sinklib.pipeline import notebook
 
 nb = notebook.start("03_mitigation", profile, model, device, seed, out_dir, families=None, grad=True)
@@ -534,6 +536,64 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
 # where softmax does, the gap of the unit-gain run came from the initialisation, not from the normalisation. The
 # paper's faster convergence (arXiv 2605.06611, 152M parameters, 20B tokens) is neither confirmed nor refuted by a
 # model this small.
+
+# %% [markdown]
+# ## 7 · Learned sinks: does every attention kernel keep them?
+# A learned sink logit is only a mitigation while the kernel computing attention keeps it:
+# $p_{tj} = e^{l_{tj}} / (e^{s_h} + \sum_k e^{l_{tk}})$. A kernel that ignores $s_h$ normalises over the real keys
+# alone, and nothing raises an error -- training and serving stacks have shipped exactly that. The check runs one
+# forward through each kernel available here and compares the next-token log-probs (and, where the kernel returns
+# its probabilities, the sink's mass and $\alpha_0$) with the formula written out in float64. Two models: the
+# sink-logit TinyLM trained above, whose two paths are this project's own (the materialised softmax of the CPU and
+# the fused SDPA path of a GPU), and a tiny gpt-oss with random weights, run through transformers' kernels and
+# sinklib's statistics path. The same transcription with the sinks left out is the control: a kernel that drops them
+# has to land there. `python -m sinklib check-sinks MODEL` runs this on any model with learned sinks.
+
+# %%
+sink_checks = []
+if "sink_logit" in names:
+    sink_net = training.load_trained(comparison.variant_config(base, "sink_logit", seeds[0])).eval()
+    sink_checks.append(learned_sinks.check_tiny_lm(sink_net, val_ids[:4].to(next(sink_net.parameters()).device),
+                                                   f"TinyLM sink_logit, trained here (seed {seeds[0]})"))
+torch.manual_seed(run.seed)  # the tiny gpt-oss's random weights
+oss_model, _ = tiny_random_hub.gpt_oss()
+oss_window = learned_sinks.shortest_window(oss_model)  # every query sees the first key within the window
+sink_checks.append(learned_sinks.check_model(oss_model.eval(), val_ids[:4, :oss_window].cpu(),
+                                             "gpt-oss, tiny, random weights"))
+for check in sink_checks:
+    print("\n".join(check.lines()))
+with plotting.style():
+    fig = learned_sinks.kernel_errors_figure(sink_checks, title="Learned sinks through each attention kernel")
+    plotting.save(fig, fig_dir / "fig07_learned-sinks-kernels",
+                  "Each attention kernel's largest next-token log-prob error against the float64 transcription of "
+                  "p_tj = exp(l_tj) / (exp(s_h) + sum_k exp(l_tk)) (log axis; green: keeps the sinks, red: drops "
+                  "them, hatched grey: not run here, with its reason in the text); dashed: the tolerance; dotted: "
+                  "the error of the transcription with the sinks left out (the control). Left: 03's sink-logit "
+                  "TinyLM; right: a tiny gpt-oss with random weights, byte windows of the held-out data.")
+kernel_claims = [record.add(learned_sinks.kernel_claim(check), show=False, model=check.model)
+                 for check in sink_checks]
+headline["learned_sinks"] = [{"model": c.model, "drop_effect": c.drop_effect, "tolerance": c.tolerance,
+                              "sink_mass": c.reference_sink_mass,
+                              "kernels": {k.kernel: {"ran": k.ran, "keeps": k.keeps, "logp_max": k.logp_max,
+                                                     "why": k.why} for k in c.kernels}} for c in sink_checks]
+for check, claim in zip(sink_checks, kernel_claims):
+    kept = [k.kernel for k in check.kernels if k.keeps]
+    dropped = [f"{k.kernel} (off by up to {num(k.logp_max, 2)} nats)" for k in check.kernels if k.keeps is False]
+    refused = [f"{k.kernel}: {k.why}" for k in check.kernels if not k.ran]
+    say(f"learned sinks through each kernel, {check.model}",
+        f"The sinks take {pct(sum(check.reference_sink_mass) / len(check.reference_sink_mass))} of the attention "
+        f"on average over the layers; leaving them out moves the next-token log-probs by up to "
+        f"{num(check.drop_effect, 2)} nats, against a tolerance of {check.tolerance:g}.",
+        f"Within the tolerance: {', '.join(kept) or 'none'}."
+        + (f" Dropping the sinks: {'; '.join(dropped)}." if dropped else "")
+        + (f" Not run here: {'; '.join(refused)}." if refused else ""),
+        f"{claim_line(claim)}.")
+
+# %% [markdown]
+# **Reading it.** transformers declares that gpt-oss cannot run under `sdpa` and refuses it; forced through the
+# attention registry, its sdpa function never reads `s_aux` and lands on the control -- the silent drop a framework
+# gets when it hands such a model to a generic fused kernel. Flex attention refuses sinks on a CPU, and the flash /
+# cuDNN backends need a GPU: on `device="cuda"` the same check gives them their own rows.
 
 # %%
 nb.close()

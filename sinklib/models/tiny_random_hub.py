@@ -174,6 +174,24 @@ def qwen2_vl():
     return Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision, **ids)), processor
 
 
+def gpt_oss():
+    """A tiny random gpt-oss: learned sink logits per head (``sinks``, drawn from N(1, 1): trained sinks are not near
+    0 as the initialiser leaves them), layers alternating a 16-key sliding window and full attention, 4 experts
+    (top-2). For the learned-sink kernel check (:mod:`sinklib.mitigation.learned_sinks`)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    model, tokenizer = _byte_causal_lm(GptOssConfig, GptOssForCausalLM, hidden_size=64, intermediate_size=64,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+                                       max_position_embeddings=131072, layer_types=["sliding_attention",
+                                                                                 "full_attention"])
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.copy_(1.0 + torch.randn(layer.self_attn.sinks.shape, generator=gen))
+    return model, tokenizer
+
+
 def _builders() -> dict:
     from transformers import (
         Dinov2Config,
@@ -201,6 +219,7 @@ def _builders() -> dict:
         "sinklib-tiny/olmoe": lambda: _byte_causal_lm(OlmoeConfig, OlmoeForCausalLM,
                                                       **_text_fields(num_experts=6, num_experts_per_tok=2)),
         "sinklib-tiny/deepseek-v2": deepseek_v2,
+        "sinklib-tiny/gpt-oss": gpt_oss,
         "sinklib-tiny/llava": llava,
         "sinklib-tiny/idefics3": idefics3,
         "sinklib-tiny/qwen2-vl": qwen2_vl,
@@ -250,4 +269,5 @@ def write_hub_cache(cache_dir: str | Path, seed: int = 0) -> list[str]:
     return [*_builders(), "timm/sinklib-tiny-vit"]
 
 
-__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "deepseek_v2", "idefics3", "llava", "qwen2_vl", "write_hub_cache"]
+__all__ = ["LLMS", "MLLMS", "MOES", "VITS", "deepseek_v2", "gpt_oss", "idefics3", "llava", "qwen2_vl",
+           "write_hub_cache"]

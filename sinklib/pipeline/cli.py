@@ -1,4 +1,4 @@
-"""Command line: ``python -m sinklib {models,profile,figures,gallery,scorecard,verify,verify-cache}``.
+"""Command line: ``python -m sinklib {models,profile,check-sinks,figures,gallery,scorecard,verify,verify-cache}``.
 
 ``profile`` prints Gu et al.'s sink rate and per-layer sink / outlier statistics without a notebook; ``--json`` prints
 one JSON object instead. Errors a user can fix are printed as one line (exit status 2): the arguments are checked
@@ -62,6 +62,29 @@ def _cmd_profile(args) -> int:
                                            prof.dom_ratio_rest_by_layer, prof.extremes)):
         print(f"{i:>5} {a:>8.3f} {d1:>11.1f} {dr:>14.1f} {abs(e.value):>10.1f} {e.dim:>5} {e.position:>4} "
               f"{e.median:>8.3f} {e.ratio:>9.0f}")
+    return 0
+
+
+def _cmd_check_sinks(args) -> int:
+    from sinklib.core.data import make_inputs
+    from sinklib.core.memory import check_length
+    from sinklib.mitigation import learned_sinks
+    from sinklib.models.load import load_model
+    from sinklib.pipeline.profiles import seed_everything
+
+    seed_everything(args.seed)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype, attn_implementation="eager")
+    if not learned_sinks.has_learned_sinks(lm.model):
+        print(f"{lm.label} ({lm.name}) has no learned sink logits (no attention module with a 'sinks' parameter): "
+              f"nothing to check")
+        return 0
+    window = learned_sinks.shortest_window(lm.model)
+    if window is not None and args.seq_len > window:
+        raise InputError(f"--seq-len {args.seq_len} is longer than the model's sliding window ({window} keys): "
+                         f"alpha_0 is compared where every query sees the first key; use --seq-len {window} or less")
+    check_length(lm, args.seq_len)
+    ids = make_inputs(lm, "natural", args.num_seqs, args.seq_len, args.seed)
+    print("\n".join(learned_sinks.check_model(lm.model, ids.to(lm.device), f"{lm.label} ({lm.name})").lines()))
     return 0
 
 
@@ -171,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"run even when the first layer's timing estimates more than {LONG_RUN_S / 60:.0f} minutes "
                          "(without it such a run stops there and says how long it would take)")
     pr.set_defaults(func=_cmd_profile)
+
+    ck = sub.add_parser("check-sinks", help="run a model with learned sink logits (gpt-oss) through every attention "
+                                            "kernel here against the formula: one line per kernel")
+    ck.add_argument("model", help="registry name or hub id of a model with learned sinks (e.g. openai/gpt-oss-20b)")
+    ck.add_argument("--seq-len", type=int, default=32, help="tokens per window (default 32)")
+    ck.add_argument("--num-seqs", type=int, default=2, help="Bible windows (default 2)")
+    ck.add_argument("--dtype", default="float32", help="the kernels' dtype (default float32; bfloat16 on a GPU)")
+    ck.add_argument("--device", default="auto")
+    ck.add_argument("--seed", type=int, default=0)
+    ck.set_defaults(func=_cmd_check_sinks)
 
     f = sub.add_parser("figures", help="run every notebook with papermill, then build the gallery")
     f.add_argument("--profile", default="cpu")
