@@ -269,3 +269,13 @@ def test_every_claim_that_neither_holds_nor_fails_says_what_would_settle_it(tmp_
     assert out["b.one"].startswith("a trained MoE in place of the stand-in: the GPU profile's allenai/OLMoE")
     apart = scorecard.to_json(scorecard.collect(tmp_path))["not_testable_here"]
     assert [a["claim"].split(" ")[0] for a in apart] == ["l.note", "b.one"] and apart[1]["settle"] == out["b.one"]
+
+
+def test_a_record_on_random_weights_is_not_counted_as_pretrained():
+    """03's learned-sink check on a tiny random gpt-oss says "random weights" in its model: the scorecard's row says
+    so (it was listed as pretrained)."""
+    from sinklib.reproduction.scorecard_row import kind_of
+
+    assert kind_of("03_mitigation", "gpt-oss, tiny, random weights") == "random weights"
+    assert kind_of("03_mitigation", "TinyLM sink_logit, trained here (seed 0)") == "trained here"
+    assert kind_of("10_llm", "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)") == "pretrained"

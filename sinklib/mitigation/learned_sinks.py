@@ -191,7 +191,15 @@ def _model_eager(model) -> Callable | str:
                                                                f"has no eager_attention_forward"
 
 
-def kernels(model) -> dict[str, Callable | str]:
+@dataclass(frozen=True)
+class StatsPath:
+    """sinklib's statistics path as a kernel row: :class:`~sinklib.core.attnstats.AttentionStats` over every key
+    (``keys`` None) or over the first only (``keys=(0,)``)."""
+
+    keys: tuple[int, ...] | None = None
+
+
+def kernels(model) -> dict[str, Callable | StatsPath | str]:
     """name -> attention function to route ``model`` through, or a string saying why it cannot run here: the model's
     eager (transformers), sdpa and flex attention (transformers' functions, each forced through the registry whatever
     the model declares it supports), and sinklib's statistics path (:class:`~sinklib.core.attnstats.AttentionStats`,
@@ -199,11 +207,10 @@ def kernels(model) -> dict[str, Callable | str]:
     no sink term, and must not). On CUDA, sdpa once per backend torch has (flash, cuDNN, efficient)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    out: dict[str, Callable | str] = {"eager (transformers)": _model_eager(model),
-                                      "sdpa (transformers)": ALL_ATTENTION_FUNCTIONS["sdpa"],
-                                      "flex_attention (transformers)": ALL_ATTENTION_FUNCTIONS["flex_attention"],
-                                      "sinklib statistics (fused output)": "stats",
-                                      "sinklib statistics (first key only)": "stats:0"}
+    out: dict[str, Callable | StatsPath | str] = {
+        "eager (transformers)": _model_eager(model), "sdpa (transformers)": ALL_ATTENTION_FUNCTIONS["sdpa"],
+        "flex_attention (transformers)": ALL_ATTENTION_FUNCTIONS["flex_attention"],
+        "sinklib statistics (fused output)": StatsPath(), "sinklib statistics (first key only)": StatsPath((0,))}
     device = next(model.parameters()).device
     if device.type == "cuda":
         from torch.nn.attention import SDPBackend
@@ -253,12 +260,12 @@ def check_model(model, ids: torch.Tensor, name: str = "", extra: dict[str, Calla
     check = SinkCheck(name or type(model).__name__, str(dtype).removeprefix("torch."), tolerance,
                       float((dropped - ref).abs().max()), ref_mass)
     for label, fn in {**kernels(model), **(extra or {})}.items():
-        if isinstance(fn, str) and not fn.startswith("stats"):
+        if isinstance(fn, str):  # why it cannot run here
             check.kernels.append(KernelResult(label, False, why=fn))
             continue
         try:
-            if isinstance(fn, str):  # sinklib's statistics path, every key or the first only
-                with AttentionStats(model, keys=[0] if fn == "stats:0" else None) as st:
+            if isinstance(fn, StatsPath):  # sinklib's statistics path, every key or the first only
+                with AttentionStats(model, keys=fn.keys) as st:
                     logp = _next_token_logp(model, ids)
                 masses = [st.learned_sink_mass(i) for i in st.layers]
                 per = None if any(m is None for m in masses) else (

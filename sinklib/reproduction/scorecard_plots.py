@@ -17,7 +17,7 @@ from sinklib.reproduction.findings import short_model, short_paper
 
 COLOURS = VERDICT_COLOURS
 MARKERS = {"pretrained": "o", "stand-in": "s", "trained here": "^", "random weights": "x"}
-KIND_HATCH = {"pretrained": "", "stand-in": "//", "trained here": ".."}
+KIND_HATCH = {"pretrained": "", "stand-in": "//", "trained here": "..", "random weights": "xx"}
 
 
 def _rows_on_log_axis(ax, ys: list[float], labels: list[str], rows: list, values: list[float]) -> None:
@@ -127,6 +127,6 @@ def kind_handles(kinds: Sequence[str]) -> list[Patch]:
     """Legend entries for the bars' hatching (:data:`KIND_HATCH`): one white swatch per kind, hatched as its bars
     ("stand-in built here: hatched //"; a pretrained model's bars are plain)."""
     words = {"pretrained": "pretrained model: plain", "stand-in": "stand-in built here: hatched //",
-             "trained here": "models trained here: dotted .."}
+             "trained here": "models trained here: dotted ..", "random weights": "random weights: crossed xx"}
     return [Patch(facecolor="white", edgecolor="0.25", hatch=KIND_HATCH.get(k, ""), label=words.get(k, k))
             for k in kinds]

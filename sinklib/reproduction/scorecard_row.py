@@ -24,7 +24,7 @@ class Row:
     profile: str
     verdict: str
     reason: str  # the record's note (why it cannot be judged, caveats)
-    kind: str  # "pretrained", "stand-in" or "trained here"
+    kind: str  # "pretrained", "stand-in", "trained here" or "random weights"
     needs_gpu: bool
     follows: str = ""
     adapted: str = ""
@@ -56,6 +56,9 @@ class Row:
 
 
 def kind_of(notebook: str, model: str) -> str:
+    """What a record's model label says it was measured on (:func:`sinklib.core.claims.measured_on`'s words)."""
+    if "random weights" in model:  # an implementation check on a tiny random model (03's gpt-oss)
+        return "random weights"
     if "stand-in" in model:
         return "stand-in"
     if "trained here" in model:
