@@ -94,7 +94,7 @@ from sinklib.core.claims import OWN_QUESTION
 from sinklib.core.loaded import resolve_device
 from sinklib.core.metrics import GU_EPS, SUN_MIN_ABS
 from sinklib.core.results import load_reference
-from sinklib.core.takeaways import claim_line, compare, num, pct, say, span
+from sinklib.core.takeaways import claim_line, compare, num, pct, say, span, windows
 from sinklib.mitigation import (
     comparison,
     comparison_plots,
@@ -102,6 +102,7 @@ from sinklib.mitigation import (
     learned_sinks,
     training,
     training_data,
+    variant_lm,
     verdicts,
 )
 from sinklib.mitigation.seed_claims import judge
@@ -550,11 +551,17 @@ if text_cfg is not None and not train_data and "headwise_rmsnorm" in names:
 # has to land there. `python -m sinklib check-sinks MODEL` runs this on any model with learned sinks.
 
 # %%
-sink_checks = []
+sink_checks, sink_controls = [], {}
 if "sink_logit" in names:
-    sink_net = training.load_trained(comparison.variant_config(base, "sink_logit", seeds[0])).eval()
-    sink_checks.append(learned_sinks.check_tiny_lm(sink_net, val_ids[:4].to(next(sink_net.parameters()).device),
+    sink_cfg = comparison.variant_config(base, "sink_logit", seeds[0])
+    sink_net = training.load_trained(sink_cfg).eval()
+    sink_ids = val_ids[:4].to(next(sink_net.parameters()).device)
+    sink_checks.append(learned_sinks.check_tiny_lm(sink_net, sink_ids,
                                                    f"TinyLM sink_logit, trained here (seed {seeds[0]})"))
+    torch.manual_seed(run.seed)  # its control: the same configuration, random weights (sink logits at their init, 0)
+    fresh = variant_lm.TinyLM(sink_cfg.model).to(sink_ids.device).eval()
+    sink_controls[sink_checks[-1].model] = learned_sinks.kernel_claim(
+        learned_sinks.check_tiny_lm(fresh, sink_ids, "TinyLM sink_logit, random weights"))
 torch.manual_seed(run.seed)  # the tiny gpt-oss's random weights
 oss_model, _ = tiny_random_hub.gpt_oss()
 oss_window = learned_sinks.shortest_window(oss_model)  # every query sees the first key within the window
@@ -570,24 +577,30 @@ with plotting.style():
                   "them, hatched grey: not run here, with its reason in the text); dashed: the tolerance; dotted: "
                   "the error of the transcription with the sinks left out (the control). Left: 03's sink-logit "
                   "TinyLM; right: a tiny gpt-oss with random weights, byte windows of the held-out data.")
-kernel_claims = [record.add(learned_sinks.kernel_claim(check), show=False, model=check.model)
-                 for check in sink_checks]
+# the gpt-oss is random weights itself: a kernel keeps or drops the sinks whatever the weights, which is why the
+# TinyLM's control on random weights is expected to hold too
+kernel_claims = [record.add(learned_sinks.kernel_claim(check), show=False, model=check.model,
+                            control=sink_controls.get(check.model),
+                            control_note="" if check.model in sink_controls else
+                            "measured on random weights itself: whether a kernel keeps the sinks does not depend on "
+                            "training") for check in sink_checks]
 headline["learned_sinks"] = [{"model": c.model, "drop_effect": c.drop_effect, "tolerance": c.tolerance,
                               "sink_mass": c.reference_sink_mass,
                               "kernels": {k.kernel: {"ran": k.ran, "keeps": k.keeps, "logp_max": k.logp_max,
                                                      "why": k.why} for k in c.kernels}} for c in sink_checks]
+seen = []
 for check, claim in zip(sink_checks, kernel_claims):
     kept = [k.kernel for k in check.kernels if k.keeps]
     dropped = [f"{k.kernel} (off by up to {num(k.logp_max, 2)} nats)" for k in check.kernels if k.keeps is False]
     refused = [f"{k.kernel}: {k.why}" for k in check.kernels if not k.ran]
-    say(f"learned sinks through each kernel, {check.model}",
-        f"The sinks take {pct(sum(check.reference_sink_mass) / len(check.reference_sink_mass))} of the attention "
-        f"on average over the layers; leaving them out moves the next-token log-probs by up to "
-        f"{num(check.drop_effect, 2)} nats, against a tolerance of {check.tolerance:g}.",
-        f"Within the tolerance: {', '.join(kept) or 'none'}."
+    seen.append(
+        f"{check.model}, on {windows(check.windows, 'windows', check.tokens)}: the sinks take "
+        f"{pct(sum(check.reference_sink_mass) / len(check.reference_sink_mass))} of the attention on average over the "
+        f"layers, and leaving them out moves the next-token log-probs by up to {num(check.drop_effect, 2)} nats "
+        f"(tolerance {check.tolerance:g}). Within the tolerance: {', '.join(kept) or 'none'}."
         + (f" Dropping the sinks: {'; '.join(dropped)}." if dropped else "")
-        + (f" Not run here: {'; '.join(refused)}." if refused else ""),
-        f"{claim_line(claim)}.")
+        + (f" Not run here: {'; '.join(refused)}." if refused else "") + f" {claim_line(claim)}.")
+say(f"learned sinks through each kernel, {windows(max(c.windows for c in sink_checks), 'windows')} per model", *seen)
 
 # %% [markdown]
 # **Reading it.** transformers declares that gpt-oss cannot run under `sdpa` and refuses it; forced through the

@@ -135,6 +135,8 @@ class SinkCheck:
     drop_effect: float  # max |delta log p| between the transcription with and without the sinks
     reference_sink_mass: list[float]
     kernels: list[KernelResult] = field(default_factory=list)
+    windows: int = 0  # the input the check ran on: windows x tokens
+    tokens: int = 0
 
     @property
     def decidable(self) -> bool:
@@ -258,7 +260,7 @@ def check_model(model, ids: torch.Tensor, name: str = "", extra: dict[str, Calla
     dropped, _ = through(lambda *a, **k: transcribed_attention(*a, keep_sinks=False, **k))
     ref_mass, ref_alpha = _per_layer(ref_probs, len(layers))
     check = SinkCheck(name or type(model).__name__, str(dtype).removeprefix("torch."), tolerance,
-                      float((dropped - ref).abs().max()), ref_mass)
+                      float((dropped - ref).abs().max()), ref_mass, windows=ids.shape[0], tokens=ids.shape[1])
     for label, fn in {**kernels(model), **(extra or {})}.items():
         if isinstance(fn, str):  # why it cannot run here
             check.kernels.append(KernelResult(label, False, why=fn))
@@ -354,7 +356,7 @@ def check_tiny_lm(model, ids: torch.Tensor, name: str = "TinyLM sink_logit") -> 
     ref_mass, ref_alpha = _per_layer(ref_probs, len(mods))
     dtype = next(model.parameters()).dtype
     check = SinkCheck(name, str(dtype).removeprefix("torch."), TOLERANCE.get(dtype, 1e-2),
-                      float((dropped - ref).abs().max()), ref_mass)
+                      float((dropped - ref).abs().max()), ref_mass, windows=ids.shape[0], tokens=ids.shape[1])
     for label, path in paths.items():
         logp, probs = through(path)
         check.kernels.append(_judge(label, logp, ref, _per_layer(probs, len(mods)), (ref_mass, ref_alpha),
