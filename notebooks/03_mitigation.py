@@ -570,7 +570,8 @@ sink_checks.append(learned_sinks.check_model(oss_model.eval(), val_ids[:4, :oss_
 for check in sink_checks:
     print("\n".join(check.lines()))
 with plotting.style():
-    fig = learned_sinks.kernel_errors_figure(sink_checks, title="Learned sinks through each attention kernel")
+    fig = comparison_plots.learned_sink_kernels(sink_checks,
+                                                title="Learned sinks through each attention kernel")
     plotting.save(fig, fig_dir / "fig07_learned-sinks-kernels",
                   "Each attention kernel's largest next-token log-prob error against the float64 transcription of "
                   "p_tj = exp(l_tj) / (exp(s_h) + sum_k exp(l_tk)) (log axis; green: keeps the sinks, red: drops "
@@ -584,10 +585,7 @@ kernel_claims = [record.add(learned_sinks.kernel_claim(check), show=False, model
                             control_note="" if check.model in sink_controls else
                             "measured on random weights itself: whether a kernel keeps the sinks does not depend on "
                             "training") for check in sink_checks]
-headline["learned_sinks"] = [{"model": c.model, "drop_effect": c.drop_effect, "tolerance": c.tolerance,
-                              "sink_mass": c.reference_sink_mass,
-                              "kernels": {k.kernel: {"ran": k.ran, "keeps": k.keeps, "logp_max": k.logp_max,
-                                                     "why": k.why} for k in c.kernels}} for c in sink_checks]
+headline["learned_sinks"] = [check.headline() for check in sink_checks]
 seen = []
 for check, claim in zip(sink_checks, kernel_claims):
     kept = [k.kernel for k in check.kernels if k.keeps]

@@ -1,4 +1,5 @@
-"""Figures of the mitigation notebook: sink emergence, loss curves, final metrics per variant, attention maps."""
+"""Figures of the mitigation notebook: sink emergence, loss curves, final metrics per variant, attention maps, learned
+sinks through each attention kernel."""
 
 from __future__ import annotations
 
@@ -267,3 +268,29 @@ def strongest_head_over_training(runs: Mapping[str, Sequence[dict]], eps: float 
                  fontsize=7, color="dimgrey", loc="right")
     return titled(fig, title)
 
+
+def learned_sink_kernels(checks: Sequence, title: str = "") -> Figure:
+    """One panel per :class:`~sinklib.mitigation.learned_sinks.SinkCheck` (03 section 7): each kernel's largest next-token log-prob error against the transcription (log axis;
+    hatched where the kernel refused to run), the tolerance (dashed) and what dropping the sinks does (dotted)."""
+    fig, axes = plt.subplots(1, len(checks), figsize=(4.6 * len(checks), 3.6), layout="constrained", squeeze=False)
+    for ax, check in zip(axes[0], checks):
+        names = [k.kernel for k in check.kernels]
+        floor = check.tolerance * 1e-4
+        heights = [max(k.logp_max, floor) if k.ran else floor for k in check.kernels]
+        colors = ["#2a9d8f" if k.keeps else "#e76f51" if k.keeps is False else "#bbbbbb" for k in check.kernels]
+        bars = ax.barh(range(len(names)), heights, color=colors)
+        for bar, k in zip(bars, check.kernels):
+            if not k.ran:
+                bar.set_hatch("//")
+                ax.text(floor * 2, bar.get_y() + bar.get_height() / 2, "not run here", va="center", fontsize=7)
+        ax.axvline(check.tolerance, color="black", ls="--", lw=1, label=f"tolerance {check.tolerance:g}")
+        ax.axvline(check.drop_effect, color="#e76f51", ls=":", lw=1.4, label=f"sinks dropped: {check.drop_effect:.2g}")
+        ax.set_xscale("log")
+        ax.set_yticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("max |log p - log p (transcription)|, nats")
+        ax.set_title(check.model, fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    return fig

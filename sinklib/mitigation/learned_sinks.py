@@ -19,13 +19,14 @@ measures what dropping them does to this model (the check's control: a kernel th
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import fmean
 
 import torch
 
 from sinklib.core import quantities as q
+from sinklib.core.attention_masks import allowed
 from sinklib.core.attention_switch import AttentionSwitch
 from sinklib.core.claims import IMPLEMENTATION_CHECK, Claim
 
@@ -50,28 +51,22 @@ def sink_softmax(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tens
     return e / (torch.exp(s - top) + e.sum(dim=-1, keepdim=True))
 
 
-def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | float:
-    """A backend's 4-D mask as a float64 addend: a boolean mask (True = seen) as 0 / -inf, a float one as given."""
-    if mask is None:
-        return 0.0
-    if mask.dtype == torch.bool:
-        return torch.zeros((), dtype=torch.float64, device=like.device).masked_fill(~mask, float("-inf"))
-    return mask.double()
-
-
 def transcribed_attention(module, query, key, value, attention_mask, scaling: float | None = None,
                           dropout: float = 0.0, s_aux: torch.Tensor | None = None, keep_sinks: bool = True, **kwargs):
     """The formula of the module docstring as a transformers attention function, in float64.
 
     query (B, H, T, hd), key / value (B, Hkv, S, hd) -> (output (B, T, H, hd) in the query's dtype, probabilities
     (B, H, T, S)). The sinks are ``s_aux`` (what gpt-oss passes) or the module's ``sinks``; ``keep_sinks=False``
-    leaves them out (the control: a kernel made to drop them). The mask is the eager one the switch hands over."""
+    leaves them out (the control: a kernel made to drop them). The mask is read by
+    :func:`~sinklib.core.attention_masks.allowed` (the eager one the switch hands over)."""
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     group = query.shape[1] // key.shape[1]
     k = key.double().repeat_interleave(group, dim=1)  # (B, H, S, hd)
     v = value.double().repeat_interleave(group, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    logits = query.double() @ k.transpose(-1, -2) * scale + _additive(attention_mask, query)  # (B, H, T, S)
+    T, S = query.shape[-2], key.shape[-2]
+    seen = allowed(attention_mask, T, S, 0, T, query.device)  # (B | 1, 1, T, S): None read as sdpa reads it
+    logits = (query.double() @ k.transpose(-1, -2) * scale).masked_fill(~seen, float("-inf"))  # (B, H, T, S)
     p = sink_softmax(logits, sinks if keep_sinks else None)
     out = (p @ v).transpose(1, 2).contiguous()  # (B, T, H, hd)
     return out.to(query.dtype), p.to(query.dtype)
@@ -143,14 +138,17 @@ class SinkCheck:
         """Dropping the sinks moves the log-probs by more than :data:`DECIDABLE` x the tolerance."""
         return self.drop_effect > DECIDABLE * self.tolerance
 
+    def headline(self) -> dict:
+        """The check as the notebook's headline keeps it: model, the sinks' effect and share, each kernel's row."""
+        return {"model": self.model, "drop_effect": self.drop_effect, "tolerance": self.tolerance,
+                "sink_mass": self.reference_sink_mass,
+                "kernels": {k.kernel: {"ran": k.ran, "keeps": k.keeps, "logp_max": k.logp_max, "why": k.why}
+                            for k in self.kernels}}
+
     def lines(self) -> list[str]:
-        head = (f"{self.model} ({self.dtype}): learned sinks take {_mean(self.reference_sink_mass):.3g} of the "
+        head = (f"{self.model} ({self.dtype}): learned sinks take {fmean(self.reference_sink_mass):.3g} of the "
                 f"attention on average; dropping them moves the next-token log-probs by up to {self.drop_effect:.3g}")
         return [head] + [k.line(self.tolerance) for k in self.kernels]
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
 
 
 class _Recorder:
@@ -179,10 +177,10 @@ def _per_layer(probs: dict[int, torch.Tensor | None], n: int) -> tuple[list[floa
     return mass, alpha
 
 
-def _next_token_logp(model, ids: torch.Tensor) -> torch.Tensor:
-    """log p(ids[:, t + 1] | ids[:, :t + 1]) in float64: (B, T - 1)."""
-    logits = model(input_ids=ids).logits.double()
-    return torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+def _next_token_logp(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log p(ids[:, t + 1] | ids[:, :t + 1]) in float64 (not :func:`~sinklib.core.evaluation.shifted_nll`, which
+    rounds to float32 -- the size of the errors compared here): (B, T, V) logits, (B, T) ids -> (B, T - 1)."""
+    return torch.log_softmax(logits.double()[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
 def _model_eager(model) -> Callable | str:
@@ -254,7 +252,7 @@ def check_model(model, ids: torch.Tensor, name: str = "", extra: dict[str, Calla
     def through(fn: Callable) -> tuple[torch.Tensor, dict]:
         rec = _Recorder(fn, layers)
         with AttentionSwitch(model, "sinkcheck", rec, mask="eager"):
-            return _next_token_logp(model, ids), rec.probs
+            return _next_token_logp(model(input_ids=ids).logits, ids), rec.probs
 
     ref, ref_probs = through(transcribed_attention)
     dropped, _ = through(lambda *a, **k: transcribed_attention(*a, keep_sinks=False, **k))
@@ -268,7 +266,7 @@ def check_model(model, ids: torch.Tensor, name: str = "", extra: dict[str, Calla
         try:
             if isinstance(fn, StatsPath):  # sinklib's statistics path, every key or the first only
                 with AttentionStats(model, keys=fn.keys) as st:
-                    logp = _next_token_logp(model, ids)
+                    logp = _next_token_logp(model(input_ids=ids).logits, ids)
                 masses = [st.learned_sink_mass(i) for i in st.layers]
                 per = None if any(m is None for m in masses) else (
                     [float(m.mean()) for m in masses], [float(a) for a in st.alpha(keys=[0]).mean(dim=(1, 2, 3))])
@@ -344,11 +342,11 @@ def check_tiny_lm(model, ids: torch.Tensor, name: str = "TinyLM sink_logit") -> 
 
         handles = [m.register_forward_hook(hook) for m in mods]
         try:
-            logits = model(ids).double()
+            logits = model(ids)
         finally:
             for h in handles:
                 h.remove()
-        return torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1), probs
+        return _next_token_logp(logits, ids), probs
 
     paths = _tiny_paths()
     ref, ref_probs = through(paths.pop("transcription"))
@@ -364,6 +362,9 @@ def check_tiny_lm(model, ids: torch.Tensor, name: str = "TinyLM sink_logit") -> 
     return check
 
 
+PROJECT_KERNELS = ("eager (transformers)", "sinklib statistics", "TinyLM")  # what sinklib measures sink models with
+
+
 def project_kernels_keep(checks: list[SinkCheck]) -> tuple[bool | None, list[str]]:
     """The implementation check's rule over :func:`check_model` / :func:`check_tiny_lm` results: every kernel this
     project runs a sink model through (its statistics path, transformers' eager it measures with, TinyLM's two paths)
@@ -375,8 +376,6 @@ def project_kernels_keep(checks: list[SinkCheck]) -> tuple[bool | None, list[str
     dropping = [f"{k.kernel} on {c.model}" for c, k in ours if k.keeps is False]
     return not dropping, dropping
 
-
-PROJECT_KERNELS = ("eager (transformers)", "sinklib statistics", "TinyLM")  # what sinklib measures sink models with
 
 
 # ------------------------------------------------------------------------------------------------- the record
@@ -403,37 +402,8 @@ def kernel_claim(check: SinkCheck) -> Claim:
                       f"{check.tolerance:g} of the formula's float64 transcription, on a model where dropping the "
                       f"sinks moves them by more than {DECIDABLE:g}x that",
                  published=None, holds=keeps, note=note, quantities=KERNEL_QUANTITIES,
-                 measured={"drop_effect": check.drop_effect, "sink_mass": _mean(check.reference_sink_mass),
+                 measured={"drop_effect": check.drop_effect, "sink_mass": fmean(check.reference_sink_mass),
                            "logp_max": {k.kernel: k.logp_max for k in ran}},
                  follows=f"{FOLLOWS}; transformers' GptOssAttention (s_aux passed to the attention function)",
                  adapted=f"the {check.tolerance:g} tolerance and the {DECIDABLE:g}x margin are ours; next-token "
                          f"log-probs of Bible / training windows, not a benchmark")
-
-
-def kernel_errors_figure(checks: list[SinkCheck], title: str = ""):
-    """One panel per model: each kernel's largest next-token log-prob error against the transcription (log axis;
-    hatched where the kernel refused to run), the tolerance (dashed) and what dropping the sinks does (dotted)."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(checks), figsize=(4.6 * len(checks), 3.6), layout="constrained", squeeze=False)
-    for ax, check in zip(axes[0], checks):
-        names = [k.kernel for k in check.kernels]
-        floor = check.tolerance * 1e-4
-        heights = [max(k.logp_max, floor) if k.ran else floor for k in check.kernels]
-        colors = ["#2a9d8f" if k.keeps else "#e76f51" if k.keeps is False else "#bbbbbb" for k in check.kernels]
-        bars = ax.barh(range(len(names)), heights, color=colors)
-        for bar, k in zip(bars, check.kernels):
-            if not k.ran:
-                bar.set_hatch("//")
-                ax.text(floor * 2, bar.get_y() + bar.get_height() / 2, "not run here", va="center", fontsize=7)
-        ax.axvline(check.tolerance, color="black", ls="--", lw=1, label=f"tolerance {check.tolerance:g}")
-        ax.axvline(check.drop_effect, color="#e76f51", ls=":", lw=1.4, label=f"sinks dropped: {check.drop_effect:.2g}")
-        ax.set_xscale("log")
-        ax.set_yticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("max |log p - log p (transcription)|, nats")
-        ax.set_title(check.model, fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
-    if title:
-        fig.suptitle(title)
-    return fig
