@@ -20,13 +20,15 @@
 # same measurements on three families that ship offline -- **SmolLM2-135M** (Llama layout, no BOS),
 # **Gemma-3-270M** (a BOS token, QK-norm, sliding-window layers) and **Qwen2.5-Coder-0.5B-Instruct** (QKV biases; its
 # weights went through AWQ and then 4-bit GGUF quantisation, so they are close to, not the same as, the release).
-# On a GPU the profile lists Gu et al.'s families by hub id (GPT-2 XL, Pythia, OPT, Llama-2/3, Mistral, Qwen2.5);
-# `model=` replaces the list with one model.
+# Section 8 adds **Qwen2.5-Coder-1.5B-Instruct** beside the 0.5B: one family at two sizes. On a GPU the profile lists
+# Gu et al.'s families by hub id (GPT-2 XL, Pythia, OPT, Llama-2/3, Mistral, Qwen2.5) and Qwen2.5 at 0.5B, 1.5B and
+# 7B for the rung; `model=` replaces the lists with one model.
 #
 # **Papers.** Gu et al., *When Attention Sink Emerges in Language Models*, arXiv 2410.10781 (the metric, Table 1,
 # the first position). Xiao et al., *StreamingLLM*, arXiv 2309.17453 (the sink is the initial position). Sun et al.,
 # *Massive Activations in Large Language Models*, arXiv 2402.17762 (massive activations at the first token and the
-# first delimiter).
+# first delimiter). Wong et al., *On the Existence and Behaviour of Secondary Attention Sinks*, arXiv 2512.22213
+# (sinks after the first token, section 7).
 #
 # **Words.** $\alpha_j = \frac{1}{T-j}\sum_{t\ge j} A_{t,j}$ is the attention key $j$ receives per query that sees
 # it (Gu et al.'s $\alpha$; positions from 0); a **sink layer** is one whose $\alpha_0$, averaged over heads, exceeds
@@ -35,8 +37,9 @@
 
 # %% [markdown]
 # **What you will learn.** how three model families (SmolLM2, Gemma-3, Qwen2.5) differ in where and how strongly they
-# sink, whether the sink is a position or a token (BOS), and how far the structural-origin chain carries from one
-# family to the next.
+# sink, whether the sink is a position or a token (BOS), how far the structural-origin chain carries from one
+# family to the next, whether keys after the first become sinks mid-sequence, and what changes within one family
+# from 0.5B to 1.5B parameters.
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`.
 #
@@ -74,6 +77,7 @@ from sinklib.core.takeaways import (
     which_models,
     windows,
 )
+from sinklib.interpretation.secondary_sinks import COS_CUT
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
@@ -514,6 +518,164 @@ say(f"the structural-origin chain, on {on_windows} per draw",
 # before any super neuron, the first token's embedding (a BOS) carries the state from the start, and the chain does
 # not start with a neuron. Where other heads also score the first key positively almost always, the sign alone does
 # not tell sink heads apart. The DomRatio is compared with the paper's value for Llama-2-7B in each claim's note.
+
+# %% [markdown]
+# ## 7 · Mid-sequence sinks
+# Wong et al. (arXiv 2512.22213) find *secondary* sinks: tokens after the first that become sinks in the middle
+# layers, live for some layers and draw less attention than the first token. Their code finds them by hidden states:
+# a later token whose block output points along the BOS sink's ($|\cos(h_j, h_{bos})| > 0.9$) in the layers where the
+# BOS sink is on, labelled by how many layers it lasts (`sinklib.interpretation.secondary_sinks`; their margins, set
+# for 28-48 layers, leave a 19-layer model no room for a secondary sink, so the lifetime cut is also read at half the
+# depth). Here the search also runs the other way, from attention: on the longest windows this notebook reads, the
+# O(N) statistics give every key's mass $m_j$ in every layer, and a key $j \ge 1$ with $m_j > 0.3$ (Gu et al.'s
+# $\epsilon$) in some layer is a sink there. Where are they, how long do they live, and do their states point along
+# the first token's, as the authors find -- better than an ordinary key's do? The same search on random weights is
+# the control.
+
+# %%
+mid_reports = [r for r in reports if r.mid_sequence]
+mid_tokens = next((r.mid_sequence["tokens"] for r in mid_reports), 0)
+mid_windows = len(mid_reports[0].mid_sequence["windows"]) if mid_reports else 0
+if mid_reports:
+    with plotting.style():
+        fig = placement_plots.mid_sequence_sinks(mid_reports, title=f"Mid-sequence sinks ({mid_tokens:,} tokens)")
+        plotting.save(fig, fig_dir / "fig05_mid-sequence-sinks",
+                      f"Mid-sequence sinks on the first of {mid_windows} Bible window(s) of {mid_tokens:,} tokens per "
+                      f"model ({', '.join(r.label for r in mid_reports)}). (a) m_j (attention per query that sees the "
+                      f"key, mean over heads) of the BOS sink's key and of the strongest other key per layer (the "
+                      f"last 8 keys left out), dotted: the same on random weights; stars: keys with m_j > {GU_EPS:g} "
+                      f"in a layer, every window. (b) |cos| between each key's block output and the BOS sink's: the "
+                      f"90% quantile and the median over keys; stars: the keys found in (a).")
+mid_rows = []
+for r in mid_reports:
+    ws, control = r.mid_sequence["windows"], r.mid_sequence.get("control") or []
+    found = [k for w in ws for k in w["mass_sinks"]]
+    peak = max(((v, layer, w["by_layer"]["strongest_position"][layer]) for w in ws
+                for layer, v in enumerate(w["by_layer"]["strongest_other"])), default=None)
+    row = f"{r.label}: " + (
+        f"{num(len(found))} key(s) beyond the first pass m_j > {GU_EPS:g}: "
+        + "; ".join(f"{k['token']!r} at {num(k['position'])} in layer(s) {', '.join(map(str, k['layers']))} "
+                    f"(m_j {num(k['mass'])} against the BOS sink's {num(k['bos_mass'])}; |cos| with its state "
+                    f"{num(k['alignment'])}, an ordinary key's {num(k['typical_alignment'])})" for k in found[:4])
+        + ("; ..." if len(found) > 4 else "")
+        if found else f"no key beyond the first passes m_j > {GU_EPS:g} in any layer")
+    if peak is not None:
+        row += (f"; the strongest other key draws m_j = {num(peak[0])} (position {num(peak[2])}, layer {peak[1]} of "
+                f"{r.n_layers})")
+    detected = [w["detection"] for w in ws]
+    row += (f". The authors' hidden-state detection labels {sum(d['authors']['secondary'] for d in detected)} "
+            f"secondary sink(s) under their margins and {sum(d['adapted']['secondary'] for d in detected)} with the "
+            f"lifetime cut at half the depth; {pct(max(d['share_aligned'] for d in detected))} of the later positions "
+            f"pass |cos| > {COS_CUT:g} in some layer")
+    if control:
+        c = control[0]
+        row += (f". On random weights the strongest other key draws at most "
+                f"{num(max(c['by_layer']['strongest_other']))} and the detection labels "
+                f"{c['detection']['authors']['secondary']} secondary sink(s)")
+    mid_rows.append(row)
+    print(row)
+if mid_reports:
+    say(f"mid-sequence sinks, on {windows(mid_windows, 'Bible windows', mid_tokens)} per model",
+        "Per model:\n\n" + "\n".join(f"- {row}." for row in mid_rows),
+        f"By its rule: {verdicts('wong2025.mass_sinks_align_with_bos')}.")
+nb.headline["mid_sequence"] = {r.name: {"found": sum(len(w["mass_sinks"]) for w in r.mid_sequence["windows"]),
+                                        "strongest_other": max(max(w["by_layer"]["strongest_other"])
+                                                               for w in r.mid_sequence["windows"])}
+                               for r in mid_reports}
+
+# %% [markdown]
+# A key found by its attention can point along the first token's state or not; a criterion on the states alone can
+# fire where every state shares one direction, as the median line in (b) shows when it sits near the 0.9 line. The
+# authors' models have 28-48 layers and billions of parameters, and they report secondary sinks more often and more
+# regularly as models grow: what these small models show (or do not) is not a verdict on theirs.
+
+# %% [markdown]
+# ## 8 · A scale rung within one family
+# Every comparison above crosses families. Here one family is read at two sizes: **Qwen2.5-Coder-0.5B** and
+# **-1.5B-Instruct** (28 layers, d = 1,536, 12 query / 2 KV heads; both from 4-bit GGUF files, dequantised). Both are
+# measured by the same recipe as above on the same windows, each with its random-weight control; what changes with
+# size -- the sink rate, Sun et al.'s criterion and its sites, the super neuron, the chain's layers, Xiao et al.'s
+# position test, the mid-sequence search? The 1.5B costs about 3.4x the 0.5B per token here, so on the CPU profile the
+# rung runs a **cut protocol**, printed below and stated on every record the 1.5B adds to the scorecard; on a GPU
+# the profile lists Qwen2.5 0.5B, 1.5B and 7B at its full sizes.
+
+# %%
+rung_names = [] if model else list(run.rung)  # MODEL= replaces the lists with one model
+rung_reports, rung_verdicts = [], {}
+rung_cut = ", ".join(f"{k} {v}" for k, v in run.rung_cut)
+if rung_names:
+    rung = llm_survey.rung_run(run)
+    print(f"scale rung: {', '.join(rung_names)}; cut: {rung_cut or 'none (the profile sizes)'}")
+for name in rung_names:
+    if not run.rung_cut and name in names:  # the same sizes as above: its report is already measured
+        report = next(r for r in reports if r.name == name)
+        model_claims = [(c, {}) for c in record.claims if c.id.endswith(f".{name}")]
+    else:
+        report, model_claims, _ = nb.per_model(
+            name, lambda name=name: llm_survey.measure_and_judge(lambda: load(name), rung, gu=gu, paper=origin_paper,
+                                                                 streaming=streaming_paper), kept_as="@rung")
+        if name not in names:  # measured only on the rung: its verdicts join the record, marked with the cut
+            for claim, how in model_claims:
+                record.add(llm_survey.under_cut(claim, rung_cut) if rung_cut else claim, show=False,
+                           model=report.label, **how)
+    rung_reports.append(report)
+    rung_verdicts[report.label] = {c.id[: -len(name) - 1]: c.verdict() for c, _ in model_claims}
+if rung_reports:
+    rung_table = pd.DataFrame({r.label: llm_survey.rung_numbers(r) for r in rung_reports})
+    display(rung_table.round(3))  # noqa: F821
+    changed = pd.DataFrame(rung_verdicts).dropna()
+    changed = changed[changed.nunique(axis=1) > 1]  # the rules whose verdict differs between the sizes
+    display(changed if len(changed) else "every rule gives the same verdict at each size")  # noqa: F821
+    nb.headline["scale_rung"] = {"models": rung_names, "cut": rung_cut,
+                                 "numbers": {r.name: llm_survey.rung_numbers(r) for r in rung_reports}}
+
+# %%
+if len(rung_reports) > 1:
+    with plotting.style():
+        fig = placement_plots.scale_rung(rung_reports, title=f"One family at {len(rung_reports)} sizes")
+        plotting.save(fig, fig_dir / "fig06_scale-rung",
+                      f"{' and '.join(r.label for r in rung_reports)} measured by the same recipe"
+                      + (f" under the rung's cut ({rung_cut})" if rung_cut else "")
+                      + f": (a) alpha_0 per layer, {rung.num_seqs} natural sequences of {rung.seq_len} tokens; (b) "
+                      f"max |h| at the first position over its layer median, with the super neuron's layer and the "
+                      f"first sink layer marked; (c) the sink rate per input kind.")
+    small, large = (llm_survey.rung_numbers(r) for r in (rung_reports[0], rung_reports[-1]))
+
+    def moved(key: str, digits: int = 3, as_pct: bool = False) -> str:
+        """'a -> b' for one row of the table, smallest model first."""
+        show = (lambda v: pct(v, 2)) if as_pct else (lambda v: num(v, digits))
+        return f"{show(small[key])} -> {show(large[key])}" if None not in (small[key], large[key]) else (
+            f"{small[key]} -> {large[key]}")
+
+    rows = [
+        f"sink rate on natural text {moved('sink rate, natural', as_pct=True)}, on random tokens "
+        f"{moved('sink rate, random', as_pct=True)}, on one repeated token {moved('sink rate, repeated', as_pct=True)}",
+        f"sink layers {moved('sink layers (alpha_0 > eps)')} of {moved('layers')}, the first at relative depth "
+        f"{moved('first sink layer, relative depth', 2)}",
+        f"Sun et al.'s ratio peaks at {moved('peak |h| / layer median', 0)}x; their criterion first met at the first "
+        f"token in layer {moved('Sun criterion, first layer at position 0')}, with "
+        f"{moved('later Sun sites per sequence (max over layers)', 2)} later sites per sequence",
+        f"the super neuron sits in layer {moved('super neuron, layer')}, the first-token value onset in layer "
+        f"{moved('first-token value onset (layer)')}, the first sink layer is {moved('sink onset (layer)')}",
+        f"Xiao et al.'s window-only / own-first-4 perplexity {moved('Xiao: window only / own first 4', 2)}x, line "
+        f"breaks / own first 4 {moved('Xiao: 4 newlines / own first 4', 3)}x",
+        f"mid-sequence keys with m_j > {GU_EPS:g}: {moved('mid-sequence keys with m_j > eps')}; the strongest other key "
+        f"draws {moved('strongest other key, m_j')}",
+    ]
+    say(f"the scale rung, {' -> '.join(r.label.split(' (')[0] for r in rung_reports)}, on "
+        f"{windows(rung.num_seqs, 'sequences', rung.seq_len)} per input and {windows(rung.placement_seqs, 'windows')}"
+        + (" (a cut protocol)" if rung_cut else ""),
+        "From the smaller to the larger model:\n\n" + "\n".join(f"- {row}." for row in rows),
+        "Verdicts that differ between the sizes: "
+        + ("; ".join(f"`{rule}` {' -> '.join(str(v) for v in changed.loc[rule])}" for rule in changed.index)
+           if len(changed) else "none") + ".")
+elif rung_names:
+    print("the rung needs two sizes of one family; this profile lists", rung_names)
+
+# %% [markdown]
+# One family, two sizes, one recipe: what moves here moves with scale (and with the one-draw cut), not with the
+# tokenizer, the positional scheme or the training data. Both checkpoints went through 4-bit quantisation, and the
+# 0.5B also through AWQ, so small differences in activation sizes may be the quantisation's.
 
 # %% [markdown]
 # ## Scorecard

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sinklib.architectures.llm.protocol import GU_FAMILIES
+from sinklib.architectures.llm.protocol import SIZES as LLM_SIZES
 from sinklib.architectures.mllm.protocol import MLLM_MODELS
 from sinklib.architectures.moe.protocol import MOE_MODELS
 from sinklib.architectures.vit.protocol import VIT_MODELS
@@ -22,7 +23,8 @@ def test_every_notebook_has_a_plan_and_the_gpu_profile_fits_80_gb():
         assert p.fits, (p.notebook, p.problems)
     downloads = {m for p in plans for m in p.downloads}
     # 11_moe and 12_mllm run their list's first model (MODEL= another)
-    listed = {profiles.PROFILES["gpu"].model, *GU_FAMILIES, MOE_MODELS[0], *VIT_MODELS, MLLM_MODELS[0]}
+    listed = {profiles.PROFILES["gpu"].model, *GU_FAMILIES, *LLM_SIZES["gpu"].rung, MOE_MODELS[0], *VIT_MODELS,
+              MLLM_MODELS[0]}  # 10_llm's scale rung adds Qwen2.5 0.5B and 1.5B beside its families' 7B
     assert downloads == listed  # every hub id the gpu profile would download, each with its size
     assert all(p.dtype == "float32" for p in plans if p.notebook in ("00_tour", "10_llm", "03_mitigation"))
     assert next(p for p in plans if p.notebook == "01_utilization").dtype == "bfloat16"

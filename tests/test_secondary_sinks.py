@@ -73,3 +73,69 @@ def test_the_converse_search_finds_keys_by_mass_and_reads_their_alignment():
     h = _hidden()
     assert ss.alignment(h, 0, 5, found[5]) > 0.99  # it points along the BOS sink's state there
     assert ss.alignment(h, 0, 3, found[5]) < 1e-6  # an ordinary position does not
+
+
+def _mass_with_key_five() -> torch.Tensor:
+    """m_j per layer: the BOS sink 0.6 everywhere, key 5 at 0.4 in layers 10-17, everything else 0.05."""
+    mass = torch.full((L, T), 0.05, dtype=torch.float64)
+    mass[:, 0] = 0.6
+    mass[10:18, 5] = 0.4
+    return mass
+
+
+def test_a_window_summary_finds_the_key_by_its_mass_and_reads_its_layers_and_alignment():
+    got = ss.summarise_window(_mass_with_key_five(), _hidden(), [f"t{i}" for i in range(T)], skip_last=2)
+    assert got["bos"] == 0 and [k["position"] for k in got["mass_sinks"]] == [5]
+    key = got["mass_sinks"][0]
+    assert key["layers"] == list(range(10, 18)) and key["token"] == "t5" and abs(key["mass"] - 0.4) < 1e-12
+    assert key["alignment"] > 0.99 and key["typical_alignment"] < 0.5  # the others in layers 10-17 do not align
+    assert got["by_layer"]["strongest_position"][12] == 5 and got["by_layer"]["strongest_position"][2] != 0
+    assert got["detection"]["authors"] == {"secondary": 1, "bos": 1, "noise": 1}
+
+
+def test_the_alignment_claim_holds_fails_or_cannot_be_judged():
+    tokens = [str(i) for i in range(T)]
+    holds = ss.alignment_claim(ss.summarise_window(_mass_with_key_five(), _hidden(), tokens, 2), "m")
+    assert holds.holds is True and holds.measured["found"] == 1 and holds.id.endswith(".m")
+    flat = torch.full((L, T), 0.05, dtype=torch.float64)
+    flat[:, 0] = 0.6
+    none = ss.alignment_claim(ss.summarise_window(flat, _hidden(), tokens, 2), "m")
+    assert none.holds is None and "no key but the first" in none.note
+    h = _hidden()
+    h[10:18, 5] = torch.randn(8, D, generator=torch.Generator().manual_seed(1))  # key 5 draws mass, points elsewhere
+    assert ss.alignment_claim(ss.summarise_window(_mass_with_key_five(), h, tokens, 2), "m").holds is False
+
+
+def test_a_found_key_must_beat_an_ordinary_key_when_every_state_shares_the_sinks_direction():
+    """Gemma-3's case: every state points along the BOS sink's (|cos| ~ 1), so |cos| > 0.9 alone tells nothing; a
+    found key no better aligned than an ordinary one fails."""
+    gen = torch.Generator().manual_seed(2)
+    bos = torch.zeros(D)
+    bos[0] = 1.0
+    h = bos + 0.01 * torch.randn(L, T, D, generator=gen)  # everything along e_0
+    h[:, 0] = bos * torch.tensor([1.0] * 3 + [50.0] * 22 + [1.0] * 5)[:, None]
+    h[10:18, 5] = bos + 0.2 * torch.randn(8, D, generator=gen)  # the found key: still |cos| > 0.9, but less
+    claim = ss.alignment_claim(ss.summarise_window(_mass_with_key_five(), h, [str(i) for i in range(T)], 2), "m")
+    assert claim.measured["alignment"] > 0.9 and claim.measured["typical_alignment"] > claim.measured["alignment"]
+    assert claim.holds is False
+
+
+def test_the_adapted_margin_leaves_room_for_a_secondary_sink_in_small_models():
+    assert ss.adapted_margin(30) == ss.BOS_MARGIN  # the authors' 15 at 30 layers
+    assert ss.kind_of(6, 18, ss.adapted_margin(18)) == "secondary" and ss.kind_of(9, 18, ss.adapted_margin(18)) == "bos"
+
+
+def test_window_states_reads_every_keys_mass_and_the_block_outputs(tiny):
+    """m_j from the O(N) statistics equals sum_t A[t, j] / (T - j) of the full maps, averaged over heads; the states
+    are the block outputs (the model's own hidden_states[1:])."""
+    from sinklib.core.analysis import attention_maps
+
+    ids = torch.arange(3, 19)
+    mass, hidden = ss.window_states(tiny, ids)
+    maps = attention_maps(tiny, ids).double()  # (L, H, T, T)
+    by_hand = (maps.sum(dim=2) / torch.arange(16, 0, -1, dtype=torch.float64)).mean(dim=1)  # (L, T)
+    assert torch.allclose(mass, by_hand, atol=1e-5)
+    with torch.no_grad():
+        states = tiny.model(ids[None], output_hidden_states=True).hidden_states
+    assert hidden.shape == (tiny.n_layers, 16, states[-1].shape[-1])
+    assert torch.allclose(hidden[-1], states[-1][0].float(), atol=1e-5)

@@ -17,19 +17,41 @@ h^(l) (the embeddings left out, as their ``hidden_states[1:]``):
 
 The attention a found sink draws is read from the every-key mass m_j the statistics already compute
 (:func:`mass_in_lifetime`): its m_j over its own layers beside the BOS sink's and the median key's in those layers.
+
+The converse search starts from attention (:func:`mass_candidates`): keys j >= 1 with m_j > 0.3 (Gu et al.'s eps)
+in some layer; :func:`measure_window` runs both on one long window (one forward: the O(N) statistics for every key
+and the block outputs), and :func:`alignment_claim` judges the authors' finding that such keys point along the
+first token's state -- against how well an ordinary key of the same layers does, since a model whose states share
+one direction (Gemma-3) passes |cos| > 0.9 almost everywhere.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from sinklib.core import quantities as q
+from sinklib.core.claims import Claim, over_draws
+from sinklib.core.loaded import LoadedModel
+from sinklib.core.metrics import GU_EPS
 
 FOLLOWS = ("arXiv 2512.22213, Sec. 3; JeffreyWong20/Secondary-Attention-Sinks:src/hidden_state_base.py:"
            "hidden_state_norm_detection, sink_labeling_machine")
 COS_CUT = 0.9  # |cos(h_j, h_bos)| above which position j counts as a sink in that layer (the authors')
 BOS_MARGIN = 15  # lifetime >= L - 15: a BOS-like sink (the authors')
 MIN_LIFETIME = 4  # lifetime <= 4: noise (the authors')
+SKIP_LAST = 8  # the last keys are seen by few queries: their m_j is large by construction (placement.kind_sums)
+TYPICAL_QUANTILE = 0.9  # an ordinary key's alignment: this quantile of |cos(h_i, h_bos)| over the other keys
+PAPER = "Wong et al., On the Existence and Behaviour of Secondary Attention Sinks, arXiv 2512.22213"
+
+
+def adapted_margin(n_layers: int) -> int:
+    """The BOS-like margin used here: lifetime >= ceil(L / 2) is BOS-like, i.e. a margin of L - ceil(L / 2). The
+    authors' fixed 15 was set for 28-48 layers and equals ceil(L / 2) at L = 30; under it a model of 19 layers or
+    fewer could have no secondary sink at all (:func:`kind_of`)."""
+    return n_layers - math.ceil(n_layers / 2)
 
 
 def bos_position(hidden: torch.Tensor, candidates: tuple[int, ...] = (0, 1)) -> int:
@@ -139,3 +161,122 @@ def alignment(hidden: torch.Tensor, bos: int, position: int, layers: list[int] |
     state, as the authors find for theirs? hidden (L, T, d)."""
     h = hidden[list(layers)].double()  # (n, T, d)
     return float(torch.nn.functional.cosine_similarity(h[:, position], h[:, bos], dim=-1).abs().mean())
+
+
+def typical_alignment(hidden: torch.Tensor, bos: int, layers, exclude: set[int], keep: int,
+                      quantile: float = TYPICAL_QUANTILE) -> float:
+    """How well an ordinary key points along the BOS sink's state in ``layers``: the mean over those layers of the
+    ``quantile`` of |cos(h_i, h_bos)| over keys i < ``keep`` other than ``bos`` and ``exclude``. hidden (L, T, d)."""
+    others = [i for i in range(keep) if i != bos and i not in exclude]
+    h = hidden[list(layers)].double()  # (n, T, d)
+    cos = torch.nn.functional.cosine_similarity(h[:, others], h[:, bos:bos + 1], dim=-1).abs()  # (n, len(others))
+    return float(torch.quantile(cos, quantile, dim=1).mean())
+
+
+def alignment_by_layer(hidden: torch.Tensor, bos: int, keep: int) -> dict[str, list[float]]:
+    """Per layer, the median and :data:`TYPICAL_QUANTILE` of |cos(h_i, h_bos)| over keys i < ``keep``, i != bos:
+    how much a model's states share the BOS sink's direction at all. hidden (L, T, d)."""
+    others = [i for i in range(keep) if i != bos]
+    cos = torch.nn.functional.cosine_similarity(hidden[:, others].double(), hidden[:, bos:bos + 1].double(),
+                                                dim=-1).abs()  # (L, len(others))
+    return {"median": cos.median(dim=1).values.tolist(),
+            "p90": torch.quantile(cos, TYPICAL_QUANTILE, dim=1).tolist()}
+
+
+@torch.inference_mode()
+def window_states(lm: LoadedModel, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward of one window ``ids`` (T,): the every-key mass m_j per layer, averaged over heads, (L, T) -- the
+    O(N) statistics (:class:`~sinklib.core.attnstats.AttentionStats`, no T x T map kept) -- and the block outputs
+    h^(1..L) (L, T, d), the embeddings left out as in the authors' ``hidden_states[1:]``."""
+    from sinklib.core.attnstats import AttentionStats
+
+    with AttentionStats(lm) as stats:
+        out = lm.model(ids[None].to(lm.device), use_cache=False, output_hidden_states=True, logits_to_keep=1)
+    mass = torch.stack([stats.key_mass(i)[0].mean(dim=0) for i in range(lm.n_layers)]).double()  # (L, T)
+    hidden = torch.stack([h[0] for h in out.hidden_states[1:]]).float().cpu()  # (L, T, d)
+    return mass, hidden
+
+
+def summarise_window(mass: torch.Tensor, hidden: torch.Tensor, tokens: list[str], skip_last: int = SKIP_LAST) -> dict:
+    """Both searches on one window, as plain numbers. mass (L, T): m_j per layer; hidden (L, T, d); tokens: the
+    window's tokens as text (for the keys found).
+
+    ``mass_sinks``: every key found by its mass (:func:`mass_candidates`) with its layers, its m_j and the BOS
+    sink's in them (:func:`mass_in_lifetime`), its alignment (:func:`alignment`) and an ordinary key's
+    (:func:`typical_alignment`); ``by_layer``: m_0's row (the BOS sink's), the strongest other key's m_j and position
+    (the last ``skip_last`` left out) and the alignment quantiles (:func:`alignment_by_layer`); ``detection``:
+    the authors' hidden-state detection (:func:`detect`) counted by kind under their margins and under
+    :func:`adapted_margin`, and the share of later positions that pass |cos| > 0.9 in at least one read layer.
+    ``skip_last``: keys at the window's end left out of the mass search."""
+    n_layers, T = mass.shape
+    keep = T - skip_last
+    found = detect(hidden)
+    bos = found.bos
+    adapted = detect(hidden, bos_margin=adapted_margin(n_layers))
+    candidates = mass_candidates(mass, bos, GU_EPS, skip_last)
+    keys = []
+    for position, layers in sorted(candidates.items()):
+        sink = SecondarySink(position, tuple(layers), kind_of(len(layers), n_layers, adapted_margin(n_layers)))
+        keys.append({"position": position, "token": tokens[position], "layers": list(layers), "kind": sink.kind,
+                     **mass_in_lifetime(mass, sink, bos), "alignment": alignment(hidden, bos, position, layers),
+                     "typical_alignment": typical_alignment(hidden, bos, layers, set(candidates), keep)})
+    others = mass[:, :keep].clone()
+    others[:, bos] = -1.0  # the strongest key other than the BOS sink
+    strongest = others.max(dim=1)
+    return {
+        "bos": bos, "tokens": T, "mass_sinks": keys,
+        "by_layer": {"bos_mass": mass[:, bos].tolist(), "strongest_other": strongest.values.tolist(),
+                     "strongest_position": strongest.indices.tolist(), **alignment_by_layer(hidden, bos, keep)},
+        "detection": {"layers": [found.layers.start, found.layers.stop],
+                      "authors": {k: len(found.of_kind(k)) for k in ("secondary", "bos", "noise")},
+                      "adapted": {k: len(adapted.of_kind(k)) for k in ("secondary", "bos", "noise")},
+                      "share_aligned": len(found.sinks) / max(T - bos - 1, 1)},
+    }
+
+
+def measure(lm: LoadedModel, windows: torch.Tensor) -> list[dict]:
+    """:func:`summarise_window` of every window (N, T), one forward each (batch 1: memory stays O(T) in attention)."""
+    out = []
+    for ids in windows:
+        mass, hidden = window_states(lm, ids)
+        out.append(summarise_window(mass, hidden, [lm.tokenizer.decode([int(i)]) for i in ids]))
+    return out
+
+
+ALIGN_FOLLOWS = (f"{FOLLOWS}; the converse search from attention: m_j > eps (Gu et al., arXiv 2410.10781, "
+                 "Sec. 3) on this project's every-key statistics")
+ALIGN_ADAPTED = ("the authors find secondary sinks by their hidden states and then read their attention; here keys are "
+                 "found by attention (m_j > 0.3 in a layer, mean over heads) and their hidden states are read, and an "
+                 f"ordinary key's alignment (the {TYPICAL_QUANTILE:.0%} quantile over the other keys, same layers) "
+                 "must be beaten as well as 0.9")
+ALIGN_QUANTITIES = {"found": q.count("keys"), "alignment": q.value("|cos|"), "typical_alignment": q.value("|cos|")}
+
+
+def alignment_claim(window: dict, model: str) -> Claim:
+    """Wong et al.: keys that become sinks after the first point along the primary (BOS) sink's hidden state. Rule, on
+    one window's :func:`summarise_window`: every key found by its mass counts; it holds when their mean |cos(h_j,
+    h_bos)| over their layers exceeds 0.9 **and** an ordinary key's in the same layers (else it fails); it cannot be
+    judged when no key but the first draws sink-level mass."""
+    keys = window["mass_sinks"]
+    aligned = sum(k["alignment"] for k in keys) / len(keys) if keys else None
+    typical = sum(k["typical_alignment"] for k in keys) / len(keys) if keys else None
+    holds = None if not keys else bool(aligned > COS_CUT and aligned > typical)
+    return Claim(
+        id=f"wong2025.mass_sinks_align_with_bos.{model}", source=f"{PAPER}, Sec. 3-4 (finding 1)",
+        statement="keys after the first that draw sink-level attention point along the first (BOS) sink's hidden "
+                  "state",
+        rule=f"keys j >= 1 with m_j > {GU_EPS:g} in a layer (last {SKIP_LAST} keys left out); their mean |cos(h_j, "
+             f"h_bos)| over those layers > {COS_CUT:g} and > an ordinary key's ({TYPICAL_QUANTILE:.0%} quantile of the "
+             "others)",
+        published={"cos_cut": COS_CUT}, holds=holds,
+        measured={"found": len(keys), "alignment": aligned, "typical_alignment": typical},
+        quantities=ALIGN_QUANTITIES,
+        note="no key but the first draws sink-level mass in any layer" if not keys else "",
+        follows=ALIGN_FOLLOWS, adapted=ALIGN_ADAPTED, at_init=False, paper="2512.22213")
+
+
+def alignment_over_windows(windows: list[dict], model: str, draws_of: str) -> Claim:
+    """:func:`alignment_claim` on each window (``windows[0]`` the run's own): it holds or fails only when every window
+    that can be judged agrees (:func:`~sinklib.core.claims.over_draws`)."""
+    return over_draws([alignment_claim(w, model) for w in windows], draws_of,
+                      key=lambda c: c.measured["found"])

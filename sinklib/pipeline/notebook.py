@@ -58,11 +58,12 @@ class Notebook:
         self.headline.setdefault("devices", {})[lm.name] = model_devices(lm.model)
         return lm
 
-    def per_model(self, name: str, measure: Callable[[], T]) -> T:
+    def per_model(self, name: str, measure: Callable[[], T], kept_as: str = "") -> T:
         """``measure()`` for model ``name``, kept as soon as it returns (:class:`~sinklib.pipeline.model_results.KeptWork`):
         a rerun with the same code and sizes reads it back instead, with the devices the model ran on, so a failure
-        on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`."""
-        done = KeptWork.for_model(self.run, name)
+        on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`.
+        ``kept_as``: a suffix of the kept result's name, for a second measurement of the same model (other sizes)."""
+        done = KeptWork.for_model(self.run, name + kept_as)
         if done.exists():
             result, devices = done.load()
             self.headline.setdefault("devices", {})[name] = devices  # where it ran

@@ -26,7 +26,8 @@ from sinklib.core.claims import Claim, over_draws
 from sinklib.core.data import INPUT_KINDS, make_inputs, text_windows
 from sinklib.core.loaded import LoadedModel
 from sinklib.core.metrics import GU_EPS
-from sinklib.interpretation import intervention_effects, massive_claims
+from sinklib.core.takeaways import windows
+from sinklib.interpretation import intervention_effects, massive_claims, secondary_sinks
 from sinklib.interpretation.sun_sites import SunSites, sun_sites
 from sinklib.models.random_init import random_weights
 
@@ -59,6 +60,7 @@ class LlmReport:
     absolute_positions: bool = False  # learned absolute position embeddings (GPT-2-style): outside Gu's Llama shape
     eps_curve: dict[str, list[float]] = field(default_factory=dict)  # natural text: {"eps": [...], "rate": [...]}
     xiao: dict[str, float] | None = None  # Xiao et al.'s streaming position test (xiao_position), if run
+    mid_sequence: dict | None = None  # mid-sequence sinks on the longest windows (secondary_sinks), if run
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -80,7 +82,8 @@ def sink_rate_by_eps(alphas: torch.Tensor, grid: tuple[float, ...] = EPS_GRID) -
 @torch.inference_mode()
 def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, placement_seqs: int,
             context_lengths: tuple[int, ...], context_windows: int, paper: dict, seed: int = 0,
-            draw_seqs: int = 0, progress: bool = True, n_draws: int = CHAIN_DRAWS) -> LlmReport:
+            draw_seqs: int = 0, progress: bool = True, n_draws: int = CHAIN_DRAWS,
+            chat_template: bool = True) -> LlmReport:
     """Gu et al.'s protocol on three input kinds; Sun et al.'s criterion; where the mass sits by token kind (in the
     sink layers: those whose alpha_0, mean over heads, exceeds eps -- all layers if none does); position or token;
     raw vs chat template; alpha_0 against context length with the O(N) statistics; the structural-origin chain's
@@ -88,7 +91,8 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
     reference). ``draw_seqs`` > 0: two more draws (seeds seed+1, seed+2) of ``draw_seqs`` random-token sequences and
     ``placement_seqs`` Bible windows each -- the window draws the same size as the run's own (:func:`extra_draws`) --
     and the chain judged over three equal-sized draws of windows
-    (:func:`~sinklib.architectures.llm.survey_chain.origin_chain`).
+    (:func:`~sinklib.architectures.llm.survey_chain.origin_chain`). ``chat_template`` False: raw vs chat template
+    is not measured (``raw_vs_chat`` None, as for a model without a template).
 
     The ``placement_seqs`` windows are the first natural sequences (the same sampler and seed), so their mass per
     key, their raw sink rate and their alpha_0 with a BOS are read off the natural profile's own forwards
@@ -116,7 +120,7 @@ def measure(lm: LoadedModel, *, num_seqs: int, seq_len: int, batch_size: int, pl
         draws = extra_draws(lm, draws, seq_len, draw_seqs, placement_seqs, sink_layers, batch_size, n_draws)
     seconds = {"draws": time.perf_counter() - start}
     raw_vs_chat = chat_top = None
-    chat = first_key_rates.chat_windows(lm, ids)
+    chat = first_key_rates.chat_windows(lm, ids) if chat_template else None
     if chat is not None:
         # the same content tokens, raw and in the template; alpha_0 over the queries of content tokens 2..C in both
         c = chat.n_content
@@ -338,16 +342,28 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     report = measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                      placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
                      context_windows=run.context_windows, paper=paper, seed=run.seed, draw_seqs=run.draw_seqs,
-                     n_draws=run.draws)
+                     n_draws=run.draws, chat_template=run.chat_template)
     stream = (run.stream_tokens, run.stream_budget, run.stream_chunk, streaming, run.seed)
     if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
         report.xiao, xiao_claim = xiao_position_test(lm, *stream)
+    mid_windows = mid_sequence_windows(lm, run)
+    if mid_windows is not None:  # Wong et al.'s secondary sinks on the longest windows the notebook reads
+        report.mid_sequence = {"tokens": mid_windows.shape[1],
+                               "windows": secondary_sinks.measure(lm, mid_windows)}
     start = time.perf_counter()
-    control = random_weights(lm, seed=run.seed)  # the negative control: same configuration, no training
+    skeleton = replace(lm, model=lm.model.to("meta"))  # the trained weights freed: the control needs only the
+    del lm  # configuration, so one model's weights are in memory at a time (a 1.5B is 7 GB in float32)
+    gc.collect()
+    control = random_weights(skeleton, seed=run.seed)  # the negative control: same configuration, no training
     judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control, report.name, *stream)})
               ] if run.stream_tokens else []
-    del lm
-    gc.collect()
+    if mid_windows is not None:  # the control reads the first window
+        report.mid_sequence["control"] = secondary_sinks.measure(control, mid_windows[:1])
+        judged.append((secondary_sinks.alignment_over_windows(report.mid_sequence["windows"], report.name,
+                                                              windows(len(mid_windows), "Bible windows",
+                                                                      mid_windows.shape[1])),
+                       {"control": secondary_sinks.alignment_claim(report.mid_sequence["control"][0],
+                                                                   report.name)}))
     controls = control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
                               batch_size=run.batch_size, paper=paper, gu=gu, seed=run.seed)
     del control
@@ -358,6 +374,65 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     judged += [(claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls else unrun})
                for claim in report_claims(report, gu)]
     return report, judged, seconds
+
+
+def rung_run(run):
+    """The run the scale rung measures under: ``run`` with the profile's ``rung_cut`` applied to its sizes
+    (:func:`sinklib.architectures.llm.protocol.rung_sizes`)."""
+    from sinklib.architectures.llm.protocol import rung_sizes
+
+    return replace(run, sizes=rung_sizes(run.sizes))
+
+
+def under_cut(claim: Claim, cut: str) -> Claim:
+    """``claim`` with a note that it was measured under a stated cut of the protocol (the scale rung's)."""
+    return replace(claim, note=(f"{claim.note}; " if claim.note else "") + f"measured under a cut protocol: {cut}")
+
+
+def rung_numbers(report: LlmReport) -> dict[str, float | int | None]:
+    """What the scale rung compares of one model, flat (None: not measured, or no such thing): the sink rate per
+    input kind, the sink layers (how many, the first one's relative depth), Sun et al.'s criterion (met or only the
+    100x fallback, its peak ratio, its first layer at the first position and anywhere, later sites per sequence), the
+    chain's layers (super neuron, first-token value onset, sink onset), Xiao et al.'s perplexity ratios and the
+    mid-sequence search (keys beyond the first with m_j > eps, the strongest one's m_j)."""
+    n = report.chain_numbers or {}
+    sites = report.sun_sites
+    depth = max(report.n_layers - 1, 1)
+    sinking = [i for i, a in enumerate(report.alpha_by_layer) if a > GU_EPS]  # (report.sink_layers: all when none)
+    xiao = report.xiao or {}
+    mid = (report.mid_sequence or {}).get("windows") or []
+    out: dict[str, float | int | None] = {f"sink rate, {k}": v for k, v in report.sink_rate.items()}
+    out |= {
+        "layers": report.n_layers,
+        "sink layers (alpha_0 > eps)": len(sinking),
+        "first sink layer, relative depth": sinking[0] / depth if sinking else None,
+        "Sun criterion met (1) or 100x fallback (0)": int(report.massive.strict),
+        "peak |h| / layer median": report.massive.peak_ratio,
+        "Sun criterion, first layer at position 0": None if sites is None else sites.first_token_onset,
+        "Sun criterion, first layer anywhere": None if sites is None else sites.onset,
+        "later Sun sites per sequence (max over layers)": None if sites is None else max(sites.later_per_seq),
+        "super neuron, layer": (n.get("super_neuron") or {}).get("layer"),
+        "first-token value onset (layer)": (n.get("first_token_value_onset") or [None])[0],
+        "sink onset (layer)": n.get("sink_onset"),
+        "Xiao: window only / own first 4": xiao["window only"] / xiao["own first 4"] if xiao else None,
+        "Xiao: 4 newlines / own first 4": xiao["4 newlines"] / xiao["own first 4"] if xiao else None,
+        "mid-sequence keys with m_j > eps": sum(len(w["mass_sinks"]) for w in mid) if mid else None,
+        "strongest other key, m_j": max(max(w["by_layer"]["strongest_other"]) for w in mid) if mid else None,
+    }
+    return out
+
+
+def mid_sequence_windows(lm: LoadedModel, run) -> torch.Tensor | None:
+    """The windows the mid-sequence search reads, (``run.mid_windows``, T): Bible windows of the longest context
+    length the notebook sweeps (capped at the model's positions; seed ``run.seed``, so the first is the context
+    sweep's own passage). None when the profile runs no mid-sequence search."""
+    from sinklib.core.memory import check_fits, max_length
+
+    if not getattr(run, "mid_windows", 0):
+        return None
+    length = min(max(run.context_lengths), max_length(lm) or max(run.context_lengths))
+    check_fits(lm, 1, length)
+    return text_windows(lm.tokenizer, run.mid_windows, length, run.seed)
 
 
 def pooled_interval(claim: Claim | None, name: str) -> tuple[float, float] | None:

@@ -186,3 +186,94 @@ def context_and_chat(reports: Sequence, title: str = "") -> Figure:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
     return titled(fig, title)
+
+
+def mid_sequence_sinks(reports: Sequence, eps: float = 0.3, cos_cut: float = 0.9, title: str = "") -> Figure:
+    """Mid-sequence sinks (``report.mid_sequence``, :mod:`sinklib.interpretation.secondary_sinks`), against relative
+    depth, first window: (a) the BOS sink's m_j per layer (solid) and the strongest other key's (dashed; the window's
+    last keys left out), the random-weight control's strongest other key dotted, with the eps cut; (b) how far the
+    keys' block outputs point along the BOS sink's: the 90% quantile of |cos(h_j, h_bos)| over the keys (solid) and
+    the median (dashed), with the authors' 0.9; keys found by their mass marked where they drew it."""
+    shown = [r for r in reports if getattr(r, "mid_sequence", None)]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
+    colors = _colors(reports)
+    for r in shown:
+        w = r.mid_sequence["windows"][0]["by_layer"]
+        depth = np.linspace(0, 1, r.n_layers)
+        name = r.label.split(" (")[0]
+        ax.plot(depth, w["bos_mass"], color=colors[r.name], lw=1.8, label=f"{name} (L={r.n_layers})")
+        ax.plot(depth, w["strongest_other"], color=colors[r.name], ls="--", lw=1.2)
+        if r.mid_sequence.get("control"):
+            ax.plot(depth, r.mid_sequence["control"][0]["by_layer"]["strongest_other"], color=colors[r.name],
+                    ls=":", lw=1.2)
+        bx.plot(depth, w["p90"], color=colors[r.name], lw=1.8)
+        bx.plot(depth, w["median"], color=colors[r.name], ls="--", lw=1.2)
+        for window in r.mid_sequence["windows"]:
+            for key in window["mass_sinks"]:
+                layers = np.asarray(key["layers"])
+                ax.scatter(layers / max(r.n_layers - 1, 1), [key["mass"]] * len(layers), marker="*", s=60,
+                           color=colors[r.name], zorder=3)
+                bx.scatter(layers / max(r.n_layers - 1, 1), [key["alignment"]] * len(layers), marker="*", s=60,
+                           color=colors[r.name], zorder=3)
+    ax.axhline(eps, color="grey", ls="-.", lw=1)
+    ax.plot([], [], color="grey", lw=1.8, label="the BOS sink's key (solid)")
+    ax.plot([], [], color="grey", ls="--", lw=1.2, label="strongest other key (dashed)")
+    ax.plot([], [], color="grey", ls=":", lw=1.2, label="... on random weights (dotted)")
+    ax.scatter([], [], marker="*", s=60, color="grey", label=f"a key found by its mass (m_j > {eps:g})")
+    ax.set_yscale("log")
+    ax.set(xlabel="relative depth l / (L - 1)", ylabel="m_j, mean over heads (log)", ylim=(1e-3, 1.2),
+           title=f"(a) attention drawn per key (dash-dot: eps = {eps:g})")
+    bx.axhline(cos_cut, color="grey", ls="-.", lw=1)
+    bx.set(xlabel="relative depth l / (L - 1)", ylabel="|cos(h_j, h_bos)| over the keys", ylim=(0, 1.02),
+           title=f"(b) alignment with the BOS sink's state: 90% quantile (solid), median (dashed); dash-dot {cos_cut:g}")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
+    return titled(fig, title)
+
+
+def scale_rung(reports: Sequence, eps: float = 0.3, sun_ratio: float = 1000.0, title: str = "") -> Figure:
+    """One family at several sizes, each its own line style (smallest solid): (a) alpha_0 per layer against relative
+    depth, natural text; (b) Sun et al.'s ratio at the first position per layer (max |h| over the layer median, log),
+    with the 1000x cut, the super neuron's layer (triangle) and the first sink layer (circle) on each curve; (c) the
+    sink rate per input kind."""
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained",
+                                     gridspec_kw={"width_ratios": [1.3, 1.3, 1]})
+    styles = ["-", "--", "-.", ":"]
+    for i, r in enumerate(reports):
+        ls, color = styles[i % len(styles)], f"C{i}"
+        depth = np.linspace(0, 1, r.n_layers)
+        name = f"{r.label.split(' (')[0]} (L={r.n_layers})"
+        ax.plot(depth, r.alpha_by_layer, ls=ls, color=color, marker="o", ms=3, label=name)
+        if r.sun_sites is not None:
+            ratio = np.asarray(r.sun_sites.first_ratio, float)
+            bx.plot(depth, ratio, ls=ls, color=color)
+            n = r.chain_numbers or {}
+            marks = [((n.get("super_neuron") or {}).get("layer"), "^"), (n.get("sink_onset"), "o")]
+            for layer, marker in marks:
+                if layer is not None and 0 <= layer < r.n_layers:
+                    bx.scatter(depth[layer], ratio[layer], marker=marker, s=70, color=color, zorder=3,
+                               edgecolor="black", lw=0.6)
+    ax.axhline(eps, color="grey", ls="-.", lw=1)
+    ax.set(xlabel="relative depth l / (L - 1)", ylabel="alpha_0 (mean over heads)", ylim=(0, 1),
+           title=f"(a) attention to the first token (dash-dot: eps = {eps:g})")
+    bx.axhline(sun_ratio, color="grey", ls="-.", lw=1)
+    bx.scatter([], [], marker="^", s=50, color="grey", edgecolor="black", lw=0.6, label="super neuron's layer")
+    bx.scatter([], [], marker="o", s=50, color="grey", edgecolor="black", lw=0.6, label="first sink layer")
+    bx.set_yscale("log")
+    bx.set(xlabel="relative depth l / (L - 1)", ylabel="max |h| at position 0 / layer median (log)",
+           title=f"(b) Sun et al.'s ratio at the first token (dash-dot: {sun_ratio:g}x)")
+    bx.legend(fontsize=8, loc="lower right")
+    kinds = list(reports[0].sink_rate)
+    width = 0.8 / len(reports)
+    for i, r in enumerate(reports):
+        x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
+        rates = [r.sink_rate[k] for k in kinds]
+        cx.bar(x, rates, width, color=f"C{i}", hatch=[None, "//", "..", "xx"][i % 4], edgecolor="white")
+        for xi, rate in zip(x, rates):
+            if rate < 0.01:  # a bar of height 0 is invisible: say it
+                cx.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=f"C{i}")
+    cx.set_xticks(range(len(kinds)), kinds)
+    cx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(c) sink rate by input (Gu et al. Table 1)")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
+    return titled(fig, title)
