@@ -659,9 +659,10 @@ if len(rung_reports) > 1:
         f"{moved('first-token value onset (layer)')}, the first sink layer is {moved('sink onset (layer)')}",
         f"Xiao et al.'s window-only / own-first-4 perplexity {moved('Xiao: window only / own first 4', 2)}x, line "
         f"breaks / own first 4 {moved('Xiao: 4 newlines / own first 4', 3)}x",
-        f"mid-sequence keys with m_j > {GU_EPS:g}: {moved('mid-sequence keys with m_j > eps')}; the strongest other key "
-        f"draws {moved('strongest other key, m_j')}",
     ]
+    if small["strongest other key, m_j"] is not None:  # the mid-sequence search ran on the rung
+        rows.append(f"mid-sequence keys with m_j > {GU_EPS:g}: {moved('mid-sequence keys with m_j > eps')}; the "
+                    f"strongest other key draws {moved('strongest other key, m_j')}")
     say(f"the scale rung, {' -> '.join(r.label.split(' (')[0] for r in rung_reports)}, on "
         f"{windows(rung.num_seqs, 'sequences', rung.seq_len)} per input and {windows(rung.placement_seqs, 'windows')}"
         + (" (a cut protocol)" if rung_cut else ""),
