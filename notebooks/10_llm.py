@@ -611,9 +611,10 @@ for name in rung_names:
         report = next(r for r in reports if r.name == name)
         model_claims = [(c, {}) for c in record.claims if c.id.endswith(f".{name}")]
     else:
-        report, model_claims, _ = nb.per_model(
+        report, model_claims, _ = nb.per_model(  # a model whose records are kept above needs no second control
             name, lambda name=name: llm_survey.measure_and_judge(lambda: load(name), rung, gu=gu, paper=origin_paper,
-                                                                 streaming=streaming_paper), kept_as="@rung")
+                                                                 streaming=streaming_paper, control=name not in names),
+            kept_as="@rung")
         if name not in names:  # measured only on the rung: its verdicts join the record, marked with the cut
             for claim, how in model_claims:
                 record.add(llm_survey.under_cut(claim, rung_cut) if rung_cut else claim, show=False,

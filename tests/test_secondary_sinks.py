@@ -139,3 +139,15 @@ def test_window_states_reads_every_keys_mass_and_the_block_outputs(tiny):
         states = tiny.model(ids[None], output_hidden_states=True).hidden_states
     assert hidden.shape == (tiny.n_layers, 16, states[-1].shape[-1])
     assert torch.allclose(hidden[-1], states[-1][0].float(), atol=1e-5)
+
+
+def test_a_control_with_no_sink_level_key_says_why_it_cannot_be_judged():
+    """Random weights draw no key above eps: the control cannot be judged, and the record says so (every claim needs
+    a control verdict or a note)."""
+    flat = torch.full((L, T), 0.01, dtype=torch.float64)
+    flat[:, 0] = 0.02
+    how = ss.control_of(ss.summarise_window(flat, _hidden(), [str(i) for i in range(T)], 2), "m")
+    assert how["control"].holds is None and "no key but the first" in how["control_note"]
+    assert "0.01" in how["control_note"]
+    judged = ss.control_of(ss.summarise_window(_mass_with_key_five(), _hidden(), [str(i) for i in range(T)], 2), "m")
+    assert judged["control"].holds is True and "control_note" not in judged

@@ -280,3 +280,18 @@ def alignment_over_windows(windows: list[dict], model: str, draws_of: str) -> Cl
     that can be judged agrees (:func:`~sinklib.core.claims.over_draws`)."""
     return over_draws([alignment_claim(w, model) for w in windows], draws_of,
                       key=lambda c: c.measured["found"])
+
+
+def control_of(window: dict, model: str) -> dict:
+    """``Recorder.add``'s control keywords for :func:`alignment_claim` from its run on random weights (one window's
+    :func:`summarise_window`): the control claim, and -- where no key draws sink-level mass there, so the rule has
+    nothing to judge -- a note saying so with the strongest key the control found: the effect the rule reads is
+    absent on random weights."""
+    claim = alignment_claim(window, model)
+    if claim.holds is not None:
+        return {"control": claim}
+    strongest = max(window["by_layer"]["strongest_other"])
+    return {"control": claim,
+            "control_note": f"on random weights no key but the first draws sink-level mass (the strongest other key "
+                            f"m_j = {strongest:.3g} < {GU_EPS:g}), so the rule has nothing to judge there: the "
+                            "mid-sequence sinks it reads are absent without training"}

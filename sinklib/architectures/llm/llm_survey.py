@@ -331,13 +331,14 @@ def control_claims(lm: LoadedModel, name: str, *, num_seqs: int, seq_len: int, b
     return {c.id: c for c in claims}
 
 
-def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: dict,
-                      streaming: dict) -> tuple[LlmReport, list[tuple[Claim, dict]], dict[str, float]]:
+def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: dict, streaming: dict,
+                      control: bool = True) -> tuple[LlmReport, list[tuple[Claim, dict]], dict[str, float]]:
     """One model of ``10_llm`` measured and judged: its :func:`measure` report (``run``: the profile's sizes), Xiao et
     al.'s streaming test where the profile streams, and every claim with its random-weight control
     (:func:`control_claims`, :func:`xiao_control`), as (claim, ``Recorder.add``'s keywords); and the seconds the
     draws, the chain and the control took. ``load()`` gives the model; it is freed before the control is built, so
-    one model is in memory at a time."""
+    one model is in memory at a time. ``control`` False: no random-weight control (the claims come without one: for
+    a second measurement whose records are not kept, as the scale rung's smaller model already measured above)."""
     lm = load()
     report = measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                      placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
@@ -351,22 +352,30 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
         report.mid_sequence = {"tokens": mid_windows.shape[1],
                                "windows": secondary_sinks.measure(lm, mid_windows)}
     start = time.perf_counter()
+    if not control:
+        claims = ([_named(xiao_claim, report.name)] if run.stream_tokens else []) + report_claims(report, gu)
+        if mid_windows is not None:
+            claims.append(secondary_sinks.alignment_over_windows(
+                report.mid_sequence["windows"], report.name,
+                windows(len(mid_windows), "Bible windows", mid_windows.shape[1])))
+        seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
+                   "control": 0.0}
+        return report, [(c, {}) for c in claims], seconds
     skeleton = replace(lm, model=lm.model.to("meta"))  # the trained weights freed: the control needs only the
     del lm  # configuration, so one model's weights are in memory at a time (a 1.5B is 7 GB in float32)
     gc.collect()
-    control = random_weights(skeleton, seed=run.seed)  # the negative control: same configuration, no training
-    judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control, report.name, *stream)})
+    control_lm = random_weights(skeleton, seed=run.seed)  # the negative control: same configuration, no training
+    judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control_lm, report.name, *stream)})
               ] if run.stream_tokens else []
     if mid_windows is not None:  # the control reads the first window
-        report.mid_sequence["control"] = secondary_sinks.measure(control, mid_windows[:1])
+        report.mid_sequence["control"] = secondary_sinks.measure(control_lm, mid_windows[:1])
         judged.append((secondary_sinks.alignment_over_windows(report.mid_sequence["windows"], report.name,
                                                               windows(len(mid_windows), "Bible windows",
                                                                       mid_windows.shape[1])),
-                       {"control": secondary_sinks.alignment_claim(report.mid_sequence["control"][0],
-                                                                   report.name)}))
-    controls = control_claims(control, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
+                       secondary_sinks.control_of(report.mid_sequence["control"][0], report.name)))
+    controls = control_claims(control_lm, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
                               batch_size=run.batch_size, paper=paper, gu=gu, seed=run.seed)
-    del control
+    del control_lm
     gc.collect()
     seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
                "control": round(time.perf_counter() - start, 1)}
