@@ -58,7 +58,7 @@ out_dir = "../figures/10_llm"
 import pandas as pd
 
 from sinklib.architectures.llm import llm_survey, placement, placement_plots
-from sinklib.architectures.llm.llm_survey import pooled_interval, uniform_share
+from sinklib.architectures.llm.llm_survey import MID_COS_CUT, pooled_interval, uniform_share
 from sinklib.architectures.llm.survey_chain import LINKS, POOLED_CUTS, RARE_SITES
 from sinklib.core import plotting
 from sinklib.core.analysis import SHAPE_CUTS
@@ -77,7 +77,6 @@ from sinklib.core.takeaways import (
     which_models,
     windows,
 )
-from sinklib.interpretation.secondary_sinks import COS_CUT
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import notebook
 
@@ -566,7 +565,7 @@ for r in mid_reports:
     row += (f". The authors' hidden-state detection labels {sum(d['authors']['secondary'] for d in detected)} "
             f"secondary sink(s) under their margins and {sum(d['adapted']['secondary'] for d in detected)} with the "
             f"lifetime cut at half the depth; {pct(max(d['share_aligned'] for d in detected))} of the later positions "
-            f"pass |cos| > {COS_CUT:g} in some layer")
+            f"pass |cos| > {MID_COS_CUT:g} in some layer")
     if control:
         c = control[0]
         row += (f". On random weights the strongest other key draws at most "

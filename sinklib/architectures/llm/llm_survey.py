@@ -70,6 +70,8 @@ class LlmReport:
         return out
 
 
+MID_COS_CUT = secondary_sinks.COS_CUT  # the authors' |cos(h_j, h_bos)| cut, for 10_llm's section 7
+
 EPS_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05 .. 0.95: Gu et al.'s sink rate against eps
 
 
@@ -343,7 +345,7 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     report = measure(lm, num_seqs=run.num_seqs, seq_len=run.seq_len, batch_size=run.batch_size,
                      placement_seqs=run.placement_seqs, context_lengths=run.context_lengths,
                      context_windows=run.context_windows, paper=paper, seed=run.seed, draw_seqs=run.draw_seqs,
-                     n_draws=run.draws, chat_template=run.chat_template)
+                     n_draws=run.draws, chat_template=getattr(run, "chat_template", True))
     stream = (run.stream_tokens, run.stream_budget, run.stream_chunk, streaming, run.seed)
     if run.stream_tokens:  # Xiao et al.'s own position test (Table 1): the first 4 tokens replaced by line breaks
         report.xiao, xiao_claim = xiao_position_test(lm, *stream)
