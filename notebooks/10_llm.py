@@ -43,8 +43,8 @@
 #
 # **Prerequisites.** `00_tour` and `02_interpretation`.
 #
-# **Time.** about 10 min on the CPU profile (seconds when rerun unchanged: each model's results are kept); 45-60
-# min to work through.
+# **Time.** about 20-30 min on the CPU profile the first time, the 1.5B included (seconds when rerun unchanged: each
+# model's results are kept); 45-60 min to work through.
 
 # %% tags=["parameters"]
 profile = "cpu"  # smoke | cpu | gpu (sizes live in sinklib/architectures/llm/protocol.py)
