@@ -299,7 +299,7 @@ def test_llm_headline(executed):
     assert pos["gemma3-270m"]["moved_original"] > 0.5 * pos["gemma3-270m"]["own"]  # BOS: the token carries it
     records = claims_file.load(folder / "claims.json")
     # 4 + the chain's 4 + Xiao's streaming test + Sun's bias test, per model
-    assert len(records) == 10 * len(reports) and len({c.model for c in records}) == len(reports)
+    assert len(records) == 11 * len(reports) and len({c.model for c in records}) == len(reports)  # + mid-sequence
     assert all(r["chain_numbers"]["super_neuron"] is not None or r["name"] != "smollm2-135m" for r in h["reports"])
 
 

@@ -69,12 +69,15 @@ def write_takeaways(executed: Path, target: Path) -> Path:
     ``kernel_env``: the variables its kernel inherited that change which kernels run and how they split -- the
     OpenMP / MKL threads (:func:`thread_env`), ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_CBWR`` (None:
     unset, the library's default) -- which ``make verify`` compares with the reference's; ``seed``: the seed papermill
-    gave the notebook (the reference is made with seed 0)."""
+    gave the notebook (the reference is made with seed 0). A takeaway's figures are those the run drew (PNGs beside
+    ``target``)."""
     from sinklib.core.results import write_json
     from sinklib.core.takeaways import collect
 
     kernel_env = {k: os.environ.get(k) for k in (*thread_env(1), *KERNEL_ISA_VARIABLES)}
     nb = json.loads(executed.read_text(encoding="utf-8"))
     seed = nb.get("metadata", {}).get("papermill", {}).get("parameters", {}).get("seed")
+    # a figure a cell names but this run did not draw (a section skipped in this profile) is no figure it read
+    drawn = [t | {"figures": [f for f in t["figures"] if (target.parent / f"{f}.png").exists()]} for t in collect(nb)]
     return write_json(target, {"notebook": executed.stem, "kernel_env": kernel_env, "seed": seed,
-                               "takeaways": collect(nb)})
+                               "takeaways": drawn})

@@ -10,6 +10,7 @@ on randomly initialised weights of the model's own configuration (the negative c
 
 from __future__ import annotations
 
+import copy
 import gc
 import time
 from collections.abc import Callable
@@ -363,8 +364,14 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
         seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
                    "control": 0.0}
         return report, [(c, {}) for c in claims], seconds
-    skeleton = replace(lm, model=lm.model.to("meta"))  # the trained weights freed: the control needs only the
-    del lm  # configuration, so one model's weights are in memory at a time (a 1.5B is 7 GB in float32)
+    # the control needs only the class and configuration: an empty (meta) shell of them stands in for the model, and
+    # the trained weights are released here unless the caller keeps them (a 1.5B is 7 GB in float32), so one model's
+    # weights are in memory at a time; the caller's model is left untouched
+    with torch.device("meta"):
+        shell = type(lm.model)._from_config(copy.deepcopy(lm.model.config))
+    shell.config = copy.deepcopy(lm.model.config)  # exactly the loaded model's configuration
+    skeleton = replace(lm, model=shell)
+    del lm
     gc.collect()
     control_lm = random_weights(skeleton, seed=run.seed)  # the negative control: same configuration, no training
     judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control_lm, report.name, *stream)})
