@@ -354,16 +354,14 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     if mid_windows is not None:  # Wong et al.'s secondary sinks on the longest windows the notebook reads
         report.mid_sequence = {"tokens": mid_windows.shape[1],
                                "windows": secondary_sinks.measure(lm, mid_windows)}
-    start = time.perf_counter()
+    mid_claim = None if mid_windows is None else secondary_sinks.alignment_over_windows(
+        report.mid_sequence["windows"], report.name, windows(len(mid_windows), "Bible windows", mid_windows.shape[1]))
+    xiao_named = _named(xiao_claim, report.name) if run.stream_tokens else None
+    seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1), "control": 0.0}
     if not control:
-        claims = ([_named(xiao_claim, report.name)] if run.stream_tokens else []) + report_claims(report, gu)
-        if mid_windows is not None:
-            claims.append(secondary_sinks.alignment_over_windows(
-                report.mid_sequence["windows"], report.name,
-                windows(len(mid_windows), "Bible windows", mid_windows.shape[1])))
-        seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
-                   "control": 0.0}
+        claims = [c for c in (xiao_named, mid_claim) if c is not None] + report_claims(report, gu)
         return report, [(c, {}) for c in claims], seconds
+    start = time.perf_counter()
     # the control needs only the class and configuration: an empty (meta) shell of them stands in for the model, and
     # the trained weights are released here unless the caller keeps them (a 1.5B is 7 GB in float32), so one model's
     # weights are in memory at a time; the caller's model is left untouched
@@ -374,20 +372,15 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     del lm
     gc.collect()
     control_lm = random_weights(skeleton, seed=run.seed)  # the negative control: same configuration, no training
-    judged = [(_named(xiao_claim, report.name), {"control": xiao_control(control_lm, report.name, *stream)})
-              ] if run.stream_tokens else []
-    if mid_windows is not None:  # the control reads the first window
+    judged = [(xiao_named, {"control": xiao_control(control_lm, report.name, *stream)})] if xiao_named else []
+    if mid_claim is not None:  # the control reads the first window
         report.mid_sequence["control"] = secondary_sinks.measure(control_lm, mid_windows[:1])
-        judged.append((secondary_sinks.alignment_over_windows(report.mid_sequence["windows"], report.name,
-                                                              windows(len(mid_windows), "Bible windows",
-                                                                      mid_windows.shape[1])),
-                       secondary_sinks.control_of(report.mid_sequence["control"][0], report.name)))
+        judged.append((mid_claim, secondary_sinks.control_of(report.mid_sequence["control"][0], report.name)))
     controls = control_claims(control_lm, report.name, num_seqs=run.control_seqs, seq_len=run.seq_len,
                               batch_size=run.batch_size, paper=paper, gu=gu, seed=run.seed)
     del control_lm
     gc.collect()
-    seconds = {"draws": round(report.seconds["draws"], 1), "chain": round(report.seconds["chain"], 1),
-               "control": round(time.perf_counter() - start, 1)}
+    seconds["control"] = round(time.perf_counter() - start, 1)
     unrun = "no random-weight control here: 02_interpretation runs this rule's control on SmolLM2's configuration"
     judged += [(claim, {"control": controls.get(claim.id), "control_note": "" if claim.id in controls else unrun})
                for claim in report_claims(report, gu)]
