@@ -547,10 +547,9 @@ if mid_reports:
                       f"90% quantile and the median over keys; stars: the keys found in (a).")
 mid_rows = []
 for r in mid_reports:
-    ws, control = r.mid_sequence["windows"], r.mid_sequence.get("control") or []
-    found = [k for w in ws for k in w["mass_sinks"]]
-    peak = max(((v, layer, w["by_layer"]["strongest_position"][layer]) for w in ws
-                for layer, v in enumerate(w["by_layer"]["strongest_other"])), default=None)
+    control = r.mid_sequence.get("control") or []
+    seen = llm_survey.mid_sequence_seen(r)
+    found, peak = seen["found"], seen["strongest"]
     row = f"{r.label}: " + (
         f"{num(len(found))} key(s) beyond the first pass m_j > {GU_EPS:g}: "
         + "; ".join(f"{k['token']!r} at {num(k['position'])} in layer(s) {', '.join(map(str, k['layers']))} "
@@ -559,13 +558,11 @@ for r in mid_reports:
         + ("; ..." if len(found) > 4 else "")
         if found else f"no key beyond the first passes m_j > {GU_EPS:g} in any layer")
     if peak is not None:
-        row += (f"; the strongest other key draws m_j = {num(peak[0])} (position {num(peak[2])}, layer {peak[1]} of "
-                f"{r.n_layers})")
-    detected = [w["detection"] for w in ws]
-    row += (f". The authors' hidden-state detection labels {sum(d['authors']['secondary'] for d in detected)} "
-            f"secondary sink(s) under their margins and {sum(d['adapted']['secondary'] for d in detected)} with the "
-            f"lifetime cut at half the depth; {pct(max(d['share_aligned'] for d in detected))} of the later positions "
-            f"pass |cos| > {MID_COS_CUT:g} in some layer")
+        row += (f"; the strongest other key draws m_j = {num(peak['mass'])} (position {num(peak['position'])}, layer "
+                f"{peak['layer']} of {r.n_layers})")
+    row += (f". The authors' hidden-state detection labels {seen['secondary']} secondary sink(s) under their margins "
+            f"and {seen['secondary_adapted']} with the lifetime cut at half the depth; {pct(seen['share_aligned'])} "
+            f"of the later positions pass |cos| > {MID_COS_CUT:g} in some layer")
     if control:
         c = control[0]
         row += (f". On random weights the strongest other key draws at most "
@@ -577,10 +574,8 @@ if mid_reports:
     say(f"mid-sequence sinks, on {windows(mid_windows, 'Bible windows', mid_tokens)} per model",
         "Per model:\n\n" + "\n".join(f"- {row}." for row in mid_rows),
         f"By its rule: {verdicts('wong2025.mass_sinks_align_with_bos')}.")
-nb.headline["mid_sequence"] = {r.name: {"found": sum(len(w["mass_sinks"]) for w in r.mid_sequence["windows"]),
-                                        "strongest_other": max(max(w["by_layer"]["strongest_other"])
-                                                               for w in r.mid_sequence["windows"])}
-                               for r in mid_reports}
+nb.headline["mid_sequence"] = {r.name: {"found": len(seen["found"]), "strongest_other": seen["strongest"]["mass"]}
+                               for r in mid_reports for seen in [llm_survey.mid_sequence_seen(r)]}
 
 # %% [markdown]
 # A key found by its attention can point along the first token's state or not; a criterion on the states alone can

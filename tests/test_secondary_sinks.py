@@ -93,6 +93,24 @@ def test_a_window_summary_finds_the_key_by_its_mass_and_reads_its_layers_and_ali
     assert got["detection"]["authors"] == {"secondary": 1, "bos": 1, "noise": 1}
 
 
+def test_over_windows_gathers_the_keys_found_the_strongest_other_key_and_the_detections():
+    tokens = [f"t{i}" for i in range(T)]
+    flat = torch.full((L, T), 0.05, dtype=torch.float64)
+    flat[:, 0] = 0.6
+    flat[20, 3] = 0.25  # below eps: not found, but the strongest other key of this window
+    windows = [ss.summarise_window(flat, _hidden(), tokens, 2),
+               ss.summarise_window(_mass_with_key_five(), _hidden(), tokens, 2)]
+    seen = ss.over_windows(windows)
+    assert [(k["position"], k["layers"]) for k in seen["found"]] == [(5, list(range(10, 18)))]
+    assert seen["strongest"] == {"mass": 0.4, "layer": 10, "position": 5}  # the largest m_j, first where tied
+    assert seen["secondary"] == 2 and seen["secondary_adapted"] == 2  # one per window (same states)
+    assert abs(seen["share_aligned"] - 3 / (T - 1)) < 1e-12  # positions 5, 7 and 9 pass in some read layer
+    only_flat = ss.over_windows(windows[:1])
+    assert only_flat["found"] == [] and only_flat["strongest"] == {"mass": 0.25, "layer": 20, "position": 3}
+    assert ss.over_windows([]) == {"found": [], "strongest": None, "secondary": 0, "secondary_adapted": 0,
+                                   "share_aligned": None}
+
+
 def test_the_alignment_claim_holds_fails_or_cannot_be_judged():
     tokens = [str(i) for i in range(T)]
     holds = ss.alignment_claim(ss.summarise_window(_mass_with_key_five(), _hidden(), tokens, 2), "m")

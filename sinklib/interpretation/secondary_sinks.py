@@ -243,6 +243,23 @@ def measure(lm: LoadedModel, windows: torch.Tensor) -> list[dict]:
     return out
 
 
+def over_windows(windows: list[dict]) -> dict:
+    """What several windows' :func:`summarise_window` found, together: ``found``, every key found by its mass (window
+    by window, in position order); ``strongest``, the strongest key other than the BOS sink's over every window and
+    layer as {"mass", "layer", "position"} (None for no windows); ``secondary`` / ``secondary_adapted``, the authors'
+    detection's secondary sinks summed over windows under their margins / :func:`adapted_margin`; ``share_aligned``,
+    the largest share of later positions passing |cos| > 0.9."""
+    peaks = [(m, layer, w["by_layer"]["strongest_position"][layer]) for w in windows
+             for layer, m in enumerate(w["by_layer"]["strongest_other"])]
+    mass, layer, position = max(peaks, key=lambda p: p[0]) if peaks else (None, None, None)  # ties: the first
+    detected = [w["detection"] for w in windows]
+    return {"found": [k for w in windows for k in w["mass_sinks"]],
+            "strongest": None if mass is None else {"mass": mass, "layer": layer, "position": position},
+            "secondary": sum(d["authors"]["secondary"] for d in detected),
+            "secondary_adapted": sum(d["adapted"]["secondary"] for d in detected),
+            "share_aligned": max((d["share_aligned"] for d in detected), default=None)}
+
+
 ALIGN_FOLLOWS = (f"{FOLLOWS}; the converse search from attention: m_j > eps (Gu et al., arXiv 2410.10781, "
                  "Sec. 3) on this project's every-key statistics")
 ALIGN_ADAPTED = ("the authors find secondary sinks by their hidden states and then read their attention; here keys are "

@@ -411,7 +411,7 @@ def rung_numbers(report: LlmReport) -> dict[str, float | int | None]:
     depth = max(report.n_layers - 1, 1)
     sinking = [i for i, a in enumerate(report.alpha_by_layer) if a > GU_EPS]  # (report.sink_layers: all when none)
     xiao = report.xiao or {}
-    mid = (report.mid_sequence or {}).get("windows") or []
+    mid = mid_sequence_seen(report)
     out: dict[str, float | int | None] = {f"sink rate, {k}": v for k, v in report.sink_rate.items()}
     out |= {
         "layers": report.n_layers,
@@ -427,10 +427,16 @@ def rung_numbers(report: LlmReport) -> dict[str, float | int | None]:
         "sink onset (layer)": n.get("sink_onset"),
         "Xiao: window only / own first 4": xiao["window only"] / xiao["own first 4"] if xiao else None,
         "Xiao: 4 newlines / own first 4": xiao["4 newlines"] / xiao["own first 4"] if xiao else None,
-        "mid-sequence keys with m_j > eps": sum(len(w["mass_sinks"]) for w in mid) if mid else None,
-        "strongest other key, m_j": max(max(w["by_layer"]["strongest_other"]) for w in mid) if mid else None,
+        "mid-sequence keys with m_j > eps": len(mid["found"]) if mid["strongest"] else None,
+        "strongest other key, m_j": mid["strongest"]["mass"] if mid["strongest"] else None,
     }
     return out
+
+
+def mid_sequence_seen(report: LlmReport) -> dict:
+    """What the mid-sequence search found on ``report``'s windows, together (:func:`secondary_sinks.over_windows`:
+    the keys found, the strongest other key, the detection's counts); ``strongest`` is None where it did not run."""
+    return secondary_sinks.over_windows((report.mid_sequence or {}).get("windows") or [])
 
 
 def mid_sequence_windows(lm: LoadedModel, run) -> torch.Tensor | None:
