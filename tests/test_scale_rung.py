@@ -21,6 +21,8 @@ def _report(name: str, n_layers: int = 4, **over) -> SimpleNamespace:
     by_layer = {"bos_mass": [0.2, 0.5, 0.6, 0.4][:n_layers] + [0.4] * (n_layers - 4),
                 "strongest_other": [0.01, 0.05, 0.35, 0.02][:n_layers] + [0.02] * (n_layers - 4),
                 "strongest_position": [3] * n_layers, "median": [0.2] * n_layers, "p90": [0.5] * n_layers}
+    detection = {"layers": [1, n_layers], "authors": {"secondary": 0, "bos": 1, "noise": 0},
+                 "adapted": {"secondary": 0, "bos": 1, "noise": 0}, "share_aligned": 0.02}
     base = dict(
         name=name, label=f"{name.upper()} (4-bit GGUF)", n_layers=n_layers,
         sink_rate={"natural": 0.7, "random": 0.8, "repeated": 0.0},
@@ -33,7 +35,8 @@ def _report(name: str, n_layers: int = 4, **over) -> SimpleNamespace:
         chain_numbers={"super_neuron": {"layer": 1, "neuron": 5}, "first_token_value_onset": [1], "sink_onset": 1},
         xiao={"window only": 40.0, "own first 4": 20.0, "4 newlines": 21.0},
         mid_sequence={"tokens": 64, "windows": [{"mass_sinks": [{"position": 3, "layers": [2], "mass": 0.35,
-                                                                  "alignment": 0.97}], "by_layer": by_layer}],
+                                                                  "alignment": 0.97}], "by_layer": by_layer,
+                                                 "detection": detection}],
                       "control": [{"by_layer": by_layer | {"strongest_other": [0.004] * n_layers}}]},
     )
     return SimpleNamespace(**(base | over))

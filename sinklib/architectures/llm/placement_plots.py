@@ -31,6 +31,24 @@ def _colors(reports: Sequence) -> dict[str, str]:
     return {r.name: f"C{i}" for i, r in enumerate(reports)}
 
 
+def sink_rate_bars(ax, reports: Sequence, colors: Sequence[str], eps: float, panel: str,
+                   hatches: Sequence[str | None] | None = None) -> None:
+    """Each model's sink rate per input kind (Gu et al. Table 1) as grouped bars on ``ax``, one colour (and hatch) per
+    model; a rate under 1% is labelled "0", since a bar of height 0 cannot be seen. ``panel``: the title's "(b)"."""
+    kinds = list(reports[0].sink_rate)
+    width = 0.8 / len(reports)
+    for i, r in enumerate(reports):
+        x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
+        rates = [r.sink_rate[k] for k in kinds]
+        ax.bar(x, rates, width, color=colors[i], hatch=None if hatches is None else hatches[i],
+               edgecolor="white" if hatches is not None else None)
+        for xi, rate in zip(x, rates):
+            if rate < 0.01:
+                ax.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=colors[i])
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set(ylabel=f"sink rate (eps {eps:g})", ylim=(0, 1), title=f"{panel} sink rate by input (Gu et al. Table 1)")
+
+
 def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figure:
     """alpha_0 per layer (natural text) against relative depth l / (L - 1), with each model's sink rate per input
     and, where measured, the sink rate on natural text against the threshold eps."""
@@ -49,17 +67,7 @@ def alpha_by_depth(reports: Sequence, eps: float = 0.3, title: str = "") -> Figu
     ax.axhline(eps, color="grey", ls="--", lw=1, label=f"eps = {eps} (shaded: the sink layers)")
     ax.set(xlabel="relative depth l / (L - 1)", ylabel="alpha_0 (mean over heads)", ylim=(0, 1),
            title="(a) attention to the first token by depth, natural text")
-    kinds = list(reports[0].sink_rate)
-    width = 0.8 / len(reports)
-    for i, r in enumerate(reports):
-        x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
-        rates = [r.sink_rate[k] for k in kinds]
-        bx.bar(x, rates, width, color=colors[r.name])
-        for xi, rate in zip(x, rates):
-            if rate < 0.01:  # a bar of height 0 is invisible: say it
-                bx.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=colors[r.name])
-    bx.set_xticks(range(len(kinds)), kinds)
-    bx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(b) sink rate by input (Gu et al. Table 1)")
+    sink_rate_bars(bx, reports, [colors[r.name] for r in reports], eps, "(b)")
     if curves:
         cx = axes[2]
         for r in curves:
@@ -263,17 +271,8 @@ def scale_rung(reports: Sequence, eps: float = 0.3, sun_ratio: float = 1000.0, t
     bx.set(xlabel="relative depth l / (L - 1)", ylabel="max |h| at position 0 / layer median (log)",
            title=f"(b) Sun et al.'s ratio at the first token (dash-dot: {sun_ratio:g}x)")
     bx.legend(fontsize=8, loc="lower right")
-    kinds = list(reports[0].sink_rate)
-    width = 0.8 / len(reports)
-    for i, r in enumerate(reports):
-        x = np.arange(len(kinds)) + (i - (len(reports) - 1) / 2) * width
-        rates = [r.sink_rate[k] for k in kinds]
-        cx.bar(x, rates, width, color=f"C{i}", hatch=[None, "//", "..", "xx"][i % 4], edgecolor="white")
-        for xi, rate in zip(x, rates):
-            if rate < 0.01:  # a bar of height 0 is invisible: say it
-                cx.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=8, color=f"C{i}")
-    cx.set_xticks(range(len(kinds)), kinds)
-    cx.set(ylabel="sink rate (eps 0.3)", ylim=(0, 1), title="(c) sink rate by input (Gu et al. Table 1)")
+    sink_rate_bars(cx, reports, [f"C{i}" for i in range(len(reports))], eps, "(c)",
+                   hatches=[[None, "//", "..", "xx"][i % 4] for i in range(len(reports))])
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
     return titled(fig, title)
