@@ -57,7 +57,7 @@ out_dir = "../figures/10_llm"
 
 import pandas as pd
 
-from sinklib.architectures.llm import llm_survey, placement, placement_plots
+from sinklib.architectures.llm import llm_survey, placement, placement_plots, scale_rung
 from sinklib.architectures.llm.llm_survey import MID_COS_CUT, pooled_interval, uniform_share
 from sinklib.architectures.llm.survey_chain import LINKS, POOLED_CUTS, RARE_SITES
 from sinklib.core import plotting
@@ -598,7 +598,7 @@ rung_names = [] if model else list(run.rung)  # MODEL= replaces the lists with o
 rung_reports, rung_verdicts = [], {}
 rung_cut = ", ".join(f"{k} {v}" for k, v in run.rung_cut)
 if rung_names:
-    rung = llm_survey.rung_run(run)
+    rung = scale_rung.rung_run(run)
     print(f"scale rung: {', '.join(rung_names)}; cut: {rung_cut or 'none (the profile sizes)'}")
 for name in rung_names:
     if not run.rung_cut and name in names:  # the same sizes as above: its report is already measured
@@ -611,18 +611,18 @@ for name in rung_names:
             kept_as="@rung")
         if name not in names:  # measured only on the rung: its verdicts join the record, marked with the cut
             for claim, how in model_claims:
-                record.add(llm_survey.under_cut(claim, rung_cut) if rung_cut else claim, show=False,
+                record.add(scale_rung.under_cut(claim, rung_cut) if rung_cut else claim, show=False,
                            model=report.label, **how)
     rung_reports.append(report)
     rung_verdicts[report.label] = {c.id[: -len(name) - 1]: c.verdict() for c, _ in model_claims}
 if rung_reports:
-    rung_table = pd.DataFrame({r.label: llm_survey.rung_numbers(r) for r in rung_reports})
+    rung_table = pd.DataFrame({r.label: scale_rung.rung_numbers(r) for r in rung_reports})
     display(rung_table.round(3))  # noqa: F821
     changed = pd.DataFrame(rung_verdicts).dropna()
     changed = changed[changed.nunique(axis=1) > 1]  # the rules whose verdict differs between the sizes
     display(changed if len(changed) else "every rule gives the same verdict at each size")  # noqa: F821
     nb.headline["scale_rung"] = {"models": rung_names, "cut": rung_cut,
-                                 "numbers": {r.name: llm_survey.rung_numbers(r) for r in rung_reports}}
+                                 "numbers": {r.name: scale_rung.rung_numbers(r) for r in rung_reports}}
 
 # %%
 if len(rung_reports) > 1:
@@ -634,7 +634,7 @@ if len(rung_reports) > 1:
                       + f": (a) alpha_0 per layer, {rung.num_seqs} natural sequences of {rung.seq_len} tokens; (b) "
                       f"max |h| at the first position over its layer median, with the super neuron's layer and the "
                       f"first sink layer marked; (c) the sink rate per input kind.")
-    small, large = (llm_survey.rung_numbers(r) for r in (rung_reports[0], rung_reports[-1]))
+    small, large = (scale_rung.rung_numbers(r) for r in (rung_reports[0], rung_reports[-1]))
 
     def moved(key: str, digits: int = 3, as_pct: bool = False) -> str:
         """'a -> b' for one row of the table, smallest model first."""

@@ -10,7 +10,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from sinklib.architectures.llm import llm_survey, placement_plots  # noqa: E402
+from sinklib.architectures.llm import placement_plots, scale_rung  # noqa: E402
 from sinklib.architectures.llm.protocol import OFFLINE_RUNG, RUNG_CUT, SIZES, rung_sizes, steps  # noqa: E402
 from sinklib.core.analysis import MassiveDims  # noqa: E402
 from sinklib.interpretation.sun_sites import SunSites  # noqa: E402
@@ -63,18 +63,18 @@ def test_the_dry_run_counts_the_rung_under_its_cut_and_drops_it_for_one_model():
     assert long.tokens == 256  # the cut's one context length, not the profile's 2,048
     assert not [s for s in rung if "mid-sequence" in s.what]  # not run on the rung
     assert not [s for s in steps(run, "smollm2-135m") if s.what.startswith("rung: ")]
-    assert llm_survey.rung_run(run).num_seqs == 6 and run.num_seqs == SIZES["cpu"].num_seqs
+    assert scale_rung.rung_run(run).num_seqs == 6 and run.num_seqs == SIZES["cpu"].num_seqs
 
 
 def test_rung_numbers_reads_each_compared_quantity():
-    got = llm_survey.rung_numbers(_report("a"))
+    got = scale_rung.rung_numbers(_report("a"))
     assert got["sink rate, natural"] == 0.7 and got["layers"] == 4
     assert got["sink layers (alpha_0 > eps)"] == 3 and got["first sink layer, relative depth"] == pytest.approx(1 / 3)
     assert got["Sun criterion, first layer at position 0"] == 1 and got["super neuron, layer"] == 1
     assert got["first-token value onset (layer)"] == 1 and got["sink onset (layer)"] == 1
     assert got["Xiao: window only / own first 4"] == 2.0 and got["Xiao: 4 newlines / own first 4"] == 1.05
     assert got["mid-sequence keys with m_j > eps"] == 1 and got["strongest other key, m_j"] == 0.35
-    none = llm_survey.rung_numbers(_report("b", alpha_by_layer=[0.1] * 4, xiao=None, mid_sequence=None,
+    none = scale_rung.rung_numbers(_report("b", alpha_by_layer=[0.1] * 4, xiao=None, mid_sequence=None,
                                            chain_numbers=None, sun_sites=None))
     assert none["sink layers (alpha_0 > eps)"] == 0 and none["first sink layer, relative depth"] is None
     assert none["Xiao: window only / own first 4"] is None and none["super neuron, layer"] is None
@@ -101,7 +101,7 @@ def test_under_cut_keeps_the_verdict_and_states_the_cut():
     from sinklib.core.claims import Claim
 
     claim = Claim(id="x.y", statement="s", source="p", rule="r", published=None, measured=1, holds=True, note="n")
-    cut = llm_survey.under_cut(claim, "num_seqs 8")
+    cut = scale_rung.under_cut(claim, "num_seqs 8")
     assert cut.holds is True and cut.note == "n; measured under a cut protocol: num_seqs 8"
-    assert replace(claim, note="").note == "" and llm_survey.under_cut(replace(claim, note=""), "c").note.startswith(
+    assert replace(claim, note="").note == "" and scale_rung.under_cut(replace(claim, note=""), "c").note.startswith(
         "measured under")
