@@ -3,9 +3,9 @@
     python benchmarks/machine_speed.py                      # seconds now, ratios to the recorded day
     python benchmarks/machine_speed.py --record --cold-s 2068 --warm-s 640   # record today (after make figures)
 
-The same 2-core machine has run the same code at different speeds on different days (03_mitigation's training took
-530 s from empty caches on 2026-11-26 and 833 s on 2026-11-28, with the training loop timed equal on both commits on
-the 28th). A `make figures` time therefore says little about a budget unless the day's speed is known. This script
+The same 2-core machine has run the same code at different speeds on different days (03_mitigation from empty
+caches, the same training sizes: 530 s at e6bf228 on 2026-11-26, 833 s on 2026-11-28, when its training loop ran at
+the same speed at both commits). A `make figures` time therefore says little about a budget unless the day's speed is known. This script
 times, on one thread as the notebooks run, the two kinds of work the cold run is made of:
 
 * ``training``: 100 steps of 03_mitigation's CPU-profile TinyLM (bfloat16 autocast, bigram-backcopy), no cache;
