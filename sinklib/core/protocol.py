@@ -60,7 +60,8 @@ class NotebookProtocol:
     sizes: Mapping[str, Any] = field(default_factory=dict)  # profile -> its sizes dataclass ({}: no size knobs)
     cuts: Mapping[str, str] = field(default_factory=dict)  # profile -> what it cut from the papers' protocol to fit
     cpu_budget_s: int | None = None  # the cpu profile's seconds with warm caches on the 2-core machine
-    first_run_s: int | None = None  # ... from empty caches, two at a time (the order and ETA of a first run)
+    first_run_s: int | None = None  # ... from empty caches, two at a time (the order and ETA of a first run; the
+    # values are one fresh-clone run's, 51f9551 on 2026-11-28, a slow day: benchmarks/machine_speed.py)
     dtype: str | None = None  # the dtype its models run in on every device (None: the profile's, else the device's)
     steps: Callable[[Any, str], list[Step]] = no_steps
 

@@ -47,4 +47,4 @@ def steps(run: Any, model: str = "") -> list[Step]:
 
 
 PROTOCOL = NotebookProtocol(name="02_interpretation", families=("llm", "moe"), sizes=SIZES, cpu_budget_s=90,
-                            first_run_s=197, steps=steps)
+                            first_run_s=277, steps=steps)

@@ -82,7 +82,7 @@ def steps(run: Any, model: str = "") -> list[Step]:
 
 
 PROTOCOL = NotebookProtocol(
-    name="03_mitigation", families=(), sizes=SIZES, cuts=CUTS, cpu_budget_s=60, first_run_s=1028,
+    name="03_mitigation", families=(), sizes=SIZES, cuts=CUTS, cpu_budget_s=60, first_run_s=833,
     dtype="float32",  # float32 weights (AdamW's state too), whatever autocast the training runs in
     steps=steps,
 )

@@ -76,4 +76,4 @@ def steps(run: Any, model: str = "") -> list[Step]:
 
 
 PROTOCOL = NotebookProtocol(name="01_utilization", families=("llm", "moe"), sizes=SIZES, cuts=CUTS,
-                            cpu_budget_s=150, first_run_s=311, steps=steps)
+                            cpu_budget_s=150, first_run_s=409, steps=steps)

@@ -49,7 +49,7 @@ def steps(run: Any, model: str = "") -> list[Step]:
 
 
 PROTOCOL = NotebookProtocol(
-    name="00_tour", families=("llm",), sizes=SIZES, cpu_budget_s=90, first_run_s=161,
+    name="00_tour", families=("llm",), sizes=SIZES, cpu_budget_s=90, first_run_s=148,
     dtype="float32",  # Gu et al.'s protocol: float32 attention on every device
     steps=steps,
 )

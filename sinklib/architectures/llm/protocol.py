@@ -113,7 +113,7 @@ def model_steps(r: Any, models: list[str], prefix: str = "") -> list[Step]:
 
 
 PROTOCOL = NotebookProtocol(
-    name="10_llm", families=("llm", "moe"), sizes=SIZES, cuts=CUTS, cpu_budget_s=120, first_run_s=1773,
+    name="10_llm", families=("llm", "moe"), sizes=SIZES, cuts=CUTS, cpu_budget_s=120, first_run_s=1585,
     dtype="float32",  # Gu et al.'s protocol: float32 attention on every device
     steps=steps,
 )

@@ -50,5 +50,5 @@ def steps(run: Any, model: str = "") -> list[Step]:
             for m in models_of(r, model, first_only=True)]
 
 
-PROTOCOL = NotebookProtocol(name="12_mllm", families=("mllm",), sizes=SIZES, cpu_budget_s=90, first_run_s=476,
+PROTOCOL = NotebookProtocol(name="12_mllm", families=("mllm",), sizes=SIZES, cpu_budget_s=90, first_run_s=448,
                             steps=steps)

@@ -61,5 +61,5 @@ def steps(run: Any, model: str = "") -> list[Step]:
     return out
 
 
-PROTOCOL = NotebookProtocol(name="11_moe", families=("moe",), sizes=SIZES, cpu_budget_s=60, first_run_s=339,
+PROTOCOL = NotebookProtocol(name="11_moe", families=("moe",), sizes=SIZES, cpu_budget_s=60, first_run_s=309,
                             steps=steps)

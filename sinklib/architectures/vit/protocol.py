@@ -52,5 +52,5 @@ def steps(run: Any, model: str = "") -> list[Step]:
     return out
 
 
-PROTOCOL = NotebookProtocol(name="13_vit", families=("vit",), sizes=SIZES, cpu_budget_s=45, first_run_s=62,
+PROTOCOL = NotebookProtocol(name="13_vit", families=("vit",), sizes=SIZES, cpu_budget_s=45, first_run_s=52,
                             steps=steps)
