@@ -147,6 +147,28 @@ def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_so
     assert makespan(seconds, 2) == min(makespan(p, 2) for p in itertools.permutations(seconds))
 
 
+def test_a_notebook_whose_kept_results_are_for_other_code_is_ordered_by_its_first_run_time(tmp_path):
+    """After a code change 10 measures its models again: its last (warm) time must not put it last."""
+    from sinklib.pipeline.model_results import source_digest
+    from sinklib.pipeline.protocols import PROTOCOLS
+    from sinklib.pipeline.runner import discover
+    from sinklib.pipeline.schedule import last_seconds, order_notebooks
+
+    figures = tmp_path / "figures"
+    for stem in ("03_mitigation", "10_llm"):
+        (figures / stem).mkdir(parents=True)
+    (figures / "03_mitigation" / "headline.json").write_text(json.dumps({"profile": "cpu", "seconds": 20.0}))
+    head = figures / "10_llm" / "headline.json"
+    head.write_text(json.dumps({"profile": "cpu", "seconds": 10.0, "kept_code": source_digest("10_llm")}))
+    assert last_seconds(figures, "10_llm", "cpu") == 10.0  # kept for this code: it reads them back
+    first, _ = order_notebooks(discover(), figures, "cpu", jobs=2)
+    assert first[0].stem != "10_llm"  # 10 s: one of the last to start
+    head.write_text(json.dumps({"profile": "cpu", "seconds": 10.0, "kept_code": "another commit's digest"}))
+    assert last_seconds(figures, "10_llm", "cpu") is None
+    first, _ = order_notebooks(discover(), figures, "cpu", jobs=2)
+    assert first[0].stem == "10_llm" and PROTOCOLS["10_llm"].first_run_s > 1000  # longest first, as in a first run
+
+
 def test_makespan_and_best_order_by_hand():
     """List scheduling on 2 workers, worked by hand: [3, 3, 2, 2, 2] longest first ends at 7 (3 | 3, then 2 + 2 on
     the two, the last 2 on either); [2, 3, 2, 3, 2] puts {3, 3} on one worker and {2, 2, 2} on the other: 6."""

@@ -69,12 +69,23 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
 
 
 def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
-    """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known."""
+    """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known. None also
+    when that run read per-model results kept for other code (``kept_code``, the digest of sinklib and the notebook
+    its kept results are keyed by, :func:`~sinklib.pipeline.model_results.source_digest`): after a code change the
+    notebook measures its models again, so its last (warm) time says nothing -- the caller falls back to the
+    protocol's ``first_run_s``, and 10 starts first, not last."""
     try:
         headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return float(headline["seconds"]) if headline.get("profile") == profile and "seconds" in headline else None
+    if headline.get("profile") != profile or "seconds" not in headline:
+        return None
+    if headline.get("kept_code"):
+        from sinklib.pipeline.model_results import source_digest
+
+        if headline["kept_code"] != source_digest(stem):
+            return None
+    return float(headline["seconds"])
 
 
 def progress(remaining: list[Path], figures_dir: Path, profile: str, elapsed: float, jobs: int = 1) -> str:
