@@ -64,7 +64,7 @@ class Notebook:
         on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`.
         ``kept_as``: a suffix of the kept result's name, for a second measurement of the same model (other sizes)."""
         done = KeptWork.for_model(self.run, name + kept_as)
-        self.headline["kept_code"] = source_digest(self.run.notebook)  # the scheduler's: kept for this code or not
+        self.headline["kept_code"] = source_digest(self.run.notebook)[:16]  # for the scheduler: kept for this code?
         if done.exists():
             result, devices = done.load()
             self.headline.setdefault("devices", {})[name] = devices  # where it ran

@@ -70,10 +70,10 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
 
 def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known. None also
-    when that run read per-model results kept for other code (``kept_code``, the digest of sinklib and the notebook
-    its kept results are keyed by, :func:`~sinklib.pipeline.model_results.source_digest`): after a code change the
-    notebook measures its models again, so its last (warm) time says nothing -- the caller falls back to the
-    protocol's ``first_run_s``, and 10 starts first, not last."""
+    when that run read per-model results kept for other code (``kept_code``: the first 16 hex digits of
+    :func:`~sinklib.pipeline.model_results.source_digest`, which keys them): after a code change the notebook
+    measures its models again, so its last (warm) time says nothing -- the caller falls back to the protocol's
+    ``first_run_s``, and 10 starts first, not last."""
     try:
         headline = json.loads((Path(figures_dir) / stem / "headline.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -83,7 +83,7 @@ def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     if headline.get("kept_code"):
         from sinklib.pipeline.model_results import source_digest
 
-        if headline["kept_code"] != source_digest(stem):
+        if headline["kept_code"] != source_digest(stem)[:16]:
             return None
     return float(headline["seconds"])
 
