@@ -545,10 +545,10 @@ if mid_reports:
                       f"last 8 keys left out), dotted: the same on random weights; stars: keys with m_j > {GU_EPS:g} "
                       f"in a layer, every window. (b) |cos| between each key's block output and the BOS sink's: the "
                       f"90% quantile and the median over keys; stars: the keys found in (a).")
-mid_rows = []
+mid_rows, mid_seen = [], {}
 for r in mid_reports:
-    control = r.mid_sequence.get("control") or []
-    seen = llm_survey.mid_sequence_seen(r)
+    seen = mid_seen[r.name] = llm_survey.mid_sequence_seen(r)
+    control = llm_survey.mid_sequence_seen(r, "control")
     found, peak = seen["found"], seen["strongest"]
     row = f"{r.label}: " + (
         f"{num(len(found))} key(s) beyond the first pass m_j > {GU_EPS:g}: "
@@ -563,19 +563,17 @@ for r in mid_reports:
     row += (f". The authors' hidden-state detection labels {seen['secondary']} secondary sink(s) under their margins "
             f"and {seen['secondary_adapted']} with the lifetime cut at half the depth; {pct(seen['share_aligned'])} "
             f"of the later positions pass |cos| > {MID_COS_CUT:g} in some layer")
-    if control:
-        c = control[0]
-        row += (f". On random weights the strongest other key draws at most "
-                f"{num(max(c['by_layer']['strongest_other']))} and the detection labels "
-                f"{c['detection']['authors']['secondary']} secondary sink(s)")
+    if control["strongest"] is not None:
+        row += (f". On random weights the strongest other key draws at most {num(control['strongest']['mass'])} and "
+                f"the detection labels {control['secondary']} secondary sink(s)")
     mid_rows.append(row)
     print(row)
 if mid_reports:
     say(f"mid-sequence sinks, on {windows(mid_windows, 'Bible windows', mid_tokens)} per model",
         "Per model:\n\n" + "\n".join(f"- {row}." for row in mid_rows),
         f"By its rule: {verdicts('wong2025.mass_sinks_align_with_bos')}.")
-nb.headline["mid_sequence"] = {r.name: {"found": len(seen["found"]), "strongest_other": seen["strongest"]["mass"]}
-                               for r in mid_reports for seen in [llm_survey.mid_sequence_seen(r)]}
+nb.headline["mid_sequence"] = {name: {"found": len(seen["found"]), "strongest_other": seen["strongest"]["mass"]}
+                               for name, seen in mid_seen.items()}
 
 # %% [markdown]
 # A key found by its attention can point along the first token's state or not; a criterion on the states alone can

@@ -149,7 +149,7 @@ def test_a_first_run_starts_the_longest_notebook_first_in_the_order_that_ends_so
 
 def test_a_notebook_whose_kept_results_are_for_other_code_is_ordered_by_its_first_run_time(tmp_path):
     """After a code change 10 measures its models again: its last (warm) time must not put it last."""
-    from sinklib.pipeline.model_results import source_digest
+    from sinklib.pipeline.model_results import kept_code
     from sinklib.pipeline.protocols import PROTOCOLS
     from sinklib.pipeline.runner import discover
     from sinklib.pipeline.schedule import last_seconds, order_notebooks
@@ -159,7 +159,7 @@ def test_a_notebook_whose_kept_results_are_for_other_code_is_ordered_by_its_firs
         (figures / stem).mkdir(parents=True)
     (figures / "03_mitigation" / "headline.json").write_text(json.dumps({"profile": "cpu", "seconds": 20.0}))
     head = figures / "10_llm" / "headline.json"
-    head.write_text(json.dumps({"profile": "cpu", "seconds": 10.0, "kept_code": source_digest("10_llm")[:16]}))
+    head.write_text(json.dumps({"profile": "cpu", "seconds": 10.0, "kept_code": kept_code("10_llm")}))
     assert last_seconds(figures, "10_llm", "cpu") == 10.0  # kept for this code: it reads them back
     first, _ = order_notebooks(discover(), figures, "cpu", jobs=2)
     assert first[0].stem != "10_llm"  # 10 s: one of the last to start

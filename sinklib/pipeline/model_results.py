@@ -48,6 +48,12 @@ def source_digest(notebook: str) -> str:
     return digest.hexdigest()
 
 
+def kept_code(notebook: str) -> str:
+    """The code a notebook's kept results are for, short: the first 16 hex digits of :func:`source_digest` (written
+    to its headline so the scheduler can tell a rerun that reads them from one that measures again)."""
+    return source_digest(notebook)[:16]
+
+
 @dataclass(frozen=True)
 class KeptWork:
     """One model's results in one notebook run, on disk."""

@@ -27,7 +27,7 @@ from sinklib.core.loaded import LoadedModel
 from sinklib.core.results import non_finite_paths, write_json
 from sinklib.models.load import load_model, require_family
 from sinklib.pipeline import profiles
-from sinklib.pipeline.model_results import KeptWork, source_digest
+from sinklib.pipeline.model_results import KeptWork, kept_code
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ class Notebook:
         on a later model of a list keeps the earlier ones. ``measure`` loads the model through :meth:`placed`.
         ``kept_as``: a suffix of the kept result's name, for a second measurement of the same model (other sizes)."""
         done = KeptWork.for_model(self.run, name + kept_as)
-        self.headline["kept_code"] = source_digest(self.run.notebook)[:16]  # for the scheduler: kept for this code?
+        self.headline["kept_code"] = kept_code(self.run.notebook)  # for the scheduler: kept for this code?
         if done.exists():
             result, devices = done.load()
             self.headline.setdefault("devices", {})[name] = devices  # where it ran

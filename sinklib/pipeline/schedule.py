@@ -70,8 +70,8 @@ def summary_table(results: list[NotebookResult], profile: str = "cpu", wall: flo
 
 def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     """How long ``stem`` took the last time it ran with ``profile`` here (its headline.json), if known. None also
-    when that run read per-model results kept for other code (``kept_code``: the first 16 hex digits of
-    :func:`~sinklib.pipeline.model_results.source_digest`, which keys them): after a code change the notebook
+    when that run read per-model results kept for other code (its ``kept_code``,
+    :func:`~sinklib.pipeline.model_results.kept_code`): after a code change the notebook
     measures its models again, so its last (warm) time says nothing -- the caller falls back to the protocol's
     ``first_run_s``, and 10 starts first, not last."""
     try:
@@ -81,9 +81,9 @@ def last_seconds(figures_dir: Path, stem: str, profile: str) -> float | None:
     if headline.get("profile") != profile or "seconds" not in headline:
         return None
     if headline.get("kept_code"):
-        from sinklib.pipeline.model_results import source_digest
+        from sinklib.pipeline.model_results import kept_code
 
-        if headline["kept_code"] != source_digest(stem)[:16]:
+        if headline["kept_code"] != kept_code(stem):
             return None
     return float(headline["seconds"])
 

@@ -387,10 +387,11 @@ def measure_and_judge(load: Callable[[], LoadedModel], run, *, gu: dict, paper: 
     return report, judged, seconds
 
 
-def mid_sequence_seen(report: LlmReport) -> dict:
-    """What the mid-sequence search found on ``report``'s windows, together (:func:`secondary_sinks.over_windows`:
-    the keys found, the strongest other key, the detection's counts); ``strongest`` is None where it did not run."""
-    return secondary_sinks.over_windows((report.mid_sequence or {}).get("windows") or [])
+def mid_sequence_seen(report: LlmReport, part: str = "windows") -> dict:
+    """What the mid-sequence search found on ``report``'s windows (``part`` "control": on random weights), together
+    (:func:`secondary_sinks.over_windows`: the keys found, the strongest other key, the detection's counts);
+    ``strongest`` is None where it did not run."""
+    return secondary_sinks.over_windows((report.mid_sequence or {}).get(part) or [])
 
 
 def mid_sequence_windows(lm: LoadedModel, run) -> torch.Tensor | None:
